@@ -1,0 +1,31 @@
+/*
+ * cli.h — the `attn` command-line tool's internal interface: one function per subcommand
+ * (each in its own cmd_*.c file) and the small helpers they share (options parsing, .npy
+ * loading into tensors, heat maps, peak measurements).
+ *
+ * A subcommand receives argv starting at its own name (argv[0] = "forward") and returns the
+ * process exit code: 0 on success, 1 on a runtime error, 2 on a usage error. Errors are one
+ * line on stderr naming the file or option and the bad value.
+ */
+#ifndef ATTN_CLI_H
+#define ATTN_CLI_H
+
+#include "attn.h"
+
+int cli_demo(int argc, char **argv);       /* cmd_demo.c: the seeds' worked example */
+int cli_forward(int argc, char **argv);    /* cmd_forward.c: attention on .npy files */
+int cli_backward(int argc, char **argv);   /* cmd_backward.c: gradients on .npy files */
+int cli_train(int argc, char **argv);      /* cmd_train.c: a small model that learns */
+int cli_bench(int argc, char **argv);      /* cmd_bench.c: forward/backward benchmark, --peak */
+int cli_bench_decode(int argc, char **argv); /* cmd_bench_decode.c: `attn bench decode` */
+int cli_kv_size(int argc, char **argv);    /* cmd_kv_size.c: KV-cache bytes per token */
+#ifdef ATTN_HAVE_MPI
+int cli_ring(int argc, char **argv);       /* mpi/cmd_ring.c: ring attention under mpirun */
+#endif
+
+/* Measured machine ceilings (peak.c), for benchmarks: fp32 FMA GFLOP/s and memory read GB/s
+ * using `threads` threads (0 = all). Each takes well under a second. */
+double cli_measure_fma_peak_gflops(int threads);
+double cli_measure_read_bandwidth_gbs(int threads);
+
+#endif /* ATTN_CLI_H */

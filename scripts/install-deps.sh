@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# install-deps.sh — installs the Debian packages attn needs to build and test (idempotent:
+# only missing packages are fetched). Used by scripts/demo.sh and scripts/test.sh.
+set -euo pipefail
+packages=(cmake make gcc clang libpng-dev libomp-dev libopenblas-dev libopenmpi-dev openmpi-bin
+          libclang-rt-14-dev valgrind)
+missing=()
+for package in "${packages[@]}"; do
+  dpkg -s "$package" >/dev/null 2>&1 || missing+=("$package")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "install-deps: installing ${missing[*]}"
+  sudo_cmd=""
+  [ "$(id -u)" -ne 0 ] && sudo_cmd="sudo"
+  $sudo_cmd apt-get update -q
+  DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -q "${missing[@]}"
+fi

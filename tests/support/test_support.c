@@ -1,0 +1,209 @@
+/*
+ * test_support.c — implementation of the shared test helpers (see test_support.h).
+ */
+#include "test_support.h"
+
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+int test_passed_count = 0;
+int test_failed_count = 0;
+
+void test_record(int ok, const char *file, int line, const char *format, ...) {
+    if (ok) {
+        ++test_passed_count;
+        return;
+    }
+    ++test_failed_count;
+    fprintf(stderr, "FAIL %s:%d: ", file, line);
+    va_list arguments;
+    va_start(arguments, format);
+    vfprintf(stderr, format, arguments);
+    va_end(arguments);
+    fputc('\n', stderr);
+}
+
+void test_check_status(attn_status status, attn_status expected, const attn_error *error,
+                       const char *file, int line, const char *format, ...) {
+    if (status == expected) {
+        ++test_passed_count;
+        return;
+    }
+    ++test_failed_count;
+    fprintf(stderr, "FAIL %s:%d: status %s, expected %s (", file, line, attn_status_name(status),
+            attn_status_name(expected));
+    va_list arguments;
+    va_start(arguments, format);
+    vfprintf(stderr, format, arguments);
+    va_end(arguments);
+    fprintf(stderr, ")%s%s\n", error ? ": " : "", error ? error->message : "");
+}
+
+int test_finish(void) {
+    printf("%d passed, %d failed\n", test_passed_count, test_failed_count);
+    return test_failed_count == 0 && test_passed_count > 0 ? 0 : 1;
+}
+
+static uint64_t rotate_left(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
+
+void test_rng_seed(test_rng *rng, uint64_t seed) {
+    /* splitmix64 to expand the seed */
+    for (int i = 0; i < 4; ++i) {
+        seed += 0x9E3779B97F4A7C15ull;
+        uint64_t z = seed;
+        z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+        z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+        rng->s[i] = z ^ (z >> 31);
+    }
+}
+
+uint64_t test_rng_next(test_rng *rng) {
+    uint64_t *s = rng->s;
+    const uint64_t result = rotate_left(s[1] * 5, 7) * 9;
+    const uint64_t t = s[1] << 17;
+    s[2] ^= s[0];
+    s[3] ^= s[1];
+    s[1] ^= s[2];
+    s[0] ^= s[3];
+    s[2] ^= t;
+    s[3] = rotate_left(s[3], 45);
+    return result;
+}
+
+double test_rng_uniform(test_rng *rng) { return (double)(test_rng_next(rng) >> 11) * 0x1.0p-53; }
+
+double test_rng_normal(test_rng *rng) {
+    double u1 = test_rng_uniform(rng), u2 = test_rng_uniform(rng);
+    if (u1 < 1e-300) u1 = 1e-300;
+    return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
+}
+
+int64_t test_rng_range(test_rng *rng, int64_t lo, int64_t hi) {
+    return lo + (int64_t)(test_rng_next(rng) % (uint64_t)(hi - lo + 1));
+}
+
+void test_fill_normal(test_rng *rng, float *data, int64_t count, float stddev) {
+    for (int64_t i = 0; i < count; ++i) data[i] = (float)(stddev * test_rng_normal(rng));
+}
+
+test_tensor test_tensor_new(int64_t B, int64_t T, int64_t H, int64_t D, test_layout layout) {
+    test_tensor t;
+    memset(&t, 0, sizeof t);
+    int64_t row = D, floats = B * T * H * D;
+    if (layout == TEST_LAYOUT_PADDED) {
+        row = D + 3;
+        floats = B * T * H * row;
+    }
+    t.allocation = (float *)calloc((size_t)floats, sizeof(float));
+    t.allocation_floats = floats;
+    t.view.data = t.allocation;
+    t.view.dtype = ATTN_DTYPE_F32;
+    t.view.rank = 4;
+    t.view.shape[0] = B; t.view.shape[1] = T; t.view.shape[2] = H; t.view.shape[3] = D;
+    switch (layout) {
+    case TEST_LAYOUT_BTHD:
+    case TEST_LAYOUT_REVERSED_T:
+        t.view.stride[3] = 1; t.view.stride[2] = D; t.view.stride[1] = H * D;
+        t.view.stride[0] = T * H * D;
+        if (layout == TEST_LAYOUT_REVERSED_T) {
+            t.view.data = t.allocation + (T - 1) * H * D;
+            t.view.stride[1] = -H * D;
+        }
+        break;
+    case TEST_LAYOUT_BHTD:
+        t.view.stride[3] = 1; t.view.stride[1] = D; t.view.stride[2] = T * D;
+        t.view.stride[0] = H * T * D;
+        break;
+    case TEST_LAYOUT_PADDED:
+        t.view.stride[3] = 1; t.view.stride[2] = row; t.view.stride[1] = H * row;
+        t.view.stride[0] = T * H * row;
+        break;
+    }
+    return t;
+}
+
+test_tensor test_tensor_new_shape(int rank, const int64_t *shape) {
+    test_tensor t;
+    memset(&t, 0, sizeof t);
+    int64_t floats = 1;
+    for (int d = 0; d < rank; ++d) floats *= shape[d];
+    t.allocation = (float *)calloc((size_t)floats, sizeof(float));
+    t.allocation_floats = floats;
+    t.view = attn_tensor_contiguous(t.allocation, ATTN_DTYPE_F32, rank, shape);
+    return t;
+}
+
+void test_tensor_fill_normal(test_tensor *t, test_rng *rng, float stddev) {
+    test_fill_normal(rng, t->allocation, t->allocation_floats, stddev);
+}
+
+void test_tensor_fill_all(test_tensor *t, float value) {
+    for (int64_t i = 0; i < t->allocation_floats; ++i) t->allocation[i] = value;
+}
+
+void test_tensor_free(test_tensor *t) {
+    free(t->allocation);
+    memset(t, 0, sizeof *t);
+}
+
+float test_get4(const attn_tensor *t, int64_t a, int64_t b, int64_t c, int64_t d) {
+    return ((const float *)t->data)[a * t->stride[0] + b * t->stride[1] + c * t->stride[2] +
+                                    d * t->stride[3]];
+}
+
+float test_get3(const attn_tensor *t, int64_t a, int64_t b, int64_t c) {
+    return ((const float *)t->data)[a * t->stride[0] + b * t->stride[1] + c * t->stride[2]];
+}
+
+static float get_any(const attn_tensor *t, const int64_t *index) {
+    int64_t offset = 0;
+    for (int d = 0; d < t->rank; ++d) offset += index[d] * t->stride[d];
+    return ((const float *)t->data)[offset];
+}
+
+/* Calls visit(a_value, b_value, state) for each element of two equal-shape views. */
+static void for_each_pair(const attn_tensor *a, const attn_tensor *b,
+                          void (*visit)(float, float, void *), void *state) {
+    int64_t index[ATTN_MAX_RANK] = {0};
+    int64_t total = attn_tensor_numel(a);
+    for (int64_t n = 0; n < total; ++n) {
+        visit(get_any(a, index), get_any(b, index), state);
+        for (int d = a->rank - 1; d >= 0; --d) {
+            if (++index[d] < a->shape[d]) break;
+            index[d] = 0;
+        }
+    }
+}
+
+static void visit_relative(float x, float y, void *state) {
+    double *worst = (double *)state;
+    double e;
+    if (isnan(x) && isnan(y)) e = 0;
+    else if (isnan(x) || isnan(y)) e = INFINITY;
+    else if (isinf(x) || isinf(y)) e = (x == y) ? 0 : INFINITY;
+    else e = fabs((double)x - (double)y) / (1.0 + fabs((double)y));
+    if (e > *worst) *worst = e;
+}
+
+double test_max_relative_error(const attn_tensor *a, const attn_tensor *b) {
+    if (a->rank != b->rank) return INFINITY;
+    for (int d = 0; d < a->rank; ++d)
+        if (a->shape[d] != b->shape[d]) return INFINITY;
+    double worst = 0;
+    for_each_pair(a, b, visit_relative, &worst);
+    return worst;
+}
+
+static void visit_bitwise(float x, float y, void *state) {
+    if (memcmp(&x, &y, sizeof x) != 0) *(int *)state = 0;
+}
+
+int test_bitwise_equal(const attn_tensor *a, const attn_tensor *b) {
+    if (a->rank != b->rank) return 0;
+    for (int d = 0; d < a->rank; ++d)
+        if (a->shape[d] != b->shape[d]) return 0;
+    int equal = 1;
+    for_each_pair(a, b, visit_bitwise, &equal);
+    return equal;
+}
