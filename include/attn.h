@@ -289,11 +289,86 @@ attn_status attn_reference_forward(const attn_tensor *q, const attn_tensor *k,
                                    const attn_tensor *v, const attn_options *options,
                                    attn_tensor *out, attn_tensor *lse, attn_error *error);
 
-/* Section: backward pass — declarations follow (issue: training). */
+/* ======================================================================================
+ * Section: backward pass
+ * ====================================================================================== */
 
-/* Section: merge of partial results — declarations follow (issue: inference). */
+/*
+ * Gradients of attention by recomputation (FlashAttention-2): P is rebuilt tile by tile from
+ * the forward's LSE, D = rowsum(dO * O), never a Tq x Tk buffer. Same options as the forward
+ * (the call must use the options the forward used).
+ *   q, k, v, out, lse: as produced/consumed by attn_forward; dout [B, Tq, Hq, Dv] F32
+ *   dq [B, Tq, Hq, Dk], dk [B, Tk, Hkv, Dk], dv [B, Tk, Hkv, Dv] F32 (written, overwritten)
+ *   dbias: when not NULL and options->bias is set, F32 with the bias's logical shape
+ *   [B|1, Hq|1, Tq, Tk] (written; broadcast dimensions are summed).
+ * GQA/MQA: dk and dv of a KV head are the sums over its query heads. Empty rows (LSE = -inf)
+ * get zero gradients. Deterministic: bitwise identical for any thread count.
+ */
+attn_status attn_backward(const attn_tensor *q, const attn_tensor *k, const attn_tensor *v,
+                          const attn_tensor *out, const attn_tensor *lse,
+                          const attn_tensor *dout, const attn_options *options, attn_tensor *dq,
+                          attn_tensor *dk, attn_tensor *dv, attn_tensor *dbias,
+                          attn_error *error);
 
-/* Section: positional encodings and embeddings — declarations follow (issue: training). */
+/* The naive backward (dense P per (b, h), double accumulation): the tests' oracle. */
+attn_status attn_reference_backward(const attn_tensor *q, const attn_tensor *k,
+                                    const attn_tensor *v, const attn_tensor *out,
+                                    const attn_tensor *lse, const attn_tensor *dout,
+                                    const attn_options *options, attn_tensor *dq,
+                                    attn_tensor *dk, attn_tensor *dv, attn_tensor *dbias,
+                                    attn_error *error);
+
+/* ======================================================================================
+ * Section: merging partial results (split-KV, cascade, ring)
+ * ====================================================================================== */
+
+/*
+ * Merges `count` partial results of the same queries over disjoint key sets, exactly:
+ *   M = max_s lse_s;  lse = M + log sum_s exp(lse_s - M);  O = sum_s exp(lse_s - lse) O_s
+ * outs[s] [B, T, H, Dv] F32, lses[s] [B, H, T] F32; a partial with lse = -inf is empty and
+ * contributes nothing; when every partial of a row is empty, O = 0 and lse = -inf.
+ * out / lse may alias outs[0] / lses[0] (in-place accumulation).
+ */
+attn_status attn_merge(int count, const attn_tensor *const *outs, const attn_tensor *const *lses,
+                       attn_tensor *out, attn_tensor *lse, attn_error *error);
+
+/* ======================================================================================
+ * Section: positional encodings, embeddings and linear maps
+ * ====================================================================================== */
+
+/* Sinusoidal encoding (Vaswani et al. 3.5): pe[pos][2i] = sin(pos / 10000^(2i/dim)),
+ * pe[pos][2i+1] = cos(...), for pos in [first_position, first_position + count).
+ * pe: float[count][dim] (row-major). dim >= 1 (an odd dim ends with a sin column). */
+attn_status attn_sinusoidal_encoding(int64_t first_position, int64_t count, int64_t dim,
+                                     float *pe, attn_error *error);
+
+typedef enum attn_rope_layout {
+    ATTN_ROPE_INTERLEAVED = 0, /* pairs (2i, 2i+1): GPT-J, RoFormer, Meta Llama, DeepSeek */
+    ATTN_ROPE_HALF = 1         /* pairs (i, i + rotary_dim/2): GPT-NeoX, HF Llama */
+} attn_rope_layout;
+
+/*
+ * Rotary position embedding, in place, on x [B, T, H, D] F32 (any strides): the first
+ * rotary_dim (even, 2..D) dims of token t rotate by angles positions[t] * base^(-2i/rotary_dim)
+ * (positions: int64[T], or NULL for positions first_position + t). Angles in double.
+ * inverse != 0 rotates by the negated angles (the gradient of the forward rotation).
+ */
+attn_status attn_rope_apply(attn_tensor *x, attn_rope_layout layout, int64_t rotary_dim,
+                            double base, const int64_t *positions, int64_t first_position,
+                            int inverse, attn_error *error);
+
+/* Token embedding lookup: out[n][:] = table[tokens[n]][:], table float[vocab][dim],
+ * out float[count][dim]. A token outside [0, vocab) is an error naming its index. */
+attn_status attn_embedding_lookup(const float *table, int64_t vocab, int64_t dim,
+                                  const int32_t *tokens, int64_t count, float *out,
+                                  attn_error *error);
+
+/* y[n][o] = sum_i x[n][i] * weight[o][i] + (bias ? bias[o] : 0): PyTorch nn.Linear layout
+ * (weight [out_features][in_features]). x float[rows][in], y float[rows][out], row-major.
+ * Goes through CBLAS sgemm. */
+attn_status attn_linear_forward(const float *x, int64_t rows, int64_t in_features,
+                                const float *weight, const float *bias, int64_t out_features,
+                                float *y, attn_error *error);
 
 /* Section: attention layers — declarations follow (issue: training). */
 

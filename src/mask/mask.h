@@ -1,0 +1,100 @@
+/*
+ * mask.h — the one definition of "which (query, key) pairs are allowed and what is added to
+ * their logits", shared by the reference, the tiled forward, the backward, decoding and the
+ * ring. Also the validation of an attention call's tensors and options.
+ *
+ * Implemented in src/mask/ (mask.c: predicate and additive terms; tiles.c: tile
+ * classification; validate.c: argument checks). See attn.h, attn_options, for the semantics.
+ */
+#ifndef ATTN_MASK_H
+#define ATTN_MASK_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "attn.h"
+
+/* The validated sizes of one attention call. */
+typedef struct attn_problem {
+    int64_t batch;         /* B */
+    int64_t query_length;  /* Tq */
+    int64_t key_length;    /* Tk */
+    int64_t query_heads;   /* Hq */
+    int64_t kv_heads;      /* Hkv */
+    int64_t group_size;    /* Hq / Hkv: query head h uses KV head h / group_size */
+    int64_t key_dim;       /* Dk */
+    int64_t value_dim;     /* Dv */
+    float scale;           /* the effective softmax scale */
+} attn_problem;
+
+/*
+ * Checks q, k, v, out (and lse when not NULL) and every option against each other, and fills
+ * `problem`. out must be F32 [B, Tq, Hq, Dv]; lse F32 [B, Hq, Tq]. Every error of attn_forward
+ * except empty rows and memory limits is detected here, with a message naming the argument.
+ */
+attn_status attn_validate_call(const attn_tensor *q, const attn_tensor *k, const attn_tensor *v,
+                               const attn_options *options, const attn_tensor *out,
+                               const attn_tensor *lse, attn_problem *problem, attn_error *error);
+
+/* Checks only the options against a problem's sizes (used by decode and ring, which build
+ * their problem themselves). */
+attn_status attn_validate_options(const attn_options *options, const attn_problem *problem,
+                                  attn_error *error);
+
+/* Everything the predicate needs, resolved once per call (ALiBi slopes, global-token lookup
+ * tables, per-batch lengths). Read-only after init, so threads share it. */
+typedef struct attn_mask_context {
+    const attn_options *options;
+    attn_problem problem;
+    float *alibi_slopes;          /* Hq floats, or NULL when ALiBi is off */
+    uint8_t *global_query;        /* Tq flags, or NULL */
+    uint8_t *global_key;          /* Tk flags, or NULL */
+    bool has_additive;            /* a bias tensor or ALiBi is active */
+    bool has_structure;           /* any constraint beyond "all pairs allowed" */
+} attn_mask_context;
+
+attn_status attn_mask_context_init(attn_mask_context *context, const attn_options *options,
+                                   const attn_problem *problem, attn_error *error);
+void attn_mask_context_free(attn_mask_context *context);
+
+/* Valid query / key counts of batch b (query_lengths / key_lengths or the full lengths). */
+int64_t attn_mask_query_count(const attn_mask_context *context, int64_t b);
+int64_t attn_mask_key_count(const attn_mask_context *context, int64_t b);
+
+/* Positions used by causal, window, ALiBi and patterns. */
+int64_t attn_mask_query_position(const attn_mask_context *context, int64_t b, int64_t i);
+int64_t attn_mask_key_position(const attn_mask_context *context, int64_t b, int64_t j);
+
+/* Whether query i of (b, h) may attend to key j (before the additive bias's -inf entries). */
+bool attn_mask_allowed(const attn_mask_context *context, int64_t b, int64_t h, int64_t i,
+                       int64_t j);
+
+/* bias[b, h, i, j] + ALiBi(h, i, j): the additive term (may be -inf, which means masked). */
+float attn_mask_additive(const attn_mask_context *context, int64_t b, int64_t h, int64_t i,
+                         int64_t j);
+
+/* The logit transform before the additive term: scale, then soft-cap when enabled. */
+static inline float attn_transform_logit(float dot, float scale, float softcap);
+
+typedef enum attn_tile_class {
+    ATTN_TILE_EMPTY = 0,   /* no allowed pair: skip */
+    ATTN_TILE_FULL = 1,    /* every pair allowed: no per-element predicate needed */
+    ATTN_TILE_PARTIAL = 2  /* evaluate attn_mask_allowed per element */
+} attn_tile_class;
+
+/* Classifies rows [i0, i1) x columns [j0, j1) of (b, h). Exact for banded constraints
+ * (causal, window, lengths); conservative (PARTIAL) only where an exhaustive check would
+ * cost more than the tile. Never says FULL or EMPTY wrongly. Additive terms are not part of
+ * the class (see has_additive). */
+attn_tile_class attn_mask_classify_tile(const attn_mask_context *context, int64_t b, int64_t h,
+                                        int64_t i0, int64_t i1, int64_t j0, int64_t j1);
+
+/* ---- inline definitions ---- */
+#include <math.h>
+static inline float attn_transform_logit(float dot, float scale, float softcap) {
+    float x = dot * scale;
+    if (softcap > 0.0f) x = softcap * tanhf(x / softcap);
+    return x;
+}
+
+#endif /* ATTN_MASK_H */
