@@ -1,8 +1,259 @@
-/* PLACEHOLDER-UNBUILT: replaced by the helper that owns this command. */
+/*
+ * cmd_bench_decode.c — `attn bench decode`: single-token decoding against a KV cache, the
+ * memory-bound case. For Hq = 32, Hkv in {32, 8, 1}, D = 128, contexts {4096, 32768, 131072}
+ * and fp32 / bf16 storage it reports decode steps per second and the GB/s of K/V actually
+ * read (Hkv x context x (Dk + Dv) x element size per step), against the read bandwidth
+ * measured in the same run (cli_measure_read_bandwidth_gbs); then MLA absorbed decoding on a
+ * DeepSeek-V2 latent cache (128 heads, Dk = 576, Dv = 512), and one MLA layer step naive vs
+ * absorbed at a short context.
+ */
+#include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <omp.h>
+
 #include "cli.h"
+
+typedef struct bench_settings {
+    int quick, threads, mla;
+    int64_t only_context;  /* 0 = the standard list */
+    int dtypes;            /* bit 0: f32, bit 1: bf16 */
+    double max_gib;        /* skip caches larger than this */
+} bench_settings;
+
+static void usage(FILE *stream) {
+    fprintf(stream,
+            "usage: attn bench decode [--quick] [--context N] [--dtype f32|bf16|both]\n"
+            "                         [--threads N] [--no-mla] [--max-gib G]\n"
+            "  --quick      contexts 4096 and 32768 only, shorter timing\n"
+            "  --max-gib G  skip caches larger than G GiB (default 4.5; memory stays < 8 GB)\n");
+}
+
+/* Fills sequence 0 of `cache` to `context` tokens from one random chunk (appended
+ * repeatedly), then returns the seconds per decode step of query q (median of repeats). */
+static double time_decode(attn_kv_cache *cache, int64_t context, const attn_tensor *q,
+                          const attn_options *options, attn_tensor *out, double budget_seconds,
+                          attn_error *error) {
+    (void)context;
+    if (attn_decode(cache, q, options, out, NULL, error) != ATTN_OK) return -1.0;
+    double times[64];
+    int repeats = 0;
+    double start = omp_get_wtime(), now = start;
+    while (repeats < 64 && (repeats < 3 || now - start < budget_seconds)) {
+        double before = omp_get_wtime();
+        attn_decode(cache, q, options, out, NULL, error);
+        now = omp_get_wtime();
+        times[repeats++] = now - before;
+    }
+    for (int i = 1; i < repeats; ++i) /* insertion sort; median */
+        for (int j = i; j > 0 && times[j] < times[j - 1]; --j) {
+            double t = times[j];
+            times[j] = times[j - 1], times[j - 1] = t;
+        }
+    return times[repeats / 2];
+}
+
+static attn_status fill_cache(attn_kv_cache *cache, int64_t context, int64_t kv_heads,
+                              int64_t key_dim, int64_t value_dim, int values_in_keys,
+                              attn_error *error) {
+    const int64_t chunk = 1024;
+    float *keys = malloc((size_t)(chunk * kv_heads * key_dim) * sizeof(float));
+    float *values = malloc((size_t)(chunk * kv_heads * value_dim) * sizeof(float));
+    if (keys == NULL || values == NULL) {
+        free(keys), free(values);
+        return ATTN_ERROR_OUT_OF_MEMORY;
+    }
+    unsigned state = 12345u;
+    for (int64_t i = 0; i < chunk * kv_heads * key_dim; ++i)
+        keys[i] = (float)((state = state * 1664525u + 1013904223u) >> 8) / 16777216.0f - 0.5f;
+    for (int64_t i = 0; i < chunk * kv_heads * value_dim; ++i)
+        values[i] = (float)((state = state * 1664525u + 1013904223u) >> 8) / 16777216.0f - 0.5f;
+    attn_status status = ATTN_OK;
+    for (int64_t filled = 0; filled < context && status == ATTN_OK; filled += chunk) {
+        int64_t count = context - filled < chunk ? context - filled : chunk;
+        attn_tensor k = attn_tensor_f32_4d(keys, 1, count, kv_heads, key_dim);
+        attn_tensor v = attn_tensor_f32_4d(values, 1, count, kv_heads, value_dim);
+        status = attn_kv_cache_append(cache, 0, &k, values_in_keys ? NULL : &v, error);
+    }
+    free(keys), free(values);
+    return status;
+}
+
+/* One benchmark row: creates the cache, fills it, times decode, prints. */
+static int bench_row(const char *label, attn_kv_cache_config config, int64_t query_heads,
+                     int64_t context, float scale, double bandwidth, const bench_settings *s) {
+    config.capacity = context;
+    const double bytes_per_step = (double)attn_kv_cache_bytes_per_token(&config) * (double)context;
+    if (bytes_per_step / (1024.0 * 1024.0 * 1024.0) > s->max_gib) {
+        printf("%-34s %8lld   skipped (cache %.1f GiB > --max-gib %.1f)\n", label,
+               (long long)context, bytes_per_step / (1024.0 * 1024.0 * 1024.0), s->max_gib);
+        return 0;
+    }
+    attn_error error;
+    attn_kv_cache *cache = NULL;
+    config.capacity = context;
+    config.page_size = 256;
+    if (attn_kv_cache_create(&config, &cache, &error) != ATTN_OK ||
+        fill_cache(cache, context, config.kv_heads, config.key_dim, config.value_dim,
+                   config.values_in_keys, &error) != ATTN_OK) {
+        fprintf(stderr, "attn bench decode: %s\n", error.message);
+        attn_kv_cache_destroy(cache);
+        return 1;
+    }
+    float *query = malloc((size_t)(query_heads * config.key_dim) * sizeof(float));
+    float *output = malloc((size_t)(query_heads * config.value_dim) * sizeof(float));
+    for (int64_t i = 0; i < query_heads * config.key_dim; ++i) query[i] = (float)((i * 7919) % 97) / 97.0f - 0.5f;
+    attn_tensor q = attn_tensor_f32_4d(query, 1, 1, query_heads, config.key_dim);
+    attn_tensor out = attn_tensor_f32_4d(output, 1, 1, query_heads, config.value_dim);
+    attn_options options = attn_options_default();
+    options.causal = 1;
+    options.alignment = ATTN_ALIGN_BOTTOM_RIGHT;
+    options.num_threads = s->threads;
+    if (scale > 0) options.custom_scale = 1, options.scale = scale;
+    double seconds = time_decode(cache, context, &q, &options, &out, s->quick ? 0.15 : 0.5, &error);
+    if (seconds < 0) {
+        fprintf(stderr, "attn bench decode: %s\n", error.message);
+    } else {
+        double gbs = bytes_per_step / seconds / 1e9;
+        printf("%-34s %8lld %10.1f %9.3f %9.1f %7.0f%%\n", label, (long long)context,
+               1.0 / seconds, seconds * 1e3, gbs, 100.0 * gbs / bandwidth);
+    }
+    fflush(stdout);
+    free(query), free(output);
+    attn_kv_cache_destroy(cache);
+    return seconds < 0;
+}
+
+/* One MLA layer decode step (V2-Lite dims) after a prefill of `context` tokens, naive vs
+ * absorbed: what weight absorption buys. */
+static int bench_mla_layer(int64_t context, const bench_settings *s) {
+    attn_mla_config config = {2048, 16, 0, 512, 128, 64, 128, 0.0, 0.0f, 0.0f};
+    const int64_t d = config.hidden, H = config.heads;
+    const size_t sizes[5] = {(size_t)(H * 192 * d), (size_t)(576 * d), 512, (size_t)(H * 256 * 512),
+                             (size_t)(d * H * 128)};
+    float *w[5];
+    unsigned state = 7u;
+    for (int i = 0; i < 5; ++i) {
+        w[i] = malloc(sizes[i] * sizeof(float));
+        for (size_t j = 0; j < sizes[i]; ++j)
+            w[i][j] = ((float)((state = state * 1664525u + 1013904223u) >> 8) / 16777216.0f - 0.5f) * 0.05f;
+    }
+    for (size_t j = 0; j < 512; ++j) w[2][j] = 1.0f;
+    attn_mla_weights weights = {w[0], NULL, NULL, NULL, w[1], w[2], w[3], w[4]};
+    float *hidden = calloc((size_t)d, sizeof(float)), *out = calloc((size_t)d, sizeof(float));
+    for (int64_t i = 0; i < d; ++i) hidden[i] = (float)((i * 31) % 17) / 17.0f - 0.5f;
+    attn_tensor x = {hidden, ATTN_DTYPE_F32, 3, {1, 1, d}, {d, d, 1}};
+    attn_tensor y = {out, ATTN_DTYPE_F32, 3, {1, 1, d}, {d, d, 1}};
+    printf("\nMLA layer step (V2-Lite: hidden 2048, 16 heads, d_c 512), context %lld, fp32:\n",
+           (long long)context);
+    int failed = 0;
+    for (int path = 0; path < 2 && !failed; ++path) {
+        attn_kv_cache_config cache_config;
+        attn_error error;
+        attn_kv_cache *cache = NULL;
+        attn_mla_cache_config(&config, 1, context + 1, ATTN_DTYPE_F32, 256, &cache_config, &error);
+        failed |= attn_kv_cache_create(&cache_config, &cache, &error) != ATTN_OK;
+        failed |= !failed && fill_cache(cache, context, 1, 576, 512, 1, &error) != ATTN_OK;
+        double start = omp_get_wtime();
+        failed |= !failed && attn_mla_forward(&config, &weights, cache, &x, (attn_mla_path)path,
+                                              &y, &error) != ATTN_OK;
+        double seconds = omp_get_wtime() - start;
+        if (failed) fprintf(stderr, "attn bench decode: %s\n", error.message);
+        else printf("  %-9s %10.2f ms per token\n", path ? "absorbed" : "naive", seconds * 1e3);
+        attn_kv_cache_destroy(cache);
+    }
+    (void)s;
+    for (int i = 0; i < 5; ++i) free(w[i]);
+    free(hidden), free(out);
+    return failed;
+}
+
 int cli_bench_decode(int argc, char **argv) {
-    (void)argc; (void)argv;
-    fprintf(stderr, "attn: this command is not built yet\n");
-    return 1;
+    bench_settings s = {0, 0, 1, 0, 3, 4.5};
+    for (int i = 1; i < argc; ++i) {
+        const char *value = i + 1 < argc ? argv[i + 1] : NULL;
+        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+            usage(stdout);
+            return 0;
+        } else if (strcmp(argv[i], "--quick") == 0) {
+            s.quick = 1;
+        } else if (strcmp(argv[i], "--no-mla") == 0) {
+            s.mla = 0;
+        } else if (strcmp(argv[i], "--context") == 0 && value) {
+            s.only_context = atoll(value), ++i;
+            if (s.only_context < 1) {
+                fprintf(stderr, "attn bench decode: --context %s: expected >= 1\n", value);
+                return 2;
+            }
+        } else if (strcmp(argv[i], "--threads") == 0 && value) {
+            s.threads = atoi(value), ++i;
+            if (s.threads < 1) {
+                fprintf(stderr, "attn bench decode: --threads %s: expected >= 1\n", value);
+                return 2;
+            }
+        } else if (strcmp(argv[i], "--max-gib") == 0 && value) {
+            s.max_gib = atof(value), ++i;
+            if (!(s.max_gib > 0)) {
+                fprintf(stderr, "attn bench decode: --max-gib %s: expected > 0\n", value);
+                return 2;
+            }
+        } else if (strcmp(argv[i], "--dtype") == 0 && value) {
+            s.dtypes = strcmp(value, "f32") == 0 ? 1 : strcmp(value, "bf16") == 0 ? 2
+                       : strcmp(value, "both") == 0 ? 3 : 0;
+            if (s.dtypes == 0) {
+                fprintf(stderr, "attn bench decode: --dtype %s: expected f32, bf16 or both\n", value);
+                return 2;
+            }
+            ++i;
+        } else {
+            fprintf(stderr, "attn bench decode: unknown option or missing value: %s\n", argv[i]);
+            usage(stderr);
+            return 2;
+        }
+    }
+    const int threads = s.threads > 0 ? s.threads : omp_get_max_threads();
+    const double bandwidth = cli_measure_read_bandwidth_gbs(threads);
+    printf("decode benchmark: 1 sequence, 1 new token, Hq = 32, D = 128, %d threads\n", threads);
+    printf("measured read bandwidth: %.1f GB/s\n\n", bandwidth);
+    printf("%-34s %8s %10s %9s %9s %8s\n", "configuration", "context", "tokens/s", "ms/token",
+           "K/V GB/s", "of peak");
+    int64_t contexts[3] = {4096, 32768, 131072};
+    int context_count = s.quick ? 2 : 3;
+    if (s.only_context) contexts[0] = s.only_context, context_count = 1;
+    const int64_t kv_head_options[3] = {32, 8, 1};
+    int failed = 0;
+    for (int dt = 0; dt < 2; ++dt) {
+        if (!(s.dtypes & (1 << dt))) continue;
+        for (int h = 0; h < 3; ++h)
+            for (int c = 0; c < context_count; ++c) {
+                attn_kv_cache_config config = attn_kv_cache_config_default();
+                config.sequences = 1, config.kv_heads = kv_head_options[h];
+                config.key_dim = config.value_dim = 128;
+                config.dtype = dt == 0 ? ATTN_DTYPE_F32 : ATTN_DTYPE_BF16;
+                char label[64];
+                snprintf(label, sizeof label, "%s Hq=32 Hkv=%lld", dt == 0 ? "fp32" : "bf16",
+                         (long long)kv_head_options[h]);
+                failed |= bench_row(label, config, 32, contexts[c], 0.0f, bandwidth, &s);
+            }
+    }
+    if (s.mla) {
+        attn_mla_config v2 = {5120, 128, 1536, 512, 128, 64, 128, 0.0, 0.0f, 0.0f};
+        for (int dt = 0; dt < 2; ++dt) {
+            if (!(s.dtypes & (1 << dt))) continue;
+            for (int c = 0; c < context_count; ++c) {
+                attn_kv_cache_config config;
+                attn_mla_cache_config(&v2, 1, 1, dt == 0 ? ATTN_DTYPE_F32 : ATTN_DTYPE_BF16, 0,
+                                      &config, NULL);
+                char label[64];
+                snprintf(label, sizeof label, "%s MLA absorbed (V2, 128 heads)",
+                         dt == 0 ? "fp32" : "bf16");
+                failed |= bench_row(label, config, 128, contexts[c], 1.0f / sqrtf(192.0f),
+                                    bandwidth, &s);
+            }
+        }
+        failed |= bench_mla_layer(s.quick ? 256 : 1024, &s);
+    }
+    return failed ? 1 : 0;
 }

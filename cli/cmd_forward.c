@@ -1,8 +1,236 @@
-/* PLACEHOLDER-UNBUILT: replaced by the helper that owns this command. */
+/*
+ * cmd_forward.c — `attn forward`: exact attention on .npy files.
+ *
+ *   attn forward --q Q.npy --k K.npy --v V.npy --out O.npy [--lse LSE.npy] [options]
+ *
+ * Q [B, Tq, Hq, Dk], K [B, Tk, Hkv, Dk], V [B, Tk, Hkv, Dv] float32 C-order; writes
+ * O [B, Tq, Hq, Dv] and optionally LSE [B, Hq, Tq]. The files are read straight into the
+ * tensors handed to attn_forward and the outputs are written from the buffers the library
+ * filled, so peak memory is the inputs plus the outputs plus the library's O(tile) workspace.
+ * On any error: one line on stderr naming the file or option and the bad value, a non-zero
+ * exit (2 = usage, 1 = everything else), and no output file (both outputs are written under
+ * temporary names and renamed into place only when both are complete).
+ */
+#define _POSIX_C_SOURCE 200809L
+
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "arguments.h"
 #include "cli.h"
+#include "npy_tensor.h"
+
+static const char *const command = "forward";
+
+static void print_help(void) {
+    printf("usage: attn forward --q Q.npy --k K.npy --v V.npy --out O.npy [--lse LSE.npy] "
+           "[options]\n\n"
+           "Computes O = softmax(mask(scale * Q K^T)) V exactly (and the row log-sum-exp).\n\n"
+           "tensors (float32, C order):\n"
+           "  --q Q.npy                  queries [B, Tq, Hq, Dk]\n"
+           "  --k K.npy                  keys    [B, Tk, Hkv, Dk]; Hq must be a multiple of Hkv\n"
+           "                             (query head h uses KV head h / (Hq / Hkv))\n"
+           "  --v V.npy                  values  [B, Tk, Hkv, Dv]\n"
+           "  --out O.npy                output  [B, Tq, Hq, Dv] (written)\n"
+           "  --lse LSE.npy              log-sum-exp [B, Hq, Tq] (written; natural log, -inf for\n"
+           "                             an empty row under --empty-rows zero)\n\n"
+           "%s\n"
+           "On an error attn forward prints one line naming the file or option and the bad\n"
+           "value, exits with 1 (2 for a usage error) and writes no output file.\n",
+           cli_attention_options_help);
+}
+
+/* The inputs and outputs of one call, freed together. */
+typedef struct forward_files {
+    const char *q_path, *k_path, *v_path, *out_path, *lse_path;
+    attn_npy_array q, k, v;
+    float *out, *lse;
+    char *out_partial, *lse_partial; /* temporary names of the outputs */
+} forward_files;
+
+static void forward_files_free(forward_files *files) {
+    attn_npy_free(&files->q);
+    attn_npy_free(&files->k);
+    attn_npy_free(&files->v);
+    free(files->out);
+    free(files->lse);
+    if (files->out_partial) unlink(files->out_partial);
+    if (files->lse_partial) unlink(files->lse_partial);
+    free(files->out_partial);
+    free(files->lse_partial);
+}
+
+/* "PATH.partial-PID": where an output is written before it is renamed into place. */
+static char *partial_name(const char *path) {
+    size_t length = strlen(path) + 32;
+    char *name = malloc(length);
+    if (name) snprintf(name, length, "%s.partial-%ld", path, (long)getpid());
+    return name;
+}
+
+/* Checks that Q, K, V agree (B, Tk, Dk, Hq % Hkv), naming the files. */
+static bool check_shapes(const forward_files *f) {
+    const int64_t *q = f->q.shape, *k = f->k.shape, *v = f->v.shape;
+    if (k[0] != q[0]) {
+        cli_error(command, "--k %s: batch %lld differs from --q %s batch %lld", f->k_path,
+                  (long long)k[0], f->q_path, (long long)q[0]);
+        return false;
+    }
+    if (k[3] != q[3]) {
+        cli_error(command, "--k %s: head dim Dk = %lld differs from --q %s Dk = %lld", f->k_path,
+                  (long long)k[3], f->q_path, (long long)q[3]);
+        return false;
+    }
+    if (v[0] != k[0] || v[1] != k[1] || v[2] != k[2]) {
+        cli_error(command, "--v %s: [B, Tk, Hkv] = [%lld, %lld, %lld] differs from --k %s "
+                  "[%lld, %lld, %lld]", f->v_path, (long long)v[0], (long long)v[1],
+                  (long long)v[2], f->k_path, (long long)k[0], (long long)k[1], (long long)k[2]);
+        return false;
+    }
+    if (q[2] % k[2] != 0) {
+        cli_error(command, "--q %s: Hq = %lld is not a multiple of Hkv = %lld in --k %s",
+                  f->q_path, (long long)q[2], (long long)k[2], f->k_path);
+        return false;
+    }
+    return true;
+}
+
+/* Allocates a float32 array of the given dimensions, with an overflow check. */
+static float *allocate_floats(int rank, const int64_t *dims, const char *what) {
+    size_t bytes = sizeof(float);
+    for (int i = 0; i < rank; ++i)
+        if (__builtin_mul_overflow(bytes, (size_t)dims[i], &bytes)) {
+            cli_error(command, "%s: the output size overflows", what);
+            return NULL;
+        }
+    float *data = malloc(bytes);
+    if (data == NULL) cli_error(command, "%s: cannot allocate %zu bytes", what, bytes);
+    return data;
+}
+
+/* Parses argv; returns 0 to go on, or the exit code (help: 0 via *done). */
+static int parse_arguments(int argc, char **argv, forward_files *files,
+                           cli_attention_arguments *arguments, bool *done) {
+    struct { const char *name; const char **target; } paths[] = {
+        {"--q", &files->q_path},     {"--k", &files->k_path},     {"--v", &files->v_path},
+        {"--out", &files->out_path}, {"--lse", &files->lse_path},
+    };
+    for (int i = 1; i < argc; ++i) {
+        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+            print_help();
+            *done = true;
+            return 0;
+        }
+        bool matched = false;
+        for (size_t p = 0; p < sizeof paths / sizeof paths[0] && !matched; ++p)
+            if (strcmp(argv[i], paths[p].name) == 0) {
+                if (i + 1 >= argc) {
+                    cli_error(command, "%s needs a file name", argv[i]);
+                    return 2;
+                }
+                *paths[p].target = argv[++i];
+                matched = true;
+            }
+        if (matched) continue;
+        cli_parse_result result = cli_parse_attention_option(arguments, command, argc, argv, &i);
+        if (result == CLI_PARSE_ERROR) return 2;
+        if (result == CLI_PARSE_NOT_MINE) {
+            cli_error(command, "unknown option '%s' (see attn forward --help)", argv[i]);
+            return 2;
+        }
+    }
+    for (size_t p = 0; p < 4; ++p)
+        if (*paths[p].target == NULL) {
+            cli_error(command, "missing %s (usage: attn forward --q Q.npy --k K.npy --v V.npy "
+                      "--out O.npy [--lse LSE.npy] [options])", paths[p].name);
+            return 2;
+        }
+    if (files->lse_path != NULL && strcmp(files->lse_path, files->out_path) == 0) {
+        cli_error(command, "--lse %s: the same file as --out", files->lse_path);
+        return 2;
+    }
+    return 0;
+}
+
+/* Runs the call once the arguments are parsed; returns the exit code. */
+static int run_forward(forward_files *files, cli_attention_arguments *arguments) {
+    const char *hint = "(write it with astype(np.float32))";
+    if (!cli_load_npy(command, "--q", files->q_path, ATTN_DTYPE_F32, 4, 4, hint, &files->q) ||
+        !cli_load_npy(command, "--k", files->k_path, ATTN_DTYPE_F32, 4, 4, hint, &files->k) ||
+        !cli_load_npy(command, "--v", files->v_path, ATTN_DTYPE_F32, 4, 4, hint, &files->v) ||
+        !check_shapes(files))
+        return 1;
+    const int64_t B = files->q.shape[0], Tq = files->q.shape[1], Hq = files->q.shape[2];
+    const int64_t Tk = files->k.shape[1], Dv = files->v.shape[3];
+    if (!cli_attention_arguments_load(arguments, command, B, Tq, Tk, Hq)) return 1;
+
+    const int64_t out_shape[4] = {B, Tq, Hq, Dv};
+    const int64_t lse_shape[3] = {B, Hq, Tq};
+    files->out = allocate_floats(4, out_shape, files->out_path);
+    if (files->out == NULL) return 1;
+    if (files->lse_path != NULL) {
+        files->lse = allocate_floats(3, lse_shape, files->lse_path);
+        if (files->lse == NULL) return 1;
+    }
+    attn_tensor q = cli_tensor_rank4(&files->q), k = cli_tensor_rank4(&files->k),
+                v = cli_tensor_rank4(&files->v);
+    attn_tensor out = attn_tensor_f32_4d(files->out, B, Tq, Hq, Dv);
+    attn_tensor lse = attn_tensor_contiguous(files->lse, ATTN_DTYPE_F32, 3, lse_shape);
+    attn_error error;
+    if (attn_forward(&q, &k, &v, &arguments->options, &out, files->lse ? &lse : NULL, &error) !=
+        ATTN_OK) {
+        cli_error(command, "%s", error.message);
+        return 1;
+    }
+
+    /* Both outputs complete under temporary names, then renamed into place. */
+    files->out_partial = partial_name(files->out_path);
+    if (files->out_partial == NULL ||
+        attn_npy_write(files->out_partial, ATTN_DTYPE_F32, 4, out_shape, files->out, &error) !=
+            ATTN_OK) {
+        cli_error(command, "--out %s: %s", files->out_path, files->out_partial ? error.message
+                                                                              : "out of memory");
+        return 1;
+    }
+    if (files->lse != NULL) {
+        files->lse_partial = partial_name(files->lse_path);
+        if (files->lse_partial == NULL ||
+            attn_npy_write(files->lse_partial, ATTN_DTYPE_F32, 3, lse_shape, files->lse,
+                           &error) != ATTN_OK) {
+            cli_error(command, "--lse %s: %s", files->lse_path,
+                      files->lse_partial ? error.message : "out of memory");
+            return 1;
+        }
+        if (rename(files->lse_partial, files->lse_path) != 0) {
+            cli_error(command, "--lse %s: cannot rename the finished file into place",
+                      files->lse_path);
+            return 1;
+        }
+        free(files->lse_partial);
+        files->lse_partial = NULL;
+    }
+    if (rename(files->out_partial, files->out_path) != 0) {
+        cli_error(command, "--out %s: cannot rename the finished file into place",
+                  files->out_path);
+        if (files->lse_path) unlink(files->lse_path);
+        return 1;
+    }
+    free(files->out_partial);
+    files->out_partial = NULL;
+    return 0;
+}
+
 int cli_forward(int argc, char **argv) {
-    (void)argc; (void)argv;
-    fprintf(stderr, "attn: this command is not built yet\n");
-    return 1;
+    forward_files files;
+    memset(&files, 0, sizeof files);
+    cli_attention_arguments arguments;
+    cli_attention_arguments_init(&arguments);
+    bool done = false;
+    int code = parse_arguments(argc, argv, &files, &arguments, &done);
+    if (code == 0 && !done) code = run_forward(&files, &arguments);
+    forward_files_free(&files);
+    cli_attention_arguments_free(&arguments);
+    return code;
 }

@@ -1,4 +1,139 @@
-/* PLACEHOLDER-UNBUILT: replaced by the helper that owns benchmarks. */
+/*
+ * peak.c — this machine's ceilings, measured in the calling process for benchmarks:
+ * the fp32 FMA rate (GFLOP/s) and the memory read bandwidth (GB/s), on `threads` threads.
+ *
+ * FMA peak: every thread runs 16 independent FMA chains (more than latency × pipes = 4 × 2
+ * needs) on the widest vectors the CPU has (AVX-512 zmm, else AVX2 ymm, else scalar),
+ * operands in registers; best of three timed runs of ≈ 0.1 s after a calibration run.
+ * Bandwidth: every thread sums its share of a 256 MiB buffer (far larger than the L3) with
+ * vector loads; best of three passes after one that faults the pages in.
+ */
+#include <omp.h>
+#include <stdlib.h>
+#include <string.h>
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
 #include "cli.h"
-double cli_measure_fma_peak_gflops(int threads) { (void)threads; return 0; }
-double cli_measure_read_bandwidth_gbs(int threads) { (void)threads; return 0; }
+
+#define CHAINS 16
+
+#if defined(__x86_64__)
+__attribute__((target("avx512f,fma"))) static float fma_chains_avx512(long iterations, float seed) {
+    __m512 chain[CHAINS];
+    for (int c = 0; c < CHAINS; ++c) chain[c] = _mm512_set1_ps(seed + (float)c);
+    const __m512 multiplier = _mm512_set1_ps(0.999999f), addend = _mm512_set1_ps(1e-6f);
+    for (long i = 0; i < iterations; ++i)
+        for (int c = 0; c < CHAINS; ++c) chain[c] = _mm512_fmadd_ps(chain[c], multiplier, addend);
+    __m512 total = chain[0];
+    for (int c = 1; c < CHAINS; ++c) total = _mm512_add_ps(total, chain[c]);
+    return _mm512_reduce_add_ps(total);
+}
+
+__attribute__((target("avx2,fma"))) static float fma_chains_avx2(long iterations, float seed) {
+    __m256 chain[CHAINS];
+    for (int c = 0; c < CHAINS; ++c) chain[c] = _mm256_set1_ps(seed + (float)c);
+    const __m256 multiplier = _mm256_set1_ps(0.999999f), addend = _mm256_set1_ps(1e-6f);
+    for (long i = 0; i < iterations; ++i)
+        for (int c = 0; c < CHAINS; ++c) chain[c] = _mm256_fmadd_ps(chain[c], multiplier, addend);
+    float lanes[8], total = 0.0f;
+    for (int c = 1; c < CHAINS; ++c) chain[0] = _mm256_add_ps(chain[0], chain[c]);
+    _mm256_storeu_ps(lanes, chain[0]);
+    for (int i = 0; i < 8; ++i) total += lanes[i];
+    return total;
+}
+#endif
+
+static float fma_chains_scalar(long iterations, float seed) {
+    float chain[CHAINS];
+    for (int c = 0; c < CHAINS; ++c) chain[c] = seed + (float)c;
+    for (long i = 0; i < iterations; ++i)
+        for (int c = 0; c < CHAINS; ++c) chain[c] = chain[c] * 0.999999f + 1e-6f;
+    float total = 0.0f;
+    for (int c = 0; c < CHAINS; ++c) total += chain[c];
+    return total;
+}
+
+/* Lanes of the widest FMA this CPU runs (16, 8 or 1). */
+static int fma_lanes(void) {
+#if defined(__x86_64__)
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx512f")) return 16;
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return 8;
+#endif
+    return 1;
+}
+
+static volatile float fma_sink;
+
+/* Seconds for every one of `threads` threads to run `iterations` steps of the chains. */
+static double time_fma(int threads, int lanes, long iterations) {
+    const double start = omp_get_wtime();
+#pragma omp parallel num_threads(threads)
+    {
+        const float seed = (float)omp_get_thread_num();
+        float result;
+#if defined(__x86_64__)
+        if (lanes == 16) result = fma_chains_avx512(iterations, seed);
+        else if (lanes == 8) result = fma_chains_avx2(iterations, seed);
+        else
+#endif
+            result = fma_chains_scalar(iterations, seed);
+        if (result == 12345.0f) fma_sink = result;
+    }
+    return omp_get_wtime() - start;
+}
+
+double cli_measure_fma_peak_gflops(int threads) {
+    if (threads <= 0) threads = omp_get_max_threads();
+    const int lanes = fma_lanes();
+    long iterations = 200000;
+    const double calibration = time_fma(threads, lanes, iterations);
+    if (calibration > 0) iterations = (long)(iterations * 0.1 / calibration) + 1;
+    double best = 0.0;
+    for (int run = 0; run < 3; ++run) {
+        const double seconds = time_fma(threads, lanes, iterations);
+        const double flops = 2.0 * CHAINS * lanes * (double)iterations * threads;
+        if (seconds > 0 && flops / seconds > best) best = flops / seconds;
+    }
+    return best * 1e-9;
+}
+
+static volatile double bandwidth_sink;
+
+double cli_measure_read_bandwidth_gbs(int threads) {
+    if (threads <= 0) threads = omp_get_max_threads();
+    const size_t bytes = (size_t)256 << 20;
+    const size_t count = bytes / sizeof(float);
+    float *buffer = malloc(bytes);
+    if (!buffer) return 0.0;
+    double best = 0.0;
+    for (int pass = 0; pass < 4; ++pass) {
+        double total = 0.0;
+        const double start = omp_get_wtime();
+#pragma omp parallel num_threads(threads) reduction(+ : total)
+        {
+            /* Each thread first-touches (pass 0) and then reads the same share. */
+            const int thread = omp_get_thread_num(), thread_count = omp_get_num_threads();
+            const size_t first = count / thread_count * thread;
+            const size_t last = thread == thread_count - 1 ? count : first + count / thread_count;
+            if (pass == 0) {
+                for (size_t i = first; i < last; ++i) buffer[i] = (float)(i & 7);
+            } else {
+                float partial[16] = {0};
+                size_t i = first;
+                for (; i + 16 <= last; i += 16)
+                    for (int lane = 0; lane < 16; ++lane) partial[lane] += buffer[i + lane];
+                for (; i < last; ++i) partial[0] += buffer[i];
+                for (int lane = 0; lane < 16; ++lane) total += partial[lane];
+            }
+        }
+        const double seconds = omp_get_wtime() - start;
+        bandwidth_sink = total;
+        if (pass > 0 && seconds > 0 && bytes / seconds > best) best = bytes / seconds;
+    }
+    free(buffer);
+    return best * 1e-9;
+}

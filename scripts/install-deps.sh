@@ -15,3 +15,8 @@ if [ ${#missing[@]} -gt 0 ]; then
   $sudo_cmd apt-get update -q
   DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -q "${missing[@]}"
 fi
+# The CLI tests build inputs and check outputs with NumPy.
+if ! python3 -c "import numpy" >/dev/null 2>&1; then
+  echo "install-deps: installing numpy (PyPI)"
+  python3 -m pip install -q numpy
+fi

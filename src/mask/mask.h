@@ -89,6 +89,23 @@ typedef enum attn_tile_class {
 attn_tile_class attn_mask_classify_tile(const attn_mask_context *context, int64_t b, int64_t h,
                                         int64_t i0, int64_t i1, int64_t j0, int64_t j1);
 
+/* window(i, j) AND pattern(i, j) for query position pq and key position pk: the "local"
+ * part of the predicate that global tokens override (see attn_options). */
+bool attn_mask_local_allowed(const attn_mask_context *context, int64_t query_position,
+                             int64_t key_position);
+
+/* The keys [*key_begin, *key_end) that rows [i0, i1) of batch b can possibly attend to, from
+ * the valid key count and the causal / window / dilated band (the whole valid range when
+ * explicit key positions or global tokens make the band unusable). Every allowed key of
+ * those rows lies inside; the loops iterate over key tiles of this range only, so a narrow
+ * band costs O(band), not O(Tk). */
+void attn_mask_candidate_keys(const attn_mask_context *context, int64_t b, int64_t i0,
+                              int64_t i1, int64_t *key_begin, int64_t *key_end);
+
+/* Largest |position| accepted in query_positions / key_positions (differences and ALiBi
+ * distances stay exact in int64 and double). */
+#define ATTN_MAX_POSITION ((int64_t)1 << 52)
+
 /* ---- inline definitions ---- */
 #include <math.h>
 static inline float attn_transform_logit(float dot, float scale, float softcap) {

@@ -1,3 +1,136 @@
-/* PLACEHOLDER-UNBUILT: the engine helper replaces this with the portable kernel table. */
+/*
+ * generic_kernels.c — the portable kernel table (kernel.h) in plain C, and the reference the
+ * SIMD tables are checked against. The loops are written so gcc -O3 vectorizes them:
+ *   - keys are packed transposed, [dim][padded count], so the score loop runs over keys;
+ *   - values are packed row-major, [count][padded dim], so the accumulation runs over dims;
+ *   - packed rows are padded to 16 floats with zeros, so every packed row starts 64-byte
+ *     aligned when the buffer is.
+ */
+#include <math.h>
+#include <string.h>
+
 #include "../kernel.h"
-const attn_kernel_table attn_kernels_generic = {"generic", 64, 64, 0, 0, 0, 0, 0, 0, 0, 0};
+
+enum { GENERIC_BLOCK = 16 }; /* packed rows are padded to 16 floats (64 bytes) */
+
+static int round_up_to_block(int n) { return (n + GENERIC_BLOCK - 1) / GENERIC_BLOCK * GENERIC_BLOCK; }
+
+/* Keys: [dim][round_up(count)], key c of dimension d at packed[d * padded_count + c]. */
+static size_t generic_packed_keys_floats(int count, int dim) {
+    return (size_t)round_up_to_block(count) * (size_t)dim;
+}
+
+/* Values: [count][round_up(dim)], value c element e at packed[c * padded_dim + e]. */
+static size_t generic_packed_values_floats(int count, int dim) {
+    return (size_t)count * (size_t)round_up_to_block(dim);
+}
+
+static void generic_pack_keys(int count, int dim, const float *source, int64_t token_stride,
+                              int64_t dim_stride, float *packed) {
+    const int padded_count = round_up_to_block(count);
+    for (int d = 0; d < dim; ++d) {
+        float *packed_row = packed + (size_t)d * padded_count;
+        for (int c = 0; c < count; ++c) packed_row[c] = source[c * token_stride + d * dim_stride];
+        for (int c = count; c < padded_count; ++c) packed_row[c] = 0.0f;
+    }
+}
+
+static void generic_pack_values(int count, int dim, const float *source, int64_t token_stride,
+                                int64_t dim_stride, float *packed) {
+    const int padded_dim = round_up_to_block(dim);
+    for (int c = 0; c < count; ++c) {
+        float *packed_row = packed + (size_t)c * padded_dim;
+        const float *source_row = source + c * token_stride;
+        if (dim_stride == 1) {
+            memcpy(packed_row, source_row, (size_t)dim * sizeof(float));
+        } else {
+            for (int e = 0; e < dim; ++e) packed_row[e] = source_row[e * dim_stride];
+        }
+        for (int e = dim; e < padded_dim; ++e) packed_row[e] = 0.0f;
+    }
+}
+
+/* scores[r][c] = sum_d queries[r][d] * key_c[d]. For each row the score row itself is the
+ * accumulator; the inner loop runs over the keys of one packed dimension (contiguous), which
+ * gcc vectorizes. The sum runs over d in increasing order. */
+static void generic_score_tile(int rows, int count, int dim, const float *queries,
+                               int query_stride, const float *packed_keys, float *scores,
+                               int scores_stride) {
+    const int padded_count = round_up_to_block(count);
+    for (int r = 0; r < rows; ++r) {
+        const float *query_row = queries + (size_t)r * query_stride;
+        float *restrict score_row = scores + (size_t)r * scores_stride;
+        for (int c = 0; c < count; ++c) score_row[c] = 0.0f;
+        for (int d = 0; d < dim; ++d) {
+            const float query_value = query_row[d];
+            const float *restrict key_row = packed_keys + (size_t)d * padded_count;
+            for (int c = 0; c < count; ++c) score_row[c] += query_value * key_row[c];
+        }
+    }
+}
+
+/* accumulator[r][e] += sum_c weights[r][c] * value_c[e]: for each row and key, the inner
+ * loop runs over the value's dims (contiguous in the packed tile), which gcc vectorizes. */
+static void generic_accumulate_values(int rows, int count, int dim, const float *weights,
+                                      int weights_stride, const float *packed_values,
+                                      float *accumulator, int accumulator_stride) {
+    const int padded_dim = round_up_to_block(dim);
+    for (int r = 0; r < rows; ++r) {
+        const float *weight_row = weights + (size_t)r * weights_stride;
+        float *restrict accumulator_row = accumulator + (size_t)r * accumulator_stride;
+        for (int c = 0; c < count; ++c) {
+            const float weight = weight_row[c];
+            const float *restrict value_row = packed_values + (size_t)c * padded_dim;
+            for (int e = 0; e < dim; ++e) accumulator_row[e] += weight * value_row[e];
+        }
+    }
+}
+
+static void generic_softmax_step(int rows, int count, float *scores, int scores_stride,
+                                 float scale, float softcap, float *row_max, float *row_sum,
+                                 float *rescale) {
+    for (int r = 0; r < rows; ++r) {
+        float *row = scores + (size_t)r * scores_stride;
+        float tile_max = -INFINITY;
+        for (int c = 0; c < count; ++c) {
+            float x = row[c] * scale;
+            if (softcap > 0.0f && x != -INFINITY) x = softcap * tanhf(x / softcap);
+            row[c] = x;
+            tile_max = fmaxf(tile_max, x);
+        }
+        const float old_max = row_max[r];
+        const float new_max = fmaxf(old_max, tile_max);
+        const float shift = new_max == -INFINITY ? 0.0f : new_max; /* avoids -inf - -inf */
+        rescale[r] = old_max == -INFINITY ? 0.0f : expf(old_max - shift);
+        float tile_sum = 0.0f;
+        for (int c = 0; c < count; ++c) {
+            row[c] = expf(row[c] - shift);
+            tile_sum += row[c];
+        }
+        row_sum[r] = rescale[r] * row_sum[r] + tile_sum;
+        row_max[r] = new_max;
+    }
+}
+
+static void generic_scale_rows(int rows, int dim, const float *factor, float *accumulator,
+                               int accumulator_stride) {
+    for (int r = 0; r < rows; ++r) {
+        float *accumulator_row = accumulator + (size_t)r * accumulator_stride;
+        const float row_factor = factor[r];
+        for (int e = 0; e < dim; ++e) accumulator_row[e] *= row_factor;
+    }
+}
+
+const attn_kernel_table attn_kernels_generic = {
+    .name = "generic",
+    .tile_q = 64,
+    .tile_k = 64,
+    .packed_keys_floats = generic_packed_keys_floats,
+    .packed_values_floats = generic_packed_values_floats,
+    .pack_keys = generic_pack_keys,
+    .pack_values = generic_pack_values,
+    .score_tile = generic_score_tile,
+    .accumulate_values = generic_accumulate_values,
+    .softmax_step = generic_softmax_step,
+    .scale_rows = generic_scale_rows,
+};

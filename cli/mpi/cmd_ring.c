@@ -1,0 +1,447 @@
+/*
+ * cmd_ring.c — `attn ring`: ring attention across MPI processes, on the same .npy files and
+ * options as `attn forward`, so the two outputs can be compared directly.
+ *
+ *   mpirun -np P attn ring --q Q.npy --k K.npy --v V.npy --out O.npy [--lse LSE.npy]
+ *                          [--layout contiguous|zigzag|striped] [--repeat N] [--backward]
+ *                          [--stats] [--compare] [attention options]
+ *
+ * Rank 0 reads Q, K, V (self-attention: Tq = Tk), cuts them into each rank's share under the
+ * layout and sends each rank only its share; the ring runs; rank 0 gathers O (and LSE) back
+ * into global order and writes them (under temporary names, renamed when complete). --stats
+ * prints per-rank timings, work and bytes sent; --compare also times the single-process
+ * attn_forward on rank 0 and prints the largest difference; --backward also times the ring
+ * backward (with dO = 1) for benchmarks. Errors: one line on rank 0's stderr, every rank exits
+ * with 1 (2 for usage errors).
+ */
+#define _POSIX_C_SOURCE 200809L
+
+#include <math.h>
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "../arguments.h"
+#include "../cli.h"
+#include "../npy_tensor.h"
+#include "attn_mpi.h"
+
+static const char *const command = "ring";
+
+static void print_help(void) {
+    printf("usage: mpirun -np P attn ring --q Q.npy --k K.npy --v V.npy --out O.npy "
+           "[--lse LSE.npy] [options]\n\n"
+           "Ring attention over P MPI processes: each process keeps its share of the queries and\n"
+           "passes key/value blocks around the ring, merging partial results by log-sum-exp.\n"
+           "The result equals `attn forward` on the same files (self-attention, Tq = Tk).\n\n"
+           "tensors (float32, C order; read and written by rank 0):\n"
+           "  --q Q.npy                  queries [B, T, Hq, Dk]\n"
+           "  --k K.npy                  keys    [B, T, Hkv, Dk]\n"
+           "  --v V.npy                  values  [B, T, Hkv, Dv]\n"
+           "  --out O.npy                output  [B, T, Hq, Dv] (written)\n"
+           "  --lse LSE.npy              log-sum-exp [B, Hq, T] (written)\n\n"
+           "ring options:\n"
+           "  --layout NAME              contiguous, zigzag (default) or striped: which tokens\n"
+           "                             each rank holds (zigzag and striped balance causal work)\n"
+           "  --repeat N                 run the forward N times (timings: the fastest run)\n"
+           "  --backward                 also time the ring backward (dO = 1), N times\n"
+           "  --stats                    print per-rank time, allowed pairs and bytes sent\n"
+           "  --compare                  also run the single-process attn_forward on rank 0:\n"
+           "                             its time and the largest |O_ring - O_single|\n\n"
+           "%s\n"
+           "Only causal, window, ALiBi, soft-capping, scale and empty-row options apply to the\n"
+           "ring; the others are refused.\n",
+           cli_attention_options_help);
+}
+
+typedef struct ring_arguments {
+    const char *q_path, *k_path, *v_path, *out_path, *lse_path;
+    attn_ring_layout_kind layout;
+    int64_t repeat;
+    bool backward, stats, compare;
+} ring_arguments;
+
+/* Parses argv (identically on every rank). Returns 0 to go on, else the exit code; *done
+ * after --help. */
+static int parse_arguments(int argc, char **argv, int rank, ring_arguments *ring,
+                           cli_attention_arguments *arguments, bool *done) {
+    struct { const char *name; const char **target; } paths[] = {
+        {"--q", &ring->q_path},     {"--k", &ring->k_path},     {"--v", &ring->v_path},
+        {"--out", &ring->out_path}, {"--lse", &ring->lse_path},
+    };
+    int code = 0;
+    for (int i = 1; i < argc && code == 0 && !*done; ++i) {
+        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+            if (rank == 0) print_help();
+            *done = true;
+            break;
+        }
+        if (strcmp(argv[i], "--backward") == 0) { ring->backward = true; continue; }
+        if (strcmp(argv[i], "--stats") == 0) { ring->stats = true; continue; }
+        if (strcmp(argv[i], "--compare") == 0) { ring->compare = true; continue; }
+        if (strcmp(argv[i], "--layout") == 0 || strcmp(argv[i], "--repeat") == 0) {
+            if (i + 1 >= argc) {
+                cli_error(command, "%s needs a value", argv[i]);
+                code = 2;
+                break;
+            }
+            const char *value = argv[++i];
+            if (strcmp(argv[i - 1], "--repeat") == 0) {
+                if (!cli_parse_int64(value, &ring->repeat) || ring->repeat < 1) {
+                    cli_error(command, "--repeat '%s': expected an integer >= 1", value);
+                    code = 2;
+                }
+            } else if (strcmp(value, "contiguous") == 0) {
+                ring->layout = ATTN_RING_LAYOUT_CONTIGUOUS;
+            } else if (strcmp(value, "zigzag") == 0) {
+                ring->layout = ATTN_RING_LAYOUT_ZIGZAG;
+            } else if (strcmp(value, "striped") == 0) {
+                ring->layout = ATTN_RING_LAYOUT_STRIPED;
+            } else {
+                cli_error(command, "--layout '%s': expected contiguous, zigzag or striped", value);
+                code = 2;
+            }
+            continue;
+        }
+        bool matched = false;
+        for (size_t p = 0; p < sizeof paths / sizeof paths[0] && !matched; ++p)
+            if (strcmp(argv[i], paths[p].name) == 0) {
+                if (i + 1 >= argc) {
+                    cli_error(command, "%s needs a file name", argv[i]);
+                    code = 2;
+                } else {
+                    *paths[p].target = argv[++i];
+                }
+                matched = true;
+            }
+        if (matched) continue;
+        cli_parse_result result = cli_parse_attention_option(arguments, command, argc, argv, &i);
+        if (result == CLI_PARSE_ERROR) code = 2;
+        if (result == CLI_PARSE_NOT_MINE) {
+            cli_error(command, "unknown option '%s' (see attn ring --help)", argv[i]);
+            code = 2;
+        }
+    }
+    for (size_t p = 0; p < 4 && code == 0 && !*done; ++p)
+        if (*paths[p].target == NULL) {
+            cli_error(command, "missing %s (usage: mpirun -np P attn ring --q Q.npy --k K.npy "
+                      "--v V.npy --out O.npy [--lse LSE.npy] [options])", paths[p].name);
+            code = 2;
+        }
+    return code;
+}
+
+/* Point-to-point copies of float arrays of any length (MPI counts are int). */
+static void send_floats(const float *data, int64_t count, int destination, MPI_Comm comm) {
+    const int64_t piece = (int64_t)1 << 28;
+    for (int64_t offset = 0; offset < count; offset += piece)
+        MPI_Send(data + offset, (int)(count - offset < piece ? count - offset : piece), MPI_FLOAT,
+                 destination, 0, comm);
+}
+
+static void receive_floats(float *data, int64_t count, int source, MPI_Comm comm) {
+    const int64_t piece = (int64_t)1 << 28;
+    for (int64_t offset = 0; offset < count; offset += piece)
+        MPI_Recv(data + offset, (int)(count - offset < piece ? count - offset : piece), MPI_FLOAT,
+                 source, 0, comm, MPI_STATUS_IGNORE);
+}
+
+/* Sizes rank 0 found in the files, broadcast to everyone: ok, B, T, Hq, Hkv, Dk, Dv. */
+enum { SIZE_OK, SIZE_B, SIZE_T, SIZE_HQ, SIZE_HKV, SIZE_DK, SIZE_DV, SIZE_COUNT };
+
+static bool load_inputs(const ring_arguments *ring, attn_npy_array arrays[3], int64_t sizes[SIZE_COUNT]) {
+    const char *hint = "(write it with astype(np.float32))";
+    if (!cli_load_npy(command, "--q", ring->q_path, ATTN_DTYPE_F32, 4, 4, hint, &arrays[0]) ||
+        !cli_load_npy(command, "--k", ring->k_path, ATTN_DTYPE_F32, 4, 4, hint, &arrays[1]) ||
+        !cli_load_npy(command, "--v", ring->v_path, ATTN_DTYPE_F32, 4, 4, hint, &arrays[2]))
+        return false;
+    const int64_t *q = arrays[0].shape, *k = arrays[1].shape, *v = arrays[2].shape;
+    if (k[0] != q[0] || k[1] != q[1] || k[3] != q[3]) {
+        cli_error(command, "--k %s: [B, T, -, Dk] = [%lld, %lld, -, %lld] differs from --q %s "
+                  "[%lld, %lld, -, %lld] (the ring computes self-attention: Tq = Tk)",
+                  ring->k_path, (long long)k[0], (long long)k[1], (long long)k[3], ring->q_path,
+                  (long long)q[0], (long long)q[1], (long long)q[3]);
+        return false;
+    }
+    if (v[0] != k[0] || v[1] != k[1] || v[2] != k[2]) {
+        cli_error(command, "--v %s: [B, T, Hkv] = [%lld, %lld, %lld] differs from --k %s",
+                  ring->v_path, (long long)v[0], (long long)v[1], (long long)v[2], ring->k_path);
+        return false;
+    }
+    int64_t values[SIZE_COUNT] = {1, q[0], q[1], q[2], k[2], q[3], v[3]};
+    memcpy(sizes, values, sizeof values);
+    return true;
+}
+
+/* Every rank's status in one: true only if all are true. */
+static bool all_ranks(bool ok) {
+    int mine = ok, all = 0;
+    MPI_Allreduce(&mine, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+    return all != 0;
+}
+
+/* "PATH.partial-PID", written then renamed into place. */
+static bool write_output(const char *option, const char *path, int rank_of_tensor,
+                         const int64_t *shape, const float *data) {
+    size_t length = strlen(path) + 32;
+    char *partial = malloc(length);
+    if (partial == NULL) return false;
+    snprintf(partial, length, "%s.partial-%ld", path, (long)getpid());
+    attn_error error;
+    bool ok = attn_npy_write(partial, ATTN_DTYPE_F32, rank_of_tensor, shape, data, &error) == ATTN_OK;
+    if (!ok) cli_error(command, "%s %s: %s", option, path, error.message);
+    if (ok && rename(partial, path) != 0) {
+        cli_error(command, "%s %s: cannot rename the finished file into place", option, path);
+        ok = false;
+    }
+    if (!ok) unlink(partial);
+    free(partial);
+    return ok;
+}
+
+/* The whole command after parsing; every rank runs it. Returns the exit code. */
+static int run_ring(const ring_arguments *ring, cli_attention_arguments *arguments, int rank,
+                    int rank_count) {
+    attn_npy_array inputs[3];
+    memset(inputs, 0, sizeof inputs);
+    int64_t sizes[SIZE_COUNT] = {0};
+    if (rank == 0 && !load_inputs(ring, inputs, sizes)) sizes[SIZE_OK] = 0;
+    MPI_Bcast(sizes, SIZE_COUNT, MPI_INT64_T, 0, MPI_COMM_WORLD);
+    int code = 1;
+    float *local[5] = {NULL, NULL, NULL, NULL, NULL}; /* q, k, v, out, lse */
+    float *global_out = NULL, *global_lse = NULL, *scratch = NULL, *gradients[4] = {NULL};
+    if (!sizes[SIZE_OK]) goto done;
+    const int64_t B = sizes[SIZE_B], T = sizes[SIZE_T], Hq = sizes[SIZE_HQ], Hkv = sizes[SIZE_HKV],
+                  Dk = sizes[SIZE_DK], Dv = sizes[SIZE_DV];
+    if (!all_ranks(cli_attention_arguments_load(arguments, command, B, T, T, Hq))) goto done;
+    attn_ring_layout layout = {ring->layout, T, rank_count};
+    attn_error error;
+    int64_t n = 0;
+    if (attn_ring_layout_local_length(&layout, rank, &n, &error) != ATTN_OK) {
+        if (rank == 0) cli_error(command, "--q %s: %s", ring->q_path, error.message);
+        goto done;
+    }
+    /* Each rank's buffers: q, k, v, out [B, n, H, D] and lse [B, Hq, n]. */
+    const int64_t heads[5] = {Hq, Hkv, Hkv, Hq, Hq}, dims[5] = {Dk, Dk, Dv, Dv, 1};
+    bool allocated = true;
+    for (int i = 0; i < 5; ++i) {
+        local[i] = malloc((size_t)(B * n * heads[i] * dims[i]) * sizeof(float));
+        allocated &= local[i] != NULL;
+    }
+    if (!all_ranks(allocated)) {
+        if (rank == 0) cli_error(command, "cannot allocate the local blocks (%lld tokens)", (long long)n);
+        goto done;
+    }
+    attn_tensor views[4];
+    for (int i = 0; i < 4; ++i) views[i] = attn_tensor_f32_4d(local[i], B, n, heads[i], dims[i]);
+    int64_t lse_shape[3] = {B, Hq, n};
+    attn_tensor lse_view = attn_tensor_contiguous(local[4], ATTN_DTYPE_F32, 3, lse_shape);
+
+    /* Rank 0 cuts each rank's share of Q, K, V out of the files and sends it. */
+    if (rank == 0) {
+        for (int r = rank_count - 1; r >= 0; --r) {
+            int64_t length = 0;
+            attn_ring_layout_local_length(&layout, r, &length, NULL);
+            for (int i = 0; i < 3; ++i) {
+                attn_tensor global = cli_tensor_rank4(&inputs[i]);
+                float *share = r == 0 ? local[i] : malloc((size_t)(B * length * heads[i] * dims[i]) * sizeof(float));
+                if (share == NULL) { /* cannot happen twice: the same size succeeded above */
+                    cli_error(command, "cannot allocate rank %d's share", r);
+                    MPI_Abort(MPI_COMM_WORLD, 1);
+                }
+                attn_tensor share_view = attn_tensor_f32_4d(share, B, length, heads[i], dims[i]);
+                attn_ring_shard(&layout, r, 1, &global, &share_view, NULL);
+                if (r != 0) {
+                    send_floats(share, B * length * heads[i] * dims[i], r, MPI_COMM_WORLD);
+                    free(share);
+                }
+            }
+        }
+    } else {
+        for (int i = 0; i < 3; ++i) receive_floats(local[i], B * n * heads[i] * dims[i], 0, MPI_COMM_WORLD);
+    }
+
+    /* The ring, `repeat` times; timings are the fastest run. */
+    attn_ring_stats stats, best; /* step_sources = NULL: not recorded */
+    memset(&stats, 0, sizeof stats);
+    memset(&best, 0, sizeof best);
+    for (int64_t run = 0; run < ring->repeat; ++run) {
+        MPI_Barrier(MPI_COMM_WORLD);
+        attn_status status = attn_ring_forward(MPI_COMM_WORLD, &views[0], &views[1], &views[2],
+                                               &arguments->options, &layout, &views[3], &lse_view,
+                                               &stats, &error);
+        if (status != ATTN_OK) { /* every rank has the same status and message */
+            if (rank == 0) cli_error(command, "%s", error.message);
+            goto done;
+        }
+        if (run == 0 || stats.total_seconds < best.total_seconds) best = stats;
+    }
+    double backward_seconds = 0, backward_wait = 0;
+    int64_t backward_bytes = 0;
+    if (ring->backward) {
+        const int64_t gradient_dims[4] = {Dv, Dk, Dk, Dv}, gradient_heads[4] = {Hq, Hq, Hkv, Hkv};
+        bool ok = true;
+        for (int i = 0; i < 4; ++i) {
+            gradients[i] = malloc((size_t)(B * n * gradient_heads[i] * gradient_dims[i]) * sizeof(float));
+            ok &= gradients[i] != NULL;
+        }
+        if (!all_ranks(ok)) {
+            if (rank == 0) cli_error(command, "--backward: cannot allocate the gradients");
+            goto done;
+        }
+        for (int64_t i = 0; i < B * n * Hq * Dv; ++i) gradients[0][i] = 1.0f; /* dO */
+        attn_tensor g[4];
+        for (int i = 0; i < 4; ++i) g[i] = attn_tensor_f32_4d(gradients[i], B, n, gradient_heads[i], gradient_dims[i]);
+        for (int64_t run = 0; run < ring->repeat; ++run) {
+            MPI_Barrier(MPI_COMM_WORLD);
+            attn_status status = attn_ring_backward(MPI_COMM_WORLD, &views[0], &views[1], &views[2],
+                                                    &views[3], &lse_view, &g[0], &arguments->options,
+                                                    &layout, &g[1], &g[2], &g[3], &stats, &error);
+            if (status != ATTN_OK) {
+                if (rank == 0) cli_error(command, "--backward: %s", error.message);
+                goto done;
+            }
+            if (run == 0 || stats.total_seconds < backward_seconds) {
+                backward_seconds = stats.total_seconds;
+                backward_wait = stats.wait_seconds;
+                backward_bytes = stats.bytes_sent;
+            }
+        }
+    }
+
+    /* Rank 0 gathers O and LSE into global order. */
+    const int64_t out_shape[4] = {B, T, Hq, Dv}, global_lse_shape[3] = {B, Hq, T};
+    bool gathered = true;
+    if (rank == 0) {
+        global_out = malloc((size_t)(B * T * Hq * Dv) * sizeof(float));
+        global_lse = malloc((size_t)(B * Hq * T) * sizeof(float));
+        int64_t longest = 0; /* the largest share of any rank */
+        for (int r = 0; r < rank_count; ++r) {
+            int64_t length = 0;
+            attn_ring_layout_local_length(&layout, r, &length, NULL);
+            if (length > longest) longest = length;
+        }
+        scratch = malloc((size_t)(B * longest * Hq * Dv) * sizeof(float));
+        gathered = global_out != NULL && global_lse != NULL && scratch != NULL;
+    }
+    if (!all_ranks(gathered)) {
+        if (rank == 0) cli_error(command, "--out %s: cannot allocate the gathered output", ring->out_path);
+        goto done;
+    }
+    if (rank == 0) {
+        attn_tensor out_global = attn_tensor_f32_4d(global_out, B, T, Hq, Dv);
+        attn_tensor lse_global = attn_tensor_contiguous(global_lse, ATTN_DTYPE_F32, 3, global_lse_shape);
+        attn_ring_gather(&layout, 0, 1, &views[3], &out_global, NULL);
+        attn_ring_gather(&layout, 0, 2, &lse_view, &lse_global, NULL);
+        for (int r = 1; r < rank_count; ++r) {
+            int64_t length = 0;
+            attn_ring_layout_local_length(&layout, r, &length, NULL);
+            attn_tensor share = attn_tensor_f32_4d(scratch, B, length, Hq, Dv);
+            receive_floats(scratch, B * length * Hq * Dv, r, MPI_COMM_WORLD);
+            attn_ring_gather(&layout, r, 1, &share, &out_global, NULL);
+            int64_t share_lse_shape[3] = {B, Hq, length};
+            attn_tensor share_lse = attn_tensor_contiguous(scratch, ATTN_DTYPE_F32, 3, share_lse_shape);
+            receive_floats(scratch, B * Hq * length, r, MPI_COMM_WORLD);
+            attn_ring_gather(&layout, r, 2, &share_lse, &lse_global, NULL);
+        }
+    } else {
+        send_floats(local[3], B * n * Hq * Dv, 0, MPI_COMM_WORLD);
+        send_floats(local[4], B * Hq * n, 0, MPI_COMM_WORLD);
+    }
+
+    /* Per-rank statistics, printed by rank 0. */
+    double mine[8] = {best.total_seconds, best.compute_seconds, best.wait_seconds,
+                      (double)best.computed_pairs, (double)best.bytes_sent, backward_seconds,
+                      backward_wait, (double)backward_bytes};
+    double *everyone = rank == 0 ? calloc((size_t)rank_count * 8, sizeof(double)) : NULL;
+    MPI_Gather(mine, 8, MPI_DOUBLE, everyone, 8, MPI_DOUBLE, 0, MPI_COMM_WORLD);
+    if (rank == 0 && ring->stats && everyone != NULL) {
+        printf("ring: P = %d, layout %s, B = %lld, T = %lld, Hq = %lld, Hkv = %lld, Dk = %lld, "
+               "Dv = %lld, best of %lld\n", rank_count, attn_ring_layout_name(ring->layout),
+               (long long)B, (long long)T, (long long)Hq, (long long)Hkv, (long long)Dk,
+               (long long)Dv, (long long)ring->repeat);
+        printf("rank  forward_ms  compute_ms  wait_ms  allowed_pairs  sent_MB%s\n",
+               ring->backward ? "  backward_ms  bwd_wait_ms  bwd_sent_MB" : "");
+        for (int r = 0; r < rank_count; ++r) {
+            const double *s = everyone + 8 * r;
+            printf("%4d  %10.3f  %10.3f  %7.3f  %13.0f  %7.3f", r, 1e3 * s[0], 1e3 * s[1],
+                   1e3 * s[2], s[3], s[4] / 1e6);
+            if (ring->backward) printf("  %11.3f  %11.3f  %11.3f", 1e3 * s[5], 1e3 * s[6], s[7] / 1e6);
+            printf("\n");
+        }
+    }
+    free(everyone);
+
+    if (rank == 0 && ring->compare) {
+        float *single = malloc((size_t)(B * T * Hq * Dv) * sizeof(float));
+        if (single != NULL) {
+            attn_tensor q = cli_tensor_rank4(&inputs[0]), k = cli_tensor_rank4(&inputs[1]),
+                        v = cli_tensor_rank4(&inputs[2]);
+            attn_tensor single_out = attn_tensor_f32_4d(single, B, T, Hq, Dv);
+            double best_seconds = 0;
+            attn_status status = ATTN_OK;
+            for (int64_t run = 0; run < ring->repeat && status == ATTN_OK; ++run) {
+                double start = MPI_Wtime();
+                status = attn_forward(&q, &k, &v, &arguments->options, &single_out, NULL, &error);
+                double seconds = MPI_Wtime() - start;
+                if (run == 0 || seconds < best_seconds) best_seconds = seconds;
+            }
+            if (status == ATTN_OK) {
+                double largest = 0;
+                for (int64_t i = 0; i < B * T * Hq * Dv; ++i) {
+                    double difference = fabs((double)single[i] - (double)global_out[i]);
+                    if (!(difference <= largest)) largest = difference;
+                }
+                printf("single-process attn_forward: %.3f ms; largest |O_ring - O_single| = %.3g\n",
+                       1e3 * best_seconds, largest);
+            } else {
+                cli_error(command, "--compare: %s", error.message);
+            }
+            free(single);
+        }
+    }
+
+    code = 0;
+    if (rank == 0 && (!write_output("--out", ring->out_path, 4, out_shape, global_out) ||
+                      (ring->lse_path != NULL &&
+                       !write_output("--lse", ring->lse_path, 3, global_lse_shape, global_lse))))
+        code = 1;
+    if (!all_ranks(code == 0)) code = 1;
+done:
+    for (int i = 0; i < 3; ++i) attn_npy_free(&inputs[i]);
+    for (int i = 0; i < 5; ++i) free(local[i]);
+    for (int i = 0; i < 4; ++i) free(gradients[i]);
+    free(global_out);
+    free(global_lse);
+    free(scratch);
+    return code;
+}
+
+int cli_ring(int argc, char **argv) {
+    int initialized = 0;
+    MPI_Initialized(&initialized);
+    if (!initialized) MPI_Init(&argc, &argv);
+    int rank = 0, rank_count = 1;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &rank_count);
+    /* Every rank parses the same arguments and agrees on every error, so only rank 0 speaks. */
+    if (rank != 0 && freopen("/dev/null", "w", stderr) == NULL) return 1;
+    ring_arguments ring = {NULL, NULL, NULL, NULL, NULL, ATTN_RING_LAYOUT_ZIGZAG, 1, false, false, false};
+    cli_attention_arguments arguments;
+    cli_attention_arguments_init(&arguments);
+    bool done = false;
+    int code = parse_arguments(argc, argv, rank, &ring, &arguments, &done);
+    if (code == 0 && !done) {
+        if (ring.lse_path != NULL && strcmp(ring.lse_path, ring.out_path) == 0) {
+            if (rank == 0) cli_error(command, "--lse %s: the same file as --out", ring.lse_path);
+            code = 2;
+        } else {
+            code = run_ring(&ring, &arguments, rank, rank_count);
+        }
+    }
+    cli_attention_arguments_free(&arguments);
+    MPI_Finalize();
+    return code;
+}

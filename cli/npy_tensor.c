@@ -1,0 +1,76 @@
+/*
+ * npy_tensor.c — .npy loading with option-naming messages, and rank-4 views for the CLI.
+ */
+#include "npy_tensor.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+void cli_error(const char *command, const char *format, ...) {
+    char message[1024];
+    va_list arguments;
+    va_start(arguments, format);
+    vsnprintf(message, sizeof message, format, arguments);
+    va_end(arguments);
+    for (char *c = message; *c; ++c)
+        if (*c == '\n' || *c == '\r') *c = ' ';
+    fprintf(stderr, "attn %s: %s\n", command, message);
+}
+
+const char *cli_shape_text(int rank, const int64_t *shape, char *buffer, size_t capacity) {
+    size_t used = (size_t)snprintf(buffer, capacity, "[");
+    for (int d = 0; d < rank && used < capacity; ++d)
+        used += (size_t)snprintf(buffer + used, capacity - used, "%s%lld", d ? ", " : "",
+                                 (long long)shape[d]);
+    if (used < capacity) snprintf(buffer + used, capacity - used, "]");
+    return buffer;
+}
+
+bool cli_load_npy(const char *command, const char *option, const char *path, attn_dtype dtype,
+                  int min_rank, int max_rank, const char *hint, attn_npy_array *array) {
+    attn_error error;
+    memset(array, 0, sizeof *array);
+    if (attn_npy_read(path, 0, array, &error) != ATTN_OK) {
+        cli_error(command, "%s %s", option, error.message);
+        return false;
+    }
+    static const char *dtype_names[] = {"float32", "bfloat16", "float16", "bool",
+                                        "int32",   "int64",    "float64"};
+    if (array->dtype != dtype) {
+        cli_error(command, "%s %s: dtype %s, expected %s%s%s", option, path,
+                  dtype_names[array->dtype], dtype_names[dtype], hint ? " " : "",
+                  hint ? hint : "");
+        attn_npy_free(array);
+        return false;
+    }
+    if (array->rank < min_rank || array->rank > max_rank) {
+        char shape[96];
+        cli_shape_text(array->rank, array->shape, shape, sizeof shape);
+        if (min_rank == max_rank)
+            cli_error(command, "%s %s: shape %s has rank %d, expected rank %d", option, path,
+                      shape, array->rank, min_rank);
+        else
+            cli_error(command, "%s %s: shape %s has rank %d, expected rank %d..%d", option, path,
+                      shape, array->rank, min_rank, max_rank);
+        attn_npy_free(array);
+        return false;
+    }
+    for (int d = 0; d < array->rank; ++d)
+        if (array->shape[d] == 0) {
+            char shape[96];
+            cli_shape_text(array->rank, array->shape, shape, sizeof shape);
+            cli_error(command, "%s %s: shape %s is empty (dimension %d is 0)", option, path,
+                      shape, d);
+            attn_npy_free(array);
+            return false;
+        }
+    return true;
+}
+
+attn_tensor cli_tensor_rank4(const attn_npy_array *array) {
+    int64_t shape[4] = {1, 1, 1, 1};
+    int missing = 4 - array->rank;
+    for (int d = 0; d < array->rank; ++d) shape[missing + d] = array->shape[d];
+    return attn_tensor_contiguous(array->data, array->dtype, 4, shape);
+}

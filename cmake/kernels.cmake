@@ -1,0 +1,33 @@
+# kernels.cmake — architecture kernels behind runtime dispatch (src/kernels/dispatch.c).
+#
+# Every .c under src/kernels/avx2 is compiled with AVX2 + FMA and every .c under
+# src/kernels/avx512 with AVX-512 (F, DQ, BW, VL) + FMA; only these files get those flags, so
+# the rest of the library still runs on any x86-64 CPU and dispatch.c decides from CPUID which
+# table runs. The ATTN_HAVE_*_KERNELS definitions are PUBLIC on attn_objects so every target
+# that includes kernel.h (tests, CLI) sees the same table declarations.
+# Off on non-x86 compilers: then only the generic table exists.
+include(CheckCCompilerFlag)
+
+option(ATTN_ENABLE_SIMD_KERNELS "Build the AVX2 and AVX-512 kernel tables (x86-64)" ON)
+
+if(ATTN_ENABLE_SIMD_KERNELS AND CMAKE_SYSTEM_PROCESSOR MATCHES "x86_64|AMD64|amd64")
+  check_c_compiler_flag("-mavx2 -mfma" ATTN_COMPILER_HAS_AVX2)
+  check_c_compiler_flag("-mavx512f -mavx512dq -mavx512bw -mavx512vl -mfma" ATTN_COMPILER_HAS_AVX512)
+
+  file(GLOB ATTN_AVX2_SOURCES CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/src/kernels/avx2/*.c)
+  file(GLOB ATTN_AVX512_SOURCES CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/src/kernels/avx512/*.c)
+
+  if(ATTN_COMPILER_HAS_AVX2 AND ATTN_AVX2_SOURCES)
+    target_sources(attn_objects PRIVATE ${ATTN_AVX2_SOURCES})
+    set_source_files_properties(${ATTN_AVX2_SOURCES} PROPERTIES COMPILE_OPTIONS "-mavx2;-mfma")
+    target_compile_definitions(attn_objects PUBLIC ATTN_HAVE_AVX2_KERNELS=1)
+    add_compile_definitions(ATTN_HAVE_AVX2_KERNELS=1)
+  endif()
+  if(ATTN_COMPILER_HAS_AVX512 AND ATTN_AVX512_SOURCES)
+    target_sources(attn_objects PRIVATE ${ATTN_AVX512_SOURCES})
+    set_source_files_properties(${ATTN_AVX512_SOURCES} PROPERTIES
+      COMPILE_OPTIONS "-mavx512f;-mavx512dq;-mavx512bw;-mavx512vl;-mfma")
+    target_compile_definitions(attn_objects PUBLIC ATTN_HAVE_AVX512_KERNELS=1)
+    add_compile_definitions(ATTN_HAVE_AVX512_KERNELS=1)
+  endif()
+endif()

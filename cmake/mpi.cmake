@@ -1,0 +1,70 @@
+# mpi.cmake — the optional MPI component: libattn_mpi (ring attention, src/mpi/), `attn ring`
+# (cli/mpi/) and the ring tests (tests/mpi/test_*.c, each run under mpiexec with 1, 2, 3 and 4
+# processes). Everything here is skipped, with a message, when no MPI is found. Open MPI is the
+# reference implementation; MPICH works too (no Open MPI-only flags are passed to its mpiexec).
+#
+# This file is included before the CLI and test targets exist, so the parts that extend them
+# run deferred, at the end of the top-level CMakeLists.txt.
+
+find_package(MPI COMPONENTS C)
+if(NOT MPI_C_FOUND)
+  message(STATUS "attn: MPI not found: libattn_mpi, `attn ring` and the ring tests are skipped")
+  return()
+endif()
+
+file(GLOB ATTN_MPI_SOURCES CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/src/mpi/*.c)
+add_library(attn_mpi SHARED ${ATTN_MPI_SOURCES})
+target_include_directories(attn_mpi PUBLIC ${CMAKE_SOURCE_DIR}/include
+                                    PRIVATE ${CMAKE_SOURCE_DIR}/src)
+target_link_libraries(attn_mpi PUBLIC attn MPI::MPI_C)
+
+# Open MPI needs --oversubscribe to start more processes than cores (tests use up to 4 on a
+# 2-core machine); MPICH oversubscribes by default and rejects the flag.
+set(ATTN_MPIEXEC_OVERSUBSCRIBE "")
+execute_process(COMMAND ${MPIEXEC_EXECUTABLE} --version
+                OUTPUT_VARIABLE attn_mpiexec_version ERROR_VARIABLE attn_mpiexec_version
+                RESULT_VARIABLE attn_mpiexec_result)
+if(attn_mpiexec_version MATCHES "Open MPI|OpenRTE")
+  set(ATTN_MPIEXEC_OVERSUBSCRIBE --oversubscribe)
+endif()
+# CI runs as root, which Open MPI refuses without these (MPICH ignores them). One OpenMP
+# thread per rank keeps 4 ranks from fighting over 2 cores.
+set(ATTN_MPI_TEST_ENVIRONMENT
+    "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1;OMP_NUM_THREADS=1")
+
+function(attn_mpi_attach_targets)
+  if(TARGET attn_cli)
+    file(GLOB ATTN_MPI_CLI_SOURCES CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/cli/mpi/*.c)
+    target_sources(attn_cli PRIVATE ${ATTN_MPI_CLI_SOURCES})
+    target_compile_definitions(attn_cli PRIVATE ATTN_HAVE_MPI)
+    target_link_libraries(attn_cli PRIVATE attn_mpi)
+  endif()
+  if(TARGET attn_test_support)
+    file(GLOB ATTN_MPI_TEST_SOURCES CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/tests/mpi/test_*.c)
+    foreach(source ${ATTN_MPI_TEST_SOURCES})
+      get_filename_component(name ${source} NAME_WE)
+      add_executable(mpi_${name} ${source})
+      target_include_directories(mpi_${name} PRIVATE ${CMAKE_SOURCE_DIR}/tests/mpi)
+      target_link_libraries(mpi_${name} PRIVATE attn_test_support attn_mpi)
+      foreach(processes 1 2 3 4)
+        add_test(NAME mpi_${name}_np${processes}
+                 COMMAND ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} ${processes}
+                         ${ATTN_MPIEXEC_OVERSUBSCRIBE} ${MPIEXEC_PREFLAGS}
+                         $<TARGET_FILE:mpi_${name}> ${MPIEXEC_POSTFLAGS})
+        set_tests_properties(mpi_${name}_np${processes} PROPERTIES
+                             ENVIRONMENT "${ATTN_MPI_TEST_ENVIRONMENT}"
+                             PROCESSORS ${processes} TIMEOUT 120 LABELS mpi)
+      endforeach()
+    endforeach()
+  endif()
+  # `attn ring` end to end against `attn forward` (the script passes -np itself).
+  if(TARGET attn_cli AND ATTN_BUILD_TESTS)
+    add_test(NAME mpi_cli_ring
+             COMMAND bash ${CMAKE_SOURCE_DIR}/tests/mpi/cli_ring.sh $<TARGET_FILE:attn_cli>
+                     ${CMAKE_SOURCE_DIR} ${MPIEXEC_EXECUTABLE} ${ATTN_MPIEXEC_OVERSUBSCRIBE}
+                     ${MPIEXEC_PREFLAGS})
+    set_tests_properties(mpi_cli_ring PROPERTIES ENVIRONMENT "${ATTN_MPI_TEST_ENVIRONMENT}"
+                         PROCESSORS 4 TIMEOUT 180 LABELS mpi)
+  endif()
+endfunction()
+cmake_language(DEFER DIRECTORY ${CMAKE_SOURCE_DIR} CALL attn_mpi_attach_targets)

@@ -1,0 +1,81 @@
+# sanitizers.cmake — sanitizer build flavours of the whole project (library, CLI, tests, fuzz
+# replays), selected with -DATTN_SANITIZE=<flavour>. Included at the end of CMakeLists.txt, so it
+# instruments every target of the project (a deferred sweep at the end of configuration).
+#
+#   address  AddressSanitizer + UndefinedBehaviorSanitizer, every report fatal
+#            (-fno-sanitize-recover=all). Used by build-asan in scripts/test.sh.
+#   thread   ThreadSanitizer. With clang, OpenMP comes from LLVM's libomp, whose OMPT tool
+#            "Archer" (libarcher.so, shipped with libomp-dev) is loaded automatically when the
+#            program is built with TSan and tells TSan about OpenMP's barriers, reductions and
+#            task dependences; no suppression file is needed. Tests that mention num_threads
+#            get the ctest label "threaded" (ctest -L threaded runs only those).
+#
+# Every test gets ASAN_OPTIONS / UBSAN_OPTIONS / TSAN_OPTIONS so that any report makes it fail;
+# see docs/robustness.md.
+
+set(ATTN_SANITIZE "" CACHE STRING "Sanitizer flavour: '', 'address' (ASan+UBSan) or 'thread' (TSan)")
+set_property(CACHE ATTN_SANITIZE PROPERTY STRINGS "" address thread)
+
+set(ATTN_ASAN_OPTIONS "detect_leaks=1:abort_on_error=0:halt_on_error=1:exitcode=86:detect_stack_use_after_return=1:strict_string_checks=1:check_initialization_order=1")
+set(ATTN_UBSAN_OPTIONS "halt_on_error=1:print_stacktrace=1:exitcode=87")
+# ignore_noninstrumented_modules: libomp itself is not instrumented; Archer supplies its
+# synchronisation instead (LLVM's documented setting for OpenMP under TSan).
+set(ATTN_TSAN_OPTIONS "halt_on_error=1:exitcode=88:ignore_noninstrumented_modules=1:second_deadlock_stack=1")
+
+if(ATTN_SANITIZE STREQUAL "")
+  set(ATTN_SANITIZER_FLAGS "")
+elseif(NOT CMAKE_C_COMPILER_ID MATCHES "Clang")
+  message(FATAL_ERROR "ATTN_SANITIZE=${ATTN_SANITIZE} needs clang (configure with CC=clang)")
+elseif(ATTN_SANITIZE STREQUAL "address")
+  set(ATTN_SANITIZER_FLAGS -fsanitize=address,undefined -fno-sanitize-recover=all
+                           -fno-omit-frame-pointer -g)
+elseif(ATTN_SANITIZE STREQUAL "thread")
+  set(ATTN_SANITIZER_FLAGS -fsanitize=thread -fno-omit-frame-pointer -g)
+else()
+  message(FATAL_ERROR "ATTN_SANITIZE = '${ATTN_SANITIZE}': expected '', 'address' or 'thread'")
+endif()
+
+# Compiles and links `target` with the flavour's flags (no-op without a flavour).
+function(attn_sanitize_target target)
+  get_target_property(target_type ${target} TYPE)
+  if(ATTN_SANITIZER_FLAGS AND
+     target_type MATCHES "^(EXECUTABLE|SHARED_LIBRARY|STATIC_LIBRARY|OBJECT_LIBRARY|MODULE_LIBRARY)$")
+    target_compile_options(${target} PRIVATE ${ATTN_SANITIZER_FLAGS})
+    target_link_options(${target} PRIVATE ${ATTN_SANITIZER_FLAGS})
+  endif()
+endfunction()
+
+# Makes any sanitizer report fail test `test_name`; labels it "threaded" when its source
+# (tests/<name>.c) mentions num_threads.
+function(attn_sanitize_test test_name)
+  if(NOT ATTN_SANITIZE STREQUAL "")
+    set_property(TEST ${test_name} APPEND PROPERTY ENVIRONMENT
+      "ASAN_OPTIONS=${ATTN_ASAN_OPTIONS}" "UBSAN_OPTIONS=${ATTN_UBSAN_OPTIONS}"
+      "TSAN_OPTIONS=${ATTN_TSAN_OPTIONS}")
+  endif()
+  set(test_source ${CMAKE_SOURCE_DIR}/tests/${test_name}.c)
+  if(EXISTS ${test_source})
+    file(STRINGS ${test_source} thread_lines REGEX "num_threads")
+    if(thread_lines)
+      set_property(TEST ${test_name} APPEND PROPERTY LABELS threaded)
+    endif()
+  endif()
+endfunction()
+
+# Every target and test of the project: the library objects, both libraries, the CLI, the
+# test support library, each test, the fuzz replays, and whatever other cmake files add with
+# cmake_language(DEFER) (the MPI tests): this sweep is itself deferred, registered last.
+function(attn_sanitize_everything)
+  get_property(targets DIRECTORY ${CMAKE_SOURCE_DIR} PROPERTY BUILDSYSTEM_TARGETS)
+  foreach(target ${targets})
+    attn_sanitize_target(${target})
+  endforeach()
+  get_property(tests DIRECTORY ${CMAKE_SOURCE_DIR} PROPERTY TESTS)
+  foreach(test_name ${tests})
+    attn_sanitize_test(${test_name})
+  endforeach()
+endfunction()
+cmake_language(DEFER DIRECTORY ${CMAKE_SOURCE_DIR} CALL attn_sanitize_everything)
+if(NOT ATTN_SANITIZE STREQUAL "")
+  message(STATUS "attn: sanitizer flavour '${ATTN_SANITIZE}'")
+endif()

@@ -1,0 +1,63 @@
+/*
+ * cache_internal.h — the layout of attn_kv_cache, shared by the cache bookkeeping (cache.c)
+ * and the decoding loop (decode.c). Internal to libattn.
+ *
+ * Storage is a pool of pages. A page holds `page_size` tokens of every KV head, head-major:
+ *   keys   of page p: key_pool   + p * key_page_elements,   [Hkv][page_size][Dk]
+ *   values of page p: value_pool + p * value_page_elements, [Hkv][page_size][Dv]
+ * so the keys of one head inside a page are contiguous rows of Dk elements (what decoding
+ * streams). A contiguous cache is the special case page_size = capacity, one page per
+ * sequence. Sequence s's token t lives in page block_tables[s][t / page_size], slot
+ * t % page_size. Pages are reference counted: a page shared by several sequences (a common
+ * prefix) is copied before any of them writes into it. Every slot that holds no token is NaN.
+ * When values_in_keys is set there is no value pool: the value of a token is the first Dv
+ * elements of its key (MLA's latent cache).
+ */
+#ifndef ATTN_CACHE_INTERNAL_H
+#define ATTN_CACHE_INTERNAL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "attn.h"
+
+struct attn_kv_cache {
+    attn_kv_cache_config config; /* as created, with defaults resolved */
+    size_t element_size;         /* bytes per stored element (4 or 2) */
+    int64_t page_size;           /* tokens per page */
+    int64_t page_count;          /* pages in the pool */
+    int64_t pages_per_sequence;  /* ceil(capacity / page_size): block table length */
+    int64_t key_page_elements;   /* Hkv * page_size * Dk */
+    int64_t value_page_elements; /* Hkv * page_size * Dv, or 0 when values_in_keys */
+    unsigned char *key_pool;     /* page_count pages of keys */
+    unsigned char *value_pool;   /* page_count pages of values, or NULL */
+    int32_t *reference_counts;   /* [page_count]: sequences using the page (0 = free) */
+    int32_t *free_pages;         /* stack of free page indices */
+    int64_t free_count;
+    int32_t *block_tables;       /* [sequences][pages_per_sequence] */
+    int64_t *lengths;            /* [sequences] tokens held */
+};
+
+/* Address of the first stored key (value) element of slot `slot` of KV head `head` in page
+ * `page`; elements of one token follow contiguously. */
+static inline const void *attn_cache_key_address(const struct attn_kv_cache *cache, int64_t page,
+                                                 int64_t head, int64_t slot) {
+    int64_t element = page * cache->key_page_elements +
+                      (head * cache->page_size + slot) * cache->config.key_dim;
+    return cache->key_pool + (size_t)element * cache->element_size;
+}
+
+static inline const void *attn_cache_value_address(const struct attn_kv_cache *cache,
+                                                   int64_t page, int64_t head, int64_t slot) {
+    if (cache->value_pool == NULL) return attn_cache_key_address(cache, page, head, slot);
+    int64_t element = page * cache->value_page_elements +
+                      (head * cache->page_size + slot) * cache->config.value_dim;
+    return cache->value_pool + (size_t)element * cache->element_size;
+}
+
+/* Row stride (in elements) between consecutive tokens of one head's values. */
+static inline int64_t attn_cache_value_row_stride(const struct attn_kv_cache *cache) {
+    return cache->value_pool == NULL ? cache->config.key_dim : cache->config.value_dim;
+}
+
+#endif /* ATTN_CACHE_INTERNAL_H */

@@ -1,0 +1,414 @@
+/*
+ * decode.c — attn_decode: attention of a few new query tokens per sequence against a KV
+ * cache, with split-KV (flash-decoding) across threads and an exact LSE merge; and
+ * attn_reference_decode, its naive oracle.
+ *
+ * Work: one task per (sequence b, KV head, split s), where split s covers tokens
+ * [s * split_tokens, (s + 1) * split_tokens) of b, clipped to the keys the mask can allow.
+ * A task streams its keys chunk by chunk (a chunk never crosses a page), converting stored
+ * bf16/fp16 to float32 once per chunk, and serves all rows = (Hq / Hkv) * Tq query rows of
+ * its group from it: scores, mask, online softmax, value accumulation (math reference §2.1).
+ * Its normalised partial (O, LSE) goes to its own slot; the merge then combines the splits of
+ * each row in split order (§3). No shared accumulation, split boundaries independent of the
+ * thread count: results are bitwise identical for any thread count.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cache/cache_internal.h"
+#include "cache/decode_kernels.h"
+#include "cache/merge.h"
+#include "core/internal.h"
+#include "mask/mask.h"
+
+#define DEFAULT_SPLIT_TOKENS 1024
+
+/* Everything a task needs, fixed for the call. */
+typedef struct decode_plan {
+    const attn_kv_cache *cache;
+    const attn_tensor *q;                 /* [B, Tq, Hq, Dk] */
+    const attn_decode_kernels *kernels;
+    attn_mask_context mask;
+    float scale, softcap;
+    int64_t query_length, group_size, rows; /* rows = group_size * Tq; row r = (r / Tq, r % Tq) */
+    int64_t key_dim, value_dim;
+    int64_t split_tokens;
+    int64_t *split_counts;                /* [B] splits of each sequence (>= 1) */
+    int64_t *first_task;                  /* [B] index of task (b, head 0, split 0) */
+    int64_t task_count;
+    float *partial_out;                   /* [task][rows][Dv] */
+    float *partial_lse;                   /* [task][rows] */
+} decode_plan;
+
+/* Per-thread working memory of a task. */
+typedef struct decode_scratch {
+    float *queries;     /* [rows][Dk] */
+    float *scores;      /* [rows][ATTN_DECODE_CHUNK] */
+    float *accumulator; /* [rows][Dv] */
+    float *row_max;     /* [rows] */
+    float *row_sum;     /* [rows] */
+    float *keys;        /* [ATTN_DECODE_CHUNK][Dk] converted keys */
+    float *values;      /* [ATTN_DECODE_CHUNK][Dv] converted values */
+    uint8_t *classes;   /* [group_size] tile class per query head */
+} decode_scratch;
+
+static void scratch_free(decode_scratch *scratch) {
+    attn_aligned_free(scratch->queries), attn_aligned_free(scratch->scores);
+    attn_aligned_free(scratch->accumulator), attn_aligned_free(scratch->row_max);
+    attn_aligned_free(scratch->row_sum), attn_aligned_free(scratch->keys);
+    attn_aligned_free(scratch->values), attn_aligned_free(scratch->classes);
+}
+
+static bool scratch_alloc(decode_scratch *scratch, const decode_plan *plan) {
+    memset(scratch, 0, sizeof *scratch);
+    const size_t rows = (size_t)plan->rows, f = sizeof(float);
+    scratch->queries = attn_aligned_alloc(rows * (size_t)plan->key_dim * f);
+    scratch->scores = attn_aligned_alloc(rows * ATTN_DECODE_CHUNK * f);
+    scratch->accumulator = attn_aligned_alloc(rows * (size_t)plan->value_dim * f);
+    scratch->row_max = attn_aligned_alloc(rows * f);
+    scratch->row_sum = attn_aligned_alloc(rows * f);
+    scratch->keys = attn_aligned_alloc(ATTN_DECODE_CHUNK * (size_t)plan->key_dim * f);
+    scratch->values = attn_aligned_alloc(ATTN_DECODE_CHUNK * (size_t)plan->value_dim * f);
+    scratch->classes = attn_aligned_alloc((size_t)plan->group_size);
+    if (scratch->queries && scratch->scores && scratch->accumulator && scratch->row_max &&
+        scratch->row_sum && scratch->keys && scratch->values && scratch->classes)
+        return true;
+    scratch_free(scratch);
+    return false;
+}
+
+/* Pointer to `count` float32 rows of keys (values) of tokens [token, token + count) of one
+ * head, all in one page: the stored rows themselves for F32, else converted into `buffer`. */
+static const float *chunk_rows(const decode_plan *plan, const void *stored, int64_t count,
+                               int64_t dim, int64_t row_stride, float *buffer, int64_t *stride) {
+    const attn_kv_cache *cache = plan->cache;
+    if (cache->config.dtype == ATTN_DTYPE_F32) {
+        *stride = row_stride;
+        return stored;
+    }
+    const uint16_t *source = stored;
+    for (int64_t c = 0; c < count; ++c) {
+        if (cache->config.dtype == ATTN_DTYPE_BF16)
+            plan->kernels->bf16_to_f32(dim, source + c * row_stride, buffer + c * dim);
+        else
+            plan->kernels->f16_to_f32(dim, source + c * row_stride, buffer + c * dim);
+    }
+    *stride = dim;
+    return buffer;
+}
+
+/* Masks and transforms one chunk's scores of row r (query head h, query row i), then takes
+ * its online-softmax step: scores become probabilities, the accumulator row is rescaled. */
+static void softmax_chunk_row(const decode_plan *plan, decode_scratch *scratch, int64_t r,
+                              int64_t b, int64_t h, int64_t i, attn_tile_class tile,
+                              int64_t first_key, int count) {
+    float *scores = scratch->scores + r * ATTN_DECODE_CHUNK;
+    const attn_mask_context *mask = &plan->mask;
+    float chunk_max = -INFINITY;
+    for (int c = 0; c < count; ++c) {
+        float x = attn_transform_logit(scores[c], plan->scale, plan->softcap);
+        if (tile == ATTN_TILE_EMPTY ||
+            (tile == ATTN_TILE_PARTIAL && !attn_mask_allowed(mask, b, h, i, first_key + c)))
+            x = -INFINITY;
+        else if (mask->has_additive)
+            x += attn_mask_additive(mask, b, h, i, first_key + c);
+        scores[c] = x;
+        if (x > chunk_max) chunk_max = x;
+    }
+    const float old_max = scratch->row_max[r];
+    const float new_max = chunk_max > old_max ? chunk_max : old_max;
+    const float use_max = new_max == -INFINITY ? 0.0f : new_max;
+    const float rescale = old_max == -INFINITY ? 0.0f : expf(old_max - use_max);
+    float sum = 0.0f;
+    for (int c = 0; c < count; ++c) {
+        scores[c] = expf(scores[c] - use_max);
+        sum += scores[c];
+    }
+    scratch->row_sum[r] = rescale * scratch->row_sum[r] + sum;
+    scratch->row_max[r] = new_max;
+    if (rescale != 1.0f) {
+        float *accumulator = scratch->accumulator + r * plan->value_dim;
+        for (int64_t e = 0; e < plan->value_dim; ++e) accumulator[e] *= rescale;
+    }
+}
+
+/* One task: sequence b, KV head kv_head, split `split`; writes its partial (O, LSE). */
+static void run_task(const decode_plan *plan, decode_scratch *scratch, int64_t b,
+                     int64_t kv_head, int64_t split, int64_t task) {
+    const attn_kv_cache *cache = plan->cache;
+    const int64_t rows = plan->rows, Tq = plan->query_length, Dk = plan->key_dim,
+                  Dv = plan->value_dim;
+    for (int64_t r = 0; r < rows; ++r) {
+        const int64_t h = kv_head * plan->group_size + r / Tq, i = r % Tq;
+        for (int64_t d = 0; d < Dk; ++d)
+            scratch->queries[r * Dk + d] = *attn_f32_at4(plan->q, b, i, h, d);
+        scratch->row_max[r] = -INFINITY;
+        scratch->row_sum[r] = 0.0f;
+    }
+    memset(scratch->accumulator, 0, (size_t)(rows * Dv) * sizeof(float));
+
+    int64_t key_begin, key_end;
+    attn_mask_candidate_keys(&plan->mask, b, 0, Tq, &key_begin, &key_end);
+    const int64_t split_begin = split * plan->split_tokens;
+    if (key_begin < split_begin) key_begin = split_begin;
+    if (key_end > split_begin + plan->split_tokens) key_end = split_begin + plan->split_tokens;
+    if (key_end > cache->lengths[b]) key_end = cache->lengths[b];
+    const int32_t *table = cache->block_tables + b * cache->pages_per_sequence;
+
+    for (int64_t first = key_begin; first < key_end;) {
+        const int64_t page_end = (first / cache->page_size + 1) * cache->page_size;
+        int64_t last = first + ATTN_DECODE_CHUNK;
+        if (last > key_end) last = key_end;
+        if (last > page_end) last = page_end;
+        const int count = (int)(last - first);
+        bool any = false;
+        for (int64_t g = 0; g < plan->group_size; ++g) {
+            scratch->classes[g] = (uint8_t)attn_mask_classify_tile(
+                &plan->mask, b, kv_head * plan->group_size + g, 0, Tq, first, last);
+            any |= scratch->classes[g] != ATTN_TILE_EMPTY;
+        }
+        if (any) {
+            const int64_t page = table[first / cache->page_size], slot = first % cache->page_size;
+            int64_t key_stride, value_stride;
+            const float *keys = chunk_rows(plan, attn_cache_key_address(cache, page, kv_head, slot),
+                                           count, Dk, Dk, scratch->keys, &key_stride);
+            plan->kernels->score_chunk((int)rows, count, (int)Dk, scratch->queries, keys,
+                                       key_stride, scratch->scores);
+            for (int64_t r = 0; r < rows; ++r) {
+                const int64_t g = r / Tq;
+                softmax_chunk_row(plan, scratch, r, b, kv_head * plan->group_size + g, r % Tq,
+                                  (attn_tile_class)scratch->classes[g], first, count);
+            }
+            const float *values =
+                chunk_rows(plan, attn_cache_value_address(cache, page, kv_head, slot), count, Dv,
+                           attn_cache_value_row_stride(cache), scratch->values, &value_stride);
+            plan->kernels->accumulate_chunk((int)rows, count, (int)Dv, scratch->scores, values,
+                                            value_stride, scratch->accumulator);
+        }
+        first = last;
+    }
+
+    float *out = plan->partial_out + task * rows * Dv;
+    float *lse = plan->partial_lse + task * rows;
+    for (int64_t r = 0; r < rows; ++r) {
+        const float sum = scratch->row_sum[r];
+        const float inverse = sum > 0.0f ? 1.0f / sum : 0.0f;
+        for (int64_t e = 0; e < Dv; ++e) out[r * Dv + e] = scratch->accumulator[r * Dv + e] * inverse;
+        lse[r] = sum > 0.0f ? scratch->row_max[r] + logf(sum) : -INFINITY;
+    }
+}
+
+/* Validates the call's tensors against the cache and fills the problem sizes. */
+static attn_status validate_decode(const attn_kv_cache *cache, const attn_tensor *q,
+                                   const attn_options *options, const attn_tensor *out,
+                                   const attn_tensor *lse, attn_problem *problem,
+                                   attn_error *error) {
+    if (cache == NULL) return attn_fail(error, ATTN_ERROR_NULL_ARGUMENT, "cache is NULL");
+    attn_status status = attn_check_tensor(q, "q", ATTN_DTYPE_F32, 4, error);
+    if (status != ATTN_OK) return status;
+    const attn_kv_cache_config *config = &cache->config;
+    if (q->shape[0] != config->sequences || q->shape[3] != config->key_dim)
+        return attn_fail(error, ATTN_ERROR_SHAPE_MISMATCH,
+                         "q.shape = [%lld, %lld, %lld, %lld]: expected [B = %lld, Tq, Hq, Dk = %lld]",
+                         (long long)q->shape[0], (long long)q->shape[1], (long long)q->shape[2],
+                         (long long)q->shape[3], (long long)config->sequences,
+                         (long long)config->key_dim);
+    if (q->shape[2] % config->kv_heads != 0)
+        return attn_fail(error, ATTN_ERROR_SHAPE_MISMATCH,
+                         "q.shape[2] (Hq) = %lld: must be a multiple of the cache's Hkv = %lld",
+                         (long long)q->shape[2], (long long)config->kv_heads);
+    if ((status = attn_check_tensor(out, "out", ATTN_DTYPE_F32, 4, error)) != ATTN_OK)
+        return status;
+    const int64_t expected_out[4] = {q->shape[0], q->shape[1], q->shape[2], config->value_dim};
+    for (int d = 0; d < 4; ++d)
+        if (out->shape[d] != expected_out[d])
+            return attn_fail(error, ATTN_ERROR_SHAPE_MISMATCH,
+                             "out.shape[%d] = %lld: expected %lld ([B, Tq, Hq, Dv])", d,
+                             (long long)out->shape[d], (long long)expected_out[d]);
+    if (lse != NULL) {
+        if ((status = attn_check_tensor(lse, "lse", ATTN_DTYPE_F32, 3, error)) != ATTN_OK)
+            return status;
+        const int64_t expected_lse[3] = {q->shape[0], q->shape[2], q->shape[1]};
+        for (int d = 0; d < 3; ++d)
+            if (lse->shape[d] != expected_lse[d])
+                return attn_fail(error, ATTN_ERROR_SHAPE_MISMATCH,
+                                 "lse.shape[%d] = %lld: expected %lld ([B, Hq, Tq])", d,
+                                 (long long)lse->shape[d], (long long)expected_lse[d]);
+    }
+    if (options->key_lengths != NULL || options->key_positions != NULL)
+        return attn_fail(error, ATTN_ERROR_INVALID_ARGUMENT,
+                         "options.%s is set: the cache defines key lengths and positions",
+                         options->key_lengths != NULL ? "key_lengths" : "key_positions");
+    if (options->tile_k < 0)
+        return attn_fail(error, ATTN_ERROR_INVALID_ARGUMENT,
+                         "options.tile_k = %d: the split size must be >= 0 (0 = default)",
+                         options->tile_k);
+    int64_t longest = 1;
+    for (int64_t b = 0; b < config->sequences; ++b)
+        if (cache->lengths[b] > longest) longest = cache->lengths[b];
+    if (longest > INT32_MAX)
+        return attn_fail(error, ATTN_ERROR_UNSUPPORTED,
+                         "cache: a sequence of %lld tokens exceeds int32 key lengths",
+                         (long long)longest);
+    memset(problem, 0, sizeof *problem);
+    problem->batch = config->sequences;
+    problem->query_length = q->shape[1];
+    problem->key_length = longest;
+    problem->query_heads = q->shape[2];
+    problem->kv_heads = config->kv_heads;
+    problem->group_size = q->shape[2] / config->kv_heads;
+    problem->key_dim = config->key_dim;
+    problem->value_dim = config->value_dim;
+    problem->scale = options->custom_scale ? options->scale
+                                           : (float)(1.0 / sqrt((double)config->key_dim));
+    return ATTN_OK;
+}
+
+/* Writes the merged rows of every (b, h, i) into out / lse and applies the empty-row policy;
+ * returns the first empty row under ATTN_EMPTY_ROWS_ERROR. */
+static attn_status merge_partials(const decode_plan *plan, const attn_options *options,
+                                  int threads, attn_tensor *out, attn_tensor *lse,
+                                  attn_error *error) {
+    const int64_t B = plan->cache->config.sequences, Hq = plan->q->shape[2];
+    const int64_t Tq = plan->query_length, Dv = plan->value_dim, rows = plan->rows;
+    int64_t most_splits = 1;
+    for (int64_t b = 0; b < B; ++b)
+        if (plan->split_counts[b] > most_splits) most_splits = plan->split_counts[b];
+    const int64_t row_total = B * Hq * Tq;
+    int64_t first_empty = row_total; /* linear index b*Hq*Tq + h*Tq + i of the first empty row */
+    bool out_of_memory = false;
+#pragma omp parallel num_threads(threads) reduction(min : first_empty) reduction(|| : out_of_memory)
+    {
+        double *weights = malloc((size_t)most_splits * sizeof(double));
+        float *row = malloc((size_t)Dv * sizeof(float));
+        if (weights == NULL || row == NULL) out_of_memory = true;
+#pragma omp for schedule(static)
+        for (int64_t index = 0; index < row_total; ++index) {
+            if (weights == NULL || row == NULL) continue;
+            const int64_t b = index / (Hq * Tq), h = index / Tq % Hq, i = index % Tq;
+            const int64_t kv_head = h / plan->group_size;
+            const int64_t r = (h % plan->group_size) * Tq + i;
+            const int64_t task = plan->first_task[b] + kv_head * plan->split_counts[b];
+            float merged_lse;
+            attn_merge_row((int)plan->split_counts[b], plan->partial_lse + task * rows + r, rows,
+                           plan->partial_out + (task * rows + r) * Dv, rows * Dv, Dv, weights,
+                           row, &merged_lse);
+            if (i >= attn_mask_query_count(&plan->mask, b)) { /* padding row */
+                for (int64_t e = 0; e < Dv; ++e) row[e] = 0.0f;
+                merged_lse = -INFINITY;
+            } else if (merged_lse == -INFINITY) {
+                if (options->empty_rows == ATTN_EMPTY_ROWS_ERROR && index < first_empty)
+                    first_empty = index;
+                if (options->empty_rows == ATTN_EMPTY_ROWS_NAN) {
+                    for (int64_t e = 0; e < Dv; ++e) row[e] = NAN;
+                    merged_lse = NAN;
+                }
+            }
+            for (int64_t e = 0; e < Dv; ++e) *attn_f32_at4(out, b, i, h, e) = row[e];
+            if (lse != NULL) *attn_f32_at3(lse, b, h, i) = merged_lse;
+        }
+        free(weights), free(row);
+    }
+    if (out_of_memory)
+        return attn_fail(error, ATTN_ERROR_OUT_OF_MEMORY, "no memory for the merge buffers");
+    if (first_empty < row_total)
+        return attn_fail(error, ATTN_ERROR_EMPTY_ROW,
+                         "query row (b = %lld, h = %lld, i = %lld) has no allowed key in the cache",
+                         (long long)(first_empty / (Hq * Tq)), (long long)(first_empty / Tq % Hq),
+                         (long long)(first_empty % Tq));
+    return ATTN_OK;
+}
+
+attn_status attn_decode(const attn_kv_cache *cache, const attn_tensor *q,
+                        const attn_options *options, attn_tensor *out, attn_tensor *lse,
+                        attn_error *error) {
+    attn_options defaults = attn_options_default();
+    if (options == NULL) options = &defaults;
+    attn_problem problem;
+    attn_status status = validate_decode(cache, q, options, out, lse, &problem, error);
+    if (status != ATTN_OK) return status;
+
+    decode_plan plan;
+    memset(&plan, 0, sizeof plan);
+    const int64_t B = problem.batch;
+    int32_t *key_lengths = malloc((size_t)B * sizeof(int32_t));
+    plan.split_counts = malloc((size_t)B * sizeof(int64_t));
+    plan.first_task = malloc((size_t)B * sizeof(int64_t));
+    if (key_lengths == NULL || plan.split_counts == NULL || plan.first_task == NULL) {
+        free(key_lengths), free(plan.split_counts), free(plan.first_task);
+        return attn_fail(error, ATTN_ERROR_OUT_OF_MEMORY, "no memory for the decode plan");
+    }
+    for (int64_t b = 0; b < B; ++b) key_lengths[b] = (int32_t)cache->lengths[b];
+    attn_options resolved = *options;
+    resolved.key_lengths = key_lengths;
+    status = attn_validate_options(&resolved, &problem, error);
+    if (status == ATTN_OK)
+        status = attn_select_decode_kernels(options->kernel, &plan.kernels, error);
+    if (status == ATTN_OK) status = attn_mask_context_init(&plan.mask, &resolved, &problem, error);
+    if (status != ATTN_OK) {
+        free(key_lengths), free(plan.split_counts), free(plan.first_task);
+        return status;
+    }
+
+    plan.cache = cache;
+    plan.q = q;
+    plan.scale = problem.scale;
+    plan.softcap = options->softcap;
+    plan.query_length = problem.query_length;
+    plan.group_size = problem.group_size;
+    plan.rows = problem.group_size * problem.query_length;
+    plan.key_dim = problem.key_dim;
+    plan.value_dim = problem.value_dim;
+    plan.split_tokens = options->tile_k > 0 ? options->tile_k : DEFAULT_SPLIT_TOKENS;
+    for (int64_t b = 0; b < B; ++b) {
+        int64_t splits = (cache->lengths[b] + plan.split_tokens - 1) / plan.split_tokens;
+        plan.split_counts[b] = splits < 1 ? 1 : splits;
+        plan.first_task[b] = plan.task_count;
+        plan.task_count += problem.kv_heads * plan.split_counts[b];
+    }
+    /* Partial results: task_count * rows * (Dv + 1) floats. */
+    size_t partial_floats, partial_bytes;
+    bool fits = attn_mul_size((size_t)plan.task_count, (size_t)plan.rows, &partial_floats) &&
+                attn_mul_size(partial_floats, (size_t)problem.value_dim + 1, &partial_floats) &&
+                attn_mul_size(partial_floats, sizeof(float), &partial_bytes);
+    if (!fits)
+        status = attn_fail(error, ATTN_ERROR_OVERFLOW, "q: the split-KV partial buffer overflows");
+    else if (options->memory_limit_bytes > 0 && partial_bytes > options->memory_limit_bytes)
+        status = attn_fail(error, ATTN_ERROR_MEMORY_LIMIT,
+                           "options.memory_limit_bytes = %zu: split-KV partials need %zu bytes",
+                           options->memory_limit_bytes, partial_bytes);
+    else if ((plan.partial_out = attn_aligned_alloc(partial_bytes)) == NULL)
+        status = attn_fail(error, ATTN_ERROR_OUT_OF_MEMORY,
+                           "no memory for %zu bytes of split-KV partials", partial_bytes);
+    if (status == ATTN_OK) {
+        plan.partial_lse = plan.partial_out + plan.task_count * plan.rows * plan.value_dim;
+        const int threads = attn_thread_count(options->num_threads);
+        bool out_of_memory = false;
+#pragma omp parallel num_threads(threads) reduction(|| : out_of_memory)
+        {
+            decode_scratch scratch;
+            bool have_scratch = scratch_alloc(&scratch, &plan);
+            if (!have_scratch) out_of_memory = true;
+            int64_t b = 0;
+#pragma omp for schedule(dynamic, 1)
+            for (int64_t task = 0; task < plan.task_count; ++task) {
+                if (!have_scratch) continue;
+                b = 0;
+                while (b + 1 < B && plan.first_task[b + 1] <= task) ++b;
+                const int64_t local = task - plan.first_task[b];
+                run_task(&plan, &scratch, b, local / plan.split_counts[b],
+                         local % plan.split_counts[b], task);
+            }
+            if (have_scratch) scratch_free(&scratch);
+        }
+        if (out_of_memory)
+            status = attn_fail(error, ATTN_ERROR_OUT_OF_MEMORY, "no memory for decode scratch");
+        else
+            status = merge_partials(&plan, options, threads, out, lse, error);
+    }
+    attn_aligned_free(plan.partial_out);
+    attn_mask_context_free(&plan.mask);
+    free(key_lengths), free(plan.split_counts), free(plan.first_task);
+    return status;
+}

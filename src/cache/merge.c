@@ -1,0 +1,115 @@
+/*
+ * merge.c — attn_merge: combines partial attention results over disjoint key sets exactly,
+ * by their log-sum-exp (math reference §3). Used by split-KV decoding, cascade and the ring.
+ */
+#include "cache/merge.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "core/internal.h"
+
+/* The weights exp(lse_s - lse) of every partial of one row; returns lse (-inf if all empty).
+ * lses: `count` values at stride lse_stride; weights: double[count] (written). */
+static double merge_weights(int count, const float *lses, int64_t lse_stride, double *weights) {
+    double maximum = -INFINITY;
+    for (int s = 0; s < count; ++s)
+        if ((double)lses[s * lse_stride] > maximum) maximum = lses[s * lse_stride];
+    if (maximum == -INFINITY) {
+        for (int s = 0; s < count; ++s) weights[s] = 0.0;
+        return -INFINITY;
+    }
+    double sum = 0.0;
+    for (int s = 0; s < count; ++s) {
+        double lse = lses[s * lse_stride];
+        weights[s] = lse == -INFINITY ? 0.0 : exp(lse - maximum);
+        sum += weights[s];
+    }
+    double merged = maximum + log(sum);
+    for (int s = 0; s < count; ++s) weights[s] /= sum;
+    return merged;
+}
+
+void attn_merge_row(int count, const float *partial_lse, int64_t lse_stride,
+                    const float *partial_out, int64_t out_stride, int64_t dim, double *weights,
+                    float *out, float *lse) {
+    double merged = merge_weights(count, partial_lse, lse_stride, weights);
+    for (int64_t e = 0; e < dim; ++e) {
+        double accumulator = 0.0;
+        for (int s = 0; s < count; ++s)
+            if (weights[s] != 0.0) accumulator += weights[s] * partial_out[s * out_stride + e];
+        out[e] = (float)accumulator;
+    }
+    *lse = (float)merged;
+}
+
+/* Checks that `t` is F32 of `rank` with exactly the shape `shape`. */
+static attn_status check_same_shape(const attn_tensor *t, const char *name, int index, int rank,
+                                    const int64_t *shape, attn_error *error) {
+    char label[48];
+    snprintf(label, sizeof label, "%s[%d]", name, index);
+    attn_status status = attn_check_tensor(t, index < 0 ? name : label, ATTN_DTYPE_F32, rank, error);
+    if (status != ATTN_OK) return status;
+    for (int d = 0; d < rank; ++d)
+        if (t->shape[d] != shape[d])
+            return attn_fail(error, ATTN_ERROR_SHAPE_MISMATCH,
+                             "%s.shape[%d] = %lld: expected %lld (the shape of outs[0]/lses[0])",
+                             index < 0 ? name : label, d, (long long)t->shape[d],
+                             (long long)shape[d]);
+    return ATTN_OK;
+}
+
+attn_status attn_merge(int count, const attn_tensor *const *outs, const attn_tensor *const *lses,
+                       attn_tensor *out, attn_tensor *lse, attn_error *error) {
+    if (count < 1)
+        return attn_fail(error, ATTN_ERROR_INVALID_ARGUMENT, "count = %d: must be >= 1", count);
+    if (outs == NULL) return attn_fail(error, ATTN_ERROR_NULL_ARGUMENT, "outs is NULL");
+    if (lses == NULL) return attn_fail(error, ATTN_ERROR_NULL_ARGUMENT, "lses is NULL");
+    attn_status status = attn_check_tensor(outs[0], "outs[0]", ATTN_DTYPE_F32, 4, error);
+    if (status != ATTN_OK) return status;
+    const int64_t *out_shape = outs[0]->shape; /* [B, T, H, Dv] */
+    const int64_t lse_shape[3] = {out_shape[0], out_shape[2], out_shape[1]}; /* [B, H, T] */
+    for (int s = 0; s < count; ++s) {
+        if ((status = check_same_shape(outs[s], "outs", s, 4, out_shape, error)) != ATTN_OK)
+            return status;
+        if ((status = check_same_shape(lses[s], "lses", s, 3, lse_shape, error)) != ATTN_OK)
+            return status;
+    }
+    if ((status = check_same_shape(out, "out", -1, 4, out_shape, error)) != ATTN_OK) return status;
+    if ((status = check_same_shape(lse, "lse", -1, 3, lse_shape, error)) != ATTN_OK) return status;
+
+    size_t weight_bytes;
+    if (!attn_mul_size((size_t)count, sizeof(double), &weight_bytes))
+        return attn_fail(error, ATTN_ERROR_OVERFLOW, "count = %d: weight buffer overflows", count);
+    double *weights = malloc(weight_bytes);
+    float *row_lses = malloc((size_t)count * sizeof(float));
+    const float **row_outs = malloc((size_t)count * sizeof(float *));
+    if (weights == NULL || row_lses == NULL || row_outs == NULL) {
+        free(weights), free(row_lses), free(row_outs);
+        return attn_fail(error, ATTN_ERROR_OUT_OF_MEMORY, "count = %d: no memory for weights",
+                         count);
+    }
+    const int64_t batch = out_shape[0], length = out_shape[1], heads = out_shape[2],
+                  dim = out_shape[3];
+    for (int64_t b = 0; b < batch; ++b)
+        for (int64_t t = 0; t < length; ++t)
+            for (int64_t h = 0; h < heads; ++h) {
+                for (int s = 0; s < count; ++s) {
+                    row_lses[s] = *attn_f32_at3(lses[s], b, h, t);
+                    row_outs[s] = attn_f32_at4(outs[s], b, t, h, 0);
+                }
+                double merged = merge_weights(count, row_lses, 1, weights);
+                float *destination = attn_f32_at4(out, b, t, h, 0);
+                for (int64_t e = 0; e < dim; ++e) {
+                    double accumulator = 0.0;
+                    for (int s = 0; s < count; ++s)
+                        if (weights[s] != 0.0)
+                            accumulator += weights[s] * row_outs[s][e * outs[s]->stride[3]];
+                    destination[e * out->stride[3]] = (float)accumulator;
+                }
+                *attn_f32_at3(lse, b, h, t) = (float)merged;
+            }
+    free(weights), free(row_lses), free(row_outs);
+    return ATTN_OK;
+}

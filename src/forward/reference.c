@@ -1,0 +1,114 @@
+/*
+ * reference.c — attn_reference_forward: the naive attention forward pass, written to be read
+ * line by line against attn.h and shared/reference/attention-math.md. For each (b, h) it
+ * materialises the Tq x Tk logits in double, then takes a max-subtracted softmax per row.
+ * It is the specification and the tests' oracle, not a fast path.
+ */
+#include <math.h>
+#include <stdlib.h>
+
+#include "../core/internal.h"
+#include "../mask/mask.h"
+
+/* The final logit of pair (i, j) of (b, h), in double: scale, soft-cap, additive, -inf when
+ * not allowed (attn.h, attn_options). q_row [Dk], k_row [Dk] with element strides. */
+static double reference_logit(const attn_mask_context *mask, const attn_problem *problem,
+                              int64_t b, int64_t h, int64_t i, int64_t j, const float *q_row,
+                              int64_t q_dim_stride, const float *k_row, int64_t k_dim_stride) {
+    if (!attn_mask_allowed(mask, b, h, i, j)) return -INFINITY;
+    double dot = 0.0;
+    for (int64_t d = 0; d < problem->key_dim; ++d)
+        dot += (double)q_row[d * q_dim_stride] * (double)k_row[d * k_dim_stride];
+    double x = (double)problem->scale * dot;
+    const double softcap = (double)mask->options->softcap;
+    if (softcap > 0.0) x = softcap * tanh(x / softcap);
+    if (mask->has_additive) x += (double)attn_mask_additive(mask, b, h, i, j);
+    return x; /* an additive -inf makes the pair not allowed too */
+}
+
+attn_status attn_reference_forward(const attn_tensor *q, const attn_tensor *k,
+                                   const attn_tensor *v, const attn_options *options,
+                                   attn_tensor *out, attn_tensor *lse, attn_error *error) {
+    attn_problem problem;
+    attn_status status = attn_validate_call(q, k, v, options, out, lse, &problem, error);
+    if (status != ATTN_OK) return status;
+
+    const int64_t Tq = problem.query_length, Tk = problem.key_length;
+    size_t logit_count, logit_bytes;
+    if (!attn_mul_size((size_t)Tq, (size_t)Tk, &logit_count) ||
+        !attn_mul_size(logit_count, sizeof(double), &logit_bytes))
+        return attn_fail(error, ATTN_ERROR_OVERFLOW,
+                         "Tq = %lld x Tk = %lld logits overflow size_t", (long long)Tq, (long long)Tk);
+    if (options->memory_limit_bytes > 0 && logit_bytes > options->memory_limit_bytes)
+        return attn_fail(error, ATTN_ERROR_MEMORY_LIMIT,
+                         "options.memory_limit_bytes = %zu: the reference needs %zu bytes of logits",
+                         options->memory_limit_bytes, logit_bytes);
+
+    attn_mask_context mask;
+    status = attn_mask_context_init(&mask, options, &problem, error);
+    if (status != ATTN_OK) return status;
+    double *logits = malloc(logit_bytes); /* [Tq][Tk] of one (b, h) */
+    if (logits == NULL) {
+        attn_mask_context_free(&mask);
+        return attn_fail(error, ATTN_ERROR_OUT_OF_MEMORY, "reference logits: %zu bytes", logit_bytes);
+    }
+
+    for (int64_t b = 0; b < problem.batch; ++b) {
+        for (int64_t h = 0; h < problem.query_heads; ++h) {
+            const int64_t kv_head = h / problem.group_size;
+
+            /* 1. Logits x[i][j] for every pair (-inf where not allowed). */
+            for (int64_t i = 0; i < Tq; ++i)
+                for (int64_t j = 0; j < Tk; ++j)
+                    logits[i * Tk + j] = reference_logit(
+                        &mask, &problem, b, h, i, j, attn_f32_at4(q, b, i, h, 0), q->stride[3],
+                        attn_f32_at4(k, b, j, kv_head, 0), k->stride[3]);
+
+            /* 2. Per row: m = max x, l = sum exp(x - m), O = sum exp(x - m) v / l,
+             *    LSE = m + log l. A row with no allowed key (m = -inf) is empty. */
+            for (int64_t i = 0; i < Tq; ++i) {
+                const double *row = logits + i * Tk;
+                float *o_row = attn_f32_at4(out, b, i, h, 0);
+                float *lse_value = lse != NULL ? attn_f32_at3(lse, b, h, i) : NULL;
+                double row_max = -INFINITY;
+                for (int64_t j = 0; j < Tk; ++j)
+                    if (row[j] > row_max) row_max = row[j];
+
+                if (row_max == -INFINITY) {
+                    const bool padding = i >= attn_mask_query_count(&mask, b);
+                    if (!padding && options->empty_rows == ATTN_EMPTY_ROWS_ERROR) {
+                        free(logits);
+                        attn_mask_context_free(&mask);
+                        return attn_fail(error, ATTN_ERROR_EMPTY_ROW,
+                                         "query row b = %lld, h = %lld, i = %lld has no allowed key "
+                                         "(options.empty_rows = ERROR; use ZERO or NAN to accept it)",
+                                         (long long)b, (long long)h, (long long)i);
+                    }
+                    const bool as_nan = !padding && options->empty_rows == ATTN_EMPTY_ROWS_NAN;
+                    for (int64_t e = 0; e < problem.value_dim; ++e)
+                        o_row[e * out->stride[3]] = as_nan ? NAN : 0.0f;
+                    if (lse_value != NULL) *lse_value = as_nan ? NAN : -INFINITY;
+                    continue;
+                }
+
+                double *weights = logits + i * Tk; /* reused: x[i][j] -> exp(x - m) */
+                double row_sum = 0.0;
+                for (int64_t j = 0; j < Tk; ++j) {
+                    weights[j] = row[j] == -INFINITY ? 0.0 : exp(row[j] - row_max);
+                    row_sum += weights[j];
+                }
+                for (int64_t e = 0; e < problem.value_dim; ++e) {
+                    double weighted = 0.0;
+                    for (int64_t j = 0; j < Tk; ++j)
+                        if (weights[j] != 0.0)
+                            weighted += weights[j] * (double)*attn_f32_at4(v, b, j, kv_head, e);
+                    o_row[e * out->stride[3]] = (float)(weighted / row_sum);
+                }
+                if (lse_value != NULL) *lse_value = (float)(row_max + log(row_sum));
+            }
+        }
+    }
+    free(logits);
+    attn_mask_context_free(&mask);
+    return ATTN_OK;
+}

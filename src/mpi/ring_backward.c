@@ -1,0 +1,263 @@
+/*
+ * ring_backward.c — attn_ring_backward: gradients of ring attention. Each block's backward
+ * uses the final (global) O and LSE of this rank's rows, so no merging is needed: P is rebuilt
+ * from the global LSE. dQ accumulates locally. The dK/dV of a block accumulate as the block
+ * visits the ranks: rank r adds its contribution to the accumulator it receives from rank r-1
+ * (which computed the same block one step earlier) and passes it on; after the last step each
+ * accumulator makes one more hop and is home, P hops after it left.
+ *
+ * Per step, rank r computing block o = (r - s) mod P has four messages in flight while it
+ * computes: K|V of block o to r+1 (tag o) and of block o-1 from r-1; the dK|dV accumulator of
+ * block o+1 (finished last step) to r+1 (tag P + o+1) and that of block o from r-1 (tag P + o).
+ * Accumulators are [dK [B, n_o, Hkv, Dk] | dV [B, n_o, Hkv, Dv]], contiguous.
+ */
+#include "ring_internal.h"
+
+#include "../core/internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct backward_buffers {
+    float *block[2];          /* K|V messages: the block being computed and the next one */
+    int64_t block_capacity_units;
+    float *gradient_incoming; /* dK|dV accumulator of the current block, from r-1 */
+    float *gradient_own;      /* this rank's contribution to the current block */
+    float *gradient_outgoing; /* accumulator of the previous block, to r+1 */
+    int64_t gradient_capacity_units;
+    float *query_gradient;    /* dQ accumulator [B, n_r, Hq, Dk] */
+    float *partial_dq;        /* [B, slab rows, Hq, Dk] */
+    float *partial_dk;        /* [B, block columns, Hkv, Dk] */
+    float *partial_dv;        /* [B, block columns, Hkv, Dv] */
+} backward_buffers;
+
+static void free_buffers(backward_buffers *buffers) {
+    float **all[] = {&buffers->block[0], &buffers->block[1], &buffers->gradient_incoming,
+                     &buffers->gradient_own, &buffers->gradient_outgoing,
+                     &buffers->query_gradient, &buffers->partial_dq, &buffers->partial_dk,
+                     &buffers->partial_dv};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; ++i) {
+        attn_aligned_free(*all[i]);
+        *all[i] = NULL;
+    }
+}
+
+static attn_status allocate_buffers(const ring_call *call, backward_buffers *buffers,
+                                    attn_error *error) {
+    memset(buffers, 0, sizeof *buffers);
+    int64_t B = call->batch, Hq = call->query_heads, Hkv = call->kv_heads;
+    int64_t n_max = call->max_local_length, n = call->local_length;
+    int64_t block_floats = B * n_max * Hkv * (call->key_dim + call->value_dim);
+    int64_t slab = ring_slab_rows(n);
+    if (slab > n) slab = n;
+    buffers->block[0] = ring_buffer_alloc(block_floats, &buffers->block_capacity_units);
+    buffers->block[1] = ring_buffer_alloc(block_floats, NULL);
+    buffers->gradient_incoming = ring_buffer_alloc(block_floats, &buffers->gradient_capacity_units);
+    buffers->gradient_own = ring_buffer_alloc(block_floats, NULL);
+    buffers->gradient_outgoing = ring_buffer_alloc(block_floats, NULL);
+    buffers->query_gradient = ring_buffer_alloc(B * n * Hq * call->key_dim, NULL);
+    buffers->partial_dq = ring_buffer_alloc(B * slab * Hq * call->key_dim, NULL);
+    buffers->partial_dk = ring_buffer_alloc(B * n_max * Hkv * call->key_dim, NULL);
+    buffers->partial_dv = ring_buffer_alloc(B * n_max * Hkv * call->value_dim, NULL);
+    if (!buffers->block[0] || !buffers->block[1] || !buffers->gradient_incoming ||
+        !buffers->gradient_own || !buffers->gradient_outgoing || !buffers->query_gradient ||
+        !buffers->partial_dq || !buffers->partial_dk || !buffers->partial_dv) {
+        free_buffers(buffers);
+        return attn_fail(error, ATTN_ERROR_OUT_OF_MEMORY,
+                         "ring backward buffers for blocks of up to %lld tokens", (long long)n_max);
+    }
+    return ATTN_OK;
+}
+
+/* destination[i] += source[i] for the elements of a contiguous [d0, d1, d2, d3] view of
+ * `source` into the same-shaped view `destination`. */
+static void add_into(attn_tensor *destination, const float *source) {
+    int64_t n = 0;
+    for (int64_t a = 0; a < destination->shape[0]; ++a)
+        for (int64_t b = 0; b < destination->shape[1]; ++b)
+            for (int64_t c = 0; c < destination->shape[2]; ++c) {
+                float *row = attn_f32_at4(destination, a, b, c, 0);
+                for (int64_t d = 0; d < destination->shape[3]; ++d) row[d] += source[n++];
+            }
+}
+
+/*
+ * This rank's contribution to the gradients of one block: adds into buffers->query_gradient
+ * (dQ of our rows) and into gradient (dK|dV of the block's key_count tokens, zeroed by the
+ * caller). Row slabs poll the pending transfer.
+ */
+static attn_status compute_block(ring_call *call, const ring_tensors *tensors, float *block,
+                                 int64_t key_count, float *gradient, backward_buffers *buffers,
+                                 ring_transfer *transfer, attn_ring_stats *stats,
+                                 attn_error *error) {
+    int64_t B = call->batch, Hq = call->query_heads, Hkv = call->kv_heads;
+    int64_t Dk = call->key_dim, Dv = call->value_dim;
+    ring_block_geometry geometry = ring_block_geometry_of(
+        &call->options, call->local_positions, call->local_length, call->block_positions,
+        key_count, call->layout.sequence_length);
+    if (geometry.allowed_pairs == 0) {
+        if (stats != NULL) stats->blocks_skipped++;
+        return ATTN_OK;
+    }
+    if (stats != NULL) {
+        stats->blocks_computed++;
+        stats->computed_pairs += geometry.allowed_pairs * B * Hq;
+    }
+    int64_t column_begin = geometry.column_begin, column_end = geometry.column_end;
+    int64_t columns = column_end - column_begin;
+    attn_tensor keys = ring_view_rows(block, B, key_count, Hkv, Dk, column_begin, column_end);
+    attn_tensor values = ring_view_rows(block + B * key_count * Hkv * Dk, B, key_count, Hkv, Dv,
+                                        column_begin, column_end);
+    attn_tensor block_dk = ring_view_rows(gradient, B, key_count, Hkv, Dk, column_begin, column_end);
+    attn_tensor block_dv = ring_view_rows(gradient + B * key_count * Hkv * Dk, B, key_count, Hkv,
+                                          Dv, column_begin, column_end);
+    attn_tensor partial_dk = attn_tensor_f32_4d(buffers->partial_dk, B, columns, Hkv, Dk);
+    attn_tensor partial_dv = attn_tensor_f32_4d(buffers->partial_dv, B, columns, Hkv, Dv);
+    attn_options options = call->options;
+    options.empty_rows = ATTN_EMPTY_ROWS_ZERO; /* rows with no key in this block: zero grads */
+    options.key_positions = call->block_positions + column_begin;
+
+    int64_t slab = ring_slab_rows(geometry.row_end - geometry.row_begin);
+    for (int64_t row = geometry.row_begin; row < geometry.row_end; row += slab) {
+        int64_t row_end = row + slab < geometry.row_end ? row + slab : geometry.row_end;
+        attn_tensor queries = ring_restrict(tensors->q, 1, row, row_end);
+        attn_tensor out = ring_restrict(tensors->out, 1, row, row_end);
+        attn_tensor lse = ring_restrict(tensors->lse, 2, row, row_end);
+        attn_tensor dout = ring_restrict(tensors->dout, 1, row, row_end);
+        attn_tensor partial_dq = attn_tensor_f32_4d(buffers->partial_dq, B, row_end - row, Hq, Dk);
+        options.query_positions = call->local_positions + row;
+        attn_status status = attn_backward(&queries, &keys, &values, &out, &lse, &dout, &options,
+                                           &partial_dq, &partial_dk, &partial_dv, NULL, error);
+        if (status != ATTN_OK) return status;
+        attn_tensor dq_rows = ring_view_rows(buffers->query_gradient, B, call->local_length, Hq,
+                                             Dk, row, row_end);
+        add_into(&dq_rows, buffers->partial_dq);
+        add_into(&block_dk, buffers->partial_dk);
+        add_into(&block_dv, buffers->partial_dv);
+        ring_transfer_poll(transfer);
+    }
+    return ATTN_OK;
+}
+
+/* Floats of a block's K|V (or dK|dV) message for rank owner's tokens. */
+static int64_t block_floats(const ring_call *call, int owner) {
+    return call->batch * ring_local_length_of(call, owner) * call->kv_heads *
+           (call->key_dim + call->value_dim);
+}
+
+static attn_status run_ring(ring_call *call, const ring_tensors *tensors,
+                            backward_buffers *buffers, attn_ring_stats *stats, attn_error *error) {
+    int64_t B = call->batch, Hkv = call->kv_heads;
+    int P = call->rank_count, r = call->rank;
+    attn_status compute_status = ATTN_OK, status;
+    int current = 0, owner = r;
+    ring_pack(tensors->k, buffers->block[current]);
+    ring_pack(tensors->v, buffers->block[current] + B * call->local_length * Hkv * call->key_dim);
+    ring_transfer transfer;
+    ring_transfer_reset(&transfer);
+    for (int step = 0; step < P; ++step) {
+        int64_t key_count = ring_local_length_of(call, owner);
+        int64_t floats = block_floats(call, owner);
+        if (stats != NULL && stats->step_sources != NULL) stats->step_sources[step] = owner;
+        double start = MPI_Wtime();
+        status = ATTN_OK;
+        if (step + 1 < P) {
+            int next_owner = ring_step_owner(r, step + 1, P);
+            status = ring_transfer_receive(call, &transfer, buffers->block[1 - current],
+                                           buffers->block_capacity_units,
+                                           ring_units(block_floats(call, next_owner)), next_owner,
+                                           error);
+            if (status == ATTN_OK)
+                status = ring_transfer_send(call, &transfer, buffers->block[current],
+                                            ring_units(floats), owner, stats, error);
+        }
+        if (step > 0 && status == ATTN_OK) {
+            int previous_owner = (owner + 1) % P;
+            status = ring_transfer_receive(call, &transfer, buffers->gradient_incoming,
+                                           buffers->gradient_capacity_units, ring_units(floats),
+                                           P + owner, error);
+            if (status == ATTN_OK)
+                status = ring_transfer_send(call, &transfer, buffers->gradient_outgoing,
+                                            ring_units(block_floats(call, previous_owner)),
+                                            P + previous_owner, stats, error);
+        }
+        if (status != ATTN_OK) return status;
+
+        memset(buffers->gradient_own, 0, (size_t)floats * sizeof(float));
+        if (compute_status == ATTN_OK) {
+            ring_load_block_positions(call, owner);
+            compute_status = compute_block(call, tensors, buffers->block[current], key_count,
+                                           buffers->gradient_own, buffers, &transfer, stats, error);
+        }
+        double computed = MPI_Wtime();
+        int received_tags[2] = {-1, -1};
+        attn_error transfer_error;
+        status = ring_transfer_wait(call, &transfer, received_tags, &transfer_error);
+        if (status != ATTN_OK) {
+            if (error != NULL) *error = transfer_error;
+            return status;
+        }
+        if (stats != NULL) {
+            stats->compute_seconds += computed - start;
+            stats->wait_seconds += MPI_Wtime() - computed;
+        }
+        /* accumulator of this block = what earlier ranks accumulated + our contribution */
+        if (step > 0)
+            for (int64_t i = 0; i < floats; ++i)
+                buffers->gradient_own[i] = buffers->gradient_incoming[i] + buffers->gradient_own[i];
+        float *finished = buffers->gradient_own;
+        buffers->gradient_own = buffers->gradient_outgoing;
+        buffers->gradient_outgoing = finished;
+        if (step + 1 < P) owner = received_tags[0]; /* checked against the schedule */
+        current = 1 - current;
+    }
+    /* The last hop: the accumulator in hand belongs to rank r+1; ours arrives from r-1. */
+    float *own_gradient = buffers->gradient_outgoing;
+    if (P > 1) {
+        status = ring_transfer_receive(call, &transfer, buffers->gradient_incoming,
+                                       buffers->gradient_capacity_units,
+                                       ring_units(block_floats(call, r)), P + r, error);
+        if (status == ATTN_OK)
+            status = ring_transfer_send(call, &transfer, buffers->gradient_outgoing,
+                                        ring_units(block_floats(call, owner)), P + owner, stats,
+                                        error);
+        if (status == ATTN_OK) status = ring_transfer_wait(call, &transfer, NULL, error);
+        if (status != ATTN_OK) return status;
+        own_gradient = buffers->gradient_incoming;
+    }
+    if (compute_status != ATTN_OK) return compute_status;
+    ring_unpack(buffers->query_gradient, tensors->dq);
+    ring_unpack(own_gradient, tensors->dk);
+    ring_unpack(own_gradient + B * call->local_length * Hkv * call->key_dim, tensors->dv);
+    return ATTN_OK;
+}
+
+attn_status attn_ring_backward(MPI_Comm comm, const attn_tensor *q, const attn_tensor *k,
+                               const attn_tensor *v, const attn_tensor *out,
+                               const attn_tensor *lse, const attn_tensor *dout,
+                               const attn_options *options, const attn_ring_layout *layout,
+                               attn_tensor *dq, attn_tensor *dk, attn_tensor *dv,
+                               attn_ring_stats *stats, attn_error *error) {
+    double call_start = MPI_Wtime();
+    if (stats != NULL) {
+        int *step_sources = stats->step_sources;
+        memset(stats, 0, sizeof *stats);
+        stats->step_sources = step_sources;
+    }
+    ring_tensors tensors = {true, q, k, v, out, lse, dout, dq, dk, dv};
+    ring_call call;
+    attn_status status = ring_call_begin(&call, comm, &tensors, options, layout, error);
+    if (status != ATTN_OK) return status;
+    attn_error local_error = {ATTN_OK, ""};
+    backward_buffers buffers;
+    status = allocate_buffers(&call, &buffers, &local_error);
+    status = ring_agree(&call, status, &local_error, error);
+    if (status == ATTN_OK) {
+        status = run_ring(&call, &tensors, &buffers, stats, &local_error);
+        status = ring_agree(&call, status, &local_error, error);
+    }
+    free_buffers(&buffers);
+    ring_call_end(&call);
+    if (stats != NULL) stats->total_seconds = MPI_Wtime() - call_start;
+    return status;
+}

@@ -1,0 +1,232 @@
+/*
+ * ring_forward.c — attn_ring_forward: this rank's queries against every rank's K/V block,
+ * one block per step, merged by LSE; the next block travels while the current one computes.
+ *
+ * Message of a block (owner o, n_o tokens): K [B, n_o, Hkv, Dk] then V [B, n_o, Hkv, Dv],
+ * contiguous, in one buffer padded to whole units, sent with tag o.
+ */
+#include "ring_internal.h"
+
+#include "../core/internal.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Working memory of one forward call. */
+typedef struct forward_buffers {
+    float *block[2];           /* K|V messages: the block being computed and the next one */
+    int64_t block_capacity_units;
+    float *partial_out;        /* [B, slab rows, Hq, Dv] */
+    float *partial_lse;        /* [B, Hq, slab rows] */
+    float *own_lse;            /* [B, Hq, n_r] when the caller passed no lse */
+} forward_buffers;
+
+static void free_buffers(forward_buffers *buffers) {
+    attn_aligned_free(buffers->block[0]);
+    attn_aligned_free(buffers->block[1]);
+    attn_aligned_free(buffers->partial_out);
+    attn_aligned_free(buffers->partial_lse);
+    attn_aligned_free(buffers->own_lse);
+    memset(buffers, 0, sizeof *buffers);
+}
+
+static attn_status allocate_buffers(const ring_call *call, bool need_lse, forward_buffers *buffers,
+                                    attn_error *error) {
+    memset(buffers, 0, sizeof *buffers);
+    int64_t B = call->batch, Hq = call->query_heads, n_max = call->max_local_length;
+    int64_t block_floats = B * n_max * call->kv_heads * (call->key_dim + call->value_dim);
+    int64_t slab = ring_slab_rows(call->local_length);
+    if (slab > call->local_length) slab = call->local_length;
+    buffers->block[0] = ring_buffer_alloc(block_floats, &buffers->block_capacity_units);
+    buffers->block[1] = ring_buffer_alloc(block_floats, NULL);
+    buffers->partial_out = ring_buffer_alloc(B * slab * Hq * call->value_dim, NULL);
+    buffers->partial_lse = ring_buffer_alloc(B * Hq * slab, NULL);
+    if (need_lse) buffers->own_lse = ring_buffer_alloc(B * Hq * call->local_length, NULL);
+    if (buffers->block[0] == NULL || buffers->block[1] == NULL || buffers->partial_out == NULL ||
+        buffers->partial_lse == NULL || (need_lse && buffers->own_lse == NULL)) {
+        free_buffers(buffers);
+        return attn_fail(error, ATTN_ERROR_OUT_OF_MEMORY,
+                         "ring buffers for blocks of up to %lld tokens", (long long)n_max);
+    }
+    return ATTN_OK;
+}
+
+/* Accumulator starts empty: O = 0, LSE = -inf for every row. */
+static void clear_accumulator(attn_tensor *out, attn_tensor *lse) {
+    for (int64_t b = 0; b < out->shape[0]; ++b)
+        for (int64_t i = 0; i < out->shape[1]; ++i)
+            for (int64_t h = 0; h < out->shape[2]; ++h)
+                for (int64_t d = 0; d < out->shape[3]; ++d) *attn_f32_at4(out, b, i, h, d) = 0.0f;
+    for (int64_t b = 0; b < lse->shape[0]; ++b)
+        for (int64_t h = 0; h < lse->shape[1]; ++h)
+            for (int64_t i = 0; i < lse->shape[2]; ++i) *attn_f32_at3(lse, b, h, i) = -INFINITY;
+}
+
+/*
+ * Computes this rank's queries against one block and merges the result into (out, lse).
+ *   q [B, n_r, Hq, Dk]; block: the owner's K|V message holding key_count tokens at
+ *   call->block_positions; out [B, n_r, Hq, Dv] and lse [B, Hq, n_r]: the running merge.
+ */
+static attn_status compute_block(ring_call *call, const attn_tensor *q, float *block,
+                                 int64_t key_count, attn_tensor *out, attn_tensor *lse,
+                                 forward_buffers *buffers, ring_transfer *transfer,
+                                 attn_ring_stats *stats, attn_error *error) {
+    int64_t B = call->batch, Hq = call->query_heads, Hkv = call->kv_heads;
+    ring_block_geometry geometry = ring_block_geometry_of(
+        &call->options, call->local_positions, call->local_length, call->block_positions,
+        key_count, call->layout.sequence_length);
+    if (geometry.allowed_pairs == 0) {
+        if (stats != NULL) stats->blocks_skipped++;
+        return ATTN_OK;
+    }
+    if (stats != NULL) {
+        stats->blocks_computed++;
+        stats->computed_pairs += geometry.allowed_pairs * B * Hq;
+    }
+    attn_tensor keys = ring_view_rows(block, B, key_count, Hkv, call->key_dim,
+                                      geometry.column_begin, geometry.column_end);
+    attn_tensor values = ring_view_rows(block + B * key_count * Hkv * call->key_dim, B, key_count,
+                                        Hkv, call->value_dim, geometry.column_begin,
+                                        geometry.column_end);
+    attn_options options = call->options;
+    options.empty_rows = ATTN_EMPTY_ROWS_ZERO; /* a partial may have rows with no key */
+    options.key_positions = call->block_positions + geometry.column_begin;
+
+    int64_t slab = ring_slab_rows(geometry.row_end - geometry.row_begin);
+    for (int64_t row = geometry.row_begin; row < geometry.row_end; row += slab) {
+        int64_t row_end = row + slab < geometry.row_end ? row + slab : geometry.row_end;
+        int64_t rows = row_end - row;
+        attn_tensor queries = ring_restrict(q, 1, row, row_end);
+        attn_tensor partial_out = attn_tensor_f32_4d(buffers->partial_out, B, rows, Hq, call->value_dim);
+        int64_t lse_shape[3] = {B, Hq, rows};
+        attn_tensor partial_lse = attn_tensor_contiguous(buffers->partial_lse, ATTN_DTYPE_F32, 3, lse_shape);
+        options.query_positions = call->local_positions + row;
+        attn_status status = attn_forward(&queries, &keys, &values, &options, &partial_out,
+                                          &partial_lse, error);
+        if (status != ATTN_OK) return status;
+        attn_tensor merged_out = ring_restrict(out, 1, row, row_end);
+        attn_tensor merged_lse = ring_restrict(lse, 2, row, row_end);
+        const attn_tensor *outs[2] = {&merged_out, &partial_out};
+        const attn_tensor *lses[2] = {&merged_lse, &partial_lse};
+        status = attn_merge(2, outs, lses, &merged_out, &merged_lse, error);
+        if (status != ATTN_OK) return status;
+        ring_transfer_poll(transfer);
+    }
+    return ATTN_OK;
+}
+
+/* Applies the caller's empty-row policy to rows no block reached (LSE = -inf). */
+static attn_status finish_empty_rows(const ring_call *call, attn_tensor *out, attn_tensor *lse,
+                                     attn_error *error) {
+    for (int64_t b = 0; b < lse->shape[0]; ++b)
+        for (int64_t h = 0; h < lse->shape[1]; ++h)
+            for (int64_t i = 0; i < lse->shape[2]; ++i) {
+                if (*attn_f32_at3(lse, b, h, i) != -INFINITY) continue;
+                if (call->options.empty_rows == ATTN_EMPTY_ROWS_ERROR)
+                    return attn_fail(error, ATTN_ERROR_EMPTY_ROW,
+                                     "query row (b = %lld, h = %lld, global position %lld) has no "
+                                     "allowed key (set options.empty_rows to allow it)",
+                                     (long long)b, (long long)h,
+                                     (long long)call->local_positions[i]);
+                if (call->options.empty_rows == ATTN_EMPTY_ROWS_NAN) {
+                    *attn_f32_at3(lse, b, h, i) = NAN;
+                    for (int64_t d = 0; d < out->shape[3]; ++d) *attn_f32_at4(out, b, i, h, d) = NAN;
+                }
+            }
+    return ATTN_OK;
+}
+
+/* The P steps. Returns this rank's local status; keeps forwarding blocks after a local
+ * compute failure so the other ranks never wait for a message that does not come. */
+static attn_status run_ring(ring_call *call, const ring_tensors *tensors, attn_tensor *out,
+                            attn_tensor *lse, forward_buffers *buffers, attn_ring_stats *stats,
+                            attn_error *error) {
+    int64_t B = call->batch, Hkv = call->kv_heads;
+    int P = call->rank_count, r = call->rank;
+    attn_status compute_status = ATTN_OK;
+    int current = 0;
+    {   /* The first block is our own: pack K then V. */
+        float *block = buffers->block[current];
+        ring_pack(tensors->k, block);
+        ring_pack(tensors->v, block + B * call->local_length * Hkv * call->key_dim);
+    }
+    clear_accumulator(out, lse);
+    ring_transfer transfer;
+    ring_transfer_reset(&transfer);
+    int owner = r; /* of the block in hand: ours, then the tag of each received message */
+    for (int step = 0; step < P; ++step) {
+        int64_t key_count = ring_local_length_of(call, owner);
+        if (stats != NULL && stats->step_sources != NULL) stats->step_sources[step] = owner;
+        double start = MPI_Wtime();
+        if (step + 1 < P) { /* pass this block on and fetch the next one */
+            int next_owner = ring_step_owner(r, step + 1, P);
+            int64_t next_floats = B * ring_local_length_of(call, next_owner) * Hkv *
+                                  (call->key_dim + call->value_dim);
+            int64_t floats = B * key_count * Hkv * (call->key_dim + call->value_dim);
+            attn_status status = ring_transfer_receive(call, &transfer, buffers->block[1 - current],
+                                                       buffers->block_capacity_units,
+                                                       ring_units(next_floats), next_owner, error);
+            if (status == ATTN_OK)
+                status = ring_transfer_send(call, &transfer, buffers->block[current],
+                                            ring_units(floats), owner, stats, error);
+            if (status != ATTN_OK) return status; /* MPI itself failed: nothing more to do */
+        }
+        if (compute_status == ATTN_OK) {
+            ring_load_block_positions(call, owner);
+            compute_status = compute_block(call, tensors->q, buffers->block[current], key_count,
+                                           out, lse, buffers, &transfer, stats, error);
+        }
+        double computed = MPI_Wtime();
+        int received_tag = -1;
+        attn_error transfer_error;
+        attn_status status = ring_transfer_wait(call, &transfer, &received_tag, &transfer_error);
+        if (status != ATTN_OK) {
+            if (error != NULL) *error = transfer_error;
+            return status;
+        }
+        owner = received_tag; /* checked against the schedule (r - s - 1) mod P by the wait */
+        if (stats != NULL) {
+            stats->compute_seconds += computed - start;
+            stats->wait_seconds += MPI_Wtime() - computed;
+        }
+        current = 1 - current;
+    }
+    if (compute_status == ATTN_OK) compute_status = finish_empty_rows(call, out, lse, error);
+    return compute_status;
+}
+
+attn_status attn_ring_forward(MPI_Comm comm, const attn_tensor *q, const attn_tensor *k,
+                              const attn_tensor *v, const attn_options *options,
+                              const attn_ring_layout *layout, attn_tensor *out, attn_tensor *lse,
+                              attn_ring_stats *stats, attn_error *error) {
+    double call_start = MPI_Wtime();
+    if (stats != NULL) {
+        int *step_sources = stats->step_sources;
+        memset(stats, 0, sizeof *stats);
+        stats->step_sources = step_sources;
+    }
+    ring_tensors tensors = {false, q, k, v, out, lse, NULL, NULL, NULL, NULL};
+    ring_call call;
+    attn_status status = ring_call_begin(&call, comm, &tensors, options, layout, error);
+    if (status != ATTN_OK) return status;
+
+    attn_error local_error = {ATTN_OK, ""};
+    forward_buffers buffers;
+    status = allocate_buffers(&call, lse == NULL, &buffers, &local_error);
+    status = ring_agree(&call, status, &local_error, error);
+    if (status == ATTN_OK) {
+        attn_tensor own_lse;
+        if (lse == NULL) {
+            int64_t shape[3] = {call.batch, call.query_heads, call.local_length};
+            own_lse = attn_tensor_contiguous(buffers.own_lse, ATTN_DTYPE_F32, 3, shape);
+        }
+        status = run_ring(&call, &tensors, out, lse != NULL ? lse : &own_lse, &buffers, stats,
+                          &local_error);
+        status = ring_agree(&call, status, &local_error, error);
+    }
+    free_buffers(&buffers);
+    ring_call_end(&call);
+    if (stats != NULL) stats->total_seconds = MPI_Wtime() - call_start;
+    return status;
+}
