@@ -97,6 +97,17 @@ static int parse_options(int argc, char **argv, train_options *o, int *done) {
             return 0;
         }
         if (strcmp(name, "--quiet") == 0) { o->quiet = 1; continue; }
+        static const char *const valued[] = {"--task", "--steps", "--seed", "--layers",
+                                             "--heads", "--kv-heads", "--dim", "--length",
+                                             "--vocab", "--batch", "--lr", "--threads",
+                                             "--save", "--out"};
+        int known = 0;
+        for (size_t k = 0; k < sizeof valued / sizeof valued[0]; ++k)
+            known |= strcmp(name, valued[k]) == 0;
+        if (!known) {
+            fprintf(stderr, "attn %s: unknown option '%s' (see attn train --help)\n", command, name);
+            return 2;
+        }
         if (i + 1 >= argc) {
             fprintf(stderr, "attn %s: %s: missing value (see attn train --help)\n", command, name);
             return 2;

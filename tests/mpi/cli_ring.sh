@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # cli_ring.sh — end-to-end check of `attn ring` under mpiexec: on random .npy inputs (GQA,
 # T = 29, not a multiple of any P used), the gathered O and LSE equal `attn forward` on the
-# same files within 1e-5 for every layout, causal and windowed, with 2, 3 and 4 processes;
+# same files within 1e-5 for every layout and for 2, 3 and 4 processes, causal, windowed and
+# full attention;
 # errors (a K file that disagrees with Q, T < P) exit with 1 on every rank, say why in one
 # line and write no output.
 # usage: bash cli_ring.sh ATTN_BINARY SOURCE_DIR MPIEXEC [MPIEXEC FLAGS...]
@@ -35,22 +36,28 @@ EOF
 }
 
 failures=0
-for masking in "--causal bottom-right" "--causal bottom-right --window 5,-1" ""; do
+# (processes, layout, masking): every layout and process count, causal, windowed and full.
+runs=(
+  "2 contiguous --causal bottom-right"
+  "3 zigzag --causal bottom-right"
+  "4 striped --causal bottom-right"
+  "4 zigzag --causal bottom-right --window 5,-1"
+  "3 contiguous --window 4,3"
+  "3 striped"
+)
+for run in "${runs[@]}"; do
+  read -r processes layout masking <<< "$run"
+  label="np=$processes layout=$layout masking='$masking'"
+  rm -f ring_o.npy ring_lse.npy
   # shellcheck disable=SC2086
   "$attn" forward --q q.npy --k k.npy --v v.npy --out single_o.npy --lse single_lse.npy $masking
-  for processes in 2 3 4; do
-    for layout in contiguous zigzag striped; do
-      label="np=$processes layout=$layout masking='$masking'"
-      rm -f ring_o.npy ring_lse.npy
-      # shellcheck disable=SC2086
-      if ! "${mpiexec[@]}" -np "$processes" "$attn" ring --q q.npy --k k.npy --v v.npy \
-           --out ring_o.npy --lse ring_lse.npy --layout "$layout" $masking; then
-        echo "FAIL: attn ring failed ($label)"; failures=$((failures + 1)); continue
-      fi
-      compare single_o.npy ring_o.npy "O $label" || { echo "FAIL: O ($label)"; failures=$((failures + 1)); }
-      compare single_lse.npy ring_lse.npy "LSE $label" || { echo "FAIL: LSE ($label)"; failures=$((failures + 1)); }
-    done
-  done
+  # shellcheck disable=SC2086
+  if ! "${mpiexec[@]}" -np "$processes" "$attn" ring --q q.npy --k k.npy --v v.npy \
+       --out ring_o.npy --lse ring_lse.npy --layout "$layout" $masking; then
+    echo "FAIL: attn ring failed ($label)"; failures=$((failures + 1)); continue
+  fi
+  compare single_o.npy ring_o.npy "O $label" || { echo "FAIL: O ($label)"; failures=$((failures + 1)); }
+  compare single_lse.npy ring_lse.npy "LSE $label" || { echo "FAIL: LSE ($label)"; failures=$((failures + 1)); }
 done
 
 expect_error() { # expect_error LABEL EXPECTED_TEXT ARGS...
