@@ -20,7 +20,8 @@ attn=$build/attn
 [ -x "$attn" ] || { echo "ring.sh: $attn not found (build first)" >&2; exit 1; }
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 oversubscribe=""
-mpiexec --version 2>&1 | grep -q "Open MPI" && oversubscribe="--oversubscribe"
+mpiexec_version=$(mpiexec --version 2>&1 || true)
+case "$mpiexec_version" in *"Open MPI"* | *OpenRTE*) oversubscribe="--oversubscribe" ;; esac
 cores=$(nproc)
 results=$source_dir/bench/results
 mkdir -p "$results"
@@ -38,7 +39,7 @@ EOF
 
 echo "ring attention, causal, B = 1, T = $T, H = $H, D = $D, layout $layout, best of $repeat, $cores cores"
 echo
-echo "| P | threads/rank | forward ms | backward ms | fwd wait ms (max rank) | MB sent/rank fwd | MB sent/rank bwd | single-process fwd ms | max abs diff |"
+echo "| P | threads/rank | forward ms | backward ms | fwd wait ms (max rank) | MB sent/rank fwd | MB sent/rank bwd | single-process fwd ms (rank 0's threads) | max abs diff |"
 echo "|---|---|---|---|---|---|---|---|---|"
 for P in 1 2 4; do
   threads=$(( cores / P )); [ "$threads" -ge 1 ] || threads=1

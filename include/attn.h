@@ -144,7 +144,9 @@ typedef enum attn_empty_rows {
 } attn_empty_rows;
 
 /* Structured sparse patterns (Sparse Transformer, Longformer). They never imply causality:
- * combine with `causal` for the autoregressive forms. d = pq(i) - pk(j) below. */
+ * combine with `causal` for the autoregressive forms. d = pq(i) - pk(j) below. STRIDED's local
+ * part is the code's l positions (0 <= d < l when causal), not the paper's l + 1; with causal,
+ * row i attends keys i-l+1..i and every key l, 2l, ... before them. */
 typedef enum attn_sparse_pattern {
     ATTN_PATTERN_NONE = 0,
     ATTN_PATTERN_STRIDED = 1, /* |d| < stride  OR  d mod stride == 0   (Child et al. 2019) */
@@ -204,14 +206,16 @@ typedef struct attn_options {
     const int32_t *query_lengths;
     const int32_t *key_lengths;
 
-    /* Explicit absolute positions (int64[Tq] / int64[Tk], shared by all batches); when
-       given they replace the alignment rule for causal, window, ALiBi and patterns. */
+    /* Explicit absolute positions (int64[Tq] / int64[Tk], shared by all batches, each within
+       +-2^52, any order); when given they replace the alignment rule for causal, window,
+       ALiBi and patterns (query_positions given = alignment may stay UNSET). */
     const int64_t *query_positions;
     const int64_t *key_positions;
 
     /* Global tokens (Longformer): query row g attends to every key and key column g is
        attended by every query (still subject to causal, mask, lengths, block layout).
-       Indices are query indices for rows and key indices for columns; int64[count]. */
+       Indices are query indices for rows and key indices for columns; int64[count], each
+       in [0, max(Tq, Tk)). They override only the window and the pattern. */
     const int64_t *global_tokens;
     int64_t global_token_count;
 
@@ -239,7 +243,8 @@ typedef struct attn_options {
     attn_empty_rows empty_rows;
 
     /* Execution. num_threads: 0 = OpenMP default, else >= 1. tile_q / tile_k: 0 = tuned
-       default, else the tile sizes to use (results are the same up to rounding of the
+       default, else the tile sizes to use, 1..4096 (tile_q query rows per head, tile_k keys;
+       results are the same up to rounding of the
        reduction order within a row; bitwise identical across thread counts regardless). */
     int num_threads;
     int tile_q;
@@ -251,7 +256,9 @@ typedef struct attn_options {
     size_t memory_limit_bytes;
 } attn_options;
 
-/* Options with every feature off: default scale, no mask, error on empty rows, auto kernel. */
+/* Options with every feature off: default scale, no mask, window (-1, -1), alignment UNSET,
+ * error on empty rows, auto kernel. Always start from this: a zero-initialised struct means
+ * window (0, 0), i.e. each query sees only the key at its own position. */
 attn_options attn_options_default(void);
 
 /*
@@ -267,13 +274,19 @@ attn_status attn_alibi_slopes(int num_heads, float *slopes, attn_error *error);
 
 /*
  * Exact attention, FlashAttention-style: tiled with an online softmax, working memory
- * O(tile) per thread (never Tq x Tk), tiles with no allowed pair skipped.
+ * O(tile) per thread (never Tq x Tk), tiles with no allowed pair skipped (causal costs about
+ * half of full attention, a sliding window O(T * window)). Work is split over (batch,
+ * KV head, query tile); the query heads of a GQA group share each packed K/V tile. The
+ * output is bitwise identical for any num_threads and from run to run. K/V rows that no
+ * query of the call attends (beyond key_lengths, after the causal diagonal, masked for every
+ * row) may hold NaN or inf without affecting the result.
  *   q   [B, Tq, Hq, Dk] F32        k [B, Tk, Hkv, Dk] F32      v [B, Tk, Hkv, Dv] F32
  *   out [B, Tq, Hq, Dv] F32 (written)
  *   lse [B, Hq, Tq]     F32 (written; may be NULL)
  * Errors: NULL pointers, non-positive sizes, Hq % Hkv != 0, K/V disagreeing on B or Tk,
  * options out of range, mask/bias shapes that do not broadcast, overflow, an empty row under
- * ATTN_EMPTY_ROWS_ERROR (the message names b, h, i), memory limit.
+ * ATTN_EMPTY_ROWS_ERROR (the message names the first one in (b, h, i) order), memory limit
+ * (the per-thread workspaces exceed options->memory_limit_bytes), unsupported kernel.
  * On error `out` and `lse` may have been partly written.
  */
 attn_status attn_forward(const attn_tensor *q, const attn_tensor *k, const attn_tensor *v,
@@ -299,10 +312,19 @@ attn_status attn_reference_forward(const attn_tensor *q, const attn_tensor *k,
  * (the call must use the options the forward used).
  *   q, k, v, out, lse: as produced/consumed by attn_forward; dout [B, Tq, Hq, Dv] F32
  *   dq [B, Tq, Hq, Dk], dk [B, Tk, Hkv, Dk], dv [B, Tk, Hkv, Dv] F32 (written, overwritten)
- *   dbias: when not NULL and options->bias is set, F32 with the bias's logical shape
- *   [B|1, Hq|1, Tq, Tk] (written; broadcast dimensions are summed).
- * GQA/MQA: dk and dv of a KV head are the sums over its query heads. Empty rows (LSE = -inf)
- * get zero gradients. Deterministic: bitwise identical for any thread count.
+ *   dbias: NULL, or (only when options->bias is set) F32 with exactly the bias's shape
+ *   [B|1, Hq|1, Tq, Tk] (written; a size-1 dimension sums over B or Hq). ALiBi has no
+ *   gradient. Outputs may use any strides but no zero stride on a dimension of size > 1,
+ *   and must not overlap the inputs.
+ * With soft-cap c the chain rule dS * (1 - tanh^2(x / c)) is applied (x = scale * q.k).
+ * GQA/MQA: dk and dv of a KV head are the sums over its query heads. Empty rows (LSE = -inf,
+ * and padded query rows) get zero gradients; a NaN LSE (ATTN_EMPTY_ROWS_NAN) gives NaN.
+ * Deterministic: bitwise identical for any thread count (one owner per output element, fixed
+ * summation order, no atomics; see docs/backward.md). Working memory: B*Hq*Tq floats plus a
+ * tile workspace per thread.
+ * Errors: those of attn_forward's validation, plus NULL out / lse / dout, gradient shapes
+ * that differ from the above (ATTN_ERROR_SHAPE_MISMATCH naming e.g. "dk.shape[1] (Tk)"),
+ * dbias without options->bias, a broadcasting (zero-stride) output, the memory limit.
  */
 attn_status attn_backward(const attn_tensor *q, const attn_tensor *k, const attn_tensor *v,
                           const attn_tensor *out, const attn_tensor *lse,
@@ -310,7 +332,9 @@ attn_status attn_backward(const attn_tensor *q, const attn_tensor *k, const attn
                           attn_tensor *dk, attn_tensor *dv, attn_tensor *dbias,
                           attn_error *error);
 
-/* The naive backward (dense P per (b, h), double accumulation): the tests' oracle. */
+/* The naive backward, written as shared/reference/attention-math.md §2.2 states it: dense
+ * S, P, dP, dS per (b, h) in double (O(Tq * Tk) memory), single-threaded. Same arguments,
+ * conventions and errors as attn_backward (no memory limit). The tests' oracle; slow. */
 attn_status attn_reference_backward(const attn_tensor *q, const attn_tensor *k,
                                     const attn_tensor *v, const attn_tensor *out,
                                     const attn_tensor *lse, const attn_tensor *dout,

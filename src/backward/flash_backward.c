@@ -52,6 +52,10 @@ typedef struct backward_plan {
 typedef struct backward_workspace {
     float *query_rows;           /* [block_q][Dk] contiguous copy of the Q rows */
     float *dout_rows;            /* [block_q][Dv] contiguous copy of the dO rows */
+    const float *query_tile;     /* the Q rows of the current tile: the copy, or the tensor */
+    const float *dout_tile;      /* the dO rows likewise */
+    int query_tile_stride;       /* floats between consecutive rows of query_tile */
+    int dout_tile_stride;
     float *row_lse;              /* [block_q] */
     float *row_dot;              /* [block_q] */
     float *step_max;             /* [block_q] softmax_step scratch: starts as the LSE */
@@ -151,17 +155,34 @@ static void copy_row(const float *source, int64_t stride, int64_t count, float *
     for (int64_t e = 0; e < count; ++e) target[e] = source[e * stride];
 }
 
-/* Copies rows [i0, i0 + rows) of query head h: Q and dO contiguous, their LSE and D. */
+/* Whether rows of `t` (dims 1 and 3) can be handed to the kernels in place: unit element
+ * stride and a positive row stride >= dim that fits an int. */
+static bool rows_usable_in_place(const attn_tensor *t) {
+    return t->stride[3] == 1 && t->stride[1] >= t->shape[3] && t->stride[1] <= INT32_MAX;
+}
+
+/* Points the workspace at rows [i0, i0 + rows) of query head h of Q and dO (in place when
+ * their rows are unit-stride, else as contiguous copies) and loads their LSE and D. */
 static void load_query_tile(const backward_plan *plan, backward_workspace *workspace, int64_t b,
                             int64_t h, int64_t i0, int rows) {
     const int64_t Dk = plan->problem.key_dim, Dv = plan->problem.value_dim;
     const int64_t Tq = plan->problem.query_length, Hq = plan->problem.query_heads;
+    const bool query_in_place = rows_usable_in_place(plan->q);
+    const bool dout_in_place = rows_usable_in_place(plan->dout);
+    workspace->query_tile = query_in_place ? attn_f32_at4(plan->q, b, i0, h, 0)
+                                           : workspace->query_rows;
+    workspace->query_tile_stride = query_in_place ? (int)plan->q->stride[1] : (int)Dk;
+    workspace->dout_tile = dout_in_place ? attn_f32_at4(plan->dout, b, i0, h, 0)
+                                         : workspace->dout_rows;
+    workspace->dout_tile_stride = dout_in_place ? (int)plan->dout->stride[1] : (int)Dv;
     for (int r = 0; r < rows; ++r) {
         const int64_t i = i0 + r;
-        copy_row(attn_f32_at4(plan->q, b, i, h, 0), plan->q->stride[3], Dk,
-                 workspace->query_rows + r * Dk);
-        copy_row(attn_f32_at4(plan->dout, b, i, h, 0), plan->dout->stride[3], Dv,
-                 workspace->dout_rows + r * Dv);
+        if (!query_in_place)
+            copy_row(attn_f32_at4(plan->q, b, i, h, 0), plan->q->stride[3], Dk,
+                     workspace->query_rows + r * Dk);
+        if (!dout_in_place)
+            copy_row(attn_f32_at4(plan->dout, b, i, h, 0), plan->dout->stride[3], Dv,
+                     workspace->dout_rows + r * Dv);
         workspace->row_lse[r] = *attn_f32_at3(plan->lse, b, h, i);
         workspace->row_dot[r] = plan->row_dot[(b * Hq + h) * Tq + i];
     }
@@ -199,8 +220,8 @@ static void tile_score_gradients(const backward_plan *plan, backward_workspace *
     float *score_gradient = workspace->score_gradient;
 
     /* S = Q K^T, then the logit pipeline and P = exp(x - lse), row by row. */
-    kernels->score_tile(rows, count, (int)plan->problem.key_dim, workspace->query_rows,
-                        (int)plan->problem.key_dim, workspace->packed_keys, probabilities,
+    kernels->score_tile(rows, count, (int)plan->problem.key_dim, workspace->query_tile,
+                        workspace->query_tile_stride, workspace->packed_keys, probabilities,
                         stride);
     const bool needs_predicate = tile_class == ATTN_TILE_PARTIAL;
     /* Without soft-cap, bias, ALiBi or predicate, softmax_step applies the scale itself. */
@@ -242,8 +263,8 @@ static void tile_score_gradients(const backward_plan *plan, backward_workspace *
                           workspace->step_max, workspace->step_sum, workspace->step_rescale);
 
     /* dP = dO V^T, then dS = P * (dP - D). */
-    kernels->score_tile(rows, count, (int)plan->problem.value_dim, workspace->dout_rows,
-                        (int)plan->problem.value_dim, workspace->packed_values_as_keys,
+    kernels->score_tile(rows, count, (int)plan->problem.value_dim, workspace->dout_tile,
+                        workspace->dout_tile_stride, workspace->packed_values_as_keys,
                         score_gradient, stride);
     for (int r = 0; r < rows; ++r) {
         const float *probability_row = probabilities + (size_t)r * stride;
@@ -291,14 +312,14 @@ static void key_tile_gradients(const backward_plan *plan, backward_workspace *wo
                                  0);
             /* dV += P^T dO */
             transpose_tile(plan, workspace->probabilities, rows, count, workspace->transposed);
-            kernels->pack_values(rows, Dv, workspace->dout_rows, Dv, 1,
+            kernels->pack_values(rows, Dv, workspace->dout_tile, workspace->dout_tile_stride, 1,
                                  workspace->packed_dout_values);
             kernels->accumulate_values(count, rows, Dv, workspace->transposed, plan->tile_q,
                                        workspace->packed_dout_values,
                                        workspace->value_accumulator, Dv);
             /* dK += dS^T Q   (times the scale, applied once when writing) */
             transpose_tile(plan, workspace->score_gradient, rows, count, workspace->transposed);
-            kernels->pack_values(rows, Dk, workspace->query_rows, Dk, 1,
+            kernels->pack_values(rows, Dk, workspace->query_tile, workspace->query_tile_stride, 1,
                                  workspace->packed_query_values);
             kernels->accumulate_values(count, rows, Dk, workspace->transposed, plan->tile_q,
                                        workspace->packed_query_values,

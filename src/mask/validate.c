@@ -145,6 +145,8 @@ attn_status attn_validate_options(const attn_options *options, const attn_proble
         return attn_fail(error, ATTN_ERROR_INVALID_ARGUMENT,
                          "options.window_right = %lld: must be >= -1 (-1 = unbounded)",
                          (long long)options->window_right);
+    status = check_pattern(options, error);
+    if (status != ATTN_OK) return status;
     const char *positional = positional_option_in_use(options);
     if (positional != NULL && options->alignment == ATTN_ALIGN_UNSET &&
         options->query_positions == NULL)
@@ -197,9 +199,6 @@ attn_status attn_validate_options(const attn_options *options, const attn_proble
                                  (long long)n, (long long)options->global_tokens[n],
                                  (long long)limit);
     }
-
-    status = check_pattern(options, error);
-    if (status != ATTN_OK) return status;
 
     if (options->block_layout != NULL) {
         if (options->block_q < 1)

@@ -119,6 +119,8 @@ attn_tensor ring_restrict(const attn_tensor *view, int dimension, int64_t begin,
  */
 typedef struct ring_transfer {
     MPI_Request requests[4];
+    MPI_Status statuses[4];    /* filled by the poll that completed everything, if any */
+    bool completed;            /* a poll completed every request (they are now NULL) */
     int expected_tag[4];       /* for receives; -1 for sends */
     int64_t expected_units[4]; /* for receives */
     int count;

@@ -54,6 +54,7 @@ attn_tensor ring_restrict(const attn_tensor *view, int dimension, int64_t begin,
 
 void ring_transfer_reset(ring_transfer *transfer) {
     transfer->count = 0;
+    transfer->completed = false;
     for (int i = 0; i < 4; ++i) transfer->requests[i] = MPI_REQUEST_NULL;
 }
 
@@ -87,18 +88,22 @@ attn_status ring_transfer_receive(ring_call *call, ring_transfer *transfer, floa
 }
 
 void ring_transfer_poll(ring_transfer *transfer) {
-    if (transfer->count == 0) return;
+    if (transfer->count == 0 || transfer->completed) return;
+    /* Either every request completes (and its status is kept for the wait) or none changes. */
     int done = 0;
-    MPI_Testall(transfer->count, transfer->requests, &done, MPI_STATUSES_IGNORE);
+    MPI_Testall(transfer->count, transfer->requests, &done, transfer->statuses);
+    if (done) transfer->completed = true;
 }
 
 attn_status ring_transfer_wait(ring_call *call, ring_transfer *transfer, int *received_tags,
                                attn_error *error) {
-    MPI_Status statuses[4];
+    MPI_Status *statuses = transfer->statuses;
     int count = transfer->count;
+    bool completed = transfer->completed;
     transfer->count = 0;
+    transfer->completed = false;
     if (count == 0) return ATTN_OK;
-    if (MPI_Waitall(count, transfer->requests, statuses) != MPI_SUCCESS)
+    if (!completed && MPI_Waitall(count, transfer->requests, statuses) != MPI_SUCCESS)
         return attn_fail(error, ATTN_ERROR_COMMUNICATION, "MPI_Waitall on the ring transfer failed");
     int received = 0;
     for (int slot = 0; slot < count; ++slot) {

@@ -46,6 +46,9 @@ static const ring_case cases[] = {
     {1, 96, 2, 2, 8, 8, 1, -1, -1, ATTN_RING_LAYOUT_ZIGZAG, 0, 0},
     {1, 96, 2, 2, 8, 8, 1, -1, -1, ATTN_RING_LAYOUT_STRIPED, 0, 0},
     {1, 96, 2, 2, 8, 8, 1, -1, -1, ATTN_RING_LAYOUT_CONTIGUOUS, 0, 0},
+    /* long enough for several row slabs per block: transfers complete during the compute */
+    {1, 1031, 2, 1, 8, 8, 1, -1, -1, ATTN_RING_LAYOUT_ZIGZAG, 0, 0},
+    {1, 1031, 2, 1, 8, 8, 0, -1, -1, ATTN_RING_LAYOUT_STRIPED, 0, 0},
 };
 
 static int rank, rank_count;
