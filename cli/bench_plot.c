@@ -13,7 +13,7 @@
 enum { WIDTH = 1100, HEIGHT = 640, LEFT = 90, RIGHT = 330, TOP = 50, BOTTOM = 70, SCALE = 2 };
 
 typedef struct canvas {
-    unsigned char pixels[HEIGHT][WIDTH][3];
+    unsigned char pixels[HEIGHT * WIDTH * 3]; /* RGB rows, top to bottom */
 } canvas;
 
 typedef struct color { unsigned char r, g, b; } color;
@@ -53,8 +53,8 @@ static const glyph font[] = {
 
 static void put_pixel(canvas *image, int x, int y, color c) {
     if (x < 0 || y < 0 || x >= WIDTH || y >= HEIGHT) return;
-    const unsigned char rgb[3] = {c.r, c.g, c.b};
-    memcpy(image->pixels[y][x], rgb, sizeof rgb);
+    unsigned char *pixel = image->pixels + ((size_t)y * WIDTH + (size_t)x) * 3;
+    pixel[0] = c.r, pixel[1] = c.g, pixel[2] = c.b;
 }
 
 static void fill_rectangle(canvas *image, int x0, int y0, int x1, int y1, color c) {
@@ -122,7 +122,7 @@ static int write_png(const char *path, const canvas *image, char *reason) {
     png_set_IHDR(png, info, WIDTH, HEIGHT, 8, PNG_COLOR_TYPE_RGB, PNG_INTERLACE_NONE,
                  PNG_COMPRESSION_TYPE_DEFAULT, PNG_FILTER_TYPE_DEFAULT);
     png_write_info(png, info);
-    for (int y = 0; y < HEIGHT; ++y) png_write_row(png, (png_const_bytep)image->pixels[y]);
+    for (int y = 0; y < HEIGHT; ++y) png_write_row(png, image->pixels + (size_t)y * WIDTH * 3);
     png_write_end(png, NULL);
     png_destroy_write_struct(&png, &info);
     if (fclose(file) != 0) {

@@ -51,7 +51,7 @@ typedef struct attn_ring_stats {
     int64_t computed_pairs;   /* allowed pairs computed, summed over B and Hq */
     int blocks_computed;      /* steps whose block had at least one allowed pair */
     int blocks_skipped;       /* steps whose block was fully masked (no compute) */
-    int64_t bytes_sent;       /* payload bytes this rank sent */
+    int64_t bytes_sent;       /* bytes this rank sent (each message rounded up to 1 KiB) */
     double compute_seconds;   /* wall time spent in attention kernels and merges */
     double wait_seconds;      /* wall time spent waiting for transfers to complete */
     double total_seconds;     /* wall time of the whole call */

@@ -346,7 +346,7 @@ static attn_status validate_entries(parsed_entry *entries, int64_t count, const 
                 return attn_fail(error, ATTN_ERROR_FORMAT, "safetensors: duplicate tensor '%s'",
                                  entries[i].tensor.name);
     }
-    qsort(entries, (size_t)count, sizeof *entries, compare_entries_by_offset);
+    if (count > 1) qsort(entries, (size_t)count, sizeof *entries, compare_entries_by_offset);
     uint64_t expected_begin = 0;
     for (int64_t i = 0; i < count; ++i) {
         if (entries[i].begin < expected_begin)
