@@ -164,7 +164,9 @@ static int build_options(case_bytes *bytes, value_generator *g, attention_case *
         o->scale = scales[case_take(bytes, 4)];
         if (invalid && invalid_kind == 0) o->scale = case_take(bytes, 2) ? 0.0f : -1.0f;
     }
-    o->alignment = (attn_alignment)case_take(bytes, 3);
+    /* Usually an alignment (position-dependent options need one); UNSET one time in eight. */
+    o->alignment = case_take(bytes, 8) == 0 ? ATTN_ALIGN_UNSET
+                                            : (attn_alignment)(1 + case_take(bytes, 2));
     o->causal = case_take(bytes, 2);
     o->window_left = (int64_t)case_take(bytes, 8) - 1;  /* -1 (unbounded) .. 6 */
     o->window_right = (int64_t)case_take(bytes, 8) - 1;

@@ -52,7 +52,5 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             memchr(file.metadata[m].value, '\0', sizeof file.metadata[m].value) == NULL)
             finding("metadata not terminated", NULL);
     attn_safetensors_free(&file);
-    static volatile unsigned sink; /* keeps the reads of every data byte */
-    sink = checksum;
-    return 0;
+    return checksum == 0xFFFFFFFFu ? -1 : 0; /* uses the reads of every data byte */
 }

@@ -7,6 +7,7 @@
  *     narrow band;
  *   - attn_mask_allowed agrees with a direct transcription of the attn.h formula for the
  *     patterns (strided, fixed, dilated) and global tokens;
+ *   - the row forms (attn_mask_allowed_row / attn_mask_additive_row) equal the per-pair ones;
  *   - the standard ALiBi slopes are exact for n in {8, 12, 16, 32}.
  */
 #include <stdlib.h>
@@ -113,7 +114,7 @@ static int64_t count_allowed(const attn_mask_context *context, int64_t b, int64_
 static void check_classification(void) {
     test_rng rng;
     test_rng_seed(&rng, 2024);
-    int64_t wrong = 0, inexact_banded = 0, tiles = 0, skipped = 0, candidate_misses = 0;
+    int64_t wrong = 0, inexact_banded = 0, tiles = 0, skipped = 0, candidate_misses = 0, row_mismatches = 0;
     for (int trial = 0; trial < 400; ++trial) {
         random_mask m;
         random_mask_build(&m, &rng);
@@ -152,10 +153,22 @@ static void check_classification(void) {
                                 ++candidate_misses;
                     }
                 }
+        /* The row forms equal the per-pair functions. */
+        for (int64_t b = 0; b < m.problem.batch; ++b)
+            for (int64_t h = 0; h < m.problem.query_heads; ++h)
+                for (int64_t i = 0; i < m.problem.query_length; ++i) {
+                    uint8_t row[40];
+                    const int64_t j0 = test_rng_range(&rng, 0, m.problem.key_length - 1);
+                    const int64_t j1 = test_rng_range(&rng, j0 + 1, m.problem.key_length);
+                    attn_mask_allowed_row(&context, b, h, i, j0, j1, row);
+                    for (int64_t j = j0; j < j1; ++j)
+                        row_mismatches += row[j - j0] != (uint8_t)attn_mask_allowed(&context, b, h, i, j);
+                }
         attn_mask_context_free(&context);
     }
     CHECK(wrong == 0, "classify_tile: %lld wrong FULL/EMPTY of %lld tiles", (long long)wrong, (long long)tiles);
     CHECK(inexact_banded == 0, "classify_tile: %lld banded tiles not classified exactly", (long long)inexact_banded);
+    CHECK(row_mismatches == 0, "attn_mask_allowed_row: %lld keys differ from attn_mask_allowed", (long long)row_mismatches);
     CHECK(candidate_misses == 0, "candidate_keys: %lld allowed keys outside the range", (long long)candidate_misses);
     CHECK(skipped > tiles / 10, "classification skips tiles (%lld of %lld EMPTY)", (long long)skipped, (long long)tiles);
 }
@@ -250,6 +263,41 @@ static void check_patterns(void) {
     attn_mask_context_free(&context);
 }
 
+/* attn_mask_additive_row equals attn_mask_additive (bias + ALiBi, explicit positions). */
+static void check_additive_row(void) {
+    attn_problem p = {.batch = 2, .query_length = 9, .key_length = 13, .query_heads = 3,
+                      .kv_heads = 1, .group_size = 3, .key_dim = 4, .value_dim = 4, .scale = 1};
+    float bias_data[2 * 1 * 9 * 13];
+    test_rng rng;
+    test_rng_seed(&rng, 8);
+    test_fill_normal(&rng, bias_data, 2 * 9 * 13, 1.0f);
+    const int64_t bias_shape[4] = {2, 1, 9, 13};
+    attn_tensor bias = attn_tensor_contiguous(bias_data, ATTN_DTYPE_F32, 4, bias_shape);
+    int64_t key_positions[13];
+    for (int j = 0; j < 13; ++j) key_positions[j] = 3 * j - 7;
+    int64_t mismatches = 0;
+    for (int variant = 0; variant < 3; ++variant) {
+        attn_options o = attn_options_default();
+        o.alignment = ATTN_ALIGN_BOTTOM_RIGHT;
+        o.alibi = 1;
+        if (variant >= 1) o.bias = &bias;
+        if (variant == 2) o.key_positions = key_positions;
+        attn_mask_context context;
+        attn_error error;
+        CHECK_STATUS(attn_mask_context_init(&context, &o, &p, &error), ATTN_OK, &error, "additive context");
+        for (int64_t b = 0; b < 2; ++b)
+            for (int64_t h = 0; h < 3; ++h)
+                for (int64_t i = 0; i < 9; ++i) {
+                    float row[13];
+                    attn_mask_additive_row(&context, b, h, i, 2, 13, row);
+                    for (int64_t j = 2; j < 13; ++j)
+                        mismatches += row[j - 2] != attn_mask_additive(&context, b, h, i, j);
+                }
+        attn_mask_context_free(&context);
+    }
+    CHECK(mismatches == 0, "attn_mask_additive_row: %lld values differ", (long long)mismatches);
+}
+
 static void check_alibi_slopes(void) {
     float slopes[32];
     attn_error error;
@@ -277,5 +325,6 @@ int main(void) {
     check_candidate_range_is_narrow();
     check_patterns();
     check_alibi_slopes();
+    check_additive_row();
     return test_finish();
 }

@@ -75,28 +75,45 @@ void attn_mask_context_free(attn_mask_context *context) {
     context->global_key = NULL;
 }
 
-int64_t attn_mask_query_count(const attn_mask_context *context, int64_t b) {
+/* Inline forms of the exported count and position functions, used on the hot paths below. */
+static inline int64_t query_count_of(const attn_mask_context *context, int64_t b) {
     const int32_t *lengths = context->options->query_lengths;
     return lengths != NULL ? lengths[b] : context->problem.query_length;
 }
 
-int64_t attn_mask_key_count(const attn_mask_context *context, int64_t b) {
+static inline int64_t key_count_of(const attn_mask_context *context, int64_t b) {
     const int32_t *lengths = context->options->key_lengths;
     return lengths != NULL ? lengths[b] : context->problem.key_length;
 }
 
-int64_t attn_mask_query_position(const attn_mask_context *context, int64_t b, int64_t i) {
+static inline int64_t query_position_of(const attn_mask_context *context, int64_t b, int64_t i) {
     const attn_options *options = context->options;
     if (options->query_positions != NULL) return options->query_positions[i];
     if (options->alignment == ATTN_ALIGN_BOTTOM_RIGHT)
-        return i + attn_mask_key_count(context, b) - attn_mask_query_count(context, b);
+        return i + key_count_of(context, b) - query_count_of(context, b);
     return i;
+}
+
+static inline int64_t key_position_of(const attn_mask_context *context, int64_t j) {
+    const int64_t *positions = context->options->key_positions;
+    return positions != NULL ? positions[j] : j;
+}
+
+int64_t attn_mask_query_count(const attn_mask_context *context, int64_t b) {
+    return query_count_of(context, b);
+}
+
+int64_t attn_mask_key_count(const attn_mask_context *context, int64_t b) {
+    return key_count_of(context, b);
+}
+
+int64_t attn_mask_query_position(const attn_mask_context *context, int64_t b, int64_t i) {
+    return query_position_of(context, b, i);
 }
 
 int64_t attn_mask_key_position(const attn_mask_context *context, int64_t b, int64_t j) {
     (void)b;
-    const int64_t *positions = context->options->key_positions;
-    return positions != NULL ? positions[j] : j;
+    return key_position_of(context, j);
 }
 
 /* Floor division and modulo for a divisor >= 1 (positions may be negative). */
@@ -146,16 +163,18 @@ static const void *broadcast_element(const attn_tensor *t, int64_t b, int64_t h,
     return (const char *)t->data + offset * (int64_t)attn_dtype_size(t->dtype);
 }
 
-bool attn_mask_allowed(const attn_mask_context *context, int64_t b, int64_t h, int64_t i,
-                       int64_t j) {
+static inline bool local_constraints_active(const attn_options *options) {
+    return options->window_left >= 0 || options->window_right >= 0 ||
+           options->pattern != ATTN_PATTERN_NONE;
+}
+
+/* attn_mask_allowed for a pair inside the valid lengths, with pq(i) already known. */
+static inline bool allowed_at_position(const attn_mask_context *context, int64_t b, int64_t h,
+                                       int64_t i, int64_t query_position, int64_t j) {
     const attn_options *options = context->options;
-    if (i >= attn_mask_query_count(context, b) || j >= attn_mask_key_count(context, b))
-        return false;
-    const bool local_active = options->window_left >= 0 || options->window_right >= 0 ||
-                              options->pattern != ATTN_PATTERN_NONE;
+    const bool local_active = local_constraints_active(options);
     if (options->causal || local_active) {
-        const int64_t query_position = attn_mask_query_position(context, b, i);
-        const int64_t key_position = attn_mask_key_position(context, b, j);
+        const int64_t key_position = key_position_of(context, j);
         if (options->causal && key_position > query_position) return false;
         if (local_active && !attn_mask_local_allowed(context, query_position, key_position)) {
             const bool global = (context->global_query != NULL && context->global_query[i]) ||
@@ -172,18 +191,74 @@ bool attn_mask_allowed(const attn_mask_context *context, int64_t b, int64_t h, i
     return true;
 }
 
+bool attn_mask_allowed(const attn_mask_context *context, int64_t b, int64_t h, int64_t i,
+                       int64_t j) {
+    if (i >= query_count_of(context, b) || j >= key_count_of(context, b)) return false;
+    return allowed_at_position(context, b, h, i, query_position_of(context, b, i), j);
+}
+
+void attn_mask_allowed_row(const attn_mask_context *context, int64_t b, int64_t h, int64_t i,
+                           int64_t j0, int64_t j1, uint8_t *allowed) {
+    const attn_options *options = context->options;
+    if (j1 <= j0) return;
+    memset(allowed, 0, (size_t)(j1 - j0));
+    if (i >= query_count_of(context, b)) return;
+    int64_t begin = j0, end = j1 < key_count_of(context, b) ? j1 : key_count_of(context, b);
+    const int64_t query_position = query_position_of(context, b, i);
+
+    /* With implicit key positions (pk = j), causal and the window are an interval of j;
+     * global tokens lift the window, so then only causal narrows the interval. */
+    bool band_is_interval = false;
+    if (options->key_positions == NULL) {
+        if (options->causal && query_position + 1 < end) end = query_position + 1;
+        if (context->global_query == NULL) {
+            if (options->window_left >= 0 && options->window_left < query_position - begin)
+                begin = query_position - options->window_left;
+            if (options->window_right >= 0 && options->window_right < end - query_position - 1)
+                end = query_position + options->window_right + 1;
+            band_is_interval = true;
+        }
+    }
+    if (begin >= end) return;
+    const bool per_element = !band_is_interval || options->pattern != ATTN_PATTERN_NONE ||
+                             options->mask != NULL || options->block_layout != NULL;
+    if (!per_element) {
+        memset(allowed + (begin - j0), 1, (size_t)(end - begin));
+        return;
+    }
+    for (int64_t j = begin; j < end; ++j)
+        allowed[j - j0] = allowed_at_position(context, b, h, i, query_position, j);
+}
+
 float attn_mask_additive(const attn_mask_context *context, int64_t b, int64_t h, int64_t i,
                          int64_t j) {
     const attn_options *options = context->options;
     float additive = 0.0f;
     if (options->bias != NULL) additive = *(const float *)broadcast_element(options->bias, b, h, i, j);
     if (context->alibi_slopes != NULL) {
-        int64_t distance = attn_mask_query_position(context, b, i) -
-                           attn_mask_key_position(context, b, j);
+        int64_t distance = query_position_of(context, b, i) - key_position_of(context, j);
         if (distance < 0) distance = -distance;
         additive -= context->alibi_slopes[h] * (float)distance;
     }
     return additive;
+}
+
+void attn_mask_additive_row(const attn_mask_context *context, int64_t b, int64_t h, int64_t i,
+                            int64_t j0, int64_t j1, float *additive) {
+    const attn_options *options = context->options;
+    for (int64_t j = j0; j < j1; ++j) additive[j - j0] = 0.0f;
+    if (options->bias != NULL)
+        for (int64_t j = j0; j < j1; ++j)
+            additive[j - j0] = *(const float *)broadcast_element(options->bias, b, h, i, j);
+    if (context->alibi_slopes != NULL) {
+        const int64_t query_position = query_position_of(context, b, i);
+        const float slope = context->alibi_slopes[h];
+        for (int64_t j = j0; j < j1; ++j) {
+            int64_t distance = query_position - key_position_of(context, j);
+            if (distance < 0) distance = -distance;
+            additive[j - j0] -= slope * (float)distance;
+        }
+    }
 }
 
 void attn_mask_candidate_keys(const attn_mask_context *context, int64_t b, int64_t i0,

@@ -73,6 +73,15 @@ bool attn_mask_allowed(const attn_mask_context *context, int64_t b, int64_t h, i
 float attn_mask_additive(const attn_mask_context *context, int64_t b, int64_t h, int64_t i,
                          int64_t j);
 
+/* Row forms for the tiled loops, same values as the per-pair functions for keys [j0, j1):
+ * allowed[c] = attn_mask_allowed(b, h, i, j0 + c) (0 or 1), with causal and window limits
+ * applied as one interval rather than per key; additive[c] = attn_mask_additive(b, h, i,
+ * j0 + c). allowed: uint8[j1 - j0], additive: float[j1 - j0]. */
+void attn_mask_allowed_row(const attn_mask_context *context, int64_t b, int64_t h, int64_t i,
+                           int64_t j0, int64_t j1, uint8_t *allowed);
+void attn_mask_additive_row(const attn_mask_context *context, int64_t b, int64_t h, int64_t i,
+                            int64_t j0, int64_t j1, float *additive);
+
 /* The logit transform before the additive term: scale, then soft-cap when enabled. */
 static inline float attn_transform_logit(float dot, float scale, float softcap);
 
