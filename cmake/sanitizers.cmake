@@ -7,7 +7,7 @@
 #   thread   ThreadSanitizer. With clang, OpenMP comes from LLVM's libomp, whose OMPT tool
 #            "Archer" (libarcher.so, shipped with libomp-dev) is loaded automatically when the
 #            program is built with TSan and tells TSan about OpenMP's barriers, reductions and
-#            task dependences; no suppression file is needed. Tests that mention num_threads
+#            task dependences; no suppression file is needed. Tests that mention (num_)threads
 #            get the ctest label "threaded" (ctest -L threaded runs only those).
 #
 # Every test gets ASAN/UBSAN/LSAN/TSAN_OPTIONS so that any report makes it fail;
@@ -53,7 +53,7 @@ function(attn_sanitize_target target)
 endfunction()
 
 # Makes any sanitizer report fail test `test_name`; labels it "threaded" when its source
-# (tests/<name>.c) mentions num_threads.
+# (tests/<name>.c) mentions num_threads or threads.
 function(attn_sanitize_test test_name)
   if(NOT ATTN_SANITIZE STREQUAL "")
     set(asan_options "${ATTN_ASAN_OPTIONS}")
@@ -69,7 +69,7 @@ function(attn_sanitize_test test_name)
   endif()
   set(test_source ${CMAKE_SOURCE_DIR}/tests/${test_name}.c)
   if(EXISTS ${test_source})
-    file(STRINGS ${test_source} thread_lines REGEX "num_threads")
+    file(STRINGS ${test_source} thread_lines REGEX "num_threads|threads")
     if(thread_lines)
       set_property(TEST ${test_name} APPEND PROPERTY LABELS threaded)
     endif()
