@@ -13,6 +13,10 @@ and prints one Markdown table of medians and ratios. With --backward it also tim
 attn_backward against loss.backward() through SDPA (q, k, v requiring grad; the forward is
 excluded from the PyTorch backward time by timing only .backward()).
 
+--clock cpu times both sides by process CPU time divided by the thread count (attn bench
+--clock cpu; time.process_time() for PyTorch), which on a shared machine counts only the time
+the threads actually ran; the default is the wall clock.
+
 GFLOP/s count allowed pairs only: 4*D per pair forward, 10*D backward (see `attn bench --help`).
 
 Usage: python3 bench/compare.py --attn build/attn [--quick] [--t 1024,4096] [--d 64] ...
@@ -47,7 +51,7 @@ def run_attn(args, extra, lengths):
     command = [args.attn, "bench", "--t", ",".join(map(str, lengths)), "--d", args.d,
                "--heads", args.heads, "--groups", args.groups, "--masks", args.masks,
                "--window", str(args.window), "--repeats", str(args.repeats),
-               "--threads", str(args.threads), "--csv", "/dev/stdout"] + extra
+               "--threads", str(args.threads), "--clock", args.clock, "--csv", "/dev/stdout"] + extra
     if args.peak_gflops:
         command += ["--peak-gflops", str(args.peak_gflops)]
     output = subprocess.run(command, check=True, capture_output=True, text=True).stdout
@@ -61,13 +65,20 @@ def run_attn(args, extra, lengths):
     return rows
 
 
+CLOCK = {"wall": time.perf_counter}
+
+
+def now():
+    return CLOCK["now"]()
+
+
 def torch_time(function, repeats):
     function()  # warm-up
     times = []
     for _ in range(repeats):
-        start = time.perf_counter()
+        start = now()
         function()
-        times.append(time.perf_counter() - start)
+        times.append(now() - start)
     return statistics.median(times)
 
 
@@ -98,10 +109,10 @@ def torch_case(t, hq, hkv, d, mask, window, repeats, backward):
     times = []
     for run in range(repeats + 1):
         out = F.scaled_dot_product_attention(q, k, v, **kwargs)
-        start = time.perf_counter()
+        start = now()
         out.backward(dout)
         if run > 0:
-            times.append(time.perf_counter() - start)
+            times.append(now() - start)
         q.grad = k.grad = v.grad = None
     return statistics.median(times)
 
@@ -122,7 +133,11 @@ def main():
     parser.add_argument("--peak-gflops", type=float, default=0.0)
     parser.add_argument("--backward", action="store_true")
     parser.add_argument("--markdown", help="also write the table to this file")
+    parser.add_argument("--clock", choices=["wall", "cpu"], default="wall",
+                        help="wall clock, or process CPU time per thread (shared machines)")
     args = parser.parse_args()
+    CLOCK["now"] = (time.perf_counter if args.clock == "wall"
+                    else lambda: time.process_time() / args.threads)
     if args.quick:
         args.t, args.heads = "512,1024,2048,4096", "8"
     torch.set_num_threads(args.threads)
@@ -132,8 +147,8 @@ def main():
     small = [t for t in lengths if t <= args.reference_max_t]
     reference_rows = run_attn(args, ["--reference"], small) if small else {}
 
-    lines = [f"torch {torch.__version__}, {args.threads} threads; attn median of {args.repeats} runs; "
-             f"ratios > 1 mean attn is faster.", "",
+    lines = [f"torch {torch.__version__}, {args.threads} threads, {args.clock} clock; attn median of "
+             f"{args.repeats} runs; ratios > 1 mean attn is faster.", "",
              "| pass | T | Hq | Hkv | D | mask | attn ms | attn GFLOP/s | % peak | torch ms | "
              "torch GFLOP/s | attn vs torch | reference ms | attn vs reference |",
              "|---|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|"]

@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "attn.h"
+#include "bench_clock.h"
 #include "bench_report.h"
 #include "cli.h"
 #include "kernels/kernel.h"
@@ -31,6 +32,7 @@ typedef struct bench_settings {
     int64_t batch, window;
     int repeats, threads, backward, peak_only, reference;
     attn_kernel_choice kernel;
+    bench_clock clock;  /* --clock wall (default) or cpu */
     double peak_gflops; /* > 0: given with --peak-gflops, no measurement */
     const char *csv_path, *markdown_path, *plot_path;
 } bench_settings;
@@ -60,6 +62,8 @@ static void print_help(FILE *stream) {
         "  --backward          also time attn_backward (rows skipped if it is unsupported)\n"
         "  --reference         time attn_reference_forward (the naive oracle) instead\n"
         "  --peak-gflops X     use X as the peak instead of measuring it\n"
+        "  --clock wall|cpu    time runs and the peak by wall clock (default) or by process CPU\n"
+        "                      time per thread (for a shared machine: counts only running time)\n"
         "  --csv FILE          write the results as CSV\n"
         "  --markdown FILE     write the Markdown table to FILE (it is always printed)\n"
         "  --plot FILE         write a PNG of GFLOP/s against T\n");
@@ -180,6 +184,14 @@ static int parse_arguments(int argc, char **argv, bench_settings *s) {
             else if (!strcmp(value, "avx512")) s->kernel = ATTN_KERNEL_AVX512;
             else {
                 fprintf(stderr, "attn bench: --kernel '%s': expected auto, generic, avx2 or avx512\n", value);
+                return 2;
+            }
+            ++i;
+        } else if (!strcmp(option, "--clock")) {
+            if (value && !strcmp(value, "wall")) s->clock = BENCH_CLOCK_WALL;
+            else if (value && !strcmp(value, "cpu")) s->clock = BENCH_CLOCK_CPU;
+            else {
+                fprintf(stderr, "attn bench: --clock '%s': expected wall or cpu\n", value ? value : "");
                 return 2;
             }
             ++i;
@@ -318,10 +330,11 @@ static void measure(const bench_settings *s, bench_tensors *t, int backward, ben
     if (backward) status = attn_forward(&t->tq, &t->tk, &t->tv, &options, &t->tout, &t->tlse, &error);
     if (status == ATTN_OK) status = run_once(backward, s->reference, t, &options, &error); /* warm-up */
     int repeats = s->repeats < 64 ? s->repeats : 64;
+    const int threads = s->threads > 0 ? s->threads : omp_get_max_threads();
     for (int r = 0; status == ATTN_OK && r < repeats; ++r) {
-        const double start = omp_get_wtime();
+        const double start = bench_clock_seconds(s->clock, threads);
         status = run_once(backward, s->reference, t, &options, &error);
-        times[r] = omp_get_wtime() - start;
+        times[r] = bench_clock_seconds(s->clock, threads) - start;
         if (r == 0 && times[0] > 2.0 && repeats > 3) repeats = 3;
     }
     if (status != ATTN_OK) {
@@ -392,8 +405,10 @@ int cli_bench(int argc, char **argv) {
     const int threads = s.threads > 0 ? s.threads : omp_get_max_threads();
 
     if (s.peak_only) {
-        printf("threads: %d\nfp32 FMA peak: %.1f GFLOP/s\nmemory read bandwidth: %.1f GB/s\n",
-               threads, cli_measure_fma_peak_gflops(threads), cli_measure_read_bandwidth_gbs(threads));
+        printf("threads: %d\nfp32 FMA peak: %.1f GFLOP/s%s\nmemory read bandwidth: %.1f GB/s\n",
+               threads, bench_measure_fma_peak(threads, s.clock),
+               s.clock == BENCH_CLOCK_CPU ? " (CPU time)" : "",
+               cli_measure_read_bandwidth_gbs(threads));
         return 0;
     }
     const attn_kernel_table *table = NULL;
@@ -402,7 +417,7 @@ int cli_bench(int argc, char **argv) {
         fprintf(stderr, "attn bench: --kernel: %s\n", error.message);
         return 1;
     }
-    const double peak = s.peak_gflops > 0 ? s.peak_gflops : cli_measure_fma_peak_gflops(threads);
+    const double peak = s.peak_gflops > 0 ? s.peak_gflops : bench_measure_fma_peak(threads, s.clock);
 
     char command_line[512] = "attn";
     for (int i = 0; i < argc; ++i) {

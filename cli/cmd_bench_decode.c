@@ -31,6 +31,20 @@ static void usage(FILE *stream) {
             "  --max-gib G  skip caches larger than G GiB (default 4.5; memory stays < 8 GB)\n");
 }
 
+enum { LAYER_STEPS = 5 };
+
+/* Median of `count` (<= 64) times. */
+static double median_seconds(const double *times, int count) {
+    double sorted[64];
+    for (int i = 0; i < count; ++i) sorted[i] = times[i];
+    for (int i = 1; i < count; ++i) /* insertion sort */
+        for (int j = i; j > 0 && sorted[j] < sorted[j - 1]; --j) {
+            double t = sorted[j];
+            sorted[j] = sorted[j - 1], sorted[j - 1] = t;
+        }
+    return sorted[count / 2];
+}
+
 /* Fills sequence 0 of `cache` to `context` tokens from one random chunk (appended
  * repeatedly), then returns the seconds per decode step of query q (median of repeats). */
 static double time_decode(attn_kv_cache *cache, int64_t context, const attn_tensor *q,
@@ -47,12 +61,7 @@ static double time_decode(attn_kv_cache *cache, int64_t context, const attn_tens
         now = omp_get_wtime();
         times[repeats++] = now - before;
     }
-    for (int i = 1; i < repeats; ++i) /* insertion sort; median */
-        for (int j = i; j > 0 && times[j] < times[j - 1]; --j) {
-            double t = times[j];
-            times[j] = times[j - 1], times[j - 1] = t;
-        }
-    return times[repeats / 2];
+    return median_seconds(times, repeats);
 }
 
 static attn_status fill_cache(attn_kv_cache *cache, int64_t context, int64_t kv_heads,
@@ -146,24 +155,36 @@ static int bench_mla_layer(int64_t context, const bench_settings *s) {
     for (int64_t i = 0; i < d; ++i) hidden[i] = (float)((i * 31) % 17) / 17.0f - 0.5f;
     attn_tensor x = {hidden, ATTN_DTYPE_F32, 3, {1, 1, d}, {d, d, 1}};
     attn_tensor y = {out, ATTN_DTYPE_F32, 3, {1, 1, d}, {d, d, 1}};
-    printf("\nMLA layer step (V2-Lite: hidden 2048, 16 heads, d_c 512), context %lld, fp32:\n",
-           (long long)context);
+    printf("\nMLA layer step (V2-Lite: hidden 2048, 16 heads, d_c 512), context %lld, fp32\n"
+           "(projections + attention + output; median of %d steps after a warm-up):\n",
+           (long long)context, LAYER_STEPS);
     int failed = 0;
+    double median[2] = {0.0, 0.0};
     for (int path = 0; path < 2 && !failed; ++path) {
         attn_kv_cache_config cache_config;
         attn_error error;
         attn_kv_cache *cache = NULL;
-        attn_mla_cache_config(&config, 1, context + 1, ATTN_DTYPE_F32, 256, &cache_config, &error);
+        attn_mla_cache_config(&config, 1, context + 1 + LAYER_STEPS, ATTN_DTYPE_F32, 256,
+                              &cache_config, &error);
         failed |= attn_kv_cache_create(&cache_config, &cache, &error) != ATTN_OK;
         failed |= !failed && fill_cache(cache, context, 1, 576, 512, 1, &error) != ATTN_OK;
-        double start = omp_get_wtime();
-        failed |= !failed && attn_mla_forward(&config, &weights, cache, &x, (attn_mla_path)path,
-                                              &y, &error) != ATTN_OK;
-        double seconds = omp_get_wtime() - start;
-        if (failed) fprintf(stderr, "attn bench decode: %s\n", error.message);
-        else printf("  %-9s %10.2f ms per token\n", path ? "absorbed" : "naive", seconds * 1e3);
+        double times[LAYER_STEPS + 1];
+        for (int step = 0; step <= LAYER_STEPS && !failed; ++step) {
+            double start = omp_get_wtime();
+            failed |= attn_mla_forward(&config, &weights, cache, &x, (attn_mla_path)path, &y,
+                                       &error) != ATTN_OK;
+            times[step] = omp_get_wtime() - start;
+        }
+        if (failed) {
+            fprintf(stderr, "attn bench decode: %s\n", error.message);
+        } else {
+            median[path] = median_seconds(times + 1, LAYER_STEPS);
+            printf("  %-9s %10.2f ms per token\n", path ? "absorbed" : "naive", median[path] * 1e3);
+        }
         attn_kv_cache_destroy(cache);
     }
+    if (!failed && median[1] > 0)
+        printf("  absorbed is %.1fx faster than naive\n", median[0] / median[1]);
     (void)s;
     for (int i = 0; i < 5; ++i) free(w[i]);
     free(hidden), free(out);

@@ -5,17 +5,20 @@
  * FMA peak: every thread runs 16 independent FMA chains (more than latency × pipes = 4 × 2
  * needs) on the widest vectors the CPU has (AVX-512 zmm, else AVX2 ymm, else scalar),
  * operands in registers; best of three timed runs of ≈ 0.1 s after a calibration run.
+ * With BENCH_CLOCK_CPU (bench_clock.h) the runs are timed in process CPU time per thread.
  * Bandwidth: every thread sums its share of a 256 MiB buffer (far larger than the L3) with
  * vector loads; best of three passes after one that faults the pages in.
  */
 #include <omp.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #if defined(__x86_64__)
 #include <immintrin.h>
 #endif
 
+#include "bench_clock.h"
 #include "cli.h"
 
 #define CHAINS 16
@@ -68,12 +71,36 @@ static int fma_lanes(void) {
 
 static volatile float fma_sink;
 
-/* Seconds for every one of `threads` threads to run `iterations` steps of the chains. */
-static double time_fma(int threads, int lanes, long iterations) {
+/* Seconds of the calling thread's own CPU time. */
+static double thread_cpu_seconds(void) {
+    struct timespec now;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &now);
+    return (double)now.tv_sec + 1e-9 * (double)now.tv_nsec;
+}
+
+/* The CPU clock is the mean of the OpenMP team threads' own CPU clocks, read inside a
+ * parallel region of `threads` threads: libgomp keeps that team's threads for the next
+ * region of the same size, i.e. the threads attn then runs on. (The process CPU clock
+ * would do, but it sees other threads' time only at scheduler ticks, 4 ms here.) */
+double bench_clock_seconds(bench_clock clock, int threads) {
+    if (clock == BENCH_CLOCK_WALL) return omp_get_wtime();
+    if (threads <= 0) threads = omp_get_max_threads();
+    double total = 0.0;
+#pragma omp parallel num_threads(threads) reduction(+ : total)
+    total += thread_cpu_seconds();
+    return total / threads;
+}
+
+/* Seconds for every one of `threads` threads to run `iterations` steps of the chains: wall
+ * time, or (BENCH_CLOCK_CPU) the mean over threads of each thread's own CPU time for its
+ * chains, so time spent descheduled or waiting for a preempted sibling is not counted. */
+static double time_fma(int threads, int lanes, long iterations, bench_clock clock) {
     const double start = omp_get_wtime();
-#pragma omp parallel num_threads(threads)
+    double cpu_seconds = 0.0;
+#pragma omp parallel num_threads(threads) reduction(+ : cpu_seconds)
     {
         const float seed = (float)omp_get_thread_num();
+        const double thread_start = thread_cpu_seconds();
         float result;
 #if defined(__x86_64__)
         if (lanes == 16) result = fma_chains_avx512(iterations, seed);
@@ -82,19 +109,24 @@ static double time_fma(int threads, int lanes, long iterations) {
 #endif
             result = fma_chains_scalar(iterations, seed);
         if (result == 12345.0f) fma_sink = result;
+        cpu_seconds += thread_cpu_seconds() - thread_start;
     }
-    return omp_get_wtime() - start;
+    return clock == BENCH_CLOCK_CPU ? cpu_seconds / threads : omp_get_wtime() - start;
 }
 
 double cli_measure_fma_peak_gflops(int threads) {
+    return bench_measure_fma_peak(threads, BENCH_CLOCK_WALL);
+}
+
+double bench_measure_fma_peak(int threads, bench_clock clock) {
     if (threads <= 0) threads = omp_get_max_threads();
     const int lanes = fma_lanes();
     long iterations = 200000;
-    const double calibration = time_fma(threads, lanes, iterations);
+    const double calibration = time_fma(threads, lanes, iterations, clock);
     if (calibration > 0) iterations = (long)(iterations * 0.1 / calibration) + 1;
     double best = 0.0;
     for (int run = 0; run < 3; ++run) {
-        const double seconds = time_fma(threads, lanes, iterations);
+        const double seconds = time_fma(threads, lanes, iterations, clock);
         const double flops = 2.0 * CHAINS * lanes * (double)iterations * threads;
         if (seconds > 0 && flops / seconds > best) best = flops / seconds;
     }

@@ -1,9 +1,9 @@
 /*
  * attention_case.c — builds, runs and compares one randomised attention call (see
- * attention_case.h). Sizes are kept small (T <= 12, D <= 9, heads <= 6) so the naive reference
+ * attention_case.h). Sizes are kept small (T <= 12, D <= 9, heads <= 9) so the naive reference
  * stays cheap and thousands of cases run per second; about one case in sixteen is deliberately
- * invalid (bad window, pattern parameters, mask shape, lengths, head ratio) to check that the
- * fast path and the reference refuse the same requests with the same status.
+ * invalid (scale, window, mask shape, lengths, global token, pattern parameters, soft-cap) to
+ * check that the fast path and the reference refuse the same requests with the same status.
  */
 #include "attention_case.h"
 

@@ -8,3 +8,31 @@ jobs=$(nproc)
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release
 cmake --build build -j"$jobs"
 (cd build && ctest --output-on-failure -j"$jobs")
+
+# ---- hardening stages (docs/robustness.md). ATTN_HARDENING=0 skips them all; ATTN_FUZZ_SECONDS
+# sets the time per fuzz target (default 60). Every sanitizer report fails its test.
+if [ "${ATTN_HARDENING:-1}" != 0 ]; then
+  stage() { echo "== hardening: $* ($(date +%T))"; }
+  # (1) AddressSanitizer + UndefinedBehaviorSanitizer (clang): the whole suite again. The same
+  #     tree builds the libFuzzer targets (ATTN_FUZZ=ON instruments it for coverage too).
+  stage "ASan + UBSan build and ctest (build-asan)"
+  CC=clang cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DATTN_SANITIZE=address \
+    -DATTN_FUZZ=ON
+  cmake --build build-asan -j"$jobs"
+  (cd build-asan && ctest --output-on-failure -j"$jobs")
+  # (2) ThreadSanitizer on the threaded tests; OpenMP is LLVM's libomp, made visible to TSan by
+  #     its Archer tool (loaded automatically; no suppressions).
+  stage "TSan build and ctest -L threaded (build-tsan)"
+  CC=clang cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DATTN_SANITIZE=thread
+  cmake --build build-tsan -j"$jobs"
+  (cd build-tsan && ctest --output-on-failure -j"$jobs" -L threaded)
+  # (3) valgrind memcheck on the CLI's main paths (demo, forward, error paths) of the release
+  #     build: tests/test_robustness_limits.c runs every CLI call under this wrapper.
+  stage "valgrind memcheck on the CLI (build)"
+  ATTN_CLI_WRAPPER="valgrind -q --error-exitcode=99 --leak-check=full --errors-for-leak-kinds=definite" \
+    OMP_NUM_THREADS=2 build/test_robustness_limits
+  # (4) every libFuzzer target for ATTN_FUZZ_SECONDS seconds.
+  stage "libFuzzer targets, ${ATTN_FUZZ_SECONDS:-60} s each"
+  bash fuzz/run.sh build-asan
+  stage "done"
+fi

@@ -7,6 +7,9 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#if defined(__linux__)
+#include <sys/mman.h>
+#endif
 
 #include "cache/cache_internal.h"
 #include "cache/half.h"
@@ -18,6 +21,25 @@ attn_kv_cache_config attn_kv_cache_config_default(void) {
     config.dtype = ATTN_DTYPE_F32;
     config.rope_layout = ATTN_ROPE_INTERLEAVED;
     return config;
+}
+
+/* ---- pool memory ---- */
+
+enum { HUGE_PAGE_BYTES = 2 << 20 };
+
+/* A page pool of `bytes`: 64-byte aligned; from 2 MiB on, 2 MiB aligned and (on Linux)
+ * marked for transparent huge pages, so streaming a long context does not walk the page
+ * tables every 4 KiB (decode reads the whole pool each step). NULL when out of memory. */
+static void *pool_alloc(size_t bytes) {
+    if (bytes < HUGE_PAGE_BYTES) return attn_aligned_alloc(bytes);
+    size_t rounded;
+    if (!attn_add_size(bytes, HUGE_PAGE_BYTES - 1, &rounded)) return NULL;
+    rounded &= ~(size_t)(HUGE_PAGE_BYTES - 1);
+    void *pool = aligned_alloc(HUGE_PAGE_BYTES, rounded);
+#if defined(__linux__) && defined(MADV_HUGEPAGE)
+    if (pool != NULL) (void)madvise(pool, rounded, MADV_HUGEPAGE); /* a hint; failure is fine */
+#endif
+    return pool;
 }
 
 /* ---- element storage ---- */
@@ -228,10 +250,9 @@ attn_status attn_kv_cache_create(const attn_kv_cache_config *config, attn_kv_cac
     }
     created->key_page_elements = key_page;
     created->value_page_elements = value_page;
-    created->key_pool = attn_aligned_alloc((size_t)key_pool_elements * created->element_size);
+    created->key_pool = pool_alloc((size_t)key_pool_elements * created->element_size);
     if (value_pool_elements > 0)
-        created->value_pool =
-            attn_aligned_alloc((size_t)value_pool_elements * created->element_size);
+        created->value_pool = pool_alloc((size_t)value_pool_elements * created->element_size);
     created->reference_counts = calloc((size_t)created->page_count, sizeof(int32_t));
     created->free_pages = malloc((size_t)created->page_count * sizeof(int32_t));
     created->block_tables = malloc((size_t)table_entries * sizeof(int32_t));

@@ -1,13 +1,14 @@
 /*
  * decode.c — attn_decode: attention of a few new query tokens per sequence against a KV
- * cache, with split-KV (flash-decoding) across threads and an exact LSE merge; and
- * attn_reference_decode, its naive oracle.
+ * cache, with split-KV (flash-decoding) across threads and an exact LSE merge. (Its naive
+ * oracle, attn_reference_decode, is in reference_decode.c.)
  *
  * Work: one task per (sequence b, KV head, split s), where split s covers tokens
  * [s * split_tokens, (s + 1) * split_tokens) of b, clipped to the keys the mask can allow.
  * A task streams its keys chunk by chunk (a chunk never crosses a page), converting stored
  * bf16/fp16 to float32 once per chunk, and serves all rows = (Hq / Hkv) * Tq query rows of
- * its group from it: scores, mask, online softmax, value accumulation (math reference §2.1).
+ * its group from it: scores, mask, online softmax, value accumulation (math reference §2.1),
+ * each step a call into the kernel table (decode_kernels.h: generic, AVX2 or AVX-512).
  * Its normalised partial (O, LSE) goes to its own slot; the merge then combines the splits of
  * each row in split order (§3). No shared accumulation, split boundaries independent of the
  * thread count: results are bitwise identical for any thread count.
@@ -22,7 +23,12 @@
 #include "core/internal.h"
 #include "mask/mask.h"
 
-#define DEFAULT_SPLIT_TOKENS 1024
+/* Default split size: at most 1024 tokens, and small enough that the call has about
+ * TARGET_TASKS tasks even for one sequence with one KV head (MQA, MLA), so both cores work
+ * on short contexts too; a multiple of the chunk, at least one chunk. It depends on the
+ * cache and the query only, never on the thread count. */
+#define MOST_SPLIT_TOKENS 1024
+#define TARGET_TASKS 16
 
 /* Everything a task needs, fixed for the call. */
 typedef struct decode_plan {
@@ -48,6 +54,7 @@ typedef struct decode_scratch {
     float *accumulator; /* [rows][Dv] */
     float *row_max;     /* [rows] */
     float *row_sum;     /* [rows] */
+    float *rescale;     /* [rows] factor of each accumulator row at the current chunk */
     float *keys;        /* [ATTN_DECODE_CHUNK][Dk] converted keys */
     float *values;      /* [ATTN_DECODE_CHUNK][Dv] converted values */
     uint8_t *classes;   /* [group_size] tile class per query head */
@@ -56,7 +63,8 @@ typedef struct decode_scratch {
 static void scratch_free(decode_scratch *scratch) {
     attn_aligned_free(scratch->queries), attn_aligned_free(scratch->scores);
     attn_aligned_free(scratch->accumulator), attn_aligned_free(scratch->row_max);
-    attn_aligned_free(scratch->row_sum), attn_aligned_free(scratch->keys);
+    attn_aligned_free(scratch->row_sum), attn_aligned_free(scratch->rescale);
+    attn_aligned_free(scratch->keys);
     attn_aligned_free(scratch->values), attn_aligned_free(scratch->classes);
 }
 
@@ -68,11 +76,12 @@ static bool scratch_alloc(decode_scratch *scratch, const decode_plan *plan) {
     scratch->accumulator = attn_aligned_alloc(rows * (size_t)plan->value_dim * f);
     scratch->row_max = attn_aligned_alloc(rows * f);
     scratch->row_sum = attn_aligned_alloc(rows * f);
+    scratch->rescale = attn_aligned_alloc(rows * f);
     scratch->keys = attn_aligned_alloc(ATTN_DECODE_CHUNK * (size_t)plan->key_dim * f);
     scratch->values = attn_aligned_alloc(ATTN_DECODE_CHUNK * (size_t)plan->value_dim * f);
     scratch->classes = attn_aligned_alloc((size_t)plan->group_size);
     if (scratch->queries && scratch->scores && scratch->accumulator && scratch->row_max &&
-        scratch->row_sum && scratch->keys && scratch->values && scratch->classes)
+        scratch->row_sum && scratch->rescale && scratch->keys && scratch->values && scratch->classes)
         return true;
     scratch_free(scratch);
     return false;
@@ -98,14 +107,12 @@ static const float *chunk_rows(const decode_plan *plan, const void *stored, int6
     return buffer;
 }
 
-/* Masks and transforms one chunk's scores of row r (query head h, query row i), then takes
- * its online-softmax step: scores become probabilities, the accumulator row is rescaled. */
-static void softmax_chunk_row(const decode_plan *plan, decode_scratch *scratch, int64_t r,
-                              int64_t b, int64_t h, int64_t i, attn_tile_class tile,
-                              int64_t first_key, int count) {
-    float *scores = scratch->scores + r * ATTN_DECODE_CHUNK;
+/* Turns the raw dot products of row r (query head h, query row i) of one chunk into final
+ * logits: scale, soft-cap, mask (-inf), additive terms. Only for chunks that need more than
+ * the scale (see run_task); the softmax step then runs with scale 1. */
+static void chunk_row_logits(const decode_plan *plan, float *scores, int64_t b, int64_t h,
+                             int64_t i, attn_tile_class tile, int64_t first_key, int count) {
     const attn_mask_context *mask = &plan->mask;
-    float chunk_max = -INFINITY;
     for (int c = 0; c < count; ++c) {
         float x = attn_transform_logit(scores[c], plan->scale, plan->softcap);
         if (tile == ATTN_TILE_EMPTY ||
@@ -114,29 +121,17 @@ static void softmax_chunk_row(const decode_plan *plan, decode_scratch *scratch, 
         else if (mask->has_additive)
             x += attn_mask_additive(mask, b, h, i, first_key + c);
         scores[c] = x;
-        if (x > chunk_max) chunk_max = x;
-    }
-    const float old_max = scratch->row_max[r];
-    const float new_max = chunk_max > old_max ? chunk_max : old_max;
-    const float use_max = new_max == -INFINITY ? 0.0f : new_max;
-    const float rescale = old_max == -INFINITY ? 0.0f : expf(old_max - use_max);
-    float sum = 0.0f;
-    for (int c = 0; c < count; ++c) {
-        scores[c] = expf(scores[c] - use_max);
-        sum += scores[c];
-    }
-    scratch->row_sum[r] = rescale * scratch->row_sum[r] + sum;
-    scratch->row_max[r] = new_max;
-    if (rescale != 1.0f) {
-        float *accumulator = scratch->accumulator + r * plan->value_dim;
-        for (int64_t e = 0; e < plan->value_dim; ++e) accumulator[e] *= rescale;
     }
 }
 
-/* One task: sequence b, KV head kv_head, split `split`; writes its partial (O, LSE). */
+/* One task: sequence b, KV head kv_head, split `split`; writes its partial (O, LSE).
+ * Every chunk of keys (and of values) is read once and serves all `rows` query rows of the
+ * group: scores [rows x chunk] = queries [rows x Dk] . keys^T, one softmax step per row,
+ * accumulator [rows x Dv] += probabilities . values. */
 static void run_task(const decode_plan *plan, decode_scratch *scratch, int64_t b,
                      int64_t kv_head, int64_t split, int64_t task) {
     const attn_kv_cache *cache = plan->cache;
+    const attn_decode_kernels *kernels = plan->kernels;
     const int64_t rows = plan->rows, Tq = plan->query_length, Dk = plan->key_dim,
                   Dv = plan->value_dim;
     for (int64_t r = 0; r < rows; ++r) {
@@ -155,6 +150,8 @@ static void run_task(const decode_plan *plan, decode_scratch *scratch, int64_t b
     if (key_end > split_begin + plan->split_tokens) key_end = split_begin + plan->split_tokens;
     if (key_end > cache->lengths[b]) key_end = cache->lengths[b];
     const int32_t *table = cache->block_tables + b * cache->pages_per_sequence;
+    /* Logits need more than the scale when a soft-cap or additive term applies. */
+    const bool transform = plan->softcap > 0.0f || plan->mask.has_additive;
 
     for (int64_t first = key_begin; first < key_end;) {
         const int64_t page_end = (first / cache->page_size + 1) * cache->page_size;
@@ -162,29 +159,36 @@ static void run_task(const decode_plan *plan, decode_scratch *scratch, int64_t b
         if (last > key_end) last = key_end;
         if (last > page_end) last = page_end;
         const int count = (int)(last - first);
-        bool any = false;
+        bool any = false, all_full = true;
         for (int64_t g = 0; g < plan->group_size; ++g) {
             scratch->classes[g] = (uint8_t)attn_mask_classify_tile(
                 &plan->mask, b, kv_head * plan->group_size + g, 0, Tq, first, last);
             any |= scratch->classes[g] != ATTN_TILE_EMPTY;
+            all_full &= scratch->classes[g] == ATTN_TILE_FULL;
         }
         if (any) {
             const int64_t page = table[first / cache->page_size], slot = first % cache->page_size;
             int64_t key_stride, value_stride;
             const float *keys = chunk_rows(plan, attn_cache_key_address(cache, page, kv_head, slot),
                                            count, Dk, Dk, scratch->keys, &key_stride);
-            plan->kernels->score_chunk((int)rows, count, (int)Dk, scratch->queries, keys,
-                                       key_stride, scratch->scores);
-            for (int64_t r = 0; r < rows; ++r) {
-                const int64_t g = r / Tq;
-                softmax_chunk_row(plan, scratch, r, b, kv_head * plan->group_size + g, r % Tq,
-                                  (attn_tile_class)scratch->classes[g], first, count);
+            kernels->score_chunk((int)rows, count, (int)Dk, scratch->queries, keys, key_stride,
+                                 scratch->scores);
+            float scale = plan->scale;
+            if (transform || !all_full) {
+                for (int64_t r = 0; r < rows; ++r)
+                    chunk_row_logits(plan, scratch->scores + r * ATTN_DECODE_CHUNK, b,
+                                     kv_head * plan->group_size + r / Tq, r % Tq,
+                                     (attn_tile_class)scratch->classes[r / Tq], first, count);
+                scale = 1.0f;
             }
+            kernels->softmax_chunk((int)rows, count, scale, scratch->scores, scratch->row_max,
+                                   scratch->row_sum, scratch->rescale);
             const float *values =
                 chunk_rows(plan, attn_cache_value_address(cache, page, kv_head, slot), count, Dv,
                            attn_cache_value_row_stride(cache), scratch->values, &value_stride);
-            plan->kernels->accumulate_chunk((int)rows, count, (int)Dv, scratch->scores, values,
-                                            value_stride, scratch->accumulator);
+            kernels->accumulate_chunk((int)rows, count, (int)Dv, scratch->scores,
+                                      scratch->rescale, values, value_stride,
+                                      scratch->accumulator);
         }
         first = last;
     }
@@ -320,6 +324,18 @@ static attn_status merge_partials(const decode_plan *plan, const attn_options *o
     return ATTN_OK;
 }
 
+/* The split size when options.tile_k = 0 (see MOST_SPLIT_TOKENS). */
+static int64_t default_split_tokens(const attn_kv_cache *cache, int64_t kv_heads) {
+    int64_t longest = 1;
+    for (int64_t b = 0; b < cache->config.sequences; ++b)
+        if (cache->lengths[b] > longest) longest = cache->lengths[b];
+    const int64_t groups = cache->config.sequences * kv_heads;
+    const int64_t splits_wanted = groups >= TARGET_TASKS ? 1 : (TARGET_TASKS + groups - 1) / groups;
+    int64_t tokens = (longest + splits_wanted - 1) / splits_wanted;
+    tokens = (tokens + ATTN_DECODE_CHUNK - 1) / ATTN_DECODE_CHUNK * ATTN_DECODE_CHUNK;
+    return tokens > MOST_SPLIT_TOKENS ? MOST_SPLIT_TOKENS : tokens;
+}
+
 attn_status attn_decode(const attn_kv_cache *cache, const attn_tensor *q,
                         const attn_options *options, attn_tensor *out, attn_tensor *lse,
                         attn_error *error) {
@@ -360,7 +376,8 @@ attn_status attn_decode(const attn_kv_cache *cache, const attn_tensor *q,
     plan.rows = problem.group_size * problem.query_length;
     plan.key_dim = problem.key_dim;
     plan.value_dim = problem.value_dim;
-    plan.split_tokens = options->tile_k > 0 ? options->tile_k : DEFAULT_SPLIT_TOKENS;
+    plan.split_tokens = options->tile_k > 0 ? options->tile_k
+                                            : default_split_tokens(cache, problem.kv_heads);
     for (int64_t b = 0; b < B; ++b) {
         int64_t splits = (cache->lengths[b] + plan.split_tokens - 1) / plan.split_tokens;
         plan.split_counts[b] = splits < 1 ? 1 : splits;

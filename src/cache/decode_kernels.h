@@ -1,11 +1,13 @@
 /*
  * decode_kernels.h — the arithmetic of one decoding task, behind a small table so that an
- * architecture can replace it: convert a chunk of stored keys/values to float32, score query
- * rows against a chunk of keys, accumulate probability-weighted values. The loop in decode.c
- * owns masks, the online softmax and the split-KV merge. Tables: generic (decode_generic.c,
- * portable C, the naive reference of the others) and AVX-512
- * (src/kernels/avx512/decode_avx512.c). Every table is deterministic; results agree with the
- * generic table to float rounding of the dot products.
+ * architecture can replace it: convert a chunk of stored keys/values to float32, score the
+ * query rows of a GQA group against a chunk of keys, take the online-softmax step of every
+ * row, accumulate probability-weighted values. The loop in decode.c owns masks, the split-KV
+ * plan and the merge. Tables: generic (decode_generic.c, portable C, the naive reference of
+ * the others), AVX2 (src/kernels/avx2/decode_avx2.c) and AVX-512
+ * (src/kernels/avx512/decode_avx512.c). Every table is deterministic (a fixed operation
+ * order for any input and thread count); results agree with the generic table to float
+ * rounding of the dot products and of exp.
  */
 #ifndef ATTN_CACHE_DECODE_KERNELS_H
 #define ATTN_CACHE_DECODE_KERNELS_H
@@ -20,28 +22,40 @@
 
 typedef struct attn_decode_kernels {
     const char *name;
-    /* target[c * dim + e] = float(source[c * dim + e]) for c < count, e < dim, where source
-     * holds bfloat16 (or IEEE half) elements. */
+    /* target[e] = float(source[e]) for e < count, where source holds bfloat16 (or IEEE half)
+     * elements. */
     void (*bf16_to_f32)(int64_t count, const uint16_t *source, float *target);
     void (*f16_to_f32)(int64_t count, const uint16_t *source, float *target);
     /* scores[r * ATTN_DECODE_CHUNK + c] = sum_d queries[r * dim + d] * keys[c * key_stride + d]
      * for r < rows, c < count (<= ATTN_DECODE_CHUNK). */
     void (*score_chunk)(int rows, int count, int dim, const float *queries, const float *keys,
                         int64_t key_stride, float *scores);
-    /* accumulator[r * dim + e] += sum_c weights[r * ATTN_DECODE_CHUNK + c] *
-     *                             values[c * value_stride + e]   for r < rows, e < dim. */
+    /* The online-softmax step of one chunk for r < rows (math reference §2.1), on the logits
+     * x[c] = scale * scores[r * ATTN_DECODE_CHUNK + c] (c < count; -inf = masked):
+     *   m = max(row_max[r], max_c x[c]);  u = (m == -inf ? 0 : m)
+     *   scores[r * ATTN_DECODE_CHUNK + c] = exp(x[c] - u)   (exactly 0 for a masked key)
+     *   rescale[r] = row_max[r] == -inf ? 0 : exp(row_max[r] - u)
+     *   row_sum[r] = rescale[r] * row_sum[r] + sum_c exp(x[c] - u);  row_max[r] = m. */
+    void (*softmax_chunk)(int rows, int count, float scale, float *scores, float *row_max,
+                          float *row_sum, float *rescale);
+    /* accumulator[r * dim + e] = rescale[r] * accumulator[r * dim + e] +
+     *                            sum_c weights[r * ATTN_DECODE_CHUNK + c] *
+     *                                  values[c * value_stride + e]      for r < rows, e < dim. */
     void (*accumulate_chunk)(int rows, int count, int dim, const float *weights,
-                             const float *values, int64_t value_stride, float *accumulator);
+                             const float *rescale, const float *values, int64_t value_stride,
+                             float *accumulator);
 } attn_decode_kernels;
 
 extern const attn_decode_kernels attn_decode_kernels_generic;
+#if defined(ATTN_HAVE_AVX2_KERNELS)
+extern const attn_decode_kernels attn_decode_kernels_avx2;
+#endif
 #if defined(ATTN_HAVE_AVX512_KERNELS)
 extern const attn_decode_kernels attn_decode_kernels_avx512;
 #endif
 
-/* The table for `choice` (AUTO: the fastest this CPU runs). ATTN_ERROR_UNSUPPORTED when the
- * CPU lacks the requested family. AVX2 requests run the generic table (there is no AVX2
- * decode table; the compiler vectorises the generic one). */
+/* The table for `choice` (AUTO: the fastest this CPU runs, AVX-512 then AVX2 then generic).
+ * ATTN_ERROR_UNSUPPORTED when the CPU or the build lacks the requested family. */
 attn_status attn_select_decode_kernels(attn_kernel_choice choice,
                                        const attn_decode_kernels **table, attn_error *error);
 

@@ -5,6 +5,7 @@
  */
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "cache/cache_internal.h"
 #include "core/internal.h"
@@ -39,6 +40,18 @@ static attn_status fill_empty_sequence(const attn_options *options, int64_t b,
             if (lse != NULL) *attn_f32_at3(lse, b, h, i) = fill == 0.0f ? -INFINITY : NAN;
         }
     return ATTN_OK;
+}
+
+/* attn_reference_forward ran on sequence b alone, so a row in its message says "b = 0":
+ * rewrites that to the real sequence; any other message gets "sequence b: " in front. */
+static attn_status name_sequence(attn_error *error, attn_status status, const attn_error *local,
+                                 int64_t b) {
+    static const char batch_zero[] = " b = 0,";
+    const char *row = strstr(local->message, batch_zero);
+    if (row == NULL)
+        return attn_fail(error, status, "sequence %lld: %s", (long long)b, local->message);
+    return attn_fail(error, status, "%.*s b = %lld,%s", (int)(row - local->message),
+                     local->message, (long long)b, row + strlen(batch_zero));
 }
 
 attn_status attn_reference_decode(const attn_kv_cache *cache, const attn_tensor *q,
@@ -92,9 +105,12 @@ attn_status attn_reference_decode(const attn_kv_cache *cache, const attn_tensor 
             local.block_layout = &layout_b;
         }
         if (options->query_lengths) local.query_lengths = options->query_lengths + b;
-        if (status == ATTN_OK)
+        if (status == ATTN_OK) {
+            attn_error sequence_error;
             status = attn_reference_forward(&q_b, &k, &v, &local, &out_b,
-                                            lse != NULL ? &lse_b : NULL, error);
+                                            lse != NULL ? &lse_b : NULL, &sequence_error);
+            if (status != ATTN_OK) status = name_sequence(error, status, &sequence_error, b);
+        }
         free(keys), free(values);
     }
     return status;

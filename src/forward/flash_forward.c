@@ -3,15 +3,31 @@
  *
  * Work is split into items (b, kv_head, query tile). An item holds the query rows of every
  * head of the GQA group (group_size heads x tile rows), walks the key tiles that the mask's
- * band allows in increasing order, packs each K and V tile once for the whole group, and
- * keeps the online-softmax state (row max m, row sum l, unnormalised accumulator) per row:
+ * band allows in increasing order and keeps the online-softmax state (row max m, row sum l,
+ * unnormalised accumulator) per row:
  *   EMPTY tile (per head): skipped, nothing loaded or computed for that head
  *   FULL tile:             scores, softmax step, accumulate; no per-element mask work
- *   PARTIAL tile:          disallowed scores set to -inf, additive terms added per element
+ *   PARTIAL tile:          the mask applied row by row (an interval for causal / window)
  * Finally O = acc / l and LSE = m + log l. All arithmetic on tiles goes through the kernel
- * table (kernel.h). Each output row is produced by exactly one thread in a fixed order, so
- * the result is bitwise identical for any thread count. Working memory is O(tile) per
- * thread; nothing of size Tq x Tk is ever allocated.
+ * table (kernel.h).
+ *
+ * K and V are packed once per (b, KV head) into a store of packed tiles (packed_kv.h) that
+ * every query tile and every query head of the GQA group then reads. Three ways to hold it
+ * (choose_packing), all giving the same packed bytes and so the same results:
+ *   PACK_PER_THREAD: each thread keeps the packed K/V of the head it works on and packs
+ *     tiles lazily on first use; all items run in one dynamically scheduled loop, with no
+ *     barrier until the end (robust when the cores are shared). Used when the threads'
+ *     stores together stay small next to K and V themselves.
+ *   PACK_SHARED: one store; heads one after the other, the threads first pack the head's
+ *     tiles together, then share out its query tiles (two barriers per head). Used when
+ *     per-thread copies would cost too much memory (few KV heads, many threads).
+ *   PACK_ONE_TILE: under a tight options.memory_limit_bytes, each thread repacks one tile
+ *     per use.
+ * Items (b, KV head, query tile) are handed out dynamically in order, query tiles of a head
+ * last-first (causal: the longest rows first), so the threads get equal work. Each output
+ * row is produced by exactly one item, whose arithmetic does not depend on which thread runs
+ * it, so the result is bitwise identical for any thread count. Working memory: O(tile) per
+ * thread plus the packed K/V above; nothing of size Tq x Tk is ever allocated.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -23,6 +39,32 @@
 #include "../core/internal.h"
 #include "../kernels/kernel.h"
 #include "../mask/mask.h"
+#include "packed_kv.h"
+
+/*
+ * Default tile sizes, measured on the 2-core Zen 4 dev machine (1 MiB L2 per core, 32 KiB
+ * L1d; docs/performance.md):
+ *  - query rows per head: 256 / group_size clamped to [16, 64]. With K/V packed once per
+ *    head, large query tiles no longer pay for packing; 64 rows keep the causal diagonal
+ *    cheap (a diagonal tile wastes at most half of 64 x 64 pairs) and the score tile of a
+ *    whole group (<= 256 rows x 128 keys = 128 KiB) inside L2.
+ *  - keys per tile: 128 without a band, 64 with causal / window masks (finer band edges).
+ *    A packed K tile of 128 x 128 floats is 64 KiB (L2); the per-tile softmax bookkeeping
+ *    (row max, rescale of D accumulators) is < 2% of the tile's FMAs at 64 keys.
+ */
+/* Per-thread stores are used while all of them together take at most half the bytes of K
+ * and V, or at most this much. */
+#define FORWARD_PER_THREAD_PACKING_BYTES ((size_t)16 << 20)
+
+typedef enum packing_mode { PACK_PER_THREAD, PACK_SHARED, PACK_ONE_TILE } packing_mode;
+
+enum {
+    FORWARD_GROUP_ROWS = 256,     /* target rows per item over the group's heads */
+    FORWARD_MIN_ROWS = 16,        /* rows per head, lower bound */
+    FORWARD_MAX_ROWS = 64,        /* rows per head, upper bound */
+    FORWARD_KEYS = 128,           /* keys per tile without a band */
+    FORWARD_BANDED_KEYS = 64      /* keys per tile under causal / window */
+};
 
 /* Everything shared by all work items of one call (read-only during the parallel loop). */
 typedef struct forward_plan {
@@ -35,6 +77,9 @@ typedef struct forward_plan {
     int64_t tile_rows;      /* query rows per head in one work item */
     int64_t tile_keys;      /* keys per key tile */
     int64_t query_tiles;    /* ceil(Tq / tile_rows) */
+    int64_t key_tiles;      /* ceil(Tk / tile_keys) */
+    packing_mode packing;
+    packed_kv_store *shared_packed; /* PACK_SHARED: the current head's packed K/V */
     int query_stride;       /* floats between packed query rows (Dk rounded up to 16) */
     int scores_stride;      /* floats between score rows (tile_keys rounded up to 16) */
     int accumulator_stride; /* floats between accumulator rows (Dv rounded up to 16) */
@@ -45,101 +90,125 @@ typedef struct forward_plan {
 /* One thread's buffers (64-byte aligned, carved out of one allocation). */
 typedef struct forward_workspace {
     float *queries;        /* [group rows][query_stride]: the item's query rows, by head */
-    float *packed_keys;    /* kernel-packed K tile */
-    float *packed_values;  /* kernel-packed V tile */
-    float *value_staging;  /* [tile_keys][Dv]: V tile with never-attended keys zeroed */
     float *scores;         /* [group rows][scores_stride] */
     float *accumulator;    /* [group rows][accumulator_stride] */
     float *row_max;        /* [group rows] */
     float *row_sum;        /* [group rows] */
     float *rescale;        /* [group rows] */
+    float *value_staging;  /* [tile_keys][Dv]: V tile with never-attended keys zeroed */
+    float *staged_values;  /* kernel-packed value_staging */
+    float *row_additive;   /* [tile_keys]: additive terms of one row */
+    uint8_t *row_allowed;  /* [tile_keys]: mask of one row */
     uint8_t *column_alive; /* [tile_keys]: some row of the tile attends this key */
     attn_tile_class *head_class; /* [group_size] */
     void *allocation;
+    packed_kv_store packed;      /* PACK_PER_THREAD / PACK_ONE_TILE: this thread's store */
     /* The first empty row this thread met (for ATTN_EMPTY_ROWS_ERROR). */
     bool has_empty_row;
     int64_t empty_b, empty_h, empty_i;
 } forward_workspace;
 
+enum { WORKSPACE_PARTS = 12 };
+
 static size_t round_up_floats(size_t floats) { return (floats + 15) / 16 * 16; }
 
-/* Bytes of one workspace (each part rounded to 64 bytes); false on overflow. */
-static bool workspace_layout(const forward_plan *plan, size_t part_bytes[11], size_t *total) {
+/* Bytes of each part of one workspace (each rounded to 64 bytes) and their total, without
+ * the packed K/V store; false on overflow. */
+static bool workspace_layout(const forward_plan *plan, size_t part_bytes[WORKSPACE_PARTS],
+                             size_t *total) {
     const size_t group_rows = (size_t)plan->problem.group_size * (size_t)plan->tile_rows;
     const size_t keys = (size_t)plan->tile_keys;
-    const int dim_k = (int)plan->problem.key_dim, dim_v = (int)plan->problem.value_dim;
+    const int dim_v = (int)plan->problem.value_dim;
     size_t floats[9];
     if (!attn_mul_size(group_rows, (size_t)plan->query_stride, &floats[0]) ||
-        !attn_mul_size(group_rows, (size_t)plan->scores_stride, &floats[4]) ||
-        !attn_mul_size(group_rows, (size_t)plan->accumulator_stride, &floats[5]) ||
-        !attn_mul_size(keys, (size_t)dim_v, &floats[3]))
+        !attn_mul_size(group_rows, (size_t)plan->scores_stride, &floats[1]) ||
+        !attn_mul_size(group_rows, (size_t)plan->accumulator_stride, &floats[2]) ||
+        !attn_mul_size(keys, (size_t)dim_v, &floats[6]))
         return false;
-    floats[1] = plan->kernels->packed_keys_floats((int)keys, dim_k);
-    floats[2] = plan->kernels->packed_values_floats((int)keys, dim_v);
-    floats[6] = floats[7] = floats[8] = group_rows;
+    floats[3] = floats[4] = floats[5] = group_rows;
+    floats[7] = plan->kernels->packed_values_floats((int)keys, dim_v);
+    floats[8] = keys;
     *total = 0;
     for (int n = 0; n < 9; ++n) {
         size_t bytes;
         if (!attn_mul_size(round_up_floats(floats[n]), sizeof(float), &bytes)) return false;
         part_bytes[n] = bytes;
     }
-    part_bytes[9] = round_up_floats(keys);                                    /* column_alive */
-    part_bytes[10] = round_up_floats((size_t)plan->problem.group_size * sizeof(attn_tile_class));
-    for (int n = 0; n < 11; ++n)
+    part_bytes[9] = round_up_floats(keys);                                    /* row_allowed */
+    part_bytes[10] = round_up_floats(keys);                                   /* column_alive */
+    part_bytes[11] = round_up_floats((size_t)plan->problem.group_size * sizeof(attn_tile_class));
+    for (int n = 0; n < WORKSPACE_PARTS; ++n)
         if (!attn_add_size(*total, part_bytes[n], total)) return false;
     return true;
 }
 
-static bool workspace_create(forward_workspace *workspace, const size_t part_bytes[11],
-                             size_t total) {
+static bool workspace_create(forward_workspace *workspace, const forward_plan *plan,
+                             const size_t part_bytes[WORKSPACE_PARTS], size_t total) {
     memset(workspace, 0, sizeof *workspace);
     char *base = attn_aligned_alloc(total);
     if (base == NULL) return false;
     workspace->allocation = base;
-    void *parts[11];
-    for (int n = 0; n < 11; ++n) {
+    void *parts[WORKSPACE_PARTS];
+    for (int n = 0; n < WORKSPACE_PARTS; ++n) {
         parts[n] = base;
         base += part_bytes[n];
     }
     workspace->queries = parts[0];
-    workspace->packed_keys = parts[1];
-    workspace->packed_values = parts[2];
-    workspace->value_staging = parts[3];
-    workspace->scores = parts[4];
-    workspace->accumulator = parts[5];
-    workspace->row_max = parts[6];
-    workspace->row_sum = parts[7];
-    workspace->rescale = parts[8];
-    workspace->column_alive = parts[9];
-    workspace->head_class = parts[10];
-    return true;
+    workspace->scores = parts[1];
+    workspace->accumulator = parts[2];
+    workspace->row_max = parts[3];
+    workspace->row_sum = parts[4];
+    workspace->rescale = parts[5];
+    workspace->value_staging = parts[6];
+    workspace->staged_values = parts[7];
+    workspace->row_additive = parts[8];
+    workspace->row_allowed = parts[9];
+    workspace->column_alive = parts[10];
+    workspace->head_class = parts[11];
+    if (plan->packing == PACK_SHARED) return true;
+    return packed_kv_store_create(&workspace->packed, plan->kernels, (int)plan->tile_keys,
+                                  (int)plan->problem.key_dim, (int)plan->problem.value_dim,
+                                  plan->packing == PACK_PER_THREAD ? plan->key_tiles : 1);
+}
+
+static void workspace_destroy(forward_workspace *workspace) {
+    packed_kv_store_destroy(&workspace->packed);
+    attn_aligned_free(workspace->allocation);
+    workspace->allocation = NULL;
 }
 
 /* Applies the mask and the additive terms to one head's scores, rows [i0, i0 + rows) x keys
- * [j0, j0 + count): scores [rows][scores_stride]. Marks the keys some row attends in
- * column_alive. */
+ * [j0, j0 + count): scores [rows][scores_stride], one row at a time (the mask's row form is
+ * an interval fill for causal / window). Marks the keys some row attends in column_alive. */
 static void apply_mask_to_head(const forward_plan *plan, forward_workspace *workspace,
                                attn_tile_class tile_class, int64_t b, int64_t h, int64_t i0,
                                int64_t rows, int64_t j0, int64_t count, float *scores) {
     const attn_mask_context *mask = &plan->mask;
     const float scale = plan->problem.scale, softcap = plan->options->softcap;
+    uint8_t *restrict allowed = workspace->row_allowed;
+    uint8_t *restrict alive = workspace->column_alive;
+    float *restrict additive = workspace->row_additive;
+    if (tile_class != ATTN_TILE_PARTIAL) memset(allowed, 1, (size_t)count);
+    const bool only_structure = !mask->has_additive && !plan->loop_transforms;
     for (int64_t r = 0; r < rows; ++r) {
-        float *row = scores + r * plan->scores_stride;
+        float *restrict row = scores + r * plan->scores_stride;
+        if (tile_class == ATTN_TILE_PARTIAL)
+            attn_mask_allowed_row(mask, b, h, i0 + r, j0, j0 + count, allowed);
+        if (only_structure) { /* the common case, branch-free so that it vectorises */
+            for (int64_t c = 0; c < count; ++c) {
+                row[c] = allowed[c] ? row[c] : -INFINITY;
+                alive[c] |= allowed[c];
+            }
+            continue;
+        }
+        if (mask->has_additive) attn_mask_additive_row(mask, b, h, i0 + r, j0, j0 + count, additive);
         for (int64_t c = 0; c < count; ++c) {
-            if (tile_class == ATTN_TILE_PARTIAL && !attn_mask_allowed(mask, b, h, i0 + r, j0 + c)) {
-                row[c] = -INFINITY;
-                continue;
-            }
-            if (plan->loop_transforms) row[c] = attn_transform_logit(row[c], scale, softcap);
-            if (mask->has_additive) {
-                const float additive = attn_mask_additive(mask, b, h, i0 + r, j0 + c);
-                if (additive == -INFINITY) {
-                    row[c] = -INFINITY;
-                    continue;
-                }
-                row[c] += additive;
-            }
-            workspace->column_alive[c] = 1;
+            float x = row[c];
+            if (plan->loop_transforms) x = attn_transform_logit(x, scale, softcap);
+            if (mask->has_additive) x += additive[c];
+            if (!allowed[c] || (mask->has_additive && additive[c] == -INFINITY)) x = -INFINITY;
+            row[c] = x;
+            alive[c] |= x != -INFINITY;
         }
     }
 }
@@ -165,8 +234,11 @@ static void write_row(const forward_plan *plan, forward_workspace *workspace, in
     const int64_t o_stride = plan->out->stride[3];
     float lse_value;
     if (!padding && row_sum != 0.0f) {
-        for (int64_t e = 0; e < plan->problem.value_dim; ++e)
-            o_row[e * o_stride] = accumulator[e] / row_sum;
+        if (o_stride == 1)
+            for (int64_t e = 0; e < plan->problem.value_dim; ++e) o_row[e] = accumulator[e] / row_sum;
+        else
+            for (int64_t e = 0; e < plan->problem.value_dim; ++e)
+                o_row[e * o_stride] = accumulator[e] / row_sum;
         lse_value = row_max + logf(row_sum);
     } else {
         const bool as_nan = !padding && plan->options->empty_rows == ATTN_EMPTY_ROWS_NAN;
@@ -190,15 +262,38 @@ static int64_t next_head_run(const attn_tile_class *classes, int64_t group_size,
     return start;
 }
 
-/* Computes one work item: query rows [i0, i1) of batch b for every head of KV head kv_head. */
-static void run_work_item(const forward_plan *plan, forward_workspace *workspace, int64_t item) {
+/* The packed values to use with tile `packed` for keys [j0, j0 + count): the shared packed
+ * tile, or, when it holds inf / NaN and some key of the tile is attended by no row, a copy
+ * with those keys zeroed, so that NaN or inf in never-attended values cannot leak in as
+ * 0 * NaN. */
+static const float *values_for_tile(const forward_plan *plan, forward_workspace *workspace,
+                                    const packed_kv_tile *packed, bool all_columns_alive,
+                                    int64_t b, int64_t kv_head, int64_t j0, int count) {
+    if (packed->values_finite || all_columns_alive) return packed->values;
+    bool some_column_dead = false;
+    for (int c = 0; c < count; ++c) some_column_dead |= workspace->column_alive[c] == 0;
+    if (!some_column_dead) return packed->values;
+    const int dim_v = (int)plan->problem.value_dim;
+    const float *source = attn_f32_at4(plan->v, b, j0, kv_head, 0);
+    const int64_t token_stride = plan->v->stride[1], dim_stride = plan->v->stride[3];
+    for (int c = 0; c < count; ++c) {
+        float *staged = workspace->value_staging + (size_t)c * dim_v;
+        for (int e = 0; e < dim_v; ++e)
+            staged[e] = workspace->column_alive[c] ? source[c * token_stride + e * dim_stride] : 0.0f;
+    }
+    plan->kernels->pack_values(count, dim_v, workspace->value_staging, dim_v, 1,
+                               workspace->staged_values);
+    return workspace->staged_values;
+}
+
+/* Computes one work item: query tile `tile` (rows [i0, i1)) of batch b for every query head
+ * of KV head kv_head. */
+static void run_work_item(const forward_plan *plan, forward_workspace *workspace, int64_t b,
+                          int64_t kv_head, int64_t tile) {
     const attn_kernel_table *kernels = plan->kernels;
     const attn_problem *problem = &plan->problem;
     const attn_mask_context *mask = &plan->mask;
     const int64_t group_size = problem->group_size;
-    const int64_t b = item / (problem->kv_heads * plan->query_tiles);
-    const int64_t kv_head = item / plan->query_tiles % problem->kv_heads;
-    const int64_t tile = item % plan->query_tiles;
     const int64_t i0 = tile * plan->tile_rows;
     const int64_t tile_end = i0 + plan->tile_rows < problem->query_length
                                  ? i0 + plan->tile_rows : problem->query_length;
@@ -215,11 +310,15 @@ static void run_work_item(const forward_plan *plan, forward_workspace *workspace
 
     /* Gather the group's query rows (row g * rows + r = head g, query i0 + r). */
     const float query_factor = plan->prescale_queries ? problem->scale : 1.0f;
+    const int64_t q_dim_stride = plan->q->stride[3];
     for (int64_t g = 0; g < group_size; ++g)
         for (int64_t r = 0; r < rows; ++r) {
             const float *source = attn_f32_at4(plan->q, b, i0 + r, kv_head * group_size + g, 0);
             float *row = workspace->queries + (g * rows + r) * plan->query_stride;
-            for (int d = 0; d < dim_k; ++d) row[d] = source[d * plan->q->stride[3]] * query_factor;
+            if (q_dim_stride == 1)
+                for (int d = 0; d < dim_k; ++d) row[d] = source[d] * query_factor;
+            else
+                for (int d = 0; d < dim_k; ++d) row[d] = source[d * q_dim_stride] * query_factor;
         }
     const int64_t group_rows = group_size * rows;
     for (int64_t n = 0; n < group_rows; ++n) {
@@ -231,13 +330,15 @@ static void run_work_item(const forward_plan *plan, forward_workspace *workspace
 
     const float step_scale = plan->prescale_queries || plan->loop_transforms ? 1.0f : problem->scale;
     const float step_softcap = plan->loop_transforms ? 0.0f : plan->options->softcap;
+    const int64_t key_count = attn_mask_key_count(mask, b);
     int64_t key_begin, key_end;
     attn_mask_candidate_keys(mask, b, i0, i1, &key_begin, &key_end);
     attn_tile_class *classes = workspace->head_class;
 
-    for (int64_t j0 = key_begin / plan->tile_keys * plan->tile_keys; j0 < key_end; j0 += plan->tile_keys) {
+    for (int64_t key_tile = key_begin / plan->tile_keys; key_tile * plan->tile_keys < key_end;
+         ++key_tile) {
+        const int64_t j0 = key_tile * plan->tile_keys;
         const int64_t j1 = j0 + plan->tile_keys < key_end ? j0 + plan->tile_keys : key_end;
-        const int count = (int)(j1 - j0);
 
         /* Classify the tile for each head; skip it when every head is EMPTY. */
         bool any_work = false, needs_mask_pass = mask->has_additive || plan->loop_transforms;
@@ -250,9 +351,12 @@ static void run_work_item(const forward_plan *plan, forward_workspace *workspace
         }
         if (!any_work) continue;
 
-        const float *key_source = attn_f32_at4(plan->k, b, j0, kv_head, 0);
-        kernels->pack_keys(count, dim_k, key_source, plan->k->stride[1], plan->k->stride[3],
-                           workspace->packed_keys);
+        /* The tile packed for the whole head; its first `count` keys are ours (prefix). */
+        const packed_kv_tile *packed =
+            plan->packing == PACK_SHARED
+                ? &plan->shared_packed->slot[key_tile]
+                : packed_kv_get(&workspace->packed, plan->k, plan->v, b, kv_head, key_tile, key_count);
+        const int count = (int)(j1 - j0) < packed->count ? (int)(j1 - j0) : packed->count;
 
         /* Scores, then the mask and additive terms, for every non-empty head. */
         bool all_columns_alive = !needs_mask_pass;
@@ -261,7 +365,7 @@ static void run_work_item(const forward_plan *plan, forward_workspace *workspace
              first = next_head_run(classes, group_size, first + run, &run)) {
             kernels->score_tile((int)(run * rows), count, dim_k,
                                 workspace->queries + first * rows * plan->query_stride,
-                                plan->query_stride, workspace->packed_keys,
+                                plan->query_stride, packed->keys,
                                 workspace->scores + first * rows * plan->scores_stride,
                                 plan->scores_stride);
         }
@@ -291,32 +395,14 @@ static void run_work_item(const forward_plan *plan, forward_workspace *workspace
                                 plan->accumulator_stride);
         }
 
-        /* Pack V once for the group. Keys no row attends are zeroed first, so that NaN or
-         * inf in never-attended values cannot leak in as 0 * NaN. */
-        const float *value_source = attn_f32_at4(plan->v, b, j0, kv_head, 0);
-        int64_t value_token_stride = plan->v->stride[1], value_dim_stride = plan->v->stride[3];
-        bool some_column_dead = false;
-        if (!all_columns_alive)
-            for (int c = 0; c < count; ++c) some_column_dead |= workspace->column_alive[c] == 0;
-        if (some_column_dead) {
-            for (int c = 0; c < count; ++c) {
-                float *staged = workspace->value_staging + (size_t)c * dim_v;
-                const float *source_row = value_source + c * value_token_stride;
-                for (int e = 0; e < dim_v; ++e)
-                    staged[e] = workspace->column_alive[c] ? source_row[e * value_dim_stride] : 0.0f;
-            }
-            value_source = workspace->value_staging;
-            value_token_stride = dim_v;
-            value_dim_stride = 1;
-        }
-        kernels->pack_values(count, dim_v, value_source, value_token_stride, value_dim_stride,
-                             workspace->packed_values);
+        const float *values =
+            values_for_tile(plan, workspace, packed, all_columns_alive, b, kv_head, j0, count);
         for (int64_t run, first = next_head_run(classes, group_size, 0, &run); first < group_size;
              first = next_head_run(classes, group_size, first + run, &run)) {
             const int64_t offset = first * rows;
             kernels->accumulate_values((int)(run * rows), count, dim_v,
                                        workspace->scores + offset * plan->scores_stride,
-                                       plan->scores_stride, workspace->packed_values,
+                                       plan->scores_stride, values,
                                        workspace->accumulator + offset * plan->accumulator_stride,
                                        plan->accumulator_stride);
         }
@@ -337,6 +423,108 @@ static int64_t clamp_tile(int64_t requested, int64_t fallback, int64_t limit) {
     return tile < limit ? tile : limit;
 }
 
+/* Chooses the tile sizes (see the defaults at the top) and the strides. */
+static void choose_tiles(forward_plan *plan) {
+    const attn_problem *problem = &plan->problem;
+    const attn_options *options = plan->options;
+    int64_t default_rows = FORWARD_GROUP_ROWS / problem->group_size;
+    if (default_rows < FORWARD_MIN_ROWS) default_rows = FORWARD_MIN_ROWS;
+    if (default_rows > FORWARD_MAX_ROWS) default_rows = FORWARD_MAX_ROWS;
+    /* A window narrows the band only when it is shorter than every possible distance. */
+    const int64_t longest = (problem->query_length > problem->key_length ? problem->query_length
+                                                                         : problem->key_length) - 1;
+    const bool banded = options->causal ||
+                        (options->window_left >= 0 && options->window_left < longest) ||
+                        (options->window_right >= 0 && options->window_right < longest);
+    plan->tile_rows = clamp_tile(options->tile_q, default_rows, problem->query_length);
+    plan->tile_keys = clamp_tile(options->tile_k, banded ? FORWARD_BANDED_KEYS : FORWARD_KEYS,
+                                 problem->key_length);
+    plan->query_tiles = (problem->query_length + plan->tile_rows - 1) / plan->tile_rows;
+    plan->key_tiles = (problem->key_length + plan->tile_keys - 1) / plan->tile_keys;
+    plan->query_stride = (int)round_up_floats((size_t)problem->key_dim);
+    plan->scores_stride = (int)round_up_floats((size_t)plan->tile_keys);
+    plan->accumulator_stride = (int)round_up_floats((size_t)problem->value_dim);
+}
+
+/*
+ * Chooses how packed K/V are held (see the top of the file) and sizes the working memory:
+ * one workspace per thread (*workspace_bytes each, without packed tiles) plus the stores;
+ * *total_bytes: everything. The limit is checked against the smallest choice.
+ */
+static attn_status choose_packing(forward_plan *plan, int thread_count,
+                                  size_t part_bytes[WORKSPACE_PARTS], size_t *workspace_bytes,
+                                  size_t *total_bytes, attn_error *error) {
+    const attn_problem *problem = &plan->problem;
+    const size_t limit = plan->options->memory_limit_bytes;
+    const int tile_keys = (int)plan->tile_keys, dim_k = (int)problem->key_dim,
+              dim_v = (int)problem->value_dim;
+    size_t one_tile, one_tile_total, workspaces;
+    if (!workspace_layout(plan, part_bytes, workspace_bytes) ||
+        !attn_mul_size(*workspace_bytes, (size_t)thread_count, &workspaces) ||
+        !packed_kv_store_bytes(plan->kernels, tile_keys, dim_k, dim_v, 1, &one_tile) ||
+        !attn_mul_size(one_tile, (size_t)thread_count, &one_tile_total) ||
+        !attn_add_size(one_tile_total, workspaces, &one_tile_total))
+        return attn_fail(error, ATTN_ERROR_OVERFLOW,
+                         "working memory for Dk = %lld, Dv = %lld, group size %lld overflows",
+                         (long long)problem->key_dim, (long long)problem->value_dim,
+                         (long long)problem->group_size);
+    if (limit > 0 && one_tile_total > limit)
+        return attn_fail(error, ATTN_ERROR_MEMORY_LIMIT,
+                         "options.memory_limit_bytes = %zu: attn_forward needs %zu bytes of "
+                         "working memory (%d threads x %zu)",
+                         limit, one_tile_total, thread_count,
+                         one_tile_total / (size_t)thread_count);
+    plan->packing = PACK_ONE_TILE;
+    *total_bytes = one_tile_total;
+
+    size_t head_store, shared_total, per_thread_stores, per_thread_total, key_value_bytes;
+    if (!packed_kv_store_bytes(plan->kernels, tile_keys, dim_k, dim_v, plan->key_tiles,
+                               &head_store) ||
+        !attn_add_size(workspaces, head_store, &shared_total) ||
+        !attn_mul_size(head_store, (size_t)thread_count, &per_thread_stores) ||
+        !attn_add_size(workspaces, per_thread_stores, &per_thread_total) ||
+        !attn_mul_size((size_t)(problem->batch * problem->key_length * problem->kv_heads),
+                       (size_t)(dim_k + dim_v) * sizeof(float), &key_value_bytes))
+        return ATTN_OK; /* huge: repack per use */
+    const bool per_thread_is_cheap = per_thread_stores <= key_value_bytes / 2 ||
+                                     per_thread_stores <= FORWARD_PER_THREAD_PACKING_BYTES;
+    if (per_thread_is_cheap && (limit == 0 || per_thread_total <= limit)) {
+        plan->packing = PACK_PER_THREAD;
+        *total_bytes = per_thread_total;
+    } else if (limit == 0 || shared_total <= limit) {
+        plan->packing = PACK_SHARED;
+        *total_bytes = shared_total;
+    }
+    return ATTN_OK;
+}
+
+/* One thread's part of the parallel loops (see the top of the file). */
+static void run_thread(const forward_plan *plan, forward_workspace *workspace,
+                       const attn_tensor *k, const attn_tensor *v) {
+    const attn_problem *problem = &plan->problem;
+    const int64_t head_count = problem->batch * problem->kv_heads;
+    if (plan->packing != PACK_SHARED) {
+        const int64_t item_count = head_count * plan->query_tiles;
+#pragma omp for schedule(dynamic, 1)
+        for (int64_t item = 0; item < item_count; ++item) {
+            const int64_t head = item / plan->query_tiles;
+            run_work_item(plan, workspace, head / problem->kv_heads, head % problem->kv_heads,
+                          plan->query_tiles - 1 - item % plan->query_tiles);
+        }
+        return;
+    }
+    for (int64_t head = 0; head < head_count; ++head) {
+        const int64_t b = head / problem->kv_heads, kv_head = head % problem->kv_heads;
+        const int64_t key_count = attn_mask_key_count(&plan->mask, b);
+#pragma omp for schedule(static)
+        for (int64_t key_tile = 0; key_tile < plan->key_tiles; ++key_tile)
+            packed_kv_pack_tile(plan->shared_packed, k, v, b, kv_head, key_tile, key_count);
+#pragma omp for schedule(dynamic, 1)
+        for (int64_t order = 0; order < plan->query_tiles; ++order)
+            run_work_item(plan, workspace, b, kv_head, plan->query_tiles - 1 - order);
+    }
+}
+
 attn_status attn_forward(const attn_tensor *q, const attn_tensor *k, const attn_tensor *v,
                          const attn_options *options, attn_tensor *out, attn_tensor *lse,
                          attn_error *error) {
@@ -353,16 +541,7 @@ attn_status attn_forward(const attn_tensor *q, const attn_tensor *k, const attn_
     plan.lse = lse;
     plan.options = options;
     const attn_problem *problem = &plan.problem;
-
-    /* Tiles: by default about kernels->tile_q rows per item in total over the group's heads. */
-    int64_t default_rows = plan.kernels->tile_q / problem->group_size;
-    if (default_rows < 16) default_rows = 16;
-    plan.tile_rows = clamp_tile(options->tile_q, default_rows, problem->query_length);
-    plan.tile_keys = clamp_tile(options->tile_k, plan.kernels->tile_k, problem->key_length);
-    plan.query_tiles = (problem->query_length + plan.tile_rows - 1) / plan.tile_rows;
-    plan.query_stride = (int)round_up_floats((size_t)problem->key_dim);
-    plan.scores_stride = (int)round_up_floats((size_t)plan.tile_keys);
-    plan.accumulator_stride = (int)round_up_floats((size_t)problem->value_dim);
+    choose_tiles(&plan);
     plan.prescale_queries = options->softcap == 0.0f;
     plan.loop_transforms = options->softcap > 0.0f && (options->bias != NULL || options->alibi);
 
@@ -374,42 +553,43 @@ attn_status attn_forward(const attn_tensor *q, const attn_tensor *k, const attn_
     if (thread_count > item_count) thread_count = (int)item_count;
 
     /* Working memory: one workspace per thread, checked against the caller's limit. */
-    size_t part_bytes[11], workspace_bytes, total_bytes;
-    if (!workspace_layout(&plan, part_bytes, &workspace_bytes) ||
-        !attn_mul_size(workspace_bytes, (size_t)thread_count, &total_bytes))
-        return attn_fail(error, ATTN_ERROR_OVERFLOW,
-                         "working memory for Dk = %lld, Dv = %lld, group size %lld overflows",
-                         (long long)problem->key_dim, (long long)problem->value_dim,
-                         (long long)problem->group_size);
-    if (options->memory_limit_bytes > 0 && total_bytes > options->memory_limit_bytes)
-        return attn_fail(error, ATTN_ERROR_MEMORY_LIMIT,
-                         "options.memory_limit_bytes = %zu: attn_forward needs %zu bytes of "
-                         "working memory (%d threads x %zu)",
-                         options->memory_limit_bytes, total_bytes, thread_count, workspace_bytes);
+    size_t part_bytes[WORKSPACE_PARTS], workspace_bytes, total_bytes = 0;
+    status = choose_packing(&plan, thread_count, part_bytes, &workspace_bytes, &total_bytes, error);
+    if (status != ATTN_OK) return status;
 
     status = attn_mask_context_init(&plan.mask, options, problem, error);
     if (status != ATTN_OK) return status;
+    packed_kv_store shared_store;
+    memset(&shared_store, 0, sizeof shared_store);
+    const bool shared = plan.packing == PACK_SHARED;
+    bool allocated = !shared ||
+                     packed_kv_store_create(&shared_store, plan.kernels, (int)plan.tile_keys,
+                                            (int)problem->key_dim, (int)problem->value_dim,
+                                            plan.key_tiles);
+    if (shared && allocated) plan.shared_packed = &shared_store;
     forward_workspace *workspaces = calloc((size_t)thread_count, sizeof *workspaces);
-    bool allocated = workspaces != NULL;
+    allocated = allocated && workspaces != NULL;
     for (int t = 0; allocated && t < thread_count; ++t)
-        allocated = workspace_create(&workspaces[t], part_bytes, workspace_bytes);
+        allocated = workspace_create(&workspaces[t], &plan, part_bytes, workspace_bytes);
     if (!allocated) {
         if (workspaces != NULL)
-            for (int t = 0; t < thread_count; ++t) attn_aligned_free(workspaces[t].allocation);
+            for (int t = 0; t < thread_count; ++t) workspace_destroy(&workspaces[t]);
         free(workspaces);
+        packed_kv_store_destroy(&shared_store);
         attn_mask_context_free(&plan.mask);
         return attn_fail(error, ATTN_ERROR_OUT_OF_MEMORY,
-                         "attn_forward: %d workspaces of %zu bytes", thread_count, workspace_bytes);
+                         "attn_forward: %d workspaces, %zu bytes in all", thread_count,
+                         total_bytes);
     }
 
-#pragma omp parallel for schedule(static) num_threads(thread_count)
-    for (int64_t item = 0; item < item_count; ++item) {
+#pragma omp parallel num_threads(thread_count)
+    {
 #ifdef _OPENMP
         forward_workspace *workspace = &workspaces[omp_get_thread_num()];
 #else
         forward_workspace *workspace = &workspaces[0];
 #endif
-        run_work_item(&plan, workspace, item);
+        run_thread(&plan, workspace, k, v);
     }
 
     /* The first empty row in (b, h, i) order over all threads. */
@@ -430,8 +610,9 @@ attn_status attn_forward(const attn_tensor *q, const attn_tensor *k, const attn_
                            (long long)first_empty->empty_b, (long long)first_empty->empty_h,
                            (long long)first_empty->empty_i);
 
-    for (int t = 0; t < thread_count; ++t) attn_aligned_free(workspaces[t].allocation);
+    for (int t = 0; t < thread_count; ++t) workspace_destroy(&workspaces[t]);
     free(workspaces);
+    packed_kv_store_destroy(&shared_store);
     attn_mask_context_free(&plan.mask);
     return status;
 }

@@ -11,6 +11,12 @@
  * Packed layouts are private to a table: the loop only asks for their size, packs through
  * the table, and hands the packed buffers back to the same table. Buffers are 64-byte
  * aligned (attn_aligned_alloc). Sizes are small (a tile), so ints are used.
+ *
+ * Prefix property (every table): a buffer packed from `count` keys (values) is also a valid
+ * packed buffer of its first `count2` keys (values), for any 1 <= count2 <= count, as far as
+ * score_tile (accumulate_values) with count2 is concerned. The forward pass packs each key
+ * tile of a head once and uses it for query tiles that need only a prefix of it
+ * (tests/test_kernels_tiles.c checks this).
  */
 #ifndef ATTN_KERNEL_H
 #define ATTN_KERNEL_H

@@ -3,8 +3,12 @@
  * latent KV cache (c_KV after RMSNorm and k_R after RoPE: d_c + d_rope values per token), and
  * the two ways to attend: naive (materialise every head's k and v from the latents) and
  * absorbed (q_hat = W_UK^T q_nope, attention as MQA over the latent cache via attn_decode,
- * then W_UV on the latent output).
+ * then W_UV on the latent output). Every matrix product goes through CBLAS: the nn.Linear
+ * projections (W_q, W_q_a, W_q_b, W_kv_a, W_kv_b for the naive path, W_o) through
+ * attn_linear_forward, the per-head absorptions through one strided sgemm per head.
  */
+#include <cblas.h>
+#include <limits.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,28 +16,15 @@
 #include "cache/cache_internal.h"
 #include "core/internal.h"
 
-/* y[n * y_stride + o] = sum_i x[n * x_stride + i] * w[o * w_stride + i]  (y = x W^T),
- * n < rows, o < outputs, i < inputs. Accumulated in double. */
-static void multiply_transposed(int64_t rows, int64_t inputs, int64_t outputs, const float *x,
-                                int64_t x_stride, const float *w, int64_t w_stride, float *y,
-                                int64_t y_stride) {
-#pragma omp parallel for schedule(static)
-    for (int64_t n = 0; n < rows; ++n)
-        for (int64_t o = 0; o < outputs; ++o) {
-            double sum = 0.0;
-            for (int64_t i = 0; i < inputs; ++i)
-                sum += (double)x[n * x_stride + i] * w[o * w_stride + i];
-            y[n * y_stride + o] = (float)sum;
-        }
-}
-
-/* y[o] = sum_i x[i] * w[i * w_stride + o]  (one row, y = x W), o < outputs, i < inputs. */
-static void multiply_row(int64_t inputs, int64_t outputs, const float *x, const float *w,
-                         int64_t w_stride, double *scratch, float *y) {
-    for (int64_t o = 0; o < outputs; ++o) scratch[o] = 0.0;
-    for (int64_t i = 0; i < inputs; ++i)
-        for (int64_t o = 0; o < outputs; ++o) scratch[o] += (double)x[i] * w[i * w_stride + o];
-    for (int64_t o = 0; o < outputs; ++o) y[o] = (float)scratch[o];
+/* C [m][n] (row stride ldc) = A [m][k] (row stride lda) times B, where B is [k][n] (row
+ * stride ldb) or, when b_transposed, the transpose of a [n][k] matrix: one CBLAS sgemm for
+ * the per-head products that are not nn.Linear projections (strided heads). The caller
+ * checked that every size fits CBLAS's int (sizes_fit_blas). */
+static void multiply_strided(int64_t m, int64_t n, int64_t k, const float *a, int64_t lda,
+                             const float *b, int64_t ldb, int b_transposed, float *c,
+                             int64_t ldc) {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, b_transposed ? CblasTrans : CblasNoTrans, (int)m,
+                (int)n, (int)k, 1.0f, a, (int)lda, b, (int)ldb, 0.0f, c, (int)ldc);
 }
 
 static attn_status check_config(const attn_mla_config *config, attn_error *error) {
@@ -88,35 +79,51 @@ typedef struct mla_sizes {
 } mla_sizes;
 
 /* Naive: per sequence, materialise K [1, L, H, nope + rope] and V [1, L, H, value] from the
- * cached latents and run attn_forward. queries [B, T, H, nope + rope], heads_out
- * [B, T, H, value] (contiguous). */
+ * cached latents (one projection of the L latents by W_kv_b, all heads at once) and run
+ * attn_forward. queries [B, T, H, nope + rope], heads_out [B, T, H, value] (contiguous). */
 static attn_status attend_naive(const mla_sizes *z, const attn_mla_weights *weights,
                                 const attn_kv_cache *cache, float *queries, float *heads_out,
                                 attn_error *error) {
     attn_status status = ATTN_OK;
+    const int64_t key_row = z->latent + z->rope, up_row = z->heads * (z->nope + z->value);
     for (int64_t b = 0; b < z->B && status == ATTN_OK; ++b) {
-        const int64_t L = cache->lengths[b], key_row = z->latent + z->rope;
-        float *latents = malloc((size_t)(L * key_row) * sizeof(float));
-        float *keys = malloc((size_t)(L * z->heads * z->query_head) * sizeof(float));
-        float *values = malloc((size_t)(L * z->heads * z->value) * sizeof(float));
-        if (latents == NULL || keys == NULL || values == NULL) {
-            free(latents), free(keys), free(values);
+        const int64_t L = cache->lengths[b];
+        size_t latent_floats, up_floats, key_floats, value_floats;
+        if (!attn_mul_size((size_t)L, (size_t)key_row, &latent_floats) ||
+            !attn_mul_size((size_t)L, (size_t)up_row, &up_floats) ||
+            !attn_mul_size((size_t)L, (size_t)(z->heads * z->query_head), &key_floats) ||
+            !attn_mul_size((size_t)L, (size_t)(z->heads * z->value), &value_floats) ||
+            up_floats > SIZE_MAX / sizeof(float))
+            return attn_fail(error, ATTN_ERROR_OVERFLOW,
+                             "sequence %lld: %lld tokens of materialised keys overflow",
+                             (long long)b, (long long)L);
+        float *latents = malloc(latent_floats * sizeof(float));  /* [L][c_KV | k_R] */
+        float *compact = malloc((size_t)L * (size_t)z->latent * sizeof(float)); /* [L][c_KV] */
+        float *up = malloc(up_floats * sizeof(float)); /* [L][heads][nope | value] */
+        float *keys = malloc(key_floats * sizeof(float));
+        float *values = malloc(value_floats * sizeof(float));
+        if (latents == NULL || compact == NULL || up == NULL || keys == NULL || values == NULL) {
+            free(latents), free(compact), free(up), free(keys), free(values);
             return attn_fail(error, ATTN_ERROR_OUT_OF_MEMORY, "no memory for %lld materialised keys",
                              (long long)L);
         }
         attn_tensor latent_view = attn_tensor_f32_4d(latents, 1, L, 1, key_row);
         status = attn_kv_cache_read(cache, b, 0, &latent_view, NULL, error);
-        for (int64_t h = 0; h < z->heads && status == ATTN_OK; ++h) {
-            const float *w_uk = weights->wkv_b + h * (z->nope + z->value) * z->latent;
-            const float *w_uv = w_uk + z->nope * z->latent;
-            multiply_transposed(L, z->latent, z->nope, latents, key_row, w_uk, z->latent,
-                                keys + h * z->query_head, z->heads * z->query_head);
-            multiply_transposed(L, z->latent, z->value, latents, key_row, w_uv, z->latent,
-                                values + h * z->value, z->heads * z->value);
-            for (int64_t j = 0; j < L; ++j)
-                memcpy(keys + (j * z->heads + h) * z->query_head + z->nope,
-                       latents + j * key_row + z->latent, (size_t)z->rope * sizeof(float));
-        }
+        for (int64_t j = 0; j < L; ++j)
+            memcpy(compact + j * z->latent, latents + j * key_row, (size_t)z->latent * sizeof(float));
+        if (status == ATTN_OK)
+            status = attn_linear_forward(compact, L, z->latent, weights->wkv_b, NULL, up_row, up,
+                                         error);
+        for (int64_t j = 0; j < L && status == ATTN_OK; ++j)
+            for (int64_t h = 0; h < z->heads; ++h) {
+                const float *head_up = up + (j * z->heads + h) * (z->nope + z->value);
+                float *key = keys + (j * z->heads + h) * z->query_head;
+                memcpy(key, head_up, (size_t)z->nope * sizeof(float));
+                memcpy(key + z->nope, latents + j * key_row + z->latent,
+                       (size_t)z->rope * sizeof(float));
+                memcpy(values + (j * z->heads + h) * z->value, head_up + z->nope,
+                       (size_t)z->value * sizeof(float));
+            }
         attn_tensor k = attn_tensor_f32_4d(keys, 1, L, z->heads, z->query_head);
         attn_tensor v = attn_tensor_f32_4d(values, 1, L, z->heads, z->value);
         attn_tensor q = attn_tensor_f32_4d(queries + b * z->T * z->heads * z->query_head, 1, z->T,
@@ -129,13 +136,14 @@ static attn_status attend_naive(const mla_sizes *z, const attn_mla_weights *weig
         options.custom_scale = 1;
         options.scale = z->scale;
         if (status == ATTN_OK) status = attn_forward(&q, &k, &v, &options, &o, NULL, error);
-        free(latents), free(keys), free(values);
+        free(latents), free(compact), free(up), free(keys), free(values);
     }
     return status;
 }
 
 /* Absorbed: q_hat = [W_UK_h^T q_nope ; q_rope] (latent + rope), attn_decode on the latent
- * cache (MQA), then heads_out_h = W_UV_h o_latent_h. */
+ * cache (MQA), then heads_out_h = W_UV_h o_latent_h; both absorptions are one sgemm per head
+ * over all new rows. */
 static attn_status attend_absorbed(const mla_sizes *z, const attn_mla_weights *weights,
                                    const attn_kv_cache *cache, const float *queries,
                                    float *heads_out, attn_error *error) {
@@ -146,24 +154,16 @@ static attn_status attend_absorbed(const mla_sizes *z, const attn_mla_weights *w
         free(absorbed), free(latent_out);
         return attn_fail(error, ATTN_ERROR_OUT_OF_MEMORY, "no memory for absorbed queries");
     }
-    bool out_of_memory = false;
-#pragma omp parallel reduction(|| : out_of_memory)
-    {
-        double *scratch = malloc((size_t)key_row * sizeof(double));
-        if (scratch == NULL) out_of_memory = true;
-#pragma omp for schedule(static)
-        for (int64_t unit = 0; unit < units; ++unit) { /* unit = (row, head) */
-            if (scratch == NULL) continue;
-            const int64_t h = unit % z->heads;
-            const float *q = queries + unit * z->query_head;
-            const float *w_uk = weights->wkv_b + h * (z->nope + z->value) * z->latent;
-            multiply_row(z->nope, z->latent, q, w_uk, z->latent, scratch, absorbed + unit * key_row);
-            memcpy(absorbed + unit * key_row + z->latent, q + z->nope, (size_t)z->rope * sizeof(float));
-        }
-        free(scratch);
+    for (int64_t h = 0; h < z->heads; ++h) {
+        /* absorbed[n][h][0:latent] = q_nope[n][h] [rows x nope] . W_UK_h [nope x latent] */
+        const float *w_uk = weights->wkv_b + h * (z->nope + z->value) * z->latent;
+        multiply_strided(z->rows, z->latent, z->nope, queries + h * z->query_head,
+                         z->heads * z->query_head, w_uk, z->latent, 0, absorbed + h * key_row,
+                         z->heads * key_row);
     }
-    attn_status status = ATTN_OK;
-    if (out_of_memory) status = attn_fail(error, ATTN_ERROR_OUT_OF_MEMORY, "no memory for a row");
+    for (int64_t unit = 0; unit < units; ++unit) /* unit = (row, head): q_rope unchanged */
+        memcpy(absorbed + unit * key_row + z->latent, queries + unit * z->query_head + z->nope,
+               (size_t)z->rope * sizeof(float));
     attn_tensor q = attn_tensor_f32_4d(absorbed, z->B, z->T, z->heads, key_row);
     attn_tensor o = attn_tensor_f32_4d(latent_out, z->B, z->T, z->heads, z->latent);
     attn_options options = attn_options_default();
@@ -171,15 +171,35 @@ static attn_status attend_absorbed(const mla_sizes *z, const attn_mla_weights *w
     options.alignment = ATTN_ALIGN_BOTTOM_RIGHT;
     options.custom_scale = 1;
     options.scale = z->scale;
-    if (status == ATTN_OK) status = attn_decode(cache, &q, &options, &o, NULL, error);
+    attn_status status = attn_decode(cache, &q, &options, &o, NULL, error);
     for (int64_t h = 0; h < z->heads && status == ATTN_OK; ++h) {
+        /* heads_out[n][h] = o_latent[n][h] [rows x latent] . W_UV_h^T (W_UV_h: [value][latent]) */
         const float *w_uv = weights->wkv_b + (h * (z->nope + z->value) + z->nope) * z->latent;
-        multiply_transposed(z->rows, z->latent, z->value, latent_out + h * z->latent,
-                            z->heads * z->latent, w_uv, z->latent, heads_out + h * z->value,
-                            z->heads * z->value);
+        multiply_strided(z->rows, z->value, z->latent, latent_out + h * z->latent,
+                         z->heads * z->latent, w_uv, z->latent, 1, heads_out + h * z->value,
+                         z->heads * z->value);
     }
     free(absorbed), free(latent_out);
     return status;
+}
+
+/* Every buffer of the call is rows x (a width below) floats, and CBLAS takes int sizes and
+ * leading dimensions: checks both before anything is allocated. */
+static attn_status sizes_fit_blas(const mla_sizes *z, const attn_mla_config *config,
+                                  int64_t capacity, attn_error *error) {
+    const int64_t widths[] = {config->hidden, config->q_lora_rank, z->heads * z->query_head,
+                              z->heads * (z->nope + z->value), z->heads * (z->latent + z->rope),
+                              z->heads * z->latent, z->heads * z->value};
+    const int64_t rows = z->rows > capacity ? z->rows : capacity;
+    for (size_t w = 0; w < sizeof widths / sizeof widths[0]; ++w) {
+        int64_t floats;
+        if (rows > INT_MAX || widths[w] > INT_MAX || !attn_mul_i64(rows, widths[w], &floats) ||
+            (uint64_t)floats > SIZE_MAX / sizeof(float))
+            return attn_fail(error, ATTN_ERROR_OVERFLOW,
+                             "hidden: %lld rows x %lld values exceed CBLAS's int or size_t",
+                             (long long)rows, (long long)widths[w]);
+    }
+    return ATTN_OK;
 }
 
 static attn_status check_weights(const attn_mla_config *config, const attn_mla_weights *weights,
@@ -242,6 +262,7 @@ attn_status attn_mla_forward(const attn_mla_config *config, const attn_mla_weigh
                              (long long)b, (long long)cache->lengths[b], (long long)z.T,
                              (long long)cc->capacity);
 
+    if ((status = sizes_fit_blas(&z, config, cc->capacity, error)) != ATTN_OK) return status;
     const int64_t d = config->hidden, query_width = z.heads * z.query_head;
     const int64_t key_row = z.latent + z.rope, q_latent = config->q_lora_rank;
     float *x = malloc((size_t)(z.rows * d) * sizeof(float));
@@ -262,16 +283,21 @@ attn_status attn_mla_forward(const attn_mla_config *config, const attn_mla_weigh
                                             t * hidden->stride[1] + i * hidden->stride[2]);
     /* Queries: [rows][heads][nope | rope]. */
     if (q_latent == 0) {
-        multiply_transposed(z.rows, d, query_width, x, d, weights->wq, d, queries, query_width);
+        status = attn_linear_forward(x, z.rows, d, weights->wq, NULL, query_width, queries, error);
     } else {
-        multiply_transposed(z.rows, d, q_latent, x, d, weights->wq_a, d, query_latent, q_latent);
-        status = attn_rms_norm(query_latent, z.rows, q_latent, weights->q_norm,
-                               config->norm_eps > 0 ? config->norm_eps : 1e-6f, query_latent, error);
-        multiply_transposed(z.rows, q_latent, query_width, query_latent, q_latent, weights->wq_b,
-                            q_latent, queries, query_width);
+        status = attn_linear_forward(x, z.rows, d, weights->wq_a, NULL, q_latent, query_latent,
+                                     error);
+        if (status == ATTN_OK)
+            status = attn_rms_norm(query_latent, z.rows, q_latent, weights->q_norm,
+                                   config->norm_eps > 0 ? config->norm_eps : 1e-6f, query_latent,
+                                   error);
+        if (status == ATTN_OK)
+            status = attn_linear_forward(query_latent, z.rows, q_latent, weights->wq_b, NULL,
+                                         query_width, queries, error);
     }
     /* Latents: [rows][c_KV | k_R]; RMSNorm on c_KV only. */
-    multiply_transposed(z.rows, d, key_row, x, d, weights->wkv_a, d, latents, key_row);
+    if (status == ATTN_OK)
+        status = attn_linear_forward(x, z.rows, d, weights->wkv_a, NULL, key_row, latents, error);
     for (int64_t n = 0; n < z.rows && status == ATTN_OK; ++n)
         status = attn_rms_norm(latents + n * key_row, 1, z.latent, weights->kv_norm,
                                config->norm_eps > 0 ? config->norm_eps : 1e-6f,
@@ -297,9 +323,10 @@ attn_status attn_mla_forward(const attn_mla_config *config, const attn_mla_weigh
         status = path == ATTN_MLA_NAIVE
                      ? attend_naive(&z, weights, cache, queries, heads_out, error)
                      : attend_absorbed(&z, weights, cache, queries, heads_out, error);
+    if (status == ATTN_OK)
+        status = attn_linear_forward(heads_out, z.rows, z.heads * z.value, weights->wo, NULL, d,
+                                     projected, error);
     if (status == ATTN_OK) {
-        multiply_transposed(z.rows, z.heads * z.value, d, heads_out, z.heads * z.value, weights->wo,
-                            z.heads * z.value, projected, d);
         for (int64_t b = 0; b < z.B; ++b)
             for (int64_t t = 0; t < z.T; ++t)
                 for (int64_t i = 0; i < d; ++i)

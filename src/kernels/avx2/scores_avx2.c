@@ -5,6 +5,7 @@
  * accumulators, 2 key loads, 1 broadcast).
  */
 #include <immintrin.h>
+#include <stdbool.h>
 
 #include "exp_avx2.h"
 #include "kernels_avx2.h"
@@ -25,14 +26,29 @@ size_t attn_avx2_packed_keys_floats(int count, int dim) {
 void attn_avx2_pack_keys(int count, int dim, const float *source, int64_t token_stride,
                          int64_t dim_stride, float *packed) {
     const int blocks = key_blocks(count);
+    /* Each packed row of 8 keys is one gather when the key offsets fit in 32 bits. */
+    const bool gather = token_stride > -(INT32_MAX / ATTN_AVX2_LANES) &&
+                        token_stride < INT32_MAX / ATTN_AVX2_LANES;
+    const __m256i lane_offsets = _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7),
+                                                    _mm256_set1_epi32(gather ? (int)token_stride : 0));
     for (int block = 0; block < blocks; ++block) {
         float *destination = packed + (size_t)block * ATTN_AVX2_LANES * dim;
         const int first = block * ATTN_AVX2_LANES;
         const int lanes = count - first < ATTN_AVX2_LANES ? count - first : ATTN_AVX2_LANES;
+        const float *keys = source + (int64_t)first * token_stride;
+        if (gather) {
+            const __m256 mask = _mm256_castsi256_ps(attn_avx2_lane_mask(lanes));
+            for (int d = 0; d < dim; ++d)
+                _mm256_store_ps(destination + d * ATTN_AVX2_LANES,
+                                _mm256_mask_i32gather_ps(_mm256_setzero_ps(),
+                                                         keys + (int64_t)d * dim_stride,
+                                                         lane_offsets, mask, 4));
+            continue;
+        }
         if (lanes < ATTN_AVX2_LANES)
             for (int i = 0; i < ATTN_AVX2_LANES * dim; ++i) destination[i] = 0.0f;
         for (int lane = 0; lane < lanes; ++lane) {
-            const float *key = source + (int64_t)(first + lane) * token_stride;
+            const float *key = keys + (int64_t)lane * token_stride;
             for (int d = 0; d < dim; ++d)
                 destination[d * ATTN_AVX2_LANES + lane] = key[(int64_t)d * dim_stride];
         }

@@ -1,14 +1,28 @@
 /*
  * decode_avx512.c — the AVX-512 decode kernel table (contract: src/cache/decode_kernels.h).
- * Decoding is memory-bound, so the aim is simply to keep up with the memory stream: bf16
- * keys/values widen to float32 with a shift, fp16 with vcvtph2ps; each dot product runs over
- * the head dimension in 16-float vectors (two accumulators, masked tail) and reduces with a
- * fixed shuffle tree; value accumulation keeps up to 128 accumulator floats of a row in
- * registers across a chunk of keys. Deterministic: a fixed operation order for any input.
+ *
+ * Decoding reads every cached key and value once per step, so the kernel must keep up with
+ * the memory stream, and with GQA / MQA / MLA it must also serve many query rows per key
+ * (32 rows for MQA at Hq = 32, 128 for MLA): then it is arithmetic-bound and the work is a
+ * small matrix product per chunk. Hence:
+ *  - scores: blocks of 16 dot products (4 rows x 4 keys, 2 x 8 or 1 x 16, whichever fits the
+ *    group), each kept as a 16-lane partial sum over the head dimension, so every loaded key
+ *    vector serves up to 4 rows and every query vector up to 16 keys; the 16 partial sums are
+ *    reduced together by one fixed transpose-and-add tree (no per-dot horizontal sum);
+ *  - softmax: the online-softmax step of a row on whole vectors with the shared vectorised
+ *    exp (src/kernels/avx512/exp_avx512.h);
+ *  - values: blocks of 3 rows x 128 value floats held in 24 registers across the chunk, the
+ *    rescale of the accumulator fused into its load; every value vector loaded serves 3 rows;
+ *  - bf16 keys/values widen to float32 with a shift, fp16 with vcvtph2ps.
+ * Deterministic: a fixed operation order for any input and thread count.
  */
 #include <immintrin.h>
+#include <math.h>
 
 #include "cache/decode_kernels.h"
+#include "kernels/avx512/exp_avx512.h"
+
+#define ALWAYS_INLINE static inline __attribute__((always_inline))
 
 static void avx512_bf16_to_f32(int64_t count, const uint16_t *source, float *target) {
     int64_t e = 0;
@@ -35,73 +49,159 @@ static void avx512_f16_to_f32(int64_t count, const uint16_t *source, float *targ
     }
 }
 
-/* sum of the 16 lanes, by a fixed tree (256 + 256, 128 + 128, then within 128 bits). */
-static inline float reduce_sum(__m512 x) {
-    __m256 half = _mm256_add_ps(_mm512_castps512_ps256(x),
-                                _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(x), 1)));
-    __m128 quarter = _mm_add_ps(_mm256_castps256_ps128(half), _mm256_extractf128_ps(half, 1));
-    quarter = _mm_add_ps(quarter, _mm_movehl_ps(quarter, quarter));
-    quarter = _mm_add_ss(quarter, _mm_movehdup_ps(quarter));
-    return _mm_cvtss_f32(quarter);
+/* Mask of the first `lanes` of 16 (lanes may exceed 16 or be <= 0). */
+static inline __mmask16 lane_mask(int lanes) {
+    return lanes >= 16 ? (__mmask16)0xffff : lanes <= 0 ? (__mmask16)0 : (__mmask16)((1u << lanes) - 1u);
 }
 
-static inline float dot_product(int dim, const float *a, const float *b) {
-    __m512 even = _mm512_setzero_ps(), odd = _mm512_setzero_ps();
-    int d = 0;
-    for (; d + 32 <= dim; d += 32) {
-        even = _mm512_fmadd_ps(_mm512_loadu_ps(a + d), _mm512_loadu_ps(b + d), even);
-        odd = _mm512_fmadd_ps(_mm512_loadu_ps(a + d + 16), _mm512_loadu_ps(b + d + 16), odd);
+/* Lane a of the result = the sum of the 16 lanes of v[a], by a fixed tree: 256-bit halves,
+ * then 128-bit quarters (shuffle_f32x4), then within 128 bits (unpack). */
+ALWAYS_INLINE __m512 transpose_reduce16(const __m512 v[16]) {
+    /* The tree below yields lane 4k + j = sum(w[4j + k]); feeding w[4j + k] = v[4k + j]
+     * makes lane a = sum(v[a]). */
+    __m512 w[16];
+    for (int i = 0; i < 16; ++i) w[i] = v[(i % 4) * 4 + i / 4];
+    __m512 halves[8], quarters[4];
+    for (int i = 0; i < 8; ++i) /* blocks [a0+a2, a1+a3, b0+b2, b1+b3] */
+        halves[i] = _mm512_add_ps(_mm512_shuffle_f32x4(w[2 * i], w[2 * i + 1], 0x44),
+                                  _mm512_shuffle_f32x4(w[2 * i], w[2 * i + 1], 0xEE));
+    for (int i = 0; i < 4; ++i) /* block m = 4-lane partial of w[4i + m] */
+        quarters[i] = _mm512_add_ps(_mm512_shuffle_f32x4(halves[2 * i], halves[2 * i + 1], 0x88),
+                                    _mm512_shuffle_f32x4(halves[2 * i], halves[2 * i + 1], 0xDD));
+    const __m512 pair01 = _mm512_add_ps(_mm512_unpacklo_ps(quarters[0], quarters[1]),
+                                        _mm512_unpackhi_ps(quarters[0], quarters[1]));
+    const __m512 pair23 = _mm512_add_ps(_mm512_unpacklo_ps(quarters[2], quarters[3]),
+                                        _mm512_unpackhi_ps(quarters[2], quarters[3]));
+    const __m512d lo = _mm512_unpacklo_pd(_mm512_castps_pd(pair01), _mm512_castps_pd(pair23));
+    const __m512d hi = _mm512_unpackhi_pd(_mm512_castps_pd(pair01), _mm512_castps_pd(pair23));
+    return _mm512_add_ps(_mm512_castpd_ps(lo), _mm512_castpd_ps(hi));
+}
+
+/* 16 dot products over `dim`: block_rows query rows x block_keys keys
+ * (block_rows * block_keys = 16). out[r * block_keys + k] = row[r] . key[k]. */
+ALWAYS_INLINE void score_block(const int block_rows, const int block_keys, int dim,
+                               const float *const *row, const float *const *key, float *out) {
+    __m512 sums[16];
+    for (int a = 0; a < 16; ++a) sums[a] = _mm512_setzero_ps();
+    for (int d = 0; d < dim; d += 16) {
+        const __mmask16 lanes = lane_mask(dim - d);
+        __m512 query[4];
+        for (int r = 0; r < block_rows; ++r) query[r] = _mm512_maskz_loadu_ps(lanes, row[r] + d);
+        for (int k = 0; k < block_keys; ++k) {
+            const __m512 key_vector = _mm512_maskz_loadu_ps(lanes, key[k] + d);
+            for (int r = 0; r < block_rows; ++r)
+                sums[r * block_keys + k] = _mm512_fmadd_ps(query[r], key_vector, sums[r * block_keys + k]);
+        }
     }
-    for (; d < dim; d += 16) {
-        __mmask16 lanes = dim - d >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (dim - d)) - 1u);
-        even = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(lanes, a + d), _mm512_maskz_loadu_ps(lanes, b + d),
-                               even);
-    }
-    return reduce_sum(_mm512_add_ps(even, odd));
+    _mm512_storeu_ps(out, transpose_reduce16(sums));
 }
 
 static void avx512_score_chunk(int rows, int count, int dim, const float *queries,
                                const float *keys, int64_t key_stride, float *scores) {
-    for (int c = 0; c < count; ++c) {
-        const float *key = keys + c * key_stride;
-        for (int r = 0; r < rows; ++r)
-            scores[r * ATTN_DECODE_CHUNK + c] = dot_product(dim, queries + (int64_t)r * dim, key);
+    const int block_rows = rows >= 3 ? 4 : rows, block_keys = 16 / block_rows;
+    for (int r0 = 0; r0 < rows; r0 += block_rows)
+        for (int c0 = 0; c0 < count; c0 += block_keys) {
+            /* Rows / keys past the end repeat the last one; their results are dropped. */
+            const float *row[4], *key[16];
+            for (int r = 0; r < block_rows; ++r)
+                row[r] = queries + (int64_t)(r0 + r < rows ? r0 + r : rows - 1) * dim;
+            for (int k = 0; k < block_keys; ++k)
+                key[k] = keys + (c0 + k < count ? c0 + k : count - 1) * key_stride;
+            float out[16];
+            if (block_rows == 4) score_block(4, 4, dim, row, key, out);
+            else if (block_rows == 2) score_block(2, 8, dim, row, key, out);
+            else score_block(1, 16, dim, row, key, out);
+            for (int r = 0; r < block_rows && r0 + r < rows; ++r)
+                for (int k = 0; k < block_keys && c0 + k < count; ++k)
+                    scores[(r0 + r) * ATTN_DECODE_CHUNK + c0 + k] = out[r * block_keys + k];
+        }
+}
+
+static void avx512_softmax_chunk(int rows, int count, float scale, float *scores,
+                                 float *row_max, float *row_sum, float *rescale) {
+    enum { VECTORS = ATTN_DECODE_CHUNK / 16 };
+    const int vectors = (count + 15) / 16;
+    __mmask16 masks[VECTORS];
+    for (int v = 0; v < VECTORS; ++v) masks[v] = lane_mask(count - 16 * v);
+    const __m512 minus_infinity = _mm512_set1_ps(-INFINITY), scale_vector = _mm512_set1_ps(scale);
+    for (int r = 0; r < rows; ++r) {
+        float *row = scores + r * ATTN_DECODE_CHUNK;
+        __m512 logits[VECTORS], maximum = minus_infinity;
+        for (int v = 0; v < vectors; ++v) {
+            logits[v] = _mm512_mul_ps(_mm512_mask_loadu_ps(minus_infinity, masks[v], row + 16 * v),
+                                      scale_vector);
+            maximum = _mm512_max_ps(maximum, logits[v]);
+        }
+        const float chunk_max = _mm512_reduce_max_ps(maximum);
+        const float old_max = row_max[r];
+        const float new_max = chunk_max > old_max ? chunk_max : old_max;
+        const float use_max = new_max == -INFINITY ? 0.0f : new_max;
+        const __m512 shift = _mm512_set1_ps(use_max);
+        __m512 sum = _mm512_setzero_ps();
+        for (int v = 0; v < vectors; ++v) {
+            const __m512 p = attn_exp_avx512(_mm512_sub_ps(logits[v], shift)); /* -inf -> 0 */
+            sum = _mm512_add_ps(sum, p);
+            _mm512_mask_storeu_ps(row + 16 * v, masks[v], p);
+        }
+        rescale[r] = old_max == -INFINITY ? 0.0f : expf(old_max - use_max);
+        row_sum[r] = rescale[r] * row_sum[r] + _mm512_reduce_add_ps(sum);
+        row_max[r] = new_max;
     }
 }
 
-enum { REGISTER_FLOATS = 128 }; /* accumulator floats of one row kept in registers */
+enum { VALUE_BLOCK = 128 }; /* value floats of a row held in registers (8 vectors) */
 
-static void avx512_accumulate_chunk(int rows, int count, int dim, const float *weights,
+/* accumulator rows [block_rows][dim], columns [e0, e0 + width) with width <= VALUE_BLOCK:
+ * acc = rescale * acc + sum_c weight[r][c] * values[c]. */
+ALWAYS_INLINE void accumulate_block(const int block_rows, int count, int e0, int width,
+                                    int dim, const float *weights, const float *rescale,
                                     const float *values, int64_t value_stride,
                                     float *accumulator) {
-    for (int r = 0; r < rows; ++r) {
-        const float *row_weights = weights + r * ATTN_DECODE_CHUNK;
-        float *row = accumulator + (int64_t)r * dim;
-        for (int e0 = 0; e0 < dim; e0 += REGISTER_FLOATS) {
-            const int width = dim - e0 < REGISTER_FLOATS ? dim - e0 : REGISTER_FLOATS;
-            const int vectors = (width + 15) / 16;
-            __mmask16 masks[REGISTER_FLOATS / 16];
-            __m512 sums[REGISTER_FLOATS / 16];
-            for (int x = 0; x < vectors; ++x) {
-                int left = width - 16 * x;
-                masks[x] = left >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << left) - 1u);
-                sums[x] = _mm512_maskz_loadu_ps(masks[x], row + e0 + 16 * x);
-            }
-            for (int c = 0; c < count; ++c) {
-                const float weight = row_weights[c];
-                if (weight == 0.0f) continue; /* masked key: its value is never read */
-                const __m512 w = _mm512_set1_ps(weight);
-                const float *value = values + c * value_stride + e0;
-                for (int x = 0; x < vectors; ++x)
-                    sums[x] = _mm512_fmadd_ps(w, _mm512_maskz_loadu_ps(masks[x], value + 16 * x),
-                                              sums[x]);
-            }
-            for (int x = 0; x < vectors; ++x)
-                _mm512_mask_storeu_ps(row + e0 + 16 * x, masks[x], sums[x]);
+    enum { VECTORS = VALUE_BLOCK / 16 };
+    __mmask16 masks[VECTORS];
+    for (int x = 0; x < VECTORS; ++x) masks[x] = lane_mask(width - 16 * x);
+    __m512 sums[3][VECTORS];
+    for (int r = 0; r < block_rows; ++r) {
+        const __m512 factor = _mm512_set1_ps(rescale[r]);
+        for (int x = 0; x < VECTORS; ++x)
+            sums[r][x] = _mm512_mul_ps(
+                factor, _mm512_maskz_loadu_ps(masks[x], accumulator + (int64_t)r * dim + e0 + 16 * x));
+    }
+    for (int c = 0; c < count; ++c) {
+        __m512 weight[3];
+        for (int r = 0; r < block_rows; ++r)
+            weight[r] = _mm512_set1_ps(weights[r * ATTN_DECODE_CHUNK + c]);
+        const float *value = values + c * value_stride + e0;
+        for (int x = 0; x < VECTORS; ++x) {
+            const __m512 value_vector = _mm512_maskz_loadu_ps(masks[x], value + 16 * x);
+            for (int r = 0; r < block_rows; ++r)
+                sums[r][x] = _mm512_fmadd_ps(weight[r], value_vector, sums[r][x]);
         }
+    }
+    for (int r = 0; r < block_rows; ++r)
+        for (int x = 0; x < VECTORS; ++x)
+            _mm512_mask_storeu_ps(accumulator + (int64_t)r * dim + e0 + 16 * x, masks[x], sums[r][x]);
+}
+
+static void avx512_accumulate_chunk(int rows, int count, int dim, const float *weights,
+                                    const float *rescale, const float *values,
+                                    int64_t value_stride, float *accumulator) {
+    for (int e0 = 0; e0 < dim; e0 += VALUE_BLOCK) {
+        const int width = dim - e0 < VALUE_BLOCK ? dim - e0 : VALUE_BLOCK;
+        int r = 0;
+        for (; r + 3 <= rows; r += 3)
+            accumulate_block(3, count, e0, width, dim, weights + r * ATTN_DECODE_CHUNK,
+                             rescale + r, values, value_stride, accumulator + (int64_t)r * dim);
+        if (rows - r == 2)
+            accumulate_block(2, count, e0, width, dim, weights + r * ATTN_DECODE_CHUNK,
+                             rescale + r, values, value_stride, accumulator + (int64_t)r * dim);
+        else if (rows - r == 1)
+            accumulate_block(1, count, e0, width, dim, weights + r * ATTN_DECODE_CHUNK,
+                             rescale + r, values, value_stride, accumulator + (int64_t)r * dim);
     }
 }
 
 const attn_decode_kernels attn_decode_kernels_avx512 = {
-    "avx512", avx512_bf16_to_f32, avx512_f16_to_f32, avx512_score_chunk, avx512_accumulate_chunk,
+    "avx512",           avx512_bf16_to_f32,   avx512_f16_to_f32,
+    avx512_score_chunk, avx512_softmax_chunk, avx512_accumulate_chunk,
 };

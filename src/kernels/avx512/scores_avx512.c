@@ -5,6 +5,7 @@
  * flight per core; 24 leaves room for the 4 key loads and 1 broadcast of each step).
  */
 #include <immintrin.h>
+#include <stdbool.h>
 
 #include "kernels_avx512.h"
 
@@ -20,18 +21,34 @@ size_t attn_avx512_packed_keys_floats(int count, int dim) {
 }
 
 /* source: key c, element d at source[c*token_stride + d*dim_stride], c < count, d < dim.
- * packed: key_blocks(count) blocks of [dim][16]. */
+ * packed: key_blocks(count) blocks of [dim][16], lanes past count zero. Each packed row of
+ * 16 keys is one gather (lane l reads key first + l) when the key offsets fit in 32 bits;
+ * otherwise a scalar transpose. */
 void attn_avx512_pack_keys(int count, int dim, const float *source, int64_t token_stride,
                            int64_t dim_stride, float *packed) {
     const int blocks = key_blocks(count);
+    const bool gather = token_stride > -(INT32_MAX / ATTN_AVX512_LANES) &&
+                        token_stride < INT32_MAX / ATTN_AVX512_LANES;
+    const __m512i lane_offsets = _mm512_mullo_epi32(
+        _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+        _mm512_set1_epi32(gather ? (int)token_stride : 0));
     for (int block = 0; block < blocks; ++block) {
         float *destination = packed + (size_t)block * ATTN_AVX512_LANES * dim;
         const int first = block * ATTN_AVX512_LANES;
         const int lanes = count - first < ATTN_AVX512_LANES ? count - first : ATTN_AVX512_LANES;
+        const float *keys = source + (int64_t)first * token_stride;
+        if (gather) {
+            const __mmask16 mask = (__mmask16)((1u << lanes) - 1u);
+            for (int d = 0; d < dim; ++d)
+                _mm512_store_ps(destination + d * ATTN_AVX512_LANES,
+                                _mm512_mask_i32gather_ps(_mm512_setzero_ps(), mask, lane_offsets,
+                                                         keys + (int64_t)d * dim_stride, 4));
+            continue;
+        }
         if (lanes < ATTN_AVX512_LANES)
             for (int i = 0; i < ATTN_AVX512_LANES * dim; ++i) destination[i] = 0.0f;
         for (int lane = 0; lane < lanes; ++lane) {
-            const float *key = source + (int64_t)(first + lane) * token_stride;
+            const float *key = keys + (int64_t)lane * token_stride;
             for (int d = 0; d < dim; ++d)
                 destination[d * ATTN_AVX512_LANES + lane] = key[(int64_t)d * dim_stride];
         }

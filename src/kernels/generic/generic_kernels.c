@@ -1,7 +1,8 @@
 /*
  * generic_kernels.c — the portable kernel table (kernel.h) in plain C, and the reference the
  * SIMD tables are checked against. The loops are written so gcc -O3 vectorizes them:
- *   - keys are packed transposed, [dim][padded count], so the score loop runs over keys;
+ *   - keys are packed transposed in blocks of 16, [block][dim][16], so the score loop runs
+ *     over the keys of a block;
  *   - values are packed row-major, [count][padded dim], so the accumulation runs over dims;
  *   - packed rows are padded to 16 floats with zeros, so every packed row starts 64-byte
  *     aligned when the buffer is.
@@ -15,7 +16,10 @@ enum { GENERIC_BLOCK = 16 }; /* packed rows are padded to 16 floats (64 bytes) *
 
 static int round_up_to_block(int n) { return (n + GENERIC_BLOCK - 1) / GENERIC_BLOCK * GENERIC_BLOCK; }
 
-/* Keys: [dim][round_up(count)], key c of dimension d at packed[d * padded_count + c]. */
+/* Keys: blocks of 16 keys, each [dim][16]: key c of dimension d at
+ * packed[(c / 16) * 16 * dim + d * 16 + c % 16]. Lanes past count in the last block are 0.
+ * The packing of a tile's first keys does not depend on how many follow (kernel.h's prefix
+ * property). */
 static size_t generic_packed_keys_floats(int count, int dim) {
     return (size_t)round_up_to_block(count) * (size_t)dim;
 }
@@ -27,11 +31,15 @@ static size_t generic_packed_values_floats(int count, int dim) {
 
 static void generic_pack_keys(int count, int dim, const float *source, int64_t token_stride,
                               int64_t dim_stride, float *packed) {
-    const int padded_count = round_up_to_block(count);
-    for (int d = 0; d < dim; ++d) {
-        float *packed_row = packed + (size_t)d * padded_count;
-        for (int c = 0; c < count; ++c) packed_row[c] = source[c * token_stride + d * dim_stride];
-        for (int c = count; c < padded_count; ++c) packed_row[c] = 0.0f;
+    for (int first = 0; first < count; first += GENERIC_BLOCK) {
+        float *block = packed + (size_t)first * dim;
+        const int lanes = count - first < GENERIC_BLOCK ? count - first : GENERIC_BLOCK;
+        for (int d = 0; d < dim; ++d) {
+            float *packed_row = block + (size_t)d * GENERIC_BLOCK;
+            for (int lane = 0; lane < lanes; ++lane)
+                packed_row[lane] = source[(first + lane) * token_stride + d * dim_stride];
+            for (int lane = lanes; lane < GENERIC_BLOCK; ++lane) packed_row[lane] = 0.0f;
+        }
     }
 }
 
@@ -50,21 +58,25 @@ static void generic_pack_values(int count, int dim, const float *source, int64_t
     }
 }
 
-/* scores[r][c] = sum_d queries[r][d] * key_c[d]. For each row the score row itself is the
- * accumulator; the inner loop runs over the keys of one packed dimension (contiguous), which
- * gcc vectorizes. The sum runs over d in increasing order. */
+/* scores[r][c] = sum_d queries[r][d] * key_c[d]. For each row and block of 16 keys, 16
+ * partial sums run over d (the inner loop over the block's lanes vectorizes); the sum runs
+ * over d in increasing order. */
 static void generic_score_tile(int rows, int count, int dim, const float *queries,
                                int query_stride, const float *packed_keys, float *scores,
                                int scores_stride) {
-    const int padded_count = round_up_to_block(count);
     for (int r = 0; r < rows; ++r) {
         const float *query_row = queries + (size_t)r * query_stride;
-        float *restrict score_row = scores + (size_t)r * scores_stride;
-        for (int c = 0; c < count; ++c) score_row[c] = 0.0f;
-        for (int d = 0; d < dim; ++d) {
-            const float query_value = query_row[d];
-            const float *restrict key_row = packed_keys + (size_t)d * padded_count;
-            for (int c = 0; c < count; ++c) score_row[c] += query_value * key_row[c];
+        float *score_row = scores + (size_t)r * scores_stride;
+        for (int first = 0; first < count; first += GENERIC_BLOCK) {
+            const float *block = packed_keys + (size_t)first * dim;
+            float sums[GENERIC_BLOCK] = {0};
+            for (int d = 0; d < dim; ++d) {
+                const float query_value = query_row[d];
+                const float *key_row = block + (size_t)d * GENERIC_BLOCK;
+                for (int lane = 0; lane < GENERIC_BLOCK; ++lane) sums[lane] += query_value * key_row[lane];
+            }
+            const int lanes = count - first < GENERIC_BLOCK ? count - first : GENERIC_BLOCK;
+            for (int lane = 0; lane < lanes; ++lane) score_row[first + lane] = sums[lane];
         }
     }
 }

@@ -1,0 +1,20 @@
+/*
+ * bench_clock.h — the clocks `attn bench` can time with (--clock). On a quiet machine the
+ * wall clock is the truth. On a shared one (other processes on the same cores) wall time
+ * includes the time this process waited for a core; the CPU clock counts only the time its
+ * threads ran (CLOCK_PROCESS_CPUTIME_ID, divided by the thread count), so the FMA peak and
+ * the attention runs are both measured per running thread-second and their ratio stays
+ * meaningful. Idle OpenMP threads that spin still count, so load imbalance is not hidden.
+ */
+#ifndef ATTN_BENCH_CLOCK_H
+#define ATTN_BENCH_CLOCK_H
+
+typedef enum bench_clock { BENCH_CLOCK_WALL = 0, BENCH_CLOCK_CPU = 1 } bench_clock;
+
+/* Seconds on `clock`: wall time, or process CPU time divided by `threads`. */
+double bench_clock_seconds(bench_clock clock, int threads);
+
+/* The fp32 FMA peak (GFLOP/s, all `threads` threads) timed on `clock` (peak.c). */
+double bench_measure_fma_peak(int threads, bench_clock clock);
+
+#endif /* ATTN_BENCH_CLOCK_H */

@@ -1,0 +1,82 @@
+/*
+ * backward_kernels_generic.c — the backward kernel table (backward_kernels.h) in plain C, the
+ * reference the SIMD tables are tested against, and the choice of a backward table to match
+ * the forward table in use. The inner loops run over the contiguous output dimension so that
+ * gcc vectorizes them; sums over `inner` go in index order.
+ */
+#include <math.h>
+
+#include "backward_kernels.h"
+
+/* accumulator[o][e] += sum_i weights[o][i] * values[i][e]. */
+static void generic_accumulate(int outputs, int inner, int dim, const float *weights,
+                               int weights_stride, const float *values, int values_stride,
+                               float *accumulator, int accumulator_stride) {
+    for (int o = 0; o < outputs; ++o) {
+        float *row = accumulator + (size_t)o * accumulator_stride;
+        for (int i = 0; i < inner; ++i) {
+            const float weight = weights[(size_t)o * weights_stride + i];
+            const float *value = values + (size_t)i * values_stride;
+            for (int e = 0; e < dim; ++e) row[e] += weight * value[e];
+        }
+    }
+}
+
+/* accumulator[o][e] += sum_i weights[i][o] * values[i][e]. */
+static void generic_accumulate_transposed(int outputs, int inner, int dim, const float *weights,
+                                          int weights_stride, const float *values,
+                                          int values_stride, float *accumulator,
+                                          int accumulator_stride) {
+    for (int o = 0; o < outputs; ++o) {
+        float *row = accumulator + (size_t)o * accumulator_stride;
+        for (int i = 0; i < inner; ++i) {
+            const float weight = weights[(size_t)i * weights_stride + o];
+            const float *value = values + (size_t)i * values_stride;
+            for (int e = 0; e < dim; ++e) row[e] += weight * value[e];
+        }
+    }
+}
+
+/* scores[r][c] = exp(scale * scores[r][c] - row_lse[r]); empty rows (lse = -inf) give 0. */
+static void generic_probabilities(int rows, int count, float *scores, int stride, float scale,
+                                  const float *row_lse) {
+    for (int r = 0; r < rows; ++r) {
+        float *row = scores + (size_t)r * stride;
+        const float lse = row_lse[r];
+        if (lse == -INFINITY) {
+            for (int c = 0; c < count; ++c) row[c] = 0.0f;
+            continue;
+        }
+        for (int c = 0; c < count; ++c) row[c] = expf(scale * row[c] - lse);
+    }
+}
+
+/* gradient[r][c] = probabilities[r][c] * (gradient[r][c] - row_dot[r]). */
+static void generic_score_gradient(int rows, int count, const float *probabilities,
+                                   float *gradient, int stride, const float *row_dot) {
+    for (int r = 0; r < rows; ++r) {
+        const float *probability = probabilities + (size_t)r * stride;
+        float *row = gradient + (size_t)r * stride;
+        const float dot = row_dot[r];
+        for (int c = 0; c < count; ++c) row[c] = probability[c] * (row[c] - dot);
+    }
+}
+
+const attn_backward_kernel_table attn_backward_kernels_generic = {
+    .name = "generic",
+    .accumulate = generic_accumulate,
+    .accumulate_transposed = generic_accumulate_transposed,
+    .probabilities = generic_probabilities,
+    .score_gradient = generic_score_gradient,
+};
+
+const attn_backward_kernel_table *attn_backward_kernels_for(const attn_kernel_table *kernels) {
+#if defined(ATTN_HAVE_AVX512_KERNELS)
+    if (kernels == &attn_kernels_avx512) return &attn_backward_kernels_avx512;
+#endif
+#if defined(ATTN_HAVE_AVX2_KERNELS)
+    if (kernels == &attn_kernels_avx2) return &attn_backward_kernels_avx2;
+#endif
+    (void)kernels;
+    return &attn_backward_kernels_generic;
+}

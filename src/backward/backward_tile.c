@@ -1,0 +1,308 @@
+/*
+ * backward_tile.c — the work of one key tile of the tiled backward (flash_backward.c runs the
+ * schedule): for every query tile that can see the key tile, recompute
+ *   S = Q Kᵀ, P = exp(S' - lse), dP = dO Vᵀ, dS = P (dP - D) (· soft-cap derivative)
+ * and accumulate the three products
+ *   dV += Pᵀ dO,   dK += dSᵀ Q,   dQ_partial += dS K
+ * S and dP go through the forward kernel table's score_tile (K and V packed once per key
+ * tile); the products and elementwise steps through the backward table, which reads P and dS
+ * in place. 10·D flops per allowed pair (with Dk = Dv = D), nothing of size Tq x Tk stored.
+ */
+#include <math.h>
+#include <string.h>
+
+#include "flash_backward.h"
+
+#include "../core/internal.h"
+
+/* Rounds a float count up to a whole number of 64-byte lines. */
+static size_t round_to_line(size_t floats) { return (floats + 15) / 16 * 16; }
+
+enum { WORKSPACE_BUFFERS = 14 };
+
+/* Floats between consecutive packed key blocks of dimension dim (whole 64-byte lines). */
+static size_t packed_block_floats(const backward_plan *plan, int dim) {
+    const int block = plan->tile_k < BACKWARD_KEY_BLOCK ? plan->tile_k : BACKWARD_KEY_BLOCK;
+    return round_to_line(plan->kernels->packed_keys_floats(block, dim));
+}
+
+/* The floats each buffer needs, in the order backward_workspace_assign carves them. */
+static void workspace_sizes(const backward_plan *plan, size_t sizes[WORKSPACE_BUFFERS]) {
+    const size_t tq = (size_t)plan->tile_q, tk = (size_t)plan->tile_k;
+    const int dk = (int)plan->problem.key_dim, dv = (int)plan->problem.value_dim;
+    sizes[0] = tq * ATTN_BACKWARD_ROW_FLOATS((size_t)dk);
+    sizes[1] = tq * ATTN_BACKWARD_ROW_FLOATS((size_t)dv);
+    sizes[2] = tk * ATTN_BACKWARD_ROW_FLOATS((size_t)dk);
+    sizes[3] = tq;
+    sizes[4] = tq;
+    const size_t key_blocks = (tk + BACKWARD_KEY_BLOCK - 1) / BACKWARD_KEY_BLOCK;
+    sizes[5] = key_blocks * packed_block_floats(plan, dk);
+    sizes[6] = key_blocks * packed_block_floats(plan, dv);
+    sizes[7] = tq * tk;
+    sizes[8] = tq * tk;
+    sizes[9] = plan->softcap > 0.0f ? tq * tk : 0;
+    sizes[10] = tk;
+    sizes[11] = tk; /* bytes only, counted as floats */
+    sizes[12] = tk * (size_t)dk;
+    sizes[13] = tk * (size_t)dv;
+}
+
+size_t backward_workspace_floats(const backward_plan *plan) {
+    size_t sizes[WORKSPACE_BUFFERS], total = 0;
+    workspace_sizes(plan, sizes);
+    /* Tiles are bounded (attn_backward checks tile x dim fits an int), so no overflow. */
+    for (int s = 0; s < WORKSPACE_BUFFERS; ++s) total += round_to_line(sizes[s]);
+    return total;
+}
+
+void backward_workspace_assign(const backward_plan *plan, float *base,
+                               backward_workspace *workspace) {
+    size_t sizes[WORKSPACE_BUFFERS];
+    workspace_sizes(plan, sizes);
+    float *slots[WORKSPACE_BUFFERS];
+    size_t offset = 0;
+    for (int s = 0; s < WORKSPACE_BUFFERS; ++s) {
+        slots[s] = base + offset;
+        offset += round_to_line(sizes[s]);
+    }
+    workspace->query_rows = slots[0];
+    workspace->dout_rows = slots[1];
+    workspace->key_rows = slots[2];
+    workspace->row_lse = slots[3];
+    workspace->row_dot = slots[4];
+    workspace->packed_keys = slots[5];
+    workspace->packed_values_as_keys = slots[6];
+    workspace->probabilities = slots[7];
+    workspace->score_gradient = slots[8];
+    workspace->softcap_derivative = slots[9];
+    workspace->additive_row = slots[10];
+    workspace->allowed_row = (uint8_t *)slots[11];
+    workspace->key_accumulator = slots[12];
+    workspace->value_accumulator = slots[13];
+}
+
+/* target[e] = source[e * stride] for e < count, then zeros up to the padded row length
+ * ATTN_BACKWARD_ROW_FLOATS(count). */
+static void copy_row(const float *source, int64_t stride, int64_t count, float *target) {
+    if (stride == 1)
+        memcpy(target, source, (size_t)count * sizeof(float));
+    else
+        for (int64_t e = 0; e < count; ++e) target[e] = source[e * stride];
+    for (int64_t e = count; e < ATTN_BACKWARD_ROW_FLOATS(count); ++e) target[e] = 0.0f;
+}
+
+/* Copies rows [i0, i0 + rows) of query head h of Q and dO to padded rows
+ * (ATTN_BACKWARD_ROW_FLOATS(D) apart) and loads their LSE and D. */
+static void load_query_tile(const backward_plan *plan, backward_workspace *workspace, int64_t b,
+                            int64_t h, int64_t i0, int rows) {
+    const int64_t Dk = plan->problem.key_dim, Dv = plan->problem.value_dim;
+    const int64_t Tq = plan->problem.query_length, Hq = plan->problem.query_heads;
+    for (int r = 0; r < rows; ++r) {
+        const int64_t i = i0 + r;
+        copy_row(attn_f32_at4(plan->q, b, i, h, 0), plan->q->stride[3], Dk,
+                 workspace->query_rows + r * ATTN_BACKWARD_ROW_FLOATS(Dk));
+        copy_row(attn_f32_at4(plan->dout, b, i, h, 0), plan->dout->stride[3], Dv,
+                 workspace->dout_rows + r * ATTN_BACKWARD_ROW_FLOATS(Dv));
+        workspace->row_lse[r] = *attn_f32_at3(plan->lse, b, h, i);
+        workspace->row_dot[r] = plan->row_dot[(b * Hq + h) * Tq + i];
+    }
+}
+
+/* Packs keys [j0, j0 + count) of KV head kv_head as "keys" for score_tile (K for S, V for
+ * dP), block by block of BACKWARD_KEY_BLOCK keys, and copies the K rows to padded rows (for
+ * dQ += dS K). */
+static void load_key_tile(const backward_plan *plan, backward_workspace *workspace, int64_t b,
+                          int64_t kv_head, int64_t j0, int count) {
+    const attn_kernel_table *kernels = plan->kernels;
+    const attn_tensor *k = plan->k, *v = plan->v;
+    const int64_t Dk = plan->problem.key_dim, Dv = plan->problem.value_dim;
+    const size_t key_block_floats = packed_block_floats(plan, (int)Dk);
+    const size_t value_block_floats = packed_block_floats(plan, (int)Dv);
+    for (int first = 0, block = 0; first < count; first += BACKWARD_KEY_BLOCK, ++block) {
+        const int keys = count - first < BACKWARD_KEY_BLOCK ? count - first : BACKWARD_KEY_BLOCK;
+        kernels->pack_keys(keys, (int)Dk, attn_f32_at4(k, b, j0 + first, kv_head, 0),
+                           k->stride[1], k->stride[3],
+                           workspace->packed_keys + block * key_block_floats);
+        kernels->pack_keys(keys, (int)Dv, attn_f32_at4(v, b, j0 + first, kv_head, 0),
+                           v->stride[1], v->stride[3],
+                           workspace->packed_values_as_keys + block * value_block_floats);
+    }
+    for (int c = 0; c < count; ++c)
+        copy_row(attn_f32_at4(k, b, j0 + c, kv_head, 0), k->stride[3], Dk,
+                 workspace->key_rows + c * ATTN_BACKWARD_ROW_FLOATS(Dk));
+}
+
+/* scores[r][c] = row r of `rows` . key c, for the columns [first_column, first_column +
+ * columns) of the key tile, one packed key block at a time (first_column is a block start;
+ * the range ends at a block end or at the tile's end, so every block is used with the key
+ * count it was packed with). rows: [rows][row_stride]; scores: [rows][tile_k]. */
+static void score_columns(const backward_plan *plan, int rows, int first_column, int columns,
+                          int dim, const float *row_data, int row_stride,
+                          const float *packed_blocks, float *scores) {
+    const size_t block_floats = packed_block_floats(plan, dim);
+    const int end = first_column + columns;
+    for (int first = first_column; first < end; first += BACKWARD_KEY_BLOCK) {
+        const int keys = end - first < BACKWARD_KEY_BLOCK ? end - first : BACKWARD_KEY_BLOCK;
+        plan->kernels->score_tile(rows, keys, dim, row_data, row_stride,
+                                  packed_blocks + (first / BACKWARD_KEY_BLOCK) * block_floats,
+                                  scores + first, plan->tile_k);
+    }
+}
+
+/*
+ * For the rows [i0, i0 + rows) of (b, h) and the columns [first_column, first_column +
+ * columns) of the key tile starting at key j0, with the query tile loaded and the key tile
+ * packed, computes (in those columns of the tile buffers)
+ *   probabilities  P  = exp(S' - lse)        (0 where not allowed or the row is empty)
+ *   score_gradient dS = P * (dP - D), then times (1 - tanh^2) when soft-capping
+ * where S' is the logit (scale, soft-cap, + bias + ALiBi, -inf where not allowed). When
+ * bias_rows is not NULL (the entry of row i0, key j0 + first_column), adds dS (before the
+ * soft-cap factor) into the bias gradient: bias_rows[r * bias_row_stride + c *
+ * bias_column_stride] for c < columns.
+ */
+static void tile_score_gradients(const backward_plan *plan, backward_workspace *workspace,
+                                 int64_t b, int64_t h, int64_t i0, int rows, int64_t j0,
+                                 int first_column, int columns, attn_tile_class tile_class,
+                                 float *bias_rows, int64_t bias_row_stride,
+                                 int64_t bias_column_stride) {
+    const attn_mask_context *mask = plan->mask;
+    const attn_backward_kernel_table *products = plan->products;
+    const int stride = plan->tile_k;
+    const float scale = plan->scale, softcap = plan->softcap;
+    const int Dk = (int)plan->problem.key_dim, Dv = (int)plan->problem.value_dim;
+    const int64_t first_key = j0 + first_column, end_key = first_key + columns;
+    float *probabilities = workspace->probabilities + first_column;
+    float *score_gradient = workspace->score_gradient + first_column;
+    float *softcap_derivative = workspace->softcap_derivative + first_column;
+
+    score_columns(plan, rows, first_column, columns, Dk, workspace->query_rows,
+                  ATTN_BACKWARD_ROW_FLOATS(Dk), workspace->packed_keys,
+                  workspace->probabilities);
+    const bool needs_predicate = tile_class == ATTN_TILE_PARTIAL;
+    /* Without soft-cap, bias, ALiBi or predicate, the exp kernel applies the scale itself. */
+    const bool transform_here = softcap > 0.0f || mask->has_additive || needs_predicate;
+    for (int r = 0; r < rows && transform_here; ++r) {
+        float *row = probabilities + (size_t)r * stride;
+        if (workspace->row_lse[r] == -INFINITY) { /* empty row: P = 0, all its gradients 0 */
+            if (softcap > 0.0f) /* defined, so that dS = 0 * derivative stays 0 */
+                memset(softcap_derivative + (size_t)r * stride, 0,
+                       (size_t)columns * sizeof(float));
+            continue;
+        }
+        if (softcap > 0.0f) {
+            float *derivative = softcap_derivative + (size_t)r * stride;
+            for (int c = 0; c < columns; ++c) {
+                const float t = tanhf(row[c] * scale / softcap);
+                row[c] = softcap * t;
+                derivative[c] = 1.0f - t * t;
+            }
+        } else {
+            for (int c = 0; c < columns; ++c) row[c] *= scale;
+        }
+        if (mask->has_additive) { /* -inf entries mean masked */
+            attn_mask_additive_row(mask, b, h, i0 + r, first_key, end_key,
+                                   workspace->additive_row);
+            for (int c = 0; c < columns; ++c) row[c] += workspace->additive_row[c];
+        }
+        if (needs_predicate) {
+            attn_mask_allowed_row(mask, b, h, i0 + r, first_key, end_key,
+                                  workspace->allowed_row);
+            for (int c = 0; c < columns; ++c)
+                if (!workspace->allowed_row[c]) row[c] = -INFINITY;
+        }
+    }
+    products->probabilities(rows, columns, probabilities, stride, transform_here ? 1.0f : scale,
+                            workspace->row_lse);
+
+    score_columns(plan, rows, first_column, columns, Dv, workspace->dout_rows,
+                  ATTN_BACKWARD_ROW_FLOATS(Dv), workspace->packed_values_as_keys,
+                  workspace->score_gradient);
+    products->score_gradient(rows, columns, probabilities, score_gradient, stride,
+                             workspace->row_dot);
+    if (bias_rows != NULL)
+        for (int r = 0; r < rows; ++r) {
+            const float *row = score_gradient + (size_t)r * stride;
+            float *bias_row = bias_rows + r * bias_row_stride;
+            for (int c = 0; c < columns; ++c) bias_row[c * bias_column_stride] += row[c];
+        }
+    if (softcap > 0.0f)
+        for (int r = 0; r < rows; ++r) {
+            float *row = score_gradient + (size_t)r * stride;
+            const float *derivative = softcap_derivative + (size_t)r * stride;
+            for (int c = 0; c < columns; ++c) row[c] *= derivative[c];
+        }
+}
+
+/* The columns [*first_column, *first_column + *columns) of the key tile [j0, j0 + count)
+ * that query rows [i0, i1) of batch b can reach (their causal / window band), widened to
+ * whole key blocks; *columns = 0 when none. */
+static void reachable_columns(const backward_plan *plan, int64_t b, int64_t i0, int64_t i1,
+                              int64_t j0, int count, int *first_column, int *columns) {
+    int64_t key_begin, key_end;
+    attn_mask_candidate_keys(plan->mask, b, i0, i1, &key_begin, &key_end);
+    int64_t first = key_begin - j0 < 0 ? 0 : key_begin - j0;
+    int64_t end = key_end - j0 > count ? count : key_end - j0;
+    first = first / BACKWARD_KEY_BLOCK * BACKWARD_KEY_BLOCK;
+    end = (end + BACKWARD_KEY_BLOCK - 1) / BACKWARD_KEY_BLOCK * BACKWARD_KEY_BLOCK;
+    if (end > count) end = count;
+    *first_column = (int)first;
+    *columns = end > first ? (int)(end - first) : 0;
+}
+
+void backward_key_tile(const backward_plan *plan, backward_workspace *workspace, int64_t b,
+                       int64_t kv_head, int64_t j0, int count, int64_t chunk) {
+    const attn_backward_kernel_table *products = plan->products;
+    const int64_t B = plan->problem.batch, Hq = plan->problem.query_heads;
+    const int64_t Tq = plan->problem.query_length, G = plan->problem.group_size;
+    const int Dk = (int)plan->problem.key_dim, Dv = (int)plan->problem.value_dim;
+    const int key_row = ATTN_BACKWARD_ROW_FLOATS(Dk), value_row = ATTN_BACKWARD_ROW_FLOATS(Dv);
+    const int stride = plan->tile_k;
+    const attn_tensor *dbias = plan->dbias;
+    memset(workspace->key_accumulator, 0, (size_t)count * Dk * sizeof(float));
+    memset(workspace->value_accumulator, 0, (size_t)count * Dv * sizeof(float));
+    load_key_tile(plan, workspace, b, kv_head, j0, count);
+
+    for (int64_t h = kv_head * G; h < (kv_head + 1) * G; ++h) {
+        float *query_partial = plan->query_partials + ((chunk * B + b) * Hq + h) * Tq * Dk;
+        for (int64_t i0 = 0; i0 < Tq; i0 += plan->tile_q) {
+            const int rows = (int)(Tq - i0 < plan->tile_q ? Tq - i0 : plan->tile_q);
+            int first, columns;
+            reachable_columns(plan, b, i0, i0 + rows, j0, count, &first, &columns);
+            if (columns == 0) continue;
+            const attn_tile_class tile_class = attn_mask_classify_tile(
+                plan->mask, b, h, i0, i0 + rows, j0 + first, j0 + first + columns);
+            if (tile_class == ATTN_TILE_EMPTY) continue;
+            load_query_tile(plan, workspace, b, h, i0, rows);
+            float *bias_rows = NULL;
+            if (dbias != NULL)
+                bias_rows = attn_f32_at4(dbias, dbias->shape[0] == 1 ? 0 : b,
+                                         dbias->shape[1] == 1 ? 0 : h, i0, j0 + first);
+            tile_score_gradients(plan, workspace, b, h, i0, rows, j0, first, columns,
+                                 tile_class, bias_rows, dbias ? dbias->stride[2] : 0,
+                                 dbias ? dbias->stride[3] : 0);
+            /* dV += P^T dO;  dK += dS^T Q;  dQ += dS K   (dK, dQ times the scale later) */
+            const float *probabilities = workspace->probabilities + first;
+            const float *score_gradient = workspace->score_gradient + first;
+            products->accumulate_transposed(columns, rows, Dv, probabilities, stride,
+                                            workspace->dout_rows, value_row,
+                                            workspace->value_accumulator + (size_t)first * Dv,
+                                            Dv);
+            products->accumulate_transposed(columns, rows, Dk, score_gradient, stride,
+                                            workspace->query_rows, key_row,
+                                            workspace->key_accumulator + (size_t)first * Dk,
+                                            Dk);
+            products->accumulate(rows, columns, Dk, score_gradient, stride,
+                                 workspace->key_rows + (size_t)first * key_row, key_row,
+                                 query_partial + i0 * Dk, Dk);
+        }
+    }
+
+    for (int c = 0; c < count; ++c) {
+        for (int d = 0; d < Dk; ++d)
+            *attn_f32_at4(plan->dk, b, j0 + c, kv_head, d) =
+                plan->scale * workspace->key_accumulator[(size_t)c * Dk + d];
+        for (int e = 0; e < Dv; ++e)
+            *attn_f32_at4(plan->dv, b, j0 + c, kv_head, e) =
+                workspace->value_accumulator[(size_t)c * Dv + e];
+    }
+}

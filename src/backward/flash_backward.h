@@ -1,0 +1,69 @@
+/*
+ * flash_backward.h — what the tiled backward's schedule (flash_backward.c) and its tile steps
+ * (backward_tile.c) share: the plan of one attn_backward call and a thread's tile buffers.
+ * Private to src/backward.
+ */
+#ifndef ATTN_FLASH_BACKWARD_H
+#define ATTN_FLASH_BACKWARD_H
+
+#include <stdint.h>
+
+#include "backward_kernels.h"
+#include "../mask/mask.h"
+
+/* Everything a task needs, read-only during the parallel loops (the buffers it points to are
+ * written only where a task owns them). */
+typedef struct backward_plan {
+    const attn_tensor *q, *k, *v, *out, *lse, *dout;
+    attn_tensor *dq, *dk, *dv, *dbias;
+    const attn_mask_context *mask;
+    const attn_kernel_table *kernels;             /* score_tile and key packing */
+    const attn_backward_kernel_table *products;   /* the backward's products, exp, dS */
+    attn_problem problem;
+    float scale;
+    float softcap;
+    int tile_q, tile_k;     /* tiles of tile_q query rows x tile_k keys */
+    int64_t chunks;         /* key tiles of a (b, KV head) are dealt to this many chunks */
+    float *row_dot;         /* D [B][Hq][Tq] */
+    float *query_partials;  /* unscaled dQ partial sums [chunks][B][Hq][Tq][Dk] */
+} backward_plan;
+
+/* A key tile is packed in blocks of this many keys, each packed on its own, so that a query
+ * tile can compute S and dP for only the blocks its causal / window band reaches. */
+#define BACKWARD_KEY_BLOCK 64
+
+/* One thread's tile buffers (64-byte aligned, carved from one allocation). The Q, dO and K
+ * rows are always copied to contiguous rows: the products then stream unit-stride rows
+ * instead of rows Hq * D floats apart (which alias in L1 when that is a multiple of 4 KiB). */
+typedef struct backward_workspace {
+    float *query_rows;            /* [tile_q][Dk] Q rows of the current query tile */
+    float *dout_rows;             /* [tile_q][Dv] dO rows */
+    float *key_rows;              /* [tile_k][Dk] K rows of the current key tile (for dQ) */
+    float *row_lse;               /* [tile_q] */
+    float *row_dot;               /* [tile_q] */
+    float *packed_keys;           /* K tile packed as keys (for S), per key block */
+    float *packed_values_as_keys; /* V tile packed as keys (for dP), per key block */
+    float *probabilities;         /* P [tile_q][tile_k] */
+    float *score_gradient;        /* dP, then dS, [tile_q][tile_k] */
+    float *softcap_derivative;    /* 1 - tanh^2 [tile_q][tile_k] (soft-cap only) */
+    float *additive_row;          /* [tile_k] bias + ALiBi of one row */
+    uint8_t *allowed_row;         /* [tile_k] mask predicate of one row */
+    float *key_accumulator;       /* [tile_k][Dk] unscaled dK of the key tile */
+    float *value_accumulator;     /* [tile_k][Dv] dV of the key tile */
+} backward_workspace;
+
+/* Floats of one workspace (each buffer rounded to 64 bytes), and carving one. */
+size_t backward_workspace_floats(const backward_plan *plan);
+void backward_workspace_assign(const backward_plan *plan, float *base,
+                               backward_workspace *workspace);
+
+/*
+ * dK and dV of keys [j0, j0 + count) of (b, kv_head), summed over the query heads of the
+ * group (ascending) and their query tiles (ascending), written to plan->dk / plan->dv; adds
+ * dS · K of those keys into chunk `chunk`'s dQ partials of every query row, and (with
+ * plan->dbias) dS into d bias at (bias_b, bias h). The caller has zeroed both.
+ */
+void backward_key_tile(const backward_plan *plan, backward_workspace *workspace, int64_t b,
+                       int64_t kv_head, int64_t j0, int count, int64_t chunk);
+
+#endif /* ATTN_FLASH_BACKWARD_H */

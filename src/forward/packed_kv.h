@@ -1,0 +1,69 @@
+/*
+ * packed_kv.h — a store of kernel-packed K and V tiles of one (batch, KV head), so that every
+ * key tile is packed once and then reused by every query tile and every query head of the
+ * GQA group (flash_forward.c).
+ *
+ * Key tile t holds keys [t * tile_keys, min((t + 1) * tile_keys, key_count)) of the owner
+ * (b, kv_head), key_count being the valid key count of batch b. Two uses:
+ *  - shared: slots = key tiles (O(Tk · (Dk + Dv)) floats, one head); the threads pack the
+ *    tiles together with packed_kv_pack_tile, then read them;
+ *  - per thread, under a tight memory limit: one slot that packed_kv_get repacks whenever
+ *    another tile is asked for.
+ * Either way the packed bytes are the same, so results do not depend on the choice.
+ *
+ * Packed tiles rely on the prefix property of kernel.h: the packing of a tile's keys is also
+ * a valid packing of its first `count` keys, for any count up to the tile's.
+ */
+#ifndef ATTN_PACKED_KV_H
+#define ATTN_PACKED_KV_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "../kernels/kernel.h"
+
+/* One packed key tile and its value tile. */
+typedef struct packed_kv_tile {
+    const float *keys;   /* kernels->pack_keys of `count` keys */
+    const float *values; /* kernels->pack_values of the same `count` values */
+    int count;           /* keys in the tile (tile_keys except at the end of the head) */
+    bool values_finite;  /* no inf or NaN among the tile's values */
+} packed_kv_tile;
+
+typedef struct packed_kv_store {
+    const attn_kernel_table *kernels;
+    int tile_keys, key_dim, value_dim;
+    int64_t slots;            /* tiles held at once: all key tiles of a head, or 1 */
+    size_t key_tile_floats;   /* floats per packed key tile (64-byte multiple) */
+    size_t value_tile_floats; /* floats per packed value tile (64-byte multiple) */
+    float *keys;              /* [slots][key_tile_floats] */
+    float *values;            /* [slots][value_tile_floats] */
+    int64_t *slot_tile;       /* [slots]: key tile held by each slot, -1 = none */
+    packed_kv_tile *slot;     /* [slots] */
+    int64_t owner_batch, owner_kv_head; /* whose tiles the slots hold (-1: nobody's) */
+    void *allocation;
+} packed_kv_store;
+
+/* Bytes of a store with `slots` slots for tiles of tile_keys keys of Dk / Dv dims; false
+ * on overflow. */
+bool packed_kv_store_bytes(const attn_kernel_table *kernels, int tile_keys, int key_dim,
+                           int value_dim, int64_t slots, size_t *bytes);
+
+/* Allocates a store (false when out of memory). Pages of slots never used are never touched. */
+bool packed_kv_store_create(packed_kv_store *store, const attn_kernel_table *kernels,
+                            int tile_keys, int key_dim, int value_dim, int64_t slots);
+void packed_kv_store_destroy(packed_kv_store *store);
+
+/* Packs key tile `tile` of (b, kv_head) into slot tile % slots and returns it (count 0 when
+ * the tile holds no valid key). k, v: [B, Tk, Hkv, D] views; key_count: valid keys of b. */
+const packed_kv_tile *packed_kv_pack_tile(packed_kv_store *store, const attn_tensor *k,
+                                          const attn_tensor *v, int64_t b, int64_t kv_head,
+                                          int64_t tile, int64_t key_count);
+
+/* The packed key tile `tile` of (b, kv_head), packing it first when the store does not hold
+ * it (the per-thread use). Arguments as packed_kv_pack_tile. */
+const packed_kv_tile *packed_kv_get(packed_kv_store *store, const attn_tensor *k,
+                                    const attn_tensor *v, int64_t b, int64_t kv_head,
+                                    int64_t tile, int64_t key_count);
+
+#endif /* ATTN_PACKED_KV_H */
