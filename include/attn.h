@@ -320,8 +320,9 @@ attn_status attn_reference_forward(const attn_tensor *q, const attn_tensor *k,
  * GQA/MQA: dk and dv of a KV head are the sums over its query heads. Empty rows (LSE = -inf,
  * and padded query rows) get zero gradients; a NaN LSE (ATTN_EMPTY_ROWS_NAN) gives NaN.
  * Deterministic: bitwise identical for any thread count (one owner per output element, fixed
- * summation order, no atomics; see docs/backward.md). Working memory: B*Hq*Tq floats plus a
- * tile workspace per thread.
+ * summation order, no atomics; see docs/backward.md). Working memory: B*Hq*Tq floats (D),
+ * 1 to 4 partial sums of dQ (B*Hq*Tq*Dk floats each; their number depends on the shape and
+ * the memory limit, never on the thread count) and a tile workspace per thread.
  * Errors: those of attn_forward's validation, plus NULL out / lse / dout, gradient shapes
  * that differ from the above (ATTN_ERROR_SHAPE_MISMATCH naming e.g. "dk.shape[1] (Tk)"),
  * dbias without options->bias, a broadcasting (zero-stride) output, the memory limit.
@@ -660,10 +661,13 @@ attn_status attn_kv_cache_read(const attn_kv_cache *cache, int64_t sequence, int
  *   q   [B, Tq, Hq, Dk] F32 (B = config.sequences, Hq a multiple of Hkv)
  *   out [B, Tq, Hq, Dv] F32 (written);  lse [B, Hq, Tq] F32 (written; may be NULL)
  * Split-KV (flash-decoding): each sequence's keys are cut into splits of options->tile_k
- * tokens (0 = 1024) fixed independently of the thread count; each (sequence, KV head, split)
- * is one task that reads its pages once for all Hq / Hkv query heads of the group and all Tq
- * rows, and the partial (O, LSE) are merged exactly as attn_merge does, in split order, so
- * the output is bitwise identical for any thread count.
+ * tokens, fixed independently of the thread count (0 = automatic: at most 1024 tokens, and
+ * fewer when B x Hkv < 16 so that there are about 16 tasks, a multiple of 64 tokens; it
+ * depends only on the cache's lengths, B and Hkv); each (sequence, KV head, split) is one
+ * task that reads its pages once for all Hq / Hkv query heads of the group and all Tq rows,
+ * and the partial (O, LSE) are merged exactly as attn_merge does, in split order, so the
+ * output is bitwise identical for any thread count. options->kernel picks the kernel table
+ * (generic, AVX2 or AVX-512; AUTO = the fastest this CPU runs).
  * Errors: as attn_forward, plus options->key_lengths / key_positions set (the cache defines
  * them: INVALID_ARGUMENT), an empty row under ATTN_EMPTY_ROWS_ERROR (e.g. a sequence with
  * fewer tokens than Tq under bottom-right causality), memory limit.

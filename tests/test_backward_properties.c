@@ -1,7 +1,9 @@
 /*
  * test_backward_properties.c — invariants of attn_backward that need no second
  * implementation, and its argument checks:
- *   - bitwise identical gradients for 1, 2 and 8 threads, and on a repeated run;
+ *   - bitwise identical gradients for 1, 2 and 8 threads, and on a repeated run, also with
+ *     several key tiles per KV head (dQ summed from per-chunk partial sums) and under a
+ *     memory limit that leaves room for fewer partial sums (same gradients within 1e-5);
  *   - GQA/MQA: the shared KV gradient equals the sum of the gradients of K and V expanded to
  *     one KV head per query head (repeat-interleave);
  *   - D = rowsum(dO * O) = sum_j P_ij dP_ij, seen through its consequence sum_j dS_ij = 0:
@@ -37,6 +39,8 @@ static void test_thread_invariance(void) {
          CAUSAL(BOTTOM_RIGHT), .bias = BIAS_SHARED, .softcap = 5.0f},
         {"threads: padded lengths per-head bias", SIZES(3, 90, 130, 2, 1, 16, 16), .lengths = 1,
          .bias = BIAS_PER_HEAD, .empty_rows_zero = 1},
+        {"threads: 3 key tiles, window GQA", SIZES(1, 200, 700, 4, 2, 16, 16), WINDOW(300, 40),
+         .alignment = ATTN_ALIGN_BOTTOM_RIGHT},
     };
     for (size_t t = 0; t < sizeof cases / sizeof cases[0]; ++t) {
         backward_setup one, other;
@@ -51,7 +55,8 @@ static void test_thread_invariance(void) {
             const int equal = test_bitwise_equal(&one.dq.view, &other.dq.view) &&
                               test_bitwise_equal(&one.dk.view, &other.dk.view) &&
                               test_bitwise_equal(&one.dv.view, &other.dv.view) &&
-                              test_bitwise_equal(&one.dbias.view, &other.dbias.view);
+                              (one.options.bias == NULL ||
+                               test_bitwise_equal(&one.dbias.view, &other.dbias.view));
             CHECK(equal, "%s: %d threads (run %d) bitwise equal to 1 thread", cases[t].name,
                   counts[c], c);
         }
@@ -303,8 +308,37 @@ static void test_bad_arguments(void) {
     }
 }
 
+/* A memory limit that fits the workspaces but only one dQ partial sum (see flash_backward.c:
+ * partial sums may take at most half the limit; here one takes 0.62 MB, two 1.24 MB, of a
+ * 2 MB limit): same gradients within rounding, and still identical for any thread count.
+ * 600 queries x 700 keys, 3 key tiles of 256: 3 chunks without the limit. */
+static void test_memory_limited_chunks(void) {
+    static const backward_case config = {"memory-limited chunks", SIZES(1, 600, 700, 4, 2, 64, 64),
+                                         CAUSAL(BOTTOM_RIGHT)};
+    backward_setup unlimited, limited, other;
+    prepared_setup(&unlimited, &config, 77);
+    prepared_setup(&limited, &config, 77);
+    prepared_setup(&other, &config, 77);
+    limited.options.memory_limit_bytes = other.options.memory_limit_bytes = 2000000;
+    attn_error error;
+    CHECK_STATUS(run_backward(&unlimited, 2, &error), ATTN_OK, &error, "%s: unlimited", config.name);
+    CHECK_STATUS(run_backward(&limited, 1, &error), ATTN_OK, &error, "%s: 1 thread", config.name);
+    CHECK_STATUS(run_backward(&other, 2, &error), ATTN_OK, &error, "%s: 2 threads", config.name);
+    const double difference = test_max_relative_error(&limited.dq.view, &unlimited.dq.view);
+    CHECK(difference <= 1e-5, "%s: dQ within %.3g of the unlimited run", config.name, difference);
+    CHECK(test_bitwise_equal(&limited.dk.view, &unlimited.dk.view) &&
+              test_bitwise_equal(&limited.dv.view, &unlimited.dv.view),
+          "%s: dK and dV do not depend on the chunks", config.name);
+    CHECK(test_bitwise_equal(&limited.dq.view, &other.dq.view),
+          "%s: 1 and 2 threads bitwise equal", config.name);
+    backward_setup_free(&unlimited);
+    backward_setup_free(&limited);
+    backward_setup_free(&other);
+}
+
 int main(void) {
     test_thread_invariance();
+    test_memory_limited_chunks();
     test_grouped_equals_expanded();
     test_row_dot_identity();
     test_empty_rows();

@@ -81,7 +81,8 @@ static bool scratch_alloc(decode_scratch *scratch, const decode_plan *plan) {
     scratch->values = attn_aligned_alloc(ATTN_DECODE_CHUNK * (size_t)plan->value_dim * f);
     scratch->classes = attn_aligned_alloc((size_t)plan->group_size);
     if (scratch->queries && scratch->scores && scratch->accumulator && scratch->row_max &&
-        scratch->row_sum && scratch->rescale && scratch->keys && scratch->values && scratch->classes)
+        scratch->row_sum && scratch->rescale && scratch->keys && scratch->values &&
+        scratch->classes)
         return true;
     scratch_free(scratch);
     return false;
@@ -97,12 +98,13 @@ static const float *chunk_rows(const decode_plan *plan, const void *stored, int6
         return stored;
     }
     const uint16_t *source = stored;
-    for (int64_t c = 0; c < count; ++c) {
-        if (cache->config.dtype == ATTN_DTYPE_BF16)
-            plan->kernels->bf16_to_f32(dim, source + c * row_stride, buffer + c * dim);
-        else
-            plan->kernels->f16_to_f32(dim, source + c * row_stride, buffer + c * dim);
-    }
+    void (*convert)(int64_t, const uint16_t *, float *) = cache->config.dtype == ATTN_DTYPE_BF16
+                                                              ? plan->kernels->bf16_to_f32
+                                                              : plan->kernels->f16_to_f32;
+    if (row_stride == dim) /* contiguous rows: one call */
+        convert(count * dim, source, buffer);
+    else
+        for (int64_t c = 0; c < count; ++c) convert(dim, source + c * row_stride, buffer + c * dim);
     *stride = dim;
     return buffer;
 }
@@ -183,9 +185,13 @@ static void run_task(const decode_plan *plan, decode_scratch *scratch, int64_t b
             }
             kernels->softmax_chunk((int)rows, count, scale, scratch->scores, scratch->row_max,
                                    scratch->row_sum, scratch->rescale);
-            const float *values =
-                chunk_rows(plan, attn_cache_value_address(cache, page, kv_head, slot), count, Dv,
-                           attn_cache_value_row_stride(cache), scratch->values, &value_stride);
+            /* With values_in_keys (MLA) a value is the start of its key row: reuse the keys. */
+            const float *values = keys;
+            value_stride = key_stride;
+            if (cache->value_pool != NULL)
+                values = chunk_rows(plan, attn_cache_value_address(cache, page, kv_head, slot),
+                                    count, Dv, attn_cache_value_row_stride(cache), scratch->values,
+                                    &value_stride);
             kernels->accumulate_chunk((int)rows, count, (int)Dv, scratch->scores,
                                       scratch->rescale, values, value_stride,
                                       scratch->accumulator);
@@ -198,7 +204,8 @@ static void run_task(const decode_plan *plan, decode_scratch *scratch, int64_t b
     for (int64_t r = 0; r < rows; ++r) {
         const float sum = scratch->row_sum[r];
         const float inverse = sum > 0.0f ? 1.0f / sum : 0.0f;
-        for (int64_t e = 0; e < Dv; ++e) out[r * Dv + e] = scratch->accumulator[r * Dv + e] * inverse;
+        for (int64_t e = 0; e < Dv; ++e)
+            out[r * Dv + e] = scratch->accumulator[r * Dv + e] * inverse;
         lse[r] = sum > 0.0f ? scratch->row_max[r] + logf(sum) : -INFINITY;
     }
 }

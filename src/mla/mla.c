@@ -104,13 +104,14 @@ static attn_status attend_naive(const mla_sizes *z, const attn_mla_weights *weig
         float *values = malloc(value_floats * sizeof(float));
         if (latents == NULL || compact == NULL || up == NULL || keys == NULL || values == NULL) {
             free(latents), free(compact), free(up), free(keys), free(values);
-            return attn_fail(error, ATTN_ERROR_OUT_OF_MEMORY, "no memory for %lld materialised keys",
-                             (long long)L);
+            return attn_fail(error, ATTN_ERROR_OUT_OF_MEMORY,
+                             "no memory for %lld materialised keys", (long long)L);
         }
         attn_tensor latent_view = attn_tensor_f32_4d(latents, 1, L, 1, key_row);
         status = attn_kv_cache_read(cache, b, 0, &latent_view, NULL, error);
         for (int64_t j = 0; j < L; ++j)
-            memcpy(compact + j * z->latent, latents + j * key_row, (size_t)z->latent * sizeof(float));
+            memcpy(compact + j * z->latent, latents + j * key_row,
+                   (size_t)z->latent * sizeof(float));
         if (status == ATTN_OK)
             status = attn_linear_forward(compact, L, z->latent, weights->wkv_b, NULL, up_row, up,
                                          error);

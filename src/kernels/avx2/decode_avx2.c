@@ -48,18 +48,28 @@ ALWAYS_INLINE __m256 transpose_reduce8(const __m256 v[8]) {
 }
 
 /* 8 dot products over `dim`: block_rows rows x block_keys keys (product 8).
- * out[r * block_keys + k] = row[r] . key[k]. */
+ * out[r * block_keys + k] = row[r] . key[k]. With one row the keys are read one after the
+ * other (a sequential stream, for the memory-bound MHA case); with several rows every
+ * loaded key vector serves them all. */
 ALWAYS_INLINE void score_block(const int block_rows, const int block_keys, int dim,
                                const float *const *row, const float *const *key, float *out) {
     __m256 sums[8];
     for (int a = 0; a < 8; ++a) sums[a] = _mm256_setzero_ps();
-    for (int d = 0; d < dim; d += 8) {
-        __m256 query[4];
-        for (int r = 0; r < block_rows; ++r) query[r] = load_lanes(row[r] + d, dim - d);
-        for (int k = 0; k < block_keys; ++k) {
-            const __m256 key_vector = load_lanes(key[k] + d, dim - d);
-            for (int r = 0; r < block_rows; ++r)
-                sums[r * block_keys + k] = _mm256_fmadd_ps(query[r], key_vector, sums[r * block_keys + k]);
+    if (block_rows == 1) {
+        for (int k = 0; k < block_keys; ++k)
+            for (int d = 0; d < dim; d += 8)
+                sums[k] = _mm256_fmadd_ps(load_lanes(row[0] + d, dim - d),
+                                          load_lanes(key[k] + d, dim - d), sums[k]);
+    } else {
+        for (int d = 0; d < dim; d += 8) {
+            __m256 query[4];
+            for (int r = 0; r < block_rows; ++r) query[r] = load_lanes(row[r] + d, dim - d);
+            for (int k = 0; k < block_keys; ++k) {
+                const __m256 key_vector = load_lanes(key[k] + d, dim - d);
+                for (int r = 0; r < block_rows; ++r)
+                    sums[r * block_keys + k] =
+                        _mm256_fmadd_ps(query[r], key_vector, sums[r * block_keys + k]);
+            }
         }
     }
     _mm256_storeu_ps(out, transpose_reduce8(sums));

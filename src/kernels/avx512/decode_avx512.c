@@ -51,7 +51,8 @@ static void avx512_f16_to_f32(int64_t count, const uint16_t *source, float *targ
 
 /* Mask of the first `lanes` of 16 (lanes may exceed 16 or be <= 0). */
 static inline __mmask16 lane_mask(int lanes) {
-    return lanes >= 16 ? (__mmask16)0xffff : lanes <= 0 ? (__mmask16)0 : (__mmask16)((1u << lanes) - 1u);
+    if (lanes >= 16) return (__mmask16)0xffff;
+    return lanes <= 0 ? (__mmask16)0 : (__mmask16)((1u << lanes) - 1u);
 }
 
 /* Lane a of the result = the sum of the 16 lanes of v[a], by a fixed tree: 256-bit halves,
@@ -78,19 +79,32 @@ ALWAYS_INLINE __m512 transpose_reduce16(const __m512 v[16]) {
 }
 
 /* 16 dot products over `dim`: block_rows query rows x block_keys keys
- * (block_rows * block_keys = 16). out[r * block_keys + k] = row[r] . key[k]. */
+ * (block_rows * block_keys = 16). out[r * block_keys + k] = row[r] . key[k]. With one row
+ * the keys are read one after the other (key-major), a purely sequential stream for the
+ * memory-bound MHA case; with several rows every loaded key vector serves them all. */
 ALWAYS_INLINE void score_block(const int block_rows, const int block_keys, int dim,
                                const float *const *row, const float *const *key, float *out) {
     __m512 sums[16];
     for (int a = 0; a < 16; ++a) sums[a] = _mm512_setzero_ps();
-    for (int d = 0; d < dim; d += 16) {
-        const __mmask16 lanes = lane_mask(dim - d);
-        __m512 query[4];
-        for (int r = 0; r < block_rows; ++r) query[r] = _mm512_maskz_loadu_ps(lanes, row[r] + d);
-        for (int k = 0; k < block_keys; ++k) {
-            const __m512 key_vector = _mm512_maskz_loadu_ps(lanes, key[k] + d);
+    if (block_rows == 1) {
+        for (int k = 0; k < block_keys; ++k)
+            for (int d = 0; d < dim; d += 16) {
+                const __mmask16 lanes = lane_mask(dim - d);
+                sums[k] = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(lanes, row[0] + d),
+                                          _mm512_maskz_loadu_ps(lanes, key[k] + d), sums[k]);
+            }
+    } else {
+        for (int d = 0; d < dim; d += 16) {
+            const __mmask16 lanes = lane_mask(dim - d);
+            __m512 query[4];
             for (int r = 0; r < block_rows; ++r)
-                sums[r * block_keys + k] = _mm512_fmadd_ps(query[r], key_vector, sums[r * block_keys + k]);
+                query[r] = _mm512_maskz_loadu_ps(lanes, row[r] + d);
+            for (int k = 0; k < block_keys; ++k) {
+                const __m512 key_vector = _mm512_maskz_loadu_ps(lanes, key[k] + d);
+                for (int r = 0; r < block_rows; ++r)
+                    sums[r * block_keys + k] =
+                        _mm512_fmadd_ps(query[r], key_vector, sums[r * block_keys + k]);
+            }
         }
     }
     _mm512_storeu_ps(out, transpose_reduce16(sums));
@@ -163,9 +177,9 @@ ALWAYS_INLINE void accumulate_block(const int block_rows, int count, int e0, int
     __m512 sums[3][VECTORS];
     for (int r = 0; r < block_rows; ++r) {
         const __m512 factor = _mm512_set1_ps(rescale[r]);
+        const float *row = accumulator + (int64_t)r * dim + e0;
         for (int x = 0; x < VECTORS; ++x)
-            sums[r][x] = _mm512_mul_ps(
-                factor, _mm512_maskz_loadu_ps(masks[x], accumulator + (int64_t)r * dim + e0 + 16 * x));
+            sums[r][x] = _mm512_mul_ps(factor, _mm512_maskz_loadu_ps(masks[x], row + 16 * x));
     }
     for (int c = 0; c < count; ++c) {
         __m512 weight[3];
@@ -178,9 +192,10 @@ ALWAYS_INLINE void accumulate_block(const int block_rows, int count, int e0, int
                 sums[r][x] = _mm512_fmadd_ps(weight[r], value_vector, sums[r][x]);
         }
     }
-    for (int r = 0; r < block_rows; ++r)
-        for (int x = 0; x < VECTORS; ++x)
-            _mm512_mask_storeu_ps(accumulator + (int64_t)r * dim + e0 + 16 * x, masks[x], sums[r][x]);
+    for (int r = 0; r < block_rows; ++r) {
+        float *row = accumulator + (int64_t)r * dim + e0;
+        for (int x = 0; x < VECTORS; ++x) _mm512_mask_storeu_ps(row + 16 * x, masks[x], sums[r][x]);
+    }
 }
 
 static void avx512_accumulate_chunk(int rows, int count, int dim, const float *weights,
