@@ -13,10 +13,21 @@ if(NOT MPI_C_FOUND)
 endif()
 
 file(GLOB ATTN_MPI_SOURCES CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/src/mpi/*.c)
-add_library(attn_mpi SHARED ${ATTN_MPI_SOURCES})
-target_include_directories(attn_mpi PUBLIC ${CMAKE_SOURCE_DIR}/include
-                                    PRIVATE ${CMAKE_SOURCE_DIR}/src)
+# One set of objects, two libraries: libattn_mpi.so on top of libattn.so for users, and a
+# static one on top of libattn.a for the CLI and the tests, so that no program carries two
+# copies of libattn (which sanitizers rightly report as duplicate globals).
+add_library(attn_mpi_objects OBJECT ${ATTN_MPI_SOURCES})
+target_include_directories(attn_mpi_objects PUBLIC ${CMAKE_SOURCE_DIR}/include
+                                            PRIVATE ${CMAKE_SOURCE_DIR}/src)
+target_link_libraries(attn_mpi_objects PUBLIC MPI::MPI_C OpenMP::OpenMP_C)
+add_library(attn_mpi SHARED $<TARGET_OBJECTS:attn_mpi_objects>)
 target_link_libraries(attn_mpi PUBLIC attn MPI::MPI_C)
+add_library(attn_mpi_static STATIC $<TARGET_OBJECTS:attn_mpi_objects>)
+target_link_libraries(attn_mpi_static PUBLIC attn_static MPI::MPI_C)
+set_target_properties(attn_mpi_static PROPERTIES OUTPUT_NAME attn_mpi)
+foreach(target attn_mpi attn_mpi_static)
+  target_include_directories(${target} PUBLIC ${CMAKE_SOURCE_DIR}/include)
+endforeach()
 
 # Open MPI needs --oversubscribe to start more processes than cores (tests use up to 4 on a
 # 2-core machine); MPICH oversubscribes by default and rejects the flag.
@@ -37,7 +48,7 @@ function(attn_mpi_attach_targets)
     file(GLOB ATTN_MPI_CLI_SOURCES CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/cli/mpi/*.c)
     target_sources(attn_cli PRIVATE ${ATTN_MPI_CLI_SOURCES})
     target_compile_definitions(attn_cli PRIVATE ATTN_HAVE_MPI)
-    target_link_libraries(attn_cli PRIVATE attn_mpi)
+    target_link_libraries(attn_cli PRIVATE attn_mpi_static)
   endif()
   if(TARGET attn_test_support)
     file(GLOB ATTN_MPI_TEST_SOURCES CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/tests/mpi/test_*.c)
@@ -45,7 +56,7 @@ function(attn_mpi_attach_targets)
       get_filename_component(name ${source} NAME_WE)
       add_executable(mpi_${name} ${source})
       target_include_directories(mpi_${name} PRIVATE ${CMAKE_SOURCE_DIR}/tests/mpi)
-      target_link_libraries(mpi_${name} PRIVATE attn_test_support attn_mpi)
+      target_link_libraries(mpi_${name} PRIVATE attn_test_support attn_mpi_static)
       foreach(processes 1 2 3 4)
         add_test(NAME mpi_${name}_np${processes}
                  COMMAND ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} ${processes}

@@ -6,7 +6,8 @@
  * 1 x 16 and their row tails; value blocks of 3, 2 and 1 rows), head dims that are and are
  * not multiples of the vector width, Dk != Dv, MLA's latent cache (values inside the keys,
  * Dk = 576, Dv = 512), chunks cut by pages and by the context's end, fp32 / bf16 / fp16
- * storage, several query rows per sequence, and the transformed-logit path (soft-cap,
+ * storage (bf16 both converted through a buffer and, for groups of <= 4 rows, read in
+ * place), several query rows per sequence, and the transformed-logit path (soft-cap,
  * window). Each table's output is bitwise identical for 1, 2 and 3 threads. Also: the error
  * messages of attn_decode and attn_reference_decode name the real sequence of an empty row.
  */
@@ -38,6 +39,11 @@ static const kernel_case kernel_cases[] = {
     {"group 4, window 70", 2, 1, 4, 1, 64, 48, 0, ATTN_DTYPE_F32, 0, {250, 90}, 0.0f, 70},
     {"MLA latent 576/512 bf16", 1, 1, 16, 1, 576, 512, 1, ATTN_DTYPE_BF16, 64, {97}, 0.0f, -1},
     {"MLA latent 576/512 f32", 1, 2, 5, 1, 576, 512, 1, ATTN_DTYPE_F32, 0, {70}, 0.0f, -1},
+    /* bf16 read in place by small groups (rows <= 4): 1, 2, 3 and 4 rows, dim tails. */
+    {"MHA bf16 D=40/24", 2, 1, 3, 3, 40, 24, 0, ATTN_DTYPE_BF16, 16, {77, 140}, 0.0f, -1},
+    {"group 2 bf16 D=136", 1, 1, 4, 2, 136, 136, 0, ATTN_DTYPE_BF16, 0, {200}, 0.0f, -1},
+    {"MHA bf16 Tq 3 window", 1, 3, 2, 2, 32, 32, 0, ATTN_DTYPE_BF16, 32, {180}, 0.0f, 50},
+    {"MLA latent bf16, 4 heads", 1, 1, 4, 1, 576, 512, 1, ATTN_DTYPE_BF16, 64, {130}, 0.0f, -1},
 };
 
 static const struct {

@@ -8,6 +8,7 @@
 #include "test_support.h"
 
 #include <stdio.h>
+#include <unistd.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -31,7 +32,10 @@ static int run_train(int steps, const char *extra, const char *save_path, double
 int main(void) {
     double loss1 = 1e9, accuracy1 = 0, loss2 = 1e9, accuracy2 = 0;
     char line1[256] = "", line2[256] = "";
-    const char *path1 = "/tmp/attn_test_train_1.safetensors", *path2 = "/tmp/attn_test_train_2.safetensors";
+    /* Per-process names: several builds (normal, sanitizers) may run this test at once. */
+    char path1[128], path2[128];
+    snprintf(path1, sizeof path1, "/tmp/attn_test_train_%ld_1.safetensors", (long)getpid());
+    snprintf(path2, sizeof path2, "/tmp/attn_test_train_%ld_2.safetensors", (long)getpid());
     /* The learning claim: 300 steps, one thread. */
     int ran = run_train(300, "--threads 1", path1, &loss1, &accuracy1, line1, sizeof line1);
     CHECK(ran, "attn train ran and printed its summary: '%s'", line1);

@@ -154,6 +154,9 @@ static void run_task(const decode_plan *plan, decode_scratch *scratch, int64_t b
     const int32_t *table = cache->block_tables + b * cache->pages_per_sequence;
     /* Logits need more than the scale when a soft-cap or additive term applies. */
     const bool transform = plan->softcap > 0.0f || plan->mask.has_additive;
+    /* Small groups read bf16 storage directly (decode_kernels.h, ATTN_DECODE_FUSED_ROWS). */
+    const bool fused_bf16 = cache->config.dtype == ATTN_DTYPE_BF16 &&
+                            kernels->score_chunk_bf16 != NULL && rows <= ATTN_DECODE_FUSED_ROWS;
 
     for (int64_t first = key_begin; first < key_end;) {
         const int64_t page_end = (first / cache->page_size + 1) * cache->page_size;
@@ -170,11 +173,19 @@ static void run_task(const decode_plan *plan, decode_scratch *scratch, int64_t b
         }
         if (any) {
             const int64_t page = table[first / cache->page_size], slot = first % cache->page_size;
-            int64_t key_stride, value_stride;
-            const float *keys = chunk_rows(plan, attn_cache_key_address(cache, page, kv_head, slot),
-                                           count, Dk, Dk, scratch->keys, &key_stride);
-            kernels->score_chunk((int)rows, count, (int)Dk, scratch->queries, keys, key_stride,
-                                 scratch->scores);
+            const void *stored_keys = attn_cache_key_address(cache, page, kv_head, slot);
+            const void *stored_values = attn_cache_value_address(cache, page, kv_head, slot);
+            const int64_t stored_value_stride = attn_cache_value_row_stride(cache);
+            int64_t key_stride = Dk, value_stride = stored_value_stride;
+            const float *keys = NULL;
+            if (fused_bf16)
+                kernels->score_chunk_bf16((int)rows, count, (int)Dk, scratch->queries, stored_keys,
+                                          Dk, scratch->scores);
+            else {
+                keys = chunk_rows(plan, stored_keys, count, Dk, Dk, scratch->keys, &key_stride);
+                kernels->score_chunk((int)rows, count, (int)Dk, scratch->queries, keys,
+                                     key_stride, scratch->scores);
+            }
             float scale = plan->scale;
             if (transform || !all_full) {
                 for (int64_t r = 0; r < rows; ++r)
@@ -185,16 +196,22 @@ static void run_task(const decode_plan *plan, decode_scratch *scratch, int64_t b
             }
             kernels->softmax_chunk((int)rows, count, scale, scratch->scores, scratch->row_max,
                                    scratch->row_sum, scratch->rescale);
-            /* With values_in_keys (MLA) a value is the start of its key row: reuse the keys. */
-            const float *values = keys;
-            value_stride = key_stride;
-            if (cache->value_pool != NULL)
-                values = chunk_rows(plan, attn_cache_value_address(cache, page, kv_head, slot),
-                                    count, Dv, attn_cache_value_row_stride(cache), scratch->values,
-                                    &value_stride);
-            kernels->accumulate_chunk((int)rows, count, (int)Dv, scratch->scores,
-                                      scratch->rescale, values, value_stride,
-                                      scratch->accumulator);
+            if (fused_bf16) {
+                kernels->accumulate_chunk_bf16((int)rows, count, (int)Dv, scratch->scores,
+                                               scratch->rescale, stored_values, value_stride,
+                                               scratch->accumulator);
+            } else {
+                /* With values_in_keys (MLA) a value is the start of its key row: reuse the
+                 * converted keys. */
+                const float *values = keys;
+                value_stride = key_stride;
+                if (cache->value_pool != NULL)
+                    values = chunk_rows(plan, stored_values, count, Dv, stored_value_stride,
+                                        scratch->values, &value_stride);
+                kernels->accumulate_chunk((int)rows, count, (int)Dv, scratch->scores,
+                                          scratch->rescale, values, value_stride,
+                                          scratch->accumulator);
+            }
         }
         first = last;
     }

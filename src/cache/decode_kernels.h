@@ -20,6 +20,10 @@
  * page boundary, so it may be shorter). */
 #define ATTN_DECODE_CHUNK 64
 
+/* Largest group (query rows per task) that reads bfloat16 storage directly when the table
+ * can (score_chunk_bf16); larger groups convert each chunk once into a float32 buffer. */
+#define ATTN_DECODE_FUSED_ROWS 4
+
 typedef struct attn_decode_kernels {
     const char *name;
     /* target[e] = float(source[e]) for e < count, where source holds bfloat16 (or IEEE half)
@@ -44,6 +48,16 @@ typedef struct attn_decode_kernels {
     void (*accumulate_chunk)(int rows, int count, int dim, const float *weights,
                              const float *rescale, const float *values, int64_t value_stride,
                              float *accumulator);
+    /* Optional (NULL = convert to float32 first): score_chunk and accumulate_chunk reading
+     * bfloat16 keys / values as stored (strides in elements), widening them in registers.
+     * Used for small groups (rows <= ATTN_DECODE_FUSED_ROWS), where each stored element is
+     * read once or twice, so a conversion pass through a buffer would cost more than it
+     * saves. */
+    void (*score_chunk_bf16)(int rows, int count, int dim, const float *queries,
+                             const uint16_t *keys, int64_t key_stride, float *scores);
+    void (*accumulate_chunk_bf16)(int rows, int count, int dim, const float *weights,
+                                  const float *rescale, const uint16_t *values,
+                                  int64_t value_stride, float *accumulator);
 } attn_decode_kernels;
 
 extern const attn_decode_kernels attn_decode_kernels_generic;

@@ -199,4 +199,5 @@ static void avx2_accumulate_chunk(int rows, int count, int dim, const float *wei
 const attn_decode_kernels attn_decode_kernels_avx2 = {
     "avx2",           avx2_bf16_to_f32,   avx2_f16_to_f32,
     avx2_score_chunk, avx2_softmax_chunk, avx2_accumulate_chunk,
+    NULL,             NULL, /* bf16 is converted to float32 first */
 };
