@@ -181,7 +181,9 @@ static int run_forward(forward_files *files, cli_attention_arguments *arguments)
     attn_error error;
     if (attn_forward(&q, &k, &v, &arguments->options, &out, files->lse ? &lse : NULL, &error) !=
         ATTN_OK) {
-        cli_error(command, "%s", error.message);
+        /* The library names its option fields; point CLI users at the flag. */
+        cli_error(command, "%s%s", error.message,
+                  error.status == ATTN_ERROR_EMPTY_ROW ? " [CLI: --empty-rows zero|nan]" : "");
         return 1;
     }
 
