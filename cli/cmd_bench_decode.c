@@ -3,7 +3,9 @@
  * memory-bound case. For Hq = 32, Hkv in {32, 8, 1}, D = 128, contexts {4096, 32768, 131072}
  * and fp32 / bf16 storage it reports decode steps per second and the GB/s of K/V actually
  * read (Hkv x context x (Dk + Dv) x element size per step), against the read bandwidth
- * measured in the same run (cli_measure_read_bandwidth_gbs); then MLA absorbed decoding on a
+ * measured in the same run (cli_measure_read_bandwidth_gbs) just before each row's timing,
+ * so that a machine shared with other jobs compares like with like; then MLA absorbed
+ * decoding on a
  * DeepSeek-V2 latent cache (128 heads, Dk = 576, Dv = 512), and one MLA layer step naive vs
  * absorbed at a short context.
  */
@@ -92,7 +94,7 @@ static attn_status fill_cache(attn_kv_cache *cache, int64_t context, int64_t kv_
 
 /* One benchmark row: creates the cache, fills it, times decode, prints. */
 static int bench_row(const char *label, attn_kv_cache_config config, int64_t query_heads,
-                     int64_t context, float scale, double bandwidth, const bench_settings *s) {
+                     int64_t context, float scale, int threads, const bench_settings *s) {
     config.capacity = context;
     const double bytes_per_step = (double)attn_kv_cache_bytes_per_token(&config) * (double)context;
     if (bytes_per_step / (1024.0 * 1024.0 * 1024.0) > s->max_gib) {
@@ -122,12 +124,13 @@ static int bench_row(const char *label, attn_kv_cache_config config, int64_t que
     options.num_threads = s->threads;
     if (scale > 0) options.custom_scale = 1, options.scale = scale;
     double seconds = time_decode(cache, context, &q, &options, &out, s->quick ? 0.15 : 0.5, &error);
+    const double bandwidth = cli_measure_read_bandwidth_gbs(threads); /* now, for this row */
     if (seconds < 0) {
         fprintf(stderr, "attn bench decode: %s\n", error.message);
     } else {
         double gbs = bytes_per_step / seconds / 1e9;
-        printf("%-34s %8lld %10.1f %9.3f %9.1f %7.0f%%\n", label, (long long)context,
-               1.0 / seconds, seconds * 1e3, gbs, 100.0 * gbs / bandwidth);
+        printf("%-34s %8lld %10.1f %9.3f %9.1f %9.1f %7.0f%%\n", label, (long long)context,
+               1.0 / seconds, seconds * 1e3, gbs, bandwidth, 100.0 * gbs / bandwidth);
     }
     fflush(stdout);
     free(query), free(output);
@@ -237,9 +240,10 @@ int cli_bench_decode(int argc, char **argv) {
     const int threads = s.threads > 0 ? s.threads : omp_get_max_threads();
     const double bandwidth = cli_measure_read_bandwidth_gbs(threads);
     printf("decode benchmark: 1 sequence, 1 new token, Hq = 32, D = 128, %d threads\n", threads);
-    printf("measured read bandwidth: %.1f GB/s\n\n", bandwidth);
-    printf("%-34s %8s %10s %9s %9s %8s\n", "configuration", "context", "tokens/s", "ms/token",
-           "K/V GB/s", "of peak");
+    printf("measured read bandwidth: %.1f GB/s (and again before each row: \"read GB/s\")\n\n",
+           bandwidth);
+    printf("%-34s %8s %10s %9s %9s %9s %8s\n", "configuration", "context", "tokens/s",
+           "ms/token", "K/V GB/s", "read GB/s", "of read");
     int64_t contexts[3] = {4096, 32768, 131072};
     int context_count = s.quick ? 2 : 3;
     if (s.only_context) contexts[0] = s.only_context, context_count = 1;
@@ -256,7 +260,7 @@ int cli_bench_decode(int argc, char **argv) {
                 char label[64];
                 snprintf(label, sizeof label, "%s Hq=32 Hkv=%lld", dt == 0 ? "fp32" : "bf16",
                          (long long)kv_head_options[h]);
-                failed |= bench_row(label, config, 32, contexts[c], 0.0f, bandwidth, &s);
+                failed |= bench_row(label, config, 32, contexts[c], 0.0f, threads, &s);
             }
     }
     if (s.mla) {
@@ -271,7 +275,7 @@ int cli_bench_decode(int argc, char **argv) {
                 snprintf(label, sizeof label, "%s MLA absorbed (V2, 128 heads)",
                          dt == 0 ? "fp32" : "bf16");
                 failed |= bench_row(label, config, 128, contexts[c], 1.0f / sqrtf(192.0f),
-                                    bandwidth, &s);
+                                    threads, &s);
             }
         }
         failed |= bench_mla_layer(s.quick ? 256 : 1024, &s);

@@ -739,8 +739,10 @@ attn_status attn_mla_cache_config(const attn_mla_config *config, int64_t sequenc
  * causally (bottom-right) over everything cached.
  *   hidden [B, T, hidden] F32 (any strides; B = the cache's sequences)
  *   out    [B, T, hidden] F32 (written; must not overlap hidden)
- * Both paths give the same result up to float rounding. Errors: shapes, missing weights,
- * cache capacity (nothing appended), as attn_decode / attn_forward.
+ * Both paths give the same result up to float rounding. The matrix products run through
+ * CBLAS sgemm (projections via attn_linear_forward). Errors: shapes, missing weights, cache
+ * capacity (nothing appended), sizes beyond CBLAS's int (OVERFLOW), as attn_decode /
+ * attn_forward.
  */
 attn_status attn_mla_forward(const attn_mla_config *config, const attn_mla_weights *weights,
                              attn_kv_cache *cache, const attn_tensor *hidden, attn_mla_path path,

@@ -20,7 +20,6 @@
  * broadcasts over batches or heads, one task covers all of them, so that every entry is
  * summed by one thread in (b, h) order.
  */
-#include <math.h>
 #include <omp.h>
 #include <string.h>
 
@@ -48,11 +47,13 @@ static void compute_row_dots(const backward_plan *plan, int threads) {
 #pragma omp parallel for num_threads(threads) schedule(static)
     for (int64_t bh = 0; bh < B * Hq; ++bh) {
         const int64_t b = bh / Hq, h = bh % Hq;
+        const int64_t dout_stride = plan->dout->stride[3], out_stride = plan->out->stride[3];
         for (int64_t i = 0; i < Tq; ++i) {
+            const float *dout = attn_f32_at4(plan->dout, b, i, h, 0);
+            const float *out = attn_f32_at4(plan->out, b, i, h, 0);
             double sum = 0.0;
             for (int64_t c = 0; c < Dv; ++c)
-                sum += (double)*attn_f32_at4(plan->dout, b, i, h, c) *
-                       *attn_f32_at4(plan->out, b, i, h, c);
+                sum += (double)dout[c * dout_stride] * out[c * out_stride];
             plan->row_dot[bh * Tq + i] = (float)sum;
         }
     }
@@ -67,11 +68,13 @@ static void reduce_query_partials(const backward_plan *plan, int threads) {
     for (int64_t row = 0; row < B * Hq * Tq; ++row) {
         const int64_t b = row / (Hq * Tq), h = (row / Tq) % Hq, i = row % Tq;
         const float *partial = plan->query_partials + row * Dk;
+        float *dq = attn_f32_at4(plan->dq, b, i, h, 0);
+        const int64_t dq_stride = plan->dq->stride[3];
         for (int64_t d = 0; d < Dk; ++d) {
             float sum = partial[d];
             for (int64_t chunk = 1; chunk < plan->chunks; ++chunk)
                 sum += partial[chunk * chunk_floats + d];
-            *attn_f32_at4(plan->dq, b, i, h, d) = plan->scale * sum;
+            dq[d * dq_stride] = plan->scale * sum;
         }
     }
 }
@@ -142,6 +145,27 @@ static void run_task(const backward_plan *plan, const backward_tasks *tasks,
             }
 }
 
+/* The number of dQ chunks: from the shape only, never the thread count (B * Hkv * chunks
+ * should reach TARGET_TASKS; at most MAX_CHUNKS and the number of key tiles), fewer while
+ * the partial sums and D would take more than half of options->memory_limit_bytes.
+ * partial_floats: B*Hq*Tq*Dk (one chunk). */
+static int64_t choose_chunks(backward_plan *plan, const attn_options *options,
+                             size_t partial_floats, size_t row_dot_floats) {
+    plan->chunks = 1;
+    const backward_tasks unchunked = plan_tasks(plan);
+    const int64_t base_tasks = unchunked.batches * unchunked.kv_heads;
+    int64_t chunks = (TARGET_TASKS + base_tasks - 1) / base_tasks;
+    if (chunks > MAX_CHUNKS) chunks = MAX_CHUNKS;
+    if (chunks > unchunked.key_tiles) chunks = unchunked.key_tiles;
+    const size_t half_limit_floats = options->memory_limit_bytes / sizeof(float) / 2;
+    size_t floats;
+    while (chunks > 1 && options->memory_limit_bytes > 0 &&
+           (!attn_mul_size(partial_floats, (size_t)chunks, &floats) ||
+            !attn_add_size(floats, row_dot_floats, &floats) || floats > half_limit_floats))
+        chunks -= 1;
+    return chunks;
+}
+
 /* ---- the public entry point ------------------------------------------------------------- */
 
 attn_status attn_backward(const attn_tensor *q, const attn_tensor *k, const attn_tensor *v,
@@ -186,25 +210,11 @@ attn_status attn_backward(const attn_tensor *q, const attn_tensor *k, const attn
     const size_t workspace_floats = backward_workspace_floats(&plan);
     size_t fixed_floats = 0, total_floats = 0, total_bytes = 0, workspaces_floats = 0;
     if (fits) {
-        /* The chunk count: from the shape only (never the thread count), fewer when the
-         * partial sums would take more than half of a memory limit. */
-        plan.chunks = 1;
-        const backward_tasks unchunked = plan_tasks(&plan);
-        const int64_t base_tasks = unchunked.batches * unchunked.kv_heads;
-        int64_t chunks = (TARGET_TASKS + base_tasks - 1) / base_tasks;
-        if (chunks > MAX_CHUNKS) chunks = MAX_CHUNKS;
-        if (chunks > unchunked.key_tiles) chunks = unchunked.key_tiles;
-        const size_t row_dot_floats = (size_t)row_dot_count + 16;
-        size_t chunk_floats = 0;
-        fits = attn_mul_size((size_t)partial_count, (size_t)chunks, &chunk_floats) &&
-               attn_add_size(chunk_floats, row_dot_floats, &fixed_floats);
-        while (fits && chunks > 1 && options->memory_limit_bytes > 0 &&
-               fixed_floats > options->memory_limit_bytes / sizeof(float) / 2) {
-            chunks -= 1;
-            fixed_floats = (size_t)partial_count * (size_t)chunks + row_dot_floats;
-        }
-        plan.chunks = chunks;
-        fits = fits && attn_mul_size(workspace_floats, (size_t)threads, &workspaces_floats) &&
+        const size_t row_dot_floats = (size_t)row_dot_count + 16; /* + partials' alignment */
+        plan.chunks = choose_chunks(&plan, options, (size_t)partial_count, row_dot_floats);
+        fits = attn_mul_size((size_t)partial_count, (size_t)plan.chunks, &fixed_floats) &&
+               attn_add_size(fixed_floats, row_dot_floats, &fixed_floats) &&
+               attn_mul_size(workspace_floats, (size_t)threads, &workspaces_floats) &&
                attn_add_size(fixed_floats, workspaces_floats, &total_floats) &&
                attn_mul_size(total_floats, sizeof(float), &total_bytes);
     }

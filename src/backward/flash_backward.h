@@ -61,7 +61,8 @@ void backward_workspace_assign(const backward_plan *plan, float *base,
  * dK and dV of keys [j0, j0 + count) of (b, kv_head), summed over the query heads of the
  * group (ascending) and their query tiles (ascending), written to plan->dk / plan->dv; adds
  * dS · K of those keys into chunk `chunk`'s dQ partials of every query row, and (with
- * plan->dbias) dS into d bias at (bias_b, bias h). The caller has zeroed both.
+ * plan->dbias) dS into the d bias entries of those keys (at batch 0 / head 0 where the bias
+ * broadcasts). The caller has zeroed the partials and d bias entries it owns.
  */
 void backward_key_tile(const backward_plan *plan, backward_workspace *workspace, int64_t b,
                        int64_t kv_head, int64_t j0, int count, int64_t chunk);

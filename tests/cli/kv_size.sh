@@ -88,14 +88,29 @@ expect_usage_error "--threads" "$attn" bench decode --threads
 "$attn" bench decode --help > "$work/help.txt" 2>&1 || fail "bench decode --help exits non-zero"
 grep -qF -- "--max-gib" "$work/help.txt" || fail "bench decode --help lacks its options"
 
-# A tiny run: the bandwidth line, then one row per Hkv with positive numbers.
+# A tiny run: the bandwidth line, then one row per Hkv: tokens/s, ms/token, K/V GB/s, the
+# read bandwidth measured for that row, and their ratio.
 "$attn" bench decode --context 128 --dtype bf16 --no-mla --threads 1 > "$work/bench.txt" \
     2> "$work/bench.err" || fail "bench decode tiny run: $(cat "$work/bench.err")"
 grep -qE "measured read bandwidth: [0-9.]+ GB/s" "$work/bench.txt" || fail "no bandwidth line"
 for kv in 32 8 1; do
-    grep -qE "^bf16 Hq=32 Hkv=$kv +128 +[0-9.]+ +[0-9.]+ +[0-9.]+ +[0-9]+%" "$work/bench.txt" ||
+    grep -qE "^bf16 Hq=32 Hkv=$kv +128 +[0-9.]+ +[0-9.]+ +[0-9.]+ +[0-9.]+ +[0-9]+%$" \
+        "$work/bench.txt" ||
         fail "bench decode lacks the bf16 Hkv=$kv row: $(cat "$work/bench.txt")"
 done
+python3 - "$work/bench.txt" <<'PY' || fail "bench decode: GB/s or ratio do not follow from ms/token"
+import re, sys
+for line in open(sys.argv[1]):
+    m = re.match(r"bf16 Hq=32 Hkv=(\d+) +(\d+) +(\S+) +(\S+) +(\S+) +(\S+) +(\d+)%$", line)
+    if not m:
+        continue
+    kv, context = int(m.group(1)), int(m.group(2))
+    tokens_per_s, ms, gbs, read, percent = (float(m.group(i)) for i in range(3, 8))
+    bytes_per_step = kv * context * (128 + 128) * 2  # Hkv x L x (Dk + Dv) x sizeof(bf16)
+    assert abs(tokens_per_s * ms / 1e3 - 1) <= 0.0005 / ms + 0.001, line  # ms has 3 decimals
+    assert abs(gbs - bytes_per_step * tokens_per_s / 1e9) <= 0.05 + 0.001 * gbs, line
+    assert abs(percent - 100 * gbs / read) <= 0.6 + 100 * 0.05 / read, line
+PY
 
 [ "$failures" -eq 0 ] && echo "kv_size.sh: all checks passed"
 exit $((failures > 0))

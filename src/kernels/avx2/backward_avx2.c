@@ -36,8 +36,9 @@ static inline __attribute__((always_inline)) void product_micro_tile(
         /* Whole vectors: a masked load here makes gcc 12 spill the accumulators. */
         for (int b = 0; b < BLOCKS; ++b) value[b] = _mm256_loadu_ps(value_row + b * LANES);
         for (int r = 0; r < ROWS; ++r) {
+            /* set1, not _mm256_broadcast_ss(pointer): with the latter gcc 12 spills sum[][] */
             const __m256 weight =
-                _mm256_broadcast_ss(weights + (size_t)r * row_step + (size_t)i * inner_step);
+                _mm256_set1_ps(weights[(size_t)r * row_step + (size_t)i * inner_step]);
             for (int b = 0; b < BLOCKS; ++b)
                 sum[r][b] = _mm256_fmadd_ps(weight, value[b], sum[r][b]);
         }

@@ -99,20 +99,24 @@ ALWAYS_INLINE __m512 transpose_reduce16(const __m512 v[16]) {
 
 /* 16 dot products over `dim`: block_rows query rows x block_keys keys
  * (block_rows * block_keys = 16). out[r * block_keys + k] = row[r] . key[k], the keys stored
- * as float32 or bfloat16 (is_bf16). With one row the keys are read one after the other
- * (key-major), a purely sequential stream for the memory-bound MHA case; with several rows
- * every loaded key vector serves them all. */
+ * as float32 or bfloat16 (is_bf16). key_major: each key is read whole before the next, a
+ * purely sequential stream (the query vectors are reloaded from L1 for each key); else
+ * dimension-major: each loaded key vector serves all rows of the block from registers (fewer
+ * loads, for groups large enough to be arithmetic-bound). */
 ALWAYS_INLINE void score_block(const int block_rows, const int block_keys, const int is_bf16,
-                               int dim, const float *const *row, const void *const *key,
-                               float *out) {
+                               const int key_major, int dim, const float *const *row,
+                               const void *const *key, float *out) {
     __m512 sums[16];
     for (int a = 0; a < 16; ++a) sums[a] = _mm512_setzero_ps();
-    if (block_rows == 1) {
+    if (key_major) {
         for (int k = 0; k < block_keys; ++k)
             for (int d = 0; d < dim; d += 16) {
                 const __mmask16 lanes = lane_mask(dim - d);
-                sums[k] = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(lanes, row[0] + d),
-                                          load_stored(key[k], d, lanes, is_bf16), sums[k]);
+                const __m512 key_vector = load_stored(key[k], d, lanes, is_bf16);
+                for (int r = 0; r < block_rows; ++r)
+                    sums[r * block_keys + k] =
+                        _mm512_fmadd_ps(_mm512_maskz_loadu_ps(lanes, row[r] + d), key_vector,
+                                        sums[r * block_keys + k]);
             }
     } else {
         for (int d = 0; d < dim; d += 16) {
@@ -153,6 +157,7 @@ ALWAYS_INLINE void score_chunk(const int is_bf16, int rows, int count, int dim,
                                float *scores) {
     const size_t element_size = is_bf16 ? sizeof(uint16_t) : sizeof(float);
     const int block_rows = rows >= 3 ? 4 : rows, block_keys = 16 / block_rows;
+    const int key_major = rows <= 4; /* one row block: a single pass over the keys */
     for (int r0 = 0; r0 < rows; r0 += block_rows)
         for (int c0 = 0; c0 < count; c0 += block_keys) {
             /* Rows / keys past the end repeat the last one; their results are dropped. */
@@ -160,15 +165,18 @@ ALWAYS_INLINE void score_chunk(const int is_bf16, int rows, int count, int dim,
             const void *key[16];
             for (int r = 0; r < block_rows; ++r)
                 row[r] = queries + (int64_t)(r0 + r < rows ? r0 + r : rows - 1) * dim;
-            for (int k = 0; k < block_keys; ++k)
-                key[k] = (const char *)keys +
-                         (size_t)((c0 + k < count ? c0 + k : count - 1) * key_stride) * element_size;
-            if (r0 == 0 && block_rows > 1) prefetch_keys(c0 + KEY_LOOKAHEAD, block_keys, count,
-                                                         keys, key_stride, dim, element_size);
+            for (int k = 0; k < block_keys; ++k) {
+                const int c = c0 + k < count ? c0 + k : count - 1;
+                key[k] = (const char *)keys + (size_t)(c * key_stride) * element_size;
+            }
+            if (r0 == 0 && !key_major) /* the pass that reads the keys from memory */
+                prefetch_keys(c0 + KEY_LOOKAHEAD, block_keys, count, keys, key_stride, dim,
+                              element_size);
             float out[16];
-            if (block_rows == 4) score_block(4, 4, is_bf16, dim, row, key, out);
-            else if (block_rows == 2) score_block(2, 8, is_bf16, dim, row, key, out);
-            else score_block(1, 16, is_bf16, dim, row, key, out);
+            if (block_rows == 4 && key_major) score_block(4, 4, is_bf16, 1, dim, row, key, out);
+            else if (block_rows == 4) score_block(4, 4, is_bf16, 0, dim, row, key, out);
+            else if (block_rows == 2) score_block(2, 8, is_bf16, 1, dim, row, key, out);
+            else score_block(1, 16, is_bf16, 1, dim, row, key, out);
             for (int r = 0; r < block_rows && r0 + r < rows; ++r)
                 for (int k = 0; k < block_keys && c0 + k < count; ++k)
                     scores[(r0 + r) * ATTN_DECODE_CHUNK + c0 + k] = out[r * block_keys + k];
