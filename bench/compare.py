@@ -147,7 +147,11 @@ def main():
     small = [t for t in lengths if t <= args.reference_max_t]
     reference_rows = run_attn(args, ["--reference"], small) if small else {}
 
-    lines = [f"torch {torch.__version__}, {args.threads} threads, {args.clock} clock; attn median of "
+    wait_policy = os.environ.get("OMP_WAIT_POLICY")
+    command = ("OMP_WAIT_POLICY=" + wait_policy + " " if wait_policy else "") + \
+        "python3 " + " ".join(sys.argv)
+    lines = [f"Command: `{command}`", "",
+             f"torch {torch.__version__}, {args.threads} threads, {args.clock} clock; attn median of "
              f"{args.repeats} runs; ratios > 1 mean attn is faster.", "",
              "| pass | T | Hq | Hkv | D | mask | attn ms | attn GFLOP/s | % peak | torch ms | "
              "torch GFLOP/s | attn vs torch | reference ms | attn vs reference |",

@@ -434,7 +434,12 @@ int cli_bench(int argc, char **argv) {
     }
     const double peak = s.peak_gflops > 0 ? s.peak_gflops : bench_measure_fma_peak(threads, s.clock);
 
-    char command_line[512] = "attn";
+    /* The command as run, with the OpenMP wait policy when set (it matters for --clock cpu). */
+    char command_line[512] = "";
+    const char *wait_policy = getenv("OMP_WAIT_POLICY");
+    if (wait_policy != NULL && strlen(wait_policy) < 64)
+        snprintf(command_line, sizeof command_line, "OMP_WAIT_POLICY=%s ", wait_policy);
+    strncat(command_line, "attn", sizeof command_line - strlen(command_line) - 1);
     for (int i = 0; i < argc; ++i) {
         strncat(command_line, " ", sizeof command_line - strlen(command_line) - 1);
         strncat(command_line, argv[i], sizeof command_line - strlen(command_line) - 1);

@@ -30,7 +30,9 @@ static void usage(FILE *stream) {
             "usage: attn bench decode [--quick] [--context N] [--dtype f32|bf16|both]\n"
             "                         [--threads N] [--no-mla] [--max-gib G]\n"
             "  --quick      contexts 4096 and 32768 only, shorter timing\n"
-            "  --max-gib G  skip caches larger than G GiB (default 4.5; memory stays < 8 GB)\n");
+            "  --max-gib G  skip caches larger than G GiB (default 4.5; memory stays < 8 GB)\n"
+            "On a machine shared with other jobs, run with OMP_WAIT_POLICY=passive (see\n"
+            "docs/inference.md, Measurements).\n");
 }
 
 enum { LAYER_STEPS = 5 };
