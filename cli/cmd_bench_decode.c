@@ -3,11 +3,11 @@
  * memory-bound case. For Hq = 32, Hkv in {32, 8, 1}, D = 128, contexts {4096, 32768, 131072}
  * and fp32 / bf16 storage it reports decode steps per second and the GB/s of K/V actually
  * read (Hkv x context x (Dk + Dv) x element size per step), against the read bandwidth
- * measured in the same run (cli_measure_read_bandwidth_gbs) just before each row's timing,
- * so that a machine shared with other jobs compares like with like; then MLA absorbed
- * decoding on a
- * DeepSeek-V2 latent cache (128 heads, Dk = 576, Dv = 512), and one MLA layer step naive vs
- * absorbed at a short context.
+ * measured in the same run right after each row's timing, so that a machine shared with
+ * other jobs compares like with like; then MLA absorbed decoding on a DeepSeek-V2 latent
+ * cache (128 heads, Dk = 576, Dv = 512), and one MLA layer step naive vs absorbed at a short
+ * context. --clock cpu times both the decode steps and the bandwidth in the threads' own CPU
+ * time (bench_clock.h), which leaves out the time they waited for a core.
  */
 #include <math.h>
 #include <stdio.h>
@@ -16,6 +16,7 @@
 
 #include <omp.h>
 
+#include "bench_clock.h"
 #include "cli.h"
 
 typedef struct bench_settings {
@@ -23,14 +24,17 @@ typedef struct bench_settings {
     int64_t only_context;  /* 0 = the standard list */
     int dtypes;            /* bit 0: f32, bit 1: bf16 */
     double max_gib;        /* skip caches larger than this */
+    bench_clock clock;     /* --clock wall (default) or cpu */
 } bench_settings;
 
 static void usage(FILE *stream) {
     fprintf(stream,
             "usage: attn bench decode [--quick] [--context N] [--dtype f32|bf16|both]\n"
-            "                         [--threads N] [--no-mla] [--max-gib G]\n"
+            "                         [--threads N] [--no-mla] [--max-gib G] [--clock wall|cpu]\n"
             "  --quick      contexts 4096 and 32768 only, shorter timing\n"
             "  --max-gib G  skip caches larger than G GiB (default 4.5; memory stays < 8 GB)\n"
+            "  --clock cpu  time decode steps and the read bandwidth in the threads' CPU time\n"
+            "               (leaves out time spent waiting for a core; default: wall)\n"
             "On a machine shared with other jobs, run with OMP_WAIT_POLICY=passive (see\n"
             "docs/inference.md, Measurements).\n");
 }
@@ -49,25 +53,62 @@ static double median_seconds(const double *times, int count) {
     return sorted[count / 2];
 }
 
-/* Fills sequence 0 of `cache` to `context` tokens from one random chunk (appended
- * repeatedly), then returns the seconds per decode step of query q (median of repeats). */
-static double time_decode(attn_kv_cache *cache, int64_t context, const attn_tensor *q,
+/* Seconds per decode step of query q against `cache` on `clock`: one warm-up step, then the
+ * median of 3 to 64 steps within `budget_seconds` of wall time; -1 on error. */
+static double time_decode(attn_kv_cache *cache, const attn_tensor *q,
                           const attn_options *options, attn_tensor *out, double budget_seconds,
-                          attn_error *error) {
-    (void)context;
+                          bench_clock clock, int threads, attn_error *error) {
     if (attn_decode(cache, q, options, out, NULL, error) != ATTN_OK) return -1.0;
     double times[64];
     int repeats = 0;
-    double start = omp_get_wtime(), now = start;
-    while (repeats < 64 && (repeats < 3 || now - start < budget_seconds)) {
-        double before = omp_get_wtime();
+    const double start = omp_get_wtime(); /* the budget is wall time */
+    while (repeats < 64 && (repeats < 3 || omp_get_wtime() - start < budget_seconds)) {
+        const double before = bench_clock_seconds(clock, threads);
         attn_decode(cache, q, options, out, NULL, error);
-        now = omp_get_wtime();
-        times[repeats++] = now - before;
+        times[repeats++] = bench_clock_seconds(clock, threads) - before;
     }
     return median_seconds(times, repeats);
 }
 
+static volatile float bandwidth_sink;
+
+/* Read bandwidth (GB/s) of `threads` threads summing a 256 MiB buffer they first-touched,
+ * best of 3 passes: cli_measure_read_bandwidth_gbs (peak.c) for the wall clock; the same
+ * measurement timed in the threads' CPU time for BENCH_CLOCK_CPU. */
+static double read_bandwidth_gbs(int threads, bench_clock clock) {
+    if (clock == BENCH_CLOCK_WALL) return cli_measure_read_bandwidth_gbs(threads);
+    const size_t bytes = (size_t)256 << 20, count = bytes / sizeof(float);
+    float *buffer = malloc(bytes);
+    if (buffer == NULL) return 0.0;
+    double best = 0.0;
+    for (int pass = 0; pass < 4; ++pass) {
+        const double start = bench_clock_seconds(clock, threads);
+        float total = 0.0f;
+#pragma omp parallel num_threads(threads) reduction(+ : total)
+        {
+            const int thread = omp_get_thread_num(), thread_count = omp_get_num_threads();
+            const size_t first = count / (size_t)thread_count * (size_t)thread;
+            const size_t last = thread == thread_count - 1 ? count
+                                                           : first + count / (size_t)thread_count;
+            if (pass == 0) { /* first touch by the reading thread */
+                for (size_t i = first; i < last; ++i) buffer[i] = (float)(i & 7);
+            } else {
+                float partial[16] = {0};
+                for (size_t i = first; i + 16 <= last; i += 16)
+                    for (int lane = 0; lane < 16; ++lane) partial[lane] += buffer[i + lane];
+                for (int lane = 0; lane < 16; ++lane) total += partial[lane];
+            }
+        }
+        const double seconds = bench_clock_seconds(clock, threads) - start;
+        bandwidth_sink = total;
+        if (pass > 0 && seconds > 0 && bytes / seconds > best) best = bytes / seconds;
+    }
+    free(buffer);
+    return best * 1e-9;
+}
+
+/* Fills sequence 0 of `cache` to `context` tokens from one random chunk of 1024 tokens
+ * appended repeatedly (keys [chunk, Hkv, Dk], values [chunk, Hkv, Dv] unless values_in_keys). */
 static attn_status fill_cache(attn_kv_cache *cache, int64_t context, int64_t kv_heads,
                               int64_t key_dim, int64_t value_dim, int values_in_keys,
                               attn_error *error) {
@@ -117,7 +158,8 @@ static int bench_row(const char *label, attn_kv_cache_config config, int64_t que
     }
     float *query = malloc((size_t)(query_heads * config.key_dim) * sizeof(float));
     float *output = malloc((size_t)(query_heads * config.value_dim) * sizeof(float));
-    for (int64_t i = 0; i < query_heads * config.key_dim; ++i) query[i] = (float)((i * 7919) % 97) / 97.0f - 0.5f;
+    for (int64_t i = 0; i < query_heads * config.key_dim; ++i)
+        query[i] = (float)((i * 7919) % 97) / 97.0f - 0.5f;
     attn_tensor q = attn_tensor_f32_4d(query, 1, 1, query_heads, config.key_dim);
     attn_tensor out = attn_tensor_f32_4d(output, 1, 1, query_heads, config.value_dim);
     attn_options options = attn_options_default();
@@ -125,8 +167,9 @@ static int bench_row(const char *label, attn_kv_cache_config config, int64_t que
     options.alignment = ATTN_ALIGN_BOTTOM_RIGHT;
     options.num_threads = s->threads;
     if (scale > 0) options.custom_scale = 1, options.scale = scale;
-    double seconds = time_decode(cache, context, &q, &options, &out, s->quick ? 0.15 : 0.5, &error);
-    const double bandwidth = cli_measure_read_bandwidth_gbs(threads); /* now, for this row */
+    double seconds = time_decode(cache, &q, &options, &out, s->quick ? 0.15 : 0.5, s->clock,
+                                 threads, &error);
+    const double bandwidth = read_bandwidth_gbs(threads, s->clock); /* now, for this row */
     if (seconds < 0) {
         fprintf(stderr, "attn bench decode: %s\n", error.message);
     } else {
@@ -152,7 +195,8 @@ static int bench_mla_layer(int64_t context, const bench_settings *s) {
     for (int i = 0; i < 5; ++i) {
         w[i] = malloc(sizes[i] * sizeof(float));
         for (size_t j = 0; j < sizes[i]; ++j)
-            w[i][j] = ((float)((state = state * 1664525u + 1013904223u) >> 8) / 16777216.0f - 0.5f) * 0.05f;
+            w[i][j] = ((float)((state = state * 1664525u + 1013904223u) >> 8) / 16777216.0f - 0.5f) *
+                      0.05f;
     }
     for (size_t j = 0; j < 512; ++j) w[2][j] = 1.0f;
     attn_mla_weights weights = {w[0], NULL, NULL, NULL, w[1], w[2], w[3], w[4]};
@@ -197,7 +241,7 @@ static int bench_mla_layer(int64_t context, const bench_settings *s) {
 }
 
 int cli_bench_decode(int argc, char **argv) {
-    bench_settings s = {0, 0, 1, 0, 3, 4.5};
+    bench_settings s = {0, 0, 1, 0, 3, 4.5, BENCH_CLOCK_WALL};
     for (int i = 1; i < argc; ++i) {
         const char *value = i + 1 < argc ? argv[i + 1] : NULL;
         if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
@@ -225,11 +269,19 @@ int cli_bench_decode(int argc, char **argv) {
                 fprintf(stderr, "attn bench decode: --max-gib %s: expected > 0\n", value);
                 return 2;
             }
+        } else if (strcmp(argv[i], "--clock") == 0 && value) {
+            if (strcmp(value, "wall") != 0 && strcmp(value, "cpu") != 0) {
+                fprintf(stderr, "attn bench decode: --clock %s: expected wall or cpu\n", value);
+                return 2;
+            }
+            s.clock = strcmp(value, "cpu") == 0 ? BENCH_CLOCK_CPU : BENCH_CLOCK_WALL;
+            ++i;
         } else if (strcmp(argv[i], "--dtype") == 0 && value) {
             s.dtypes = strcmp(value, "f32") == 0 ? 1 : strcmp(value, "bf16") == 0 ? 2
                        : strcmp(value, "both") == 0 ? 3 : 0;
             if (s.dtypes == 0) {
-                fprintf(stderr, "attn bench decode: --dtype %s: expected f32, bf16 or both\n", value);
+                fprintf(stderr, "attn bench decode: --dtype %s: expected f32, bf16 or both\n",
+                        value);
                 return 2;
             }
             ++i;
@@ -240,9 +292,10 @@ int cli_bench_decode(int argc, char **argv) {
         }
     }
     const int threads = s.threads > 0 ? s.threads : omp_get_max_threads();
-    const double bandwidth = cli_measure_read_bandwidth_gbs(threads);
-    printf("decode benchmark: 1 sequence, 1 new token, Hq = 32, D = 128, %d threads\n", threads);
-    printf("measured read bandwidth: %.1f GB/s (and again before each row: \"read GB/s\")\n\n",
+    const double bandwidth = read_bandwidth_gbs(threads, s.clock);
+    printf("decode benchmark: 1 sequence, 1 new token, Hq = 32, D = 128, %d threads, %s clock\n",
+           threads, s.clock == BENCH_CLOCK_CPU ? "CPU-time" : "wall");
+    printf("measured read bandwidth: %.1f GB/s (and again after each row: \"read GB/s\")\n\n",
            bandwidth);
     printf("%-34s %8s %10s %9s %9s %9s %8s\n", "configuration", "context", "tokens/s",
            "ms/token", "K/V GB/s", "read GB/s", "of read");

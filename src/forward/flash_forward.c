@@ -45,12 +45,15 @@
  * Default tile sizes, measured on the 2-core Zen 4 dev machine (1 MiB L2 per core, 32 KiB
  * L1d; docs/performance.md):
  *  - query rows per head: 256 / group_size clamped to [16, 64]. With K/V packed once per
- *    head, large query tiles no longer pay for packing; 64 rows keep the causal diagonal
- *    cheap (a diagonal tile wastes at most half of 64 x 64 pairs) and the score tile of a
- *    whole group (<= 256 rows x 128 keys = 128 KiB) inside L2.
- *  - keys per tile: 128 without a band, 64 with causal / window masks (finer band edges).
- *    A packed K tile of 128 x 128 floats is 64 KiB (L2); the per-tile softmax bookkeeping
- *    (row max, rescale of D accumulators) is < 2% of the tile's FMAs at 64 keys.
+ *    head, large query tiles no longer pay for packing (128 rows measured no faster than 64
+ *    without a mask); 64 rows keep the causal diagonal cheap (a diagonal tile wastes at most
+ *    half of 64 x 64 pairs) and the score tile of a whole group (<= 256 rows x 256 keys =
+ *    256 KiB) inside L2.
+ *  - keys per tile: 256 without a band (3-5% faster than 128 at T = 1024-2048 on one core,
+ *    512 no better: the per-tile softmax bookkeeping and the rescale of the accumulators
+ *    are amortised over more keys, and a 64 x 256 score tile, 64 KiB, stays in L2), 64 with
+ *    causal / window masks (finer band edges: 10% faster than 128 for the window of 256,
+ *    equal for causal).
  */
 /* Per-thread stores are used while all of them together take at most half the bytes of K
  * and V, or at most this much. */
@@ -62,7 +65,7 @@ enum {
     FORWARD_GROUP_ROWS = 256,     /* target rows per item over the group's heads */
     FORWARD_MIN_ROWS = 16,        /* rows per head, lower bound */
     FORWARD_MAX_ROWS = 64,        /* rows per head, upper bound */
-    FORWARD_KEYS = 128,           /* keys per tile without a band */
+    FORWARD_KEYS = 256,           /* keys per tile without a band */
     FORWARD_BANDED_KEYS = 64      /* keys per tile under causal / window */
 };
 

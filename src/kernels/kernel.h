@@ -29,7 +29,8 @@
 typedef struct attn_kernel_table {
     const char *name; /* "generic", "avx2", "avx512" */
 
-    /* Preferred tile sizes for this kernel (rows of queries, columns of keys). */
+    /* Preferred tile sizes for this kernel (rows of queries, columns of keys); used by the
+     * backward pass. The forward pass sets its own (src/forward/flash_forward.c). */
     int tile_q;
     int tile_k;
 

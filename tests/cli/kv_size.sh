@@ -84,14 +84,16 @@ expect_usage_error "--max-gib 0" "$attn" bench decode --max-gib 0
 expect_usage_error "--max-gib -1" "$attn" bench decode --max-gib -1
 expect_usage_error "--bogus" "$attn" bench decode --bogus
 expect_usage_error "--threads" "$attn" bench decode --threads
+expect_usage_error "--clock gpu" "$attn" bench decode --clock gpu
 
 "$attn" bench decode --help > "$work/help.txt" 2>&1 || fail "bench decode --help exits non-zero"
 grep -qF -- "--max-gib" "$work/help.txt" || fail "bench decode --help lacks its options"
 
 # A tiny run: the bandwidth line, then one row per Hkv: tokens/s, ms/token, K/V GB/s, the
 # read bandwidth measured for that row, and their ratio.
-"$attn" bench decode --context 128 --dtype bf16 --no-mla --threads 1 > "$work/bench.txt" \
-    2> "$work/bench.err" || fail "bench decode tiny run: $(cat "$work/bench.err")"
+"$attn" bench decode --context 128 --dtype bf16 --no-mla --threads 1 --clock cpu \
+    > "$work/bench.txt" 2> "$work/bench.err" || fail "bench decode tiny run: $(cat "$work/bench.err")"
+grep -qF "CPU-time clock" "$work/bench.txt" || fail "--clock cpu not reported"
 grep -qE "measured read bandwidth: [0-9.]+ GB/s" "$work/bench.txt" || fail "no bandwidth line"
 for kv in 32 8 1; do
     grep -qE "^bf16 Hq=32 Hkv=$kv +128 +[0-9.]+ +[0-9.]+ +[0-9.]+ +[0-9.]+ +[0-9]+%$" \

@@ -1,10 +1,9 @@
 /*
  * table_avx512.c — the AVX-512 kernel table (selected by dispatch.c on CPUs with AVX-512 F,
  * DQ, BW and VL).
- * Tile sizes (rows per work item over the GQA group's heads, keys per tile), measured on the
- * 2-core Zen 4 dev machine (docs/performance.md): 256 query rows amortise the per-item packing
- * of each K/V tile 4x better than 64 (+20% GFLOP per CPU-second at D = 64, T = 2048); 128 keys
- * keep a packed K tile (128 x D floats, 32-64 KiB) near L1 and the score tile in L2.
+ * tile_q / tile_k: the tile sizes the backward pass starts from (src/backward). The forward
+ * pass no longer uses them: since it packs K/V once per head, it picks its own, smaller query
+ * tiles (src/forward/flash_forward.c, measured there; docs/performance.md).
  */
 #include "../kernel.h"
 #include "kernels_avx512.h"
