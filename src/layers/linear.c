@@ -52,9 +52,14 @@ attn_status attn_linear_forward(const float *x, int64_t rows, int64_t in_feature
             memcpy(y + r * out_features, bias, (size_t)out_features * sizeof(float));
         beta = 1.0f;
     }
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)rows, (int)out_features,
-                (int)in_features, 1.0f, x, (int)in_features, weight, (int)in_features, beta, y,
-                (int)out_features);
+    if (rows == 1) /* one token (a decode step): y = W x, a matrix-vector product; sgemm
+                      would pack all of W first */
+        cblas_sgemv(CblasRowMajor, CblasNoTrans, (int)out_features, (int)in_features, 1.0f,
+                    weight, (int)in_features, x, 1, beta, y, 1);
+    else
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)rows, (int)out_features,
+                    (int)in_features, 1.0f, x, (int)in_features, weight, (int)in_features, beta,
+                    y, (int)out_features);
     return ATTN_OK;
 }
 
