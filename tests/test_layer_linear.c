@@ -82,7 +82,7 @@ static void test_linear_case(int64_t rows, int64_t in, int64_t out, int with_bia
 int main(void) {
     test_rng rng;
     test_rng_seed(&rng, 31);
-    const int64_t shapes[][3] = {{1, 1, 1}, {3, 5, 7}, {17, 33, 9}, {64, 64, 64}, {129, 48, 200}};
+    const int64_t shapes[][3] = {{1, 1, 1}, {1, 37, 19}, {1, 300, 129}, {3, 5, 7}, {17, 33, 9}, {64, 64, 64}, {129, 48, 200}};
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; ++s)
         for (int with_bias = 0; with_bias < 2; ++with_bias)
             test_linear_case(shapes[s][0], shapes[s][1], shapes[s][2], with_bias, &rng);
