@@ -8,8 +8,9 @@
  *   EMPTY tile (per head): skipped, nothing loaded or computed for that head
  *   FULL tile:             scores, softmax step, accumulate; no per-element mask work
  *   PARTIAL tile:          the mask applied row by row (an interval for causal / window)
- * Finally O = acc / l and LSE = m + log l. All arithmetic on tiles goes through the kernel
- * table (kernel.h).
+ * The item's last key tile (the causal diagonal) is done in chunks of rows, each only up to
+ * the last key those rows may attend. Finally O = acc / l and LSE = m + log l. All arithmetic on tiles goes through the kernel
+ * table (kernel.h); one tile step is forward_tile.c.
  *
  * K and V are packed once per (b, KV head) into a store of packed tiles (packed_kv.h) that
  * every query tile and every query head of the GQA group then reads. Three ways to hold it
@@ -39,6 +40,7 @@
 #include "../core/internal.h"
 #include "../kernels/kernel.h"
 #include "../mask/mask.h"
+#include "forward_internal.h"
 #include "packed_kv.h"
 
 /*
@@ -59,59 +61,16 @@
  * and V, or at most this much. */
 #define FORWARD_PER_THREAD_PACKING_BYTES ((size_t)16 << 20)
 
-typedef enum packing_mode { PACK_PER_THREAD, PACK_SHARED, PACK_ONE_TILE } packing_mode;
-
 enum {
     FORWARD_GROUP_ROWS = 256,     /* target rows per item over the group's heads */
     FORWARD_MIN_ROWS = 16,        /* rows per head, lower bound */
     FORWARD_MAX_ROWS = 64,        /* rows per head, upper bound */
     FORWARD_KEYS = 256,           /* keys per tile without a band */
-    FORWARD_BANDED_KEYS = 64      /* keys per tile under causal / window */
+    FORWARD_BANDED_KEYS = 64,     /* keys per tile under causal / window */
+    /* The last key tile of an item (the causal diagonal) is computed in row chunks of this
+     * many rows, each only up to the last key its rows may attend. */
+    FORWARD_DIAGONAL_ROWS = 16
 };
-
-/* Everything shared by all work items of one call (read-only during the parallel loop). */
-typedef struct forward_plan {
-    const attn_tensor *q, *k, *v;
-    attn_tensor *out, *lse;
-    const attn_options *options;
-    attn_problem problem;
-    attn_mask_context mask;
-    const attn_kernel_table *kernels;
-    int64_t tile_rows;      /* query rows per head in one work item */
-    int64_t tile_keys;      /* keys per key tile */
-    int64_t query_tiles;    /* ceil(Tq / tile_rows) */
-    int64_t key_tiles;      /* ceil(Tk / tile_keys) */
-    packing_mode packing;
-    packed_kv_store *shared_packed; /* PACK_SHARED: the current head's packed K/V */
-    int query_stride;       /* floats between packed query rows (Dk rounded up to 16) */
-    int scores_stride;      /* floats between score rows (tile_keys rounded up to 16) */
-    int accumulator_stride; /* floats between accumulator rows (Dv rounded up to 16) */
-    bool prescale_queries;  /* no soft-cap: queries carry the scale, scores are logits */
-    bool loop_transforms;   /* soft-cap with additive terms: the loop transforms scores */
-} forward_plan;
-
-/* One thread's buffers (64-byte aligned, carved out of one allocation). */
-typedef struct forward_workspace {
-    float *queries;        /* [group rows][query_stride]: the item's query rows, by head */
-    float *scores;         /* [group rows][scores_stride] */
-    float *accumulator;    /* [group rows][accumulator_stride] */
-    float *row_max;        /* [group rows] */
-    float *row_sum;        /* [group rows] */
-    float *rescale;        /* [group rows] */
-    float *value_staging;  /* [tile_keys][Dv]: V tile with never-attended keys zeroed */
-    float *staged_values;  /* kernel-packed value_staging */
-    float *row_additive;   /* [tile_keys]: additive terms of one row */
-    uint8_t *row_allowed;  /* [tile_keys]: mask of one row */
-    uint8_t *column_alive; /* [tile_keys]: some row of the tile attends this key */
-    attn_tile_class *head_class; /* [group_size] */
-    void *allocation;
-    packed_kv_store packed;      /* PACK_PER_THREAD / PACK_ONE_TILE: this thread's store */
-    /* The first empty row this thread met (for ATTN_EMPTY_ROWS_ERROR). */
-    bool has_empty_row;
-    int64_t empty_b, empty_h, empty_i;
-} forward_workspace;
-
-enum { WORKSPACE_PARTS = 12 };
 
 static size_t round_up_floats(size_t floats) { return (floats + 15) / 16 * 16; }
 
@@ -140,6 +99,7 @@ static bool workspace_layout(const forward_plan *plan, size_t part_bytes[WORKSPA
     part_bytes[9] = round_up_floats(keys);                                    /* row_allowed */
     part_bytes[10] = round_up_floats(keys);                                   /* column_alive */
     part_bytes[11] = round_up_floats((size_t)plan->problem.group_size * sizeof(attn_tile_class));
+    part_bytes[12] = round_up_floats((size_t)plan->problem.group_size * sizeof(row_segment));
     for (int n = 0; n < WORKSPACE_PARTS; ++n)
         if (!attn_add_size(*total, part_bytes[n], total)) return false;
     return true;
@@ -168,6 +128,7 @@ static bool workspace_create(forward_workspace *workspace, const forward_plan *p
     workspace->row_allowed = parts[9];
     workspace->column_alive = parts[10];
     workspace->head_class = parts[11];
+    workspace->segments = parts[12];
     if (plan->packing == PACK_SHARED) return true;
     return packed_kv_store_create(&workspace->packed, plan->kernels, (int)plan->tile_keys,
                                   (int)plan->problem.key_dim, (int)plan->problem.value_dim,
@@ -178,42 +139,6 @@ static void workspace_destroy(forward_workspace *workspace) {
     packed_kv_store_destroy(&workspace->packed);
     attn_aligned_free(workspace->allocation);
     workspace->allocation = NULL;
-}
-
-/* Applies the mask and the additive terms to one head's scores, rows [i0, i0 + rows) x keys
- * [j0, j0 + count): scores [rows][scores_stride], one row at a time (the mask's row form is
- * an interval fill for causal / window). Marks the keys some row attends in column_alive. */
-static void apply_mask_to_head(const forward_plan *plan, forward_workspace *workspace,
-                               attn_tile_class tile_class, int64_t b, int64_t h, int64_t i0,
-                               int64_t rows, int64_t j0, int64_t count, float *scores) {
-    const attn_mask_context *mask = &plan->mask;
-    const float scale = plan->problem.scale, softcap = plan->options->softcap;
-    uint8_t *restrict allowed = workspace->row_allowed;
-    uint8_t *restrict alive = workspace->column_alive;
-    float *restrict additive = workspace->row_additive;
-    if (tile_class != ATTN_TILE_PARTIAL) memset(allowed, 1, (size_t)count);
-    const bool only_structure = !mask->has_additive && !plan->loop_transforms;
-    for (int64_t r = 0; r < rows; ++r) {
-        float *restrict row = scores + r * plan->scores_stride;
-        if (tile_class == ATTN_TILE_PARTIAL)
-            attn_mask_allowed_row(mask, b, h, i0 + r, j0, j0 + count, allowed);
-        if (only_structure) { /* the common case, branch-free so that it vectorises */
-            for (int64_t c = 0; c < count; ++c) {
-                row[c] = allowed[c] ? row[c] : -INFINITY;
-                alive[c] |= allowed[c];
-            }
-            continue;
-        }
-        if (mask->has_additive) attn_mask_additive_row(mask, b, h, i0 + r, j0, j0 + count, additive);
-        for (int64_t c = 0; c < count; ++c) {
-            float x = row[c];
-            if (plan->loop_transforms) x = attn_transform_logit(x, scale, softcap);
-            if (mask->has_additive) x += additive[c];
-            if (!allowed[c] || (mask->has_additive && additive[c] == -INFINITY)) x = -INFINITY;
-            row[c] = x;
-            alive[c] |= x != -INFINITY;
-        }
-    }
 }
 
 /* Records (b, h, i) as an empty row if it precedes the thread's earlier one. */
@@ -253,47 +178,10 @@ static void write_row(const forward_plan *plan, forward_workspace *workspace, in
     if (plan->lse != NULL) *attn_f32_at3(plan->lse, b, h, i) = lse_value;
 }
 
-/* The next run of consecutive heads, from head `start` on, whose tile is not EMPTY: returns
- * its first head (group_size when there is none) and sets *run_length. Heads of one run are
- * handed to a kernel together, as run_length x rows consecutive rows. */
-static int64_t next_head_run(const attn_tile_class *classes, int64_t group_size, int64_t start,
-                             int64_t *run_length) {
-    while (start < group_size && classes[start] == ATTN_TILE_EMPTY) ++start;
-    int64_t end = start;
-    while (end < group_size && classes[end] != ATTN_TILE_EMPTY) ++end;
-    *run_length = end - start;
-    return start;
-}
-
-/* The packed values to use with tile `packed` for keys [j0, j0 + count): the shared packed
- * tile, or, when it holds inf / NaN and some key of the tile is attended by no row, a copy
- * with those keys zeroed, so that NaN or inf in never-attended values cannot leak in as
- * 0 * NaN. */
-static const float *values_for_tile(const forward_plan *plan, forward_workspace *workspace,
-                                    const packed_kv_tile *packed, bool all_columns_alive,
-                                    int64_t b, int64_t kv_head, int64_t j0, int count) {
-    if (packed->values_finite || all_columns_alive) return packed->values;
-    bool some_column_dead = false;
-    for (int c = 0; c < count; ++c) some_column_dead |= workspace->column_alive[c] == 0;
-    if (!some_column_dead) return packed->values;
-    const int dim_v = (int)plan->problem.value_dim;
-    const float *source = attn_f32_at4(plan->v, b, j0, kv_head, 0);
-    const int64_t token_stride = plan->v->stride[1], dim_stride = plan->v->stride[3];
-    for (int c = 0; c < count; ++c) {
-        float *staged = workspace->value_staging + (size_t)c * dim_v;
-        for (int e = 0; e < dim_v; ++e)
-            staged[e] = workspace->column_alive[c] ? source[c * token_stride + e * dim_stride] : 0.0f;
-    }
-    plan->kernels->pack_values(count, dim_v, workspace->value_staging, dim_v, 1,
-                               workspace->staged_values);
-    return workspace->staged_values;
-}
-
 /* Computes one work item: query tile `tile` (rows [i0, i1)) of batch b for every query head
  * of KV head kv_head. */
 static void run_work_item(const forward_plan *plan, forward_workspace *workspace, int64_t b,
                           int64_t kv_head, int64_t tile) {
-    const attn_kernel_table *kernels = plan->kernels;
     const attn_problem *problem = &plan->problem;
     const attn_mask_context *mask = &plan->mask;
     const int64_t group_size = problem->group_size;
@@ -309,7 +197,7 @@ static void run_work_item(const forward_plan *plan, forward_workspace *workspace
             write_row(plan, workspace, b, kv_head * group_size + g, i, NULL, 0.0f, 0.0f, true);
     if (i1 <= i0) return;
     const int64_t rows = i1 - i0;
-    const int dim_k = (int)problem->key_dim, dim_v = (int)problem->value_dim;
+    const int dim_k = (int)problem->key_dim;
 
     /* Gather the group's query rows (row g * rows + r = head g, query i0 + r). */
     const float query_factor = plan->prescale_queries ? problem->scale : 1.0f;
@@ -331,8 +219,6 @@ static void run_work_item(const forward_plan *plan, forward_workspace *workspace
     memset(workspace->accumulator, 0,
            (size_t)group_rows * (size_t)plan->accumulator_stride * sizeof(float));
 
-    const float step_scale = plan->prescale_queries || plan->loop_transforms ? 1.0f : problem->scale;
-    const float step_softcap = plan->loop_transforms ? 0.0f : plan->options->softcap;
     const int64_t key_count = attn_mask_key_count(mask, b);
     int64_t key_begin, key_end;
     attn_mask_candidate_keys(mask, b, i0, i1, &key_begin, &key_end);
@@ -360,54 +246,23 @@ static void run_work_item(const forward_plan *plan, forward_workspace *workspace
                 ? &plan->shared_packed->slot[key_tile]
                 : packed_kv_get(&workspace->packed, plan->k, plan->v, b, kv_head, key_tile, key_count);
         const int count = (int)(j1 - j0) < packed->count ? (int)(j1 - j0) : packed->count;
-
-        /* Scores, then the mask and additive terms, for every non-empty head. */
-        bool all_columns_alive = !needs_mask_pass;
-        if (needs_mask_pass) memset(workspace->column_alive, 0, (size_t)count);
-        for (int64_t run, first = next_head_run(classes, group_size, 0, &run); first < group_size;
-             first = next_head_run(classes, group_size, first + run, &run)) {
-            kernels->score_tile((int)(run * rows), count, dim_k,
-                                workspace->queries + first * rows * plan->query_stride,
-                                plan->query_stride, packed->keys,
-                                workspace->scores + first * rows * plan->scores_stride,
-                                plan->scores_stride);
+        tile_step step = {b, kv_head, i0, rows, 0, rows, j0, count, needs_mask_pass, packed};
+        if (j1 < key_end || rows <= FORWARD_DIAGONAL_ROWS || !mask->has_structure) {
+            forward_compute_tile(plan, workspace, &step);
+            continue;
         }
-        if (needs_mask_pass) {
-            for (int64_t g = 0; g < group_size; ++g) {
-                if (classes[g] == ATTN_TILE_EMPTY) continue;
-                if (classes[g] == ATTN_TILE_FULL && !mask->has_additive && !plan->loop_transforms) {
-                    all_columns_alive = true; /* this head attends every key of the tile */
-                    continue;
-                }
-                apply_mask_to_head(plan, workspace, classes[g], b, kv_head * group_size + g, i0,
-                                   rows, j0, count, workspace->scores + g * rows * plan->scores_stride);
-            }
-        }
-
-        /* Online softmax: probabilities in place of the scores, rescale the accumulators. */
-        for (int64_t run, first = next_head_run(classes, group_size, 0, &run); first < group_size;
-             first = next_head_run(classes, group_size, first + run, &run)) {
-            const int64_t offset = first * rows;
-            kernels->softmax_step((int)(run * rows), count,
-                                  workspace->scores + offset * plan->scores_stride,
-                                  plan->scores_stride, step_scale, step_softcap,
-                                  workspace->row_max + offset, workspace->row_sum + offset,
-                                  workspace->rescale + offset);
-            kernels->scale_rows((int)(run * rows), dim_v, workspace->rescale + offset,
-                                workspace->accumulator + offset * plan->accumulator_stride,
-                                plan->accumulator_stride);
-        }
-
-        const float *values =
-            values_for_tile(plan, workspace, packed, all_columns_alive, b, kv_head, j0, count);
-        for (int64_t run, first = next_head_run(classes, group_size, 0, &run); first < group_size;
-             first = next_head_run(classes, group_size, first + run, &run)) {
-            const int64_t offset = first * rows;
-            kernels->accumulate_values((int)(run * rows), count, dim_v,
-                                       workspace->scores + offset * plan->scores_stride,
-                                       plan->scores_stride, values,
-                                       workspace->accumulator + offset * plan->accumulator_stride,
-                                       plan->accumulator_stride);
+        /* The last tile: row chunks, each up to the last key one of its rows may attend (a
+         * prefix of the packed tile); masked columns beyond it would add exact zeros. */
+        for (int64_t r0 = 0; r0 < rows; r0 += FORWARD_DIAGONAL_ROWS) {
+            const int64_t r1 = r0 + FORWARD_DIAGONAL_ROWS < rows ? r0 + FORWARD_DIAGONAL_ROWS : rows;
+            int64_t chunk_begin, chunk_end;
+            attn_mask_candidate_keys(mask, b, i0 + r0, i0 + r1, &chunk_begin, &chunk_end);
+            const int64_t chunk_count = chunk_end - j0 < count ? chunk_end - j0 : count;
+            if (chunk_count <= 0) continue; /* no key of this tile: the rows' state is unchanged */
+            step.first_row = r0;
+            step.end_row = r1;
+            step.count = (int)chunk_count;
+            forward_compute_tile(plan, workspace, &step);
         }
     }
 

@@ -1,0 +1,82 @@
+/*
+ * forward_internal.h — what flash_forward.c (plan, scheduling, rows) and forward_tile.c (one
+ * key tile: scores, mask, online softmax, P·V) share: the plan of one attn_forward call, a
+ * thread's workspace, and one tile step.
+ */
+#ifndef ATTN_FORWARD_INTERNAL_H
+#define ATTN_FORWARD_INTERNAL_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "../kernels/kernel.h"
+#include "../mask/mask.h"
+#include "packed_kv.h"
+
+/* How packed K/V are held (see flash_forward.c). */
+typedef enum packing_mode { PACK_PER_THREAD, PACK_SHARED, PACK_ONE_TILE } packing_mode;
+
+/* Everything shared by all work items of one call (read-only during the parallel loop). */
+typedef struct forward_plan {
+    const attn_tensor *q, *k, *v;
+    attn_tensor *out, *lse;
+    const attn_options *options;
+    attn_problem problem;
+    attn_mask_context mask;
+    const attn_kernel_table *kernels;
+    int64_t tile_rows;      /* query rows per head in one work item */
+    int64_t tile_keys;      /* keys per key tile */
+    int64_t query_tiles;    /* ceil(Tq / tile_rows) */
+    int64_t key_tiles;      /* ceil(Tk / tile_keys) */
+    packing_mode packing;
+    packed_kv_store *shared_packed; /* PACK_SHARED: the current head's packed K/V */
+    int query_stride;       /* floats between packed query rows (Dk rounded up to 16) */
+    int scores_stride;      /* floats between score rows (tile_keys rounded up to 16) */
+    int accumulator_stride; /* floats between accumulator rows (Dv rounded up to 16) */
+    bool prescale_queries;  /* no soft-cap: queries carry the scale, scores are logits */
+    bool loop_transforms;   /* soft-cap with additive terms: the loop transforms scores */
+} forward_plan;
+
+/* One thread's buffers (64-byte aligned, carved out of one allocation). */
+typedef struct forward_workspace {
+    float *queries;        /* [group rows][query_stride]: the item's query rows, by head */
+    float *scores;         /* [group rows][scores_stride] */
+    float *accumulator;    /* [group rows][accumulator_stride] */
+    float *row_max;        /* [group rows] */
+    float *row_sum;        /* [group rows] */
+    float *rescale;        /* [group rows] */
+    float *value_staging;  /* [tile_keys][Dv]: V tile with never-attended keys zeroed */
+    float *staged_values;  /* kernel-packed value_staging */
+    float *row_additive;   /* [tile_keys]: additive terms of one row */
+    uint8_t *row_allowed;  /* [tile_keys]: mask of one row */
+    uint8_t *column_alive; /* [tile_keys]: some row of the tile attends this key */
+    attn_tile_class *head_class; /* [group_size] */
+    struct row_segment *segments; /* [group_size] */
+    void *allocation;
+    packed_kv_store packed;      /* PACK_PER_THREAD / PACK_ONE_TILE: this thread's store */
+    /* The first empty row this thread met (for ATTN_EMPTY_ROWS_ERROR). */
+    bool has_empty_row;
+    int64_t empty_b, empty_h, empty_i;
+} forward_workspace;
+
+enum { WORKSPACE_PARTS = 13 }; /* parts of a workspace allocation */
+
+/* Rows [first, first + count) of the workspace's group rows, handed to one kernel call. */
+typedef struct row_segment { int64_t first, count; } row_segment;
+
+/* One key tile applied to rows [first_row, end_row) of every non-EMPTY head of an item. */
+typedef struct tile_step {
+    int64_t b, kv_head, i0, rows;  /* the item: query rows [i0, i0 + rows) of each head */
+    int64_t first_row, end_row;    /* the rows of each head this step updates */
+    int64_t j0;                    /* first key of the tile */
+    int count;                     /* keys [j0, j0 + count): a prefix of the packed tile */
+    bool needs_mask_pass;          /* some head PARTIAL, or additive terms / transforms */
+    const packed_kv_tile *packed;
+} tile_step;
+
+/* Scores, mask, online-softmax step and P·V of one key tile for the rows of `step`
+ * (forward_tile.c). Updates the rows' max, sum and accumulator in `workspace`. */
+void forward_compute_tile(const forward_plan *plan, forward_workspace *workspace,
+                          const tile_step *step);
+
+#endif /* ATTN_FORWARD_INTERNAL_H */

@@ -1,0 +1,166 @@
+/*
+ * forward_tile.c — one step of the tiled forward pass (flash_forward.c): a key tile applied
+ * to some rows of every non-EMPTY head of a work item: S = Q·Kᵀ through the kernel table,
+ * the mask and additive terms (row by row), the online-softmax step with the rescale of the
+ * accumulators, and O += P·V. Also what keeps NaN / inf in never-attended values out.
+ */
+#include <math.h>
+#include <string.h>
+
+#include "../core/internal.h"
+#include "forward_internal.h"
+
+/* Applies the mask and the additive terms to one head's scores, rows [i0, i0 + rows) x keys
+ * [j0, j0 + count): scores [rows][scores_stride], one row at a time (the mask's row form is
+ * an interval fill for causal / window). Marks the keys some row attends in column_alive. */
+static void apply_mask_to_head(const forward_plan *plan, forward_workspace *workspace,
+                               attn_tile_class tile_class, int64_t b, int64_t h, int64_t i0,
+                               int64_t rows, int64_t j0, int64_t count, float *scores) {
+    const attn_mask_context *mask = &plan->mask;
+    const float scale = plan->problem.scale, softcap = plan->options->softcap;
+    uint8_t *restrict allowed = workspace->row_allowed;
+    uint8_t *restrict alive = workspace->column_alive;
+    float *restrict additive = workspace->row_additive;
+    if (tile_class != ATTN_TILE_PARTIAL) memset(allowed, 1, (size_t)count);
+    const bool only_structure = !mask->has_additive && !plan->loop_transforms;
+    for (int64_t r = 0; r < rows; ++r) {
+        float *restrict row = scores + r * plan->scores_stride;
+        if (tile_class == ATTN_TILE_PARTIAL)
+            attn_mask_allowed_row(mask, b, h, i0 + r, j0, j0 + count, allowed);
+        if (only_structure) { /* the common case, branch-free so that it vectorises */
+            for (int64_t c = 0; c < count; ++c) {
+                row[c] = allowed[c] ? row[c] : -INFINITY;
+                alive[c] |= allowed[c];
+            }
+            continue;
+        }
+        if (mask->has_additive) attn_mask_additive_row(mask, b, h, i0 + r, j0, j0 + count, additive);
+        for (int64_t c = 0; c < count; ++c) {
+            float x = row[c];
+            if (plan->loop_transforms) x = attn_transform_logit(x, scale, softcap);
+            if (mask->has_additive) x += additive[c];
+            if (!allowed[c] || (mask->has_additive && additive[c] == -INFINITY)) x = -INFINITY;
+            row[c] = x;
+            alive[c] |= x != -INFINITY;
+        }
+    }
+}
+
+/* The next run of consecutive heads, from head `start` on, whose tile is not EMPTY: returns
+ * its first head (group_size when there is none) and sets *run_length. Heads of one run are
+ * handed to a kernel together, as run_length x rows consecutive rows. */
+static int64_t next_head_run(const attn_tile_class *classes, int64_t group_size, int64_t start,
+                             int64_t *run_length) {
+    while (start < group_size && classes[start] == ATTN_TILE_EMPTY) ++start;
+    int64_t end = start;
+    while (end < group_size && classes[end] != ATTN_TILE_EMPTY) ++end;
+    *run_length = end - start;
+    return start;
+}
+
+/* The packed values to use with tile `packed` for keys [j0, j0 + count): the shared packed
+ * tile, or, when it holds inf / NaN and some key of the tile is attended by no row, a copy
+ * with those keys zeroed, so that NaN or inf in never-attended values cannot leak in as
+ * 0 * NaN. */
+static const float *values_for_tile(const forward_plan *plan, forward_workspace *workspace,
+                                    const packed_kv_tile *packed, bool all_columns_alive,
+                                    int64_t b, int64_t kv_head, int64_t j0, int count) {
+    if (packed->values_finite || all_columns_alive) return packed->values;
+    bool some_column_dead = false;
+    for (int c = 0; c < count; ++c) some_column_dead |= workspace->column_alive[c] == 0;
+    if (!some_column_dead) return packed->values;
+    const int dim_v = (int)plan->problem.value_dim;
+    const float *source = attn_f32_at4(plan->v, b, j0, kv_head, 0);
+    const int64_t token_stride = plan->v->stride[1], dim_stride = plan->v->stride[3];
+    for (int c = 0; c < count; ++c) {
+        float *staged = workspace->value_staging + (size_t)c * dim_v;
+        for (int e = 0; e < dim_v; ++e)
+            staged[e] = workspace->column_alive[c] ? source[c * token_stride + e * dim_stride] : 0.0f;
+    }
+    plan->kernels->pack_values(count, dim_v, workspace->value_staging, dim_v, 1,
+                               workspace->staged_values);
+    return workspace->staged_values;
+}
+
+/* The kernel calls of one step: whole consecutive heads together when the step covers all
+ * rows of a head, else one call per head. Returns how many segments it wrote. */
+static int tile_segments(const forward_workspace *workspace, int64_t group_size,
+                         const tile_step *step) {
+    const attn_tile_class *classes = workspace->head_class;
+    int n = 0;
+    if (step->first_row == 0 && step->end_row == step->rows) {
+        for (int64_t run, first = next_head_run(classes, group_size, 0, &run); first < group_size;
+             first = next_head_run(classes, group_size, first + run, &run))
+            workspace->segments[n++] = (row_segment){first * step->rows, run * step->rows};
+        return n;
+    }
+    for (int64_t g = 0; g < group_size; ++g)
+        if (classes[g] != ATTN_TILE_EMPTY)
+            workspace->segments[n++] =
+                (row_segment){g * step->rows + step->first_row, step->end_row - step->first_row};
+    return n;
+}
+
+void forward_compute_tile(const forward_plan *plan, forward_workspace *workspace,
+                         const tile_step *step) {
+    const attn_kernel_table *kernels = plan->kernels;
+    const attn_problem *problem = &plan->problem;
+    const attn_mask_context *mask = &plan->mask;
+    const int64_t group_size = problem->group_size;
+    const int dim_k = (int)problem->key_dim, dim_v = (int)problem->value_dim;
+    const int count = step->count;
+    const float step_scale = plan->prescale_queries || plan->loop_transforms ? 1.0f : problem->scale;
+    const float step_softcap = plan->loop_transforms ? 0.0f : plan->options->softcap;
+    const int segment_count = tile_segments(workspace, group_size, step);
+    const row_segment *segments = workspace->segments;
+
+    /* Scores, then the mask and additive terms, for every non-empty head. */
+    bool all_columns_alive = !step->needs_mask_pass;
+    if (step->needs_mask_pass) memset(workspace->column_alive, 0, (size_t)count);
+    for (int n = 0; n < segment_count; ++n)
+        kernels->score_tile((int)segments[n].count, count, dim_k,
+                            workspace->queries + segments[n].first * plan->query_stride,
+                            plan->query_stride, step->packed->keys,
+                            workspace->scores + segments[n].first * plan->scores_stride,
+                            plan->scores_stride);
+    if (step->needs_mask_pass) {
+        for (int64_t g = 0; g < group_size; ++g) {
+            const attn_tile_class tile_class = workspace->head_class[g];
+            if (tile_class == ATTN_TILE_EMPTY) continue;
+            if (tile_class == ATTN_TILE_FULL && !mask->has_additive && !plan->loop_transforms) {
+                all_columns_alive = true; /* this head attends every key of the tile */
+                continue;
+            }
+            apply_mask_to_head(plan, workspace, tile_class, step->b,
+                               step->kv_head * group_size + g, step->i0 + step->first_row,
+                               step->end_row - step->first_row, step->j0, count,
+                               workspace->scores +
+                                   (g * step->rows + step->first_row) * plan->scores_stride);
+        }
+    }
+
+    /* Online softmax: probabilities in place of the scores, rescale the accumulators. */
+    for (int n = 0; n < segment_count; ++n) {
+        const int64_t first = segments[n].first;
+        kernels->softmax_step((int)segments[n].count, count,
+                              workspace->scores + first * plan->scores_stride,
+                              plan->scores_stride, step_scale, step_softcap,
+                              workspace->row_max + first, workspace->row_sum + first,
+                              workspace->rescale + first);
+        kernels->scale_rows((int)segments[n].count, dim_v, workspace->rescale + first,
+                            workspace->accumulator + first * plan->accumulator_stride,
+                            plan->accumulator_stride);
+    }
+
+    const float *values = values_for_tile(plan, workspace, step->packed, all_columns_alive,
+                                          step->b, step->kv_head, step->j0, count);
+    for (int n = 0; n < segment_count; ++n) {
+        const int64_t first = segments[n].first;
+        kernels->accumulate_values((int)segments[n].count, count, dim_v,
+                                   workspace->scores + first * plan->scores_stride,
+                                   plan->scores_stride, values,
+                                   workspace->accumulator + first * plan->accumulator_stride,
+                                   plan->accumulator_stride);
+    }
+}
+
