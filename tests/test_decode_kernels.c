@@ -3,13 +3,14 @@
  * chosen with options.kernel) equals attn_reference_decode (the naive double-precision
  * attention on the stored values) within 1e-5, over a table of shapes chosen to reach every
  * block and tail of the SIMD kernels: group sizes 1 to 32 (score blocks of 4 x 4, 2 x 8,
- * 1 x 16 and their row tails; value blocks of 3, 2 and 1 rows), head dims that are and are
- * not multiples of the vector width, Dk != Dv, MLA's latent cache (values inside the keys,
- * Dk = 576, Dv = 512), chunks cut by pages and by the context's end, fp32 / bf16 / fp16
- * storage (bf16 both converted through a buffer and, for groups of <= 4 rows, read in
- * place), several query rows per sequence, and the transformed-logit path (soft-cap,
- * window). Each table's output is bitwise identical for 1, 2 and 3 threads. Also: the error
- * messages of attn_decode and attn_reference_decode name the real sequence of an empty row.
+ * 1 x 16 and their row tails; value blocks of 4 rows and tails of 3, 2 and 1 rows), head
+ * dims that are and are not multiples of the vector width, Dk != Dv, MLA's latent cache
+ * (values inside the keys, Dk = 576, Dv = 512), chunks cut by pages and by the context's end,
+ * fp32 / bf16 / fp16 storage (bf16 both converted through a buffer and, for groups of <= 4
+ * rows, read in place as even / odd pairs, with dims that are not multiples of 32), several
+ * query rows per sequence, and the transformed-logit path (soft-cap, window). Each table's
+ * output is bitwise identical for 1, 2 and 3 threads. Also: the error messages of
+ * attn_decode and attn_reference_decode name the real sequence of an empty row.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -44,6 +45,8 @@ static const kernel_case kernel_cases[] = {
     {"group 2 bf16 D=136", 1, 1, 4, 2, 136, 136, 0, ATTN_DTYPE_BF16, 0, {200}, 0.0f, -1},
     {"MHA bf16 Tq 3 window", 1, 3, 2, 2, 32, 32, 0, ATTN_DTYPE_BF16, 32, {180}, 0.0f, 50},
     {"MLA latent bf16, 4 heads", 1, 1, 4, 1, 576, 512, 1, ATTN_DTYPE_BF16, 64, {130}, 0.0f, -1},
+    {"group 4 bf16 D=72/40", 2, 1, 8, 2, 72, 40, 0, ATTN_DTYPE_BF16, 32, {150, 61}, 0.0f, -1},
+    {"group 3 bf16 D=16/100", 1, 1, 6, 2, 16, 100, 0, ATTN_DTYPE_BF16, 0, {140}, 0.0f, -1},
 };
 
 static const struct {

@@ -31,6 +31,15 @@
 #define MOST_SPLIT_TOKENS 1024
 #define TARGET_TASKS 16
 
+/* Groups of at least this many query rows request the next chunk ahead (prefetch_chunk),
+ * with __builtin_prefetch's locality hint DECODE_PREFETCH_LOCALITY (3 = all cache levels). */
+#ifndef DECODE_PREFETCH_ROWS
+#define DECODE_PREFETCH_ROWS 2
+#endif
+#ifndef DECODE_PREFETCH_LOCALITY
+#define DECODE_PREFETCH_LOCALITY 3
+#endif
+
 /* Everything a task needs, fixed for the call. */
 typedef struct decode_plan {
     const attn_kv_cache *cache;
@@ -51,6 +60,7 @@ typedef struct decode_plan {
 /* Per-thread working memory of a task. */
 typedef struct decode_scratch {
     float *queries;     /* [rows][Dk] */
+    float *prepared;    /* [rows][ATTN_DECODE_PREPARED_DIM(Dk)]: as score_chunk_bf16 reads them */
     float *scores;      /* [rows][ATTN_DECODE_CHUNK] */
     float *accumulator; /* [rows][Dv] */
     float *row_max;     /* [rows] */
@@ -62,7 +72,8 @@ typedef struct decode_scratch {
 } decode_scratch;
 
 static void scratch_free(decode_scratch *scratch) {
-    attn_aligned_free(scratch->queries), attn_aligned_free(scratch->scores);
+    attn_aligned_free(scratch->queries), attn_aligned_free(scratch->prepared);
+    attn_aligned_free(scratch->scores);
     attn_aligned_free(scratch->accumulator), attn_aligned_free(scratch->row_max);
     attn_aligned_free(scratch->row_sum), attn_aligned_free(scratch->rescale);
     attn_aligned_free(scratch->keys);
@@ -73,6 +84,8 @@ static bool scratch_alloc(decode_scratch *scratch, const decode_plan *plan) {
     memset(scratch, 0, sizeof *scratch);
     const size_t rows = (size_t)plan->rows, f = sizeof(float);
     scratch->queries = attn_aligned_alloc(rows * (size_t)plan->key_dim * f);
+    scratch->prepared =
+        attn_aligned_alloc(rows * (size_t)ATTN_DECODE_PREPARED_DIM(plan->key_dim) * f);
     scratch->scores = attn_aligned_alloc(rows * ATTN_DECODE_CHUNK * f);
     scratch->accumulator = attn_aligned_alloc(rows * (size_t)plan->value_dim * f);
     scratch->row_max = attn_aligned_alloc(rows * f);
@@ -81,9 +94,9 @@ static bool scratch_alloc(decode_scratch *scratch, const decode_plan *plan) {
     scratch->keys = attn_aligned_alloc(ATTN_DECODE_CHUNK * (size_t)plan->key_dim * f);
     scratch->values = attn_aligned_alloc(ATTN_DECODE_CHUNK * (size_t)plan->value_dim * f);
     scratch->classes = attn_aligned_alloc((size_t)plan->group_size);
-    if (scratch->queries && scratch->scores && scratch->accumulator && scratch->row_max &&
-        scratch->row_sum && scratch->rescale && scratch->keys && scratch->values &&
-        scratch->classes)
+    if (scratch->queries && scratch->prepared && scratch->scores && scratch->accumulator &&
+        scratch->row_max && scratch->row_sum && scratch->rescale && scratch->keys &&
+        scratch->values && scratch->classes)
         return true;
     scratch_free(scratch);
     return false;
@@ -108,6 +121,38 @@ static const float *chunk_rows(const decode_plan *plan, const void *stored, int6
         for (int64_t c = 0; c < count; ++c) convert(dim, source + c * row_stride, buffer + c * dim);
     *stride = dim;
     return buffer;
+}
+
+/* Asks for [address, address + bytes) to be brought towards the core ahead of use. A task
+ * streams its keys and values; the chunk after the current one is requested while the
+ * current one is computed, so that memory keeps streaming during the arithmetic of a GQA
+ * group (the hardware prefetcher alone falls behind when each key costs many FMAs). */
+static void prefetch_bytes(const void *address, int64_t bytes) {
+    const char *first = address;
+    for (int64_t offset = 0; offset < bytes; offset += 64)
+        __builtin_prefetch(first + offset, 0, DECODE_PREFETCH_LOCALITY);
+}
+
+/* Requests the stored keys (and values) of the chunk that starts at token `first` of
+ * sequence b (clipped to key_end and its page), head kv_head. */
+static void prefetch_chunk(const decode_plan *plan, int64_t b, int64_t kv_head, int64_t first,
+                           int64_t key_end) {
+    const attn_kv_cache *cache = plan->cache;
+    if (first >= key_end) return;
+    const int64_t page_end = (first / cache->page_size + 1) * cache->page_size;
+    int64_t last = first + ATTN_DECODE_CHUNK;
+    if (last > key_end) last = key_end;
+    if (last > page_end) last = page_end;
+    const int32_t *table = cache->block_tables + b * cache->pages_per_sequence;
+    const int64_t page = table[first / cache->page_size];
+    const int64_t slot = first % cache->page_size, count = last - first;
+    const int64_t element = attn_dtype_size(cache->config.dtype);
+    prefetch_bytes(attn_cache_key_address(cache, page, kv_head, slot),
+                   count * plan->key_dim * element);
+    if (cache->value_pool != NULL)
+        prefetch_bytes(attn_cache_value_address(cache, page, kv_head, slot),
+                       ((count - 1) * attn_cache_value_row_stride(cache) + plan->value_dim) *
+                           element);
 }
 
 /* Turns the raw dot products of row r (query head h, query row i) of one chunk into final
@@ -158,6 +203,13 @@ static void run_task(const decode_plan *plan, decode_scratch *scratch, int64_t b
     /* Small groups read bf16 storage directly (decode_kernels.h, ATTN_DECODE_FUSED_ROWS). */
     const bool fused_bf16 = cache->config.dtype == ATTN_DTYPE_BF16 &&
                             kernels->score_chunk_bf16 != NULL && rows <= ATTN_DECODE_FUSED_ROWS;
+    const float *bf16_queries = scratch->queries;
+    if (fused_bf16 && kernels->prepare_bf16_queries != NULL) {
+        kernels->prepare_bf16_queries((int)rows, (int)Dk, scratch->queries, scratch->prepared);
+        bf16_queries = scratch->prepared;
+    }
+    /* One row per key streams like a copy, which the hardware prefetcher follows. */
+    const bool prefetch = rows >= DECODE_PREFETCH_ROWS;
 
     for (int64_t first = key_begin; first < key_end;) {
         const int64_t page_end = (first / cache->page_size + 1) * cache->page_size;
@@ -165,6 +217,7 @@ static void run_task(const decode_plan *plan, decode_scratch *scratch, int64_t b
         if (last > key_end) last = key_end;
         if (last > page_end) last = page_end;
         const int count = (int)(last - first);
+        if (prefetch) prefetch_chunk(plan, b, kv_head, last, key_end);
         bool any = false, all_full = true;
         for (int64_t g = 0; g < plan->group_size; ++g) {
             scratch->classes[g] = (uint8_t)attn_mask_classify_tile(
@@ -180,7 +233,7 @@ static void run_task(const decode_plan *plan, decode_scratch *scratch, int64_t b
             int64_t key_stride = Dk, value_stride = stored_value_stride;
             const float *keys = NULL;
             if (fused_bf16)
-                kernels->score_chunk_bf16((int)rows, count, (int)Dk, scratch->queries, stored_keys,
+                kernels->score_chunk_bf16((int)rows, count, (int)Dk, bf16_queries, stored_keys,
                                           Dk, scratch->scores);
             else {
                 keys = chunk_rows(plan, stored_keys, count, Dk, Dk, scratch->keys, &key_stride);

@@ -86,6 +86,7 @@ const attn_decode_kernels attn_decode_kernels_generic = {
     "generic",           generic_bf16_to_f32,   generic_f16_to_f32,
     generic_score_chunk, generic_softmax_chunk, generic_accumulate_chunk,
     NULL,                NULL, /* bf16 is converted to float32 first */
+    NULL,
 };
 
 attn_status attn_select_decode_kernels(attn_kernel_choice choice,

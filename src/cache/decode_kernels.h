@@ -58,7 +58,15 @@ typedef struct attn_decode_kernels {
     void (*accumulate_chunk_bf16)(int rows, int count, int dim, const float *weights,
                                   const float *rescale, const uint16_t *values,
                                   int64_t value_stride, float *accumulator);
+    /* Optional (NULL = score_chunk_bf16 reads the queries as they are): rewrites the query
+     * rows [rows][dim] once per task into the order score_chunk_bf16 reads them,
+     * prepared[rows][ATTN_DECODE_PREPARED_DIM(dim)] (for instance even and odd dimensions
+     * apart, matching bfloat16 pairs widened without a shuffle; padding is 0). */
+    void (*prepare_bf16_queries)(int rows, int dim, const float *queries, float *prepared);
 } attn_decode_kernels;
+
+/* Floats per prepared query row: dim rounded up to a multiple of 32. */
+#define ATTN_DECODE_PREPARED_DIM(dim) (((dim) + 31) / 32 * 32)
 
 extern const attn_decode_kernels attn_decode_kernels_generic;
 #if defined(ATTN_HAVE_AVX2_KERNELS)

@@ -200,4 +200,5 @@ const attn_decode_kernels attn_decode_kernels_avx2 = {
     "avx2",           avx2_bf16_to_f32,   avx2_f16_to_f32,
     avx2_score_chunk, avx2_softmax_chunk, avx2_accumulate_chunk,
     NULL,             NULL, /* bf16 is converted to float32 first */
+    NULL,
 };

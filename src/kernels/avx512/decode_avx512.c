@@ -3,23 +3,24 @@
  *
  * Decoding reads every cached key and value once per step, so the kernel must keep up with
  * the memory stream (for MHA the keys are read key after key: one sequential stream), and
- * with GQA / MQA / MLA it must also serve many query rows per key
- * (32 rows for MQA at Hq = 32, 128 for MLA): then it is arithmetic-bound and the work is a
- * small matrix product per chunk. Hence:
+ * with GQA / MQA / MLA it must also serve many query rows per key (4 rows for Hq = 32,
+ * Hkv = 8; 32 for MQA; 128 for MLA): then the arithmetic (a small matrix product per chunk)
+ * must leave the memory stream room to run, and the number of loads and conversions per FMA
+ * decides the speed. Hence:
  *  - scores: blocks of 16 dot products (4 rows x 4 keys, 2 x 8 or 1 x 16, whichever fits the
- *    group), each kept as a 16-lane partial sum over the head dimension, so every loaded key
- *    vector serves up to 4 rows and every query vector up to 16 keys; the 16 partial sums are
- *    reduced together by one fixed transpose-and-add tree (no per-dot horizontal sum);
+ *    group), each kept as a 16-lane partial sum over the head dimension and reduced together
+ *    by one fixed transpose-and-add tree (no per-dot horizontal sum). For groups of >= 3
+ *    rows the keys are read dimension-major: every loaded key vector serves 4 rows and every
+ *    loaded query vector 4 keys from registers (one load per two FMAs); one or two rows read
+ *    key after key (a single sequential stream);
  *  - softmax: the online-softmax step of a row on whole vectors with the shared vectorised
  *    exp (src/kernels/avx512/exp_avx512.h);
- *  - values: blocks of 3 rows x 128 value floats held in 24 registers across the chunk, the
- *    rescale of the accumulator fused into its load; every value vector loaded serves 3 rows.
- *    (Blocks of 4 rows x 64 floats need fewer loads but read each value row in two strided
- *    passes, which measured slower on streamed values.)
- *  - bf16 keys/values widen to float32 with a shift: in registers for groups of <= 4 rows
- *    (score_chunk_bf16 / accumulate_chunk_bf16: the stored rows are read once, no buffer;
- *    2.3x faster than converting through a buffer for MHA), through a float32 buffer for
- *    larger groups (converted once, then read by every row block); fp16 with vcvtph2ps
+ *  - values: blocks of 4 rows x 64 value floats (16 accumulator registers; each loaded value
+ *    vector serves 4 rows) and for the remaining 1-3 rows blocks of 128 floats, the rescale
+ *    of the accumulator fused into its load;
+ *  - bf16 keys/values for groups of <= 4 rows are read in place as pairs (see "bfloat16 read
+ *    in place" below: one integer operation per 16 widened floats); larger groups convert
+ *    each chunk once into a float32 buffer read by every row block; fp16 with vcvtph2ps
  *    through the buffer.
  * Deterministic: a fixed operation order for any input and thread count.
  */
@@ -62,18 +63,6 @@ static inline __mmask16 lane_mask(int lanes) {
     return lanes <= 0 ? (__mmask16)0 : (__mmask16)((1u << lanes) - 1u);
 }
 
-/* 16 stored elements base[index ..] as float32 (lanes outside `lanes` are 0): float32
- * storage, or bfloat16 widened by a 16-bit shift (exact). */
-ALWAYS_INLINE __m512 load_stored(const void *base, int64_t index, __mmask16 lanes,
-                                 const int is_bf16) {
-    if (is_bf16) {
-        const __m512i wide =
-            _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(lanes, (const uint16_t *)base + index));
-        return _mm512_castsi512_ps(_mm512_slli_epi32(wide, 16));
-    }
-    return _mm512_maskz_loadu_ps(lanes, (const float *)base + index);
-}
-
 /* Lane a of the result = the sum of the 16 lanes of v[a], by a fixed tree: 256-bit halves,
  * then 128-bit quarters (shuffle_f32x4), then within 128 bits (unpack). */
 ALWAYS_INLINE __m512 transpose_reduce16(const __m512 v[16]) {
@@ -97,22 +86,21 @@ ALWAYS_INLINE __m512 transpose_reduce16(const __m512 v[16]) {
     return _mm512_add_ps(_mm512_castpd_ps(lo), _mm512_castpd_ps(hi));
 }
 
-/* 16 dot products over `dim`: block_rows query rows x block_keys keys
- * (block_rows * block_keys = 16). out[r * block_keys + k] = row[r] . key[k], the keys stored
- * as float32 or bfloat16 (is_bf16). key_major: each key is read whole before the next, a
- * purely sequential stream (the query vectors are reloaded from L1 for each key); else
- * dimension-major: each loaded key vector serves all rows of the block from registers (fewer
- * loads, for groups large enough to be arithmetic-bound). */
-ALWAYS_INLINE void score_block(const int block_rows, const int block_keys, const int is_bf16,
-                               const int key_major, int dim, const float *const *row,
-                               const void *const *key, float *out) {
+/* 16 dot products over `dim`: block_rows query rows x block_keys float32 keys
+ * (block_rows * block_keys = 16). out[r * block_keys + k] = row[r] . key[k]. key_major: each
+ * key is read whole before the next, a purely sequential stream (the query vectors are
+ * reloaded from L1 for each key); else dimension-major: each loaded key vector serves all
+ * rows of the block and each loaded query vector all keys, from registers. */
+ALWAYS_INLINE void score_block(const int block_rows, const int block_keys, const int key_major,
+                               int dim, const float *const *row, const float *const *key,
+                               float *out) {
     __m512 sums[16];
     for (int a = 0; a < 16; ++a) sums[a] = _mm512_setzero_ps();
     if (key_major) {
         for (int k = 0; k < block_keys; ++k)
             for (int d = 0; d < dim; d += 16) {
                 const __mmask16 lanes = lane_mask(dim - d);
-                const __m512 key_vector = load_stored(key[k], d, lanes, is_bf16);
+                const __m512 key_vector = _mm512_maskz_loadu_ps(lanes, key[k] + d);
                 for (int r = 0; r < block_rows; ++r)
                     sums[r * block_keys + k] =
                         _mm512_fmadd_ps(_mm512_maskz_loadu_ps(lanes, row[r] + d), key_vector,
@@ -125,7 +113,7 @@ ALWAYS_INLINE void score_block(const int block_rows, const int block_keys, const
             for (int r = 0; r < block_rows; ++r)
                 query[r] = _mm512_maskz_loadu_ps(lanes, row[r] + d);
             for (int k = 0; k < block_keys; ++k) {
-                const __m512 key_vector = load_stored(key[k], d, lanes, is_bf16);
+                const __m512 key_vector = _mm512_maskz_loadu_ps(lanes, key[k] + d);
                 for (int r = 0; r < block_rows; ++r)
                     sums[r * block_keys + k] =
                         _mm512_fmadd_ps(query[r], key_vector, sums[r * block_keys + k]);
@@ -134,6 +122,11 @@ ALWAYS_INLINE void score_block(const int block_rows, const int block_keys, const
     }
     _mm512_storeu_ps(out, transpose_reduce16(sums));
 }
+
+/* Groups of at least this many rows score dimension-major (see score_block). */
+#ifndef SCORE_DIMENSION_MAJOR_ROWS
+#define SCORE_DIMENSION_MAJOR_ROWS 3
+#endif
 
 /* With several rows a block reads its keys dimension-major (a line of each key in turn),
  * which the hardware prefetcher follows poorly; the first row block therefore asks for the
@@ -151,46 +144,158 @@ static inline void prefetch_keys(int first, int rows, int count, const void *key
     }
 }
 
-/* score_chunk for keys stored as float32 or bfloat16 (element_size 4 or 2 bytes). */
-ALWAYS_INLINE void score_chunk(const int is_bf16, int rows, int count, int dim,
-                               const float *queries, const void *keys, int64_t key_stride,
-                               float *scores) {
-    const size_t element_size = is_bf16 ? sizeof(uint16_t) : sizeof(float);
+/* score_chunk for float32 keys. */
+static void avx512_score_chunk(int rows, int count, int dim, const float *queries,
+                               const float *keys, int64_t key_stride, float *scores) {
     const int block_rows = rows >= 3 ? 4 : rows, block_keys = 16 / block_rows;
-    const int key_major = rows <= 4; /* one row block: a single pass over the keys */
+    const int key_major = rows < SCORE_DIMENSION_MAJOR_ROWS;
     for (int r0 = 0; r0 < rows; r0 += block_rows)
         for (int c0 = 0; c0 < count; c0 += block_keys) {
             /* Rows / keys past the end repeat the last one; their results are dropped. */
             const float *row[4];
-            const void *key[16];
+            const float *key[16];
             for (int r = 0; r < block_rows; ++r)
                 row[r] = queries + (int64_t)(r0 + r < rows ? r0 + r : rows - 1) * dim;
-            for (int k = 0; k < block_keys; ++k) {
-                const int c = c0 + k < count ? c0 + k : count - 1;
-                key[k] = (const char *)keys + (size_t)(c * key_stride) * element_size;
-            }
+            for (int k = 0; k < block_keys; ++k)
+                key[k] = keys + (c0 + k < count ? c0 + k : count - 1) * key_stride;
             if (r0 == 0 && !key_major) /* the pass that reads the keys from memory */
                 prefetch_keys(c0 + KEY_LOOKAHEAD, block_keys, count, keys, key_stride, dim,
-                              element_size);
+                              sizeof(float));
             float out[16];
-            if (block_rows == 4 && key_major) score_block(4, 4, is_bf16, 1, dim, row, key, out);
-            else if (block_rows == 4) score_block(4, 4, is_bf16, 0, dim, row, key, out);
-            else if (block_rows == 2) score_block(2, 8, is_bf16, 1, dim, row, key, out);
-            else score_block(1, 16, is_bf16, 1, dim, row, key, out);
+            if (block_rows == 4 && key_major) score_block(4, 4, 1, dim, row, key, out);
+            else if (block_rows == 4) score_block(4, 4, 0, dim, row, key, out);
+            else if (block_rows == 2) score_block(2, 8, 1, dim, row, key, out);
+            else score_block(1, 16, 1, dim, row, key, out);
             for (int r = 0; r < block_rows && r0 + r < rows; ++r)
                 for (int k = 0; k < block_keys && c0 + k < count; ++k)
                     scores[(r0 + r) * ATTN_DECODE_CHUNK + c0 + k] = out[r * block_keys + k];
         }
 }
 
-static void avx512_score_chunk(int rows, int count, int dim, const float *queries,
-                               const float *keys, int64_t key_stride, float *scores) {
-    score_chunk(0, rows, count, dim, queries, keys, key_stride, scores);
+/* ---- bfloat16 read in place, as pairs ----
+ * A 512-bit load holds 32 bfloat16 values, the pair (2i, 2i + 1) in 32-bit lane i. Shifting
+ * a lane left by 16 gives element 2i as a float32, clearing its low 16 bits gives element
+ * 2i + 1: two plain integer operations per 32 values, no shuffle (vpmovzxwd + shift costs two
+ * operations per 16). The lanes then hold the even and the odd dimensions apart: the queries
+ * are prepared in that order once per task (prepare_bf16_queries), and the accumulator is
+ * split into even / odd dimensions when a value block loads it and merged back when it
+ * stores it (one permute per 16 floats per chunk). Widening is exact; only the order of the
+ * dot products' partial sums differs from the float32 path. */
+
+/* Mask of the first `elements` of 32 16-bit elements (elements may exceed 32 or be <= 0). */
+static inline __mmask32 element_mask(int elements) {
+    if (elements >= 32) return (__mmask32)0xffffffffu;
+    return elements <= 0 ? (__mmask32)0 : (__mmask32)((1u << elements) - 1u);
 }
 
+/* The 32 bfloat16 values source[0 .. 32) (those past `elements` read as 0) as float32:
+ * *even = dimensions 0, 2, .., 30, *odd = 1, 3, .., 31. */
+ALWAYS_INLINE void load_bf16_pairs(const uint16_t *source, __mmask32 elements, __m512 *even,
+                                   __m512 *odd) {
+    const __m512i pairs = _mm512_maskz_loadu_epi16(elements, source);
+    *even = _mm512_castsi512_ps(_mm512_slli_epi32(pairs, 16));
+    *odd = _mm512_castsi512_ps(_mm512_and_si512(pairs, _mm512_set1_epi32((int)0xffff0000u)));
+}
+
+/* 32 floats source[0 .. 32) (those past `valid` read as 0) split into even / odd dimensions. */
+ALWAYS_INLINE void load_split(const float *source, int valid, __m512 *even, __m512 *odd) {
+    const __m512i even_index =
+        _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+    const __m512i odd_index =
+        _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+    const __m512 low = _mm512_maskz_loadu_ps(lane_mask(valid), source);
+    const __m512 high = _mm512_maskz_loadu_ps(lane_mask(valid - 16), source + 16);
+    *even = _mm512_permutex2var_ps(low, even_index, high);
+    *odd = _mm512_permutex2var_ps(low, odd_index, high);
+}
+
+/* The inverse of load_split: target[0 .. valid) = the interleaved even / odd dimensions. */
+ALWAYS_INLINE void store_merged(float *target, int valid, __m512 even, __m512 odd) {
+    const __m512i low_index =
+        _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
+    const __m512i high_index =
+        _mm512_setr_epi32(8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31);
+    _mm512_mask_storeu_ps(target, lane_mask(valid), _mm512_permutex2var_ps(even, low_index, odd));
+    _mm512_mask_storeu_ps(target + 16, lane_mask(valid - 16),
+                          _mm512_permutex2var_ps(even, high_index, odd));
+}
+
+/* prepared[r][32 s .. 32 s + 16) = even dimensions of queries[r][32 s .. 32 s + 32),
+ * prepared[r][32 s + 16 .. 32 s + 32) = the odd ones; zero past dim. */
+static void avx512_prepare_bf16_queries(int rows, int dim, const float *queries,
+                                        float *prepared) {
+    const int prepared_dim = ATTN_DECODE_PREPARED_DIM(dim);
+    for (int r = 0; r < rows; ++r)
+        for (int d = 0; d < dim; d += 32) {
+            __m512 even, odd;
+            load_split(queries + (int64_t)r * dim + d, dim - d, &even, &odd);
+            _mm512_storeu_ps(prepared + (int64_t)r * prepared_dim + d, even);
+            _mm512_storeu_ps(prepared + (int64_t)r * prepared_dim + d + 16, odd);
+        }
+}
+
+/* As score_block for bfloat16 keys read as pairs; row[r] are prepared query rows. */
+ALWAYS_INLINE void score_block_bf16(const int block_rows, const int block_keys,
+                                    const int key_major, int dim, const float *const *row,
+                                    const uint16_t *const *key, float *out) {
+    __m512 sums[16];
+    for (int a = 0; a < 16; ++a) sums[a] = _mm512_setzero_ps();
+    if (key_major) {
+        for (int k = 0; k < block_keys; ++k)
+            for (int d = 0; d < dim; d += 32) {
+                __m512 even, odd;
+                load_bf16_pairs(key[k] + d, element_mask(dim - d), &even, &odd);
+                for (int r = 0; r < block_rows; ++r) {
+                    __m512 *sum = &sums[r * block_keys + k];
+                    *sum = _mm512_fmadd_ps(_mm512_loadu_ps(row[r] + d), even, *sum);
+                    *sum = _mm512_fmadd_ps(_mm512_loadu_ps(row[r] + d + 16), odd, *sum);
+                }
+            }
+    } else {
+        for (int d = 0; d < dim; d += 32) {
+            const __mmask32 elements = element_mask(dim - d);
+            __m512 query_even[4], query_odd[4];
+            for (int r = 0; r < block_rows; ++r) {
+                query_even[r] = _mm512_loadu_ps(row[r] + d);
+                query_odd[r] = _mm512_loadu_ps(row[r] + d + 16);
+            }
+            for (int k = 0; k < block_keys; ++k) {
+                __m512 even, odd;
+                load_bf16_pairs(key[k] + d, elements, &even, &odd);
+                for (int r = 0; r < block_rows; ++r) {
+                    __m512 *sum = &sums[r * block_keys + k];
+                    *sum = _mm512_fmadd_ps(query_even[r], even, *sum);
+                    *sum = _mm512_fmadd_ps(query_odd[r], odd, *sum);
+                }
+            }
+        }
+    }
+    _mm512_storeu_ps(out, transpose_reduce16(sums));
+}
+
+/* score_chunk for bfloat16 keys; `queries` as prepared by avx512_prepare_bf16_queries. */
 static void avx512_score_chunk_bf16(int rows, int count, int dim, const float *queries,
                                     const uint16_t *keys, int64_t key_stride, float *scores) {
-    score_chunk(1, rows, count, dim, queries, keys, key_stride, scores);
+    const int prepared_dim = ATTN_DECODE_PREPARED_DIM(dim);
+    const int block_rows = rows >= 3 ? 4 : rows, block_keys = 16 / block_rows;
+    const int key_major = rows < SCORE_DIMENSION_MAJOR_ROWS;
+    for (int r0 = 0; r0 < rows; r0 += block_rows)
+        for (int c0 = 0; c0 < count; c0 += block_keys) {
+            const float *row[4];
+            const uint16_t *key[16];
+            for (int r = 0; r < block_rows; ++r)
+                row[r] = queries + (int64_t)(r0 + r < rows ? r0 + r : rows - 1) * prepared_dim;
+            for (int k = 0; k < block_keys; ++k)
+                key[k] = keys + (c0 + k < count ? c0 + k : count - 1) * key_stride;
+            float out[16];
+            if (block_rows == 4 && key_major) score_block_bf16(4, 4, 1, dim, row, key, out);
+            else if (block_rows == 4) score_block_bf16(4, 4, 0, dim, row, key, out);
+            else if (block_rows == 2) score_block_bf16(2, 8, 1, dim, row, key, out);
+            else score_block_bf16(1, 16, 1, dim, row, key, out);
+            for (int r = 0; r < block_rows && r0 + r < rows; ++r)
+                for (int k = 0; k < block_keys && c0 + k < count; ++k)
+                    scores[(r0 + r) * ATTN_DECODE_CHUNK + c0 + k] = out[r * block_keys + k];
+        }
 }
 
 static void avx512_softmax_chunk(int rows, int count, float scale, float *scores,
@@ -225,77 +330,152 @@ static void avx512_softmax_chunk(int rows, int count, float scale, float *scores
     }
 }
 
-enum { VALUE_BLOCK = 128 }; /* value floats of a row held in registers (8 vectors) */
-
-/* accumulator rows [block_rows][dim], columns [e0, e0 + width) with width <= VALUE_BLOCK:
- * acc = rescale * acc + sum_c weight[r][c] * values[c], values stored as float32 or
- * bfloat16 (is_bf16). */
-ALWAYS_INLINE void accumulate_block(const int block_rows, const int is_bf16, int count, int e0,
+/* accumulator rows [block_rows][dim], columns [e0, e0 + width) with width <= 16 * vectors:
+ * acc = rescale * acc + sum_c weight[r][c] * values[c] for float32 values. */
+ALWAYS_INLINE void accumulate_block(const int block_rows, const int vectors, int count, int e0,
                                     int width, int dim, const float *weights,
-                                    const float *rescale, const void *values,
+                                    const float *rescale, const float *values,
                                     int64_t value_stride, float *accumulator) {
-    enum { VECTORS = VALUE_BLOCK / 16 };
-    __mmask16 masks[VECTORS];
-    for (int x = 0; x < VECTORS; ++x) masks[x] = lane_mask(width - 16 * x);
-    __m512 sums[3][VECTORS];
+    __mmask16 masks[8];
+    for (int x = 0; x < vectors; ++x) masks[x] = lane_mask(width - 16 * x);
+    __m512 sums[4][8];
     for (int r = 0; r < block_rows; ++r) {
         const __m512 factor = _mm512_set1_ps(rescale[r]);
         const float *row = accumulator + (int64_t)r * dim + e0;
-        for (int x = 0; x < VECTORS; ++x)
+        for (int x = 0; x < vectors; ++x)
             sums[r][x] = _mm512_mul_ps(factor, _mm512_maskz_loadu_ps(masks[x], row + 16 * x));
     }
     for (int c = 0; c < count; ++c) {
-        __m512 weight[3];
+        __m512 weight[4];
         for (int r = 0; r < block_rows; ++r)
             weight[r] = _mm512_set1_ps(weights[r * ATTN_DECODE_CHUNK + c]);
-        const int64_t first = c * value_stride + e0;
-        for (int x = 0; x < VECTORS; ++x) {
-            const __m512 value_vector = load_stored(values, first + 16 * x, masks[x], is_bf16);
+        const float *value = values + c * value_stride + e0;
+        for (int x = 0; x < vectors; ++x) {
+            const __m512 value_vector = _mm512_maskz_loadu_ps(masks[x], value + 16 * x);
             for (int r = 0; r < block_rows; ++r)
                 sums[r][x] = _mm512_fmadd_ps(weight[r], value_vector, sums[r][x]);
         }
     }
     for (int r = 0; r < block_rows; ++r) {
         float *row = accumulator + (int64_t)r * dim + e0;
-        for (int x = 0; x < VECTORS; ++x) _mm512_mask_storeu_ps(row + 16 * x, masks[x], sums[r][x]);
+        for (int x = 0; x < vectors; ++x) _mm512_mask_storeu_ps(row + 16 * x, masks[x], sums[r][x]);
     }
 }
 
-/* accumulate_chunk for values stored as float32 or bfloat16: blocks of 3 rows, then the
- * remaining 2 or 1. */
-ALWAYS_INLINE void accumulate_chunk(const int is_bf16, int rows, int count, int dim,
-                                    const float *weights, const float *rescale,
-                                    const void *values, int64_t value_stride,
-                                    float *accumulator) {
-    for (int e0 = 0; e0 < dim; e0 += VALUE_BLOCK) {
-        const int width = dim - e0 < VALUE_BLOCK ? dim - e0 : VALUE_BLOCK;
-        int r = 0;
-        for (; r + 3 <= rows; r += 3)
-            accumulate_block(3, is_bf16, count, e0, width, dim, weights + r * ATTN_DECODE_CHUNK,
-                             rescale + r, values, value_stride, accumulator + (int64_t)r * dim);
-        if (rows - r == 2)
-            accumulate_block(2, is_bf16, count, e0, width, dim, weights + r * ATTN_DECODE_CHUNK,
-                             rescale + r, values, value_stride, accumulator + (int64_t)r * dim);
-        else if (rows - r == 1)
-            accumulate_block(1, is_bf16, count, e0, width, dim, weights + r * ATTN_DECODE_CHUNK,
-                             rescale + r, values, value_stride, accumulator + (int64_t)r * dim);
+/* Rows [0, block_rows) of accumulate_chunk over all of dim, in column blocks of
+ * 16 * vectors floats. */
+ALWAYS_INLINE void accumulate_rows(const int block_rows, const int vectors, int count, int dim,
+                                   const float *weights, const float *rescale,
+                                   const float *values, int64_t value_stride,
+                                   float *accumulator) {
+    for (int e0 = 0; e0 < dim; e0 += 16 * vectors) {
+        const int width = dim - e0 < 16 * vectors ? dim - e0 : 16 * vectors;
+        accumulate_block(block_rows, vectors, count, e0, width, dim, weights, rescale, values,
+                         value_stride, accumulator);
     }
 }
 
+/* accumulate_chunk for float32 values: blocks of 4 rows x 64 floats, then the remaining 3,
+ * 2 or 1 rows x 128 floats. (Each accumulator element gets the same operations in the same
+ * order whatever the blocking.) */
 static void avx512_accumulate_chunk(int rows, int count, int dim, const float *weights,
                                     const float *rescale, const float *values,
                                     int64_t value_stride, float *accumulator) {
-    accumulate_chunk(0, rows, count, dim, weights, rescale, values, value_stride, accumulator);
+    int r = 0;
+    for (; r + 4 <= rows; r += 4)
+        accumulate_rows(4, 4, count, dim, weights + r * ATTN_DECODE_CHUNK, rescale + r, values,
+                        value_stride, accumulator + (int64_t)r * dim);
+    const float *tail_weights = weights + r * ATTN_DECODE_CHUNK;
+    float *tail = accumulator + (int64_t)r * dim;
+    if (rows - r == 3)
+        accumulate_rows(3, 8, count, dim, tail_weights, rescale + r, values, value_stride, tail);
+    else if (rows - r == 2)
+        accumulate_rows(2, 8, count, dim, tail_weights, rescale + r, values, value_stride, tail);
+    else if (rows - r == 1)
+        accumulate_rows(1, 8, count, dim, tail_weights, rescale + r, values, value_stride, tail);
 }
 
+/* As accumulate_block for bfloat16 values read as pairs: columns [e0, e0 + width) with
+ * width <= 32 * segments, each segment of 32 floats held as even / odd dimensions. */
+ALWAYS_INLINE void accumulate_block_bf16(const int block_rows, const int segments, int count,
+                                         int e0, int width, int dim, const float *weights,
+                                         const float *rescale, const uint16_t *values,
+                                         int64_t value_stride, float *accumulator) {
+    __mmask32 elements[4];
+    for (int x = 0; x < segments; ++x) elements[x] = element_mask(width - 32 * x);
+    __m512 even[4][4], odd[4][4];
+    for (int r = 0; r < block_rows; ++r) {
+        const __m512 factor = _mm512_set1_ps(rescale[r]);
+        const float *row = accumulator + (int64_t)r * dim + e0;
+        for (int x = 0; x < segments; ++x) {
+            load_split(row + 32 * x, width - 32 * x, &even[r][x], &odd[r][x]);
+            even[r][x] = _mm512_mul_ps(factor, even[r][x]);
+            odd[r][x] = _mm512_mul_ps(factor, odd[r][x]);
+        }
+    }
+    for (int c = 0; c < count; ++c) {
+        __m512 weight[4];
+        for (int r = 0; r < block_rows; ++r)
+            weight[r] = _mm512_set1_ps(weights[r * ATTN_DECODE_CHUNK + c]);
+        const uint16_t *value = values + c * value_stride + e0;
+        for (int x = 0; x < segments; ++x) {
+            __m512 value_even, value_odd;
+            load_bf16_pairs(value + 32 * x, elements[x], &value_even, &value_odd);
+            for (int r = 0; r < block_rows; ++r) {
+                even[r][x] = _mm512_fmadd_ps(weight[r], value_even, even[r][x]);
+                odd[r][x] = _mm512_fmadd_ps(weight[r], value_odd, odd[r][x]);
+            }
+        }
+    }
+    for (int r = 0; r < block_rows; ++r) {
+        float *row = accumulator + (int64_t)r * dim + e0;
+        for (int x = 0; x < segments; ++x)
+            store_merged(row + 32 * x, width - 32 * x, even[r][x], odd[r][x]);
+    }
+}
+
+/* Rows [0, block_rows) of accumulate_chunk_bf16 over all of dim. */
+ALWAYS_INLINE void accumulate_rows_bf16(const int block_rows, const int segments, int count,
+                                        int dim, const float *weights, const float *rescale,
+                                        const uint16_t *values, int64_t value_stride,
+                                        float *accumulator) {
+    for (int e0 = 0; e0 < dim; e0 += 32 * segments) {
+        const int width = dim - e0 < 32 * segments ? dim - e0 : 32 * segments;
+        accumulate_block_bf16(block_rows, segments, count, e0, width, dim, weights, rescale,
+                              values, value_stride, accumulator);
+    }
+}
+
+/* accumulate_chunk for bfloat16 values: blocks of 4 rows x 64 floats, the remaining 3 rows
+ * x 64, 2 or 1 rows x 128 floats (at most 16 accumulator registers). */
 static void avx512_accumulate_chunk_bf16(int rows, int count, int dim, const float *weights,
                                          const float *rescale, const uint16_t *values,
                                          int64_t value_stride, float *accumulator) {
-    accumulate_chunk(1, rows, count, dim, weights, rescale, values, value_stride, accumulator);
+    int r = 0;
+    for (; r + 4 <= rows; r += 4)
+        accumulate_rows_bf16(4, 2, count, dim, weights + r * ATTN_DECODE_CHUNK, rescale + r,
+                             values, value_stride, accumulator + (int64_t)r * dim);
+    const float *tail_weights = weights + r * ATTN_DECODE_CHUNK;
+    float *tail = accumulator + (int64_t)r * dim;
+    if (rows - r == 3)
+        accumulate_rows_bf16(3, 2, count, dim, tail_weights, rescale + r, values, value_stride,
+                             tail);
+    else if (rows - r == 2)
+        accumulate_rows_bf16(2, 4, count, dim, tail_weights, rescale + r, values, value_stride,
+                             tail);
+    else if (rows - r == 1)
+        accumulate_rows_bf16(1, 4, count, dim, tail_weights, rescale + r, values, value_stride,
+                             tail);
 }
 
 const attn_decode_kernels attn_decode_kernels_avx512 = {
-    "avx512",           avx512_bf16_to_f32,   avx512_f16_to_f32,
-    avx512_score_chunk, avx512_softmax_chunk, avx512_accumulate_chunk,
-    avx512_score_chunk_bf16, avx512_accumulate_chunk_bf16,
+    "avx512",
+    avx512_bf16_to_f32,
+    avx512_f16_to_f32,
+    avx512_score_chunk,
+    avx512_softmax_chunk,
+    avx512_accumulate_chunk,
+    avx512_score_chunk_bf16,
+    avx512_accumulate_chunk_bf16,
+    avx512_prepare_bf16_queries,
 };
