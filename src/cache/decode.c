@@ -36,6 +36,12 @@
 #ifndef DECODE_PREFETCH_ROWS
 #define DECODE_PREFETCH_ROWS 2
 #endif
+#ifndef DECODE_PREFETCH_KEYS
+#define DECODE_PREFETCH_KEYS ATTN_DECODE_CHUNK
+#endif
+#ifndef DECODE_PREFETCH_VALUES_ONLY
+#define DECODE_PREFETCH_VALUES_ONLY 0
+#endif
 #ifndef DECODE_PREFETCH_LOCALITY
 #define DECODE_PREFETCH_LOCALITY 3
 #endif
@@ -140,15 +146,16 @@ static void prefetch_chunk(const decode_plan *plan, int64_t b, int64_t kv_head, 
     const attn_kv_cache *cache = plan->cache;
     if (first >= key_end) return;
     const int64_t page_end = (first / cache->page_size + 1) * cache->page_size;
-    int64_t last = first + ATTN_DECODE_CHUNK;
+    int64_t last = first + DECODE_PREFETCH_KEYS;
     if (last > key_end) last = key_end;
     if (last > page_end) last = page_end;
     const int32_t *table = cache->block_tables + b * cache->pages_per_sequence;
     const int64_t page = table[first / cache->page_size];
     const int64_t slot = first % cache->page_size, count = last - first;
     const int64_t element = attn_dtype_size(cache->config.dtype);
-    prefetch_bytes(attn_cache_key_address(cache, page, kv_head, slot),
-                   count * plan->key_dim * element);
+    if (!DECODE_PREFETCH_VALUES_ONLY)
+        prefetch_bytes(attn_cache_key_address(cache, page, kv_head, slot),
+                       count * plan->key_dim * element);
     if (cache->value_pool != NULL)
         prefetch_bytes(attn_cache_value_address(cache, page, kv_head, slot),
                        ((count - 1) * attn_cache_value_row_stride(cache) + plan->value_dim) *

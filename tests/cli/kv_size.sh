@@ -109,9 +109,14 @@ for line in open(sys.argv[1]):
     kv, context = int(m.group(1)), int(m.group(2))
     tokens_per_s, ms, gbs, read, percent = (float(m.group(i)) for i in range(3, 8))
     bytes_per_step = kv * context * (128 + 128) * 2  # Hkv x L x (Dk + Dv) x sizeof(bf16)
-    assert abs(tokens_per_s * ms / 1e3 - 1) <= 0.0005 / ms + 0.001, line  # ms has 3 decimals
+    # ms has 3 decimals, tokens/s 1 decimal
+    assert abs(tokens_per_s * ms / 1e3 - 1) <= 0.0005 / ms + 0.05 / tokens_per_s + 0.001, line
     assert abs(gbs - bytes_per_step * tokens_per_s / 1e9) <= 0.05 + 0.001 * gbs, line
-    assert abs(percent - 100 * gbs / read) <= 0.6 + 100 * 0.05 / read, line
+    # gbs and read are printed to 0.05 and percent to 0.5: check the interval they allow
+    # (slow runs, e.g. under sanitizers, print small numbers with large relative rounding).
+    low = 100 * max(gbs - 0.05, 0) / (read + 0.05) - 0.5
+    high = 100 * (gbs + 0.05) / (read - 0.05) + 0.5 if read > 0.05 else float("inf")
+    assert low <= percent <= high, line
 PY
 
 [ "$failures" -eq 0 ] && echo "kv_size.sh: all checks passed"

@@ -123,6 +123,9 @@ ALWAYS_INLINE void score_block(const int block_rows, const int block_keys, const
     _mm512_storeu_ps(out, transpose_reduce16(sums));
 }
 
+#ifndef DECODE_FOUR_ROW_VALUES
+#define DECODE_FOUR_ROW_VALUES 1
+#endif
 /* Groups of at least this many rows score dimension-major (see score_block). */
 #ifndef SCORE_DIMENSION_MAJOR_ROWS
 #define SCORE_DIMENSION_MAJOR_ROWS 3
@@ -382,11 +385,13 @@ static void avx512_accumulate_chunk(int rows, int count, int dim, const float *w
                                     const float *rescale, const float *values,
                                     int64_t value_stride, float *accumulator) {
     int r = 0;
-    for (; r + 4 <= rows; r += 4)
+    for (; DECODE_FOUR_ROW_VALUES && r + 4 <= rows; r += 4)
         accumulate_rows(4, 4, count, dim, weights + r * ATTN_DECODE_CHUNK, rescale + r, values,
                         value_stride, accumulator + (int64_t)r * dim);
     const float *tail_weights = weights + r * ATTN_DECODE_CHUNK;
     float *tail = accumulator + (int64_t)r * dim;
+    for (; rows - r > 3; r += 3, tail_weights += 3 * ATTN_DECODE_CHUNK, tail += 3 * dim)
+        accumulate_rows(3, 8, count, dim, tail_weights, rescale + r, values, value_stride, tail);
     if (rows - r == 3)
         accumulate_rows(3, 8, count, dim, tail_weights, rescale + r, values, value_stride, tail);
     else if (rows - r == 2)
