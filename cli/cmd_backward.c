@@ -83,26 +83,7 @@ static void backward_files_free(backward_files *files) {
     }
 }
 
-/* "PATH.partial-PID": where an output is written before it is renamed into place. */
-static char *partial_name(const char *path) {
-    size_t length = strlen(path) + 32;
-    char *name = malloc(length);
-    if (name) snprintf(name, length, "%s.partial-%ld", path, (long)getpid());
-    return name;
-}
 
-/* Allocates `rank` dims of floats with an overflow check; names `what` on failure. */
-static float *allocate_floats(int rank, const int64_t *dims, const char *what) {
-    size_t bytes = sizeof(float);
-    for (int i = 0; i < rank; ++i)
-        if (__builtin_mul_overflow(bytes, (size_t)dims[i], &bytes)) {
-            cli_error(command, "%s: the output size overflows", what);
-            return NULL;
-        }
-    float *data = malloc(bytes);
-    if (data == NULL) cli_error(command, "%s: cannot allocate %zu bytes", what, bytes);
-    return data;
-}
 
 /* Parses argv; returns 0 to go on, or the exit code (help: 0 and *done). */
 static int parse_arguments(int argc, char **argv, backward_files *files,
@@ -204,7 +185,7 @@ static int write_outputs(backward_files *files) {
     attn_error error;
     for (int o = 0; o < OUTPUT_COUNT; ++o) {
         if (files->outputs[o] == NULL) continue;
-        files->partial_names[o] = partial_name(files->output_paths[o]);
+        files->partial_names[o] = cli_partial_name(files->output_paths[o]);
         if (files->partial_names[o] == NULL ||
             attn_npy_write(files->partial_names[o], ATTN_DTYPE_F32, files->output_ranks[o],
                            files->output_shapes[o], files->outputs[o], &error) != ATTN_OK) {
@@ -265,8 +246,8 @@ static int run_backward(backward_files *files, cli_attention_arguments *argument
         out = cli_tensor_rank4(&files->inputs[INPUT_O]);
         lse = attn_tensor_contiguous(files->inputs[INPUT_LSE].data, ATTN_DTYPE_F32, 3, lse_shape);
     } else { /* no saved forward: compute O and LSE with the same options */
-        files->forward_out = allocate_floats(4, out_shape, "the forward's output");
-        files->forward_lse = allocate_floats(3, lse_shape, "the forward's log-sum-exp");
+        files->forward_out = cli_allocate_floats(command, 4, out_shape, "the forward's output");
+        files->forward_lse = cli_allocate_floats(command, 3, lse_shape, "the forward's log-sum-exp");
         if (files->forward_out == NULL || files->forward_lse == NULL) return 1;
         out = attn_tensor_f32_4d(files->forward_out, B, Tq, Hq, Dv);
         lse = attn_tensor_contiguous(files->forward_lse, ATTN_DTYPE_F32, 3, lse_shape);
@@ -290,7 +271,7 @@ static int run_backward(backward_files *files, cli_attention_arguments *argument
     }
     for (int o = 0; o < OUTPUT_COUNT; ++o) {
         if (files->output_paths[o] == NULL) continue;
-        files->outputs[o] = allocate_floats(files->output_ranks[o], files->output_shapes[o],
+        files->outputs[o] = cli_allocate_floats(command, files->output_ranks[o], files->output_shapes[o],
                                             files->output_paths[o]);
         if (files->outputs[o] == NULL) return 1;
     }

@@ -62,13 +62,6 @@ static void forward_files_free(forward_files *files) {
     free(files->lse_partial);
 }
 
-/* "PATH.partial-PID": where an output is written before it is renamed into place. */
-static char *partial_name(const char *path) {
-    size_t length = strlen(path) + 32;
-    char *name = malloc(length);
-    if (name) snprintf(name, length, "%s.partial-%ld", path, (long)getpid());
-    return name;
-}
 
 /* Checks that Q, K, V agree (B, Tk, Dk, Hq % Hkv), naming the files. */
 static bool check_shapes(const forward_files *f) {
@@ -97,18 +90,6 @@ static bool check_shapes(const forward_files *f) {
     return true;
 }
 
-/* Allocates a float32 array of the given dimensions, with an overflow check. */
-static float *allocate_floats(int rank, const int64_t *dims, const char *what) {
-    size_t bytes = sizeof(float);
-    for (int i = 0; i < rank; ++i)
-        if (__builtin_mul_overflow(bytes, (size_t)dims[i], &bytes)) {
-            cli_error(command, "%s: the output size overflows", what);
-            return NULL;
-        }
-    float *data = malloc(bytes);
-    if (data == NULL) cli_error(command, "%s: cannot allocate %zu bytes", what, bytes);
-    return data;
-}
 
 /* Parses argv; returns 0 to go on, or the exit code (help: 0 via *done). */
 static int parse_arguments(int argc, char **argv, forward_files *files,
@@ -168,10 +149,10 @@ static int run_forward(forward_files *files, cli_attention_arguments *arguments)
 
     const int64_t out_shape[4] = {B, Tq, Hq, Dv};
     const int64_t lse_shape[3] = {B, Hq, Tq};
-    files->out = allocate_floats(4, out_shape, files->out_path);
+    files->out = cli_allocate_floats(command, 4, out_shape, files->out_path);
     if (files->out == NULL) return 1;
     if (files->lse_path != NULL) {
-        files->lse = allocate_floats(3, lse_shape, files->lse_path);
+        files->lse = cli_allocate_floats(command, 3, lse_shape, files->lse_path);
         if (files->lse == NULL) return 1;
     }
     attn_tensor q = cli_tensor_rank4(&files->q), k = cli_tensor_rank4(&files->k),
@@ -188,7 +169,7 @@ static int run_forward(forward_files *files, cli_attention_arguments *arguments)
     }
 
     /* Both outputs complete under temporary names, then renamed into place. */
-    files->out_partial = partial_name(files->out_path);
+    files->out_partial = cli_partial_name(files->out_path);
     if (files->out_partial == NULL ||
         attn_npy_write(files->out_partial, ATTN_DTYPE_F32, 4, out_shape, files->out, &error) !=
             ATTN_OK) {
@@ -197,7 +178,7 @@ static int run_forward(forward_files *files, cli_attention_arguments *arguments)
         return 1;
     }
     if (files->lse != NULL) {
-        files->lse_partial = partial_name(files->lse_path);
+        files->lse_partial = cli_partial_name(files->lse_path);
         if (files->lse_partial == NULL ||
             attn_npy_write(files->lse_partial, ATTN_DTYPE_F32, 3, lse_shape, files->lse,
                            &error) != ATTN_OK) {

@@ -5,7 +5,9 @@
 
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 void cli_error(const char *command, const char *format, ...) {
     char message[1024];
@@ -73,4 +75,23 @@ attn_tensor cli_tensor_rank4(const attn_npy_array *array) {
     int missing = 4 - array->rank;
     for (int d = 0; d < array->rank; ++d) shape[missing + d] = array->shape[d];
     return attn_tensor_contiguous(array->data, array->dtype, 4, shape);
+}
+
+char *cli_partial_name(const char *path) {
+    size_t length = strlen(path) + 32;
+    char *name = malloc(length);
+    if (name) snprintf(name, length, "%s.partial-%ld", path, (long)getpid());
+    return name;
+}
+
+float *cli_allocate_floats(const char *command, int rank, const int64_t *dims, const char *what) {
+    size_t bytes = sizeof(float);
+    for (int i = 0; i < rank; ++i)
+        if (dims[i] < 0 || __builtin_mul_overflow(bytes, (size_t)dims[i], &bytes)) {
+            cli_error(command, "%s: the output size overflows", what);
+            return NULL;
+        }
+    float *data = malloc(bytes);
+    if (data == NULL) cli_error(command, "%s: cannot allocate %zu bytes", what, bytes);
+    return data;
 }

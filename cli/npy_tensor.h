@@ -19,6 +19,14 @@
 /* Prints "attn COMMAND: MESSAGE" as one line on stderr. */
 void cli_error(const char *command, const char *format, ...) CLI_PRINTF_LIKE(2, 3);
 
+/* "PATH.partial-PID" (malloc'ed; NULL when out of memory): where an output file is written
+ * before it is renamed into place, so a failed command never leaves a partial file at PATH. */
+char *cli_partial_name(const char *path);
+
+/* malloc's a float32 array of dims[0] x ... x dims[rank-1] after an overflow check; on
+ * failure prints one line naming `what` and returns NULL. */
+float *cli_allocate_floats(const char *command, int rank, const int64_t *dims, const char *what);
+
 /*
  * Reads `path` (given to `option`, e.g. "--q") into `array`, requiring `dtype` and a rank in
  * [min_rank, max_rank]. On failure prints one line naming the option, the file and the bad

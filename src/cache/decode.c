@@ -31,21 +31,6 @@
 #define MOST_SPLIT_TOKENS 1024
 #define TARGET_TASKS 16
 
-/* Groups of at least this many query rows request the next chunk ahead (prefetch_chunk),
- * with __builtin_prefetch's locality hint DECODE_PREFETCH_LOCALITY (3 = all cache levels). */
-#ifndef DECODE_PREFETCH_ROWS
-#define DECODE_PREFETCH_ROWS 2
-#endif
-#ifndef DECODE_PREFETCH_KEYS
-#define DECODE_PREFETCH_KEYS ATTN_DECODE_CHUNK
-#endif
-#ifndef DECODE_PREFETCH_VALUES_ONLY
-#define DECODE_PREFETCH_VALUES_ONLY 0
-#endif
-#ifndef DECODE_PREFETCH_LOCALITY
-#define DECODE_PREFETCH_LOCALITY 3
-#endif
-
 /* Everything a task needs, fixed for the call. */
 typedef struct decode_plan {
     const attn_kv_cache *cache;
@@ -129,39 +114,6 @@ static const float *chunk_rows(const decode_plan *plan, const void *stored, int6
     return buffer;
 }
 
-/* Asks for [address, address + bytes) to be brought towards the core ahead of use. A task
- * streams its keys and values; the chunk after the current one is requested while the
- * current one is computed, so that memory keeps streaming during the arithmetic of a GQA
- * group (the hardware prefetcher alone falls behind when each key costs many FMAs). */
-static void prefetch_bytes(const void *address, int64_t bytes) {
-    const char *first = address;
-    for (int64_t offset = 0; offset < bytes; offset += 64)
-        __builtin_prefetch(first + offset, 0, DECODE_PREFETCH_LOCALITY);
-}
-
-/* Requests the stored keys (and values) of the chunk that starts at token `first` of
- * sequence b (clipped to key_end and its page), head kv_head. */
-static void prefetch_chunk(const decode_plan *plan, int64_t b, int64_t kv_head, int64_t first,
-                           int64_t key_end) {
-    const attn_kv_cache *cache = plan->cache;
-    if (first >= key_end) return;
-    const int64_t page_end = (first / cache->page_size + 1) * cache->page_size;
-    int64_t last = first + DECODE_PREFETCH_KEYS;
-    if (last > key_end) last = key_end;
-    if (last > page_end) last = page_end;
-    const int32_t *table = cache->block_tables + b * cache->pages_per_sequence;
-    const int64_t page = table[first / cache->page_size];
-    const int64_t slot = first % cache->page_size, count = last - first;
-    const int64_t element = attn_dtype_size(cache->config.dtype);
-    if (!DECODE_PREFETCH_VALUES_ONLY)
-        prefetch_bytes(attn_cache_key_address(cache, page, kv_head, slot),
-                       count * plan->key_dim * element);
-    if (cache->value_pool != NULL)
-        prefetch_bytes(attn_cache_value_address(cache, page, kv_head, slot),
-                       ((count - 1) * attn_cache_value_row_stride(cache) + plan->value_dim) *
-                           element);
-}
-
 /* Turns the raw dot products of row r (query head h, query row i) of one chunk into final
  * logits: scale, soft-cap, mask (-inf), additive terms. Only for chunks that need more than
  * the scale (see run_task); the softmax step then runs with scale 1. */
@@ -215,8 +167,6 @@ static void run_task(const decode_plan *plan, decode_scratch *scratch, int64_t b
         kernels->prepare_bf16_queries((int)rows, (int)Dk, scratch->queries, scratch->prepared);
         bf16_queries = scratch->prepared;
     }
-    /* One row per key streams like a copy, which the hardware prefetcher follows. */
-    const bool prefetch = rows >= DECODE_PREFETCH_ROWS;
 
     for (int64_t first = key_begin; first < key_end;) {
         const int64_t page_end = (first / cache->page_size + 1) * cache->page_size;
@@ -224,7 +174,6 @@ static void run_task(const decode_plan *plan, decode_scratch *scratch, int64_t b
         if (last > key_end) last = key_end;
         if (last > page_end) last = page_end;
         const int count = (int)(last - first);
-        if (prefetch) prefetch_chunk(plan, b, kv_head, last, key_end);
         bool any = false, all_full = true;
         for (int64_t g = 0; g < plan->group_size; ++g) {
             scratch->classes[g] = (uint8_t)attn_mask_classify_tile(
