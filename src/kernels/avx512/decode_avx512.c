@@ -15,9 +15,11 @@
  *    key after key (a single sequential stream);
  *  - softmax: the online-softmax step of a row on whole vectors with the shared vectorised
  *    exp (src/kernels/avx512/exp_avx512.h);
- *  - values: blocks of 4 rows x 64 value floats (16 accumulator registers; each loaded value
- *    vector serves 4 rows) and for the remaining 1-3 rows blocks of 128 floats, the rescale
- *    of the accumulator fused into its load;
+ *  - values: float32 in blocks of 3 rows x 128 value floats (24 accumulator registers, each
+ *    value row read whole and in order), bf16 pairs in blocks of 4 rows x 64 floats; the
+ *    rescale of the accumulator fused into its load;
+ *  - software prefetch of the keys and values 16 rows ahead for groups of >= 2 rows (see
+ *    LOOKAHEAD): without it the core waits on memory during most of its arithmetic;
  *  - bf16 keys/values for groups of <= 4 rows are read in place as pairs (see "bfloat16 read
  *    in place" below: one integer operation per 16 widened floats); larger groups convert
  *    each chunk once into a float32 buffer read by every row block; fp16 with vcvtph2ps
@@ -133,14 +135,18 @@ enum { SCORE_DIMENSION_MAJOR_ROWS = 3 };
  * (values) from memory requests the row LOOKAHEAD rows ahead of the one it uses, past the end
  * of the chunk too: rows are contiguous within a page, so that is the next chunk (a prefetch
  * never faults; at a page end it is wasted). Hint T1 (into L2): measured faster than T0 or
- * NTA here, and a lookahead of 16 rows faster than 8 or 32. One row per key (MHA) is a plain
- * stream the hardware prefetcher follows: prefetching it measured slower, so it is not. */
+ * NTA here, and a lookahead of 16 rows faster than 8, 32 or 64. One row per key (MHA) is a
+ * plain stream the hardware prefetcher follows: prefetching it measured slower. */
 enum { LOOKAHEAD = 16, PREFETCH_ROWS = 2 };
 
-/* Requests the `bytes` bytes at `row` (one stored key or value row). */
-ALWAYS_INLINE void prefetch_row(const void *row, size_t bytes) {
+/* Requests the `bytes` bytes of the stored row `rows` rows of `stride` elements of
+ * `element_size` bytes after `base` (which may lie past the pool: the address is formed as
+ * an integer, and a prefetch never faults). */
+ALWAYS_INLINE void prefetch_row(const void *base, int64_t rows, int64_t stride,
+                                size_t element_size, size_t bytes) {
+    const uintptr_t row = (uintptr_t)base + (uintptr_t)(rows * stride) * element_size;
     for (size_t offset = 0; offset < bytes; offset += 64)
-        _mm_prefetch((const char *)row + offset, _MM_HINT_T1);
+        _mm_prefetch((const char *)(row + offset), _MM_HINT_T1);
 }
 
 /* score_chunk for float32 keys. */
@@ -159,7 +165,8 @@ static void avx512_score_chunk(int rows, int count, int dim, const float *querie
                 key[k] = keys + (c0 + k < count ? c0 + k : count - 1) * key_stride;
             if (r0 == 0 && rows >= PREFETCH_ROWS) /* the pass that reads the keys from memory */
                 for (int k = 0; k < block_keys; ++k)
-                    prefetch_row(keys + (c0 + k + LOOKAHEAD) * key_stride, dim * sizeof(float));
+                    prefetch_row(keys, c0 + k + LOOKAHEAD, key_stride, sizeof(float),
+                                 dim * sizeof(float));
             float out[16];
             if (block_rows == 4 && key_major) score_block(4, 4, 1, dim, row, key, out);
             else if (block_rows == 4) score_block(4, 4, 0, dim, row, key, out);
@@ -288,7 +295,8 @@ static void avx512_score_chunk_bf16(int rows, int count, int dim, const float *q
                 key[k] = keys + (c0 + k < count ? c0 + k : count - 1) * key_stride;
             if (r0 == 0 && rows >= PREFETCH_ROWS)
                 for (int k = 0; k < block_keys; ++k)
-                    prefetch_row(keys + (c0 + k + LOOKAHEAD) * key_stride, dim * sizeof(uint16_t));
+                    prefetch_row(keys, c0 + k + LOOKAHEAD, key_stride, sizeof(uint16_t),
+                                 dim * sizeof(uint16_t));
             float out[16];
             if (block_rows == 4 && key_major) score_block_bf16(4, 4, 1, dim, row, key, out);
             else if (block_rows == 4) score_block_bf16(4, 4, 0, dim, row, key, out);
@@ -352,7 +360,8 @@ ALWAYS_INLINE void accumulate_block(const int block_rows, const int vectors, int
         for (int r = 0; r < block_rows; ++r)
             weight[r] = _mm512_set1_ps(weights[r * ATTN_DECODE_CHUNK + c]);
         const float *value = values + c * value_stride + e0;
-        if (prefetch) prefetch_row(value - e0 + LOOKAHEAD * value_stride, dim * sizeof(float));
+        if (prefetch)
+            prefetch_row(values, c + LOOKAHEAD, value_stride, sizeof(float), dim * sizeof(float));
         for (int x = 0; x < vectors; ++x) {
             const __m512 value_vector = _mm512_maskz_loadu_ps(masks[x], value + 16 * x);
             for (int r = 0; r < block_rows; ++r)
@@ -425,7 +434,8 @@ ALWAYS_INLINE void accumulate_block_bf16(const int block_rows, const int segment
             weight[r] = _mm512_set1_ps(weights[r * ATTN_DECODE_CHUNK + c]);
         const uint16_t *value = values + c * value_stride + e0;
         if (prefetch)
-            prefetch_row(value - e0 + LOOKAHEAD * value_stride, dim * sizeof(uint16_t));
+            prefetch_row(values, c + LOOKAHEAD, value_stride, sizeof(uint16_t),
+                         dim * sizeof(uint16_t));
         for (int x = 0; x < segments; ++x) {
             __m512 value_even, value_odd;
             load_bf16_pairs(value + 32 * x, elements[x], &value_even, &value_odd);
