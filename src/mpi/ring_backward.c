@@ -239,11 +239,7 @@ attn_status attn_ring_backward(MPI_Comm comm, const attn_tensor *q, const attn_t
                                attn_tensor *dq, attn_tensor *dk, attn_tensor *dv,
                                attn_ring_stats *stats, attn_error *error) {
     double call_start = MPI_Wtime();
-    if (stats != NULL) {
-        int *step_sources = stats->step_sources;
-        memset(stats, 0, sizeof *stats);
-        stats->step_sources = step_sources;
-    }
+    ring_stats_reset(stats);
     ring_tensors tensors = {true, q, k, v, out, lse, dout, dq, dk, dv};
     ring_call call;
     attn_status status = ring_call_begin(&call, comm, &tensors, options, layout, error);

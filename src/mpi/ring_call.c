@@ -261,3 +261,10 @@ int64_t ring_local_length_of(const ring_call *call, int owner) {
 void ring_load_block_positions(ring_call *call, int owner) {
     attn_ring_layout_positions(&call->layout, owner, call->block_positions, NULL);
 }
+
+void ring_stats_reset(attn_ring_stats *stats) {
+    if (stats == NULL) return;
+    int *step_sources = stats->step_sources;
+    memset(stats, 0, sizeof *stats);
+    stats->step_sources = step_sources;
+}

@@ -201,11 +201,7 @@ attn_status attn_ring_forward(MPI_Comm comm, const attn_tensor *q, const attn_te
                               const attn_ring_layout *layout, attn_tensor *out, attn_tensor *lse,
                               attn_ring_stats *stats, attn_error *error) {
     double call_start = MPI_Wtime();
-    if (stats != NULL) {
-        int *step_sources = stats->step_sources;
-        memset(stats, 0, sizeof *stats);
-        stats->step_sources = step_sources;
-    }
+    ring_stats_reset(stats);
     ring_tensors tensors = {false, q, k, v, out, lse, NULL, NULL, NULL, NULL};
     ring_call call;
     attn_status status = ring_call_begin(&call, comm, &tensors, options, layout, error);
