@@ -26,7 +26,7 @@ typedef struct tables {
     int count;
 } tables;
 
-/* Every table this build and CPU can run (the generic one once it is implemented). */
+/* Every table this build and CPU can run; each must implement every member. */
 static tables available_tables(void) {
     tables result = {{0}, 0};
     const attn_kernel_choice choices[] = {ATTN_KERNEL_GENERIC, ATTN_KERNEL_AVX2, ATTN_KERNEL_AVX512};
@@ -34,8 +34,11 @@ static tables available_tables(void) {
         const attn_kernel_table *table = NULL;
         if (!attn_cpu_supports(choices[i])) continue;
         if (attn_select_kernels(choices[i], &table, NULL) != ATTN_OK) continue;
-        if (table->score_tile == NULL) continue; /* placeholder table */
-        result.list[result.count++] = table;
+        int complete = table->packed_keys_floats && table->packed_values_floats &&
+                       table->pack_keys && table->pack_values && table->score_tile &&
+                       table->accumulate_values && table->softmax_step && table->scale_rows;
+        CHECK(complete, "kernel table %s implements every member of kernel.h", table->name);
+        if (complete) result.list[result.count++] = table;
     }
     return result;
 }

@@ -92,17 +92,8 @@ static attn_status compute_block(ring_call *call, const ring_tensors *tensors, f
                                  attn_error *error) {
     int64_t B = call->batch, Hq = call->query_heads, Hkv = call->kv_heads;
     int64_t Dk = call->key_dim, Dv = call->value_dim;
-    ring_block_geometry geometry = ring_block_geometry_of(
-        &call->options, call->local_positions, call->local_length, call->block_positions,
-        key_count, call->layout.sequence_length);
-    if (geometry.allowed_pairs == 0) {
-        if (stats != NULL) stats->blocks_skipped++;
-        return ATTN_OK;
-    }
-    if (stats != NULL) {
-        stats->blocks_computed++;
-        stats->computed_pairs += geometry.allowed_pairs * B * Hq;
-    }
+    ring_block_geometry geometry;
+    if (!ring_plan_block(call, key_count, stats, &geometry)) return ATTN_OK; /* nothing allowed */
     int64_t column_begin = geometry.column_begin, column_end = geometry.column_end;
     int64_t columns = column_end - column_begin;
     attn_tensor keys = ring_view_rows(block, B, key_count, Hkv, Dk, column_begin, column_end);

@@ -73,17 +73,8 @@ static attn_status compute_block(ring_call *call, const attn_tensor *q, float *b
                                  forward_buffers *buffers, ring_transfer *transfer,
                                  attn_ring_stats *stats, attn_error *error) {
     int64_t B = call->batch, Hq = call->query_heads, Hkv = call->kv_heads;
-    ring_block_geometry geometry = ring_block_geometry_of(
-        &call->options, call->local_positions, call->local_length, call->block_positions,
-        key_count, call->layout.sequence_length);
-    if (geometry.allowed_pairs == 0) {
-        if (stats != NULL) stats->blocks_skipped++;
-        return ATTN_OK;
-    }
-    if (stats != NULL) {
-        stats->blocks_computed++;
-        stats->computed_pairs += geometry.allowed_pairs * B * Hq;
-    }
+    ring_block_geometry geometry;
+    if (!ring_plan_block(call, key_count, stats, &geometry)) return ATTN_OK; /* nothing allowed */
     attn_tensor keys = ring_view_rows(block, B, key_count, Hkv, call->key_dim,
                                       geometry.column_begin, geometry.column_end);
     attn_tensor values = ring_view_rows(block + B * key_count * Hkv * call->key_dim, B, key_count,

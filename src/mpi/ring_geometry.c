@@ -72,3 +72,19 @@ int64_t ring_slab_rows(int64_t row_count) {
     int64_t rows = (row_count + RING_SLABS_PER_BLOCK - 1) / RING_SLABS_PER_BLOCK;
     return rows < RING_SLAB_MIN_ROWS ? RING_SLAB_MIN_ROWS : rows;
 }
+
+bool ring_plan_block(const ring_call *call, int64_t key_count, attn_ring_stats *stats,
+                     ring_block_geometry *geometry) {
+    *geometry = ring_block_geometry_of(&call->options, call->local_positions,
+                                       call->local_length, call->block_positions, key_count,
+                                       call->layout.sequence_length);
+    if (geometry->allowed_pairs == 0) {
+        if (stats != NULL) stats->blocks_skipped++;
+        return false;
+    }
+    if (stats != NULL) {
+        stats->blocks_computed++;
+        stats->computed_pairs += geometry->allowed_pairs * call->batch * call->query_heads;
+    }
+    return true;
+}

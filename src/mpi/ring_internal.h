@@ -92,6 +92,12 @@ ring_block_geometry ring_block_geometry_of(const attn_options *options,
                                            const int64_t *key_positions, int64_t key_count,
                                            int64_t sequence_length);
 
+/* The geometry of this rank's queries against a received block of `key_count` keys; counts
+ * the block in `stats` (NULL allowed) as computed or skipped. Returns false when no pair of
+ * the block is allowed (skip it: no compute). */
+bool ring_plan_block(const ring_call *call, int64_t key_count, attn_ring_stats *stats,
+                     ring_block_geometry *geometry);
+
 /* Row slabs of a block: slab s of count covers rows [begin + s*size, min(end, ...)). */
 int64_t ring_slab_rows(int64_t row_count);
 
