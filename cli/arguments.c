@@ -2,6 +2,7 @@
  * arguments.c — parsing and loading of the attention options shared by `attn forward`,
  * `attn backward` and `attn ring` (see arguments.h).
  */
+#include "attn_io.h"
 #include "arguments.h"
 
 #include <errno.h>

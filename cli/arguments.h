@@ -25,6 +25,7 @@
 #include <stdint.h>
 
 #include "attn.h"
+#include "attn_io.h"
 
 typedef enum cli_parse_result {
     CLI_PARSE_CONSUMED = 0,  /* argv[*index] (and its value) was a shared option */

@@ -18,6 +18,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "attn_io.h"
 #include "arguments.h"
 #include "cli.h"
 #include "npy_tensor.h"

@@ -16,6 +16,7 @@
 
 #include <omp.h>
 
+#include "attn_layers.h"
 #include "bench_clock.h"
 #include "cli.h"
 

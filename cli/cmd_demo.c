@@ -1,5 +1,5 @@
 /*
- * cmd_demo.c — `attn demo`: the seeds' worked example (shared/seeds/000_*), computed with
+ * cmd_demo.c — `attn demo`: a worked example of attention on one short sentence, computed with
  * the library and printed step by step, with heat maps of the attention weights.
  *
  *  1. the embedding matrix A of 我喜欢学注意力机制 (5 tokens x 4 dims, the notes' values)
@@ -25,6 +25,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "attn_layers.h"
 #include "cli.h"
 #include "heatmap.h"
 #include "npy_tensor.h"

@@ -25,6 +25,7 @@
 #include <sys/stat.h>
 #include <time.h>
 
+#include "attn_layers.h"
 #include "cli.h"
 #include "heatmap.h"
 

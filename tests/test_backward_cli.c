@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "attn_io.h"
 #include "test_support.h"
 
 static char directory[256];

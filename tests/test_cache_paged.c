@@ -1,6 +1,6 @@
 /*
- * test_cache_paged.c — the KV cache object (math reference §10.9): paged equals contiguous
- * for random interleaved appends (non-contiguous block tables), page sizes 1, 16 and 256,
+ * test_cache_paged.c — the KV cache object (docs/attention-math.md §10.9): paged equals
+ * contiguous for random interleaved appends (non-contiguous block tables), page sizes 1, 16 and 256,
  * lengths not multiple of the page, NaN in every free slot; prefix sharing with reference
  * counts and copy-on-write; truncate / reset returning pages; capacity and pool exhaustion
  * errors that write nothing; bf16 / fp16 storage against fp32 (measured error) and against

@@ -1,6 +1,6 @@
 /*
- * test_decode_prefill.c — decoding against a KV cache equals full attention (math reference
- * §10.6, §10.8): a causal prefill of T tokens computed by the naive reference equals a
+ * test_decode_prefill.c — decoding against a KV cache equals full attention
+ * (docs/attention-math.md §10.6, §10.8): a causal prefill of T tokens computed by the naive reference equals a
  * prefill of T0 tokens through attn_decode followed by token-by-token decoding (row for row,
  * within 1e-5), and equals chunked prefill; for every mask option decoding supports, MHA / GQA
  * / MQA, Dk != Dv, contiguous and paged caches. Split-KV: every split size (1 split, 2, 3,

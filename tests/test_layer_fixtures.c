@@ -6,6 +6,7 @@
  * attention and MQA cross-attention with Tq != Tk: output, input gradients and every parameter
  * gradient from autograd (float64).
  */
+#include "attn_layers.h"
 #include "test_support.h"
 
 #include <math.h>

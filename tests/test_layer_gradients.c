@@ -6,6 +6,7 @@
  * reference (loss = Σ out ∘ G). Also: parameter counts (4n² for n = 512, Llama-2-70B-like
  * 150,994,944), deterministic Xavier init within its bound, argument errors.
  */
+#include "attn_layers.h"
 #include "test_support.h"
 
 #include <math.h>

@@ -17,6 +17,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "attn_io.h"
 #include "test_support.h"
 
 /* ---- options.memory_limit_bytes ------------------------------------------------------- */
@@ -209,7 +210,7 @@ static void test_cli_paths(void) {
     char arguments[1536], errors[320], line[512], path[320];
     snprintf(errors, sizeof errors, "%s/stderr.txt", scratch);
 
-    /* demo: the seeds' example end to end, heat maps included. */
+    /* demo: the worked example end to end, heat maps included. */
     snprintf(arguments, sizeof arguments, "demo --out %s/demo", scratch);
     CHECK(run_cli(arguments, errors) == 0, "attn demo exits 0");
     snprintf(path, sizeof path, "%s/demo", scratch);

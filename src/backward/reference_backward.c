@@ -1,6 +1,6 @@
 /*
  * reference_backward.c — attn_reference_backward: the attention backward pass written as the
- * math reference states it (shared/reference/attention-math.md §2.2), one (batch, query head)
+ * maths state it (docs/attention-math.md §2.2), one (batch, query head)
  * at a time, with the dense Tq x Tk matrices S, P, dP and dS in double precision. It is the
  * specification a reader can check line by line and the oracle of the tests; it is slow and
  * uses O(Tq * Tk) memory on purpose. The fast tiled version is flash_backward.c.

@@ -14,6 +14,7 @@
 #include "cache/cache_internal.h"
 #include "cache/half.h"
 #include "core/internal.h"
+#include "attn_layers.h"
 
 attn_kv_cache_config attn_kv_cache_config_default(void) {
     attn_kv_cache_config config;

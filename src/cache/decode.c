@@ -8,7 +8,8 @@
  * A task streams its keys chunk by chunk (a chunk never crosses a page), converting stored
  * bf16/fp16 to float32 once per chunk (bf16 for groups of <= 4 rows: widened in registers
  * by the kernel instead), and serves all rows = (Hq / Hkv) * Tq query rows of
- * its group from it: scores, mask, online softmax, value accumulation (math reference §2.1),
+ * its group from it: scores, mask, online softmax, value accumulation
+ * (docs/attention-math.md §2.1),
  * each step a call into the kernel table (decode_kernels.h: generic, AVX2 or AVX-512).
  * Its normalised partial (O, LSE) goes to its own slot; the merge then combines the splits of
  * each row in split order (§3). No shared accumulation, split boundaries independent of the

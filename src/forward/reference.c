@@ -1,7 +1,7 @@
 /*
  * reference.c — attn_reference_forward: the naive attention forward pass, written to be read
- * line by line against attn.h and shared/reference/attention-math.md. For each (b, h) it
- * materialises the Tq x Tk logits in double, then takes a max-subtracted softmax per row.
+ * line by line against attn.h and docs/attention-math.md §1 (the forward pass). For each
+ * (b, h) it materialises the Tq x Tk logits in double, then takes a max-subtracted softmax per row.
  * It is the specification and the tests' oracle, not a fast path.
  */
 #include <math.h>

@@ -1,6 +1,6 @@
 /*
- * mla.c — multi-head latent attention (DeepSeek-V2, math reference §5): projections, the
- * latent KV cache (c_KV after RMSNorm and k_R after RoPE: d_c + d_rope values per token), and
+ * mla.c — multi-head latent attention (DeepSeek-V2, docs/attention-math.md §5): projections,
+ * the latent KV cache (c_KV after RMSNorm and k_R after RoPE: d_c + d_rope values per token), and
  * the two ways to attend: naive (materialise every head's k and v from the latents) and
  * absorbed (q_hat = W_UK^T q_nope, attention as MQA over the latent cache via attn_decode,
  * then W_UV on the latent output). Every matrix product goes through CBLAS: the nn.Linear
@@ -15,6 +15,7 @@
 
 #include "cache/cache_internal.h"
 #include "core/internal.h"
+#include "attn_layers.h"
 
 /* C [m][n] (row stride ldc) = A [m][k] (row stride lda) times B, where B is [k][n] (row
  * stride ldb) or, when b_transposed, the transpose of a [n][k] matrix: one CBLAS sgemm for
