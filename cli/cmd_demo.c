@@ -143,7 +143,7 @@ static bool attention(demo_state *state, const float *q, const float *k, const f
     attn_tensor tk = attn_tensor_f32_4d((float *)k, 1, key_length, kv_heads, key_dim);
     attn_tensor tv = attn_tensor_f32_4d((float *)v, 1, key_length, kv_heads, value_dim);
     attn_tensor to = attn_tensor_f32_4d(out, 1, query_length, heads, value_dim);
-    return report(state, attn_forward(&tq, &tk, &tv, options, &to, NULL, &state->error));
+    return report(state, attn_forward(&tq, &tk, &tv, options, &to, NULL, NULL, &state->error));
 }
 
 /* weights [Tq, Tk] of one head: attention with V = the identity (O = P·I = P). */

@@ -149,7 +149,7 @@ ATTN_API attn_status attn_tensor_permute(const attn_tensor *t, const int *order,
 ATTN_API int64_t attn_tensor_numel(const attn_tensor *t);
 
 /* ======================================================================================
- * Section: attention options (scale, masks, positional biases)
+ * Section: attention options (what to compute) and execution (how to run it)
  * ====================================================================================== */
 
 /* Where query i sits relative to the keys: named, never implied. */
@@ -178,7 +178,7 @@ typedef enum attn_sparse_pattern {
     ATTN_PATTERN_DILATED = 3  /* |d| <= radius*dilation AND d mod dilation == 0 (Longformer) */
 } attn_sparse_pattern;
 
-/* Which implementation of the inner kernels to use (forward and backward). */
+/* Which implementation of the inner kernels to use (forward, backward and decoding). */
 typedef enum attn_kernel_choice {
     ATTN_KERNEL_AUTO = 0,    /* the fastest this CPU supports */
     ATTN_KERNEL_GENERIC = 1, /* portable C */
@@ -186,10 +186,15 @@ typedef enum attn_kernel_choice {
     ATTN_KERNEL_AVX512 = 3   /* AVX-512F; ATTN_ERROR_UNSUPPORTED if the CPU lacks it */
 } attn_kernel_choice;
 
+#define ATTN_OPTIONS_VERSION 1 /* the layout of attn_options below */
+
 /*
- * Everything about one attention call except the tensors. Start from attn_options_default()
- * and set what you need. Unless stated, a pointer member may be NULL (= feature off) and the
- * caller keeps ownership of what it points to for the duration of the call.
+ * What one attention call computes, apart from the tensors. Zero means "off" or "default" in
+ * every field, so a zero-initialised struct (attn_options o = {0};) is valid and means plain
+ * scaled dot-product attention, softmax(q k^T / sqrt(Dk)) v; so does passing NULL. Set only
+ * what you need. Unless stated, a pointer member may be NULL (= feature off) and the caller
+ * keeps ownership of what it points to for the duration of the call. How the call runs
+ * (threads, tiles, kernels, memory) is attn_execution, never part of these options.
  *
  * Logit of the pair (i, j), in this order (FlashAttention, Gemma-2):
  *   x = scale * (q_i . k_j)
@@ -207,6 +212,10 @@ typedef enum attn_kernel_choice {
  * Query rows i >= query_lengths[b] are padding: their O is 0 and LSE -inf, never an error.
  */
 typedef struct attn_options {
+    /* 0 or ATTN_OPTIONS_VERSION: the layout of this struct (other values are
+       ATTN_ERROR_INVALID_ARGUMENT, so a later layout is never misread). */
+    int version;
+
     /* Scale: 1/sqrt(Dk) unless custom_scale != 0, then `scale` (finite, > 0). */
     int custom_scale;
     float scale;
@@ -214,8 +223,11 @@ typedef struct attn_options {
     attn_alignment alignment; /* required by causal, window, ALiBi and patterns */
     int causal;               /* nonzero: pk(j) <= pq(i) */
 
-    /* FlashAttention window: pq(i) - window_left <= pk(j) <= pq(i) + window_right;
-       -1 = unbounded on that side; values below -1 are an error. */
+    /* FlashAttention window, applied only when `window` is nonzero:
+       pq(i) - window_left <= pk(j) <= pq(i) + window_right; -1 = unbounded on that side;
+       values below -1 are an error. window = 0: no window, whatever window_left / right
+       hold (so a zero-initialised struct has none). */
+    int window;
     int64_t window_left;
     int64_t window_right;
 
@@ -264,25 +276,43 @@ typedef struct attn_options {
     float softcap;
 
     attn_empty_rows empty_rows;
-
-    /* Execution. num_threads: 0 = OpenMP default, else >= 1. tile_q / tile_k: 0 = tuned
-       default, else the tile sizes to use, 1..4096 (tile_q query rows per head, tile_k keys;
-       results are the same up to rounding of the
-       reduction order within a row; bitwise identical across thread counts regardless). */
-    int num_threads;
-    int tile_q;
-    int tile_k;
-    attn_kernel_choice kernel;
-
-    /* Refuse (ATTN_ERROR_MEMORY_LIMIT) a call whose working memory would exceed this many
-       bytes; 0 = no limit. */
-    size_t memory_limit_bytes;
 } attn_options;
 
-/* Options with every feature off: default scale, no mask, window (-1, -1), alignment UNSET,
- * error on empty rows, auto kernel. Always start from this: a zero-initialised struct means
- * window (0, 0), i.e. each query sees only the key at its own position. */
+/* Plain attention, with the version set: every field zero except version =
+ * ATTN_OPTIONS_VERSION and window_left = window_right = -1 (so switching `window` on and
+ * setting one side leaves the other unbounded). Equivalent to a zero-initialised struct. */
 ATTN_API attn_options attn_options_default(void);
+
+#define ATTN_EXECUTION_VERSION 1 /* the layout of attn_execution below */
+
+/*
+ * How a call runs; never changes what it computes beyond float rounding. NULL, or a
+ * zero-initialised struct, means the defaults in every field. Results are bitwise identical
+ * for any num_threads; tile sizes and kernels change only the rounding of the reduction
+ * order within a row.
+ */
+typedef struct attn_execution {
+    int version;     /* 0 or ATTN_EXECUTION_VERSION (other values: INVALID_ARGUMENT) */
+    int num_threads; /* 0 = the OpenMP default (omp_get_max_threads), else >= 1 */
+    /* Tiles: 0 = tuned default, else 1..4096: tile_q query rows per head, tile_k keys per
+       tile. For attn_decode tile_k is the split-KV split size in tokens (0 = automatic). */
+    int tile_q;
+    int tile_k;
+    attn_kernel_choice kernel; /* 0 = ATTN_KERNEL_AUTO; UNSUPPORTED if the CPU lacks it */
+    /* Refuse (ATTN_ERROR_MEMORY_LIMIT, before allocating anything) a call whose working
+       memory would exceed this many bytes; 0 = no limit. */
+    size_t memory_limit_bytes;
+} attn_execution;
+
+/* The defaults: every field zero except version = ATTN_EXECUTION_VERSION. */
+ATTN_API attn_execution attn_execution_default(void);
+
+/* The kernel family `choice` selects on this CPU and build ("generic", "avx2", "avx512"; AUTO
+ * resolves to the fastest available), or NULL when it is not available here or unknown. */
+ATTN_API const char *attn_kernel_name(attn_kernel_choice choice);
+
+/* 1 when this CPU and build can run `choice` (AUTO and GENERIC always), else 0. */
+ATTN_API int attn_kernel_available(attn_kernel_choice choice);
 
 /*
  * The standard ALiBi slopes for `num_heads` heads (Press et al.): for n a power of two,
@@ -309,16 +339,20 @@ ATTN_API attn_status attn_alibi_slopes(int num_heads, float *slopes, attn_error 
  * Errors: NULL pointers, non-positive sizes, Hq % Hkv != 0, K/V disagreeing on B or Tk,
  * options out of range, mask/bias shapes that do not broadcast, overflow, an empty row under
  * ATTN_EMPTY_ROWS_ERROR (the message names the first one in (b, h, i) order), memory limit
- * (the per-thread workspaces exceed options->memory_limit_bytes), unsupported kernel.
+ * (the per-thread workspaces exceed execution->memory_limit_bytes), unsupported kernel,
+ * an unknown options->version / execution->version.
+ *   options   NULL = plain attention (as a zero-initialised struct)
+ *   execution NULL = defaults (as a zero-initialised struct)
  * On error `out` and `lse` may have been partly written.
  */
 ATTN_API attn_status attn_forward(const attn_tensor *q, const attn_tensor *k, const attn_tensor *v,
                                   const attn_options *options, attn_tensor *out, attn_tensor *lse,
-                                  attn_error *error);
+                                  const attn_execution *execution, attn_error *error);
 
 /*
  * The naive reference: materialises the Tq x Tk logits of one (b, h) at a time and
- * accumulates in double. Same arguments, conventions and errors as attn_forward. It is the
+ * accumulates in double. Same arguments, conventions and errors as attn_forward (options NULL
+ * = plain attention), without an execution part: single-threaded, no memory limit. It is the
  * specification a reader can follow line by line and the oracle of the tests; it is slow.
  */
 ATTN_API attn_status attn_reference_forward(const attn_tensor *q, const attn_tensor *k,
@@ -332,7 +366,8 @@ ATTN_API attn_status attn_reference_forward(const attn_tensor *q, const attn_ten
 /*
  * Gradients of attention by recomputation (FlashAttention-2): P is rebuilt tile by tile from
  * the forward's LSE, D = rowsum(dO * O), never a Tq x Tk buffer. Same options as the forward
- * (the call must use the options the forward used).
+ * (the call must use the options the forward used; NULL = plain attention). execution: as
+ * attn_forward's (NULL = defaults); it may differ from the forward's.
  *   q, k, v, out, lse: as produced/consumed by attn_forward; dout [B, Tq, Hq, Dv] F32
  *   dq [B, Tq, Hq, Dk], dk [B, Tk, Hkv, Dk], dv [B, Tk, Hkv, Dv] F32 (written, overwritten)
  *   dbias: NULL, or (only when options->bias is set) F32 with exactly the bias's shape
@@ -348,17 +383,20 @@ ATTN_API attn_status attn_reference_forward(const attn_tensor *q, const attn_ten
  * the memory limit, never on the thread count) and a tile workspace per thread.
  * Errors: those of attn_forward's validation, plus NULL out / lse / dout, gradient shapes
  * that differ from the above (ATTN_ERROR_SHAPE_MISMATCH naming e.g. "dk.shape[1] (Tk)"),
- * dbias without options->bias, a broadcasting (zero-stride) output, the memory limit.
+ * dbias without options->bias, a broadcasting (zero-stride) output, the memory limit
+ * (execution->memory_limit_bytes).
  */
 ATTN_API attn_status attn_backward(const attn_tensor *q, const attn_tensor *k, const attn_tensor *v,
                                    const attn_tensor *out, const attn_tensor *lse,
                                    const attn_tensor *dout, const attn_options *options,
                                    attn_tensor *dq, attn_tensor *dk, attn_tensor *dv,
-                                   attn_tensor *dbias, attn_error *error);
+                                   attn_tensor *dbias, const attn_execution *execution,
+                                   attn_error *error);
 
 /* The naive backward, written as docs/attention-math.md §2.2 states it: dense
  * S, P, dP, dS per (b, h) in double (O(Tq * Tk) memory), single-threaded. Same arguments,
- * conventions and errors as attn_backward (no memory limit). The tests' oracle; slow. */
+ * conventions and errors as attn_backward (options NULL = plain attention), without an
+ * execution part (no memory limit). The tests' oracle; slow. */
 ATTN_API attn_status attn_reference_backward(const attn_tensor *q, const attn_tensor *k,
                                              const attn_tensor *v, const attn_tensor *out,
                                              const attn_tensor *lse, const attn_tensor *dout,
@@ -502,24 +540,26 @@ ATTN_API attn_status attn_kv_cache_read(const attn_kv_cache *cache, int64_t sequ
  * (logical Tk = the longest sequence's length) all apply.
  *   q   [B, Tq, Hq, Dk] F32 (B = config.sequences, Hq a multiple of Hkv)
  *   out [B, Tq, Hq, Dv] F32 (written);  lse [B, Hq, Tq] F32 (written; may be NULL)
- * Split-KV (flash-decoding): each sequence's keys are cut into splits of options->tile_k
+ * Split-KV (flash-decoding): each sequence's keys are cut into splits of execution->tile_k
  * tokens, fixed independently of the thread count (0 = automatic: at most 1024 tokens, and
  * fewer when B x Hkv < 16 so that there are about 16 tasks, a multiple of 64 tokens; it
  * depends only on the cache's lengths, B and Hkv); each (sequence, KV head, split) is one
  * task that reads its pages once for all Hq / Hkv query heads of the group and all Tq rows,
  * and the partial (O, LSE) are merged exactly as attn_merge does, in split order, so the
- * output is bitwise identical for any thread count. options->kernel picks the kernel table
+ * output is bitwise identical for any thread count. execution->kernel picks the kernel table
  * (generic, AVX2 or AVX-512; AUTO = the fastest this CPU runs).
  * Errors: as attn_forward, plus options->key_lengths / key_positions set (the cache defines
  * them: INVALID_ARGUMENT), an empty row under ATTN_EMPTY_ROWS_ERROR (e.g. a sequence with
- * fewer tokens than Tq under bottom-right causality), memory limit.
+ * fewer tokens than Tq under bottom-right causality), memory limit. options NULL = plain
+ * attention, execution NULL = defaults.
  */
 ATTN_API attn_status attn_decode(const attn_kv_cache *cache, const attn_tensor *q,
                                  const attn_options *options, attn_tensor *out, attn_tensor *lse,
-                                 attn_error *error);
+                                 const attn_execution *execution, attn_error *error);
 
 /* The naive oracle of attn_decode: reads each sequence back as float32 (attn_kv_cache_read)
- * and calls attn_reference_forward on it, one sequence at a time. Slow; for tests. */
+ * and calls attn_reference_forward on it, one sequence at a time (options NULL = plain
+ * attention). Slow; for tests. */
 ATTN_API attn_status attn_reference_decode(const attn_kv_cache *cache, const attn_tensor *q,
                                            const attn_options *options, attn_tensor *out,
                                            attn_tensor *lse, attn_error *error);

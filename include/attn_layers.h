@@ -148,10 +148,11 @@ ATTN_API void attn_layer_activations_free(attn_layer_activations *activations);
  *   x_query    float[B][Tq][d]
  *   x_key_value float[B][Tk][d], or NULL for self-attention (then key_length must equal
  *              query_length and x_query is used)
- *   options    passed to attn_forward as is (mask, causal, window, ...; NULL = defaults); its
+ *   options    passed to attn_forward as is (mask, causal, window, ...; NULL = plain); its
  *              tensors, if any, are shaped for [B, h, Tq, Tk]
  *   activations: NULL, or a struct to keep what attn_layer_backward needs (see above)
  *   out        float[B][Tq][d] (written; must not alias the inputs)
+ *   execution  passed to attn_forward as is (threads, tiles, kernel, memory; NULL = defaults)
  * Errors: those of attn_forward, sizes < 1, overflow, memory.
  */
 ATTN_API attn_status attn_layer_forward(const attn_layer *layer, int64_t batch,
@@ -159,7 +160,7 @@ ATTN_API attn_status attn_layer_forward(const attn_layer *layer, int64_t batch,
                                         int64_t key_length, const float *x_key_value,
                                         const attn_options *options,
                                         attn_layer_activations *activations, float *out,
-                                        attn_error *error);
+                                        const attn_execution *execution, attn_error *error);
 
 /*
  * Gradients of the layer, given the activations of the matching attn_layer_forward call (same
@@ -170,7 +171,7 @@ ATTN_API attn_status attn_layer_forward(const attn_layer *layer, int64_t batch,
  *                 (x_key_value NULL) it is the whole input gradient (query + key + value paths)
  *   dx_key_value: float[B][Tk][d] (written; NULL = not wanted); cross-attention only
  * Attention gradients come from attn_backward (deterministic: bitwise identical for any
- * thread count, given a deterministic BLAS).
+ * thread count, given a deterministic BLAS), run with `execution` (NULL = defaults).
  */
 ATTN_API attn_status attn_layer_backward(const attn_layer *layer, int64_t batch,
                                          int64_t query_length, const float *x_query,
@@ -178,7 +179,8 @@ ATTN_API attn_status attn_layer_backward(const attn_layer *layer, int64_t batch,
                                          const attn_options *options,
                                          const attn_layer_activations *activations,
                                          const float *dout, attn_layer *gradients, float *dx_query,
-                                         float *dx_key_value, attn_error *error);
+                                         float *dx_key_value, const attn_execution *execution,
+                                         attn_error *error);
 
 /* Adam (Kingma & Ba; PyTorch torch.optim.Adam semantics, L2 weight decay added to the
  * gradient when weight_decay > 0). */
@@ -286,7 +288,8 @@ ATTN_API attn_status attn_mla_cache_config(const attn_mla_config *config, int64_
  *   hidden [B, T, hidden] F32 (any strides; B = the cache's sequences)
  *   out    [B, T, hidden] F32 (written; must not overlap hidden)
  * Both paths give the same result up to float rounding. The matrix products run through
- * CBLAS sgemm (projections via attn_linear_forward). Errors: shapes, missing weights, cache
+ * CBLAS sgemm (projections via attn_linear_forward); attention runs with the default
+ * execution settings (attn_execution). Errors: shapes, missing weights, cache
  * capacity (nothing appended), sizes beyond CBLAS's int (OVERFLOW), as attn_decode /
  * attn_forward.
  */

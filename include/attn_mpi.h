@@ -13,11 +13,11 @@
  * trimmed to the rows and columns that have allowed pairs, which is what makes the zigzag and
  * striped layouts balance causal work.
  *
- * Supported options: scale, causal, window_left/right, alignment, softcap, ALiBi (slopes are
- * per query head, positions global), empty_rows, num_threads, tile sizes, kernel,
- * memory_limit_bytes. Options that index the global sequence (mask, bias, query/key lengths,
- * query/key positions, global tokens, sparse patterns, block layouts) are refused with
- * ATTN_ERROR_UNSUPPORTED. The sequence is self-attention: local Tq = local Tk.
+ * Supported options: scale, causal, window, alignment, softcap, ALiBi (slopes are per query
+ * head, positions global), empty_rows (NULL options = plain attention). Every execution
+ * setting applies to each block's computation (NULL = defaults). Options that index the
+ * global sequence (mask, bias, query/key lengths, query/key positions, global tokens, sparse
+ * patterns, block layouts) are refused with ATTN_ERROR_UNSUPPORTED. The sequence is self-attention: local Tq = local Tk.
  *
  * Collective: every rank of `comm` must call with the same layout, options and head/dim sizes.
  * A rank whose input is bad makes EVERY rank return the same status and message (the message
@@ -75,7 +75,8 @@ typedef struct attn_ring_stats {
 ATTN_API attn_status attn_ring_forward(MPI_Comm comm, const attn_tensor *q, const attn_tensor *k,
                                        const attn_tensor *v, const attn_options *options,
                                        const attn_ring_layout *layout, attn_tensor *out,
-                                       attn_tensor *lse, attn_ring_stats *stats, attn_error *error);
+                                       attn_tensor *lse, attn_ring_stats *stats,
+                                       const attn_execution *execution, attn_error *error);
 
 /*
  * Ring attention backward pass (collective over comm). out and lse are the results of
@@ -90,7 +91,8 @@ ATTN_API attn_status attn_ring_backward(MPI_Comm comm, const attn_tensor *q, con
                                         const attn_tensor *lse, const attn_tensor *dout,
                                         const attn_options *options, const attn_ring_layout *layout,
                                         attn_tensor *dq, attn_tensor *dk, attn_tensor *dv,
-                                        attn_ring_stats *stats, attn_error *error);
+                                        attn_ring_stats *stats, const attn_execution *execution,
+                                        attn_error *error);
 
 #ifdef __cplusplus
 }

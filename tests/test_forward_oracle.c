@@ -197,7 +197,7 @@ static void check_pytorch_fixtures(void) {
             options.scale = f->scale;
         }
         attn_error error = {0};
-        CHECK_STATUS(attn_forward(&q_view, &k_view, &v_view, &options, &out.view, &lse_out.view, &error),
+        CHECK_STATUS(attn_forward(&q_view, &k_view, &v_view, &options, &out.view, &lse_out.view, NULL, &error),
                      ATTN_OK, &error, "fixture %s forward", f->name);
         CHECK_STATUS(attn_reference_forward(&q_view, &k_view, &v_view, &options, &out_reference.view,
                                             &lse_reference.view, &error),

@@ -203,11 +203,11 @@ static void test_layer_case(const layer_case *lc, test_rng *rng) {
     }
     attn_layer_activations activations = {0};
     attn_status status = attn_layer_forward(&layer, lc->B, lc->Tq, x_query, lc->Tk, x_kv,
-                                            &options, &activations, out, &error);
+                                            &options, &activations, out, NULL, &error);
     CHECK_STATUS(status, ATTN_OK, &error, "%s forward", lc->name);
     if (status == ATTN_OK) {
         status = attn_layer_backward(&layer, lc->B, lc->Tq, x_query, lc->Tk, x_kv, &options,
-                                     &activations, g, &gradients, dx_query, dx_kv, &error);
+                                     &activations, g, &gradients, dx_query, dx_kv, NULL, &error);
         CHECK_STATUS(status, ATTN_OK, &error, "%s backward", lc->name);
     }
 

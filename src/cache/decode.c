@@ -22,6 +22,7 @@
 #include "cache/cache_internal.h"
 #include "cache/decode_kernels.h"
 #include "cache/merge.h"
+#include "call/call.h"
 #include "core/internal.h"
 #include "mask/mask.h"
 
@@ -294,10 +295,6 @@ static attn_status validate_decode(const attn_kv_cache *cache, const attn_tensor
         return attn_fail(error, ATTN_ERROR_INVALID_ARGUMENT,
                          "options.%s is set: the cache defines key lengths and positions",
                          options->key_lengths != NULL ? "key_lengths" : "key_positions");
-    if (options->tile_k < 0)
-        return attn_fail(error, ATTN_ERROR_INVALID_ARGUMENT,
-                         "options.tile_k = %d: the split size must be >= 0 (0 = default)",
-                         options->tile_k);
     int64_t longest = 1;
     for (int64_t b = 0; b < config->sequences; ++b)
         if (cache->lengths[b] > longest) longest = cache->lengths[b];
@@ -374,7 +371,7 @@ static attn_status merge_partials(const decode_plan *plan, const attn_options *o
     return ATTN_OK;
 }
 
-/* The split size when options.tile_k = 0 (see MOST_SPLIT_TOKENS). */
+/* The split size when execution.tile_k = 0 (see MOST_SPLIT_TOKENS). */
 static int64_t default_split_tokens(const attn_kv_cache *cache, int64_t kv_heads) {
     int64_t longest = 1;
     for (int64_t b = 0; b < cache->config.sequences; ++b)
@@ -387,12 +384,18 @@ static int64_t default_split_tokens(const attn_kv_cache *cache, int64_t kv_heads
 }
 
 attn_status attn_decode(const attn_kv_cache *cache, const attn_tensor *q,
-                        const attn_options *options, attn_tensor *out, attn_tensor *lse,
-                        attn_error *error) {
-    attn_options defaults = attn_options_default();
-    if (options == NULL) options = &defaults;
+                        const attn_options *caller_options, attn_tensor *out, attn_tensor *lse,
+                        const attn_execution *caller_execution, attn_error *error) {
+    attn_options resolved_options;
+    attn_execution resolved_execution;
+    attn_status status = attn_options_resolve(caller_options, &resolved_options, error);
+    if (status != ATTN_OK) return status;
+    status = attn_execution_resolve(caller_execution, &resolved_execution, error);
+    if (status != ATTN_OK) return status;
+    const attn_options *options = &resolved_options;
+    const attn_execution *execution = &resolved_execution;
     attn_problem problem;
-    attn_status status = validate_decode(cache, q, options, out, lse, &problem, error);
+    status = validate_decode(cache, q, options, out, lse, &problem, error);
     if (status != ATTN_OK) return status;
 
     decode_plan plan;
@@ -410,7 +413,7 @@ attn_status attn_decode(const attn_kv_cache *cache, const attn_tensor *q,
     resolved.key_lengths = key_lengths;
     status = attn_validate_options(&resolved, &problem, error);
     if (status == ATTN_OK)
-        status = attn_select_decode_kernels(options->kernel, &plan.kernels, error);
+        status = attn_select_decode_kernels(execution->kernel, &plan.kernels, error);
     if (status == ATTN_OK) status = attn_mask_context_init(&plan.mask, &resolved, &problem, error);
     if (status != ATTN_OK) {
         free(key_lengths), free(plan.split_counts), free(plan.first_task);
@@ -426,8 +429,8 @@ attn_status attn_decode(const attn_kv_cache *cache, const attn_tensor *q,
     plan.rows = problem.group_size * problem.query_length;
     plan.key_dim = problem.key_dim;
     plan.value_dim = problem.value_dim;
-    plan.split_tokens = options->tile_k > 0 ? options->tile_k
-                                            : default_split_tokens(cache, problem.kv_heads);
+    plan.split_tokens = execution->tile_k > 0 ? execution->tile_k
+                                              : default_split_tokens(cache, problem.kv_heads);
     for (int64_t b = 0; b < B; ++b) {
         int64_t splits = (cache->lengths[b] + plan.split_tokens - 1) / plan.split_tokens;
         plan.split_counts[b] = splits < 1 ? 1 : splits;
@@ -441,16 +444,16 @@ attn_status attn_decode(const attn_kv_cache *cache, const attn_tensor *q,
                 attn_mul_size(partial_floats, sizeof(float), &partial_bytes);
     if (!fits)
         status = attn_fail(error, ATTN_ERROR_OVERFLOW, "q: the split-KV partial buffer overflows");
-    else if (options->memory_limit_bytes > 0 && partial_bytes > options->memory_limit_bytes)
+    else if (execution->memory_limit_bytes > 0 && partial_bytes > execution->memory_limit_bytes)
         status = attn_fail(error, ATTN_ERROR_MEMORY_LIMIT,
-                           "options.memory_limit_bytes = %zu: split-KV partials need %zu bytes",
-                           options->memory_limit_bytes, partial_bytes);
+                           "execution.memory_limit_bytes = %zu: split-KV partials need %zu bytes",
+                           execution->memory_limit_bytes, partial_bytes);
     else if ((plan.partial_out = attn_aligned_alloc(partial_bytes)) == NULL)
         status = attn_fail(error, ATTN_ERROR_OUT_OF_MEMORY,
                            "no memory for %zu bytes of split-KV partials", partial_bytes);
     if (status == ATTN_OK) {
         plan.partial_lse = plan.partial_out + plan.task_count * plan.rows * plan.value_dim;
-        const int threads = attn_thread_count(options->num_threads);
+        const int threads = attn_thread_count(execution->num_threads);
         bool out_of_memory = false;
 #pragma omp parallel num_threads(threads) reduction(|| : out_of_memory)
         {

@@ -22,7 +22,7 @@
  *   PACK_SHARED: one store; heads one after the other, the threads first pack the head's
  *     tiles together, then share out its query tiles (two barriers per head). Used when
  *     per-thread copies would cost too much memory (few KV heads, many threads).
- *   PACK_ONE_TILE: under a tight options.memory_limit_bytes, each thread repacks one tile
+ *   PACK_ONE_TILE: under a tight execution.memory_limit_bytes, each thread repacks one tile
  *     per use.
  * Items (b, KV head, query tile) are handed out dynamically in order, query tiles of a head
  * last-first (causal: the longest rows first), so the threads get equal work. Each output
@@ -37,6 +37,7 @@
 #include <omp.h>
 #endif
 
+#include "../call/call.h"
 #include "../core/internal.h"
 #include "../kernels/kernel.h"
 #include "../mask/mask.h"
@@ -285,6 +286,7 @@ static int64_t clamp_tile(int64_t requested, int64_t fallback, int64_t limit) {
 static void choose_tiles(forward_plan *plan) {
     const attn_problem *problem = &plan->problem;
     const attn_options *options = plan->options;
+    const attn_execution *execution = plan->execution;
     int64_t default_rows = FORWARD_GROUP_ROWS / problem->group_size;
     if (default_rows < FORWARD_MIN_ROWS) default_rows = FORWARD_MIN_ROWS;
     if (default_rows > FORWARD_MAX_ROWS) default_rows = FORWARD_MAX_ROWS;
@@ -294,8 +296,8 @@ static void choose_tiles(forward_plan *plan) {
     const bool banded = options->causal ||
                         (options->window_left >= 0 && options->window_left < longest) ||
                         (options->window_right >= 0 && options->window_right < longest);
-    plan->tile_rows = clamp_tile(options->tile_q, default_rows, problem->query_length);
-    plan->tile_keys = clamp_tile(options->tile_k, banded ? FORWARD_BANDED_KEYS : FORWARD_KEYS,
+    plan->tile_rows = clamp_tile(execution->tile_q, default_rows, problem->query_length);
+    plan->tile_keys = clamp_tile(execution->tile_k, banded ? FORWARD_BANDED_KEYS : FORWARD_KEYS,
                                  problem->key_length);
     plan->query_tiles = (problem->query_length + plan->tile_rows - 1) / plan->tile_rows;
     plan->key_tiles = (problem->key_length + plan->tile_keys - 1) / plan->tile_keys;
@@ -313,7 +315,7 @@ static attn_status choose_packing(forward_plan *plan, int thread_count,
                                   size_t part_bytes[WORKSPACE_PARTS], size_t *workspace_bytes,
                                   size_t *total_bytes, attn_error *error) {
     const attn_problem *problem = &plan->problem;
-    const size_t limit = plan->options->memory_limit_bytes;
+    const size_t limit = plan->execution->memory_limit_bytes;
     const int tile_keys = (int)plan->tile_keys, dim_k = (int)problem->key_dim,
               dim_v = (int)problem->value_dim;
     size_t one_tile, one_tile_total, workspaces;
@@ -328,7 +330,7 @@ static attn_status choose_packing(forward_plan *plan, int thread_count,
                          (long long)problem->group_size);
     if (limit > 0 && one_tile_total > limit)
         return attn_fail(error, ATTN_ERROR_MEMORY_LIMIT,
-                         "options.memory_limit_bytes = %zu: attn_forward needs %zu bytes of "
+                         "execution.memory_limit_bytes = %zu: attn_forward needs %zu bytes of "
                          "working memory (%d threads x %zu)",
                          limit, one_tile_total, thread_count,
                          one_tile_total / (size_t)thread_count);
@@ -384,13 +386,21 @@ static void run_thread(const forward_plan *plan, forward_workspace *workspace,
 }
 
 attn_status attn_forward(const attn_tensor *q, const attn_tensor *k, const attn_tensor *v,
-                         const attn_options *options, attn_tensor *out, attn_tensor *lse,
-                         attn_error *error) {
+                         const attn_options *caller_options, attn_tensor *out, attn_tensor *lse,
+                         const attn_execution *caller_execution, attn_error *error) {
     forward_plan plan;
     memset(&plan, 0, sizeof plan);
-    attn_status status = attn_validate_call(q, k, v, options, out, lse, &plan.problem, error);
+    attn_options resolved_options;
+    attn_execution resolved_execution;
+    attn_status status = attn_options_resolve(caller_options, &resolved_options, error);
     if (status != ATTN_OK) return status;
-    status = attn_select_kernels(options->kernel, &plan.kernels, error);
+    status = attn_execution_resolve(caller_execution, &resolved_execution, error);
+    if (status != ATTN_OK) return status;
+    const attn_options *options = &resolved_options;
+    const attn_execution *execution = &resolved_execution;
+    status = attn_validate_call(q, k, v, options, out, lse, &plan.problem, error);
+    if (status != ATTN_OK) return status;
+    status = attn_select_kernels(execution->kernel, &plan.kernels, error);
     if (status != ATTN_OK) return status;
     plan.q = q;
     plan.k = k;
@@ -398,6 +408,7 @@ attn_status attn_forward(const attn_tensor *q, const attn_tensor *k, const attn_
     plan.out = out;
     plan.lse = lse;
     plan.options = options;
+    plan.execution = execution;
     const attn_problem *problem = &plan.problem;
     choose_tiles(&plan);
     plan.prescale_queries = options->softcap == 0.0f;
@@ -407,7 +418,7 @@ attn_status attn_forward(const attn_tensor *q, const attn_tensor *k, const attn_
     if (!attn_mul_i64(problem->batch, problem->kv_heads, &item_count) ||
         !attn_mul_i64(item_count, plan.query_tiles, &item_count))
         return attn_fail(error, ATTN_ERROR_OVERFLOW, "B x Hkv x query tiles overflows int64");
-    int thread_count = attn_thread_count(options->num_threads);
+    int thread_count = attn_thread_count(execution->num_threads);
     if (thread_count > item_count) thread_count = (int)item_count;
 
     /* Working memory: one workspace per thread, checked against the caller's limit. */

@@ -20,7 +20,8 @@ typedef enum packing_mode { PACK_PER_THREAD, PACK_SHARED, PACK_ONE_TILE } packin
 typedef struct forward_plan {
     const attn_tensor *q, *k, *v;
     attn_tensor *out, *lse;
-    const attn_options *options;
+    const attn_options *options;     /* resolved (call.h) */
+    const attn_execution *execution; /* resolved (call.h) */
     attn_problem problem;
     attn_mask_context mask;
     const attn_kernel_table *kernels;

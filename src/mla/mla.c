@@ -137,7 +137,7 @@ static attn_status attend_naive(const mla_sizes *z, const attn_mla_weights *weig
         options.alignment = ATTN_ALIGN_BOTTOM_RIGHT;
         options.custom_scale = 1;
         options.scale = z->scale;
-        if (status == ATTN_OK) status = attn_forward(&q, &k, &v, &options, &o, NULL, error);
+        if (status == ATTN_OK) status = attn_forward(&q, &k, &v, &options, &o, NULL, NULL, error);
         free(latents), free(compact), free(up), free(keys), free(values);
     }
     return status;
@@ -173,7 +173,7 @@ static attn_status attend_absorbed(const mla_sizes *z, const attn_mla_weights *w
     options.alignment = ATTN_ALIGN_BOTTOM_RIGHT;
     options.custom_scale = 1;
     options.scale = z->scale;
-    attn_status status = attn_decode(cache, &q, &options, &o, NULL, error);
+    attn_status status = attn_decode(cache, &q, &options, &o, NULL, NULL, error);
     for (int64_t h = 0; h < z->heads && status == ATTN_OK; ++h) {
         /* heads_out[n][h] = o_latent[n][h] [rows x latent] . W_UV_h^T (W_UV_h: [value][latent]) */
         const float *w_uv = weights->wkv_b + (h * (z->nope + z->value) + z->nope) * z->latent;

@@ -118,7 +118,8 @@ static attn_status compute_block(ring_call *call, const ring_tensors *tensors, f
         attn_tensor partial_dq = attn_tensor_f32_4d(buffers->partial_dq, B, row_end - row, Hq, Dk);
         options.query_positions = call->local_positions + row;
         attn_status status = attn_backward(&queries, &keys, &values, &out, &lse, &dout, &options,
-                                           &partial_dq, &partial_dk, &partial_dv, NULL, error);
+                                           &partial_dq, &partial_dk, &partial_dv, NULL,
+                                           &call->execution, error);
         if (status != ATTN_OK) return status;
         attn_tensor dq_rows = ring_view_rows(buffers->query_gradient, B, call->local_length, Hq,
                                              Dk, row, row_end);
@@ -228,12 +229,13 @@ attn_status attn_ring_backward(MPI_Comm comm, const attn_tensor *q, const attn_t
                                const attn_tensor *lse, const attn_tensor *dout,
                                const attn_options *options, const attn_ring_layout *layout,
                                attn_tensor *dq, attn_tensor *dk, attn_tensor *dv,
-                               attn_ring_stats *stats, attn_error *error) {
+                               attn_ring_stats *stats, const attn_execution *execution,
+                               attn_error *error) {
     double call_start = MPI_Wtime();
     ring_stats_reset(stats);
     ring_tensors tensors = {true, q, k, v, out, lse, dout, dq, dk, dv};
     ring_call call;
-    attn_status status = ring_call_begin(&call, comm, &tensors, options, layout, error);
+    attn_status status = ring_call_begin(&call, comm, &tensors, options, layout, execution, error);
     if (status != ATTN_OK) return status;
     attn_error local_error = {ATTN_OK, ""};
     backward_buffers buffers;

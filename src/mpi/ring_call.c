@@ -7,6 +7,7 @@
  */
 #include "ring_internal.h"
 
+#include "../call/call.h"
 #include "../core/internal.h"
 
 #include <stdio.h>
@@ -192,7 +193,7 @@ static void describe(const ring_call *call, int64_t descriptor[DESCRIPTOR_FIELDS
 
 attn_status ring_call_begin(ring_call *call, MPI_Comm comm, const ring_tensors *tensors,
                             const attn_options *options, const attn_ring_layout *layout,
-                            attn_error *error) {
+                            const attn_execution *execution, attn_error *error) {
     memset(call, 0, sizeof *call);
     call->comm = MPI_COMM_NULL;
     call->unit = MPI_DATATYPE_NULL;
@@ -215,10 +216,12 @@ attn_status ring_call_begin(ring_call *call, MPI_Comm comm, const ring_tensors *
         ring_call_end(call);
         return attn_fail(error, ATTN_ERROR_COMMUNICATION, "MPI_Type_contiguous failed");
     }
-    call->options = options != NULL ? *options : attn_options_default();
 
     attn_error local_error = {ATTN_OK, ""};
-    attn_status status = check_local(call, tensors, layout, &local_error);
+    attn_status status = attn_options_resolve(options, &call->options, &local_error);
+    if (status == ATTN_OK)
+        status = attn_execution_resolve(execution, &call->execution, &local_error);
+    if (status == ATTN_OK) status = check_local(call, tensors, layout, &local_error);
     status = ring_agree(call, status, &local_error, error);
     if (status != ATTN_OK) {
         ring_call_end(call);

@@ -94,7 +94,7 @@ static attn_status compute_block(ring_call *call, const attn_tensor *q, float *b
         attn_tensor partial_lse = attn_tensor_contiguous(buffers->partial_lse, ATTN_DTYPE_F32, 3, lse_shape);
         options.query_positions = call->local_positions + row;
         attn_status status = attn_forward(&queries, &keys, &values, &options, &partial_out,
-                                          &partial_lse, error);
+                                          &partial_lse, &call->execution, error);
         if (status != ATTN_OK) return status;
         attn_tensor merged_out = ring_restrict(out, 1, row, row_end);
         attn_tensor merged_lse = ring_restrict(lse, 2, row, row_end);
@@ -190,12 +190,13 @@ static attn_status run_ring(ring_call *call, const ring_tensors *tensors, attn_t
 attn_status attn_ring_forward(MPI_Comm comm, const attn_tensor *q, const attn_tensor *k,
                               const attn_tensor *v, const attn_options *options,
                               const attn_ring_layout *layout, attn_tensor *out, attn_tensor *lse,
-                              attn_ring_stats *stats, attn_error *error) {
+                              attn_ring_stats *stats, const attn_execution *execution,
+                              attn_error *error) {
     double call_start = MPI_Wtime();
     ring_stats_reset(stats);
     ring_tensors tensors = {false, q, k, v, out, lse, NULL, NULL, NULL, NULL};
     ring_call call;
-    attn_status status = ring_call_begin(&call, comm, &tensors, options, layout, error);
+    attn_status status = ring_call_begin(&call, comm, &tensors, options, layout, execution, error);
     if (status != ATTN_OK) return status;
 
     attn_error local_error = {ATTN_OK, ""};

@@ -33,7 +33,8 @@ typedef struct ring_call {
     int rank;               /* r */
     int rank_count;         /* P */
     attn_ring_layout layout;
-    attn_options options;   /* the caller's options (or the defaults) */
+    attn_options options;     /* the caller's options, resolved (call.h) */
+    attn_execution execution; /* the caller's execution settings, resolved (call.h) */
     int64_t batch, query_heads, kv_heads, key_dim, value_dim;
     int64_t local_length;   /* n_r: this rank's tokens */
     int64_t max_local_length;
@@ -59,7 +60,7 @@ void ring_stats_reset(attn_ring_stats *stats);
 
 attn_status ring_call_begin(ring_call *call, MPI_Comm comm, const ring_tensors *tensors,
                             const attn_options *options, const attn_ring_layout *layout,
-                            attn_error *error);
+                            const attn_execution *execution, attn_error *error);
 void ring_call_end(ring_call *call);
 
 /*
