@@ -13,7 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cache/cache_internal.h"
+#include "cache/cache.h"
 #include "core/internal.h"
 #include "attn_layers.h"
 
@@ -88,7 +88,7 @@ static attn_status attend_naive(const mla_sizes *z, const attn_mla_weights *weig
     attn_status status = ATTN_OK;
     const int64_t key_row = z->latent + z->rope, up_row = z->heads * (z->nope + z->value);
     for (int64_t b = 0; b < z->B && status == ATTN_OK; ++b) {
-        const int64_t L = cache->lengths[b];
+        const int64_t L = attn_kv_cache_length(cache, b);
         size_t latent_floats, up_floats, key_floats, value_floats;
         if (!attn_mul_size((size_t)L, (size_t)key_row, &latent_floats) ||
             !attn_mul_size((size_t)L, (size_t)up_row, &up_floats) ||
@@ -236,7 +236,7 @@ attn_status attn_mla_forward(const attn_mla_config *config, const attn_mla_weigh
     if ((status = attn_check_tensor(hidden, "hidden", ATTN_DTYPE_F32, 3, error)) != ATTN_OK ||
         (status = attn_check_tensor(out, "out", ATTN_DTYPE_F32, 3, error)) != ATTN_OK)
         return status;
-    const attn_kv_cache_config *cc = &cache->config;
+    const attn_kv_cache_config *cc = attn_kv_cache_config_of(cache);
     mla_sizes z = {hidden->shape[0], hidden->shape[1], 0, config->heads, config->kv_lora_rank,
                    config->qk_rope_dim, config->qk_nope_dim, config->v_head_dim,
                    config->qk_nope_dim + config->qk_rope_dim, 0.0f};
@@ -258,11 +258,11 @@ attn_status attn_mla_forward(const attn_mla_config *config, const attn_mla_weigh
                          (long long)out->shape[1], (long long)out->shape[2],
                          (long long)config->hidden);
     for (int64_t b = 0; b < z.B; ++b)
-        if (z.T > cc->capacity - cache->lengths[b])
+        if (z.T > cc->capacity - attn_kv_cache_length(cache, b))
             return attn_fail(error, ATTN_ERROR_CAPACITY,
                              "sequence %lld: %lld tokens + %lld new exceed capacity %lld",
-                             (long long)b, (long long)cache->lengths[b], (long long)z.T,
-                             (long long)cc->capacity);
+                             (long long)b, (long long)attn_kv_cache_length(cache, b),
+                             (long long)z.T, (long long)cc->capacity);
 
     if ((status = sizes_fit_blas(&z, config, cc->capacity, error)) != ATTN_OK) return status;
     const int64_t d = config->hidden, query_width = z.heads * z.query_head;
@@ -312,10 +312,10 @@ attn_status attn_mla_forward(const attn_mla_config *config, const attn_mla_weigh
         attn_tensor k_rope = {latents + b * z.T * key_row + z.latent, ATTN_DTYPE_F32, 4,
                               {1, z.T, 1, z.rope}, {0, key_row, key_row, 1}};
         status = attn_rope_apply(&q_rope, ATTN_ROPE_INTERLEAVED, z.rope, base, NULL,
-                                 cache->lengths[b], 0, error);
+                                 attn_kv_cache_length(cache, b), 0, error);
         if (status == ATTN_OK)
             status = attn_rope_apply(&k_rope, ATTN_ROPE_INTERLEAVED, z.rope, base, NULL,
-                                     cache->lengths[b], 0, error);
+                                     attn_kv_cache_length(cache, b), 0, error);
     }
     if (status == ATTN_OK) {
         attn_tensor new_latents = attn_tensor_f32_4d(latents, z.B, z.T, 1, key_row);
