@@ -13,7 +13,7 @@
 
 #include "cache/cache.h"
 #include "cache/cache_internal.h"
-#include "cache/half.h"
+#include "kernels/half.h"
 #include "core/internal.h"
 #include "attn_layers.h"
 

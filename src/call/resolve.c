@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "../core/internal.h"
+#include "../kernels/registry.h"
 
 attn_options attn_options_default(void) {
     attn_options options;
@@ -66,7 +67,7 @@ attn_status attn_execution_resolve(const attn_execution *execution, attn_executi
         return attn_fail(error, ATTN_ERROR_INVALID_ARGUMENT,
                          "execution.tile_k = %d: must be in [0, %d] (0 = tuned default)",
                          execution->tile_k, ATTN_MAX_TILE);
-    if ((int)execution->kernel < ATTN_KERNEL_AUTO || (int)execution->kernel > ATTN_KERNEL_AVX512)
+    if (attn_kernel_choice_name(execution->kernel) == NULL)
         return attn_fail(error, ATTN_ERROR_INVALID_ARGUMENT, "execution.kernel = %d: unknown",
                          (int)execution->kernel);
     *resolved = *execution;
