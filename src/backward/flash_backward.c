@@ -176,34 +176,45 @@ attn_status attn_backward(const attn_tensor *q, const attn_tensor *k, const attn
                           const attn_execution *execution, attn_error *error) {
     attn_call call;
     attn_status status = attn_call_begin(&call, options, execution, error);
-    if (status == ATTN_OK)
-        status = attn_backward_validate(q, k, v, out, lse, dout, &call.options, dq, dk, dv, dbias,
-                                        &call.problem, error);
     if (status != ATTN_OK) {
         attn_call_end(&call);
         return status;
     }
+    return attn_backward_run(&call, q, k, v, out, lse, dout, dq, dk, dv, dbias, error);
+}
+
+attn_status attn_backward_run(attn_call *call, const attn_tensor *q, const attn_tensor *k,
+                              const attn_tensor *v, const attn_tensor *out,
+                              const attn_tensor *lse, const attn_tensor *dout, attn_tensor *dq,
+                              attn_tensor *dk, attn_tensor *dv, attn_tensor *dbias,
+                              attn_error *error) {
+    attn_status status = attn_backward_validate(q, k, v, out, lse, dout, &call->options, dq, dk,
+                                                dv, dbias, &call->problem, error);
+    if (status != ATTN_OK) {
+        attn_call_end(call);
+        return status;
+    }
     backward_plan plan;
     memset(&plan, 0, sizeof plan);
-    plan.kernels = call.kernels;
-    plan.problem = call.problem;
+    plan.kernels = call->kernels;
+    plan.problem = call->problem;
     plan.q = q, plan.k = k, plan.v = v, plan.out = out, plan.lse = lse, plan.dout = dout;
     plan.dq = dq, plan.dk = dk, plan.dv = dv, plan.dbias = dbias;
     plan.scale = plan.problem.scale;
-    plan.softcap = call.options.softcap;
-    plan.tile_q = call.execution.tile_q > 0 ? call.execution.tile_q : BACKWARD_TILE_Q;
-    plan.tile_k = call.execution.tile_k > 0 ? call.execution.tile_k : BACKWARD_TILE_K;
+    plan.softcap = call->options.softcap;
+    plan.tile_q = call->execution.tile_q > 0 ? call->execution.tile_q : BACKWARD_TILE_Q;
+    plan.tile_k = call->execution.tile_k > 0 ? call->execution.tile_k : BACKWARD_TILE_K;
     const int64_t B = plan.problem.batch, Tq = plan.problem.query_length;
     const int64_t Tk = plan.problem.key_length, Hq = plan.problem.query_heads;
     const int64_t Dk = plan.problem.key_dim;
     if (plan.tile_q > Tq) plan.tile_q = (int)Tq;
     if (plan.tile_k > Tk) plan.tile_k = (int)Tk;
-    const int threads = attn_call_thread_count(&call, 0);
+    const int threads = attn_call_thread_count(call, 0);
     /* The kernels index tiles with int: a tile of the largest dimension must fit. */
     const int64_t largest_dim = Dk > plan.problem.value_dim ? Dk : plan.problem.value_dim;
     const int64_t largest_tile = plan.tile_q > plan.tile_k ? plan.tile_q : plan.tile_k;
     if (largest_dim > INT32_MAX / 16 / largest_tile) {
-        attn_call_end(&call);
+        attn_call_end(call);
         return attn_fail(error, ATTN_ERROR_UNSUPPORTED,
                          "head dimension %lld: too large for the backward's tiles of %lld rows",
                          (long long)largest_dim, (long long)largest_tile);
@@ -218,26 +229,26 @@ attn_status attn_backward(const attn_tensor *q, const attn_tensor *k, const attn
     size_t fixed_floats = 0, shared_bytes = 0;
     if (fits) {
         const size_t row_dot_floats = (size_t)row_dot_count + 16; /* + partials' alignment */
-        plan.chunks = choose_chunks(&plan, &call.execution, (size_t)partial_count,
+        plan.chunks = choose_chunks(&plan, &call->execution, (size_t)partial_count,
                                     row_dot_floats);
         fits = attn_mul_size((size_t)partial_count, (size_t)plan.chunks, &fixed_floats) &&
                attn_add_size(fixed_floats, row_dot_floats, &fixed_floats) &&
                attn_mul_size(fixed_floats, sizeof(float), &shared_bytes);
     }
     if (!fits) {
-        attn_call_end(&call);
+        attn_call_end(call);
         return attn_fail(error, ATTN_ERROR_OVERFLOW,
                          "backward working memory for B*Hq*Tq*Dk = %lld*%lld*%lld*%lld overflows",
                          (long long)B, (long long)Hq, (long long)Tq, (long long)Dk);
     }
-    status = attn_call_reserve(&call, threads, workspace_floats * sizeof(float), shared_bytes,
+    status = attn_call_reserve(call, threads, workspace_floats * sizeof(float), shared_bytes,
                                "attn_backward", error);
     if (status != ATTN_OK) {
-        attn_call_end(&call);
+        attn_call_end(call);
         return status;
     }
-    plan.mask = &call.mask;
-    plan.row_dot = attn_call_shared(&call);
+    plan.mask = &call->mask;
+    plan.row_dot = attn_call_shared(call);
     plan.query_partials = plan.row_dot + ((size_t)row_dot_count + 15) / 16 * 16;
     compute_row_dots(&plan, threads);
 
@@ -245,7 +256,7 @@ attn_status attn_backward(const attn_tensor *q, const attn_tensor *k, const attn
 #pragma omp parallel num_threads(threads)
     {
         backward_workspace workspace;
-        backward_workspace_assign(&plan, attn_call_workspace(&call, omp_get_thread_num()),
+        backward_workspace_assign(&plan, attn_call_workspace(call, omp_get_thread_num()),
                                   &workspace);
 #pragma omp for schedule(dynamic, 1)
         for (int64_t task = 0; task < tasks.count; ++task)
@@ -253,6 +264,6 @@ attn_status attn_backward(const attn_tensor *q, const attn_tensor *k, const attn
     }
     reduce_query_partials(&plan, threads);
 
-    attn_call_end(&call);
+    attn_call_end(call);
     return ATTN_OK;
 }

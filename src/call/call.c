@@ -68,4 +68,6 @@ void attn_call_end(attn_call *call) {
     call->mask_ready = false;
     attn_aligned_free(call->arena);
     call->arena = NULL;
+    call->threads = 0;
+    call->workspace_bytes = call->shared_bytes = 0;
 }

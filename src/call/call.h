@@ -1,22 +1,24 @@
 /*
  * call.h — one attention call, prepared once. Every entry point (attn_forward, attn_backward,
- * attn_decode, and through them the ring) turns its arguments into an attn_call and runs on
- * it; none rebuilds the prologue by hand:
+ * attn_decode, and the ring's blocks) turns its arguments into an attn_call and runs on it;
+ * none rebuilds the prologue by hand:
  *
  *   attn_call call;
- *   attn_call_begin(&call, options, execution, error);      resolve what and how; kernels
- *   attn_call_validate_forward(&call, q, k, v, out, lse, error);   (or _backward, or the
- *                                                    entry's own check filling call.problem)
+ *   attn_call_begin(&call, options, execution, error);    resolve what and how; kernels
+ *   attn_call_validate_forward(&call, q, k, v, out, lse, error);  (or the entry's own
+ *                                                  check filling call.problem: backward, decode)
  *   ... plan tiles, count one thread's workspace bytes and the shared bytes ...
  *   attn_call_reserve(&call, threads, workspace, shared, "attn_forward", error);
  *        memory limit checked before anything is allocated, then the mask context and one
  *        arena: threads x workspace (thread t's at attn_call_workspace(&call, t)), then the
  *        shared part (attn_call_shared(&call))
  *   ... the parallel loops ...
- *   attn_call_end(&call);                                    frees everything, always safe
+ *   attn_call_end(&call);                                  frees everything, always safe
  *
- * The references (attn_reference_forward / _backward / _decode) have no execution part; they
- * use attn_options_resolve alone, so NULL options and the window switch mean the same there.
+ * The ring begins one call for the whole ring call and runs each block on a copy of it
+ * (attn_forward_run / attn_backward_run), with that block's positions. The references
+ * (attn_reference_forward / _backward / _decode) have no execution part; they use
+ * attn_options_resolve alone, so NULL options and the window switch mean the same there.
  */
 #ifndef ATTN_CALL_H
 #define ATTN_CALL_H
@@ -97,8 +99,22 @@ static inline void *attn_call_shared(const attn_call *call) {
     return call->arena + (size_t)call->threads * call->workspace_bytes;
 }
 
-/* Frees the mask context and the arena. Safe after any failure of the steps above. */
+/* Frees the mask context and the arena. Safe after any failure of the steps above. The
+ * resolution and the kernels stay: a begun call (before its reserve) may be copied and each
+ * copy run again with other tensors or positions (the ring runs every block that way). */
 void attn_call_end(attn_call *call);
+
+/* The entry points on a begun call (attn_call_begin done, options possibly adjusted): each
+ * validates the tensors against call->options, plans, reserves, runs and ends the call.
+ * attn_forward / attn_backward are attn_call_begin followed by these. */
+attn_status attn_forward_run(attn_call *call, const attn_tensor *q, const attn_tensor *k,
+                             const attn_tensor *v, attn_tensor *out, attn_tensor *lse,
+                             attn_error *error);
+attn_status attn_backward_run(attn_call *call, const attn_tensor *q, const attn_tensor *k,
+                              const attn_tensor *v, const attn_tensor *out,
+                              const attn_tensor *lse, const attn_tensor *dout, attn_tensor *dq,
+                              attn_tensor *dk, attn_tensor *dv, attn_tensor *dbias,
+                              attn_error *error);
 
 /* Bytes rounded up to a whole number of 64-byte lines (false on overflow): the unit in which
  * workspaces are carved. */

@@ -392,39 +392,49 @@ attn_status attn_forward(const attn_tensor *q, const attn_tensor *k, const attn_
                          const attn_execution *execution, attn_error *error) {
     attn_call call;
     attn_status status = attn_call_begin(&call, options, execution, error);
-    if (status == ATTN_OK) status = attn_call_validate_forward(&call, q, k, v, out, lse, error);
     if (status != ATTN_OK) {
         attn_call_end(&call);
         return status;
     }
+    return attn_forward_run(&call, q, k, v, out, lse, error);
+}
+
+attn_status attn_forward_run(attn_call *call, const attn_tensor *q, const attn_tensor *k,
+                             const attn_tensor *v, attn_tensor *out, attn_tensor *lse,
+                             attn_error *error) {
+    attn_status status = attn_call_validate_forward(call, q, k, v, out, lse, error);
+    if (status != ATTN_OK) {
+        attn_call_end(call);
+        return status;
+    }
     forward_plan plan;
     memset(&plan, 0, sizeof plan);
-    plan.call = &call;
+    plan.call = call;
     plan.q = q;
     plan.k = k;
     plan.v = v;
     plan.out = out;
     plan.lse = lse;
-    const attn_problem *problem = &call.problem;
+    const attn_problem *problem = &call->problem;
     choose_tiles(&plan);
-    const float softcap = call.options.softcap;
+    const float softcap = call->options.softcap;
     plan.prescale_queries = softcap == 0.0f;
-    plan.loop_transforms = softcap > 0.0f && (call.options.bias != NULL || call.options.alibi);
+    plan.loop_transforms = softcap > 0.0f && (call->options.bias != NULL || call->options.alibi);
 
     int64_t item_count;
     if (!attn_mul_i64(problem->batch, problem->kv_heads, &item_count) ||
         !attn_mul_i64(item_count, plan.query_tiles, &item_count)) {
-        attn_call_end(&call);
+        attn_call_end(call);
         return attn_fail(error, ATTN_ERROR_OVERFLOW, "B x Hkv x query tiles overflows int64");
     }
-    const int thread_count = attn_call_thread_count(&call, item_count);
+    const int thread_count = attn_call_thread_count(call, item_count);
 
     /* Working memory: one part of the arena per thread (+ a shared store), sized once. */
     size_t part_bytes[WORKSPACE_PARTS], parts_bytes = 0, workspace_bytes = 0, shared_bytes = 0;
     status = choose_packing(&plan, thread_count, part_bytes, &parts_bytes, &workspace_bytes,
                             &shared_bytes, error);
     if (status == ATTN_OK)
-        status = attn_call_reserve(&call, thread_count, workspace_bytes, shared_bytes,
+        status = attn_call_reserve(call, thread_count, workspace_bytes, shared_bytes,
                                    "attn_forward", error);
     forward_workspace *workspaces =
         status == ATTN_OK ? calloc((size_t)thread_count, sizeof *workspaces) : NULL;
@@ -432,24 +442,24 @@ attn_status attn_forward(const attn_tensor *q, const attn_tensor *k, const attn_
         status = attn_fail(error, ATTN_ERROR_OUT_OF_MEMORY, "attn_forward: %d workspaces",
                            thread_count);
     if (status != ATTN_OK) {
-        attn_call_end(&call);
+        attn_call_end(call);
         return status;
     }
     /* Soft-cap with additive terms: the loop transforms the scores (scale, cap, add, mask);
      * otherwise the loop only adds and masks (queries prescaled, or the kernel caps). */
     plan.logits = (attn_logit_pipeline){plan.loop_transforms ? problem->scale : 1.0f,
                                         plan.loop_transforms ? softcap : 0.0f,
-                                        call.mask.has_additive};
+                                        call->mask.has_additive};
     packed_kv_store shared_store;
     if (plan.packing == PACK_SHARED) {
-        packed_kv_store_init(&shared_store, call.kernels, (int)plan.tile_keys,
+        packed_kv_store_init(&shared_store, call->kernels, (int)plan.tile_keys,
                              (int)problem->key_dim, (int)problem->value_dim, plan.key_tiles,
-                             attn_call_shared(&call));
+                             attn_call_shared(call));
         plan.shared_packed = &shared_store;
     }
     for (int t = 0; t < thread_count; ++t)
         workspace_carve(&workspaces[t], &plan, part_bytes, parts_bytes,
-                        attn_call_workspace(&call, t));
+                        attn_call_workspace(call, t));
 
 #pragma omp parallel num_threads(thread_count)
     {
@@ -480,6 +490,6 @@ attn_status attn_forward(const attn_tensor *q, const attn_tensor *k, const attn_
                            (long long)first_empty->empty_i);
 
     free(workspaces);
-    attn_call_end(&call);
+    attn_call_end(call);
     return status;
 }
