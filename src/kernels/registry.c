@@ -140,6 +140,17 @@ attn_status attn_kernels_select(attn_kernel_choice choice, const attn_kernels **
                      isas[known].label, isas[known].requirement);
 }
 
+int attn_kernels_available(const attn_kernels **list, int capacity) {
+    pthread_once(&built_once, build);
+    int count = 0;
+    for (int i = 0; i < ISA_COUNT; ++i) {
+        if (!available[i]) continue;
+        if (count < capacity) list[count] = &registries[i];
+        ++count;
+    }
+    return count;
+}
+
 int attn_cpu_supports(attn_kernel_choice choice) { return usable_entry(choice) >= 0; }
 
 const char *attn_kernel_choice_name(attn_kernel_choice choice) {

@@ -29,7 +29,7 @@ static inline __mmask32 element_mask(int elements) {
 /* The 32 bfloat16 values source[0 .. 32) (those past `elements` read as 0) as float32:
  * *even = dimensions 0, 2, .., 30, *odd = 1, 3, .., 31. */
 V_INLINE void load_bf16_pairs(const uint16_t *source, __mmask32 elements, __m512 *even,
-                                   __m512 *odd) {
+                              __m512 *odd) {
     const __m512i pairs = _mm512_maskz_loadu_epi16(elements, source);
     *even = _mm512_castsi512_ps(_mm512_slli_epi32(pairs, 16));
     *odd = _mm512_castsi512_ps(_mm512_and_si512(pairs, _mm512_set1_epi32((int)0xffff0000u)));
@@ -74,8 +74,8 @@ static void avx512_prepare_bf16_queries(int rows, int dim, const float *queries,
 
 /* As score_block for bfloat16 keys read as pairs; row[r] are prepared query rows. */
 V_INLINE void score_block_bf16(const int block_rows, const int block_keys,
-                                    const int key_major, int dim, const float *const *row,
-                                    const uint16_t *const *key, float *out) {
+                               const int key_major, int dim, const float *const *row,
+                               const uint16_t *const *key, float *out) {
     __m512 sums[16];
     for (int a = 0; a < 16; ++a) sums[a] = _mm512_setzero_ps();
     if (key_major) {
@@ -143,10 +143,10 @@ static void avx512_score_chunk_bf16(int rows, int count, int dim, const float *q
 /* As accumulate_block for bfloat16 values read as pairs: columns [e0, e0 + width) with
  * width <= 32 * segments, each segment of 32 floats held as even / odd dimensions. */
 V_INLINE void accumulate_block_bf16(const int block_rows, const int segments, int count,
-                                         int e0, int width, int dim, const float *weights,
-                                         const float *rescale, const uint16_t *values,
-                                         int64_t value_stride, float *accumulator,
-                                         int prefetch) {
+                                    int e0, int width, int dim, const float *weights,
+                                    const float *rescale, const uint16_t *values,
+                                    int64_t value_stride, float *accumulator,
+                                    int prefetch) {
     __mmask32 elements[4];
     for (int x = 0; x < segments; ++x) elements[x] = element_mask(width - 32 * x);
     __m512 even[4][4], odd[4][4];
@@ -185,9 +185,9 @@ V_INLINE void accumulate_block_bf16(const int block_rows, const int segments, in
 
 /* Rows [0, block_rows) of accumulate_chunk_bf16 over all of dim. */
 V_INLINE void accumulate_rows_bf16(const int block_rows, const int segments, int count,
-                                        int dim, const float *weights, const float *rescale,
-                                        const uint16_t *values, int64_t value_stride,
-                                        float *accumulator, int prefetch) {
+                                   int dim, const float *weights, const float *rescale,
+                                   const uint16_t *values, int64_t value_stride,
+                                   float *accumulator, int prefetch) {
     for (int e0 = 0; e0 < dim; e0 += 32 * segments) {
         const int width = dim - e0 < 32 * segments ? dim - e0 : 32 * segments;
         accumulate_block_bf16(block_rows, segments, count, e0, width, dim, weights, rescale,

@@ -139,7 +139,8 @@ static void probabilities(int rows, int count, float *scores, int stride, float 
         const float lse = row_lse[r];
         if (lse == -INFINITY || isnan(lse)) { /* empty row: 0; NaN LSE: NaN */
             const vf fill = vf_set1(lse == -INFINITY ? 0.0f : lse);
-            for (int c = 0; c < count; c += VLANES) vf_mask_storeu(row + c, vmask_first(count - c), fill);
+            for (int c = 0; c < count; c += VLANES)
+                vf_mask_storeu(row + c, vmask_first(count - c), fill);
             continue;
         }
         const vf lse_vector = vf_set1(lse);

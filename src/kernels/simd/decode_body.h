@@ -125,7 +125,8 @@ static void f16_to_f32(int64_t count, const uint16_t *source, float *target) {
         vf_storeu(target + e, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(source + e))));
     if (e < count) {
         const vmask tail = vmask_first((int)(count - e));
-        vf_mask_storeu(target + e, tail, _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(tail, source + e)));
+        vf_mask_storeu(target + e, tail,
+                       _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(tail, source + e)));
         return;
     }
 #endif
@@ -243,7 +244,8 @@ V_INLINE void accumulate_block(const int block_rows, const int vectors, int coun
     }
     for (int c = 0; c < count; ++c) {
         vf weight[VALUE_ROWS];
-        for (int r = 0; r < block_rows; ++r) weight[r] = vf_set1(weights[r * ATTN_DECODE_CHUNK + c]);
+        for (int r = 0; r < block_rows; ++r)
+            weight[r] = vf_set1(weights[r * ATTN_DECODE_CHUNK + c]);
         const float *value = values + c * value_stride + e0;
         if (DECODE_PREFETCH && prefetch)
             prefetch_row(values, c + LOOKAHEAD, value_stride, sizeof(float), dim * sizeof(float));
