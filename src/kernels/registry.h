@@ -232,7 +232,10 @@ int attn_cpu_supports(attn_kernel_choice choice);
  * the kernel tests, which check every slot of each against the generic registry. */
 int attn_kernels_available(const attn_kernels **list, int capacity);
 
-/* The name of a choice ("auto", "generic", "avx2", "avx512"), or NULL for an unknown value. */
+/* The name of a choice ("auto", "generic", "avx2", "avx512"), or NULL for an unknown value,
+ * and the inverse: 1 and *choice set for a known name, 0 (and *choice untouched) otherwise.
+ * Built or not, every choice has its name (the CLI's --kernel values). */
 const char *attn_kernel_choice_name(attn_kernel_choice choice);
+int attn_kernel_choice_from_name(const char *name, attn_kernel_choice *choice);
 
 #endif /* ATTN_KERNELS_REGISTRY_H */
