@@ -113,6 +113,7 @@ static int complete(const attn_kernels *k) {
 
 static void test_choices(void) {
     const attn_cpu_features *f = attn_cpu_features_get();
+    (void)f; /* unused when the build has no SIMD tables */
     const struct {
         attn_kernel_choice choice;
         const char *name;
