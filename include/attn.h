@@ -564,6 +564,136 @@ ATTN_API attn_status attn_reference_decode(const attn_kv_cache *cache, const att
                                            const attn_options *options, attn_tensor *out,
                                            attn_tensor *lse, attn_error *error);
 
+/* ======================================================================================
+ * Section: serving — packed variable-length batches and KV caches the caller owns
+ * (docs/inference.md, "Serving")
+ * ====================================================================================== */
+
+/*
+ * B sequences packed without padding (flash-attn's cu_seqlens): sequence b's queries are the
+ * rows cu_seqlens_q[b] .. cu_seqlens_q[b + 1] - 1 of the packed query tensor, its keys the rows
+ * cu_seqlens_k[b] .. cu_seqlens_k[b + 1] - 1 of the packed key tensor. Both arrays are int32
+ * [B + 1], start at 0, never decrease and end at total_q / total_k (the packed tensors' first
+ * dimension); every length is at most max_seqlen_q / max_seqlen_k (>= 1). A sequence may be
+ * empty (equal neighbours).
+ */
+typedef struct attn_varlen {
+    int64_t batch;                /* B >= 1 */
+    const int32_t *cu_seqlens_q;  /* int32[B + 1] */
+    const int32_t *cu_seqlens_k;  /* int32[B + 1] */
+    int64_t max_seqlen_q;         /* >= 1 and >= every query length */
+    int64_t max_seqlen_k;         /* >= 1 and >= every key length */
+} attn_varlen;
+
+/*
+ * Attention over packed variable-length sequences: sequence b is attn_forward of its own
+ * rows (its queries against its keys only), so every option that depends on positions does
+ * so per sequence: causal and windows with ATTN_ALIGN_BOTTOM_RIGHT put query i of b at
+ * i + len_k(b) - len_q(b) (flash_attn_varlen_func), ALiBi uses the same positions, soft-cap,
+ * custom scale, patterns and the empty-row policy apply as in attn_forward; GQA/MQA as there.
+ * No work is spent on padding: nothing is padded. Bitwise identical for any thread count
+ * (each sequence's result is that of attn_forward on its rows; short sequences run side by
+ * side, one thread each, long ones one after another on every thread).
+ *   q   [total_q, Hq, Dk] F32      k [total_k, Hkv, Dk] F32      v [total_k, Hkv, Dv] F32
+ *   out [total_q, Hq, Dv] F32 (written)
+ *   lse [Hq, total_q]     F32 (written; may be NULL) — flash-attn's varlen LSE layout
+ * A sequence with queries but no keys has only empty rows (the empty-row policy decides).
+ * Errors: those of attn_forward, plus a NULL or malformed `sequences` (a cu_seqlens entry
+ * that decreases, does not start at 0 or end at the total, a length above max_seqlen: the
+ * message names the array, the sequence and the value), and options that are defined on a
+ * padded batch (mask, bias, query/key lengths, explicit positions, global tokens, block
+ * layout: INVALID_ARGUMENT). On error `out` and `lse` may have been partly written.
+ */
+ATTN_API attn_status attn_varlen_forward(const attn_tensor *q, const attn_tensor *k,
+                                         const attn_tensor *v, const attn_varlen *sequences,
+                                         const attn_options *options, attn_tensor *out,
+                                         attn_tensor *lse, const attn_execution *execution,
+                                         attn_error *error);
+
+/*
+ * Gradients of attn_varlen_forward (same sequences and options), sequence by sequence as
+ * attn_backward computes them: q, k, v, out, lse as above, dout [total_q, Hq, Dv] F32;
+ * dq [total_q, Hq, Dk], dk [total_k, Hkv, Dk], dv [total_k, Hkv, Dv] F32 (written; key rows of
+ * no sequence, and rows of empty sequences, get zeros). Deterministic for any thread count.
+ * Errors: those of attn_varlen_forward and attn_backward.
+ */
+ATTN_API attn_status attn_varlen_backward(const attn_tensor *q, const attn_tensor *k,
+                                          const attn_tensor *v, const attn_tensor *out,
+                                          const attn_tensor *lse, const attn_tensor *dout,
+                                          const attn_varlen *sequences,
+                                          const attn_options *options, attn_tensor *dq,
+                                          attn_tensor *dk, attn_tensor *dv,
+                                          const attn_execution *execution, attn_error *error);
+
+#define ATTN_KV_CACHE_VIEW_VERSION 1 /* the layout of attn_kv_cache_view below */
+
+/*
+ * A KV cache whose memory the caller owns (flash_attn_with_kvcache, vLLM):
+ *  - contiguous: k_cache [B, S_max, Hkv, Dk], v_cache [B, S_max, Hkv, Dv], block_table NULL;
+ *    sequence b's token t is k_cache[b, t];
+ *  - paged: k_cache [num_pages, page_size, Hkv, Dk], v_cache [num_pages, page_size, Hkv, Dv]
+ *    and block_table int32 [B, max_pages]; token t of b is in page block_table[b, t /
+ *    page_size], slot t % page_size. Pages may be shared between sequences (a common prefix)
+ *    as long as no append writes into a page another sequence (or another block of the same
+ *    sequence) uses.
+ * Storage dtype F32, BF16 or F16 (keys and values alike); the last dimension has stride 1,
+ * other strides are free. cache_seqlens int32[B]: tokens already held by each sequence
+ * (0 <= cache_seqlens[b]; capacity S_max or max_pages * page_size). The library never
+ * changes cache_seqlens: after an append the caller adds the new tokens itself.
+ */
+typedef struct attn_kv_cache_view {
+    int version;                    /* 0 or ATTN_KV_CACHE_VIEW_VERSION */
+    attn_tensor *k_cache;           /* rank 4, see above */
+    attn_tensor *v_cache;           /* rank 4, see above */
+    const attn_tensor *block_table; /* NULL = contiguous; else I32 rank 2 [B, max_pages] */
+    const int32_t *cache_seqlens;   /* int32[B] */
+} attn_kv_cache_view;
+
+/*
+ * New tokens to append before attending (all optional; NULL = none):
+ *   k_new [B, Tnew, Hkv, Dk], v_new [B, Tnew, Hkv, Dv]: F32 or the cache's dtype, any
+ *   strides; written at tokens cache_seqlens[b] .. cache_seqlens[b] + Tnew - 1 (converted to
+ *   the storage dtype with round-to-nearest-even).
+ *   rotary_cos, rotary_sin: F32 [positions, rotary_dim / 2] (rotary_dim even, <= Dk): RoPE of
+ *   the first rotary_dim dimensions of the new keys at their absolute positions (row p of the
+ *   tables for position p), applied on append, and of the queries: query i of b at position
+ *   cache_seqlens[b] + i when causal or windowed, else at cache_seqlens[b] (flash-attn's
+ *   rule). rotary_layout: ATTN_ROPE_HALF (pairs d, d + rotary_dim / 2: flash-attn's
+ *   rotary_interleaved = False) or ATTN_ROPE_INTERLEAVED (pairs 2d, 2d + 1).
+ */
+typedef struct attn_kv_append {
+    const attn_tensor *k_new;
+    const attn_tensor *v_new;
+    const attn_tensor *rotary_cos;
+    const attn_tensor *rotary_sin;
+    attn_rope_layout rotary_layout;
+} attn_kv_append;
+
+/*
+ * flash_attn_with_kvcache: appends the new tokens (if any) in place, then computes attention
+ * of Tq >= 1 new queries per sequence against its cache_seqlens[b] + Tnew tokens. With causal
+ * and ATTN_ALIGN_BOTTOM_RIGHT, query i of b sits at position cache_seqlens[b] + Tnew - Tq + i,
+ * so chunked prefill (Tq = Tnew = a chunk) and speculative verification (Tq = Tnew = the draft)
+ * are the same call as decoding (Tq = Tnew = 1). Window, soft-cap, ALiBi, custom scale and
+ * GQA/MQA as in attn_forward. Small Tq runs the split-KV decoding kernels of attn_decode
+ * (reading the caller's pages in place), large Tq the tiled forward on each sequence's keys;
+ * the caller never chooses, and each path is bitwise identical for any thread count.
+ *   q   [B, Tq, Hq, Dk] F32;   out [B, Tq, Hq, Dv] F32 (written);  lse [B, Hq, Tq] F32 or NULL
+ * Everything is validated before the first write: shapes and dtypes, cache_seqlens[b] < 0,
+ * cache_seqlens[b] + Tnew beyond the capacity (ATTN_ERROR_CAPACITY naming b and the values),
+ * a block_table entry outside [0, num_pages) among the blocks a sequence uses, a page written
+ * by one append and used elsewhere (INVALID_ARGUMENT naming both sequences and blocks),
+ * rotary tables too short for the positions, options the cache defines (key_lengths,
+ * key_positions) or that need a padded batch (mask, bias, block layout). On any of these
+ * errors nothing is written to the cache.
+ */
+ATTN_API attn_status attn_forward_with_kvcache(const attn_tensor *q,
+                                               const attn_kv_cache_view *cache,
+                                               const attn_kv_append *append,
+                                               const attn_options *options, attn_tensor *out,
+                                               attn_tensor *lse, const attn_execution *execution,
+                                               attn_error *error);
+
 #ifdef __cplusplus
 }
 #endif

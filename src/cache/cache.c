@@ -252,6 +252,10 @@ attn_status attn_kv_cache_create(const attn_kv_cache_config *config, attn_kv_cac
     }
     created->key_page_elements = key_page;
     created->value_page_elements = value_page;
+    created->key_token_stride = config->key_dim; /* head-major pages (cache_internal.h) */
+    created->key_head_stride = created->page_size * config->key_dim;
+    created->value_token_stride = config->value_dim;
+    created->value_head_stride = created->page_size * config->value_dim;
     created->key_pool = pool_alloc((size_t)key_pool_elements * created->element_size);
     if (value_pool_elements > 0)
         created->value_pool = pool_alloc((size_t)value_pool_elements * created->element_size);

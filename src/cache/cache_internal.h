@@ -36,28 +36,35 @@ struct attn_kv_cache {
     int64_t free_count;
     int32_t *block_tables;       /* [sequences][pages_per_sequence] */
     int64_t *lengths;            /* [sequences] tokens held */
+    /* Element strides inside a page: between the slots of one head and between heads. The
+       library's own pages are head-major (token stride Dk, head stride page_size * Dk); a
+       cache the caller owns (attn_forward_with_kvcache, kvcache_external.c) is described by
+       the same struct over its [page, slot, head, dim] memory, with its own strides. */
+    int64_t key_token_stride, key_head_stride;
+    int64_t value_token_stride, value_head_stride;
 };
 
 /* Address of the first stored key (value) element of slot `slot` of KV head `head` in page
  * `page`; elements of one token follow contiguously. */
 static inline const void *attn_cache_key_address(const struct attn_kv_cache *cache, int64_t page,
                                                  int64_t head, int64_t slot) {
-    int64_t element = page * cache->key_page_elements +
-                      (head * cache->page_size + slot) * cache->config.key_dim;
+    int64_t element = page * cache->key_page_elements + head * cache->key_head_stride +
+                      slot * cache->key_token_stride;
     return cache->key_pool + (size_t)element * cache->element_size;
 }
 
 static inline const void *attn_cache_value_address(const struct attn_kv_cache *cache,
                                                    int64_t page, int64_t head, int64_t slot) {
     if (cache->value_pool == NULL) return attn_cache_key_address(cache, page, head, slot);
-    int64_t element = page * cache->value_page_elements +
-                      (head * cache->page_size + slot) * cache->config.value_dim;
+    int64_t element = page * cache->value_page_elements + head * cache->value_head_stride +
+                      slot * cache->value_token_stride;
     return cache->value_pool + (size_t)element * cache->element_size;
 }
 
-/* Row stride (in elements) between consecutive tokens of one head's values. */
+/* Row stride (in elements) between consecutive tokens of one head's values (keys:
+ * key_token_stride). */
 static inline int64_t attn_cache_value_row_stride(const struct attn_kv_cache *cache) {
-    return cache->value_pool == NULL ? cache->config.key_dim : cache->config.value_dim;
+    return cache->value_pool == NULL ? cache->key_token_stride : cache->value_token_stride;
 }
 
 #endif /* ATTN_CACHE_INTERNAL_H */

@@ -207,9 +207,10 @@ static void run_task(const decode_plan *plan, decode_scratch *scratch, int64_t b
             const float *keys = NULL;
             if (fused_bf16)
                 kernels->score_chunk_bf16((int)rows, count, (int)Dk, bf16_queries, stored_keys,
-                                          Dk, scratch->scores);
+                                          cache->key_token_stride, scratch->scores);
             else {
-                keys = chunk_rows(plan, stored_keys, count, Dk, Dk, scratch->keys, &key_stride);
+                keys = chunk_rows(plan, stored_keys, count, Dk, cache->key_token_stride,
+                                  scratch->keys, &key_stride);
                 kernels->score_chunk((int)rows, count, (int)Dk, scratch->queries, keys,
                                      key_stride, scratch->scores);
             }

@@ -1,0 +1,582 @@
+/*
+ * kvcache_external.c — attn_forward_with_kvcache: attention against a KV cache whose memory
+ * the caller owns (contiguous [B, S_max, Hkv, D] or a page pool [num_pages, page_size, Hkv, D]
+ * with a block table), with the new tokens appended in place (RoPE on append) first —
+ * flash_attn_with_kvcache's semantics.
+ *
+ * Order of work: every argument is checked (shapes, dtypes, capacities, block-table entries,
+ * pages an append would write that another block uses, rotary tables) and every buffer
+ * allocated before the first write into the cache, so a failing call leaves it untouched.
+ * Then the append, the RoPE of the queries, and the attention itself:
+ *  - few queries per sequence (Tq <= DECODE_MOST_QUERIES): attn_decode's split-KV loop on a
+ *    struct attn_kv_cache that describes the caller's memory with its own strides
+ *    (cache_internal.h), so the kernels read the caller's pages in place and the result is
+ *    bitwise that of a library-owned cache holding the same tokens;
+ *  - more queries (a prefill chunk): the tiled forward on each sequence, its keys read as a
+ *    strided view when the cache is contiguous float32, else gathered (and widened) into one
+ *    float32 buffer sized for the longest sequence.
+ */
+#include <math.h>
+#include <omp.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cache/cache_internal.h"
+#include "call/call.h"
+#include "core/internal.h"
+#include "kernels/half.h"
+#include "varlen/varlen.h"
+
+/* Largest Tq that runs on the decoding kernels. */
+#define DECODE_MOST_QUERIES 16
+
+/* The call's sizes, checked. */
+typedef struct external_plan {
+    const attn_tensor *q, *k_cache, *v_cache, *block_table;
+    const attn_kv_append *append; /* NULL-free copy of the caller's (fields may be NULL) */
+    const int32_t *cache_seqlens;
+    int64_t B, Tq, Hq, Hkv, Dk, Dv, Tnew;
+    int paged;
+    int64_t page_size, page_count, max_pages, capacity;
+    attn_dtype dtype;
+    int64_t rotary_dim;      /* 0 = no RoPE */
+    int rotate_each_query;   /* query i at cache_seqlens + i (causal / windowed) */
+    int64_t longest;         /* the most tokens a sequence holds after the append */
+} external_plan;
+
+static int64_t table_entry(const external_plan *plan, int64_t b, int64_t block) {
+    if (!plan->paged) return b;
+    const attn_tensor *table = plan->block_table;
+    return ((const int32_t *)table->data)[b * table->stride[0] + block * table->stride[1]];
+}
+
+/* Address of the stored row (head h, token t of sequence b) of a cache tensor. */
+static void *stored_row(const external_plan *plan, const attn_tensor *cache, int64_t b,
+                        int64_t t, int64_t h) {
+    const int64_t page = table_entry(plan, b, t / plan->page_size), slot = t % plan->page_size;
+    const int64_t element = page * cache->stride[0] + slot * cache->stride[1] + h * cache->stride[2];
+    return (char *)cache->data + (size_t)element * attn_dtype_size(cache->dtype);
+}
+
+static int storage_dtype(attn_dtype dtype) {
+    return dtype == ATTN_DTYPE_F32 || dtype == ATTN_DTYPE_BF16 || dtype == ATTN_DTYPE_F16;
+}
+
+static void load_row(attn_dtype dtype, const void *source, int64_t stride, int64_t count,
+                     float *row) {
+    for (int64_t e = 0; e < count; ++e) {
+        if (dtype == ATTN_DTYPE_F32) row[e] = ((const float *)source)[e * stride];
+        else if (dtype == ATTN_DTYPE_BF16)
+            row[e] = attn_bf16_to_float(((const uint16_t *)source)[e * stride]);
+        else row[e] = attn_f16_to_float(((const uint16_t *)source)[e * stride]);
+    }
+}
+
+static void store_row(attn_dtype dtype, const float *row, int64_t count, void *target) {
+    for (int64_t e = 0; e < count; ++e) {
+        if (dtype == ATTN_DTYPE_F32) ((float *)target)[e] = row[e];
+        else if (dtype == ATTN_DTYPE_BF16) ((uint16_t *)target)[e] = attn_float_to_bf16(row[e]);
+        else ((uint16_t *)target)[e] = attn_float_to_f16(row[e]);
+    }
+}
+
+/* RoPE of x[0 .. rotary_dim) at `position` from the tables (row `position`, rotary_dim / 2
+ * columns): each pair (a, b) becomes (a cos - b sin, b cos + a sin). */
+static void rotate(float *x, const external_plan *plan, int64_t position) {
+    const attn_tensor *cos_table = plan->append->rotary_cos, *sin_table = plan->append->rotary_sin;
+    const int64_t half = plan->rotary_dim / 2;
+    const int interleaved = plan->append->rotary_layout == ATTN_ROPE_INTERLEAVED;
+    for (int64_t j = 0; j < half; ++j) {
+        const float c = ((const float *)cos_table->data)[position * cos_table->stride[0] +
+                                                         j * cos_table->stride[1]];
+        const float s = ((const float *)sin_table->data)[position * sin_table->stride[0] +
+                                                         j * sin_table->stride[1]];
+        const int64_t first = interleaved ? 2 * j : j, second = interleaved ? 2 * j + 1 : j + half;
+        const float a = x[first], b = x[second];
+        x[first] = a * c - b * s;
+        x[second] = b * c + a * s;
+    }
+}
+
+/* A rank-4 tensor's shape against expected (-1 = any), naming the layout. */
+static attn_status check_shape(const attn_tensor *t, const char *name, const int64_t *expected,
+                               int rank, const char *layout, attn_error *error) {
+    for (int d = 0; d < rank; ++d)
+        if (expected[d] >= 0 && t->shape[d] != expected[d])
+            return attn_fail(error, ATTN_ERROR_SHAPE_MISMATCH,
+                             "%s.shape[%d] = %lld: expected %lld (%s)", name, d,
+                             (long long)t->shape[d], (long long)expected[d], layout);
+    return ATTN_OK;
+}
+
+static attn_status check_cache_tensor(const attn_tensor *t, const char *name, attn_error *error) {
+    if (t == NULL) return attn_fail(error, ATTN_ERROR_NULL_ARGUMENT, "cache->%s is NULL", name);
+    if (!storage_dtype(t->dtype))
+        return attn_fail(error, ATTN_ERROR_INVALID_ARGUMENT,
+                         "cache->%s.dtype = %s: expected float32, bfloat16 or float16", name,
+                         attn_dtype_name(t->dtype));
+    attn_status status = attn_check_tensor(t, name, t->dtype, 4, error);
+    if (status != ATTN_OK) return status;
+    if (t->stride[3] != 1)
+        return attn_fail(error, ATTN_ERROR_INVALID_ARGUMENT,
+                         "cache->%s.stride[3] = %lld: the head dimension must be contiguous (1)",
+                         name, (long long)t->stride[3]);
+    for (int d = 0; d < 3; ++d)
+        if (t->stride[d] < 0)
+            return attn_fail(error, ATTN_ERROR_INVALID_ARGUMENT,
+                             "cache->%s.stride[%d] = %lld: must be >= 0", name, d,
+                             (long long)t->stride[d]);
+    return ATTN_OK;
+}
+
+static attn_status check_options(const attn_options *options, attn_error *error) {
+    const char *name = options->mask != NULL              ? "mask"
+                       : options->bias != NULL            ? "bias"
+                       : options->query_lengths != NULL   ? "query_lengths"
+                       : options->key_lengths != NULL     ? "key_lengths"
+                       : options->query_positions != NULL ? "query_positions"
+                       : options->key_positions != NULL   ? "key_positions"
+                       : options->global_tokens != NULL   ? "global_tokens"
+                       : options->block_layout != NULL    ? "block_layout"
+                                                          : NULL;
+    if (name != NULL)
+        return attn_fail(error, ATTN_ERROR_INVALID_ARGUMENT,
+                         "options.%s is set: attn_forward_with_kvcache takes its lengths and "
+                         "positions from cache_seqlens and accepts no padded-batch options",
+                         name);
+    return ATTN_OK;
+}
+
+/* Tensors, sizes and the options; fills the plan. Writes nothing. */
+static attn_status check_arguments(external_plan *plan, const attn_tensor *q,
+                                   const attn_kv_cache_view *cache, const attn_kv_append *append,
+                                   const attn_options *options, const attn_tensor *out,
+                                   const attn_tensor *lse, attn_error *error) {
+    attn_status status = attn_check_tensor(q, "q", ATTN_DTYPE_F32, 4, error);
+    if (status != ATTN_OK) return status;
+    if (cache == NULL) return attn_fail(error, ATTN_ERROR_NULL_ARGUMENT, "cache is NULL");
+    if (cache->version != 0 && cache->version != ATTN_KV_CACHE_VIEW_VERSION)
+        return attn_fail(error, ATTN_ERROR_INVALID_ARGUMENT,
+                         "cache->version = %d: expected 0 or %d", cache->version,
+                         ATTN_KV_CACHE_VIEW_VERSION);
+    if ((status = check_cache_tensor(cache->k_cache, "k_cache", error)) != ATTN_OK ||
+        (status = check_cache_tensor(cache->v_cache, "v_cache", error)) != ATTN_OK)
+        return status;
+    const attn_tensor *kc = cache->k_cache, *vc = cache->v_cache;
+    if (vc->dtype != kc->dtype)
+        return attn_fail(error, ATTN_ERROR_INVALID_ARGUMENT,
+                         "cache->v_cache.dtype = %s: must equal k_cache's %s",
+                         attn_dtype_name(vc->dtype), attn_dtype_name(kc->dtype));
+    plan->q = q, plan->k_cache = kc, plan->v_cache = vc, plan->block_table = cache->block_table;
+    plan->B = q->shape[0], plan->Tq = q->shape[1], plan->Hq = q->shape[2], plan->Dk = q->shape[3];
+    plan->Hkv = kc->shape[2], plan->Dv = vc->shape[3], plan->dtype = kc->dtype;
+    plan->paged = cache->block_table != NULL;
+    const char *layout = plan->paged ? "[num_pages, page_size, Hkv, Dk]" : "[B, S_max, Hkv, Dk]";
+    const int64_t expected_k[4] = {plan->paged ? -1 : plan->B, -1, -1, plan->Dk};
+    if ((status = check_shape(kc, "cache->k_cache", expected_k, 4, layout, error)) != ATTN_OK)
+        return status;
+    const int64_t expected_v[4] = {kc->shape[0], kc->shape[1], kc->shape[2], -1};
+    if ((status = check_shape(vc, "cache->v_cache", expected_v, 4,
+                              plan->paged ? "[num_pages, page_size, Hkv, Dv]"
+                                          : "[B, S_max, Hkv, Dv]",
+                              error)) != ATTN_OK)
+        return status;
+    if (plan->Hq % plan->Hkv != 0)
+        return attn_fail(error, ATTN_ERROR_SHAPE_MISMATCH,
+                         "q.shape[2] (Hq) = %lld: must be a multiple of the cache's Hkv = %lld",
+                         (long long)plan->Hq, (long long)plan->Hkv);
+    plan->page_size = kc->shape[1];
+    plan->page_count = plan->paged ? kc->shape[0] : plan->B;
+    plan->max_pages = 1;
+    if (plan->paged) {
+        if ((status = attn_check_tensor(cache->block_table, "cache->block_table", ATTN_DTYPE_I32, 2,
+                                        error)) != ATTN_OK)
+            return status;
+        const int64_t expected[2] = {plan->B, -1};
+        if ((status = check_shape(cache->block_table, "cache->block_table", expected, 2,
+                                  "[B, max_pages]", error)) != ATTN_OK)
+            return status;
+        plan->max_pages = cache->block_table->shape[1];
+    }
+    if (!attn_mul_i64(plan->max_pages, plan->page_size, &plan->capacity))
+        return attn_fail(error, ATTN_ERROR_OVERFLOW, "max_pages x page_size overflows int64");
+    if (plan->page_count > INT32_MAX)
+        return attn_fail(error, ATTN_ERROR_UNSUPPORTED,
+                         "cache->k_cache.shape[0] = %lld pages: at most %d are addressable",
+                         (long long)plan->page_count, INT32_MAX);
+    if ((status = attn_check_tensor(out, "out", ATTN_DTYPE_F32, 4, error)) != ATTN_OK) return status;
+    const int64_t expected_out[4] = {plan->B, plan->Tq, plan->Hq, plan->Dv};
+    if ((status = check_shape(out, "out", expected_out, 4, "[B, Tq, Hq, Dv]", error)) != ATTN_OK)
+        return status;
+    if (lse != NULL) {
+        if ((status = attn_check_tensor(lse, "lse", ATTN_DTYPE_F32, 3, error)) != ATTN_OK)
+            return status;
+        const int64_t expected[3] = {plan->B, plan->Hq, plan->Tq};
+        if ((status = check_shape(lse, "lse", expected, 3, "[B, Hq, Tq]", error)) != ATTN_OK)
+            return status;
+    }
+    if ((status = check_options(options, error)) != ATTN_OK) return status;
+
+    /* The append. */
+    static const attn_kv_append none = {NULL, NULL, NULL, NULL, ATTN_ROPE_HALF};
+    plan->append = append != NULL ? append : &none;
+    append = plan->append;
+    if ((append->k_new == NULL) != (append->v_new == NULL))
+        return attn_fail(error, ATTN_ERROR_NULL_ARGUMENT, "append->%s is NULL but %s is given",
+                         append->k_new == NULL ? "k_new" : "v_new",
+                         append->k_new == NULL ? "v_new" : "k_new");
+    if (append->k_new != NULL) {
+        const attn_tensor *pair[2] = {append->k_new, append->v_new};
+        const char *names[2] = {"append->k_new", "append->v_new"};
+        for (int n = 0; n < 2; ++n) {
+            const attn_dtype dtype = pair[n]->dtype;
+            if (dtype != ATTN_DTYPE_F32 && dtype != plan->dtype)
+                return attn_fail(error, ATTN_ERROR_INVALID_ARGUMENT,
+                                 "%s.dtype = %s: expected float32 or the cache's %s", names[n],
+                                 attn_dtype_name(dtype), attn_dtype_name(plan->dtype));
+            if ((status = attn_check_tensor(pair[n], names[n], dtype, 4, error)) != ATTN_OK)
+                return status;
+        }
+        plan->Tnew = append->k_new->shape[1];
+        const int64_t expected_kn[4] = {plan->B, -1, plan->Hkv, plan->Dk};
+        const int64_t expected_vn[4] = {plan->B, plan->Tnew, plan->Hkv, plan->Dv};
+        if ((status = check_shape(append->k_new, "append->k_new", expected_kn, 4,
+                                  "[B, Tnew, Hkv, Dk]", error)) != ATTN_OK ||
+            (status = check_shape(append->v_new, "append->v_new", expected_vn, 4,
+                                  "[B, Tnew, Hkv, Dv]", error)) != ATTN_OK)
+            return status;
+    }
+
+    /* Lengths and capacity. */
+    if (cache->cache_seqlens == NULL)
+        return attn_fail(error, ATTN_ERROR_NULL_ARGUMENT, "cache->cache_seqlens is NULL");
+    plan->cache_seqlens = cache->cache_seqlens;
+    plan->longest = 0;
+    for (int64_t b = 0; b < plan->B; ++b) {
+        const int64_t held = cache->cache_seqlens[b], total = held + plan->Tnew;
+        if (held < 0)
+            return attn_fail(error, ATTN_ERROR_INVALID_ARGUMENT,
+                             "cache->cache_seqlens[%lld] = %lld: must be >= 0", (long long)b,
+                             (long long)held);
+        if (total > plan->capacity || total > INT32_MAX)
+            return attn_fail(error, ATTN_ERROR_CAPACITY,
+                             "sequence %lld: cache_seqlens[%lld] = %lld + %lld new tokens = %lld "
+                             "exceeds the cache's capacity of %lld tokens (%s)",
+                             (long long)b, (long long)b, (long long)held, (long long)plan->Tnew,
+                             (long long)total, (long long)plan->capacity,
+                             plan->paged ? "max_pages x page_size" : "S_max");
+        if (total > plan->longest) plan->longest = total;
+    }
+
+    /* Rotary tables. */
+    if ((append->rotary_cos == NULL) != (append->rotary_sin == NULL))
+        return attn_fail(error, ATTN_ERROR_NULL_ARGUMENT, "append->%s is NULL but %s is given",
+                         append->rotary_cos == NULL ? "rotary_cos" : "rotary_sin",
+                         append->rotary_cos == NULL ? "rotary_sin" : "rotary_cos");
+    if (append->rotary_cos != NULL) {
+        if ((status = attn_check_tensor(append->rotary_cos, "append->rotary_cos", ATTN_DTYPE_F32,
+                                        2, error)) != ATTN_OK ||
+            (status = attn_check_tensor(append->rotary_sin, "append->rotary_sin", ATTN_DTYPE_F32,
+                                        2, error)) != ATTN_OK ||
+            (status = check_shape(append->rotary_sin, "append->rotary_sin",
+                                  append->rotary_cos->shape, 2, "rotary_cos's shape",
+                                  error)) != ATTN_OK)
+            return status;
+        if (append->rotary_layout != ATTN_ROPE_HALF && append->rotary_layout != ATTN_ROPE_INTERLEAVED)
+            return attn_fail(error, ATTN_ERROR_INVALID_ARGUMENT,
+                             "append->rotary_layout = %d: unknown", (int)append->rotary_layout);
+        plan->rotary_dim = 2 * append->rotary_cos->shape[1];
+        if (plan->rotary_dim > plan->Dk)
+            return attn_fail(error, ATTN_ERROR_SHAPE_MISMATCH,
+                             "append->rotary_cos.shape[1] = %lld: rotary_dim = %lld exceeds Dk = "
+                             "%lld",
+                             (long long)append->rotary_cos->shape[1], (long long)plan->rotary_dim,
+                             (long long)plan->Dk);
+        plan->rotate_each_query = options->causal || options->window_left >= 0 ||
+                                  options->window_right >= 0;
+        const int64_t positions = append->rotary_cos->shape[0];
+        for (int64_t b = 0; b < plan->B; ++b) {
+            const int64_t held = plan->cache_seqlens[b];
+            int64_t last = held + plan->Tnew - 1; /* the last key position rotated */
+            const int64_t last_query = plan->rotate_each_query ? held + plan->Tq - 1 : held;
+            if (last_query > last) last = last_query;
+            if (last >= positions)
+                return attn_fail(error, ATTN_ERROR_SHAPE_MISMATCH,
+                                 "append->rotary_cos.shape[0] = %lld positions: sequence %lld "
+                                 "needs position %lld",
+                                 (long long)positions, (long long)b, (long long)last);
+        }
+    }
+    return ATTN_OK;
+}
+
+/* Block-table entries of every block a sequence uses, and pages an append writes that any
+ * other block (of another sequence, or of the same one) also uses. owner: int64[page_count]
+ * scratch. Writes nothing but the scratch. */
+static attn_status check_block_table(const external_plan *plan, int64_t *owner, attn_error *error) {
+    if (!plan->paged) return ATTN_OK;
+    const int64_t ps = plan->page_size;
+    for (int64_t b = 0; b < plan->B; ++b) {
+        const int64_t blocks = (plan->cache_seqlens[b] + plan->Tnew + ps - 1) / ps;
+        for (int64_t block = 0; block < blocks; ++block) {
+            const int64_t page = table_entry(plan, b, block);
+            if (page < 0 || page >= plan->page_count)
+                return attn_fail(error, ATTN_ERROR_INVALID_ARGUMENT,
+                                 "cache->block_table[%lld, %lld] = %lld: outside the pool of %lld "
+                                 "pages (sequence %lld uses %lld blocks)",
+                                 (long long)b, (long long)block, (long long)page,
+                                 (long long)plan->page_count, (long long)b, (long long)blocks);
+        }
+    }
+    if (plan->Tnew == 0) return ATTN_OK;
+    for (int64_t p = 0; p < plan->page_count; ++p) owner[p] = -1;
+    /* Pages written by the appends: one (sequence, block) each. */
+    for (int64_t b = 0; b < plan->B; ++b) {
+        const int64_t first = plan->cache_seqlens[b] / ps;
+        const int64_t end = (plan->cache_seqlens[b] + plan->Tnew + ps - 1) / ps;
+        for (int64_t block = first; block < end; ++block) {
+            const int64_t page = table_entry(plan, b, block);
+            if (owner[page] >= 0)
+                return attn_fail(error, ATTN_ERROR_INVALID_ARGUMENT,
+                                 "cache->block_table[%lld, %lld] = %lld: the append of sequence "
+                                 "%lld writes page %lld, which block %lld of sequence %lld "
+                                 "also writes",
+                                 (long long)b, (long long)block, (long long)page, (long long)b,
+                                 (long long)page, (long long)(owner[page] % plan->max_pages),
+                                 (long long)(owner[page] / plan->max_pages));
+            owner[page] = b * plan->max_pages + block;
+        }
+    }
+    /* Any other block that uses a written page would see (or clobber) the new tokens. */
+    for (int64_t b = 0; b < plan->B; ++b) {
+        const int64_t blocks = (plan->cache_seqlens[b] + plan->Tnew + ps - 1) / ps;
+        for (int64_t block = 0; block < blocks; ++block) {
+            const int64_t page = table_entry(plan, b, block);
+            if (owner[page] >= 0 && owner[page] != b * plan->max_pages + block)
+                return attn_fail(error, ATTN_ERROR_INVALID_ARGUMENT,
+                                 "cache->block_table[%lld, %lld] = %lld: page %lld is written by "
+                                 "the append of sequence %lld (block %lld) and also used by "
+                                 "sequence %lld",
+                                 (long long)b, (long long)block, (long long)page, (long long)page,
+                                 (long long)(owner[page] / plan->max_pages),
+                                 (long long)(owner[page] % plan->max_pages), (long long)b);
+        }
+    }
+    return ATTN_OK;
+}
+
+/* Writes the new tokens (RoPE'd keys) at cache_seqlens[b] + t. */
+static void append_tokens(const external_plan *plan, float *rows) {
+    const attn_kv_append *append = plan->append;
+    for (int64_t b = 0; b < plan->B; ++b)
+        for (int64_t t = 0; t < plan->Tnew; ++t) {
+            const int64_t position = plan->cache_seqlens[b] + t;
+            for (int64_t h = 0; h < plan->Hkv; ++h) {
+                const attn_tensor *kn = append->k_new, *vn = append->v_new;
+                const size_t ks = attn_dtype_size(kn->dtype), vs = attn_dtype_size(vn->dtype);
+                const char *key = (const char *)kn->data +
+                                  (size_t)(b * kn->stride[0] + t * kn->stride[1] +
+                                           h * kn->stride[2]) * ks;
+                const char *value = (const char *)vn->data +
+                                    (size_t)(b * vn->stride[0] + t * vn->stride[1] +
+                                             h * vn->stride[2]) * vs;
+                load_row(kn->dtype, key, kn->stride[3], plan->Dk, rows);
+                if (plan->rotary_dim > 0) rotate(rows, plan, position);
+                store_row(plan->dtype, rows, plan->Dk, stored_row(plan, plan->k_cache, b, position, h));
+                load_row(vn->dtype, value, vn->stride[3], plan->Dv, rows);
+                store_row(plan->dtype, rows, plan->Dv, stored_row(plan, plan->v_cache, b, position, h));
+            }
+        }
+}
+
+/* Fills rows of a sequence with no key by the empty-row policy. */
+static attn_status empty_sequence(const attn_options *options, int64_t b, const attn_tensor *out,
+                                  const attn_tensor *lse, attn_error *error) {
+    if (options->empty_rows == ATTN_EMPTY_ROWS_ERROR)
+        return attn_fail(error, ATTN_ERROR_EMPTY_ROW,
+                         "query row (b = %lld, h = 0, i = 0) has no allowed key: the sequence "
+                         "holds no token (cache_seqlens[%lld] = 0 and nothing appended)",
+                         (long long)b, (long long)b);
+    const int nan = options->empty_rows == ATTN_EMPTY_ROWS_NAN;
+    for (int64_t i = 0; i < out->shape[1]; ++i)
+        for (int64_t h = 0; h < out->shape[2]; ++h) {
+            for (int64_t e = 0; e < out->shape[3]; ++e)
+                *attn_f32_at4(out, b, i, h, e) = nan ? NAN : 0.0f;
+            if (lse != NULL) *attn_f32_at3(lse, b, h, i) = nan ? NAN : -INFINITY;
+        }
+    return ATTN_OK;
+}
+
+/* A rank-4 view of batch row b of a [B, ...] tensor as a batch of one. */
+static attn_tensor batch_row(const attn_tensor *t, int64_t b) {
+    attn_tensor view = *t;
+    view.data = (char *)t->data + (ptrdiff_t)(b * t->stride[0]) * (ptrdiff_t)attn_dtype_size(t->dtype);
+    view.shape[0] = 1;
+    return view;
+}
+
+/* The prefill path: attn_forward per sequence on its tokens [0, total). */
+static attn_status prefill(const external_plan *plan, const attn_tensor *q,
+                           const attn_options *options, attn_tensor *out, attn_tensor *lse,
+                           const attn_execution *execution, float *gathered, attn_error *error) {
+    const int direct = !plan->paged && plan->dtype == ATTN_DTYPE_F32;
+    for (int64_t b = 0; b < plan->B; ++b) {
+        const int64_t total = plan->cache_seqlens[b] + plan->Tnew;
+        attn_status status;
+        if (total == 0) {
+            if ((status = empty_sequence(options, b, out, lse, error)) != ATTN_OK) return status;
+            continue;
+        }
+        attn_tensor k, v;
+        if (direct) {
+            k = batch_row(plan->k_cache, b), v = batch_row(plan->v_cache, b);
+            k.shape[1] = v.shape[1] = total;
+        } else {
+            float *keys = gathered, *values = gathered + plan->longest * plan->Hkv * plan->Dk;
+            const int64_t Hkv = plan->Hkv, Dk = plan->Dk, Dv = plan->Dv;
+#pragma omp parallel for schedule(static) num_threads(attn_thread_count(execution != NULL ? execution->num_threads : 0))
+            for (int64_t t = 0; t < total; ++t)
+                for (int64_t h = 0; h < Hkv; ++h) {
+                    load_row(plan->dtype, stored_row(plan, plan->k_cache, b, t, h), 1, Dk,
+                             keys + (t * Hkv + h) * Dk);
+                    load_row(plan->dtype, stored_row(plan, plan->v_cache, b, t, h), 1, Dv,
+                             values + (t * Hkv + h) * Dv);
+                }
+            k = attn_tensor_f32_4d(keys, 1, total, Hkv, Dk);
+            v = attn_tensor_f32_4d(values, 1, total, Hkv, Dv);
+        }
+        attn_tensor qb = batch_row(q, b), ob = batch_row(out, b), lb;
+        if (lse != NULL) lb = batch_row(lse, b);
+        status = attn_forward(&qb, &k, &v, options, &ob, lse != NULL ? &lb : NULL, execution, error);
+        if (status != ATTN_OK) {
+            if (error != NULL) {
+                attn_error named = *error;
+                attn_fail(error, status, "sequence %lld: %.480s", (long long)b, named.message);
+            }
+            return status;
+        }
+    }
+    return ATTN_OK;
+}
+
+/* The decoding path: attn_decode on a struct attn_kv_cache over the caller's memory. */
+static attn_status decode(const external_plan *plan, const attn_tensor *q,
+                          const attn_options *options, attn_tensor *out, attn_tensor *lse,
+                          const attn_execution *execution, int32_t *tables, int64_t *lengths,
+                          attn_error *error) {
+    struct attn_kv_cache view;
+    memset(&view, 0, sizeof view);
+    view.config = attn_kv_cache_config_default();
+    view.config.sequences = plan->B;
+    view.config.kv_heads = plan->Hkv;
+    view.config.key_dim = plan->Dk;
+    view.config.value_dim = plan->Dv;
+    view.config.dtype = plan->dtype;
+    view.config.capacity = plan->capacity;
+    view.config.page_size = plan->page_size;
+    view.config.page_count = plan->page_count;
+    view.element_size = attn_dtype_size(plan->dtype);
+    view.page_size = plan->page_size;
+    view.page_count = plan->page_count;
+    view.pages_per_sequence = plan->max_pages;
+    view.key_page_elements = plan->k_cache->stride[0];
+    view.value_page_elements = plan->v_cache->stride[0];
+    view.key_pool = plan->k_cache->data;
+    view.value_pool = plan->v_cache->data;
+    view.key_token_stride = plan->k_cache->stride[1];
+    view.key_head_stride = plan->k_cache->stride[2];
+    view.value_token_stride = plan->v_cache->stride[1];
+    view.value_head_stride = plan->v_cache->stride[2];
+    for (int64_t b = 0; b < plan->B; ++b) {
+        lengths[b] = plan->cache_seqlens[b] + plan->Tnew;
+        for (int64_t block = 0; block < plan->max_pages; ++block)
+            tables[b * plan->max_pages + block] =
+                (int32_t)(plan->paged ? table_entry(plan, b, block) : b);
+    }
+    view.block_tables = tables;
+    view.lengths = lengths;
+    return attn_decode(&view, q, options, out, lse, execution, error);
+}
+
+attn_status attn_forward_with_kvcache(const attn_tensor *q, const attn_kv_cache_view *cache,
+                                      const attn_kv_append *append, const attn_options *options,
+                                      attn_tensor *out, attn_tensor *lse,
+                                      const attn_execution *execution, attn_error *error) {
+    attn_options resolved;
+    attn_execution how;
+    attn_status status = attn_options_resolve(options, &resolved, error);
+    if (status == ATTN_OK) status = attn_execution_resolve(execution, &how, error);
+    external_plan plan;
+    memset(&plan, 0, sizeof plan);
+    if (status == ATTN_OK)
+        status = check_arguments(&plan, q, cache, append, &resolved, out, lse, error);
+    if (status != ATTN_OK) return status;
+
+    /* Every buffer before the first write. */
+    const int use_decode = plan.Tq <= DECODE_MOST_QUERIES;
+    const int gather = !use_decode && (plan.paged || plan.dtype != ATTN_DTYPE_F32);
+    size_t bytes[5] = {0}; /* owner, rotated queries, a row, tables + lengths, gathered K/V */
+    int fits = attn_mul_size((size_t)(plan.paged && plan.Tnew > 0 ? plan.page_count : 0),
+                             sizeof(int64_t), &bytes[0]);
+    if (plan.rotary_dim > 0) {
+        int64_t elements;
+        fits = fits && attn_mul_i64(plan.B * plan.Tq, plan.Hq * plan.Dk, &elements) &&
+               attn_mul_size((size_t)elements, sizeof(float), &bytes[1]);
+    }
+    bytes[2] = (size_t)(plan.Dk > plan.Dv ? plan.Dk : plan.Dv) * sizeof(float);
+    if (use_decode) {
+        int64_t entries;
+        fits = fits && attn_mul_i64(plan.B, plan.max_pages, &entries) &&
+               attn_mul_size((size_t)entries, sizeof(int32_t) + sizeof(int64_t), &bytes[3]);
+    }
+    if (gather) {
+        int64_t elements;
+        fits = fits && attn_mul_i64(plan.longest, plan.Hkv * (plan.Dk + plan.Dv), &elements) &&
+               attn_mul_size((size_t)elements, sizeof(float), &bytes[4]);
+    }
+    if (!fits)
+        return attn_fail(error, ATTN_ERROR_OVERFLOW,
+                         "attn_forward_with_kvcache: working memory size overflows");
+    size_t total = 0;
+    for (int n = 0; n < 5; ++n) total += bytes[n]; /* each fits; the sum is far below SIZE_MAX */
+    if (how.memory_limit_bytes > 0 && total > how.memory_limit_bytes)
+        return attn_fail(error, ATTN_ERROR_MEMORY_LIMIT,
+                         "execution.memory_limit_bytes = %zu: attn_forward_with_kvcache needs "
+                         "%zu bytes (block-table checks, rotated queries, gathered K/V)",
+                         how.memory_limit_bytes, total);
+    void *buffers[5] = {NULL};
+    for (int n = 0; n < 5; ++n)
+        if (bytes[n] > 0 && (buffers[n] = attn_aligned_alloc(bytes[n])) == NULL) {
+            for (int m = 0; m < n; ++m) attn_aligned_free(buffers[m]);
+            return attn_fail(error, ATTN_ERROR_OUT_OF_MEMORY,
+                             "attn_forward_with_kvcache: %zu bytes could not be allocated",
+                             bytes[n]);
+        }
+    status = check_block_table(&plan, buffers[0], error);
+
+    /* Nothing has been written so far. */
+    if (status == ATTN_OK && plan.Tnew > 0) append_tokens(&plan, buffers[2]);
+    attn_tensor rotated_q = *q;
+    if (status == ATTN_OK && plan.rotary_dim > 0) {
+        float *rotated = buffers[1];
+        rotated_q = attn_tensor_f32_4d(rotated, plan.B, plan.Tq, plan.Hq, plan.Dk);
+        for (int64_t b = 0; b < plan.B; ++b)
+            for (int64_t i = 0; i < plan.Tq; ++i)
+                for (int64_t h = 0; h < plan.Hq; ++h) {
+                    float *row = rotated + ((b * plan.Tq + i) * plan.Hq + h) * plan.Dk;
+                    for (int64_t d = 0; d < plan.Dk; ++d) row[d] = *attn_f32_at4(q, b, i, h, d);
+                    rotate(row, &plan, plan.cache_seqlens[b] + (plan.rotate_each_query ? i : 0));
+                }
+    }
+    if (status == ATTN_OK) {
+        if (use_decode) {
+            int64_t *lengths = buffers[3]; /* [B] int64, then [B][max_pages] int32 */
+            int32_t *tables = (int32_t *)(lengths + plan.B);
+            status = decode(&plan, &rotated_q, options, out, lse, execution, tables, lengths, error);
+        } else {
+            status = prefill(&plan, &rotated_q, options, out, lse, execution, buffers[4], error);
+        }
+    }
+    for (int n = 0; n < 5; ++n) attn_aligned_free(buffers[n]);
+    return status;
+}

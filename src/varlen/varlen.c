@@ -1,0 +1,343 @@
+/*
+ * varlen.c — attention over packed variable-length sequences (attn_varlen_forward /
+ * attn_varlen_backward, flash_attn_varlen_func's semantics) on the prepared call.
+ *
+ * Sequence b is a batch of one: strided views of its rows of the packed Q, K, V (and O, LSE,
+ * gradients) run through attn_forward_run / attn_backward_run on a copy of one begun call, so
+ * every option means exactly what it means for attn_forward and nothing is padded. Work
+ * split: a sequence with enough work items of its own (KV heads x query tiles >= 2 x threads)
+ * runs alone on every thread; the others run side by side, one thread each, longest first
+ * (an OpenMP dynamic loop). Each sequence's result is bitwise identical for any thread count
+ * (attn_forward's guarantee), so neither the split nor the schedule changes a bit.
+ */
+#include "varlen.h"
+
+#include <math.h>
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "call/call.h"
+#include "core/internal.h"
+
+/* Query rows per work item the split assumes (the forward's usual query tile). */
+#define ROWS_PER_ITEM 64
+
+attn_status attn_varlen_check_prefix(const int32_t *cu_seqlens, int64_t batch, int64_t total,
+                                     int64_t max_seqlen, const char *name, attn_error *error) {
+    if (cu_seqlens == NULL)
+        return attn_fail(error, ATTN_ERROR_NULL_ARGUMENT, "sequences.%s is NULL", name);
+    if (cu_seqlens[0] != 0)
+        return attn_fail(error, ATTN_ERROR_INVALID_ARGUMENT, "%s[0] = %d: must be 0", name,
+                         (int)cu_seqlens[0]);
+    for (int64_t b = 0; b < batch; ++b) {
+        const int64_t length = (int64_t)cu_seqlens[b + 1] - cu_seqlens[b];
+        if (length < 0)
+            return attn_fail(error, ATTN_ERROR_INVALID_ARGUMENT,
+                             "%s[%lld] = %d < %s[%lld] = %d: sequence %lld has a negative "
+                             "length (cu_seqlens must not decrease)",
+                             name, (long long)(b + 1), (int)cu_seqlens[b + 1], name,
+                             (long long)b, (int)cu_seqlens[b], (long long)b);
+        if (length > max_seqlen)
+            return attn_fail(error, ATTN_ERROR_INVALID_ARGUMENT,
+                             "%s: sequence %lld has length %lld > max_seqlen_%c = %lld", name,
+                             (long long)b, (long long)length, name[strlen(name) - 1],
+                             (long long)max_seqlen);
+    }
+    if (cu_seqlens[batch] != total)
+        return attn_fail(error, ATTN_ERROR_SHAPE_MISMATCH,
+                         "%s[%lld] = %d: must equal the packed total %lld", name,
+                         (long long)batch, (int)cu_seqlens[batch], (long long)total);
+    return ATTN_OK;
+}
+
+attn_status attn_varlen_check(const attn_varlen *sequences, int64_t total_q, int64_t total_k,
+                              attn_error *error) {
+    if (sequences == NULL)
+        return attn_fail(error, ATTN_ERROR_NULL_ARGUMENT, "sequences is NULL");
+    if (sequences->batch < 1 || sequences->batch > INT32_MAX)
+        return attn_fail(error, ATTN_ERROR_INVALID_ARGUMENT,
+                         "sequences.batch = %lld: must be 1..%d", (long long)sequences->batch,
+                         INT32_MAX);
+    if (sequences->max_seqlen_q < 1 || sequences->max_seqlen_k < 1)
+        return attn_fail(error, ATTN_ERROR_INVALID_ARGUMENT,
+                         "sequences.max_seqlen_%c = %lld: must be >= 1",
+                         sequences->max_seqlen_q < 1 ? 'q' : 'k',
+                         (long long)(sequences->max_seqlen_q < 1 ? sequences->max_seqlen_q
+                                                                 : sequences->max_seqlen_k));
+    attn_status status =
+        attn_varlen_check_prefix(sequences->cu_seqlens_q, sequences->batch, total_q,
+                                 sequences->max_seqlen_q, "cu_seqlens_q", error);
+    if (status != ATTN_OK) return status;
+    return attn_varlen_check_prefix(sequences->cu_seqlens_k, sequences->batch, total_k,
+                                    sequences->max_seqlen_k, "cu_seqlens_k", error);
+}
+
+attn_tensor attn_varlen_rows(const attn_tensor *packed, int64_t first, int64_t length) {
+    attn_tensor view;
+    memset(&view, 0, sizeof view);
+    view.data = (char *)packed->data +
+                (ptrdiff_t)(first * packed->stride[0]) * (ptrdiff_t)attn_dtype_size(packed->dtype);
+    view.dtype = packed->dtype;
+    view.rank = 4;
+    const int64_t shape[4] = {1, length, packed->shape[1], packed->shape[2]};
+    const int64_t stride[4] = {packed->stride[0] * length, packed->stride[0], packed->stride[1],
+                               packed->stride[2]};
+    memcpy(view.shape, shape, sizeof shape);
+    memcpy(view.stride, stride, sizeof stride);
+    return view;
+}
+
+/* The LSE view [1, Hq, length] of columns first .. first + length - 1 of lse [Hq, total_q]. */
+static attn_tensor lse_columns(const attn_tensor *lse, int64_t first, int64_t length) {
+    attn_tensor view;
+    memset(&view, 0, sizeof view);
+    view.data = (float *)lse->data + first * lse->stride[1];
+    view.dtype = lse->dtype;
+    view.rank = 3;
+    const int64_t shape[3] = {1, lse->shape[0], length};
+    const int64_t stride[3] = {lse->stride[0] * lse->shape[0], lse->stride[0], lse->stride[1]};
+    memcpy(view.shape, shape, sizeof shape);
+    memcpy(view.stride, stride, sizeof stride);
+    return view;
+}
+
+/* Options that only mean something on a padded batch are refused. */
+static attn_status check_varlen_options(const attn_options *options, attn_error *error) {
+    const char *name = options->mask != NULL              ? "mask"
+                       : options->bias != NULL            ? "bias"
+                       : options->query_lengths != NULL   ? "query_lengths"
+                       : options->key_lengths != NULL     ? "key_lengths"
+                       : options->query_positions != NULL ? "query_positions"
+                       : options->key_positions != NULL   ? "key_positions"
+                       : options->global_tokens != NULL   ? "global_tokens"
+                       : options->block_layout != NULL    ? "block_layout"
+                                                          : NULL;
+    if (name != NULL)
+        return attn_fail(error, ATTN_ERROR_INVALID_ARGUMENT,
+                         "options.%s is set: packed variable-length calls take no padded-batch "
+                         "options (cu_seqlens define the lengths and positions)",
+                         name);
+    return ATTN_OK;
+}
+
+/* Checks a packed tensor's dtype, rank 3 and shape against the expected one (-1 = any). */
+static attn_status check_packed(const attn_tensor *t, const char *name, const int64_t *expected,
+                                const char *layout, int rank, attn_error *error) {
+    attn_status status = attn_check_tensor(t, name, ATTN_DTYPE_F32, rank, error);
+    if (status != ATTN_OK) return status;
+    for (int d = 0; d < rank; ++d)
+        if (expected[d] >= 0 && t->shape[d] != expected[d])
+            return attn_fail(error, ATTN_ERROR_SHAPE_MISMATCH, "%s.shape[%d] = %lld: expected %lld (%s)",
+                             name, d, (long long)t->shape[d], (long long)expected[d], layout);
+    return ATTN_OK;
+}
+
+/* Prefixes the message of a failing sequence with its index. */
+static void name_sequence(attn_error *error, int64_t b) {
+    if (error == NULL) return;
+    char prefix[48];
+    const size_t added = (size_t)snprintf(prefix, sizeof prefix, "sequence %lld: ", (long long)b);
+    size_t length = strnlen(error->message, ATTN_ERROR_MESSAGE_CAPACITY - 1);
+    if (added + length > ATTN_ERROR_MESSAGE_CAPACITY - 1)
+        length = ATTN_ERROR_MESSAGE_CAPACITY - 1 - added;
+    memmove(error->message + added, error->message, length);
+    memcpy(error->message, prefix, added);
+    error->message[added + length] = '\0';
+}
+
+/* One varlen call's arguments, shared by the sequences. */
+typedef struct varlen_job {
+    const attn_call *call; /* begun, never reserved: each sequence runs on a copy */
+    const attn_varlen *sequences;
+    const attn_tensor *q, *k, *v, *out, *lse, *dout, *dq, *dk, *dv;
+    int backward;
+} varlen_job;
+
+static void fill_rows(const attn_tensor *packed, int64_t first, int64_t length, float value) {
+    for (int64_t t = first; t < first + length; ++t)
+        for (int64_t h = 0; h < packed->shape[1]; ++h)
+            for (int64_t d = 0; d < packed->shape[2]; ++d)
+                ((float *)packed->data)[t * packed->stride[0] + h * packed->stride[1] +
+                                        d * packed->stride[2]] = value;
+}
+
+/* Runs sequence b with `threads` threads; its error (if any) goes to *error. */
+static attn_status run_sequence(const varlen_job *job, int64_t b, int threads, attn_error *error) {
+    const int64_t q0 = job->sequences->cu_seqlens_q[b], k0 = job->sequences->cu_seqlens_k[b];
+    const int64_t Tq = job->sequences->cu_seqlens_q[b + 1] - q0;
+    const int64_t Tk = job->sequences->cu_seqlens_k[b + 1] - k0;
+    const attn_options *options = &job->call->options;
+    if (job->backward && (Tq == 0 || Tk == 0)) { /* nothing attends: zero gradients */
+        if (Tq > 0) fill_rows(job->dq, q0, Tq, 0.0f);
+        if (Tk > 0) fill_rows(job->dk, k0, Tk, 0.0f), fill_rows(job->dv, k0, Tk, 0.0f);
+        return ATTN_OK;
+    }
+    if (Tq == 0) return ATTN_OK;
+    if (Tk == 0) { /* every row empty: the empty-row policy */
+        if (options->empty_rows == ATTN_EMPTY_ROWS_ERROR)
+            return attn_fail(error, ATTN_ERROR_EMPTY_ROW,
+                             "sequence %lld: query row (h = 0, i = 0) has no allowed key "
+                             "(cu_seqlens_k gives it no keys)",
+                             (long long)b);
+        const float value = options->empty_rows == ATTN_EMPTY_ROWS_NAN ? NAN : 0.0f;
+        fill_rows(job->out, q0, Tq, value);
+        if (job->lse != NULL)
+            for (int64_t h = 0; h < job->lse->shape[0]; ++h)
+                for (int64_t i = q0; i < q0 + Tq; ++i)
+                    ((float *)job->lse->data)[h * job->lse->stride[0] + i * job->lse->stride[1]] =
+                        options->empty_rows == ATTN_EMPTY_ROWS_NAN ? NAN : -INFINITY;
+        return ATTN_OK;
+    }
+    attn_call call = *job->call;
+    call.execution.num_threads = threads;
+    attn_tensor q = attn_varlen_rows(job->q, q0, Tq), k = attn_varlen_rows(job->k, k0, Tk);
+    attn_tensor v = attn_varlen_rows(job->v, k0, Tk), out = attn_varlen_rows(job->out, q0, Tq);
+    attn_tensor lse;
+    if (job->lse != NULL) lse = lse_columns(job->lse, q0, Tq);
+    attn_status status;
+    if (!job->backward) {
+        status = attn_forward_run(&call, &q, &k, &v, &out, job->lse != NULL ? &lse : NULL, error);
+    } else {
+        attn_tensor dout = attn_varlen_rows(job->dout, q0, Tq);
+        attn_tensor dq = attn_varlen_rows(job->dq, q0, Tq), dk = attn_varlen_rows(job->dk, k0, Tk);
+        attn_tensor dv = attn_varlen_rows(job->dv, k0, Tk);
+        status = attn_backward_run(&call, &q, &k, &v, &out, &lse, &dout, &dq, &dk, &dv, NULL,
+                                   error);
+    }
+    if (status != ATTN_OK) name_sequence(error, b);
+    return status;
+}
+
+typedef struct sequence_cost {
+    int64_t b;
+    double cost;
+} sequence_cost;
+
+static int by_cost_descending(const void *a, const void *b) {
+    const sequence_cost *x = a, *y = b;
+    if (x->cost != y->cost) return x->cost < y->cost ? 1 : -1;
+    return x->b < y->b ? -1 : (x->b > y->b);
+}
+
+/* Runs every sequence of the job (see the file comment); the error reported is that of the
+ * lowest failing sequence. */
+static attn_status run_sequences(const varlen_job *job, attn_error *error) {
+    const int64_t B = job->sequences->batch;
+    const int threads = attn_call_thread_count(job->call, 0);
+    const int64_t kv_heads = job->k->shape[1];
+    sequence_cost *narrow = malloc((size_t)B * sizeof *narrow);
+    if (narrow == NULL)
+        return attn_fail(error, ATTN_ERROR_OUT_OF_MEMORY, "no memory for the sequence plan");
+    int64_t narrow_count = 0, failed = B;
+    attn_status failed_status = ATTN_OK;
+    attn_error failed_error;
+    memset(&failed_error, 0, sizeof failed_error);
+    for (int64_t b = 0; b < B; ++b) {
+        const int64_t Tq = job->sequences->cu_seqlens_q[b + 1] - job->sequences->cu_seqlens_q[b];
+        const int64_t Tk = job->sequences->cu_seqlens_k[b + 1] - job->sequences->cu_seqlens_k[b];
+        const int64_t items = kv_heads * ((Tq + ROWS_PER_ITEM - 1) / ROWS_PER_ITEM);
+        if (threads > 1 && items < 2 * (int64_t)threads) {
+            narrow[narrow_count++] = (sequence_cost){b, (double)(Tq + 1) * (double)(Tk + 1)};
+            continue;
+        }
+        attn_error local;
+        attn_status status = run_sequence(job, b, threads, &local);
+        if (status != ATTN_OK) {
+            failed = b, failed_status = status, failed_error = local;
+            break;
+        }
+    }
+    if (failed == B && narrow_count > 0) {
+        qsort(narrow, (size_t)narrow_count, sizeof *narrow, by_cost_descending);
+#pragma omp parallel for schedule(dynamic, 1) num_threads(threads)
+        for (int64_t n = 0; n < narrow_count; ++n) {
+            attn_error local;
+            attn_status status = run_sequence(job, narrow[n].b, 1, &local);
+            if (status != ATTN_OK) {
+#pragma omp critical(attn_varlen_error)
+                if (narrow[n].b < failed) {
+                    failed = narrow[n].b, failed_status = status, failed_error = local;
+                }
+            }
+        }
+    }
+    free(narrow);
+    if (failed_status != ATTN_OK && error != NULL) *error = failed_error;
+    return failed_status;
+}
+
+/* The checks both directions share; fills the call. */
+static attn_status begin_varlen(attn_call *call, const attn_tensor *q, const attn_tensor *k,
+                                const attn_tensor *v, const attn_tensor *out,
+                                const attn_tensor *lse, const attn_varlen *sequences,
+                                const attn_options *options, const attn_execution *execution,
+                                attn_error *error) {
+    attn_status status = attn_call_begin(call, options, execution, error);
+    if (status == ATTN_OK) status = check_varlen_options(&call->options, error);
+    const int64_t any[3] = {-1, -1, -1};
+    if (status == ATTN_OK) status = check_packed(q, "q", any, "[total_q, Hq, Dk]", 3, error);
+    if (status == ATTN_OK) {
+        const int64_t expected[3] = {-1, -1, q->shape[2]};
+        status = check_packed(k, "k", expected, "[total_k, Hkv, Dk]", 3, error);
+    }
+    if (status == ATTN_OK) {
+        const int64_t expected[3] = {k->shape[0], k->shape[1], -1};
+        status = check_packed(v, "v", expected, "[total_k, Hkv, Dv]", 3, error);
+    }
+    if (status == ATTN_OK && q->shape[1] % k->shape[1] != 0)
+        status = attn_fail(error, ATTN_ERROR_SHAPE_MISMATCH,
+                           "q.shape[1] (Hq) = %lld: must be a multiple of k.shape[1] (Hkv) = %lld",
+                           (long long)q->shape[1], (long long)k->shape[1]);
+    if (status == ATTN_OK) {
+        const int64_t expected[3] = {q->shape[0], q->shape[1], v->shape[2]};
+        status = check_packed(out, "out", expected, "[total_q, Hq, Dv]", 3, error);
+    }
+    if (status == ATTN_OK && lse != NULL) {
+        const int64_t expected[2] = {q->shape[1], q->shape[0]};
+        status = check_packed(lse, "lse", expected, "[Hq, total_q]", 2, error);
+    }
+    if (status == ATTN_OK) status = attn_varlen_check(sequences, q->shape[0], k->shape[0], error);
+    if (status != ATTN_OK) attn_call_end(call);
+    return status;
+}
+
+attn_status attn_varlen_forward(const attn_tensor *q, const attn_tensor *k, const attn_tensor *v,
+                                const attn_varlen *sequences, const attn_options *options,
+                                attn_tensor *out, attn_tensor *lse,
+                                const attn_execution *execution, attn_error *error) {
+    attn_call call;
+    attn_status status =
+        begin_varlen(&call, q, k, v, out, lse, sequences, options, execution, error);
+    if (status != ATTN_OK) return status;
+    const varlen_job job = {&call, sequences, q, k, v, out, lse, NULL, NULL, NULL, NULL, 0};
+    status = run_sequences(&job, error);
+    attn_call_end(&call);
+    return status;
+}
+
+attn_status attn_varlen_backward(const attn_tensor *q, const attn_tensor *k, const attn_tensor *v,
+                                 const attn_tensor *out, const attn_tensor *lse,
+                                 const attn_tensor *dout, const attn_varlen *sequences,
+                                 const attn_options *options, attn_tensor *dq, attn_tensor *dk,
+                                 attn_tensor *dv, const attn_execution *execution,
+                                 attn_error *error) {
+    attn_call call;
+    attn_status status =
+        begin_varlen(&call, q, k, v, out, lse, sequences, options, execution, error);
+    if (status != ATTN_OK) return status;
+    if (lse == NULL)
+        status = attn_fail(error, ATTN_ERROR_NULL_ARGUMENT, "lse is NULL");
+    if (status == ATTN_OK)
+        status = check_packed(dout, "dout", out->shape, "[total_q, Hq, Dv]", 3, error);
+    if (status == ATTN_OK) status = check_packed(dq, "dq", q->shape, "[total_q, Hq, Dk]", 3, error);
+    if (status == ATTN_OK) status = check_packed(dk, "dk", k->shape, "[total_k, Hkv, Dk]", 3, error);
+    if (status == ATTN_OK) status = check_packed(dv, "dv", v->shape, "[total_k, Hkv, Dv]", 3, error);
+    if (status == ATTN_OK) {
+        const varlen_job job = {&call, sequences, q, k, v, out, lse, dout, dq, dk, dv, 1};
+        status = run_sequences(&job, error);
+    }
+    attn_call_end(&call);
+    return status;
+}
