@@ -1,0 +1,469 @@
+/*
+ * test_serve_kvcache.c — attention against a KV cache the caller owns
+ * (attn_forward_with_kvcache), over tables of cases:
+ *  - caller-owned equals library-owned: the same tokens on the same pages (paged) or rows
+ *    (contiguous), F32 / BF16 / F16 storage, Tq = 1 and 4: bitwise equal to attn_decode;
+ *  - chunked prefill with append in chunks of 1, 7 and 512 (and speculative verification
+ *    with Tq = Tnew = 5) equals one prefill by the double-precision oracle on the whole
+ *    sequence, row for row, with RoPE (either layout) applied on append and to the queries,
+ *    causal bottom-right, windows, soft-cap, GQA/MQA, contiguous and shuffled paged caches;
+ *  - bitwise identical for 1, 2 and 3 threads on both paths;
+ *  - every malformed argument is refused with a message naming the sequence and the value,
+ *    and the cache is left byte for byte as it was.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "test_support.h"
+
+/* ---- storage helpers (float <-> the cache dtype, round to nearest even) ---- */
+static uint16_t to_bf16(float x) {
+    uint32_t bits;
+    memcpy(&bits, &x, 4);
+    bits += 0x7fffu + ((bits >> 16) & 1u);
+    return (uint16_t)(bits >> 16);
+}
+static float from_bf16(uint16_t h) {
+    uint32_t bits = (uint32_t)h << 16;
+    float x;
+    memcpy(&x, &bits, 4);
+    return x;
+}
+
+/* A caller-owned pool [pages, page_size, H, D] of `dtype` (element size 4 or 2). */
+typedef struct pool {
+    attn_tensor view;
+    void *data;
+    size_t bytes;
+} pool;
+
+static pool pool_new(attn_dtype dtype, int64_t pages, int64_t page_size, int64_t H, int64_t D) {
+    pool p;
+    const int64_t shape[4] = {pages, page_size, H, D};
+    p.bytes = (size_t)(pages * page_size * H * D) * attn_dtype_size(dtype);
+    p.data = malloc(p.bytes);
+    memset(p.data, 0xff, p.bytes); /* NaN in every dtype: unused slots never matter */
+    p.view = attn_tensor_contiguous(p.data, dtype, 4, shape);
+    return p;
+}
+
+static void pool_store(pool *p, int64_t page, int64_t slot, int64_t h, const float *row, int64_t D) {
+    const int64_t e = ((page * p->view.shape[1] + slot) * p->view.shape[2] + h) * D;
+    for (int64_t d = 0; d < D; ++d) {
+        if (p->view.dtype == ATTN_DTYPE_F32) ((float *)p->data)[e + d] = row[d];
+        else if (p->view.dtype == ATTN_DTYPE_BF16) ((uint16_t *)p->data)[e + d] = to_bf16(row[d]);
+        else {
+            /* F16 values read back from a F16 library cache are exact halves: convert through
+             * the library's own rounding by storing via a 1-token F16 cache is overkill; the
+             * case table uses only values that came out of an F16 cache, so exact. */
+            const float x = row[d];
+            uint32_t bits;
+            memcpy(&bits, &x, 4);
+            const uint32_t sign = (bits >> 16) & 0x8000u;
+            int exponent = (int)((bits >> 23) & 0xff) - 127 + 15;
+            uint32_t mantissa = bits & 0x7fffffu;
+            uint16_t h16;
+            if (x == 0.0f) h16 = (uint16_t)sign;
+            else if (exponent <= 0) h16 = (uint16_t)(sign | ((mantissa | 0x800000u) >> (14 - exponent)));
+            else h16 = (uint16_t)(sign | ((uint32_t)exponent << 10) | (mantissa >> 13));
+            ((uint16_t *)p->data)[e + d] = h16;
+        }
+    }
+}
+
+/* ---- 1. caller-owned = library-owned ---- */
+typedef struct same_case {
+    const char *name;
+    attn_dtype dtype;
+    int64_t B, Hq, Hkv, Dk, Dv, capacity, page_size; /* page_size 0 = contiguous */
+    int lengths[4];
+    int64_t Tq;
+    int64_t window_left;
+    float softcap;
+} same_case;
+
+static const same_case same_cases[] = {
+    {"f32 paged 16, GQA", ATTN_DTYPE_F32, 3, 8, 2, 32, 32, 200, 16, {150, 37, 200}, 1, -1, 0.0f},
+    {"bf16 paged 16, GQA, Tq 4", ATTN_DTYPE_BF16, 3, 8, 2, 64, 64, 200, 16, {150, 5, 199}, 4, -1, 0.0f},
+    {"f16 paged 8, MQA, window", ATTN_DTYPE_F16, 2, 4, 1, 16, 8, 90, 8, {90, 41}, 1, 20, 0.0f},
+    {"bf16 contiguous, soft-cap", ATTN_DTYPE_BF16, 2, 4, 4, 16, 16, 70, 0, {70, 12}, 2, -1, 5.0f},
+    {"f32 contiguous MHA", ATTN_DTYPE_F32, 4, 2, 2, 8, 8, 33, 0, {1, 33, 20, 7}, 1, -1, 0.0f},
+};
+
+static attn_options causal_options(int64_t window_left, float softcap) {
+    attn_options o = attn_options_default();
+    o.causal = 1;
+    o.alignment = ATTN_ALIGN_BOTTOM_RIGHT;
+    if (window_left >= 0) o.window = 1, o.window_left = window_left, o.window_right = -1;
+    o.softcap = softcap;
+    return o;
+}
+
+static void test_same_as_library(const same_case *sc, uint64_t seed) {
+    test_rng rng;
+    test_rng_seed(&rng, seed);
+    attn_kv_cache_config config = attn_kv_cache_config_default();
+    config.sequences = sc->B, config.kv_heads = sc->Hkv, config.key_dim = sc->Dk;
+    config.value_dim = sc->Dv, config.dtype = sc->dtype, config.capacity = sc->capacity;
+    config.page_size = sc->page_size;
+    attn_kv_cache *cache = NULL;
+    attn_error error;
+    CHECK_STATUS(attn_kv_cache_create(&config, &cache, &error), ATTN_OK, &error, "%s: create", sc->name);
+    /* Append in a few rounds, sequences interleaved, so that pages are not in order. */
+    for (int round = 0; round < 3; ++round)
+        for (int64_t b = 0; b < sc->B; ++b) {
+            const int64_t have = attn_kv_cache_length(cache, b);
+            int64_t count = round == 2 ? sc->lengths[b] - have : sc->lengths[b] / 3;
+            if (count <= 0) continue;
+            test_tensor kn = test_tensor_new(1, count, sc->Hkv, sc->Dk, TEST_LAYOUT_BTHD);
+            test_tensor vn = test_tensor_new(1, count, sc->Hkv, sc->Dv, TEST_LAYOUT_BTHD);
+            test_tensor_fill_normal(&kn, &rng, 1.0f), test_tensor_fill_normal(&vn, &rng, 1.0f);
+            CHECK_STATUS(attn_kv_cache_append(cache, b, &kn.view, &vn.view, &error), ATTN_OK, &error, "append");
+            test_tensor_free(&kn), test_tensor_free(&vn);
+        }
+    const int64_t ps = sc->page_size > 0 ? sc->page_size : sc->capacity;
+    const int64_t max_pages = (sc->capacity + ps - 1) / ps;
+    const int64_t pages = sc->page_size > 0 ? sc->B * max_pages : sc->B;
+    pool kp = pool_new(sc->dtype, pages, ps, sc->Hkv, sc->Dk), vp = pool_new(sc->dtype, pages, ps, sc->Hkv, sc->Dv);
+    int32_t *table = calloc((size_t)(sc->B * max_pages), sizeof(int32_t));
+    int32_t seqlens[4];
+    for (int64_t b = 0; b < sc->B; ++b) {
+        const int64_t length = sc->lengths[b];
+        seqlens[b] = (int32_t)length;
+        const int32_t *pages_of = NULL;
+        int64_t page_count = 0;
+        if (sc->page_size > 0) {
+            attn_kv_cache_block_table(cache, b, &pages_of, &page_count, &error);
+            for (int64_t p = 0; p < page_count; ++p) table[b * max_pages + p] = pages_of[p];
+        }
+        test_tensor kr = test_tensor_new(1, length, sc->Hkv, sc->Dk, TEST_LAYOUT_BTHD);
+        test_tensor vr = test_tensor_new(1, length, sc->Hkv, sc->Dv, TEST_LAYOUT_BTHD);
+        attn_kv_cache_read(cache, b, 0, &kr.view, &vr.view, &error);
+        for (int64_t t = 0; t < length; ++t)
+            for (int64_t h = 0; h < sc->Hkv; ++h) {
+                const int64_t page = sc->page_size > 0 ? pages_of[t / ps] : b;
+                pool_store(&kp, page, t % ps, h, kr.allocation + (t * sc->Hkv + h) * sc->Dk, sc->Dk);
+                pool_store(&vp, page, t % ps, h, vr.allocation + (t * sc->Hkv + h) * sc->Dv, sc->Dv);
+            }
+        test_tensor_free(&kr), test_tensor_free(&vr);
+    }
+    const int64_t table_shape[2] = {sc->B, max_pages};
+    attn_tensor table_view = attn_tensor_contiguous(table, ATTN_DTYPE_I32, 2, table_shape);
+    attn_kv_cache_view view = {ATTN_KV_CACHE_VIEW_VERSION, &kp.view, &vp.view,
+                               sc->page_size > 0 ? &table_view : NULL, seqlens};
+    test_tensor q = test_tensor_new(sc->B, sc->Tq, sc->Hq, sc->Dk, TEST_LAYOUT_BTHD);
+    test_tensor_fill_normal(&q, &rng, 1.0f);
+    attn_options options = causal_options(sc->window_left, sc->softcap);
+    const int64_t lse_shape[3] = {sc->B, sc->Hq, sc->Tq};
+    test_tensor lib_out = test_tensor_new(sc->B, sc->Tq, sc->Hq, sc->Dv, TEST_LAYOUT_BTHD);
+    test_tensor lib_lse = test_tensor_new_shape(3, lse_shape);
+    CHECK_STATUS(attn_decode(cache, &q.view, &options, &lib_out.view, &lib_lse.view, NULL, &error), ATTN_OK, &error,
+                 "%s: library decode", sc->name);
+    for (int threads = 1; threads <= 3; ++threads) {
+        attn_execution execution = attn_execution_default();
+        execution.num_threads = threads;
+        test_tensor out = test_tensor_new(sc->B, sc->Tq, sc->Hq, sc->Dv, TEST_LAYOUT_BTHD);
+        test_tensor lse = test_tensor_new_shape(3, lse_shape);
+        attn_status status = attn_forward_with_kvcache(&q.view, &view, NULL, &options, &out.view, &lse.view,
+                                                       &execution, &error);
+        CHECK_STATUS(status, ATTN_OK, &error, "%s: caller-owned", sc->name);
+        CHECK(test_bitwise_equal(&out.view, &lib_out.view) && test_bitwise_equal(&lse.view, &lib_lse.view),
+              "%s, %d threads: caller-owned = library-owned, bitwise (err %.3g)", sc->name, threads,
+              test_max_relative_error(&out.view, &lib_out.view));
+        test_tensor_free(&out), test_tensor_free(&lse);
+    }
+    test_tensor_free(&q), test_tensor_free(&lib_out), test_tensor_free(&lib_lse);
+    free(kp.data), free(vp.data), free(table);
+    attn_kv_cache_destroy(cache);
+}
+
+/* ---- 2. chunked prefill with append = one prefill ---- */
+typedef struct chunk_case {
+    const char *name;
+    int64_t B, T, Hq, Hkv, Dk, Dv;
+    int64_t page_size;     /* 0 = contiguous */
+    int64_t rotary_dim;    /* 0 = none */
+    attn_rope_layout layout;
+    int64_t window_left;
+    float softcap;
+} chunk_case;
+
+static const chunk_case chunk_cases[] = {
+    {"paged 16, GQA, RoPE half", 2, 600, 4, 2, 32, 16, 16, 16, ATTN_ROPE_HALF, -1, 0.0f},
+    {"contiguous, MQA, RoPE interleaved, window", 2, 530, 4, 1, 16, 16, 0, 16, ATTN_ROPE_INTERLEAVED, 100, 0.0f},
+    {"paged 7, MHA, soft-cap, no RoPE", 1, 520, 2, 2, 16, 8, 7, 0, ATTN_ROPE_HALF, -1, 4.0f},
+};
+
+/* RoPE in double, as the tables give it. */
+static void rope_reference(float *x, int64_t rotary_dim, attn_rope_layout layout, const float *cos_table,
+                           const float *sin_table, int64_t position) {
+    const int64_t half = rotary_dim / 2;
+    for (int64_t j = 0; j < half; ++j) {
+        const double c = cos_table[position * half + j], s = sin_table[position * half + j];
+        const int64_t i0 = layout == ATTN_ROPE_INTERLEAVED ? 2 * j : j;
+        const int64_t i1 = layout == ATTN_ROPE_INTERLEAVED ? 2 * j + 1 : j + half;
+        const double a = x[i0], b = x[i1];
+        x[i0] = (float)(a * c - b * s), x[i1] = (float)(b * c + a * s);
+    }
+}
+
+static void test_chunked(const chunk_case *cc, uint64_t seed) {
+    test_rng rng;
+    test_rng_seed(&rng, seed);
+    const int64_t B = cc->B, T = cc->T;
+    test_tensor q = test_tensor_new(B, T, cc->Hq, cc->Dk, TEST_LAYOUT_BTHD);
+    test_tensor k = test_tensor_new(B, T, cc->Hkv, cc->Dk, TEST_LAYOUT_BTHD);
+    test_tensor v = test_tensor_new(B, T, cc->Hkv, cc->Dv, TEST_LAYOUT_BTHD);
+    test_tensor_fill_normal(&q, &rng, 1.0f), test_tensor_fill_normal(&k, &rng, 1.0f), test_tensor_fill_normal(&v, &rng, 1.0f);
+    const int64_t half = cc->rotary_dim / 2 > 0 ? cc->rotary_dim / 2 : 1;
+    float *cos_table = malloc((size_t)(T * half) * 4), *sin_table = malloc((size_t)(T * half) * 4);
+    for (int64_t p = 0; p < T; ++p)
+        for (int64_t j = 0; j < half; ++j) {
+            const double angle = (double)p * pow(10000.0, -2.0 * (double)j / (double)(2 * half));
+            cos_table[p * half + j] = (float)cos(angle), sin_table[p * half + j] = (float)sin(angle);
+        }
+    const int64_t table_shape[2] = {T, half};
+    attn_tensor cos_view = attn_tensor_contiguous(cos_table, ATTN_DTYPE_F32, 2, table_shape);
+    attn_tensor sin_view = attn_tensor_contiguous(sin_table, ATTN_DTYPE_F32, 2, table_shape);
+
+    /* The oracle: RoPE'd copies, one reference prefill over the whole sequence. */
+    test_tensor qr = test_tensor_new(B, T, cc->Hq, cc->Dk, TEST_LAYOUT_BTHD);
+    test_tensor kr = test_tensor_new(B, T, cc->Hkv, cc->Dk, TEST_LAYOUT_BTHD);
+    memcpy(qr.allocation, q.allocation, (size_t)q.allocation_floats * 4);
+    memcpy(kr.allocation, k.allocation, (size_t)k.allocation_floats * 4);
+    if (cc->rotary_dim > 0)
+        for (int64_t b = 0; b < B; ++b)
+            for (int64_t t = 0; t < T; ++t) {
+                for (int64_t h = 0; h < cc->Hq; ++h)
+                    rope_reference(qr.allocation + ((b * T + t) * cc->Hq + h) * cc->Dk, cc->rotary_dim, cc->layout,
+                                   cos_table, sin_table, t);
+                for (int64_t h = 0; h < cc->Hkv; ++h)
+                    rope_reference(kr.allocation + ((b * T + t) * cc->Hkv + h) * cc->Dk, cc->rotary_dim, cc->layout,
+                                   cos_table, sin_table, t);
+            }
+    attn_options options = causal_options(cc->window_left, cc->softcap);
+    attn_error error;
+    test_tensor expected = test_tensor_new(B, T, cc->Hq, cc->Dv, TEST_LAYOUT_BTHD);
+    CHECK_STATUS(attn_reference_forward(&qr.view, &kr.view, &v.view, &options, &expected.view, NULL, &error), ATTN_OK,
+                 &error, "%s: reference", cc->name);
+
+    const int64_t chunks[4] = {1, 7, 512, 5};
+    for (int c = 0; c < 4; ++c) {
+        const int64_t ps = cc->page_size > 0 ? cc->page_size : T;
+        const int64_t max_pages = (T + ps - 1) / ps, pages = cc->page_size > 0 ? B * max_pages : B;
+        pool kp = pool_new(ATTN_DTYPE_F32, pages, ps, cc->Hkv, cc->Dk);
+        pool vp = pool_new(ATTN_DTYPE_F32, pages, ps, cc->Hkv, cc->Dv);
+        int32_t *table = malloc((size_t)(B * max_pages) * sizeof(int32_t));
+        for (int64_t p = 0; p < B * max_pages; ++p) table[p] = (int32_t)p;
+        for (int64_t p = B * max_pages - 1; p > 0; --p) { /* shuffled pages */
+            const int64_t r = test_rng_range(&rng, 0, p);
+            const int32_t t = table[p];
+            table[p] = table[r], table[r] = t;
+        }
+        const int64_t tshape[2] = {B, max_pages};
+        attn_tensor table_view = attn_tensor_contiguous(table, ATTN_DTYPE_I32, 2, tshape);
+        int32_t seqlens[4] = {0, 0, 0, 0};
+        attn_kv_cache_view view = {0, &kp.view, &vp.view, cc->page_size > 0 ? &table_view : NULL, seqlens};
+        double worst = 0.0;
+        for (int64_t first = 0; first < T;) {
+            int64_t count = chunks[c];
+            if (count > T - first) count = T - first;
+            attn_tensor qn = q.view, kn = k.view, vn = v.view;
+            qn.data = q.allocation + first * q.view.stride[1], qn.shape[1] = count;
+            kn.data = k.allocation + first * k.view.stride[1], kn.shape[1] = count;
+            vn.data = v.allocation + first * v.view.stride[1], vn.shape[1] = count;
+            attn_kv_append append = {&kn, &vn, cc->rotary_dim > 0 ? &cos_view : NULL,
+                                     cc->rotary_dim > 0 ? &sin_view : NULL, cc->layout};
+            test_tensor out = test_tensor_new(B, count, cc->Hq, cc->Dv, TEST_LAYOUT_BTHD);
+            attn_execution execution = attn_execution_default();
+            execution.num_threads = (int)(first % 3) + 1;
+            attn_status status = attn_forward_with_kvcache(&qn, &view, &append, &options, &out.view, NULL,
+                                                           &execution, &error);
+            CHECK_STATUS(status, ATTN_OK, &error, "%s: chunk %lld at %lld", cc->name, (long long)chunks[c],
+                         (long long)first);
+            if (status != ATTN_OK) break;
+            attn_tensor slice = expected.view;
+            slice.data = expected.allocation + first * expected.view.stride[1], slice.shape[1] = count;
+            const double e = test_max_relative_error(&out.view, &slice);
+            if (e > worst) worst = e;
+            test_tensor_free(&out);
+            for (int64_t b = 0; b < B; ++b) seqlens[b] += (int32_t)count;
+            first += count;
+        }
+        CHECK(worst <= 2e-5, "%s: append + attend in chunks of %lld = one prefill (err %.3g)", cc->name,
+              (long long)chunks[c], worst);
+        free(kp.data), free(vp.data), free(table);
+    }
+    free(cos_table), free(sin_table);
+    test_tensor_free(&q), test_tensor_free(&k), test_tensor_free(&v), test_tensor_free(&qr), test_tensor_free(&kr);
+    test_tensor_free(&expected);
+}
+
+/* Both paths (Tq = 2 decoding, Tq = 40 prefill) bitwise for 1, 2 and 3 threads. */
+static void test_threads(void) {
+    test_rng rng;
+    test_rng_seed(&rng, 7);
+    const int64_t B = 3, Hq = 4, Hkv = 2, D = 32, ps = 16, max_pages = 8;
+    pool kp = pool_new(ATTN_DTYPE_BF16, B * max_pages, ps, Hkv, D), vp = pool_new(ATTN_DTYPE_BF16, B * max_pages, ps, Hkv, D);
+    uint16_t *kd = kp.data, *vd = vp.data;
+    for (size_t e = 0; e < kp.bytes / 2; ++e) kd[e] = to_bf16((float)test_rng_normal(&rng)), vd[e] = to_bf16((float)test_rng_normal(&rng));
+    int32_t table[24];
+    for (int p = 0; p < 24; ++p) table[p] = (p * 7) % 24;
+    const int64_t tshape[2] = {B, max_pages};
+    attn_tensor table_view = attn_tensor_contiguous(table, ATTN_DTYPE_I32, 2, tshape);
+    int32_t seqlens[3] = {80, 45, 120};
+    attn_kv_cache_view view = {0, &kp.view, &vp.view, &table_view, seqlens};
+    attn_options options = causal_options(-1, 0.0f);
+    const int64_t tq[2] = {2, 40};
+    for (int path = 0; path < 2; ++path) {
+        test_tensor q = test_tensor_new(B, tq[path], Hq, D, TEST_LAYOUT_BTHD);
+        test_tensor_fill_normal(&q, &rng, 1.0f);
+        test_tensor first = test_tensor_new(B, tq[path], Hq, D, TEST_LAYOUT_BTHD);
+        int same = 1;
+        for (int threads = 1; threads <= 3; ++threads) {
+            attn_execution execution = attn_execution_default();
+            execution.num_threads = threads;
+            test_tensor out = test_tensor_new(B, tq[path], Hq, D, TEST_LAYOUT_BTHD);
+            attn_error error;
+            CHECK_STATUS(attn_forward_with_kvcache(&q.view, &view, NULL, &options, &out.view, NULL, &execution, &error),
+                         ATTN_OK, &error, "threads %d", threads);
+            if (threads == 1) memcpy(first.allocation, out.allocation, (size_t)out.allocation_floats * 4);
+            else same &= test_bitwise_equal(&out.view, &first.view);
+            /* Against the oracle on the gathered keys of sequence 1. */
+            if (threads == 1) {
+                const int64_t L = seqlens[1];
+                test_tensor K = test_tensor_new(1, L, Hkv, D, TEST_LAYOUT_BTHD), V = test_tensor_new(1, L, Hkv, D, TEST_LAYOUT_BTHD);
+                for (int64_t t = 0; t < L; ++t)
+                    for (int64_t h = 0; h < Hkv; ++h)
+                        for (int64_t d = 0; d < D; ++d) {
+                            const int64_t e = ((table[1 * max_pages + t / ps] * ps + t % ps) * Hkv + h) * D + d;
+                            K.allocation[(t * Hkv + h) * D + d] = from_bf16(kd[e]);
+                            V.allocation[(t * Hkv + h) * D + d] = from_bf16(vd[e]);
+                        }
+                attn_tensor q1 = q.view, o1 = out.view;
+                q1.data = q.allocation + q.view.stride[0], q1.shape[0] = 1;
+                o1.data = out.allocation + out.view.stride[0], o1.shape[0] = 1;
+                test_tensor ref = test_tensor_new(1, tq[path], Hq, D, TEST_LAYOUT_BTHD);
+                attn_reference_forward(&q1, &K.view, &V.view, &options, &ref.view, NULL, &error);
+                const double e = test_max_relative_error(&o1, &ref.view);
+                CHECK(e <= 1e-5, "%s path, bf16 paged: sequence 1 = oracle (err %.3g)", path ? "prefill" : "decode", e);
+                test_tensor_free(&K), test_tensor_free(&V), test_tensor_free(&ref);
+            }
+            test_tensor_free(&out);
+        }
+        CHECK(same, "%s path: 1, 2, 3 threads bitwise", path ? "prefill" : "decode");
+        test_tensor_free(&q), test_tensor_free(&first);
+    }
+    free(kp.data), free(vp.data);
+}
+
+/* ---- 3. errors: status, message, cache untouched ---- */
+typedef enum error_kind {
+    E_CAPACITY, E_NEGATIVE_LENGTH, E_PAGE_OUTSIDE, E_APPEND_COLLIDE, E_APPEND_SHARED_READ, E_SAME_SEQUENCE_TWICE,
+    E_ROTARY_SHORT, E_K_WITHOUT_V, E_BAD_DTYPE, E_KEY_LENGTHS, E_MIXED_DTYPES, E_MEMORY_LIMIT, E_TABLE_SHAPE
+} error_kind;
+
+typedef struct error_case {
+    const char *name;
+    error_kind kind;
+    attn_status expected;
+    const char *needle;
+} error_case;
+
+static const error_case error_cases[] = {
+    {"cache_seqlens + new beyond capacity", E_CAPACITY, ATTN_ERROR_CAPACITY, "sequence 1: cache_seqlens[1] = 30 + 3 new tokens = 33 exceeds"},
+    {"negative cache_seqlens", E_NEGATIVE_LENGTH, ATTN_ERROR_INVALID_ARGUMENT, "cache_seqlens[0] = -1"},
+    {"block_table entry outside the pool", E_PAGE_OUTSIDE, ATTN_ERROR_INVALID_ARGUMENT, "block_table[1, 1] = 99: outside the pool of 8 pages"},
+    {"two appends write one page", E_APPEND_COLLIDE, ATTN_ERROR_INVALID_ARGUMENT, "also writes"},
+    {"an append writes a page another sequence reads", E_APPEND_SHARED_READ, ATTN_ERROR_INVALID_ARGUMENT, "also used by sequence 1"},
+    {"one sequence maps two blocks to one written page", E_SAME_SEQUENCE_TWICE, ATTN_ERROR_INVALID_ARGUMENT, "also used by sequence 0"},
+    {"rotary tables too short", E_ROTARY_SHORT, ATTN_ERROR_SHAPE_MISMATCH, "rotary_cos.shape[0] = 4 positions: sequence 0 needs position"},
+    {"k_new without v_new", E_K_WITHOUT_V, ATTN_ERROR_NULL_ARGUMENT, "append->v_new is NULL"},
+    {"int32 cache", E_BAD_DTYPE, ATTN_ERROR_INVALID_ARGUMENT, "k_cache.dtype = int32"},
+    {"options.key_lengths", E_KEY_LENGTHS, ATTN_ERROR_INVALID_ARGUMENT, "options.key_lengths is set"},
+    {"k/v dtypes differ", E_MIXED_DTYPES, ATTN_ERROR_INVALID_ARGUMENT, "v_cache.dtype"},
+    {"memory limit", E_MEMORY_LIMIT, ATTN_ERROR_MEMORY_LIMIT, "execution.memory_limit_bytes = 64"},
+    {"block_table rows != B", E_TABLE_SHAPE, ATTN_ERROR_SHAPE_MISMATCH, "block_table.shape[0] = 3"},
+};
+
+static void test_errors(void) {
+    const int64_t B = 2, H = 1, D = 4, ps = 8, max_pages = 4, pages = 8;
+    for (size_t n = 0; n < sizeof error_cases / sizeof error_cases[0]; ++n) {
+        const error_case *ec = &error_cases[n];
+        pool kp = pool_new(ATTN_DTYPE_F32, pages, ps, H, D), vp = pool_new(ATTN_DTYPE_F32, pages, ps, H, D);
+        for (size_t e = 0; e < kp.bytes / 4; ++e) ((float *)kp.data)[e] = (float)e, ((float *)vp.data)[e] = -(float)e;
+        int32_t table[12] = {0, 1, 2, 3, 4, 5, 6, 7, 0, 0, 0, 0};
+        int32_t seqlens[2] = {10, 12};
+        int64_t tshape[2] = {B, max_pages};
+        const int64_t Tnew = ec->kind == E_MEMORY_LIMIT ? 17 : 3;
+        test_tensor kn = test_tensor_new(B, Tnew, H, D, TEST_LAYOUT_BTHD), vn = test_tensor_new(B, Tnew, H, D, TEST_LAYOUT_BTHD);
+        test_tensor q = test_tensor_new(B, Tnew, H, D, TEST_LAYOUT_BTHD), out = test_tensor_new(B, Tnew, H, D, TEST_LAYOUT_BTHD);
+        float rot[8] = {1, 1, 1, 1, 0, 0, 0, 0};
+        const int64_t rshape[2] = {4, 1};
+        attn_tensor cos_view = attn_tensor_contiguous(rot, ATTN_DTYPE_F32, 2, rshape);
+        attn_tensor sin_view = attn_tensor_contiguous(rot + 4, ATTN_DTYPE_F32, 2, rshape);
+        attn_kv_append append = {&kn.view, &vn.view, NULL, NULL, ATTN_ROPE_HALF};
+        attn_options options = causal_options(-1, 0.0f);
+        attn_execution execution = attn_execution_default();
+        int32_t lengths[2] = {1, 1};
+        attn_tensor bad = kp.view;
+        switch (ec->kind) {
+        case E_CAPACITY: seqlens[1] = 30; break;
+        case E_NEGATIVE_LENGTH: seqlens[0] = -1; break;
+        case E_PAGE_OUTSIDE: table[5] = 99; break;
+        case E_APPEND_COLLIDE: table[5] = 1; break;                  /* both append into page 1 */
+        case E_APPEND_SHARED_READ: seqlens[0] = 14, table[4] = 1; break; /* seq 0 writes page 1, seq 1 reads it */
+        case E_SAME_SEQUENCE_TWICE: table[0] = 1; break;            /* seq 0: blocks 0 and 1 = page 1 */
+        case E_ROTARY_SHORT: append.rotary_cos = &cos_view, append.rotary_sin = &sin_view; break;
+        case E_K_WITHOUT_V: append.v_new = NULL; break;
+        case E_BAD_DTYPE: bad.dtype = ATTN_DTYPE_I32; break;
+        case E_KEY_LENGTHS: options.key_lengths = lengths; break;
+        case E_MIXED_DTYPES: bad = vp.view, bad.dtype = ATTN_DTYPE_BF16; break;
+        case E_MEMORY_LIMIT: execution.memory_limit_bytes = 64; break;
+        case E_TABLE_SHAPE: tshape[0] = 3; break;
+        }
+        attn_tensor table_view = attn_tensor_contiguous(table, ATTN_DTYPE_I32, 2, tshape);
+        attn_kv_cache_view view = {0, ec->kind == E_BAD_DTYPE ? &bad : &kp.view,
+                                   ec->kind == E_MIXED_DTYPES ? &bad : &vp.view, &table_view, seqlens};
+        void *k_before = malloc(kp.bytes), *v_before = malloc(vp.bytes);
+        memcpy(k_before, kp.data, kp.bytes), memcpy(v_before, vp.data, vp.bytes);
+        attn_error error;
+        memset(&error, 0, sizeof error);
+        attn_status status = attn_forward_with_kvcache(&q.view, &view, &append, &options, &out.view, NULL, &execution, &error);
+        CHECK(status == ec->expected && strstr(error.message, ec->needle) != NULL, "%s: %s \"%s\"", ec->name,
+              attn_status_name(status), error.message);
+        CHECK(memcmp(k_before, kp.data, kp.bytes) == 0 && memcmp(v_before, vp.data, vp.bytes) == 0,
+              "%s: the cache is untouched", ec->name);
+        free(k_before), free(v_before), free(kp.data), free(vp.data);
+        test_tensor_free(&kn), test_tensor_free(&vn), test_tensor_free(&q), test_tensor_free(&out);
+    }
+    /* Shared read-only prefix pages without an append into them are fine. */
+    pool kp = pool_new(ATTN_DTYPE_F32, 4, 8, 1, 4), vp = pool_new(ATTN_DTYPE_F32, 4, 8, 1, 4);
+    for (size_t e = 0; e < kp.bytes / 4; ++e) ((float *)kp.data)[e] = 0.01f * (float)e, ((float *)vp.data)[e] = 1.0f;
+    int32_t table[4] = {0, 1, 0, 2}; /* page 0 shared, appends go to pages 1 and 2 */
+    int32_t seqlens[2] = {8, 8};
+    const int64_t tshape[2] = {2, 2};
+    attn_tensor table_view = attn_tensor_contiguous(table, ATTN_DTYPE_I32, 2, tshape);
+    attn_kv_cache_view view = {0, &kp.view, &vp.view, &table_view, seqlens};
+    test_tensor kn = test_tensor_new(2, 1, 1, 4, TEST_LAYOUT_BTHD), vn = test_tensor_new(2, 1, 1, 4, TEST_LAYOUT_BTHD);
+    for (int e = 0; e < 8; ++e) vn.allocation[e] = 1.0f;
+    test_tensor q = test_tensor_new(2, 1, 1, 4, TEST_LAYOUT_BTHD), out = test_tensor_new(2, 1, 1, 4, TEST_LAYOUT_BTHD);
+    attn_kv_append append = {&kn.view, &vn.view, NULL, NULL, ATTN_ROPE_HALF};
+    attn_options options = causal_options(-1, 0.0f);
+    attn_error error;
+    attn_status status = attn_forward_with_kvcache(&q.view, &view, &append, &options, &out.view, NULL, NULL, &error);
+    CHECK_STATUS(status, ATTN_OK, &error, "a shared prefix page with appends elsewhere");
+    CHECK(out.allocation[0] == 1.0f && out.allocation[7] == 1.0f, "every value 1: output 1 (%g)", out.allocation[0]);
+    CHECK(((float *)kp.data)[1 * 32 + 0] == 0.0f, "the new key went to page 1, slot 0");
+    free(kp.data), free(vp.data);
+    test_tensor_free(&kn), test_tensor_free(&vn), test_tensor_free(&q), test_tensor_free(&out);
+}
+
+int main(void) {
+    for (size_t n = 0; n < sizeof same_cases / sizeof same_cases[0]; ++n) test_same_as_library(&same_cases[n], 10 + n);
+    for (size_t n = 0; n < sizeof chunk_cases / sizeof chunk_cases[0]; ++n) test_chunked(&chunk_cases[n], 50 + n);
+    test_threads();
+    test_errors();
+    return test_finish();
+}
