@@ -4,6 +4,7 @@
  * allowed query–key pairs only, and the fraction of this machine's fp32 FMA peak measured in
  * the same process (peak.c). `attn bench --peak` prints the peak and the memory bandwidth;
  * `attn bench decode ...` is the decoding benchmark (cmd_bench_decode.c).
+ * `attn bench serve ...` is the serving step mix (cmd_bench_serve.c).
  *
  * FLOP counts per allowed pair (i, j) and per (batch, query head): forward 2·Dk + 2·Dv
  * (= 4·D; S = Q·Kᵀ and O += P·V), backward 4·Dk + 6·Dv... counted as the usual 10·D
@@ -40,7 +41,8 @@ static void print_help(FILE *stream) {
     fprintf(stream,
         "usage: attn bench [options]          time attn_forward on a grid of shapes\n"
         "       attn bench --peak             print this machine's FMA peak and read bandwidth\n"
-        "       attn bench decode [options]   the decoding benchmark (see attn bench decode --help)\n\n"
+        "       attn bench decode [options]   the decoding benchmark (see attn bench decode --help)\n"
+        "       attn bench serve [options]    continuous-batching step mix (see attn bench serve --help)\n\n"
         "The default grid (B = 1): T in 512,1024,2048,4096,8192,16384; Hq in 8,32; Hkv = Hq and\n"
         "Hq/4 (--groups 1,4); D in 64,128; masks none, causal and a causal sliding window of 256\n"
         "keys per query. Q = K = V length T. Reported: median of --repeats timed runs after one\n"
@@ -423,6 +425,7 @@ static int write_outputs(const bench_settings *s, const bench_result *results, i
 
 int cli_bench(int argc, char **argv) {
     if (argc >= 2 && strcmp(argv[1], "decode") == 0) return cli_bench_decode(argc - 1, argv + 1);
+    if (argc >= 2 && strcmp(argv[1], "serve") == 0) return cli_bench_serve(argc - 1, argv + 1);
     bench_settings s;
     const int parsed = parse_arguments(argc, argv, &s);
     if (parsed != 0) return parsed == 1 ? 0 : 2;

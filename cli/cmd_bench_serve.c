@@ -1,0 +1,519 @@
+/*
+ * cmd_bench_serve.c — `attn bench serve`: a continuous-batching step mix on a paged KV cache
+ * the benchmark owns (attn_forward_with_kvcache), for each storage type. B sequences hold
+ * contexts drawn uniformly from [min, max] with a fixed seed, on shuffled pages of 16 tokens.
+ * Each step gives `prefills` sequences (round robin) a prefill chunk of 512 tokens and every
+ * other sequence one decode token: two calls (Tq = 512 and Tq = 1) on the same pool. The
+ * appends overwrite the same slots every step, so every step does the same work. Reported per
+ * storage type: ms per step, tokens/s, the GB/s of K/V the step reads (every sequence's
+ * context x Hkv x (Dk + Dv) x element size) and that as a fraction of the read bandwidth
+ * measured in the same run right after; the decode and prefill calls are also timed alone.
+ * Then, in the same run: decoding from a library-owned cache vs the same tokens on the same
+ * pages owned by the caller; and packed variable-length prefill vs one call per sequence vs
+ * the padded batch with lengths. bench/compare_serve.py times the same mix through PyTorch.
+ */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <omp.h>
+
+#include "attn.h"
+#include "cli.h"
+
+typedef struct serve_settings {
+    int sequences, prefills, chunk, heads, kv_heads, dim, page_size, threads, seed;
+    int64_t min_context, max_context;
+    int dtypes; /* bits: 1 f32, 2 bf16, 4 f16 */
+    double seconds;
+} serve_settings;
+
+static void usage(FILE *stream) {
+    fprintf(stream,
+            "usage: attn bench serve [--quick] [--sequences N] [--context MIN MAX] [--seed S]\n"
+            "                        [--prefills N] [--chunk N] [--heads HQ] [--kv-heads HKV]\n"
+            "                        [--dim D] [--dtype f32|bf16|f16|all] [--threads N]\n"
+            "  defaults: 64 sequences, contexts 512..32768, seed 1, 4 prefill chunks of 512\n"
+            "  tokens per step, Hq 16, Hkv 2, D 128, pages of 16 tokens, every dtype\n"
+            "  --quick   16 sequences, contexts 512..8192, shorter timing\n"
+            "On a machine shared with other jobs, run with OMP_WAIT_POLICY=passive.\n");
+}
+
+static int parse(int argc, char **argv, serve_settings *s) {
+    *s = (serve_settings){64, 4, 512, 16, 2, 128, 16, 0, 1, 512, 32768, 7, 2.0};
+    for (int i = 1; i < argc; ++i) {
+        const char *a = argv[i];
+        const int more = i + 1 < argc;
+        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+            usage(stdout);
+            return 1;
+        } else if (strcmp(a, "--quick") == 0) {
+            s->sequences = 16, s->min_context = 512, s->max_context = 8192, s->seconds = 0.6;
+        } else if (strcmp(a, "--sequences") == 0 && more) s->sequences = atoi(argv[++i]);
+        else if (strcmp(a, "--context") == 0 && i + 2 < argc) {
+            s->min_context = atoll(argv[++i]);
+            s->max_context = atoll(argv[++i]);
+        } else if (strcmp(a, "--seed") == 0 && more) s->seed = atoi(argv[++i]);
+        else if (strcmp(a, "--prefills") == 0 && more) s->prefills = atoi(argv[++i]);
+        else if (strcmp(a, "--chunk") == 0 && more) s->chunk = atoi(argv[++i]);
+        else if (strcmp(a, "--heads") == 0 && more) s->heads = atoi(argv[++i]);
+        else if (strcmp(a, "--kv-heads") == 0 && more) s->kv_heads = atoi(argv[++i]);
+        else if (strcmp(a, "--dim") == 0 && more) s->dim = atoi(argv[++i]);
+        else if (strcmp(a, "--threads") == 0 && more) s->threads = atoi(argv[++i]);
+        else if (strcmp(a, "--dtype") == 0 && more) {
+            const char *d = argv[++i];
+            s->dtypes = strcmp(d, "f32") == 0 ? 1 : strcmp(d, "bf16") == 0 ? 2
+                        : strcmp(d, "f16") == 0 ? 4 : strcmp(d, "all") == 0 ? 7 : 0;
+            if (s->dtypes == 0) {
+                fprintf(stderr, "attn bench serve: --dtype '%s': expected f32, bf16, f16 or all\n", d);
+                return 2;
+            }
+        } else {
+            fprintf(stderr, "attn bench serve: unknown or incomplete option '%s'\n", a);
+            usage(stderr);
+            return 2;
+        }
+    }
+    if (s->sequences < 2 || s->prefills < 1 || s->prefills >= s->sequences || s->chunk < 1 ||
+        s->heads < 1 || s->kv_heads < 1 || s->heads % s->kv_heads != 0 || s->dim < 1 ||
+        s->min_context < 1 || s->max_context < s->min_context) {
+        fprintf(stderr, "attn bench serve: sizes out of range (need 1 <= prefills < sequences, "
+                        "Hq a multiple of Hkv, 1 <= min context <= max context)\n");
+        return 2;
+    }
+    return 0;
+}
+
+/* splitmix64: the benchmark's fixed-seed draws. */
+static uint64_t next_random(uint64_t *state) {
+    uint64_t z = (*state += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+static float random_float(uint64_t *state) {
+    return (float)((double)(next_random(state) >> 11) * (1.0 / 9007199254740992.0) * 2.0 - 1.0);
+}
+
+static uint16_t to_bits16(attn_dtype dtype, float x) {
+    uint32_t bits;
+    memcpy(&bits, &x, 4);
+    if (dtype == ATTN_DTYPE_BF16) return (uint16_t)((bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16);
+    /* f16 of a value in (-1, 1): sign, exponent, top mantissa bits (truncated; data only). */
+    const uint32_t sign = (bits >> 16) & 0x8000u;
+    const int exponent = (int)((bits >> 23) & 0xff) - 127 + 15;
+    if (exponent <= 0) return (uint16_t)sign;
+    return (uint16_t)(sign | ((uint32_t)exponent << 10) | ((bits & 0x7fffffu) >> 13));
+}
+
+/* Fills `count` elements of `dtype` with values in (-1, 1). */
+static void fill_random(void *data, attn_dtype dtype, size_t count, uint64_t seed) {
+#pragma omp parallel
+    {
+        uint64_t state = seed + 7919u * (uint64_t)omp_get_thread_num();
+#pragma omp for schedule(static)
+        for (size_t e = 0; e < count; ++e) {
+            const float x = random_float(&state);
+            if (dtype == ATTN_DTYPE_F32) ((float *)data)[e] = x;
+            else ((uint16_t *)data)[e] = to_bits16(dtype, x);
+        }
+    }
+}
+
+static double median(double *times, int count) {
+    for (int i = 1; i < count; ++i)
+        for (int j = i; j > 0 && times[j] < times[j - 1]; --j) {
+            const double t = times[j];
+            times[j] = times[j - 1], times[j - 1] = t;
+        }
+    return times[count / 2];
+}
+
+/* One batch of sequences for a call: their rows of the block table, lengths, and tensors. */
+typedef struct serve_call {
+    int count;            /* sequences in the call */
+    int tokens;           /* Tq = Tnew */
+    int32_t *table;       /* [count][max_pages] */
+    int32_t *seqlens;     /* [count] */
+    float *q, *k_new, *v_new, *out;
+    attn_tensor table_view, q_view, k_view, v_view, out_view;
+    double kv_bytes;      /* K/V bytes the call reads */
+} serve_call;
+
+static void call_free(serve_call *c) {
+    free(c->table), free(c->seqlens), free(c->q), free(c->k_new), free(c->v_new), free(c->out);
+    memset(c, 0, sizeof *c);
+}
+
+static int call_init(serve_call *c, int count, int tokens, int64_t max_pages, const serve_settings *s) {
+    memset(c, 0, sizeof *c);
+    c->count = count, c->tokens = tokens;
+    const size_t qn = (size_t)count * tokens * s->heads * s->dim, kn = (size_t)count * tokens * s->kv_heads * s->dim;
+    c->table = calloc((size_t)count * (size_t)max_pages, sizeof(int32_t));
+    c->seqlens = calloc((size_t)count, sizeof(int32_t));
+    c->q = malloc(qn * 4), c->out = malloc(qn * 4), c->k_new = malloc(kn * 4), c->v_new = malloc(kn * 4);
+    if (!c->table || !c->seqlens || !c->q || !c->out || !c->k_new || !c->v_new) return -1;
+    fill_random(c->q, ATTN_DTYPE_F32, qn, 11), fill_random(c->k_new, ATTN_DTYPE_F32, kn, 12);
+    fill_random(c->v_new, ATTN_DTYPE_F32, kn, 13);
+    const int64_t tshape[2] = {count, max_pages};
+    c->table_view = attn_tensor_contiguous(c->table, ATTN_DTYPE_I32, 2, tshape);
+    c->q_view = attn_tensor_f32_4d(c->q, count, tokens, s->heads, s->dim);
+    c->out_view = attn_tensor_f32_4d(c->out, count, tokens, s->heads, s->dim);
+    c->k_view = attn_tensor_f32_4d(c->k_new, count, tokens, s->kv_heads, s->dim);
+    c->v_view = attn_tensor_f32_4d(c->v_new, count, tokens, s->kv_heads, s->dim);
+    return 0;
+}
+
+/* Points the call at sequences `members` of the pool. */
+static void call_select(serve_call *c, const int *members, const int32_t *tables, const int64_t *contexts,
+                        int64_t max_pages, double token_bytes) {
+    c->kv_bytes = 0;
+    for (int n = 0; n < c->count; ++n) {
+        memcpy(c->table + n * max_pages, tables + members[n] * max_pages, (size_t)max_pages * sizeof(int32_t));
+        c->seqlens[n] = (int32_t)contexts[members[n]];
+        c->kv_bytes += (double)(contexts[members[n]] + c->tokens) * token_bytes;
+    }
+}
+
+static attn_status call_run(serve_call *c, attn_tensor *k_pool, attn_tensor *v_pool, const attn_options *options,
+                            const attn_execution *execution, attn_error *error) {
+    attn_kv_cache_view view = {ATTN_KV_CACHE_VIEW_VERSION, k_pool, v_pool, &c->table_view, c->seqlens};
+    attn_kv_append append = {&c->k_view, &c->v_view, NULL, NULL, ATTN_ROPE_HALF};
+    return attn_forward_with_kvcache(&c->q_view, &view, &append, options, &c->out_view, NULL, execution, error);
+}
+
+/* Median seconds of `run(ctx)` over repeats within `budget` seconds (at least 3, one warm-up). */
+typedef attn_status (*timed_fn)(void *context, attn_error *error);
+static double time_median(timed_fn run, void *context, double budget, attn_error *error) {
+    if (run(context, error) != ATTN_OK) return -1;
+    double times[64];
+    int repeats = 0;
+    const double start = omp_get_wtime();
+    while (repeats < 64 && (repeats < 3 || omp_get_wtime() - start < budget)) {
+        const double before = omp_get_wtime();
+        if (run(context, error) != ATTN_OK) return -1;
+        times[repeats++] = omp_get_wtime() - before;
+    }
+    return median(times, repeats);
+}
+
+typedef struct step_context {
+    serve_call *prefill, *decode;
+    attn_tensor *k_pool, *v_pool;
+    const attn_options *options;
+    const attn_execution *execution;
+    int which; /* 0 both, 1 decode only, 2 prefill only */
+} step_context;
+
+static attn_status run_step(void *context, attn_error *error) {
+    step_context *c = context;
+    attn_status status = ATTN_OK;
+    if (c->which != 2) status = call_run(c->decode, c->k_pool, c->v_pool, c->options, c->execution, error);
+    if (status == ATTN_OK && c->which != 1)
+        status = call_run(c->prefill, c->k_pool, c->v_pool, c->options, c->execution, error);
+    return status;
+}
+
+static const char *dtype_label(attn_dtype d) {
+    return d == ATTN_DTYPE_F32 ? "f32" : d == ATTN_DTYPE_BF16 ? "bf16" : "f16";
+}
+
+/* The step mix for one storage type; prints three rows. */
+static int bench_storage(const serve_settings *s, attn_dtype dtype, const int64_t *contexts, int threads) {
+    const int64_t ps = s->page_size, B = s->sequences;
+    int64_t max_pages = 0, pages = 0;
+    for (int64_t b = 0; b < B; ++b) {
+        const int64_t need = (contexts[b] + s->chunk + ps - 1) / ps;
+        if (need > max_pages) max_pages = need;
+        pages += need;
+    }
+    const size_t element = attn_dtype_size(dtype);
+    const size_t row = (size_t)ps * s->kv_heads * s->dim;
+    void *k_data = malloc((size_t)pages * row * element), *v_data = malloc((size_t)pages * row * element);
+    int32_t *tables = calloc((size_t)(B * max_pages), sizeof(int32_t));
+    int32_t *order = malloc((size_t)pages * sizeof(int32_t));
+    int *members = malloc((size_t)B * sizeof(int));
+    if (!k_data || !v_data || !tables || !order || !members) {
+        fprintf(stderr, "attn bench serve: no memory for a pool of %lld pages\n", (long long)pages);
+        free(k_data), free(v_data), free(tables), free(order), free(members);
+        return 1;
+    }
+    fill_random(k_data, dtype, (size_t)pages * row, 21), fill_random(v_data, dtype, (size_t)pages * row, 22);
+    uint64_t state = (uint64_t)s->seed * 977u;
+    for (int64_t p = 0; p < pages; ++p) order[p] = (int32_t)p;
+    for (int64_t p = pages - 1; p > 0; --p) { /* shuffled pages: a fragmented pool */
+        const int64_t r = (int64_t)(next_random(&state) % (uint64_t)(p + 1));
+        const int32_t t = order[p];
+        order[p] = order[r], order[r] = t;
+    }
+    int64_t next = 0;
+    for (int64_t b = 0; b < B; ++b) {
+        const int64_t need = (contexts[b] + s->chunk + ps - 1) / ps;
+        for (int64_t p = 0; p < need; ++p) tables[b * max_pages + p] = order[next++];
+    }
+    const int64_t shape[4] = {pages, ps, s->kv_heads, s->dim};
+    attn_tensor k_pool = attn_tensor_contiguous(k_data, dtype, 4, shape);
+    attn_tensor v_pool = attn_tensor_contiguous(v_data, dtype, 4, shape);
+    const double token_bytes = (double)s->kv_heads * 2.0 * s->dim * (double)element;
+
+    serve_call prefill, decode;
+    int ok = call_init(&prefill, s->prefills, s->chunk, max_pages, s) == 0 &&
+             call_init(&decode, (int)B - s->prefills, 1, max_pages, s) == 0;
+    attn_options options = attn_options_default();
+    options.causal = 1, options.alignment = ATTN_ALIGN_BOTTOM_RIGHT;
+    attn_execution execution = attn_execution_default();
+    execution.num_threads = threads;
+    /* Step 0's split: prefill sequences 0..P-1, decode the rest (every step is alike). */
+    for (int n = 0; n < s->prefills; ++n) members[n] = n;
+    call_select(&prefill, members, tables, contexts, max_pages, token_bytes);
+    for (int n = 0; n < (int)B - s->prefills; ++n) members[n] = s->prefills + n;
+    call_select(&decode, members, tables, contexts, max_pages, token_bytes);
+    attn_error error;
+    const char *labels[3] = {"step", "decode", "prefill"};
+    for (int which = 0; ok && which < 3; ++which) {
+        step_context context = {&prefill, &decode, &k_pool, &v_pool, &options, &execution, which};
+        const double seconds = time_median(run_step, &context, s->seconds, &error);
+        if (seconds < 0) {
+            fprintf(stderr, "attn bench serve: %s\n", error.message);
+            ok = 0;
+            break;
+        }
+        const double bandwidth = cli_measure_read_bandwidth_gbs(threads);
+        const double tokens = which == 1 ? decode.count : which == 2 ? (double)prefill.count * s->chunk
+                                                                      : decode.count + (double)prefill.count * s->chunk;
+        const double bytes = which == 1 ? decode.kv_bytes : which == 2 ? prefill.kv_bytes
+                                                                       : decode.kv_bytes + prefill.kv_bytes;
+        const double gbs = bytes / seconds * 1e-9;
+        printf("%-7s %-8s %10.2f %12.0f %9.2f %10.2f %9.3f\n", dtype_label(dtype), labels[which], seconds * 1e3,
+               tokens / seconds, gbs, bandwidth, bandwidth > 0 ? gbs / bandwidth : 0.0);
+        fflush(stdout);
+    }
+    call_free(&prefill), call_free(&decode);
+    free(k_data), free(v_data), free(tables), free(order), free(members);
+    return ok ? 0 : 1;
+}
+
+/* ---- decode: library-owned vs caller-owned, the same tokens on the same pages ---- */
+typedef struct owned_context {
+    attn_kv_cache *cache;
+    attn_tensor *q, *out, *k_pool, *v_pool, *table;
+    int32_t *seqlens;
+    const attn_execution *execution;
+    const attn_options *options;
+    int caller;
+} owned_context;
+
+static attn_status run_owned(void *context, attn_error *error) {
+    owned_context *c = context;
+    if (!c->caller) return attn_decode(c->cache, c->q, c->options, c->out, NULL, c->execution, error);
+    attn_kv_cache_view view = {ATTN_KV_CACHE_VIEW_VERSION, c->k_pool, c->v_pool, c->table, c->seqlens};
+    return attn_forward_with_kvcache(c->q, &view, NULL, c->options, c->out, NULL, c->execution, error);
+}
+
+static int bench_ownership(const serve_settings *s, const int64_t *contexts, int threads) {
+    const int B = s->sequences < 16 ? s->sequences : 16, ps = s->page_size, H = s->kv_heads, D = s->dim;
+    int64_t capacity = 0;
+    for (int b = 0; b < B; ++b) capacity = contexts[b] > capacity ? contexts[b] : capacity;
+    attn_kv_cache_config config = attn_kv_cache_config_default();
+    config.sequences = B, config.kv_heads = H, config.key_dim = D, config.value_dim = D;
+    config.dtype = ATTN_DTYPE_BF16, config.capacity = capacity, config.page_size = ps;
+    attn_kv_cache *cache = NULL;
+    attn_error error;
+    if (attn_kv_cache_create(&config, &cache, &error) != ATTN_OK) {
+        fprintf(stderr, "attn bench serve: %s\n", error.message);
+        return 1;
+    }
+    const int64_t chunk = 1024;
+    float *k = malloc((size_t)(chunk * H * D) * 4), *v = malloc((size_t)(chunk * H * D) * 4);
+    fill_random(k, ATTN_DTYPE_F32, (size_t)(chunk * H * D), 31), fill_random(v, ATTN_DTYPE_F32, (size_t)(chunk * H * D), 32);
+    for (int b = 0; b < B; ++b)
+        for (int64_t have = 0; have < contexts[b];) {
+            const int64_t n = contexts[b] - have < chunk ? contexts[b] - have : chunk;
+            attn_tensor kv = attn_tensor_f32_4d(k, 1, n, H, D), vv = attn_tensor_f32_4d(v, 1, n, H, D);
+            attn_kv_cache_append(cache, b, &kv, &vv, &error);
+            have += n;
+        }
+    const int64_t max_pages = (capacity + ps - 1) / ps, pages = (int64_t)B * max_pages;
+    uint16_t *kp = malloc((size_t)(pages * ps * H * D) * 2), *vp = malloc((size_t)(pages * ps * H * D) * 2);
+    int32_t *table = calloc((size_t)(B * max_pages), sizeof(int32_t));
+    int32_t *seqlens = malloc((size_t)B * sizeof(int32_t));
+    for (int b = 0; b < B; ++b) { /* the library's pages, copied slot for slot */
+        const int32_t *own = NULL;
+        int64_t count = 0;
+        attn_kv_cache_block_table(cache, b, &own, &count, &error);
+        memcpy(table + b * max_pages, own, (size_t)count * sizeof(int32_t));
+        seqlens[b] = (int32_t)contexts[b];
+        for (int64_t have = 0; have < contexts[b];) {
+            const int64_t n = contexts[b] - have < chunk ? contexts[b] - have : chunk;
+            attn_tensor kv = attn_tensor_f32_4d(k, 1, n, H, D), vv = attn_tensor_f32_4d(v, 1, n, H, D);
+            attn_kv_cache_read(cache, b, have, &kv, &vv, &error);
+            for (int64_t t = 0; t < n; ++t) {
+                const int64_t token = have + t, page = own[token / ps], slot = token % ps;
+                for (int64_t e = 0; e < H * D; ++e) {
+                    kp[(page * ps + slot) * H * D + e] = to_bits16(ATTN_DTYPE_BF16, k[t * H * D + e]);
+                    vp[(page * ps + slot) * H * D + e] = to_bits16(ATTN_DTYPE_BF16, v[t * H * D + e]);
+                }
+            }
+            have += n;
+        }
+    }
+    const int64_t shape[4] = {pages, ps, H, D}, tshape[2] = {B, max_pages};
+    attn_tensor k_pool = attn_tensor_contiguous(kp, ATTN_DTYPE_BF16, 4, shape);
+    attn_tensor v_pool = attn_tensor_contiguous(vp, ATTN_DTYPE_BF16, 4, shape);
+    attn_tensor table_view = attn_tensor_contiguous(table, ATTN_DTYPE_I32, 2, tshape);
+    float *qd = malloc((size_t)B * s->heads * D * 4), *od = malloc((size_t)B * s->heads * D * 4);
+    fill_random(qd, ATTN_DTYPE_F32, (size_t)B * s->heads * D, 33);
+    attn_tensor q = attn_tensor_f32_4d(qd, B, 1, s->heads, D), out = attn_tensor_f32_4d(od, B, 1, s->heads, D);
+    attn_options options = attn_options_default();
+    options.causal = 1, options.alignment = ATTN_ALIGN_BOTTOM_RIGHT;
+    attn_execution execution = attn_execution_default();
+    execution.num_threads = threads;
+    double seconds[2] = {0, 0};
+    int ok = 1;
+    for (int round = 0; round < 3 && ok; ++round) /* alternate, best of three medians each */
+        for (int caller = 0; caller <= 1; ++caller) {
+            owned_context context = {cache, &q, &out, &k_pool, &v_pool, &table_view, seqlens, &execution, &options, caller};
+            const double t = time_median(run_owned, &context, s->seconds / 2, &error);
+            if (t < 0) {
+                fprintf(stderr, "attn bench serve: %s\n", error.message);
+                ok = 0;
+                break;
+            }
+            if (round == 0 || t < seconds[caller]) seconds[caller] = t;
+        }
+    if (ok)
+        printf("decode, bf16, %d sequences, same pages: library-owned %.3f ms, caller-owned %.3f ms "
+               "(caller / library = %.3f)\n",
+               B, seconds[0] * 1e3, seconds[1] * 1e3, seconds[1] / seconds[0]);
+    attn_kv_cache_destroy(cache);
+    free(k), free(v), free(kp), free(vp), free(table), free(seqlens), free(qd), free(od);
+    return ok ? 0 : 1;
+}
+
+/* ---- varlen prefill vs per-sequence calls vs the padded batch ---- */
+typedef struct varlen_context {
+    int mode; /* 0 varlen, 1 per sequence, 2 padded */
+    int B;
+    const int32_t *cu;
+    int64_t max_length;
+    attn_tensor *q, *k, *v, *out;          /* packed [total, H, D] */
+    attn_tensor *Q, *K, *V, *O;            /* padded [B, max, H, D] */
+    const attn_options *options;
+    const attn_execution *execution;
+    int32_t *lengths;
+} varlen_context;
+
+static attn_tensor sequence_view(const attn_tensor *packed, int64_t first, int64_t length) {
+    attn_tensor t = attn_tensor_f32_4d((float *)packed->data + first * packed->stride[0], 1, length, packed->shape[1],
+                                       packed->shape[2]);
+    return t;
+}
+
+static attn_status run_varlen(void *context, attn_error *error) {
+    varlen_context *c = context;
+    if (c->mode == 0) {
+        attn_varlen sequences = {c->B, c->cu, c->cu, c->max_length, c->max_length};
+        return attn_varlen_forward(c->q, c->k, c->v, &sequences, c->options, c->out, NULL, c->execution, error);
+    }
+    if (c->mode == 1) {
+        for (int b = 0; b < c->B; ++b) {
+            const int64_t first = c->cu[b], length = c->cu[b + 1] - c->cu[b];
+            attn_tensor q = sequence_view(c->q, first, length), k = sequence_view(c->k, first, length);
+            attn_tensor v = sequence_view(c->v, first, length), o = sequence_view(c->out, first, length);
+            attn_status status = attn_forward(&q, &k, &v, c->options, &o, NULL, c->execution, error);
+            if (status != ATTN_OK) return status;
+        }
+        return ATTN_OK;
+    }
+    attn_options padded = *c->options;
+    padded.query_lengths = c->lengths, padded.key_lengths = c->lengths;
+    return attn_forward(c->Q, c->K, c->V, &padded, c->O, NULL, c->execution, error);
+}
+
+static int bench_varlen(const serve_settings *s, int threads) {
+    enum { B = 8 };
+    int32_t cu[B + 1] = {0}, lengths[B];
+    uint64_t state = (uint64_t)s->seed * 131u;
+    int64_t longest = 0;
+    double useful = 0;
+    for (int b = 0; b < B; ++b) { /* lengths 128..2048 */
+        lengths[b] = 128 + (int32_t)(next_random(&state) % 1921u);
+        cu[b + 1] = cu[b] + lengths[b];
+        longest = lengths[b] > longest ? lengths[b] : longest;
+        useful += (double)lengths[b] * lengths[b];
+    }
+    const int64_t H = s->heads, Hkv = s->kv_heads, D = s->dim, total = cu[B];
+    float *q = malloc((size_t)(total * H * D) * 4), *k = malloc((size_t)(total * Hkv * D) * 4);
+    float *v = malloc((size_t)(total * Hkv * D) * 4), *o = malloc((size_t)(total * H * D) * 4);
+    float *Q = calloc((size_t)(B * longest * H * D), 4), *K = calloc((size_t)(B * longest * Hkv * D), 4);
+    float *V = calloc((size_t)(B * longest * Hkv * D), 4), *O = calloc((size_t)(B * longest * H * D), 4);
+    if (!q || !k || !v || !o || !Q || !K || !V || !O) {
+        fprintf(stderr, "attn bench serve: no memory for the varlen batch\n");
+        return 1;
+    }
+    fill_random(q, ATTN_DTYPE_F32, (size_t)(total * H * D), 41), fill_random(k, ATTN_DTYPE_F32, (size_t)(total * Hkv * D), 42);
+    fill_random(v, ATTN_DTYPE_F32, (size_t)(total * Hkv * D), 43);
+    for (int b = 0; b < B; ++b) {
+        memcpy(Q + b * longest * H * D, q + cu[b] * H * D, (size_t)(lengths[b] * H * D) * 4);
+        memcpy(K + b * longest * Hkv * D, k + cu[b] * Hkv * D, (size_t)(lengths[b] * Hkv * D) * 4);
+        memcpy(V + b * longest * Hkv * D, v + cu[b] * Hkv * D, (size_t)(lengths[b] * Hkv * D) * 4);
+    }
+    const int64_t qs[3] = {total, H, D}, ks[3] = {total, Hkv, D};
+    attn_tensor qv = attn_tensor_contiguous(q, ATTN_DTYPE_F32, 3, qs), kv = attn_tensor_contiguous(k, ATTN_DTYPE_F32, 3, ks);
+    attn_tensor vv = attn_tensor_contiguous(v, ATTN_DTYPE_F32, 3, ks), ov = attn_tensor_contiguous(o, ATTN_DTYPE_F32, 3, qs);
+    attn_tensor Qv = attn_tensor_f32_4d(Q, B, longest, H, D), Kv = attn_tensor_f32_4d(K, B, longest, Hkv, D);
+    attn_tensor Vv = attn_tensor_f32_4d(V, B, longest, Hkv, D), Ov = attn_tensor_f32_4d(O, B, longest, H, D);
+    attn_options options = attn_options_default();
+    options.causal = 1, options.alignment = ATTN_ALIGN_BOTTOM_RIGHT, options.empty_rows = ATTN_EMPTY_ROWS_ZERO;
+    attn_execution execution = attn_execution_default();
+    execution.num_threads = threads;
+    double seconds[3] = {0, 0, 0};
+    attn_error error;
+    for (int round = 0; round < 3; ++round) /* interleaved rounds, best median of each */
+        for (int mode = 0; mode < 3; ++mode) {
+            varlen_context context = {mode, B, cu, longest, &qv, &kv, &vv, &ov, &Qv, &Kv, &Vv, &Ov, &options, &execution, lengths};
+            const double t = time_median(run_varlen, &context, s->seconds / 3, &error);
+            if (t < 0) {
+                fprintf(stderr, "attn bench serve: %s\n", error.message);
+                return 1;
+            }
+            if (round == 0 || t < seconds[mode]) seconds[mode] = t;
+        }
+    const double padding_ratio = (double)B * (double)longest * (double)longest / useful;
+    printf("varlen causal prefill, %d sequences of 128..2048 tokens (%lld in all, longest %lld): varlen %.2f ms, "
+           "one call per sequence %.2f ms (varlen / separate = %.3f), padded batch with lengths %.2f ms "
+           "(padded / varlen = %.2f; padding ratio of the work, B x max^2 / sum L^2 = %.2f)\n",
+           B, (long long)total, (long long)longest, seconds[0] * 1e3, seconds[1] * 1e3, seconds[0] / seconds[1],
+           seconds[2] * 1e3, seconds[2] / seconds[0], padding_ratio);
+    free(q), free(k), free(v), free(o), free(Q), free(K), free(V), free(O);
+    return 0;
+}
+
+int cli_bench_serve(int argc, char **argv) {
+    serve_settings s;
+    const int parsed = parse(argc, argv, &s);
+    if (parsed != 0) return parsed == 1 ? 0 : 2;
+    const int threads = s.threads > 0 ? s.threads : omp_get_max_threads();
+    int64_t *contexts = malloc((size_t)s.sequences * sizeof(int64_t));
+    if (contexts == NULL) return 1;
+    uint64_t state = (uint64_t)s.seed;
+    for (int b = 0; b < s.sequences; ++b)
+        contexts[b] = s.min_context + (int64_t)(next_random(&state) % (uint64_t)(s.max_context - s.min_context + 1));
+    printf("attn bench serve: %d sequences, contexts %lld..%lld (seed %d), Hq %d, Hkv %d, D %d, pages of %d, "
+           "each step %d prefill chunks of %d tokens + %d decode tokens, causal, %d threads, kernels %s\n",
+           s.sequences, (long long)s.min_context, (long long)s.max_context, s.seed, s.heads, s.kv_heads, s.dim,
+           s.page_size, s.prefills, s.chunk, s.sequences - s.prefills, threads, attn_kernel_name(ATTN_KERNEL_AUTO));
+    printf("%-7s %-8s %10s %12s %9s %10s %9s\n", "storage", "part", "ms/step", "tokens/s", "KV GB/s", "read GB/s",
+           "fraction");
+    int status = 0;
+    const attn_dtype dtypes[3] = {ATTN_DTYPE_F32, ATTN_DTYPE_BF16, ATTN_DTYPE_F16};
+    for (int d = 0; d < 3 && status == 0; ++d)
+        if (s.dtypes & (1 << d)) status = bench_storage(&s, dtypes[d], contexts, threads);
+    if (status == 0) status = bench_ownership(&s, contexts, threads);
+    if (status == 0) status = bench_varlen(&s, threads);
+    free(contexts);
+    return status;
+}
