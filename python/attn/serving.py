@@ -1,0 +1,190 @@
+"""attn.serving — packed variable-length attention and attention against a KV cache the
+caller owns, with flash-attn's semantics (flash_attn_varlen_func, flash_attn_with_kvcache).
+The functions are re-exported as attn.varlen_forward, attn.varlen_backward and
+attn.forward_with_kvcache; docs/inference.md ("Serving") describes them in full.
+
+Differences from flash-attn worth knowing: causal=True means bottom-right alignment (as in
+flash-attn >= 2.1); rows with no key give O = 0 and LSE = -inf; window=(left, right) with -1
+for an unbounded side (flash-attn's window_size); the cache's storage dtype is float32,
+bfloat16 or float16; computation is float32.
+"""
+from __future__ import annotations
+
+from . import _attn
+from . import _options as _O
+from . import _tensors as T
+
+
+def _causal(causal):
+    """flash-attn's causal flag -> the options' causal value ("bottom-right", "top-left" or None)."""
+    if causal is None or causal is False:
+        return None
+    if causal is True:
+        return "bottom-right"
+    if causal in ("bottom-right", "top-left"):
+        return causal
+    raise ValueError(f"causal must be True, False, None, 'bottom-right' or 'top-left', got {causal!r}")
+
+
+def _window(window):
+    if window is None:
+        return None
+    if isinstance(window, (str, bytes)) or len(window) != 2:
+        raise ValueError(f"window must be a (left, right) pair, got {window!r}")
+    left, right = (_O._integer(w, f"window[{n}]") for n, w in enumerate(window))
+    return None if (left, right) == (-1, -1) else (left, right)
+
+
+def _options(Hq, causal, window, softcap, alibi_slopes, scale):
+    causal = _causal(causal)
+    return _O.build(1, Hq, 1, 1, causal=causal, alignment=causal or "bottom-right",
+                    window=_window(window), mask=None, bias=None, scale=scale,
+                    softcap=softcap, alibi=alibi_slopes is not None, alibi_slopes=alibi_slopes,
+                    key_lengths=None, query_lengths=None, empty_rows="zero")
+
+
+def _float_views(arrays, names, rank, layout):
+    views = [T.view(x, n) for x, n in zip(arrays, names)]
+    for x, n in zip(views, names):
+        if x.rank != rank:
+            raise ValueError(f"{n} must be {layout} (rank {rank}), got shape {x.shape}")
+        if x.code not in (T.F32, T.F16, T.BF16):
+            raise ValueError(f"{n}: dtype {x.dtype_name} is not supported (float32, float16, bfloat16)")
+    return views
+
+
+def _f32(view, name):
+    return view if view.code == T.F32 else T.converted(view, T.F32, name)
+
+
+def _prefix(values, name, batch=None):
+    if T.is_torch(values):
+        values = values.detach().cpu().numpy()
+    import numpy as np
+    array = np.asarray(values)
+    if array.ndim != 1 or array.shape[0] < 2:
+        raise ValueError(f"{name} must be a 1-D int32 array of B + 1 >= 2 entries, got shape {array.shape}")
+    return T.int32_array(array, name, array.shape[0] if batch is None else batch + 1)
+
+
+def varlen_forward(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, *,
+                   causal=None, window=None, softcap=0.0, alibi_slopes=None, scale=None,
+                   return_lse=False, threads=None, memory_limit=None, kernel=None):
+    """Attention over packed sequences (flash_attn_varlen_func).
+
+    q [total_q, Hq, Dk], k [total_k, Hkv, Dk], v [total_k, Hkv, Dv]; cu_seqlens_q /
+    cu_seqlens_k int32 [B + 1] prefix sums (from 0 to the totals); sequence b's queries attend
+    its own keys only. causal=True: bottom-right per sequence (query i at i + len_k - len_q).
+    window (left, right), softcap, alibi_slopes float[Hq], scale as in attn.forward.
+    Returns out [total_q, Hq, Dv] (q's kind and dtype), and with return_lse=True also
+    lse [Hq, total_q] float32. Bitwise identical for any thread count.
+    """
+    qv, kv, vv = _float_views((q, k, v), "qkv", 3, "[total, H, D]")
+    total_q, Hq, _ = qv.shape
+    cu_q = _prefix(cu_seqlens_q, "cu_seqlens_q")
+    B = cu_q.shape[0] - 1
+    cu_k = _prefix(cu_seqlens_k, "cu_seqlens_k", B)
+    options, keep, _ = _options(Hq, causal, window, softcap, alibi_slopes, scale)
+    run = _O.execution(threads, memory_limit, kernel)
+    cq, ck, cv = _f32(qv, "q"), _f32(kv, "k"), _f32(vv, "v")
+    out = T.empty(qv, (total_q, Hq, vv.shape[2]), T.F32)
+    lse = T.empty(qv, (Hq, total_q), T.F32)
+    _attn.varlen_forward(cq.desc(), ck.desc(), cv.desc(), cu_q.ctypes.data, cu_k.ctypes.data, B,
+                         _O._integer(max_seqlen_q, "max_seqlen_q"),
+                         _O._integer(max_seqlen_k, "max_seqlen_k"), T.view(out, "out").desc(),
+                         T.view(lse, "lse").desc(), options, run)
+    del keep
+    if qv.code != T.F32:
+        out = T.as_dtype(out, qv.code)
+    return (out, lse) if return_lse else out
+
+
+def varlen_backward(q, k, v, out, lse, dout, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
+                    max_seqlen_k, *, causal=None, window=None, softcap=0.0, alibi_slopes=None,
+                    scale=None, threads=None, memory_limit=None, kernel=None):
+    """Gradients of varlen_forward (same sequences and options): q, k, v, out and lse
+    ([Hq, total_q], return_lse=True) as varlen_forward took and returned, dout [total_q, Hq, Dv].
+    Returns attn.Gradients(dq, dk, dv, None) with q's, k's and v's shapes and dtype."""
+    from . import Gradients
+    qv, kv, vv, ov, dov = _float_views((q, k, v, out, dout), ("q", "k", "v", "out", "dout"), 3,
+                                       "[total, H, D]")
+    lv = _f32(T.view(lse, "lse"), "lse")
+    total_q, Hq, Dk = qv.shape
+    total_k, Hkv, Dv = vv.shape[0], kv.shape[1], vv.shape[2]
+    cu_q = _prefix(cu_seqlens_q, "cu_seqlens_q")
+    B = cu_q.shape[0] - 1
+    cu_k = _prefix(cu_seqlens_k, "cu_seqlens_k", B)
+    options, keep, _ = _options(Hq, causal, window, softcap, alibi_slopes, scale)
+    run = _O.execution(threads, memory_limit, kernel)
+    views = [_f32(x, n) for x, n in zip((qv, kv, vv, ov, dov), ("q", "k", "v", "out", "dout"))]
+    dq = T.empty(qv, (total_q, Hq, Dk), T.F32)
+    dk = T.empty(qv, (total_k, Hkv, Dk), T.F32)
+    dv = T.empty(qv, (total_k, Hkv, Dv), T.F32)
+    _attn.varlen_backward(*(x.desc() for x in views[:4]), lv.desc(), views[4].desc(),
+                          cu_q.ctypes.data, cu_k.ctypes.data, B,
+                          _O._integer(max_seqlen_q, "max_seqlen_q"),
+                          _O._integer(max_seqlen_k, "max_seqlen_k"), T.view(dq, "dq").desc(),
+                          T.view(dk, "dk").desc(), T.view(dv, "dv").desc(), options, run)
+    del keep
+    if qv.code != T.F32:
+        dq, dk, dv = (T.as_dtype(x, qv.code) for x in (dq, dk, dv))
+    return Gradients(dq, dk, dv, None)
+
+
+def forward_with_kvcache(q, k_cache, v_cache, cache_seqlens, *, k_new=None, v_new=None,
+                         block_table=None, rotary_cos=None, rotary_sin=None,
+                         rotary_interleaved=False, causal=True, window=None, softcap=0.0,
+                         scale=None, return_lse=False, threads=None, memory_limit=None,
+                         kernel=None):
+    """Attention against a KV cache the caller owns (flash_attn_with_kvcache).
+
+    q [B, Tq, Hq, Dk]; k_cache / v_cache [B, S_max, Hkv, D] (contiguous), or a page pool
+    [num_pages, page_size, Hkv, D] with block_table int32 [B, max_pages]; float32, bfloat16
+    or float16 (NumPy, or PyTorch CPU tensors; written in place). cache_seqlens int32 [B]:
+    tokens each sequence holds (not updated: add Tnew yourself). k_new / v_new
+    [B, Tnew, Hkv, D] are appended at cache_seqlens first, with RoPE from rotary_cos /
+    rotary_sin [positions, rotary_dim / 2] (rotate-half, or interleaved pairs with
+    rotary_interleaved=True) on the new keys and on q (query i at cache_seqlens + i when
+    causal or windowed). causal=True: bottom-right, query i at cache_seqlens + Tnew - Tq + i.
+    Returns out [B, Tq, Hq, Dv] (q's kind and dtype), and lse [B, Hq, Tq] with
+    return_lse=True. Nothing is written to the cache when an argument is wrong.
+    """
+    qv = _float_views((q,), ("q",), 4, "[B, Tq, Hq, Dk]")[0]
+    B, Tq, Hq, _ = qv.shape
+    kc, vc = T.view(k_cache, "k_cache", writable=True), T.view(v_cache, "v_cache", writable=True)
+    seqlens = T.int32_array(cache_seqlens, "cache_seqlens", B)
+    table = None
+    if block_table is not None:
+        if T.is_torch(block_table):
+            block_table = block_table.detach().cpu().numpy()
+        import numpy as np
+        table_array = np.ascontiguousarray(np.asarray(block_table), dtype=np.int32)
+        if table_array.ndim != 2:
+            raise ValueError(f"block_table must be int32 [B, max_pages], got shape {table_array.shape}")
+        table = T.view(table_array, "block_table")
+    news = []
+    for x, name in ((k_new, "k_new"), (v_new, "v_new")):
+        if x is None:
+            news.append(None)
+            continue
+        nv = T.view(x, name)
+        news.append(nv if nv.code in (T.F32, kc.code) else T.converted(nv, T.F32, name))
+    rotary = [None, None]
+    if (rotary_cos is None) != (rotary_sin is None):
+        raise ValueError("rotary_cos and rotary_sin go together")
+    if rotary_cos is not None:
+        rotary = [_f32(T.view(x, n), n) for x, n in ((rotary_cos, "rotary_cos"), (rotary_sin, "rotary_sin"))]
+    options, keep, _ = _options(Hq, causal, window, softcap, None, scale)
+    run = _O.execution(threads, memory_limit, kernel)
+    cq = _f32(qv, "q")
+    out = T.empty(qv, (B, Tq, Hq, vc.shape[3]), T.F32)
+    lse = T.empty(qv, (B, Hq, Tq), T.F32) if return_lse else None
+    _attn.forward_with_kvcache(cq.desc(), kc.desc(), vc.desc(), table.desc() if table else None,
+                               seqlens.ctypes.data, *(x.desc() if x else None for x in news),
+                               *(x.desc() if x else None for x in rotary),
+                               0 if rotary_interleaved else 1, T.view(out, "out").desc(),
+                               T.view(lse, "lse").desc() if return_lse else None, options, run)
+    del keep
+    if qv.code != T.F32:
+        out = T.as_dtype(out, qv.code)
+    return (out, lse) if return_lse else out
