@@ -79,11 +79,20 @@ static int parse(int argc, char **argv, serve_settings *s) {
             return 2;
         }
     }
-    if (s->sequences < 2 || s->prefills < 1 || s->prefills >= s->sequences || s->chunk < 1 ||
-        s->heads < 1 || s->kv_heads < 1 || s->heads % s->kv_heads != 0 || s->dim < 1 ||
-        s->min_context < 1 || s->max_context < s->min_context) {
-        fprintf(stderr, "attn bench serve: sizes out of range (need 1 <= prefills < sequences, "
-                        "Hq a multiple of Hkv, 1 <= min context <= max context)\n");
+    const char *bad = s->sequences < 2                                 ? "--sequences (>= 2)"
+                      : s->prefills < 1 || s->prefills >= s->sequences ? "--prefills (1 .. --sequences - 1)"
+                      : s->chunk < 1                                   ? "--chunk (>= 1)"
+                      : s->heads < 1 || s->kv_heads < 1 || s->heads % s->kv_heads != 0
+                          ? "--heads / --kv-heads (Hq a multiple of Hkv >= 1)"
+                      : s->dim < 1                                     ? "--dim (>= 1)"
+                      : s->min_context < 1 || s->max_context < s->min_context
+                          ? "--context (1 <= MIN <= MAX)"
+                          : NULL;
+    if (bad != NULL) {
+        fprintf(stderr, "attn bench serve: %s is out of range (sequences %d, prefills %d, chunk %d, "
+                        "heads %d/%d, dim %d, context %lld..%lld)\n",
+                bad, s->sequences, s->prefills, s->chunk, s->heads, s->kv_heads, s->dim,
+                (long long)s->min_context, (long long)s->max_context);
         return 2;
     }
     return 0;
@@ -302,7 +311,7 @@ static int bench_storage(const serve_settings *s, attn_dtype dtype, const int64_
         const double bytes = which == 1 ? decode.kv_bytes : which == 2 ? prefill.kv_bytes
                                                                        : decode.kv_bytes + prefill.kv_bytes;
         const double gbs = bytes / seconds * 1e-9;
-        printf("%-7s %-8s %10.2f %12.0f %9.2f %10.2f %9.3f\n", dtype_label(dtype), labels[which], seconds * 1e3,
+        printf("%-7s %-8s %10.3f %12.0f %9.2f %10.2f %9.3f\n", dtype_label(dtype), labels[which], seconds * 1e3,
                tokens / seconds, gbs, bandwidth, bandwidth > 0 ? gbs / bandwidth : 0.0);
         fflush(stdout);
     }

@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# bench_serve.sh — `attn bench serve` on a tiny mix prints one row per storage type and part,
+# whose tokens/s and KV GB/s follow from its ms/step and the sizes (tokens per step = prefills x
+# chunk + the other sequences' decode tokens); the library-/caller-owned decode line and the
+# two varlen lines appear; bad arguments exit 2 with a one-line message naming the option and
+# nothing on stdout.
+# usage: bash bench_serve.sh ATTN_BINARY SOURCE_DIR
+set -uo pipefail
+attn=$1
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+failures=0
+fail() { echo "FAIL $*"; failures=$((failures + 1)); }
+
+OMP_NUM_THREADS=2 "$attn" bench serve --sequences 6 --context 40 300 --prefills 2 --chunk 32 \
+    --heads 4 --kv-heads 2 --dim 16 > "$work/out.txt" 2> "$work/err.txt" \
+    || fail "tiny run: exit $? ($(cat "$work/err.txt"))"
+python3 - "$work/out.txt" <<'PY' || fail "tiny run: numbers"
+import re, sys
+text = open(sys.argv[1]).read()
+rows = re.findall(r"^(f32|bf16|f16)\s+(step|decode|prefill)\s+([\d.]+)\s+(\d+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)$",
+                  text, re.M)
+assert len(rows) == 9, text
+tokens = {"step": 2 * 32 + 4, "decode": 4, "prefill": 2 * 32}
+for dtype, part, ms, rate, gbs, read, fraction in rows:
+    low, high = tokens[part] / ((float(ms) + 0.0005) * 1e-3), tokens[part] / (max(float(ms) - 0.0005, 1e-6) * 1e-3)
+    assert low - 1 <= float(rate) <= high + 1, (part, ms, rate, low, high)
+    if float(read) > 0:
+        assert abs(float(fraction) - float(gbs) / float(read)) <= 0.002, (gbs, read, fraction)
+assert "same pages: library-owned" in text and text.count("varlen causal prefill") == 2, text
+PY
+
+expect_usage_error() { # what needle option-words...
+    local what=$1 needle=$2; shift 2
+    "$attn" bench serve "$@" > "$work/stdout.txt" 2> "$work/stderr.txt"
+    local status=$?
+    [ "$status" -eq 2 ] || fail "$what: exit $status, expected 2"
+    [ -s "$work/stdout.txt" ] && fail "$what: printed on stdout"
+    [ "$(wc -l < "$work/stderr.txt")" -ge 1 ] || fail "$what: no message"
+    grep -q -- "$needle" "$work/stderr.txt" || fail "$what: message does not name $needle: $(cat "$work/stderr.txt")"
+}
+expect_usage_error "unknown dtype" --dtype --dtype int4
+expect_usage_error "unknown option" --frobnicate --frobnicate
+expect_usage_error "prefills >= sequences" --prefills --sequences 4 --prefills 4
+expect_usage_error "Hq not a multiple of Hkv" --kv-heads --heads 6 --kv-heads 4
+
+[ "$failures" -eq 0 ] && echo "bench_serve: all passed"
+exit "$failures"
