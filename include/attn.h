@@ -598,6 +598,8 @@ typedef struct attn_varlen {
  *   out [total_q, Hq, Dv] F32 (written)
  *   lse [Hq, total_q]     F32 (written; may be NULL) — flash-attn's varlen LSE layout
  * A sequence with queries but no keys has only empty rows (the empty-row policy decides).
+ * execution->memory_limit_bytes bounds each sequence's working memory (sequences that run
+ * side by side each have their own).
  * Errors: those of attn_forward, plus a NULL or malformed `sequences` (a cu_seqlens entry
  * that decreases, does not start at 0 or end at the total, a length above max_seqlen: the
  * message names the array, the sequence and the value), and options that are defined on a
