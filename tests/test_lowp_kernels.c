@@ -8,8 +8,8 @@
  * padded and transposed sources; Q·Kᵀ and P·V on tiles whose rows / keys / dims are not
  * multiples of 2, 16 or 32 (D = 1, odd D, D = 576), prefixes of a packed tile, logits near
  * 1e30; no writes outside the tile (sentinels); the bf16 rounding of P (nearest-even,
- * subnormals flushed) by an independent rounding; fp16 → fp32 for all 65536 patterns;
- * fp32 → fp16 rounding and the overflow count.
+ * subnormals flushed) by an independent rounding; bf16 / fp16 → fp32 for all 65536 patterns;
+ * fp32 → bf16 / fp16 rounding and the overflow count; P rounded in place.
  *
  * Error bound of an fp32 sum of n exact products, added one by one: |s − exact| ≤
  * n · 2^-24 · Σ|products| (γ_n, n·u < 1); the tests allow (n + 2) · 2^-24 · Σ|·| + 1e-30.
@@ -298,7 +298,7 @@ static void test_bf16_rounding(test_rng *rng) {
     CHECK(isinf(attn_lowp_bf16_to_float(attn_lowp_bf16_round(INFINITY))), "bf16 rounding keeps inf");
 }
 
-/* ---- fp16 conversions ---- */
+/* ---- conversions ---- */
 static double f16_reference(uint16_t h) {
     const int sign = h >> 15, exponent = (h >> 10) & 31, mantissa = h & 1023;
     double magnitude = exponent == 0 ? ldexp(mantissa, -24)
@@ -306,58 +306,116 @@ static double f16_reference(uint16_t h) {
                                         : ldexp(1024 + mantissa, exponent - 25);
     return sign ? -magnitude : magnitude;
 }
+static double bf16_reference(uint16_t h) {
+    const int exponent = (h >> 7) & 0xff;
+    if (exponent == 0xff) return (h & 0x7f) ? NAN : (h >> 15) ? -INFINITY : INFINITY;
+    return bf16_bits_to_double(h);
+}
+/* Whether `got` (a 16-bit pattern decoded by `decode`) is the nearest-even value of x among
+ * the format's values (fp16: subnormals kept; bf16: |x| < 2^-126 gives 0). */
+static int rounds_correctly(double x, uint16_t bits, int is_f16) {
+    const double got = is_f16 ? f16_reference(bits) : bf16_reference(bits);
+    if (isnan(x)) return isnan(got);
+    if (isinf(x)) return got == x;
+    const double largest = is_f16 ? 65504.0 : ldexp(255.0, 120), half_step = is_f16 ? 16.0 : ldexp(1.0, 119);
+    if (fabs(x) >= largest + half_step) return isinf(got) && (got > 0) == (x > 0);
+    if (!is_f16) return got == bf16_round_reference(x);
+    const double step = fabs(got) < ldexp(1.0, -14) ? ldexp(1.0, -24)
+                                                    : ldexp(1.0, ilogb(got != 0 ? got : 1.0) - 10);
+    const double error = fabs(got - x);
+    return error < step / 2 || (error == step / 2 && !(bits & 1));
+}
 
-static void test_half_convert(const attn_lowp_half_convert *convert, test_rng *rng) {
-    /* every pattern, as one strided "row" source of 65536 keys × 1 and as rows of 256 */
+static void test_convert(const attn_lowp_convert *convert, test_rng *rng) {
     uint16_t *all = malloc(65536 * 2);
     float *out = malloc(65536 * sizeof(float));
     for (int i = 0; i < 65536; ++i) all[i] = (uint16_t)i;
-    int failures = 0;
-    convert->f16_to_f32_rows(256, 256, all, 256, 1, out, 256);
-    for (int i = 0; i < 65536; ++i) {
-        const double expected = f16_reference((uint16_t)i);
-        failures += isnan(expected) ? !isnan(out[i]) : (double)out[i] != expected;
-    }
-    for (int i = 0; i < 65536; ++i) out[i] = 0.0f;
-    convert->f16_to_f32_rows(256, 256, all, 1, 256, out, 256); /* transposed source */
-    for (int c = 0; c < 256; ++c)
-        for (int d = 0; d < 256; ++d) {
-            const double expected = f16_reference((uint16_t)(d * 256 + c));
-            const float got = out[c * 256 + d];
-            failures += isnan(expected) ? !isnan(got) : (double)got != expected;
+    for (int is_f16 = 0; is_f16 < 2; ++is_f16) {
+        const char *type = is_f16 ? "fp16" : "bf16";
+        void (*to_f32)(int, int, const uint16_t *, int64_t, int64_t, float *, int64_t) =
+            is_f16 ? convert->f16_to_f32_rows : convert->bf16_to_f32_rows;
+        int failures = 0;
+        for (int transposed = 0; transposed < 2; ++transposed) { /* as [256][256] both ways */
+            for (int i = 0; i < 65536; ++i) out[i] = 0.0f;
+            to_f32(255, 253, all, transposed ? 1 : 256, transposed ? 256 : 1, out, 256);
+            for (int c = 0; c < 256; ++c)
+                for (int d = 0; d < 256; ++d) {
+                    const float got = out[c * 256 + d];
+                    if (c >= 255 || d >= 253) { failures += got != 0.0f; continue; }
+                    const uint16_t h = (uint16_t)(transposed ? d * 256 + c : c * 256 + d);
+                    const double expected = is_f16 ? f16_reference(h) : bf16_reference(h);
+                    failures += isnan(expected) ? !isnan(got) : (double)got != expected;
+                }
         }
-    CHECK(failures == 0, "%s fp16 -> fp32: all 65536 patterns, contiguous and strided (%d wrong)",
-          convert->name, failures);
+        CHECK(failures == 0, "%s %s -> fp32: every pattern, contiguous and strided, nothing past the rows (%d wrong)",
+              convert->name, type, failures);
 
-    /* fp32 -> fp16: each result is the nearest fp16 (ties even) of the input */
-    enum { N = 20003 };
-    float *source = malloc(N * sizeof(float));
-    uint16_t *half = malloc(2 * N * 2);
-    for (int i = 0; i < N; ++i)
-        source[i] = (float)(test_rng_normal(rng) * ldexp(1.0, (int)test_rng_range(rng, -26, 14)));
-    const float edges[] = {65504.0f, 65519.99f, 65520.0f, -65520.0f, 1e30f, INFINITY, 0x1p-25f,
-                           0x1.8p-24f, 0x1p-24f + 0x1p-40f, -0.0f};
-    for (int i = 0; i < 10; ++i) source[i] = edges[i];
-    const int64_t overflowed = convert->f32_to_f16(N, source, half, 2); /* stride 2 */
-    int64_t expected_overflows = 0;
-    failures = 0;
-    for (int i = 0; i < N; ++i) {
-        const double x = source[i], got = f16_reference(half[2 * i]);
-        if (isinf(x)) { failures += got != x; continue; }
-        if (fabs(x) >= 65520.0) { ++expected_overflows; failures += !isinf(got) || (got > 0) != (x > 0); continue; }
-        /* nearest: no fp16 value closer; ties to even mantissa */
-        const double error = fabs(got - x);
-        const double step = fabs(got) < ldexp(1.0, -14) ? ldexp(1.0, -24)
-                                                        : ldexp(1.0, ilogb(fabs(got) > 0 ? got : 1.0) - 10);
-        if (error > step / 2 || (error == step / 2 && (half[2 * i] & 1))) ++failures;
+        enum { N = 20003 };
+        float *source = malloc(N * sizeof(float)), *rounded = malloc(N * sizeof(float));
+        uint16_t *half = malloc(2 * N * 2);
+        const int low = is_f16 ? -26 : -140, high = is_f16 ? 14 : 126;
+        for (int i = 0; i < N; ++i)
+            source[i] = (float)(test_rng_normal(rng) * ldexp(1.0, (int)test_rng_range(rng, low, high)));
+        const float edges[] = {65504.0f, 65519.99f, 65520.0f, -65520.0f, 3.4028235e38f, INFINITY,
+                               0x1p-25f, 0x1.8p-24f, 0x1p-24f + 0x1p-40f, -0.0f, NAN, -3.3962e38f,
+                               3.3963e38f, 0x1p-127f, 1.00390625f, 1.01171875f};
+        for (int i = 0; i < 16; ++i) source[i] = edges[i];
+        int64_t expected_overflows = 0;
+        for (int i = 0; i < N; ++i)
+            expected_overflows += isfinite(source[i]) &&
+                                  fabs(source[i]) >= (is_f16 ? 65520.0 : ldexp(255.0, 120) + ldexp(1.0, 119));
+        const int64_t overflowed = (is_f16 ? convert->f32_to_f16 : convert->f32_to_bf16)(N, source, half, 2);
+        failures = 0;
+        for (int i = 0; i < N; ++i) failures += !rounds_correctly(source[i], half[2 * i], is_f16);
+        CHECK(failures == 0, "%s fp32 -> %s nearest-even, strided store (%d wrong of %d)", convert->name,
+              type, failures, N);
+        CHECK(overflowed == expected_overflows && expected_overflows >= 3,
+              "%s fp32 -> %s counts the finite values that overflow (got %lld, expected %lld)",
+              convert->name, type, (long long)overflowed, (long long)expected_overflows);
+
+        /* in-place rounding of P rows: [N / 103 rows][100 used of stride 103] */
+        memcpy(rounded, source, N * sizeof(float));
+        const int rows = N / 103;
+        (is_f16 ? convert->round_f16_rows : convert->round_bf16_rows)(rows, 100, rounded, 103);
+        failures = 0;
+        for (int i = 0; i < N; ++i) {
+            if (i >= rows * 103 || i % 103 >= 100) {
+                failures += memcmp(&rounded[i], &source[i], sizeof(float)) != 0;
+                continue;
+            }
+            const double x = source[i], got = rounded[i];
+            uint16_t h;
+            if (is_f16) {
+                /* got must be an fp16 value: find its pattern through the library-free route */
+                const float g = (float)got;
+                h = 0;
+                int found = isinf(g) || isnan(g);
+                if (!found) { /* fp16 values are integers times 2^-24 below 65536 */
+                    const double units = fabs(got) * 16777216.0;
+                    found = units == floor(units) && fabs(got) <= 65504.0;
+                }
+                failures += !found;
+                if (!found || isnan(g)) { failures += isnan(g) != isnan(x); continue; }
+                if (isinf(g)) { failures += !rounds_correctly(x, (uint16_t)(g > 0 ? 0x7c00 : 0xfc00), 1); continue; }
+                /* rebuild the pattern from the value */
+                const double a = fabs(got);
+                if (a < ldexp(1.0, -14)) h = (uint16_t)(a * 16777216.0);
+                else {
+                    const int e = ilogb(a);
+                    h = (uint16_t)(((e + 15) << 10) | (int)(ldexp(a, 10 - e) - 1024));
+                }
+                if (got < 0 || (got == 0 && signbit(got))) h |= 0x8000;
+                failures += !rounds_correctly(x, h, 1);
+            } else {
+                failures += isnan(x) ? !isnan(got) : got != bf16_round_reference(x) && !(isinf(got) && fabs(x) > 3.3e38);
+            }
+        }
+        CHECK(failures == 0, "%s rounds P rows to %s in place, nothing past the rows (%d wrong)",
+              convert->name, type, failures);
+        free(source);
+        free(rounded);
+        free(half);
     }
-    CHECK(failures == 0, "%s fp32 -> fp16 nearest-even, strided store (%d wrong of %d)", convert->name,
-          failures, N);
-    CHECK(overflowed == expected_overflows && expected_overflows == 3,
-          "%s fp32 -> fp16 counts finite values that overflow (got %lld, expected %lld)", convert->name,
-          (long long)overflowed, (long long)expected_overflows);
-    free(source);
-    free(half);
     free(all);
     free(out);
 }
@@ -372,11 +430,12 @@ int main(void) {
         test_tiles(list.list[t], &rng);
     }
     CHECK(emulated_configured == 0, "AMX algorithm releases the tiles it configured");
-    test_half_convert(&attn_half_convert_generic, &rng);
+    test_convert(&attn_lowp_convert_generic, &rng);
 #if defined(ATTN_HAVE_AVX512BF16_KERNELS) && defined(__x86_64__)
-    if (__builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
-        __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("f16c"))
-        test_half_convert(&attn_half_convert_f16c, &rng);
+    if (__builtin_cpu_supports("avx512bf16") && __builtin_cpu_supports("avx512bw") &&
+        __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
+        __builtin_cpu_supports("f16c"))
+        test_convert(&attn_lowp_convert_avx512, &rng);
 #endif
     return test_finish();
 }

@@ -12,7 +12,9 @@
  *   amx/lowp_amx.c              TDPBF16PS on AMX tiles (AMX-TILE + AMX-BF16), needs the OS
  *                               permission for tile data (cpu_features)
  * fp16 storage has no kernels of its own (without AMX-FP16): it is converted to fp32 when
- * packed (attn_lowp_half_convert below) and the fp32 kernels of kernel.h run on it.
+ * packed (attn_lowp_convert below) and the fp32 kernels of kernel.h run on it, with P
+ * rounded to fp16 before P·V. bf16 can run the same way (where VDPBF16PS is slower than
+ * two fp32 FMAs per cycle, as measured on some CPUs: bench/lowp_kernels.c).
  *
  * Where rounding happens (bf16): Q, K, V are bf16 already (copied, never rounded). Each
  * product of two bf16 numbers is exact in fp32; the reduction adds the products in index
@@ -70,26 +72,39 @@ typedef struct attn_lowp_kernels {
                               float *accumulator, int accumulator_stride);
 } attn_lowp_kernels;
 
-/* fp16 → fp32 (exact) and fp32 → bf16 / fp16 (nearest-even) row conversions: the packing of
- * fp16 K/V for the fp32 kernels, and the output store. */
-typedef struct attn_lowp_half_convert {
-    const char *name; /* "generic", "f16c" */
-    /* destination[c*destination_stride + d] = source[c*token_stride + d*dim_stride] as fp32,
-     * c < count, d < dim (source fp16 bits). */
+/* Conversions between the 16-bit storage types and fp32: the packing of K/V (and the query
+ * gather) for the fp32 kernels, the rounding of P to the operand type when the fp32 kernels
+ * compute P·V for bf16 / fp16 operands (a product of two bf16 or two fp16 numbers is exact in
+ * fp32, so fp32 FMAs on rounded P and converted V give the pair products of lowp.h), and the
+ * output store. All roundings are nearest-even; bf16 rounding flushes fp32 subnormals to 0
+ * (attn_lowp_bf16_round); fp16 keeps its subnormals. */
+typedef struct attn_lowp_convert {
+    const char *name; /* "generic", "avx512" */
+    /* destination[c*destination_stride + d] = source[c*token_stride + d*dim_stride] as fp32
+     * (exact), c < count, d < dim; source bf16 / fp16 bits. */
+    void (*bf16_to_f32_rows)(int count, int dim, const uint16_t *source, int64_t token_stride,
+                             int64_t dim_stride, float *destination, int64_t destination_stride);
     void (*f16_to_f32_rows)(int count, int dim, const uint16_t *source, int64_t token_stride,
                             int64_t dim_stride, float *destination, int64_t destination_stride);
-    /* destination[e*stride] = f16(source[e]) for e < count; returns the number of finite
-     * sources that became ±inf (|x| ≥ 65520), 0 when all fit. */
+    /* destination[e*stride] = bf16 / fp16 of source[e] for e < count; returns how many finite
+     * sources became ±inf (fp16: |x| ≥ 65520; bf16: |x| beyond the largest bf16 by half an
+     * ulp), 0 when all fit. NaN stays NaN, inf stays inf (neither is counted). */
+    int64_t (*f32_to_bf16)(int64_t count, const float *source, uint16_t *destination,
+                           int64_t stride);
     int64_t (*f32_to_f16)(int64_t count, const float *source, uint16_t *destination,
                           int64_t stride);
-} attn_lowp_half_convert;
+    /* values[r*stride + c] = fp32 of the bf16 / fp16 rounding of itself, r < rows, c < count
+     * (P rounded to the operand type, in place). */
+    void (*round_bf16_rows)(int rows, int count, float *values, int stride);
+    void (*round_f16_rows)(int rows, int count, float *values, int stride);
+} attn_lowp_convert;
 
 /* ---- the tables (kernels/generic, kernels/avx512bf16, kernels/amx) ---- */
 extern const attn_lowp_kernels attn_lowp_generic;
-extern const attn_lowp_half_convert attn_half_convert_generic;
+extern const attn_lowp_convert attn_lowp_convert_generic;
 #if defined(ATTN_HAVE_AVX512BF16_KERNELS)
 extern const attn_lowp_kernels attn_lowp_avx512bf16;
-extern const attn_lowp_half_convert attn_half_convert_f16c;
+extern const attn_lowp_convert attn_lowp_convert_avx512; /* + F16C, AVX512-BF16 */
 #endif
 #if defined(ATTN_HAVE_AMX_KERNELS)
 extern const attn_lowp_kernels attn_lowp_amx;

@@ -1,7 +1,6 @@
 /*
  * lowp_avx512bf16.c — the bf16 kernels of lowp.h with VDPBF16PS (AVX512-BF16), for CPUs
- * without AMX (AMD Zen 4/5, Cooper Lake) and as the AMX tables' edge path; and the F16C /
- * AVX-512 fp16 row conversions. Compiled with -mavx512f -mavx512bw -mavx512vl -mavx512dq
+ * without AMX (AMD Zen 4/5, Cooper Lake); its packing is also the AMX table's. Compiled with -mavx512f -mavx512bw -mavx512vl -mavx512dq
  * -mavx512bf16 -mf16c -mfma (cmake/kernels.cmake); selected only where CPUID says so.
  *
  * Q·Kᵀ: a micro-tile of up to 6 query rows × 4 blocks of 16 keys = 24 zmm accumulators; per
@@ -254,50 +253,3 @@ const attn_lowp_kernels attn_lowp_avx512bf16 = {
     .accumulate_values = accumulate_values,
 };
 
-/* ---- fp16 conversions (F16C at AVX-512 width) ---- */
-
-static void f16_to_f32_rows(int count, int dim, const uint16_t *source, int64_t token_stride,
-                            int64_t dim_stride, float *destination, int64_t destination_stride) {
-    for (int c = 0; c < count; ++c) {
-        const uint16_t *row = source + (int64_t)c * token_stride;
-        float *out = destination + (int64_t)c * destination_stride;
-        if (dim_stride != 1) {
-            for (int d = 0; d < dim; ++d)
-                out[d] = _cvtsh_ss(row[(int64_t)d * dim_stride]);
-            continue;
-        }
-        for (int d = 0; d < dim; d += LANES) {
-            const __mmask16 mask = dim - d >= LANES ? (__mmask16)0xFFFF : (__mmask16)((1u << (dim - d)) - 1u);
-            _mm512_mask_storeu_ps(out + d, mask, _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(mask, row + d)));
-        }
-    }
-}
-
-static int64_t f32_to_f16(int64_t count, const float *source, uint16_t *destination,
-                          int64_t stride) {
-    int64_t overflowed = 0;
-    const __m512 largest = _mm512_set1_ps(3.40282347e38f);
-    for (int64_t e = 0; e < count; e += LANES) {
-        const __mmask16 mask = count - e >= LANES ? (__mmask16)0xFFFF : (__mmask16)((1u << (count - e)) - 1u);
-        const __m512 x = _mm512_maskz_loadu_ps(mask, source + e);
-        const __m256i h = _mm512_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-        const __mmask16 finite = _mm512_cmp_ps_mask(_mm512_abs_ps(x), largest, _CMP_LE_OQ);
-        const __mmask16 infinite = _mm256_cmpeq_epi16_mask(
-            _mm256_and_si256(h, _mm256_set1_epi16(0x7fff)), _mm256_set1_epi16(0x7c00));
-        overflowed += __builtin_popcount((unsigned)(finite & infinite & mask));
-        if (stride == 1) {
-            _mm256_mask_storeu_epi16(destination + e, mask, h);
-        } else {
-            uint16_t lanes[LANES];
-            _mm256_storeu_si256((__m256i *)lanes, h);
-            for (int l = 0; l < LANES && e + l < count; ++l) destination[(e + l) * stride] = lanes[l];
-        }
-    }
-    return overflowed;
-}
-
-const attn_lowp_half_convert attn_half_convert_f16c = {
-    .name = "f16c",
-    .f16_to_f32_rows = f16_to_f32_rows,
-    .f32_to_f16 = f32_to_f16,
-};

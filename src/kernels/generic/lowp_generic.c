@@ -89,6 +89,15 @@ const attn_lowp_kernels attn_lowp_generic = {
     .accumulate_values = attn_lowp_generic_accumulate_values,
 };
 
+static void generic_bf16_to_f32_rows(int count, int dim, const uint16_t *source,
+                                     int64_t token_stride, int64_t dim_stride,
+                                     float *destination, int64_t destination_stride) {
+    for (int c = 0; c < count; ++c)
+        for (int d = 0; d < dim; ++d)
+            destination[(int64_t)c * destination_stride + d] = attn_lowp_bf16_to_float(
+                source[(int64_t)c * token_stride + (int64_t)d * dim_stride]);
+}
+
 static void generic_f16_to_f32_rows(int count, int dim, const uint16_t *source,
                                     int64_t token_stride, int64_t dim_stride, float *destination,
                                     int64_t destination_stride) {
@@ -98,19 +107,57 @@ static void generic_f16_to_f32_rows(int count, int dim, const uint16_t *source,
                 attn_f16_to_float(source[(int64_t)c * token_stride + (int64_t)d * dim_stride]);
 }
 
-static int64_t generic_f32_to_f16(int64_t count, const float *source, uint16_t *destination,
-                                  int64_t stride) {
+/* Whether x is finite (exponent bits not all ones). */
+static inline int is_finite_bits(float x) {
+    uint32_t bits;
+    memcpy(&bits, &x, sizeof bits);
+    return (bits & 0x7f800000u) != 0x7f800000u;
+}
+
+static int64_t generic_f32_to_bf16(int64_t count, const float *source, uint16_t *destination,
+                                   int64_t stride) {
     int64_t overflowed = 0;
     for (int64_t e = 0; e < count; ++e) {
-        const uint16_t h = attn_float_to_f16(source[e]);
-        overflowed += (h & 0x7fffu) == 0x7c00u && source[e] - source[e] == 0.0f;
+        const uint16_t h = attn_lowp_bf16_round(source[e]);
+        overflowed += (h & 0x7fffu) == 0x7f80u && is_finite_bits(source[e]);
         destination[e * stride] = h;
     }
     return overflowed;
 }
 
-const attn_lowp_half_convert attn_half_convert_generic = {
+static int64_t generic_f32_to_f16(int64_t count, const float *source, uint16_t *destination,
+                                  int64_t stride) {
+    int64_t overflowed = 0;
+    for (int64_t e = 0; e < count; ++e) {
+        const uint16_t h = attn_float_to_f16(source[e]);
+        overflowed += (h & 0x7fffu) == 0x7c00u && is_finite_bits(source[e]);
+        destination[e * stride] = h;
+    }
+    return overflowed;
+}
+
+static void generic_round_bf16_rows(int rows, int count, float *values, int stride) {
+    for (int r = 0; r < rows; ++r)
+        for (int c = 0; c < count; ++c) {
+            float *x = values + (size_t)r * stride + c;
+            *x = attn_lowp_bf16_to_float(attn_lowp_bf16_round(*x));
+        }
+}
+
+static void generic_round_f16_rows(int rows, int count, float *values, int stride) {
+    for (int r = 0; r < rows; ++r)
+        for (int c = 0; c < count; ++c) {
+            float *x = values + (size_t)r * stride + c;
+            *x = attn_f16_to_float(attn_float_to_f16(*x));
+        }
+}
+
+const attn_lowp_convert attn_lowp_convert_generic = {
     .name = "generic",
+    .bf16_to_f32_rows = generic_bf16_to_f32_rows,
     .f16_to_f32_rows = generic_f16_to_f32_rows,
+    .f32_to_bf16 = generic_f32_to_bf16,
     .f32_to_f16 = generic_f32_to_f16,
+    .round_bf16_rows = generic_round_bf16_rows,
+    .round_f16_rows = generic_round_f16_rows,
 };
