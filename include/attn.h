@@ -160,7 +160,11 @@ typedef enum attn_kernel_choice {
     ATTN_KERNEL_AUTO = 0,    /* the fastest this CPU supports */
     ATTN_KERNEL_GENERIC = 1, /* portable C */
     ATTN_KERNEL_AVX2 = 2,    /* AVX2 + FMA; ATTN_ERROR_UNSUPPORTED if the CPU lacks it */
-    ATTN_KERNEL_AVX512 = 3   /* AVX-512F; ATTN_ERROR_UNSUPPORTED if the CPU lacks it */
+    ATTN_KERNEL_AVX512 = 3,  /* AVX-512F; ATTN_ERROR_UNSUPPORTED if the CPU lacks it */
+    ATTN_KERNEL_AVX512_BF16 = 4, /* AVX-512 plus VDPBF16PS tiles for bf16 operands (fp32 and
+                                    fp16 operands run the AVX512 kernels) */
+    ATTN_KERNEL_AMX = 5      /* AVX512_BF16 plus AMX tiles (TDPBF16PS) for bf16 operands;
+                                ATTN_ERROR_UNSUPPORTED unless CPU and OS allow AMX */
 } attn_kernel_choice;
 
 /*

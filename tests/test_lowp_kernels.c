@@ -1,6 +1,6 @@
 /*
- * test_lowp_kernels.c — the bf16 / fp16 kernels of src/kernels/lowp.h, every table this build
- * and CPU runs (generic, AVX512-BF16, AMX) plus the AMX tile algorithm on a portable emulation
+ * test_lowp_kernels.c — the bf16 / fp16 kernels of src/kernels/lowp.h, the tables of every
+ * registry this build, CPU and OS run (generic, AVX512_BF16, AMX: kernels/registry.h) plus the AMX tile algorithm on a portable emulation
  * of the tile operations (so its staging and layouts are tested without AMX), against an
  * independent double-precision computation on the same bf16 inputs.
  *
@@ -19,7 +19,7 @@
 #include <string.h>
 
 #include "core/internal.h"
-#include "kernels/lowp.h"
+#include "kernels/registry.h"
 #include "test_support.h"
 
 /* ---- the AMX tile algorithm on emulated tiles (16 rows × 64 bytes each) ---- */
@@ -69,19 +69,26 @@ static const attn_lowp_kernels emulated_amx = {
     .accumulate_values = emulated_amx_accumulate_values,
 };
 
-/* ---- tables to test ---- */
-typedef struct table_list { const attn_lowp_kernels *list[4]; int count; } table_list;
+/* ---- tables to test: the bf16 tiles and conversions of every registry this CPU runs ---- */
+typedef struct table_list {
+    const attn_lowp_kernels *list[4];
+    const attn_lowp_convert *convert[4];
+    int count, convert_count;
+} table_list;
 
 static table_list tables(void) {
-    table_list t = {{&attn_lowp_generic, &emulated_amx}, 2};
-#if defined(ATTN_HAVE_AVX512BF16_KERNELS) && defined(__x86_64__)
-    __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx512bf16") && __builtin_cpu_supports("avx512bw") &&
-        __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("f16c"))
-        t.list[t.count++] = &attn_lowp_avx512bf16;
-#endif
-    /* The real AMX table runs only where the registry's detection allows it (CPUID, XCR0 and
-     * the kernel's XTILEDATA permission); its selection is tested with the registry. */
+    table_list t = {{&emulated_amx}, {NULL}, 1, 0};
+    const attn_kernel_choice choices[] = {ATTN_KERNEL_GENERIC, ATTN_KERNEL_AVX512_BF16, ATTN_KERNEL_AMX};
+    for (int c = 0; c < 3; ++c) {
+        const attn_kernels *kernels = NULL;
+        if (attn_kernels_select(choices[c], &kernels, NULL) != ATTN_OK) {
+            printf("registry %s not available here: its tiles are not run\n",
+                   attn_kernel_choice_name(choices[c]));
+            continue;
+        }
+        t.list[t.count++] = &kernels->bf16;
+        if (choices[c] != ATTN_KERNEL_AMX) t.convert[t.convert_count++] = &kernels->convert;
+    }
     return t;
 }
 
@@ -430,12 +437,6 @@ int main(void) {
         test_tiles(list.list[t], &rng);
     }
     CHECK(emulated_configured == 0, "AMX algorithm releases the tiles it configured");
-    test_convert(&attn_lowp_convert_generic, &rng);
-#if defined(ATTN_HAVE_AVX512BF16_KERNELS) && defined(__x86_64__)
-    if (__builtin_cpu_supports("avx512bf16") && __builtin_cpu_supports("avx512bw") &&
-        __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
-        __builtin_cpu_supports("f16c"))
-        test_convert(&attn_lowp_convert_avx512, &rng);
-#endif
+    for (int t = 0; t < list.convert_count; ++t) test_convert(list.convert[t], &rng);
     return test_finish();
 }

@@ -22,6 +22,17 @@ static int usable_avx512(const attn_cpu_features *f) {
     return f->avx512f && f->avx512dq && f->avx512bw && f->avx512vl && f->fma;
 }
 #endif
+#if defined(ATTN_HAVE_AVX512BF16_KERNELS)
+static int usable_avx512bf16(const attn_cpu_features *f) {
+    return usable_avx512(f) && f->avx512_bf16 && f->f16c;
+}
+#endif
+#if defined(ATTN_HAVE_AMX_KERNELS) && defined(ATTN_HAVE_AVX512BF16_KERNELS)
+/* amx_tile / amx_bf16 are 1 only with XCR0 tile state and the Linux XTILEDATA permission. */
+static int usable_amx(const attn_cpu_features *f) {
+    return usable_avx512bf16(f) && f->amx_tile && f->amx_bf16;
+}
+#endif
 
 typedef struct isa_entry {
     attn_kernel_choice choice;
@@ -46,6 +57,20 @@ static const isa_entry isas[] = {
      "AVX-512 F/DQ/BW/VL"},
 #else
     {ATTN_KERNEL_AVX512, "AVX512", ATTN_KERNEL_GENERIC, NULL, NULL, "AVX-512 F/DQ/BW/VL"},
+#endif
+#if defined(ATTN_HAVE_AVX512BF16_KERNELS)
+    {ATTN_KERNEL_AVX512_BF16, "AVX512_BF16", ATTN_KERNEL_AVX512, &attn_isa_avx512bf16,
+     usable_avx512bf16, "AVX-512 F/DQ/BW/VL + AVX512-BF16 + F16C"},
+#else
+    {ATTN_KERNEL_AVX512_BF16, "AVX512_BF16", ATTN_KERNEL_AVX512, NULL, NULL,
+     "AVX-512 F/DQ/BW/VL + AVX512-BF16 + F16C"},
+#endif
+#if defined(ATTN_HAVE_AMX_KERNELS) && defined(ATTN_HAVE_AVX512BF16_KERNELS)
+    {ATTN_KERNEL_AMX, "AMX", ATTN_KERNEL_AVX512_BF16, &attn_isa_amx, usable_amx,
+     "AMX-TILE + AMX-BF16 (CPUID, XCR0 tile state and the OS's XTILEDATA permission)"},
+#else
+    {ATTN_KERNEL_AMX, "AMX", ATTN_KERNEL_AVX512_BF16, NULL, NULL,
+     "AMX-TILE + AMX-BF16 (CPUID, XCR0 tile state and the OS's XTILEDATA permission)"},
 #endif
 };
 enum { ISA_COUNT = sizeof isas / sizeof isas[0] };
@@ -100,6 +125,11 @@ static void apply(attn_kernels *into, const attn_kernel_isa *isa) {
             into->decode.prepare_bf16_queries = isa->decode->prepare_bf16_queries;
         }
     }
+    if (isa->bf16 != NULL) {
+        into->bf16 = *isa->bf16;
+        into->bf16_native = isa->bf16_native;
+    }
+    if (isa->convert != NULL) into->convert = *isa->convert;
 }
 
 static void build(void) {
@@ -148,6 +178,8 @@ const char *attn_kernel_choice_name(attn_kernel_choice choice) {
     case ATTN_KERNEL_GENERIC: return "generic";
     case ATTN_KERNEL_AVX2: return "avx2";
     case ATTN_KERNEL_AVX512: return "avx512";
+    case ATTN_KERNEL_AVX512_BF16: return "avx512_bf16";
+    case ATTN_KERNEL_AMX: return "amx";
     }
     return NULL;
 }

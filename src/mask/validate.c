@@ -245,7 +245,7 @@ attn_status attn_validate_options(const attn_options *options, const attn_proble
         return attn_fail(error, ATTN_ERROR_INVALID_ARGUMENT,
                          "options.tile_k = %d: must be in [0, %d] (0 = tuned default)",
                          options->tile_k, ATTN_MAX_TILE);
-    if ((int)options->kernel < ATTN_KERNEL_AUTO || (int)options->kernel > ATTN_KERNEL_AVX512)
+    if ((int)options->kernel < ATTN_KERNEL_AUTO || (int)options->kernel > ATTN_KERNEL_AMX)
         return attn_fail(error, ATTN_ERROR_INVALID_ARGUMENT, "options.kernel = %d: unknown",
                          (int)options->kernel);
     return ATTN_OK;

@@ -21,7 +21,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "../lowp.h"
+#include "kernels/lowp.h"
 
 #define AMX_ROWS 16
 #define AMX_CHUNK 256 /* keys of P rounded to bf16 at once for P·V */

@@ -8,7 +8,7 @@
  */
 #include <immintrin.h>
 
-#include "../lowp.h"
+#include "kernels/registry.h"
 
 #define AMX_NAME(x) attn_amx_##x
 #define AMX_CONFIGURE(config) _tile_loadconfig(config)
@@ -32,4 +32,11 @@ const attn_lowp_kernels attn_lowp_amx = {
     .pack_values = AMX_PACK(pack_values),
     .score_tile = attn_amx_score_tile,
     .accumulate_values = attn_amx_accumulate_values,
+};
+
+/* The AMX ISA table: on top of the AVX512-BF16 registry, only the bf16 tiles change. */
+const attn_kernel_isa attn_isa_amx = {
+    .name = "amx",
+    .bf16 = &attn_lowp_amx,
+    .bf16_native = 1,
 };

@@ -7,7 +7,7 @@
  */
 #include <immintrin.h>
 
-#include "../lowp.h"
+#include "kernels/lowp.h"
 
 #define LANES 16
 

@@ -13,7 +13,7 @@
  */
 #include <immintrin.h>
 
-#include "../lowp.h"
+#include "kernels/lowp.h"
 
 #define LANES 16
 #define SCORE_ROWS 6

@@ -5,8 +5,8 @@
  * first), and the fp16 → fp32 / fp32 → fp16 row conversions. These are the reference of the
  * tests and the fallback on CPUs without AVX512-BF16 or AMX.
  */
-#include "../lowp.h"
-#include "../../cache/half.h"
+#include "kernels/lowp.h"
+#include "kernels/half.h"
 
 /* keys: element (c, d) at (c/16)·16·2·pairs + (d/2)·32 + (c%16)·2 + d%2; zero padding. */
 void attn_lowp_generic_pack_keys(int count, int dim, const uint16_t *source,
