@@ -46,7 +46,8 @@ typedef enum attn_status {
     ATTN_ERROR_NULL_ARGUMENT = 1,     /* a required pointer was NULL */
     ATTN_ERROR_INVALID_ARGUMENT = 2,  /* a value out of range (size <= 0, scale <= 0, ...) */
     ATTN_ERROR_SHAPE_MISMATCH = 3,    /* tensors that must agree do not (B, Tk, heads, dims) */
-    ATTN_ERROR_OVERFLOW = 4,          /* a size product does not fit in int64 / size_t */
+    ATTN_ERROR_OVERFLOW = 4,          /* a size product does not fit in int64 / size_t, or a
+                                         result does not fit a 16-bit output dtype */
     ATTN_ERROR_OUT_OF_MEMORY = 5,     /* an allocation failed */
     ATTN_ERROR_EMPTY_ROW = 6,         /* a query row has no allowed key (default policy) */
     ATTN_ERROR_IO = 7,                /* a file could not be opened, read or written */

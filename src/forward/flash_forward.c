@@ -87,8 +87,12 @@ static bool workspace_layout(const forward_plan *plan, size_t part_bytes[WORKSPA
         !attn_mul_size(group_rows, (size_t)plan->accumulator_stride, &floats[2]) ||
         !attn_mul_size(keys, (size_t)dim_v, &floats[6]))
         return false;
+    /* 16-bit K/V: value_staging also stages the conversion of a K or V tile (packed_kv.c). */
+    if (plan->format.dtype != ATTN_DTYPE_F32 && plan->problem.key_dim > dim_v &&
+        !attn_mul_size(keys, (size_t)plan->problem.key_dim, &floats[6]))
+        return false;
     floats[3] = floats[4] = floats[5] = group_rows;
-    floats[7] = plan->kernels->forward.packed_values_floats((int)keys, dim_v);
+    floats[7] = packed_kv_value_floats(&plan->format, (int)keys, dim_v);
     floats[8] = keys;
     *total = 0;
     for (int n = 0; n < 9; ++n) {
@@ -130,7 +134,7 @@ static bool workspace_create(forward_workspace *workspace, const forward_plan *p
     workspace->head_class = parts[11];
     workspace->segments = parts[12];
     if (plan->packing == PACK_SHARED) return true;
-    return packed_kv_store_create(&workspace->packed, plan->kernels, (int)plan->tile_keys,
+    return packed_kv_store_create(&workspace->packed, &plan->format, (int)plan->tile_keys,
                                   (int)plan->problem.key_dim, (int)plan->problem.value_dim,
                                   plan->packing == PACK_PER_THREAD ? plan->key_tiles : 1);
 }
@@ -154,27 +158,24 @@ static void note_empty_row(forward_workspace *workspace, int64_t b, int64_t h, i
 }
 
 /* Writes one output row and its LSE: O = acc / l, LSE = m + log l, or the empty-row policy
- * (padding rows beyond query_lengths[b] are always O = 0, LSE = -inf). */
+ * (padding rows beyond query_lengths[b] are always O = 0, LSE = -inf). row: the row's
+ * accumulator (overwritten with O), or for padding rows any Dv floats to use as scratch. */
 static void write_row(const forward_plan *plan, forward_workspace *workspace, int64_t b,
-                      int64_t h, int64_t i, const float *accumulator, float row_max,
-                      float row_sum, bool padding) {
-    float *o_row = attn_f32_at4(plan->out, b, i, h, 0);
-    const int64_t o_stride = plan->out->stride[3];
+                      int64_t h, int64_t i, float *row, float row_max, float row_sum,
+                      bool padding) {
+    const int64_t dim_v = plan->problem.value_dim;
     float lse_value;
     if (!padding && row_sum != 0.0f) {
-        if (o_stride == 1)
-            for (int64_t e = 0; e < plan->problem.value_dim; ++e) o_row[e] = accumulator[e] / row_sum;
-        else
-            for (int64_t e = 0; e < plan->problem.value_dim; ++e)
-                o_row[e * o_stride] = accumulator[e] / row_sum;
+        for (int64_t e = 0; e < dim_v; ++e) row[e] = row[e] / row_sum;
         lse_value = row_max + logf(row_sum);
     } else {
         const bool as_nan = !padding && plan->options->empty_rows == ATTN_EMPTY_ROWS_NAN;
         if (!padding && plan->options->empty_rows == ATTN_EMPTY_ROWS_ERROR)
             note_empty_row(workspace, b, h, i);
-        for (int64_t e = 0; e < plan->problem.value_dim; ++e) o_row[e * o_stride] = as_nan ? NAN : 0.0f;
+        for (int64_t e = 0; e < dim_v; ++e) row[e] = as_nan ? NAN : 0.0f;
         lse_value = as_nan ? NAN : -INFINITY;
     }
+    forward_store_output(plan, workspace, b, i, h, row);
     if (plan->lse != NULL) *attn_f32_at3(plan->lse, b, h, i) = lse_value;
 }
 
@@ -194,23 +195,17 @@ static void run_work_item(const forward_plan *plan, forward_workspace *workspace
     /* Padding rows (i >= query_lengths[b]) are O = 0, LSE = -inf. */
     for (int64_t g = 0; g < group_size; ++g)
         for (int64_t i = (i1 > i0 ? i1 : i0); i < tile_end; ++i)
-            write_row(plan, workspace, b, kv_head * group_size + g, i, NULL, 0.0f, 0.0f, true);
+            write_row(plan, workspace, b, kv_head * group_size + g, i, workspace->accumulator,
+                      0.0f, 0.0f, true);
     if (i1 <= i0) return;
     const int64_t rows = i1 - i0;
-    const int dim_k = (int)problem->key_dim;
 
     /* Gather the group's query rows (row g * rows + r = head g, query i0 + r). */
     const float query_factor = plan->prescale_queries ? problem->scale : 1.0f;
-    const int64_t q_dim_stride = plan->q->stride[3];
     for (int64_t g = 0; g < group_size; ++g)
-        for (int64_t r = 0; r < rows; ++r) {
-            const float *source = attn_f32_at4(plan->q, b, i0 + r, kv_head * group_size + g, 0);
-            float *row = workspace->queries + (g * rows + r) * plan->query_stride;
-            if (q_dim_stride == 1)
-                for (int d = 0; d < dim_k; ++d) row[d] = source[d] * query_factor;
-            else
-                for (int d = 0; d < dim_k; ++d) row[d] = source[d * q_dim_stride] * query_factor;
-        }
+        for (int64_t r = 0; r < rows; ++r)
+            forward_gather_query(plan, b, i0 + r, kv_head * group_size + g, query_factor,
+                                 workspace->queries + (g * rows + r) * plan->query_stride);
     const int64_t group_rows = group_size * rows;
     for (int64_t n = 0; n < group_rows; ++n) {
         workspace->row_max[n] = -INFINITY;
@@ -244,7 +239,8 @@ static void run_work_item(const forward_plan *plan, forward_workspace *workspace
         const packed_kv_tile *packed =
             plan->packing == PACK_SHARED
                 ? &plan->shared_packed->slot[key_tile]
-                : packed_kv_get(&workspace->packed, plan->k, plan->v, b, kv_head, key_tile, key_count);
+                : packed_kv_get(&workspace->packed, plan->k, plan->v, b, kv_head, key_tile,
+                                key_count, workspace->value_staging);
         const int count = (int)(j1 - j0) < packed->count ? (int)(j1 - j0) : packed->count;
         tile_step step = {b, kv_head, i0, rows, 0, rows, j0, count, needs_mask_pass, packed};
         if (j1 < key_end || rows <= FORWARD_DIAGONAL_ROWS || !mask->has_structure) {
@@ -319,7 +315,7 @@ static attn_status choose_packing(forward_plan *plan, int thread_count,
     size_t one_tile, one_tile_total, workspaces;
     if (!workspace_layout(plan, part_bytes, workspace_bytes) ||
         !attn_mul_size(*workspace_bytes, (size_t)thread_count, &workspaces) ||
-        !packed_kv_store_bytes(plan->kernels, tile_keys, dim_k, dim_v, 1, &one_tile) ||
+        !packed_kv_store_bytes(&plan->format, tile_keys, dim_k, dim_v, 1, &one_tile) ||
         !attn_mul_size(one_tile, (size_t)thread_count, &one_tile_total) ||
         !attn_add_size(one_tile_total, workspaces, &one_tile_total))
         return attn_fail(error, ATTN_ERROR_OVERFLOW,
@@ -336,13 +332,14 @@ static attn_status choose_packing(forward_plan *plan, int thread_count,
     *total_bytes = one_tile_total;
 
     size_t head_store, shared_total, per_thread_stores, per_thread_total, key_value_bytes;
-    if (!packed_kv_store_bytes(plan->kernels, tile_keys, dim_k, dim_v, plan->key_tiles,
+    if (!packed_kv_store_bytes(&plan->format, tile_keys, dim_k, dim_v, plan->key_tiles,
                                &head_store) ||
         !attn_add_size(workspaces, head_store, &shared_total) ||
         !attn_mul_size(head_store, (size_t)thread_count, &per_thread_stores) ||
         !attn_add_size(workspaces, per_thread_stores, &per_thread_total) ||
         !attn_mul_size((size_t)(problem->batch * problem->key_length * problem->kv_heads),
-                       (size_t)(dim_k + dim_v) * sizeof(float), &key_value_bytes))
+                       (size_t)(dim_k + dim_v) * attn_dtype_size(plan->format.dtype),
+                       &key_value_bytes))
         return ATTN_OK; /* huge: repack per use */
     const bool per_thread_is_cheap = per_thread_stores <= key_value_bytes / 2 ||
                                      per_thread_stores <= FORWARD_PER_THREAD_PACKING_BYTES;
@@ -376,7 +373,8 @@ static void run_thread(const forward_plan *plan, forward_workspace *workspace,
         const int64_t key_count = attn_mask_key_count(&plan->mask, b);
 #pragma omp for schedule(static)
         for (int64_t key_tile = 0; key_tile < plan->key_tiles; ++key_tile)
-            packed_kv_pack_tile(plan->shared_packed, k, v, b, kv_head, key_tile, key_count);
+            packed_kv_pack_tile(plan->shared_packed, k, v, b, kv_head, key_tile, key_count,
+                                workspace->value_staging);
 #pragma omp for schedule(dynamic, 1)
         for (int64_t order = 0; order < plan->query_tiles; ++order)
             run_work_item(plan, workspace, b, kv_head, plan->query_tiles - 1 - order);
@@ -388,10 +386,17 @@ attn_status attn_forward(const attn_tensor *q, const attn_tensor *k, const attn_
                          attn_error *error) {
     forward_plan plan;
     memset(&plan, 0, sizeof plan);
-    attn_status status = attn_validate_call(q, k, v, options, out, lse, &plan.problem, error);
+    attn_status status =
+        attn_validate_call_typed(q, k, v, options, out, lse, &plan.problem, error);
     if (status != ATTN_OK) return status;
     status = attn_kernels_select(options->kernel, &plan.kernels, error);
     if (status != ATTN_OK) return status;
+    /* bf16 on the registry's bf16 tiles where they beat converting to fp32 (AMX), or when
+     * asked for by name (registry.h: bf16_native); fp16 always through fp32. */
+    plan.format.kernels = plan.kernels;
+    plan.format.dtype = q->dtype;
+    plan.format.bf16_tiles = q->dtype == ATTN_DTYPE_BF16 &&
+                             (plan.kernels->bf16_native || options->kernel == ATTN_KERNEL_AVX512_BF16);
     plan.q = q;
     plan.k = k;
     plan.v = v;
@@ -400,7 +405,7 @@ attn_status attn_forward(const attn_tensor *q, const attn_tensor *k, const attn_
     plan.options = options;
     const attn_problem *problem = &plan.problem;
     choose_tiles(&plan);
-    plan.prescale_queries = options->softcap == 0.0f;
+    plan.prescale_queries = options->softcap == 0.0f && !plan.format.bf16_tiles;
     plan.loop_transforms = options->softcap > 0.0f && (options->bias != NULL || options->alibi);
 
     int64_t item_count;
@@ -421,7 +426,7 @@ attn_status attn_forward(const attn_tensor *q, const attn_tensor *k, const attn_
     memset(&shared_store, 0, sizeof shared_store);
     const bool shared = plan.packing == PACK_SHARED;
     bool allocated = !shared ||
-                     packed_kv_store_create(&shared_store, plan.kernels, (int)plan.tile_keys,
+                     packed_kv_store_create(&shared_store, &plan.format, (int)plan.tile_keys,
                                             (int)problem->key_dim, (int)problem->value_dim,
                                             plan.key_tiles);
     if (shared && allocated) plan.shared_packed = &shared_store;
@@ -467,6 +472,7 @@ attn_status attn_forward(const attn_tensor *q, const attn_tensor *k, const attn_
                            "(options.empty_rows = ERROR; use ZERO or NAN to accept it)",
                            (long long)first_empty->empty_b, (long long)first_empty->empty_h,
                            (long long)first_empty->empty_i);
+    if (status == ATTN_OK) status = forward_overflow_status(&plan, workspaces, thread_count, error);
 
     for (int t = 0; t < thread_count; ++t) workspace_destroy(&workspaces[t]);
     free(workspaces);
