@@ -406,7 +406,10 @@ attn_status attn_forward(const attn_tensor *q, const attn_tensor *k, const attn_
     const attn_problem *problem = &plan.problem;
     choose_tiles(&plan);
     plan.prescale_queries = options->softcap == 0.0f && !plan.format.bf16_tiles;
-    plan.loop_transforms = options->softcap > 0.0f && (options->bias != NULL || options->alibi);
+    /* Additive terms need logits first: the loop scales (and soft-caps) unless the queries
+     * carry the scale. */
+    plan.loop_transforms = (options->softcap > 0.0f || plan.format.bf16_tiles) &&
+                           (options->bias != NULL || options->alibi);
 
     int64_t item_count;
     if (!attn_mul_i64(problem->batch, problem->kv_heads, &item_count) ||
