@@ -1,12 +1,12 @@
 /*
  * lowp_kernels.c — micro-benchmark of the forward tile kernels: S = Q·Kᵀ and O += P·V on one
- * tile held in L1/L2, fp32 AVX-512 (kernel.h) against bf16 AVX512-BF16 (lowp.h), generic bf16
- * for scale. One thread; every kernel is timed in the same run, best of `repeats` rounds of
+ * tile held in L1/L2: the fp32 kernels of the AUTO registry (kernels/registry.h) against the
+ * bf16 tiles (kernels/lowp.h) of every registry this CPU runs (generic, AVX512-BF16, AMX). One thread; every kernel is timed in the same run, best of `repeats` rounds of
  * ~50 ms each, interleaved so that a loaded machine slows all of them alike.
  *
  * Build (from the repository root, after building libattn into build/):
- *   cc -O2 -Iinclude -Isrc -DATTN_HAVE_AVX512_KERNELS -DATTN_HAVE_AVX512BF16_KERNELS \
- *      bench/lowp_kernels.c build/libattn.a -fopenmp -lm -o build/lowp_kernels
+ *   cc -O2 -Iinclude -Isrc bench/lowp_kernels.c build/libattn.a -fopenmp -lm -lpthread \
+ *      -o build/lowp_kernels
  *   build/lowp_kernels [rows keys dim repeats]      (default 64 256 128 7)
  * Prints GFLOP/s (2·rows·keys·dim flops per call) per kernel.
  */
@@ -16,8 +16,7 @@
 #include <time.h>
 
 #include "core/internal.h"
-#include "kernels/kernel.h"
-#include "kernels/lowp.h"
+#include "kernels/registry.h"
 
 static double now(void) {
     struct timespec t;
@@ -27,7 +26,8 @@ static double now(void) {
 
 typedef struct setup {
     int rows, keys, dim;
-    const attn_kernel_table *fp32;
+    const attn_forward_kernels *fp32;
+    const char *fp32_name;
     const attn_lowp_kernels *bf16;
     float *queries, *packed_keys, *packed_values, *scores, *accumulator;
     uint16_t *queries16, *packed_keys16, *packed_values16;
@@ -68,17 +68,25 @@ static double round_rate(const setup *s, int which, double seconds) {
 }
 
 int main(int argc, char **argv) {
-    setup s = {64, 256, 128, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL};
+    setup s;
+    memset(&s, 0, sizeof s);
+    s.rows = 64, s.keys = 256, s.dim = 128;
     int repeats = 7;
     if (argc >= 4) { s.rows = atoi(argv[1]); s.keys = atoi(argv[2]); s.dim = atoi(argv[3]); }
     if (argc >= 5) repeats = atoi(argv[4]);
-    const attn_lowp_kernels *bf16_tables[2] = {&attn_lowp_generic, NULL};
-    int bf16_count = 1;
-#if defined(ATTN_HAVE_AVX512BF16_KERNELS)
-    __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx512bf16")) bf16_tables[bf16_count++] = &attn_lowp_avx512bf16;
-#endif
-    if (attn_select_kernels(ATTN_KERNEL_AUTO, &s.fp32, NULL) != ATTN_OK) return 1;
+    /* The bf16 tiles of every registry this CPU runs, and the fp32 kernels of AUTO's. */
+    const attn_lowp_kernels *bf16_tables[3];
+    int bf16_count = 0;
+    const attn_kernel_choice choices[] = {ATTN_KERNEL_GENERIC, ATTN_KERNEL_AVX512_BF16, ATTN_KERNEL_AMX};
+    for (int c = 0; c < 3; ++c) {
+        const attn_kernels *kernels = NULL;
+        if (attn_kernels_select(choices[c], &kernels, NULL) == ATTN_OK)
+            bf16_tables[bf16_count++] = &kernels->bf16;
+    }
+    const attn_kernels *automatic = NULL;
+    if (attn_kernels_select(ATTN_KERNEL_AUTO, &automatic, NULL) != ATTN_OK) return 1;
+    s.fp32 = &automatic->forward;
+    s.fp32_name = automatic->name;
     const int rows = s.rows, keys = s.keys, dim = s.dim, qs = attn_lowp_query_stride(dim);
     float *k = malloc(sizeof(float) * keys * dim), *v = malloc(sizeof(float) * keys * dim);
     uint16_t *k16 = malloc(2 * (size_t)keys * dim), *v16 = malloc(2 * (size_t)keys * dim);
@@ -104,8 +112,8 @@ int main(int argc, char **argv) {
     s.accumulator = attn_aligned_alloc(sizeof(float) * rows * dim);
     s.fp32->pack_keys(keys, dim, k, dim, 1, s.packed_keys);
     s.fp32->pack_values(keys, dim, v, dim, 1, s.packed_values);
-    attn_lowp_generic.pack_keys(keys, dim, k16, dim, 1, s.packed_keys16);
-    attn_lowp_generic.pack_values(keys, dim, v16, dim, 1, s.packed_values16);
+    attn_lowp_generic_pack_keys(keys, dim, k16, dim, 1, s.packed_keys16); /* one layout for all */
+    attn_lowp_generic_pack_values(keys, dim, v16, dim, 1, s.packed_values16);
     for (int i = 0; i < rows * keys; ++i) s.scores[i] = 1.0f / keys;
     memset(s.accumulator, 0, sizeof(float) * rows * dim);
 
@@ -115,16 +123,16 @@ int main(int argc, char **argv) {
     for (int t = 0; t < bf16_count; ++t) {
         s.bf16 = bf16_tables[t];
         double best[4] = {0, 0, 0, 0};
-        const double seconds = t == 0 ? 0.05 : 0.05;
+        const double seconds = 0.05;
         for (int w = 0; w < 4; ++w) round_rate(&s, w, 0.1); /* warm-up */
         for (int round = 0; round < repeats; ++round)
             for (int w = 0; w < 4; ++w) {
                 const double rate = round_rate(&s, w, seconds);
                 if (rate > best[w]) best[w] = rate;
             }
-        printf("  Q·K^T  fp32 %-8s %8.1f   bf16 %-10s %8.1f   ratio %.2f\n", s.fp32->name,
+        printf("  Q·K^T  fp32 %-8s %8.1f   bf16 %-10s %8.1f   ratio %.2f\n", s.fp32_name,
                best[0] * flops * 1e-9, s.bf16->name, best[1] * flops * 1e-9, best[1] / best[0]);
-        printf("  P·V    fp32 %-8s %8.1f   bf16 %-10s %8.1f   ratio %.2f\n", s.fp32->name,
+        printf("  P·V    fp32 %-8s %8.1f   bf16 %-10s %8.1f   ratio %.2f\n", s.fp32_name,
                best[2] * flops * 1e-9, s.bf16->name, best[3] * flops * 1e-9, best[3] / best[2]);
     }
     return 0;

@@ -3,7 +3,9 @@
  * reference (attn_reference_forward) on the same inputs (the 16-bit values widened to fp32),
  * for every registry this CPU runs (AUTO, GENERIC, AVX512_BF16 = bf16 tiles, AMX where the OS
  * allows it), across masks, GQA, Tq != Tk, strided layouts; bitwise identical for 1 and 2
- * threads; an fp16 output that overflows is ATTN_ERROR_OVERFLOW; mixed dtypes are refused.
+ * threads and for every way of holding packed K/V (per thread, shared, one tile at a time
+ * under options.memory_limit_bytes); an fp16 output that overflows is ATTN_ERROR_OVERFLOW;
+ * mixed dtypes are refused.
  *
  * Tolerance (docs/precision.md), per element e of O, with u the unit roundoff of the operand
  * type (bf16 2^-8, fp16 2^-11), A[e] = sum_j p_j |v_je| / l (the reference run on |V|), L a
@@ -292,11 +294,64 @@ found:
     }
 }
 
+/* Packed K/V held per thread, shared or one tile at a time (a sweep of memory limits from the
+ * smallest accepted, flash_forward.c): bitwise the same O as without a limit, 16-bit K/V
+ * converted or kept as bf16 tiles. */
+static void test_packing_modes(attn_dtype dtype) {
+    const forward_case c = {.name = "limits", .B = 2, .Tq = 300, .Tk = 300, .Hq = 4, .Hkv = 2,
+                            .Dk = 32, .Dv = 32, .causal = 1, .alignment = ATTN_ALIGN_BOTTOM_RIGHT,
+                            .layout = TEST_LAYOUT_PADDED};
+    forward_instance x;
+    forward_instance_build(&x, &c, 77);
+    half_tensor q = round_and_copy(&x.q, dtype), k = round_and_copy(&x.k, dtype),
+                v = round_and_copy(&x.v, dtype);
+    for (size_t kc = 0; kc < sizeof kernel_choices / sizeof *kernel_choices; ++kc) {
+        if (!attn_cpu_supports(kernel_choices[kc])) continue;
+        const char *name = attn_kernel_choice_name(kernel_choices[kc]);
+        half_tensor unlimited = output_like(&x.out, dtype), limited = output_like(&x.out, dtype);
+        attn_options options = x.options;
+        options.kernel = kernel_choices[kc];
+        options.num_threads = 2;
+        attn_error error = {0};
+        CHECK_STATUS(attn_forward(&q.view, &k.view, &v.view, &options, &unlimited.view, NULL, &error),
+                     ATTN_OK, &error, "limits %d [%s]: no limit", (int)dtype, name);
+        size_t low = 1, high = (size_t)1 << 30;
+        while (low < high) {
+            const size_t middle = low + (high - low) / 2;
+            options.memory_limit_bytes = middle;
+            if (attn_forward(&q.view, &k.view, &v.view, &options, &limited.view, NULL, NULL) == ATTN_OK)
+                high = middle;
+            else
+                low = middle + 1;
+        }
+        int runs = 0, differences = 0;
+        for (size_t limit = low; limit < ((size_t)64 << 20); limit += limit / 2 + 1, ++runs) {
+            options.memory_limit_bytes = limit;
+            const attn_status status =
+                attn_forward(&q.view, &k.view, &v.view, &options, &limited.view, NULL, &error);
+            CHECK_STATUS(status, ATTN_OK, &error, "limits [%s]: limit %zu", name, limit);
+            differences += memcmp(limited.allocation, unlimited.allocation,
+                                  (size_t)x.out.allocation_floats * sizeof(uint16_t)) != 0;
+        }
+        CHECK(differences == 0 && runs > 3,
+              "%s [%s]: O bitwise the same under %d memory limits from %zu bytes up (%d differ)",
+              dtype == ATTN_DTYPE_BF16 ? "bf16" : "fp16", name, runs, low, differences);
+        free(unlimited.allocation);
+        free(limited.allocation);
+    }
+    free(q.allocation);
+    free(k.allocation);
+    free(v.allocation);
+    forward_instance_free(&x);
+}
+
 int main(void) {
     for (size_t n = 0; n < sizeof cases / sizeof *cases; ++n) {
         run_case(&cases[n], ATTN_DTYPE_BF16, 1000 + n);
         run_case(&cases[n], ATTN_DTYPE_F16, 2000 + n);
     }
+    test_packing_modes(ATTN_DTYPE_BF16);
+    test_packing_modes(ATTN_DTYPE_F16);
     test_errors();
     test_fp16_overflow();
     return test_finish();
