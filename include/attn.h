@@ -355,7 +355,8 @@ attn_status attn_reference_backward(const attn_tensor *q, const attn_tensor *k,
 /*
  * Merges `count` partial results of the same queries over disjoint key sets, exactly:
  *   M = max_s lse_s;  lse = M + log sum_s exp(lse_s - M);  O = sum_s exp(lse_s - lse) O_s
- * outs[s] [B, T, H, Dv] F32, lses[s] [B, H, T] F32; a partial with lse = -inf is empty and
+ * outs[s] [B, T, H, Dv] F32, BF16 or F16 (all of one dtype, out too: summed in double, O
+ * rounded once to nearest-even), lses[s] [B, H, T] F32; a partial with lse = -inf is empty and
  * contributes nothing; when every partial of a row is empty, O = 0 and lse = -inf.
  * out / lse may alias outs[0] / lses[0] (in-place accumulation).
  */

@@ -5,7 +5,7 @@
  * allows it), across masks, GQA, Tq != Tk, strided layouts; bitwise identical for 1 and 2
  * threads and for every way of holding packed K/V (per thread, shared, one tile at a time
  * under options.memory_limit_bytes); an fp16 output that overflows is ATTN_ERROR_OVERFLOW;
- * mixed dtypes are refused.
+ * mixed dtypes are refused; attn_merge of 16-bit partials over two key halves.
  *
  * Tolerance (docs/precision.md), per element e of O, with u the unit roundoff of the operand
  * type (bf16 2^-8, fp16 2^-11), A[e] = sum_j p_j |v_je| / l (the reference run on |V|), L a
@@ -345,6 +345,86 @@ static void test_packing_modes(attn_dtype dtype) {
     forward_instance_free(&x);
 }
 
+/* Split-KV in 16 bits: forward over keys [0, Tk/2) and [Tk/2, Tk) (views of K and V), then
+ * attn_merge of the two 16-bit partials into a 16-bit O; against float64 over all keys within
+ * u|O| + (2u + 2.1L + 1e-5) A (each partial rounded once more than a single pass). */
+static void test_merge(attn_dtype dtype) {
+    const char *type = dtype == ATTN_DTYPE_BF16 ? "bf16" : "fp16";
+    const forward_case c = {.name = "merge", .B = 2, .Tq = 23, .Tk = 90, .Hq = 4, .Hkv = 2,
+                            .Dk = 32, .Dv = 24};
+    forward_instance x;
+    forward_instance_build(&x, &c, 99);
+    half_tensor q = round_and_copy(&x.q, dtype), k = round_and_copy(&x.k, dtype),
+                v = round_and_copy(&x.v, dtype);
+    attn_error error = {0};
+    CHECK_STATUS(forward_instance_reference(&x, &error), ATTN_OK, &error, "merge: reference");
+    test_tensor absolute_v = test_tensor_new(c.B, c.Tk, c.Hkv, c.Dv, c.layout);
+    test_tensor absolute_out = test_tensor_new(c.B, c.Tq, c.Hq, c.Dv, TEST_LAYOUT_BTHD);
+    for (int64_t n = 0; n < x.v.allocation_floats; ++n) absolute_v.allocation[n] = fabsf(x.v.allocation[n]);
+    CHECK_STATUS(attn_reference_forward(&x.q.view, &x.k.view, &absolute_v.view, &x.options,
+                                        &absolute_out.view, NULL, &error),
+                 ATTN_OK, &error, "merge: reference on |V|");
+    half_tensor parts[2] = {output_like(&x.out, dtype), output_like(&x.out, dtype)};
+    half_tensor merged = output_like(&x.out, dtype);
+    const int64_t lse_shape[3] = {c.B, c.Hq, c.Tq};
+    test_tensor part_lse[2] = {test_tensor_new_shape(3, lse_shape), test_tensor_new_shape(3, lse_shape)};
+    test_tensor merged_lse = test_tensor_new_shape(3, lse_shape);
+    const int64_t half_keys = c.Tk / 2;
+    for (int s = 0; s < 2; ++s) {
+        attn_tensor ks = k.view, vs = v.view;
+        ks.shape[1] = vs.shape[1] = s == 0 ? half_keys : c.Tk - half_keys;
+        if (s == 1) {
+            ks.data = (uint16_t *)ks.data + half_keys * ks.stride[1];
+            vs.data = (uint16_t *)vs.data + half_keys * vs.stride[1];
+        }
+        CHECK_STATUS(attn_forward(&q.view, &ks, &vs, &x.options, &parts[s].view, &part_lse[s].view,
+                                  &error),
+                     ATTN_OK, &error, "merge %s: partial %d", type, s);
+    }
+    const attn_tensor *outs[2] = {&parts[0].view, &parts[1].view};
+    const attn_tensor *lses[2] = {&part_lse[0].view, &part_lse[1].view};
+    CHECK_STATUS(attn_merge(2, outs, lses, &merged.view, &merged_lse.view, &error), ATTN_OK, &error,
+                 "merge %s: attn_merge", type);
+    const double scale = 1.0 / sqrt((double)c.Dk);
+    const double unit = dtype == ATTN_DTYPE_BF16 ? ldexp(1.0, -8) : ldexp(1.0, -11);
+    const double logit_error = logit_error_bound(&x, &c, scale);
+    int failures = 0;
+    double worst = 0.0;
+    for (int64_t b = 0; b < c.B; ++b)
+        for (int64_t i = 0; i < c.Tq; ++i)
+            for (int64_t h = 0; h < c.Hq; ++h)
+                for (int64_t e = 0; e < c.Dv; ++e) {
+                    const double expected = test_get4(&x.out_reference.view, b, i, h, e);
+                    const double got = from_half(half_get4(&merged.view, b, i, h, e), dtype);
+                    const double bound = unit * fabs(expected) + c.Tk * ldexp(1.0, -25) * 4 +
+                                         (2 * unit + 2.1 * logit_error + 1e-5) *
+                                             test_get4(&absolute_out.view, b, i, h, e);
+                    failures += !(fabs(got - expected) <= bound);
+                    if (bound > 0 && fabs(got - expected) / bound > worst) worst = fabs(got - expected) / bound;
+                }
+    CHECK(failures == 0, "merge %s: two 16-bit partials merged within the bound (worst %.2f of it)",
+          type, worst);
+    CHECK(test_max_relative_error(&merged_lse.view, &x.lse_reference.view) <= 1e-5,
+          "merge %s: merged LSE (fp32) = the reference's", type);
+    /* one partial of another dtype */
+    parts[1].view.dtype = dtype == ATTN_DTYPE_BF16 ? ATTN_DTYPE_F16 : ATTN_DTYPE_BF16;
+    const attn_status status = attn_merge(2, outs, lses, &merged.view, &merged_lse.view, &error);
+    CHECK_STATUS(status, ATTN_ERROR_INVALID_ARGUMENT, &error, "merge %s: mixed dtypes", type);
+    CHECK(strstr(error.message, "outs[1].dtype") != NULL, "message names outs[1]: %s", error.message);
+    for (int s = 0; s < 2; ++s) {
+        free(parts[s].allocation);
+        test_tensor_free(&part_lse[s]);
+    }
+    free(merged.allocation);
+    test_tensor_free(&merged_lse);
+    test_tensor_free(&absolute_v);
+    test_tensor_free(&absolute_out);
+    free(q.allocation);
+    free(k.allocation);
+    free(v.allocation);
+    forward_instance_free(&x);
+}
+
 int main(void) {
     for (size_t n = 0; n < sizeof cases / sizeof *cases; ++n) {
         run_case(&cases[n], ATTN_DTYPE_BF16, 1000 + n);
@@ -352,6 +432,8 @@ int main(void) {
     }
     test_packing_modes(ATTN_DTYPE_BF16);
     test_packing_modes(ATTN_DTYPE_F16);
+    test_merge(ATTN_DTYPE_BF16);
+    test_merge(ATTN_DTYPE_F16);
     test_errors();
     test_fp16_overflow();
     return test_finish();
