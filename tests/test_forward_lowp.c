@@ -5,7 +5,8 @@
  * allows it), across masks, GQA, Tq != Tk, strided layouts; bitwise identical for 1 and 2
  * threads and for every way of holding packed K/V (per thread, shared, one tile at a time
  * under options.memory_limit_bytes); an fp16 output that overflows is ATTN_ERROR_OVERFLOW;
- * mixed dtypes are refused; attn_merge of 16-bit partials over two key halves.
+ * mixed dtypes are refused; attn_merge of 16-bit partials over two key halves; NaN / inf in
+ * the values of a key no query attends never reach O.
  *
  * Tolerance (docs/precision.md), per element e of O, with u the unit roundoff of the operand
  * type (bf16 2^-8, fp16 2^-11), A[e] = sum_j p_j |v_je| / l (the reference run on |V|), L a
@@ -425,6 +426,62 @@ static void test_merge(attn_dtype dtype) {
     forward_instance_free(&x);
 }
 
+/* A key that no query attends (all-false mask column, or -inf bias column) whose values are
+ * NaN or inf: O is bitwise the O with those values 0, for every registry, both dtypes. */
+static void test_dead_values(attn_dtype dtype) {
+    const char *type = dtype == ATTN_DTYPE_BF16 ? "bf16" : "fp16";
+    enum { T = 40, DEAD = 13, D = 16 };
+    const forward_case c = {.name = "dead", .B = 1, .Tq = T, .Tk = T, .Hq = 2, .Hkv = 1, .Dk = D, .Dv = D};
+    forward_instance x;
+    forward_instance_build(&x, &c, 5);
+    half_tensor q = round_and_copy(&x.q, dtype), k = round_and_copy(&x.k, dtype),
+                v = round_and_copy(&x.v, dtype);
+    static uint8_t mask[T * T];
+    static float bias[T * T];
+    for (int n = 0; n < T * T; ++n) {
+        mask[n] = n % T != DEAD;
+        bias[n] = n % T == DEAD ? -INFINITY : 0.0f;
+    }
+    const int64_t pair_shape[4] = {1, 1, T, T};
+    attn_tensor mask_view = attn_tensor_contiguous(mask, ATTN_DTYPE_BOOL, 4, pair_shape);
+    attn_tensor bias_view = attn_tensor_contiguous(bias, ATTN_DTYPE_F32, 4, pair_shape);
+    const uint16_t poison[2] = {dtype == ATTN_DTYPE_BF16 ? 0x7fc0 : 0x7e00,
+                                dtype == ATTN_DTYPE_BF16 ? 0x7f80 : 0x7c00}; /* NaN, inf */
+    for (size_t kc = 0; kc < sizeof kernel_choices / sizeof *kernel_choices; ++kc) {
+        if (!attn_cpu_supports(kernel_choices[kc])) continue;
+        const char *name = attn_kernel_choice_name(kernel_choices[kc]);
+        for (int by_bias = 0; by_bias < 2; ++by_bias) {
+            attn_options options = x.options;
+            options.kernel = kernel_choices[kc];
+            if (by_bias) options.bias = &bias_view;
+            else options.mask = &mask_view;
+            half_tensor clean = output_like(&x.out, dtype), poisoned = output_like(&x.out, dtype);
+            attn_error error = {0};
+            for (int e = 0; e < D; ++e) ((uint16_t *)v.view.data)[DEAD * v.view.stride[1] + e] = 0;
+            CHECK_STATUS(attn_forward(&q.view, &k.view, &v.view, &options, &clean.view, NULL, &error),
+                         ATTN_OK, &error, "dead %s [%s]: zero values", type, name);
+            int differences = 0;
+            for (int p = 0; p < 2; ++p) {
+                for (int e = 0; e < D; ++e)
+                    ((uint16_t *)v.view.data)[DEAD * v.view.stride[1] + e] = poison[(e + p) % 2];
+                CHECK_STATUS(attn_forward(&q.view, &k.view, &v.view, &options, &poisoned.view, NULL,
+                                          &error),
+                             ATTN_OK, &error, "dead %s [%s]: poisoned values", type, name);
+                differences += memcmp(clean.allocation, poisoned.allocation,
+                                      (size_t)x.out.allocation_floats * sizeof(uint16_t)) != 0;
+            }
+            CHECK(differences == 0, "%s [%s]: NaN / inf values of a key masked by %s stay out of O",
+                  type, name, by_bias ? "a -inf bias column" : "a false mask column");
+            free(clean.allocation);
+            free(poisoned.allocation);
+        }
+    }
+    free(q.allocation);
+    free(k.allocation);
+    free(v.allocation);
+    forward_instance_free(&x);
+}
+
 int main(void) {
     for (size_t n = 0; n < sizeof cases / sizeof *cases; ++n) {
         run_case(&cases[n], ATTN_DTYPE_BF16, 1000 + n);
@@ -432,6 +489,8 @@ int main(void) {
     }
     test_packing_modes(ATTN_DTYPE_BF16);
     test_packing_modes(ATTN_DTYPE_F16);
+    test_dead_values(ATTN_DTYPE_BF16);
+    test_dead_values(ATTN_DTYPE_F16);
     test_merge(ATTN_DTYPE_BF16);
     test_merge(ATTN_DTYPE_F16);
     test_errors();
