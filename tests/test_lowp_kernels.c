@@ -69,9 +69,27 @@ static const attn_lowp_kernels emulated_amx = {
     .accumulate_values = emulated_amx_accumulate_values,
 };
 
+#if defined(ATTN_HAVE_AVX512BF16_KERNELS)
+/* The same algorithm configured as lowp_amx.c is: AVX512-BF16 packing and rounding of P. */
+#undef AMX_NAME
+#undef AMX_ROUND_ROW
+#define AMX_NAME(x) emulated_amx_avx512_##x
+#define AMX_ROUND_ROW(destination, source, n, padded) \
+    attn_lowp_avx512bf16_round_row(destination, source, n, padded)
+#include "kernels/amx/amx_tiles.h"
+
+static const attn_lowp_kernels emulated_amx_avx512 = {
+    .name = "amx (emulated tiles, AVX512-BF16 packing and rounding)",
+    .pack_keys = attn_lowp_avx512bf16_pack_keys,
+    .pack_values = attn_lowp_avx512bf16_pack_values,
+    .score_tile = emulated_amx_avx512_score_tile,
+    .accumulate_values = emulated_amx_avx512_accumulate_values,
+};
+#endif
+
 /* ---- tables to test: the bf16 tiles and conversions of every registry this CPU runs ---- */
 typedef struct table_list {
-    const attn_lowp_kernels *list[4];
+    const attn_lowp_kernels *list[5];
     const attn_lowp_convert *convert[4];
     int count, convert_count;
 } table_list;
@@ -88,6 +106,9 @@ static table_list tables(void) {
         }
         t.list[t.count++] = &kernels->bf16;
         if (choices[c] != ATTN_KERNEL_AMX) t.convert[t.convert_count++] = &kernels->convert;
+#if defined(ATTN_HAVE_AVX512BF16_KERNELS)
+        if (choices[c] == ATTN_KERNEL_AVX512_BF16) t.list[t.count++] = &emulated_amx_avx512;
+#endif
     }
     return t;
 }
@@ -305,6 +326,29 @@ static void test_bf16_rounding(test_rng *rng) {
     CHECK(isinf(attn_lowp_bf16_to_float(attn_lowp_bf16_round(INFINITY))), "bf16 rounding keeps inf");
 }
 
+#if defined(ATTN_HAVE_AVX512BF16_KERNELS)
+/* attn_lowp_avx512bf16_round_row: the rounding of P of the AMX table. */
+static void test_round_row(test_rng *rng) {
+    int failures = 0;
+    float source[80];
+    uint16_t destination[96];
+    for (int n = 0; n <= 70; n += 7)
+        for (int padded = (n + 31) / 32 * 32; padded <= 64; padded += 32) {
+            for (int c = 0; c < 80; ++c)
+                source[c] = (float)(test_rng_uniform(rng) * ldexp(1.0, (int)test_rng_range(rng, -135, 0)));
+            for (int c = 0; c < 96; ++c) destination[c] = 0xABCD;
+            attn_lowp_avx512bf16_round_row(destination, source, n, padded);
+            for (int c = 0; c < 96; ++c) {
+                const double expected = c < n ? bf16_round_reference(source[c]) : 0.0;
+                if (c >= padded) failures += destination[c] != 0xABCD;
+                else failures += bf16_bits_to_double(destination[c]) != expected;
+            }
+        }
+    CHECK(failures == 0, "AVX512-BF16 round_row: P rounded, zero-padded, nothing past `padded` (%d wrong)",
+          failures);
+}
+#endif
+
 /* ---- conversions ---- */
 static double f16_reference(uint16_t h) {
     const int sign = h >> 15, exponent = (h >> 10) & 31, mantissa = h & 1023;
@@ -438,5 +482,8 @@ int main(void) {
     }
     CHECK(emulated_configured == 0, "AMX algorithm releases the tiles it configured");
     for (int t = 0; t < list.convert_count; ++t) test_convert(list.convert[t], &rng);
+#if defined(ATTN_HAVE_AVX512BF16_KERNELS)
+    if (attn_cpu_supports(ATTN_KERNEL_AVX512_BF16)) test_round_row(&rng);
+#endif
     return test_finish();
 }

@@ -121,6 +121,11 @@ void attn_lowp_avx512bf16_pack_values(int count, int dim, const uint16_t *source
                                       int64_t token_stride, int64_t dim_stride,
                                       uint16_t *packed);
 
+/* destination[c] = bf16(source[c]) (attn_lowp_bf16_round) for c < n, 0 for n <= c < padded;
+ * VCVTNE2PS2BF16, 32 at a time (the AMX table's rounding of P). */
+void attn_lowp_avx512bf16_round_row(uint16_t *destination, const float *source, int n,
+                                    int padded);
+
 /* ---- layout sizes (shared by every table) ---- */
 static inline int attn_lowp_round_up(int n, int multiple) {
     return (n + multiple - 1) / multiple * multiple;

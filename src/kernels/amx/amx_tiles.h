@@ -7,7 +7,10 @@
  *   AMX_LOAD(t, base, stride)   16 rows of 64 bytes from base, rows `stride` bytes apart
  *   AMX_STORE(t, base, stride)  the same, back to memory
  *   AMX_DPBF16(c, a, b)         c[m][n] += Σ_k a[m][2k]·b[k][2n] + a[m][2k+1]·b[k][2n+1]
- * and AMX_NAME(x), the prefix of the functions it defines. amx/lowp_amx.c includes it with
+ * and AMX_NAME(x), the prefix of the functions it defines; optionally
+ *   AMX_ROUND_ROW(destination, source, n, padded)  destination[c] = bf16(source[c]) for c < n,
+ *                               0 for n <= c < padded (default: scalar attn_lowp_bf16_round;
+ *                               lowp_amx.c uses VCVTNE2PS2BF16, which rounds the same way) amx/lowp_amx.c includes it with
  * the AMX intrinsics (TILELOADD, TDPBF16PS, ...); the tests include it with a portable
  * emulation of the same operations, so the tile bookkeeping (edges, staging, the VNNI
  * layouts) is tested on machines without AMX.
@@ -25,6 +28,14 @@
 
 #define AMX_ROWS 16
 #define AMX_CHUNK 256 /* keys of P rounded to bf16 at once for P·V */
+
+#ifndef AMX_ROUND_ROW
+#define AMX_ROUND_ROW(destination, source, n, padded)                                      \
+    do {                                                                                   \
+        for (int c_ = 0; c_ < (padded); ++c_)                                              \
+            (destination)[c_] = c_ < (n) ? attn_lowp_bf16_round((source)[c_]) : 0;          \
+    } while (0)
+#endif
 
 static void AMX_NAME(configure)(void) {
     uint8_t config[64] __attribute__((aligned(64)));
@@ -131,10 +142,10 @@ static void AMX_NAME(accumulate_values)(int rows, int count, int dim, const floa
             /* P rows r0.. r0+31, keys c0..c0+n32, rounded; zero past rows and n. */
             for (int r = 0; r < 32; ++r) {
                 uint16_t *row = p_stage + (size_t)r * AMX_CHUNK;
-                const int valid_row = r0 + r < rows;
-                const float *weight = weights + (size_t)(r0 + r) * weights_stride + c0;
-                for (int c = 0; c < n32; ++c)
-                    row[c] = valid_row && c < n ? attn_lowp_bf16_round(weight[c]) : 0;
+                if (r0 + r < rows)
+                    AMX_ROUND_ROW(row, weights + (size_t)(r0 + r) * weights_stride + c0, n, n32);
+                else
+                    memset(row, 0, (size_t)n32 * sizeof(uint16_t));
             }
             const uint16_t *values = packed_values + (size_t)(c0 / 2) * pair_row_elements;
             for (int e0 = 0; e0 < dim; e0 += 32) {

@@ -17,6 +17,12 @@
 #define AMX_LOAD(t, base, stride) _tile_loadd(t, base, stride)
 #define AMX_STORE(t, base, stride) _tile_stored(t, base, stride)
 #define AMX_DPBF16(c, a, b) _tile_dpbf16ps(c, a, b)
+
+/* P rounded to bf16 32 at a time by the AVX512-BF16 code (every AMX CPU has AVX512-BF16). */
+#if defined(ATTN_HAVE_AVX512BF16_KERNELS)
+#define AMX_ROUND_ROW(destination, source, n, padded) \
+    attn_lowp_avx512bf16_round_row(destination, source, n, padded)
+#endif
 #include "amx_tiles.h"
 
 /* Packing: the AVX512-BF16 table's (every AMX CPU has AVX512-BF16), else the generic one. */

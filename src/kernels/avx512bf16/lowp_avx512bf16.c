@@ -245,6 +245,22 @@ static void accumulate_values(int rows, int count, int dim, const float *weights
     }
 }
 
+void attn_lowp_avx512bf16_round_row(uint16_t *destination, const float *source, int n,
+                                    int padded) {
+    for (int c = 0; c < padded; c += 2 * LANES) {
+        const int left = n - c;
+        const __mmask16 lo = left >= LANES ? (__mmask16)0xFFFF
+                             : left > 0    ? (__mmask16)((1u << left) - 1u) : 0;
+        const __mmask16 hi = left >= 2 * LANES ? (__mmask16)0xFFFF
+                             : left > LANES    ? (__mmask16)((1u << (left - LANES)) - 1u) : 0;
+        const __m512bh rounded = _mm512_cvtne2ps_pbh(_mm512_maskz_loadu_ps(hi, source + c + LANES),
+                                                     _mm512_maskz_loadu_ps(lo, source + c));
+        const int stored = padded - c < 2 * LANES ? padded - c : 2 * LANES;
+        _mm512_mask_storeu_epi16(destination + c, (__mmask32)(stored == 32 ? 0xFFFFFFFFu : (1u << stored) - 1u),
+                                 (__m512i)rounded);
+    }
+}
+
 const attn_lowp_kernels attn_lowp_avx512bf16 = {
     .name = "avx512bf16",
     .pack_keys = attn_lowp_avx512bf16_pack_keys,
