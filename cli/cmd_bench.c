@@ -20,7 +20,6 @@
 #include "bench_clock.h"
 #include "bench_report.h"
 #include "cli.h"
-#include "kernels/half.h"
 #include "kernels/registry.h"
 
 #define MAX_LIST 16
@@ -308,13 +307,9 @@ static int to_half_view(attn_tensor *view, attn_dtype dtype, uint16_t **storage)
     const size_t count = (size_t)(view->shape[0] * view->shape[1] * view->shape[2] * view->shape[3]);
     *storage = malloc(count * sizeof(uint16_t));
     if (*storage == NULL) return 0;
-    const float *source = view->data;
-#pragma omp parallel for schedule(static)
-    for (size_t i = 0; i < count; ++i)
-        (*storage)[i] = dtype == ATTN_DTYPE_BF16 ? attn_float_to_bf16(source[i])
-                                                 : attn_float_to_f16(source[i]);
-    view->data = *storage;
-    view->dtype = dtype;
+    attn_tensor half = attn_tensor_contiguous(*storage, dtype, 4, view->shape);
+    if (attn_tensor_convert(view, &half, NULL) != ATTN_OK) return 0; /* values in [-1, 1] fit */
+    *view = half;
     return 1;
 }
 

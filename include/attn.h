@@ -117,6 +117,18 @@ attn_tensor attn_tensor_f32_4d(float *data, int64_t d0, int64_t d1, int64_t d2, 
 attn_tensor attn_tensor_f32_bhtd(float *data, int64_t B, int64_t T, int64_t H, int64_t D);
 
 /*
+ * Copies `source` into `destination` element by element, converting between F32, BF16 and
+ * F16 (any strides; both of the same rank 1..4 and shape; the two must not overlap). Widening
+ * is exact; narrowing rounds to nearest, ties to even (subnormals kept), NaN stays NaN and
+ * ±inf stays ±inf. Errors: NULL, a dtype other than the three, rank or shape disagreement
+ * (INVALID_ARGUMENT / SHAPE_MISMATCH), and a finite value that does not fit the destination
+ * type (fp16: |x| >= 65520; ATTN_ERROR_OVERFLOW naming the index and the value) — checked
+ * before anything is written, so on any error `destination` is untouched.
+ */
+attn_status attn_tensor_convert(const attn_tensor *source, attn_tensor *destination,
+                                attn_error *error);
+
+/*
  * Reorders the dimensions of a view: result.shape[i] = t.shape[order[i]] (same for strides).
  * Returns ATTN_ERROR_INVALID_ARGUMENT if `order` is not a permutation of 0..rank-1.
  */
