@@ -20,7 +20,6 @@
 #include "bench_clock.h"
 #include "bench_report.h"
 #include "cli.h"
-#include "kernels/registry.h"
 
 #define MAX_LIST 16
 
@@ -261,17 +260,23 @@ static double allowed_pairs(bench_mask mask, int64_t length, int64_t window) {
 
 static attn_options make_options(const bench_settings *s, bench_mask mask) {
     attn_options options = attn_options_default();
-    options.num_threads = s->threads;
-    options.kernel = s->kernel;
     if (mask != BENCH_MASK_NONE) {
         options.causal = 1;
         options.alignment = ATTN_ALIGN_BOTTOM_RIGHT;
     }
     if (mask == BENCH_MASK_WINDOW) {
+        options.window = 1;
         options.window_left = s->window - 1;
         options.window_right = 0;
     }
     return options;
+}
+
+static attn_execution make_execution(const bench_settings *s) {
+    attn_execution execution = attn_execution_default();
+    execution.num_threads = s->threads;
+    execution.kernel = s->kernel;
+    return execution;
 }
 
 static void fill_uniform(float *data, size_t count, uint64_t seed) {
@@ -354,22 +359,26 @@ static int allocate_tensors(bench_tensors *t, int64_t B, int64_t T, int64_t Hq, 
 }
 
 static attn_status run_once(int backward, int reference, bench_tensors *t,
-                            const attn_options *options, attn_error *error) {
+                            const attn_options *options, const attn_execution *execution,
+                            attn_error *error) {
     if (reference)
         return attn_reference_forward(&t->tq, &t->tk, &t->tv, options, &t->tout, &t->tlse, error);
     if (!backward)
-        return attn_forward(&t->tq, &t->tk, &t->tv, options, &t->tout, &t->tlse, error);
+        return attn_forward(&t->tq, &t->tk, &t->tv, options, &t->tout, &t->tlse, execution, error);
     return attn_backward(&t->tq, &t->tk, &t->tv, &t->tout, &t->tlse, &t->tdout, options, &t->tdq,
-                         &t->tdk, &t->tdv, NULL, error);
+                         &t->tdk, &t->tdv, NULL, execution, error);
 }
 
 /* Times one configuration into `result` (status "ok" or the failing status's name). */
 static void measure(const bench_settings *s, bench_tensors *t, int backward, bench_result *result) {
     const attn_options options = make_options(s, result->mask);
+    const attn_execution execution = make_execution(s);
     attn_error error;
     double times[64];
     attn_status status = ATTN_OK;
-    if (backward) status = attn_forward(&t->tq, &t->tk, &t->tv, &options, &t->tout, &t->tlse, &error);
+    if (backward)
+        status = attn_forward(&t->tq, &t->tk, &t->tv, &options, &t->tout, &t->tlse, &execution,
+                              &error);
     int repeats = s->repeats < 64 ? s->repeats : 64;
     const int threads = s->threads > 0 ? s->threads : omp_get_max_threads();
     /* The warm-up is timed too: a run of over 1 s warms up everything that matters within its
@@ -378,7 +387,7 @@ static void measure(const bench_settings *s, bench_tensors *t, int backward, ben
     int first = 0;
     if (status == ATTN_OK) {
         const double start = bench_clock_seconds(s->clock, threads);
-        status = run_once(backward, s->reference, t, &options, &error);
+        status = run_once(backward, s->reference, t, &options, &execution, &error);
         const double warm_up = bench_clock_seconds(s->clock, threads) - start;
         if (warm_up > 1.0) {
             times[0] = warm_up;
@@ -389,7 +398,7 @@ static void measure(const bench_settings *s, bench_tensors *t, int backward, ben
     }
     for (int r = first; status == ATTN_OK && r < repeats; ++r) {
         const double start = bench_clock_seconds(s->clock, threads);
-        status = run_once(backward, s->reference, t, &options, &error);
+        status = run_once(backward, s->reference, t, &options, &execution, &error);
         times[r] = bench_clock_seconds(s->clock, threads) - start;
     }
     if (status != ATTN_OK) {
@@ -478,29 +487,27 @@ int cli_bench(int argc, char **argv) {
         printf("memory read bandwidth: %.1f GB/s\n", cli_measure_read_bandwidth_gbs(threads));
         return 0;
     }
-    const attn_kernels *table = NULL;
-    attn_error error;
-    if (attn_kernels_select(s.kernel, &table, &error) != ATTN_OK) {
-        fprintf(stderr, "attn bench: --kernel: %s\n", error.message);
+    const char *kernel_name = attn_kernel_name(s.kernel);
+    if (kernel_name == NULL) {
+        fprintf(stderr, "attn bench: --kernel: this CPU or build cannot run the %s kernels\n",
+                s.kernel == ATTN_KERNEL_AVX2 ? "AVX2" : s.kernel == ATTN_KERNEL_AVX512 ? "AVX-512" : "requested");
         return 1;
     }
-    /* What runs: fp32 kernels (f32, f16, bf16 converted at packing) against the FMA peak, or
-     * bf16 tiles against their own peak (flash_forward.c decides the same way). */
-    const int bf16_tiles = s.dtype == ATTN_DTYPE_BF16 &&
-                           (table->bf16_native || s.kernel == ATTN_KERNEL_AVX512_BF16);
+    /* What runs: fp32 kernels (f32, f16, bf16 widened at packing) against the FMA peak, or
+     * bf16 tiles against their own peak. */
+    const char *bf16_tiles = s.dtype == ATTN_DTYPE_BF16 ? attn_kernel_bf16_tiles(s.kernel) : NULL;
     static char kernel_label[96];
     if (s.dtype == ATTN_DTYPE_F32)
-        snprintf(kernel_label, sizeof kernel_label, "%s", table->name);
-    else if (bf16_tiles)
-        snprintf(kernel_label, sizeof kernel_label, "%s bf16 tiles (%s)", table->name,
-                 table->bf16.name);
+        snprintf(kernel_label, sizeof kernel_label, "%s", kernel_name);
+    else if (bf16_tiles != NULL)
+        snprintf(kernel_label, sizeof kernel_label, "%s bf16 tiles (%s)", kernel_name, bf16_tiles);
     else
-        snprintf(kernel_label, sizeof kernel_label, "%s %s as fp32", table->name,
+        snprintf(kernel_label, sizeof kernel_label, "%s %s as fp32", kernel_name,
                  s.dtype == ATTN_DTYPE_BF16 ? "bf16" : "f16");
     double peak = s.peak_gflops;
-    if (!(peak > 0) && bf16_tiles)
-        peak = table->bf16_native ? bench_measure_amx_peak(threads, s.clock)
-                                  : bench_measure_bf16_peak(threads, s.clock);
+    if (!(peak > 0) && bf16_tiles != NULL)
+        peak = strcmp(bf16_tiles, "amx") == 0 ? bench_measure_amx_peak(threads, s.clock)
+                                              : bench_measure_bf16_peak(threads, s.clock);
     if (!(peak > 0)) peak = bench_measure_fma_peak(threads, s.clock);
 
     /* The command as run, with the OpenMP wait policy when set (it matters for --clock cpu). */

@@ -5,8 +5,8 @@
  *    lanes × 2 multiply-adds = 64 flops), operands in registers;
  *  - AMX TDPBF16PS: a chain on 4 accumulator tiles (2 × 2 blocks of 16 × 16 fp32) from 2 A
  *    and 2 B tiles loaded once (each instruction 16 × 16 × 32 × 2 = 16384 flops), i.e. the
- *    tile unit without loads; only where the registry may run AMX (CPUID, XCR0 and the OS's
- *    permission, kernels/cpu_features.h).
+ *    tile unit without loads; only where attn may run AMX (attn_kernel_available: CPUID, XCR0
+ *    and the OS's permission).
  * Like the FMA peak: a 0.3 s warm-up, a calibration to ≈ 0.1 s per run, best of five.
  */
 #include <omp.h>
@@ -17,15 +17,14 @@
 #include <immintrin.h>
 #endif
 
+#include "attn.h"
 #include "bench_clock.h"
-#include "kernels/cpu_features.h"
-#include "kernels/registry.h"
 
 #define CHAINS 16
 
 typedef float (*chain_function)(long iterations, float seed);
 
-#if defined(__x86_64__) && defined(ATTN_HAVE_AVX512BF16_KERNELS)
+#if defined(__x86_64__) && defined(__GNUC__)
 __attribute__((target("avx512f,avx512bf16"))) static float dpbf16_chains(long iterations,
                                                                            float seed) {
     __m512 chain[CHAINS];
@@ -40,7 +39,7 @@ __attribute__((target("avx512f,avx512bf16"))) static float dpbf16_chains(long it
 }
 #endif
 
-#if defined(__x86_64__) && defined(ATTN_HAVE_AMX_KERNELS)
+#if defined(__x86_64__) && defined(__GNUC__)
 __attribute__((target("amx-tile,amx-bf16"))) static float amx_chains(long iterations,
                                                                        float seed) {
     uint8_t config[64] __attribute__((aligned(64)));
@@ -113,8 +112,8 @@ static double measure(chain_function run, double flops_per_iteration, int thread
 }
 
 double bench_measure_bf16_peak(int threads, bench_clock clock) {
-#if defined(__x86_64__) && defined(ATTN_HAVE_AVX512BF16_KERNELS)
-    if (attn_cpu_supports(ATTN_KERNEL_AVX512_BF16))
+#if defined(__x86_64__) && defined(__GNUC__)
+    if (attn_kernel_available(ATTN_KERNEL_AVX512_BF16))
         return measure(dpbf16_chains, 64.0 * CHAINS, threads, clock);
 #endif
     (void)threads, (void)clock;
@@ -122,8 +121,8 @@ double bench_measure_bf16_peak(int threads, bench_clock clock) {
 }
 
 double bench_measure_amx_peak(int threads, bench_clock clock) {
-#if defined(__x86_64__) && defined(ATTN_HAVE_AMX_KERNELS)
-    if (attn_cpu_supports(ATTN_KERNEL_AMX))
+#if defined(__x86_64__) && defined(__GNUC__)
+    if (attn_kernel_available(ATTN_KERNEL_AMX))
         return measure(amx_chains, 4.0 * 16 * 16 * 32 * 2, threads, clock);
 #endif
     (void)threads, (void)clock;

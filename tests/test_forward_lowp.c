@@ -4,7 +4,7 @@
  * for every registry this CPU runs (AUTO, GENERIC, AVX512_BF16 = bf16 tiles, AMX where the OS
  * allows it), across masks, GQA, Tq != Tk, strided layouts; bitwise identical for 1 and 2
  * threads and for every way of holding packed K/V (per thread, shared, one tile at a time
- * under options.memory_limit_bytes); an fp16 output that overflows is ATTN_ERROR_OVERFLOW;
+ * under execution.memory_limit_bytes); an fp16 output that overflows is ATTN_ERROR_OVERFLOW;
  * mixed dtypes are refused; attn_merge of 16-bit partials over two key halves; NaN / inf in
  * the values of a key no query attends never reach O.
  *
@@ -158,10 +158,11 @@ static void run_case(const forward_case *c, attn_dtype dtype, uint64_t seed) {
             out[t] = output_like(&x.out, dtype);
             lse[t] = test_tensor_new_shape(3, lse_shape);
             attn_options options = x.options;
-            options.kernel = kernel;
-            options.num_threads = t + 1;
+            attn_execution execution = x.execution;
+            execution.kernel = kernel;
+            execution.num_threads = t + 1;
             status = attn_forward(&q.view, &k.view, &v.view, &options, &out[t].view, &lse[t].view,
-                                  &error);
+                                  &execution, &error);
             CHECK_STATUS(status, ATTN_OK, &error, "%s %s kernel %s threads %d", c->name, type,
                          attn_kernel_choice_name(kernel), t + 1);
         }
@@ -236,16 +237,17 @@ static void test_errors(void) {
     attn_tensor out = attn_tensor_contiguous(o16, ATTN_DTYPE_BF16, 4, shape);
     attn_tensor out32 = attn_tensor_contiguous(o32, ATTN_DTYPE_F32, 4, shape);
     attn_options options = attn_options_default();
+    attn_execution execution = attn_execution_default();
     attn_error error = {0};
-    attn_status status = attn_forward(&q, &k, &v, &options, &out, NULL, &error);
+    attn_status status = attn_forward(&q, &k, &v, &options, &out, NULL, &execution, &error);
     CHECK_STATUS(status, ATTN_ERROR_INVALID_ARGUMENT, &error, "v float16 with q bfloat16");
     CHECK(strstr(error.message, "v.dtype") != NULL, "message names v.dtype: %s", error.message);
     v.dtype = ATTN_DTYPE_BF16;
-    status = attn_forward(&q, &k, &v, &options, &out32, NULL, &error);
+    status = attn_forward(&q, &k, &v, &options, &out32, NULL, &execution, &error);
     CHECK_STATUS(status, ATTN_ERROR_INVALID_ARGUMENT, &error, "float32 out with bfloat16 q");
     CHECK(strstr(error.message, "out.dtype") != NULL, "message names out.dtype: %s", error.message);
     q.dtype = ATTN_DTYPE_I32;
-    status = attn_forward(&q, &k, &v, &options, &out, NULL, &error);
+    status = attn_forward(&q, &k, &v, &options, &out, NULL, &execution, &error);
     CHECK_STATUS(status, ATTN_ERROR_INVALID_ARGUMENT, &error, "int32 q");
 }
 
@@ -279,16 +281,17 @@ found:
         if (!attn_cpu_supports(kernel_choices[kc])) continue;
         const char *name = attn_kernel_choice_name(kernel_choices[kc]);
         attn_options options = attn_options_default();
+        attn_execution execution = attn_execution_default();
         options.custom_scale = 1;
         options.scale = 1.0f;
-        options.kernel = kernel_choices[kc];
+        execution.kernel = kernel_choices[kc];
         attn_error error = {0};
-        attn_status status = attn_forward(&q, &k, &v, &options, &out, NULL, &error);
+        attn_status status = attn_forward(&q, &k, &v, &options, &out, NULL, &execution, &error);
         CHECK_STATUS(status, ATTN_ERROR_OVERFLOW, &error, "[%s] fp16 output 65536 is an error", name);
         CHECK(strstr(error.message, "b = 0, i = 0, h = 0") != NULL && strstr(error.message, "65504"),
               "[%s] message names the row and the limit: %s", name, error.message);
         for (int j = 0; j < T; ++j) k16[j] = attn_float_to_f16(0.0f);
-        status = attn_forward(&q, &k, &v, &options, &out, NULL, &error);
+        status = attn_forward(&q, &k, &v, &options, &out, NULL, &execution, &error);
         CHECK_STATUS(status, ATTN_OK, &error, "[%s] fp16 output 65504 fits", name);
         CHECK(o16[0] == attn_float_to_f16(65504.0f), "[%s] O = 65504 exactly", name);
         for (int j = 1; j < T; ++j) k16[j] = key;
@@ -311,25 +314,26 @@ static void test_packing_modes(attn_dtype dtype) {
         const char *name = attn_kernel_choice_name(kernel_choices[kc]);
         half_tensor unlimited = output_like(&x.out, dtype), limited = output_like(&x.out, dtype);
         attn_options options = x.options;
-        options.kernel = kernel_choices[kc];
-        options.num_threads = 2;
+        attn_execution execution = x.execution;
+        execution.kernel = kernel_choices[kc];
+        execution.num_threads = 2;
         attn_error error = {0};
-        CHECK_STATUS(attn_forward(&q.view, &k.view, &v.view, &options, &unlimited.view, NULL, &error),
+        CHECK_STATUS(attn_forward(&q.view, &k.view, &v.view, &options, &unlimited.view, NULL, &execution, &error),
                      ATTN_OK, &error, "limits %d [%s]: no limit", (int)dtype, name);
         size_t low = 1, high = (size_t)1 << 30;
         while (low < high) {
             const size_t middle = low + (high - low) / 2;
-            options.memory_limit_bytes = middle;
-            if (attn_forward(&q.view, &k.view, &v.view, &options, &limited.view, NULL, NULL) == ATTN_OK)
+            execution.memory_limit_bytes = middle;
+            if (attn_forward(&q.view, &k.view, &v.view, &options, &limited.view, NULL, &execution, NULL) == ATTN_OK)
                 high = middle;
             else
                 low = middle + 1;
         }
         int runs = 0, differences = 0;
         for (size_t limit = low; limit < ((size_t)64 << 20); limit += limit / 2 + 1, ++runs) {
-            options.memory_limit_bytes = limit;
+            execution.memory_limit_bytes = limit;
             const attn_status status =
-                attn_forward(&q.view, &k.view, &v.view, &options, &limited.view, NULL, &error);
+                attn_forward(&q.view, &k.view, &v.view, &options, &limited.view, NULL, &execution, &error);
             CHECK_STATUS(status, ATTN_OK, &error, "limits [%s]: limit %zu", name, limit);
             differences += memcmp(limited.allocation, unlimited.allocation,
                                   (size_t)x.out.allocation_floats * sizeof(uint16_t)) != 0;
@@ -371,6 +375,7 @@ static void test_merge(attn_dtype dtype) {
     test_tensor part_lse[2] = {test_tensor_new_shape(3, lse_shape), test_tensor_new_shape(3, lse_shape)};
     test_tensor merged_lse = test_tensor_new_shape(3, lse_shape);
     const int64_t half_keys = c.Tk / 2;
+    const attn_execution execution = x.execution;
     for (int s = 0; s < 2; ++s) {
         attn_tensor ks = k.view, vs = v.view;
         ks.shape[1] = vs.shape[1] = s == 0 ? half_keys : c.Tk - half_keys;
@@ -379,7 +384,7 @@ static void test_merge(attn_dtype dtype) {
             vs.data = (uint16_t *)vs.data + half_keys * vs.stride[1];
         }
         CHECK_STATUS(attn_forward(&q.view, &ks, &vs, &x.options, &parts[s].view, &part_lse[s].view,
-                                  &error),
+                                  &execution, &error),
                      ATTN_OK, &error, "merge %s: partial %d", type, s);
     }
     const attn_tensor *outs[2] = {&parts[0].view, &parts[1].view};
@@ -452,20 +457,21 @@ static void test_dead_values(attn_dtype dtype) {
         const char *name = attn_kernel_choice_name(kernel_choices[kc]);
         for (int by_bias = 0; by_bias < 2; ++by_bias) {
             attn_options options = x.options;
-            options.kernel = kernel_choices[kc];
+            attn_execution execution = x.execution;
+            execution.kernel = kernel_choices[kc];
             if (by_bias) options.bias = &bias_view;
             else options.mask = &mask_view;
             half_tensor clean = output_like(&x.out, dtype), poisoned = output_like(&x.out, dtype);
             attn_error error = {0};
             for (int e = 0; e < D; ++e) ((uint16_t *)v.view.data)[DEAD * v.view.stride[1] + e] = 0;
-            CHECK_STATUS(attn_forward(&q.view, &k.view, &v.view, &options, &clean.view, NULL, &error),
+            CHECK_STATUS(attn_forward(&q.view, &k.view, &v.view, &options, &clean.view, NULL, &execution, &error),
                          ATTN_OK, &error, "dead %s [%s]: zero values", type, name);
             int differences = 0;
             for (int p = 0; p < 2; ++p) {
                 for (int e = 0; e < D; ++e)
                     ((uint16_t *)v.view.data)[DEAD * v.view.stride[1] + e] = poison[(e + p) % 2];
                 CHECK_STATUS(attn_forward(&q.view, &k.view, &v.view, &options, &poisoned.view, NULL,
-                                          &error),
+                                          &execution, &error),
                              ATTN_OK, &error, "dead %s [%s]: poisoned values", type, name);
                 differences += memcmp(clean.allocation, poisoned.allocation,
                                       (size_t)x.out.allocation_floats * sizeof(uint16_t)) != 0;

@@ -16,6 +16,7 @@
 
 #include "kernels/half.h"
 #include "kernels/registry.h"
+#include "attn_io.h"
 #include "test_support.h"
 
 typedef struct torch_case {
@@ -71,6 +72,7 @@ static void run_case(const torch_case *c, attn_dtype dtype) {
         return;
     }
     attn_options options = attn_options_default();
+    attn_execution execution = attn_execution_default();
     if (c->causal) {
         options.causal = 1;
         options.alignment = ATTN_ALIGN_TOP_LEFT;
@@ -117,8 +119,8 @@ static void run_case(const torch_case *c, attn_dtype dtype) {
     for (size_t kc = 0; kc < sizeof kernel_choices / sizeof *kernel_choices; ++kc) {
         if (!attn_cpu_supports(kernel_choices[kc])) continue;
         const char *kernel = attn_kernel_choice_name(kernel_choices[kc]);
-        options.kernel = kernel_choices[kc];
-        status = attn_forward(&q, &k, &v, &options, &out, NULL, &error);
+        execution.kernel = kernel_choices[kc];
+        status = attn_forward(&q, &k, &v, &options, &out, NULL, &execution, &error);
         CHECK_STATUS(status, ATTN_OK, &error, "%s %s [%s]: forward", c->name, type, kernel);
         double sum = 0.0, largest = 0.0;
         for (int64_t i = 0; i < count; ++i) {

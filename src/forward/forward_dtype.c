@@ -24,7 +24,7 @@ static const uint16_t *u16_at4(const attn_tensor *t, int64_t b, int64_t i, int64
 void forward_gather_query(const forward_plan *plan, int64_t b, int64_t i, int64_t h,
                           float factor, float *row) {
     const attn_tensor *q = plan->q;
-    const int dim = (int)plan->problem.key_dim;
+    const int dim = (int)plan->call->problem.key_dim;
     const int64_t dim_stride = q->stride[3];
     if (plan->format.dtype == ATTN_DTYPE_F32) {
         const float *source = attn_f32_at4(q, b, i, h, 0);
@@ -54,7 +54,7 @@ void forward_gather_query(const forward_plan *plan, int64_t b, int64_t i, int64_
 void forward_store_output(const forward_plan *plan, forward_workspace *workspace, int64_t b,
                           int64_t i, int64_t h, float *values) {
     const attn_tensor *out = plan->out;
-    const int64_t dim = plan->problem.value_dim, stride = out->stride[3];
+    const int64_t dim = plan->call->problem.value_dim, stride = out->stride[3];
     if (plan->format.dtype == ATTN_DTYPE_F32) {
         float *o_row = attn_f32_at4(out, b, i, h, 0);
         if (stride == 1) memcpy(o_row, values, (size_t)dim * sizeof(float));

@@ -10,40 +10,17 @@
 #include "../core/internal.h"
 #include "forward_internal.h"
 
-/* Applies the mask and the additive terms to one head's scores, rows [i0, i0 + rows) x keys
- * [j0, j0 + count): scores [rows][scores_stride], one row at a time (the mask's row form is
- * an interval fill for causal / window). Marks the keys some row attends in column_alive. */
+/* The logit pipeline (mask/logits.h) on one head's scores, rows [i0, i0 + rows) x keys
+ * [j0, j0 + count): scores [rows][scores_stride]. Marks the keys some row attends in
+ * column_alive. */
 static void apply_mask_to_head(const forward_plan *plan, forward_workspace *workspace,
                                attn_tile_class tile_class, int64_t b, int64_t h, int64_t i0,
                                int64_t rows, int64_t j0, int64_t count, float *scores) {
-    const attn_mask_context *mask = &plan->mask;
-    const float scale = plan->problem.scale, softcap = plan->options->softcap;
-    uint8_t *restrict allowed = workspace->row_allowed;
-    uint8_t *restrict alive = workspace->column_alive;
-    float *restrict additive = workspace->row_additive;
-    if (tile_class != ATTN_TILE_PARTIAL) memset(allowed, 1, (size_t)count);
-    const bool only_structure = !mask->has_additive && !plan->loop_transforms;
-    for (int64_t r = 0; r < rows; ++r) {
-        float *restrict row = scores + r * plan->scores_stride;
-        if (tile_class == ATTN_TILE_PARTIAL)
-            attn_mask_allowed_row(mask, b, h, i0 + r, j0, j0 + count, allowed);
-        if (only_structure) { /* the common case, branch-free so that it vectorises */
-            for (int64_t c = 0; c < count; ++c) {
-                row[c] = allowed[c] ? row[c] : -INFINITY;
-                alive[c] |= allowed[c];
-            }
-            continue;
-        }
-        if (mask->has_additive) attn_mask_additive_row(mask, b, h, i0 + r, j0, j0 + count, additive);
-        for (int64_t c = 0; c < count; ++c) {
-            float x = row[c];
-            if (plan->loop_transforms) x = attn_transform_logit(x, scale, softcap);
-            if (mask->has_additive) x += additive[c];
-            if (!allowed[c] || (mask->has_additive && additive[c] == -INFINITY)) x = -INFINITY;
-            row[c] = x;
-            alive[c] |= x != -INFINITY;
-        }
-    }
+    const attn_logit_buffers buffers = {workspace->row_allowed, workspace->row_additive, NULL,
+                                        workspace->column_alive};
+    for (int64_t r = 0; r < rows; ++r)
+        attn_logits_row(&plan->call->mask, &plan->logits, tile_class, b, h, i0 + r, j0, count,
+                        scores + r * plan->scores_stride, &buffers);
 }
 
 /* The next run of consecutive heads, from head `start` on, whose tile is not EMPTY: returns
@@ -70,7 +47,7 @@ static const float *values_for_tile(const forward_plan *plan, forward_workspace 
     for (int c = 0; c < count; ++c) some_column_dead |= workspace->column_alive[c] == 0;
     if (!some_column_dead) return packed->values;
     packed_kv_pack_values(&plan->format, plan->v, b, j0, kv_head, count,
-                          (int)plan->problem.value_dim, workspace->column_alive,
+                          (int)plan->call->problem.value_dim, workspace->column_alive,
                           workspace->value_staging, workspace->staged_values);
     return workspace->staged_values;
 }
@@ -96,14 +73,13 @@ static int tile_segments(const forward_workspace *workspace, int64_t group_size,
 
 void forward_compute_tile(const forward_plan *plan, forward_workspace *workspace,
                          const tile_step *step) {
-    const attn_forward_kernels *kernels = &plan->kernels->forward;
-    const attn_problem *problem = &plan->problem;
-    const attn_mask_context *mask = &plan->mask;
+    const attn_forward_kernels *kernels = &plan->call->kernels->forward;
+    const attn_problem *problem = &plan->call->problem;
     const int64_t group_size = problem->group_size;
     const int dim_k = (int)problem->key_dim, dim_v = (int)problem->value_dim;
     const int count = step->count;
     const float step_scale = plan->prescale_queries || plan->loop_transforms ? 1.0f : problem->scale;
-    const float step_softcap = plan->loop_transforms ? 0.0f : plan->options->softcap;
+    const float step_softcap = plan->loop_transforms ? 0.0f : plan->call->options.softcap;
     const int segment_count = tile_segments(workspace, group_size, step);
     const row_segment *segments = workspace->segments;
 
@@ -115,7 +91,7 @@ void forward_compute_tile(const forward_plan *plan, forward_workspace *workspace
         float *queries = workspace->queries + segments[n].first * plan->query_stride;
         float *scores = workspace->scores + segments[n].first * plan->scores_stride;
         if (bf16_tiles) /* bf16 query rows in the same buffer (forward_gather_query) */
-            plan->kernels->bf16.score_tile((int)segments[n].count, count, dim_k,
+            plan->call->kernels->bf16.score_tile((int)segments[n].count, count, dim_k,
                                            (const uint16_t *)queries, 2 * plan->query_stride,
                                            (const uint16_t *)step->packed->keys, scores,
                                            plan->scores_stride);
@@ -127,7 +103,7 @@ void forward_compute_tile(const forward_plan *plan, forward_workspace *workspace
         for (int64_t g = 0; g < group_size; ++g) {
             const attn_tile_class tile_class = workspace->head_class[g];
             if (tile_class == ATTN_TILE_EMPTY) continue;
-            if (tile_class == ATTN_TILE_FULL && !mask->has_additive && !plan->loop_transforms) {
+            if (!attn_logits_needed(&plan->logits, tile_class)) {
                 all_columns_alive = true; /* this head attends every key of the tile */
                 continue;
             }
@@ -154,14 +130,14 @@ void forward_compute_tile(const forward_plan *plan, forward_workspace *workspace
 
     const float *values = values_for_tile(plan, workspace, step->packed, all_columns_alive,
                                           step->b, step->kv_head, step->j0, count);
-    const attn_lowp_convert *convert = &plan->kernels->convert;
+    const attn_lowp_convert *convert = &plan->call->kernels->convert;
     for (int n = 0; n < segment_count; ++n) {
         const int64_t first = segments[n].first;
         float *weights = workspace->scores + first * plan->scores_stride;
         float *accumulator = workspace->accumulator + first * plan->accumulator_stride;
         const int segment_rows = (int)segments[n].count;
         if (bf16_tiles) { /* rounds P to bf16 itself */
-            plan->kernels->bf16.accumulate_values(segment_rows, count, dim_v, weights,
+            plan->call->kernels->bf16.accumulate_values(segment_rows, count, dim_v, weights,
                                                   plan->scores_stride,
                                                   (const uint16_t *)values, accumulator,
                                                   plan->accumulator_stride);

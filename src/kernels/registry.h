@@ -247,8 +247,24 @@ attn_status attn_kernels_select(attn_kernel_choice choice, const attn_kernels **
  * AUTO and GENERIC always do. For tests and tools that iterate over every registry. */
 int attn_cpu_supports(attn_kernel_choice choice);
 
+/* Every registry this build, CPU and OS run, generic first, in the selector's order (the last
+ * is AUTO's): writes up to `capacity` of them to list[] and returns how many there are. For
+ * the kernel tests, which check every slot of each against the generic registry. */
+int attn_kernels_available(const attn_kernels **list, int capacity);
+
+/* Whether the forward pass computes BF16 operands on the registry's bf16 tiles (its
+ * bf16_native, or ATTN_KERNEL_AVX512_BF16 asked for by name) rather than widening them to
+ * fp32 at packing; `choice` is the one `kernels` was selected for. */
+static inline int attn_kernels_bf16_on_tiles(const attn_kernels *kernels,
+                                             attn_kernel_choice choice) {
+    return kernels->bf16_native || choice == ATTN_KERNEL_AVX512_BF16;
+}
+
 /* The name of a choice ("auto", "generic", "avx2", "avx512", "avx512_bf16", "amx"), or NULL
- * for an unknown value. */
+ * for an unknown value,
+ * and the inverse: 1 and *choice set for a known name, 0 (and *choice untouched) otherwise.
+ * Built or not, every choice has its name (the CLI's --kernel values). */
 const char *attn_kernel_choice_name(attn_kernel_choice choice);
+int attn_kernel_choice_from_name(const char *name, attn_kernel_choice *choice);
 
 #endif /* ATTN_KERNELS_REGISTRY_H */
