@@ -22,50 +22,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kernels/half.h"
 #include "kernels/registry.h"
+
 #include "test_forward_harness.h"
 
-/* ---- 16-bit copies of the harness's fp32 tensors (same shape and strides) ---- */
-typedef struct half_tensor { attn_tensor view; uint16_t *allocation; } half_tensor;
-
-static uint16_t to_half(float x, attn_dtype dtype) {
-    return dtype == ATTN_DTYPE_BF16 ? attn_float_to_bf16(x) : attn_float_to_f16(x);
-}
-static float from_half(uint16_t h, attn_dtype dtype) {
-    return dtype == ATTN_DTYPE_BF16 ? attn_bf16_to_float(h) : attn_f16_to_float(h);
-}
-
-/* Rounds every element of t (its whole allocation) to dtype in place and returns a 16-bit
- * tensor with the same strides holding the rounded values. */
-static half_tensor round_and_copy(test_tensor *t, attn_dtype dtype) {
-    half_tensor h;
-    h.allocation = malloc((size_t)t->allocation_floats * 2 + 2);
-    for (int64_t n = 0; n < t->allocation_floats; ++n) {
-        h.allocation[n] = to_half(t->allocation[n], dtype);
-        t->allocation[n] = from_half(h.allocation[n], dtype);
-    }
-    h.view = t->view;
-    h.view.dtype = dtype;
-    h.view.data = h.allocation + ((float *)t->view.data - t->allocation);
-    return h;
-}
-
-/* A 16-bit output like t, filled with a sentinel pattern. */
-static half_tensor output_like(const test_tensor *t, attn_dtype dtype) {
-    half_tensor h;
-    h.allocation = malloc((size_t)t->allocation_floats * 2 + 2);
-    for (int64_t n = 0; n < t->allocation_floats; ++n) h.allocation[n] = 0x7bcd;
-    h.view = t->view;
-    h.view.dtype = dtype;
-    h.view.data = h.allocation + ((float *)t->view.data - t->allocation);
-    return h;
-}
-
-static uint16_t half_get4(const attn_tensor *t, int64_t a, int64_t b, int64_t c, int64_t d) {
-    return ((const uint16_t *)t->data)[a * t->stride[0] + b * t->stride[1] + c * t->stride[2] +
-                                       d * t->stride[3]];
-}
+static uint16_t f16_bits(float x) { return test_half_from_float(x, ATTN_DTYPE_F16); }
+static float f16_value(uint16_t h) { return (float)test_half_to_double(h, ATTN_DTYPE_F16); }
 
 /* ---- cases ---- */
 static const forward_case cases[] = {
@@ -124,8 +86,8 @@ static void run_case(const forward_case *c, attn_dtype dtype, uint64_t seed) {
     const char *type = dtype == ATTN_DTYPE_BF16 ? "bf16" : "fp16";
     forward_instance x;
     forward_instance_build(&x, c, seed);
-    half_tensor q = round_and_copy(&x.q, dtype), k = round_and_copy(&x.k, dtype),
-                v = round_and_copy(&x.v, dtype);
+    test_half_tensor q = test_half_round(&x.q, dtype), k = test_half_round(&x.k, dtype),
+                v = test_half_round(&x.v, dtype);
     attn_error error = {0};
     attn_status status = forward_instance_reference(&x, &error);
     CHECK_STATUS(status, ATTN_OK, &error, "%s %s: reference", c->name, type);
@@ -151,11 +113,11 @@ static void run_case(const forward_case *c, attn_dtype dtype, uint64_t seed) {
     for (size_t kc = 0; kc < sizeof kernel_choices / sizeof *kernel_choices; ++kc) {
         const attn_kernel_choice kernel = kernel_choices[kc];
         if (!attn_cpu_supports(kernel)) continue;
-        half_tensor out[2];
+        test_half_tensor out[2];
         test_tensor lse[2];
         const int64_t lse_shape[3] = {c->B, c->Hq, c->Tq};
         for (int t = 0; t < 2; ++t) {
-            out[t] = output_like(&x.out, dtype);
+            out[t] = test_half_like(&x.out, dtype, 0x7bcd);
             lse[t] = test_tensor_new_shape(3, lse_shape);
             attn_options options = x.options;
             attn_execution execution = x.execution;
@@ -172,10 +134,10 @@ static void run_case(const forward_case *c, attn_dtype dtype, uint64_t seed) {
             for (int64_t i = 0; i < c->Tq; ++i)
                 for (int64_t h = 0; h < c->Hq; ++h) {
                     for (int64_t e = 0; e < c->Dv; ++e) {
-                        const uint16_t got = half_get4(&out[0].view, b, i, h, e);
-                        thread_differences += got != half_get4(&out[1].view, b, i, h, e);
+                        const uint16_t got = test_half_bits4(&out[0].view, b, i, h, e);
+                        thread_differences += got != test_half_bits4(&out[1].view, b, i, h, e);
                         const double expected = test_get4(&x.out_reference.view, b, i, h, e);
-                        const double error_e = fabs(from_half(got, dtype) - expected);
+                        const double error_e = fabs(test_half_to_double(got, dtype) - expected);
                         const double bound =
                             unit * fabs(expected) + subnormal_p +
                             (unit + 2.1 * logit_error + 1e-5) * test_get4(&absolute_out.view, b, i, h, e);
@@ -209,7 +171,7 @@ static void run_case(const forward_case *c, attn_dtype dtype, uint64_t seed) {
             for (int64_t b = 0; b < c->B; ++b)
                 for (int64_t i = 0; i < c->Tq; ++i)
                     for (int64_t h = 0; h < c->Hq; ++h)
-                        outside += half_get4(&out[0].view, b, i, h, c->Dv) != 0x7bcd;
+                        outside += test_half_bits4(&out[0].view, b, i, h, c->Dv) != 0x7bcd;
             CHECK(outside == 0, "%s %s [%s]: row padding untouched", c->name, type,
                   attn_kernel_choice_name(kernel));
         }
@@ -261,17 +223,17 @@ static void test_fp16_overflow(void) {
     const int64_t q_shape[4] = {1, 1, 1, 1}, k_shape[4] = {1, T, 1, 1};
     uint16_t key = 0;
     double p = 0.0;
-    for (uint16_t query = attn_float_to_f16(0.9f); attn_f16_to_float(query) < 1.1f; ++query)
-        for (key = attn_float_to_f16(-0.68f); attn_f16_to_float(key) > -0.70f; ++key) {
+    for (uint16_t query = f16_bits(0.9f); f16_value(query) < 1.1f; ++query)
+        for (key = f16_bits(-0.68f); f16_value(key) > -0.70f; ++key) {
             q16[0] = query; /* a query and key whose p is in the window */
-            p = exp((double)(attn_f16_to_float(query) * attn_f16_to_float(key)));
+            p = exp((double)(f16_value(query) * f16_value(key)));
             if (p > 0.50026 && p < 0.50029) goto found;
         }
 found:
     CHECK(p > 0.50026 && p < 0.50029, "overflow case: p = %.6f rounds up to 0.500488 in fp16", p);
     for (int j = 0; j < T; ++j) {
-        k16[j] = j == 0 ? attn_float_to_f16(0.0f) : key;
-        v16[j] = attn_float_to_f16(65504.0f);
+        k16[j] = j == 0 ? f16_bits(0.0f) : key;
+        v16[j] = f16_bits(65504.0f);
     }
     attn_tensor q = attn_tensor_contiguous(q16, ATTN_DTYPE_F16, 4, q_shape);
     attn_tensor k = attn_tensor_contiguous(k16, ATTN_DTYPE_F16, 4, k_shape);
@@ -290,10 +252,10 @@ found:
         CHECK_STATUS(status, ATTN_ERROR_OVERFLOW, &error, "[%s] fp16 output 65536 is an error", name);
         CHECK(strstr(error.message, "b = 0, i = 0, h = 0") != NULL && strstr(error.message, "65504"),
               "[%s] message names the row and the limit: %s", name, error.message);
-        for (int j = 0; j < T; ++j) k16[j] = attn_float_to_f16(0.0f);
+        for (int j = 0; j < T; ++j) k16[j] = f16_bits(0.0f);
         status = attn_forward(&q, &k, &v, &options, &out, NULL, &execution, &error);
         CHECK_STATUS(status, ATTN_OK, &error, "[%s] fp16 output 65504 fits", name);
-        CHECK(o16[0] == attn_float_to_f16(65504.0f), "[%s] O = 65504 exactly", name);
+        CHECK(o16[0] == f16_bits(65504.0f), "[%s] O = 65504 exactly", name);
         for (int j = 1; j < T; ++j) k16[j] = key;
     }
 }
@@ -307,12 +269,12 @@ static void test_packing_modes(attn_dtype dtype) {
                             .layout = TEST_LAYOUT_PADDED};
     forward_instance x;
     forward_instance_build(&x, &c, 77);
-    half_tensor q = round_and_copy(&x.q, dtype), k = round_and_copy(&x.k, dtype),
-                v = round_and_copy(&x.v, dtype);
+    test_half_tensor q = test_half_round(&x.q, dtype), k = test_half_round(&x.k, dtype),
+                v = test_half_round(&x.v, dtype);
     for (size_t kc = 0; kc < sizeof kernel_choices / sizeof *kernel_choices; ++kc) {
         if (!attn_cpu_supports(kernel_choices[kc])) continue;
         const char *name = attn_kernel_choice_name(kernel_choices[kc]);
-        half_tensor unlimited = output_like(&x.out, dtype), limited = output_like(&x.out, dtype);
+        test_half_tensor unlimited = test_half_like(&x.out, dtype, 0x7bcd), limited = test_half_like(&x.out, dtype, 0x7bcd);
         attn_options options = x.options;
         attn_execution execution = x.execution;
         execution.kernel = kernel_choices[kc];
@@ -359,8 +321,8 @@ static void test_merge(attn_dtype dtype) {
                             .Dk = 32, .Dv = 24};
     forward_instance x;
     forward_instance_build(&x, &c, 99);
-    half_tensor q = round_and_copy(&x.q, dtype), k = round_and_copy(&x.k, dtype),
-                v = round_and_copy(&x.v, dtype);
+    test_half_tensor q = test_half_round(&x.q, dtype), k = test_half_round(&x.k, dtype),
+                v = test_half_round(&x.v, dtype);
     attn_error error = {0};
     CHECK_STATUS(forward_instance_reference(&x, &error), ATTN_OK, &error, "merge: reference");
     test_tensor absolute_v = test_tensor_new(c.B, c.Tk, c.Hkv, c.Dv, c.layout);
@@ -369,8 +331,8 @@ static void test_merge(attn_dtype dtype) {
     CHECK_STATUS(attn_reference_forward(&x.q.view, &x.k.view, &absolute_v.view, &x.options,
                                         &absolute_out.view, NULL, &error),
                  ATTN_OK, &error, "merge: reference on |V|");
-    half_tensor parts[2] = {output_like(&x.out, dtype), output_like(&x.out, dtype)};
-    half_tensor merged = output_like(&x.out, dtype);
+    test_half_tensor parts[2] = {test_half_like(&x.out, dtype, 0x7bcd), test_half_like(&x.out, dtype, 0x7bcd)};
+    test_half_tensor merged = test_half_like(&x.out, dtype, 0x7bcd);
     const int64_t lse_shape[3] = {c.B, c.Hq, c.Tq};
     test_tensor part_lse[2] = {test_tensor_new_shape(3, lse_shape), test_tensor_new_shape(3, lse_shape)};
     test_tensor merged_lse = test_tensor_new_shape(3, lse_shape);
@@ -401,7 +363,7 @@ static void test_merge(attn_dtype dtype) {
             for (int64_t h = 0; h < c.Hq; ++h)
                 for (int64_t e = 0; e < c.Dv; ++e) {
                     const double expected = test_get4(&x.out_reference.view, b, i, h, e);
-                    const double got = from_half(half_get4(&merged.view, b, i, h, e), dtype);
+                    const double got = test_half_to_double(test_half_bits4(&merged.view, b, i, h, e), dtype);
                     const double bound = unit * fabs(expected) + c.Tk * ldexp(1.0, -25) * 4 +
                                          (2 * unit + 2.1 * logit_error + 1e-5) *
                                              test_get4(&absolute_out.view, b, i, h, e);
@@ -439,8 +401,8 @@ static void test_dead_values(attn_dtype dtype) {
     const forward_case c = {.name = "dead", .B = 1, .Tq = T, .Tk = T, .Hq = 2, .Hkv = 1, .Dk = D, .Dv = D};
     forward_instance x;
     forward_instance_build(&x, &c, 5);
-    half_tensor q = round_and_copy(&x.q, dtype), k = round_and_copy(&x.k, dtype),
-                v = round_and_copy(&x.v, dtype);
+    test_half_tensor q = test_half_round(&x.q, dtype), k = test_half_round(&x.k, dtype),
+                v = test_half_round(&x.v, dtype);
     static uint8_t mask[T * T];
     static float bias[T * T];
     for (int n = 0; n < T * T; ++n) {
@@ -461,7 +423,7 @@ static void test_dead_values(attn_dtype dtype) {
             execution.kernel = kernel_choices[kc];
             if (by_bias) options.bias = &bias_view;
             else options.mask = &mask_view;
-            half_tensor clean = output_like(&x.out, dtype), poisoned = output_like(&x.out, dtype);
+            test_half_tensor clean = test_half_like(&x.out, dtype, 0x7bcd), poisoned = test_half_like(&x.out, dtype, 0x7bcd);
             attn_error error = {0};
             for (int e = 0; e < D; ++e) ((uint16_t *)v.view.data)[DEAD * v.view.stride[1] + e] = 0;
             CHECK_STATUS(attn_forward(&q.view, &k.view, &v.view, &options, &clean.view, NULL, &execution, &error),
