@@ -356,10 +356,16 @@ ATTN_API attn_status attn_alibi_slopes(int num_heads, float *slopes, attn_error 
  * output is bitwise identical for any num_threads and from run to run. K/V rows that no
  * query of the call attends (beyond key_lengths, after the causal diagonal, masked for every
  * row) may hold NaN or inf without affecting the result.
- *   q   [B, Tq, Hq, Dk] F32        k [B, Tk, Hkv, Dk] F32      v [B, Tk, Hkv, Dv] F32
- *   out [B, Tq, Hq, Dv] F32 (written)
+ *   q   [B, Tq, Hq, Dk]        k [B, Tk, Hkv, Dk]      v [B, Tk, Hkv, Dv]
+ *   out [B, Tq, Hq, Dv] (written)
  *   lse [B, Hq, Tq]     F32 (written; may be NULL)
- * Errors: NULL pointers, non-positive sizes, Hq % Hkv != 0, K/V disagreeing on B or Tk,
+ * q, k, v and out are all F32, all BF16 or all F16 (docs/precision.md): 16-bit inputs are
+ * read exactly; scores, softmax, statistics and the accumulator are fp32; P is rounded to the
+ * operand type for P·V (the row sums use the unrounded P); O is rounded once when written. bf16
+ * runs on bf16 tiles where they are faster (AMX; or asked for with ATTN_KERNEL_AVX512_BF16,
+ * attn_kernel_bf16_tiles), else widened to fp32 at packing like fp16.
+ * Errors: NULL pointers, mixed or unsupported dtypes, a finite O beyond the range of a 16-bit
+ * out (ATTN_ERROR_OVERFLOW naming the first such row; the other rows are written), non-positive sizes, Hq % Hkv != 0, K/V disagreeing on B or Tk,
  * options out of range, mask/bias shapes that do not broadcast, overflow, an empty row under
  * ATTN_EMPTY_ROWS_ERROR (the message names the first one in (b, h, i) order), memory limit
  * (the per-thread workspaces exceed execution->memory_limit_bytes), unsupported kernel,
@@ -375,7 +381,7 @@ ATTN_API attn_status attn_forward(const attn_tensor *q, const attn_tensor *k, co
 /*
  * The naive reference: materialises the Tq x Tk logits of one (b, h) at a time and
  * accumulates in double. Same arguments, conventions and errors as attn_forward (options NULL
- * = plain attention), without an execution part: single-threaded, no memory limit. It is the
+ * = plain attention), F32 tensors only, without an execution part: single-threaded, no memory limit. It is the
  * specification a reader can follow line by line and the oracle of the tests; it is slow.
  */
 ATTN_API attn_status attn_reference_forward(const attn_tensor *q, const attn_tensor *k,
@@ -391,8 +397,11 @@ ATTN_API attn_status attn_reference_forward(const attn_tensor *q, const attn_ten
  * the forward's LSE, D = rowsum(dO * O), never a Tq x Tk buffer. Same options as the forward
  * (the call must use the options the forward used; NULL = plain attention). execution: as
  * attn_forward's (NULL = defaults); it may differ from the forward's.
- *   q, k, v, out, lse: as produced/consumed by attn_forward; dout [B, Tq, Hq, Dv] F32
- *   dq [B, Tq, Hq, Dk], dk [B, Tk, Hkv, Dk], dv [B, Tk, Hkv, Dv] F32 (written, overwritten)
+ *   q, k, v, out, lse: as produced/consumed by attn_forward; dout [B, Tq, Hq, Dv]
+ *   dq [B, Tq, Hq, Dk], dk [B, Tk, Hkv, Dk], dv [B, Tk, Hkv, Dv] (written, overwritten)
+ *   q, k, v, out, dout, dq, dk, dv all F32, all BF16 or all F16 (lse, dbias F32): 16-bit
+ *   inputs are widened exactly, the computation is the fp32 one, and dq, dk, dv are rounded
+ *   once; a finite gradient beyond the 16-bit range is ATTN_ERROR_OVERFLOW (docs/precision.md)
  *   dbias: NULL, or (only when options->bias is set) F32 with exactly the bias's shape
  *   [B|1, Hq|1, Tq, Tk] (written; a size-1 dimension sums over B or Hq). ALiBi has no
  *   gradient. Outputs may use any strides but no zero stride on a dimension of size > 1,
@@ -418,8 +427,8 @@ ATTN_API attn_status attn_backward(const attn_tensor *q, const attn_tensor *k, c
 
 /* The naive backward, written as docs/attention-math.md §2.2 states it: dense
  * S, P, dP, dS per (b, h) in double (O(Tq * Tk) memory), single-threaded. Same arguments,
- * conventions and errors as attn_backward (options NULL = plain attention), without an
- * execution part (no memory limit). The tests' oracle; slow. */
+ * conventions and errors as attn_backward (options NULL = plain attention), F32 tensors
+ * only, without an execution part (no memory limit). The tests' oracle; slow. */
 ATTN_API attn_status attn_reference_backward(const attn_tensor *q, const attn_tensor *k,
                                              const attn_tensor *v, const attn_tensor *out,
                                              const attn_tensor *lse, const attn_tensor *dout,
