@@ -18,7 +18,7 @@ static const double palette[][3] = {
     {0.12, 0.47, 0.71}, {1.00, 0.50, 0.05}, {0.17, 0.63, 0.17}, {0.84, 0.15, 0.16},
     {0.58, 0.40, 0.74}, {0.55, 0.34, 0.29}, {0.89, 0.47, 0.76}, {0.50, 0.50, 0.50},
     {0.74, 0.74, 0.13}, {0.09, 0.75, 0.81}, {0.00, 0.00, 0.50}, {0.50, 0.50, 0.00}};
-static const double peak_red[3] = {0.78, 0.12, 0.12};
+static const double peak_colour[3] = {0.15, 0.15, 0.15}; /* not a series colour */
 
 int bench_plot_write(const char *path, const char *title, const char *x_label,
                      const char *y_label, const bench_plot_series *series, int series_count,
@@ -92,7 +92,7 @@ int bench_plot_write(const char *path, const char *title, const char *x_label,
     /* The peak line, dashed, labelled above its left end. */
     if (reference_y > 0) {
         const double y = round(MAP_Y(reference_y)) + 0.5, dash[1] = {8};
-        cairo_set_source_rgb(cr, peak_red[0], peak_red[1], peak_red[2]);
+        cairo_set_source_rgb(cr, peak_colour[0], peak_colour[1], peak_colour[2]);
         cairo_set_line_width(cr, 2);
         cairo_set_dash(cr, dash, 1, 0);
         cairo_move_to(cr, plot_left, y);
