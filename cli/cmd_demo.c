@@ -1,5 +1,5 @@
 /*
- * cmd_demo.c — `attn demo`: the seeds' worked example (shared/seeds/000_*), computed with
+ * cmd_demo.c — `attn demo`: the study notes' worked example on 我喜欢学注意力机制, computed with
  * the library and printed step by step, with heat maps of the attention weights.
  *
  *  1. the embedding matrix A of 我喜欢学注意力机制 (5 tokens x 4 dims, the notes' values)

@@ -51,7 +51,8 @@ static void print_help(void) {
            "  --threads T           threads for attention (default 1: these problems are tiny;\n"
            "                        0 = OpenMP default); results are identical for any T\n"
            "  --save FILE           write the weights as safetensors (HF-style names)\n"
-           "  --out DIR             write attention heat maps (PNG) of one evaluation sequence\n"
+           "  --out DIR             write attention heat maps of one evaluation sequence (one PNG\n"
+           "                        per layer, a panel per head)\n"
            "  --quiet               no progress bar\n\n"
            "Prints one summary line: task, steps, final training loss, token accuracy on 1024\n"
            "fresh sequences, seconds.\n");
