@@ -91,6 +91,22 @@ cells20 = [p for p in png20.where(VIRIDIS_LOW, 6) if p[0] < png20.width - 80]
 box20 = bounding_box(cells20)
 check(len(png20.where(INK, 40, box20)) == 0, "a 20x20 map has values printed in its cells")
 
+# NaN cells are grey and get no value; the other cells keep theirs.
+nan_map = np.full((3, 3), 0.5, dtype=np.float32)
+nan_map[1, 1] = np.nan
+np.save(path("nan.npy"), nan_map)
+r = run("--weights", path("nan.npy"), "--out", path("nan.png"))
+png_nan = Png(path("nan.png"))
+teal = [p for p in png_nan.where((33, 144, 141), 3) if p[0] < png_nan.width - 80]  # viridis(0.5)
+check(r.returncode == 0 and len(teal) > 1000, f"NaN map: {r.stderr!r}, {len(teal)} teal pixels")
+if teal:
+    tx0, ty0, tx1, ty1 = bounding_box(teal)
+    c = (tx1 - tx0) / 3
+    inner = (int(tx0 + 1.2 * c), int(ty0 + 1.2 * c), int(tx0 + 1.8 * c), int(ty0 + 1.8 * c))
+    area = (inner[2] - inner[0]) * (inner[3] - inner[1])
+    check(len(png_nan.where((158, 158, 158), 0, inner)) == area,
+          "the NaN cell is not plain grey (a colour, or a value printed in it)")
+
 # 2. SVG: well-formed, the title, every label as text, glyphs drawn.
 r = run("--weights", path("identity.npy"), "--labels", path("tokens.txt"), "--title",
         "layer 2, head 3 <&>", "--out", path("identity.svg"))

@@ -1,5 +1,5 @@
 """weights_out_cases.py — `attn forward --weights-out`: the probabilities [B, Hq, Tq, Tk] against
-an independent float64 numpy softmax(Q·Kᵀ·scale (+ bias, masks)) within 1e-5, against
+an independent float64 numpy softmax(Q·Kᵀ·scale (+ bias, masks; empty rows 0)) within 1e-5, against
 exp(S - lse) of the forward's own --lse, drawn by `attn heatmap`; and its refusals (too many
 probabilities, too many keys, clashing names): one line naming the size and the limit, no
 output file at all.
@@ -57,6 +57,12 @@ bias = rng.normal(size=(1, 4, 6, 9)).astype(np.float32)
 np.save(path("bias.npy"), bias)
 
 
+row_mask = np.ones((6, 9), dtype=bool)
+row_mask[2, :] = False  # query 2 sees no key: an empty row
+row_mask[4, 5:] = False
+np.save(path("rowmask.npy"), row_mask)
+
+
 def causal_bottom_right(s):
     Tq, Tk = s.shape[-2:]
     allowed = np.arange(Tk)[None, :] <= np.arange(Tq)[:, None] + (Tk - Tq)
@@ -70,6 +76,9 @@ cases = [
     ("bias", 1, 6, 9, 4, 1, 8, ["--bias", path("bias.npy")], 1 / np.sqrt(8),
      lambda s: s + bias.astype(np.float64)),
     ("one query, MQA", 3, 1, 33, 8, 1, 4, [], 0.5, lambda s: s),
+    ("mask with an empty row, --empty-rows zero", 2, 6, 9, 2, 2, 8,
+     ["--mask", path("rowmask.npy"), "--empty-rows", "zero"], 1 / np.sqrt(8),
+     lambda s: np.where(row_mask, s, -np.inf)),
 ]
 for name, B, Tq, Tk, Hq, Hkv, D, options, scale, mask in cases:
     q, k = save_qkv(B, Tq, Tk, Hq, Hkv, D, seed=len(name))
@@ -83,11 +92,13 @@ for name, B, Tq, Tk, Hq, Hkv, D, options, scale, mask in cases:
     w = np.load(path("w.npy"))
     check(w.dtype == np.float32 and w.shape == (B, Hq, Tq, Tk), f"{name}: {w.dtype} {w.shape}")
     s = mask(logits(q, k, scale))
-    expected = softmax(s)
+    with np.errstate(invalid="ignore"):
+        expected = np.nan_to_num(softmax(s), nan=0.0)  # an empty row: P = 0 (--empty-rows zero)
     error = np.abs(w - expected).max()
     check(error <= 1e-5, f"{name}: max |P - numpy softmax| = {error:.2e} > 1e-5")
     lse = np.load(path("lse.npy")).astype(np.float64)
-    from_lse = np.exp(s - lse[..., None])
+    with np.errstate(invalid="ignore"):
+        from_lse = np.nan_to_num(np.exp(s - lse[..., None]), nan=0.0)
     check(np.abs(w - from_lse).max() <= 1e-5, f"{name}: P differs from exp(S - lse)")
     print(f"{name}: [{B}, {Hq}, {Tq}, {Tk}] max |P - numpy| = {error:.1e}")
 
