@@ -41,7 +41,7 @@ static void release_fonts(void) { pango_cairo_font_map_set_default(NULL); }
 
 /* LeakSanitizer's built-in suppressions (used only in sanitizer builds): fontconfig keeps a
  * few blocks of its parsed configuration unreachable for the life of the process. */
-const char *__lsan_default_suppressions(void);
+__attribute__((visibility("default"))) const char *__lsan_default_suppressions(void);
 const char *__lsan_default_suppressions(void) { return "leak:libfontconfig.so\n"; }
 
 static void release_fonts_at_exit(void) {
