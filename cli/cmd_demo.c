@@ -1,5 +1,5 @@
 /*
- * cmd_demo.c — `attn demo`: the study notes' worked example on 我喜欢学注意力机制, computed with
+ * cmd_demo.c — `attn demo`: a worked example of attention on one short sentence, computed with
  * the library and printed step by step, with heat maps of the attention weights.
  *
  *  1. the embedding matrix A of 我喜欢学注意力机制 (5 tokens x 4 dims, the notes' values)
@@ -25,6 +25,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "attn_layers.h"
 #include "cli.h"
 #include "heatmap.h"
 #include "npy_tensor.h"
@@ -143,7 +144,7 @@ static bool attention(demo_state *state, const float *q, const float *k, const f
     attn_tensor tk = attn_tensor_f32_4d((float *)k, 1, key_length, kv_heads, key_dim);
     attn_tensor tv = attn_tensor_f32_4d((float *)v, 1, key_length, kv_heads, value_dim);
     attn_tensor to = attn_tensor_f32_4d(out, 1, query_length, heads, value_dim);
-    return report(state, attn_forward(&tq, &tk, &tv, options, &to, NULL, &state->error));
+    return report(state, attn_forward(&tq, &tk, &tv, options, &to, NULL, NULL, &state->error));
 }
 
 /* weights [Tq, Tk] of one head: attention with V = the identity (O = P·I = P). */
@@ -408,7 +409,7 @@ static bool section_causal(demo_state *state, const head_projections *head) {
            "  0.0048 round to 0.87 and 0.00; the notes print 0.86 and 0.01 so that the row\n"
            "  adds up to 1.00 (%d of 25 rounded entries differ, none by more than 0.01).\n",
            differing);
-    if (!heatmap(state, "04_causal_notes_example", "the notes' causal example: softmax(logits + M)",
+    if (!heatmap(state, "04_causal_notes_example", "the causal mask example: softmax(logits + M)",
                  weights, 1, TOKENS, TOKENS)) return false;
 
     float p[TOKENS * TOKENS];

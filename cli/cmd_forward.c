@@ -19,6 +19,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "attn_io.h"
 #include "arguments.h"
 #include "cli.h"
 #include "npy_tensor.h"
@@ -181,7 +182,8 @@ static int run_forward(forward_files *files, cli_attention_arguments *arguments)
     attn_tensor out = attn_tensor_f32_4d(files->out, B, Tq, Hq, Dv);
     attn_tensor lse = attn_tensor_contiguous(files->lse, ATTN_DTYPE_F32, 3, lse_shape);
     attn_error error;
-    if (attn_forward(&q, &k, &v, &arguments->options, &out, files->lse ? &lse : NULL, &error) !=
+    if (attn_forward(&q, &k, &v, &arguments->options, &out, files->lse ? &lse : NULL,
+                     &arguments->execution, &error) !=
         ATTN_OK) {
         /* The library names its option fields; point CLI users at the flag. */
         cli_error(command, "%s%s", error.message,
@@ -193,8 +195,8 @@ static int run_forward(forward_files *files, cli_attention_arguments *arguments)
         const int64_t weights_shape[4] = {B, Hq, Tq, Tk};
         files->weights = cli_allocate_floats(command, 4, weights_shape, files->weights_path);
         if (files->weights == NULL) return 1;
-        if (cli_attention_probabilities(&q, &k, &arguments->options, files->weights, &error) !=
-            ATTN_OK) {
+        if (cli_attention_probabilities(&q, &k, &arguments->options, &arguments->execution,
+                                        files->weights, &error) != ATTN_OK) {
             cli_error(command, "--weights-out %s: %s", files->weights_path, error.message);
             return 1;
         }

@@ -45,7 +45,8 @@ bool cli_probabilities_fit(int64_t batch, int64_t query_length, int64_t query_he
 }
 
 attn_status cli_attention_probabilities(const attn_tensor *q, const attn_tensor *k,
-                                        const attn_options *options, float *probabilities,
+                                        const attn_options *options,
+                                        const attn_execution *execution, float *probabilities,
                                         attn_error *error) {
     const int64_t B = q->shape[0], Tq = q->shape[1], Hq = q->shape[2];
     const int64_t Tk = k->shape[1], Hkv = k->shape[2];
@@ -65,7 +66,7 @@ attn_status cli_attention_probabilities(const attn_tensor *q, const attn_tensor 
     v.stride[2] = 0;
     /* out [B, Tq, Hq, Tk] viewed over P's [B, Hq, Tq, Tk] memory. */
     attn_tensor out = attn_tensor_f32_bhtd(probabilities, B, Tq, Hq, Tk);
-    attn_status status = attn_forward(q, k, &v, options, &out, NULL, error);
+    attn_status status = attn_forward(q, k, &v, options, &out, NULL, execution, error);
     free(identity);
     return status;
 }

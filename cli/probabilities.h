@@ -29,13 +29,14 @@ bool cli_probabilities_fit(int64_t batch, int64_t query_length, int64_t query_he
 
 /*
  * probabilities [B, Hq, Tq, Tk] float32, C order (written) for q [B, Tq, Hq, Dk],
- * k [B, Tk, Hkv, Dk] and `options` (as for attn_forward). Rows the options leave empty are
- * 0 (ATTN_EMPTY_ROWS_ZERO, padded query rows) or NaN (ATTN_EMPTY_ROWS_NAN). Returns the
- * status of the forward call (ATTN_ERROR_OUT_OF_MEMORY when the identity cannot be
- * allocated); `error` names the problem.
+ * k [B, Tk, Hkv, Dk], `options` and `execution` (as for attn_forward; both may be NULL).
+ * Rows the options leave empty are 0 (ATTN_EMPTY_ROWS_ZERO, padded query rows) or NaN
+ * (ATTN_EMPTY_ROWS_NAN). Returns the status of the forward call (ATTN_ERROR_OUT_OF_MEMORY
+ * when the identity cannot be allocated); `error` names the problem.
  */
 attn_status cli_attention_probabilities(const attn_tensor *q, const attn_tensor *k,
-                                        const attn_options *options, float *probabilities,
+                                        const attn_options *options,
+                                        const attn_execution *execution, float *probabilities,
                                         attn_error *error);
 
 #endif /* ATTN_CLI_PROBABILITIES_H */
