@@ -3,7 +3,7 @@
  * `attn forward --weights-out`) as a labelled heat map, PNG or SVG (heatmap.h).
  *
  *   attn heatmap --weights W.npy [--labels tokens.txt] [--query-labels F] [--title T]
- *                [--batch N] [--head N] [--min X --max Y] --out map.png|map.svg
+ *                [--layer N] [--batch N] [--head N] [--min X --max Y] --out map.png|map.svg
  *
  * W is float32 [Tq, Tk], [H, Tq, Tk] or [B, H, Tq, Tk]: one picture of one batch row with a
  * panel per head. Errors are one line naming the option, the file and the bad value; no
@@ -41,7 +41,8 @@ static void print_help(void) {
            "  --labels FILE        UTF-8 text, one token per line: the key (column) labels, and\n"
            "                       the query (row) labels too when Tq = Tk\n"
            "  --query-labels FILE  the query (row) labels, one per line, when they differ\n"
-           "  --title TEXT         the title (default: the file name, batch and head)\n"
+           "  --title TEXT         the title (default: the file name, layer, batch and head)\n"
+           "  --layer N            the layer the weights come from, for the default title\n"
            "  --batch N            the batch row of a rank-4 file (default 0)\n"
            "  --head N             draw only head N (default: every head, one panel each)\n"
            "  --min X, --max Y     the colour range (default 0..1 when every value lies in\n"
@@ -52,7 +53,7 @@ static void print_help(void) {
 
 typedef struct heatmap_arguments {
     const char *weights_path, *out_path, *labels_path, *query_labels_path, *title;
-    int64_t batch, head; /* head -1 = all */
+    int64_t batch, head, layer; /* head -1 = all, layer -1 = not given */
     double minimum, maximum;
     bool minimum_given, maximum_given;
 } heatmap_arguments;
@@ -133,7 +134,8 @@ static int parse_arguments(int argc, char **argv, heatmap_arguments *a, bool *do
                 matched = true;
             }
         if (matched) continue;
-        const bool is_index = strcmp(argv[i], "--batch") == 0 || strcmp(argv[i], "--head") == 0;
+        const bool is_index = strcmp(argv[i], "--batch") == 0 || strcmp(argv[i], "--head") == 0 ||
+                              strcmp(argv[i], "--layer") == 0;
         const bool is_bound = strcmp(argv[i], "--min") == 0 || strcmp(argv[i], "--max") == 0;
         if (!is_index && !is_bound) {
             cli_error(command, "unknown option '%s' (see attn heatmap --help)", argv[i]);
@@ -150,7 +152,9 @@ static int parse_arguments(int argc, char **argv, heatmap_arguments *a, bool *do
                 cli_error(command, "%s '%s': expected an index >= 0", option, value);
                 return 2;
             }
-            *(strcmp(option, "--batch") == 0 ? &a->batch : &a->head) = n;
+            *(strcmp(option, "--batch") == 0   ? &a->batch
+              : strcmp(option, "--layer") == 0 ? &a->layer
+                                               : &a->head) = n;
         } else {
             double x;
             if (!cli_parse_double(value, &x)) {
@@ -238,7 +242,10 @@ static int draw(const heatmap_arguments *a) {
         const char *name = strrchr(a->weights_path, '/');
         name = name ? name + 1 : a->weights_path;
         int used = snprintf(title, sizeof title, "%s", name);
-        if (B > 1) used += snprintf(title + used, sizeof title - (size_t)used, ", batch %lld",
+        if (a->layer >= 0 && used < (int)sizeof title)
+            used += snprintf(title + used, sizeof title - (size_t)used, ", layer %lld",
+                             (long long)a->layer);
+        if (B > 1 && used < (int)sizeof title) used += snprintf(title + used, sizeof title - (size_t)used, ", batch %lld",
                                     (long long)a->batch);
         if (a->head >= 0 && used < (int)sizeof title)
             snprintf(title + used, sizeof title - (size_t)used, ", head %lld", (long long)a->head);
@@ -271,6 +278,7 @@ int cli_heatmap_command(int argc, char **argv) {
     heatmap_arguments a;
     memset(&a, 0, sizeof a);
     a.head = -1;
+    a.layer = -1;
     bool done = false;
     int code = parse_arguments(argc, argv, &a, &done);
     if (code == 0 && !done) code = draw(&a);

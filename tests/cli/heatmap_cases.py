@@ -131,9 +131,10 @@ np.save(path("rank4.npy"), w4)
 r = run("--weights", path("rank4.npy"), "--out", path("rank4.svg"))
 _, t4, d4, _ = read_svg(path("rank4.svg"))
 check(r.returncode == 0 and t4 == "rank4.npy" and "panels: 2" in d4, f"rank 4: {t4!r} {d4!r}")
-r = run("--weights", path("rank4.npy"), "--head", "1", "--out", path("head1.svg"))
+r = run("--weights", path("rank4.npy"), "--head", "1", "--layer", "3", "--out", path("head1.svg"))
 _, t1, d1, _ = read_svg(path("head1.svg"))
-check(r.returncode == 0 and t1 == "rank4.npy, head 1" and "panels: 1" in d1, f"--head: {t1!r}")
+check(r.returncode == 0 and t1 == "rank4.npy, layer 3, head 1" and "panels: 1" in d1,
+      f"--head, --layer: {t1!r}")
 
 # 4. Errors: one line on stderr, exit 1 (runtime) or 2 (usage), no picture.
 np.save(path("f64.npy"), np.eye(3))
@@ -170,7 +171,8 @@ check(r.returncode == 1 and len(r.stderr.splitlines()) == 1 and "map.png" in r.s
       f"unwritable output: {r.stderr!r}")
 check(not [n for n in os.listdir(work) if ".partial" in n], "partial files left behind")
 r = subprocess.run([attn, "heatmap", "--help"], capture_output=True, text=True)
-for option in ["--weights", "--out", "--labels", "--query-labels", "--title", "--head", "--min"]:
+for option in ["--weights", "--out", "--labels", "--query-labels", "--title", "--layer", "--head",
+               "--min"]:
     check(option in r.stdout, f"--help lacks {option}")
 
 if failures:
