@@ -117,7 +117,7 @@ static void data_range(const cli_heatmap *map, double *minimum, double *maximum)
     *maximum = high;
 }
 
-static bool compute_layout(cairo_t *cr, const cli_heatmap *map, layout *l) {
+static void compute_layout(cairo_t *cr, const cli_heatmap *map, layout *l) {
     memset(l, 0, sizeof *l);
     l->rows = map->rows;
     l->columns = map->columns;
@@ -209,7 +209,6 @@ static bool compute_layout(cairo_t *cr, const cli_heatmap *map, layout *l) {
                          l->title_width + 2 * MARGIN));
     l->height = ceil(fmax(MARGIN + l->title_height + grid_height,
                           l->bar_top + l->bar_height + h) + MARGIN);
-    return true;
 }
 
 /* The cells of panel p with their top-left corner at (x, y). */
