@@ -4,14 +4,16 @@
  *   attn forward --q Q.npy --k K.npy --v V.npy --out O.npy [--lse LSE.npy] [options]
  *
  * Q [B, Tq, Hq, Dk], K [B, Tk, Hkv, Dk], V [B, Tk, Hkv, Dv] float32 or float16 C-order;
- * writes O [B, Tq, Hq, Dv] and optionally LSE [B, Hq, Tq]. --dtype f32|bf16|f16 picks the
- * type attn computes in (inputs converted to it, nearest-even; O float16 for f16, float32
- * otherwise — .npy has no bfloat16 — and LSE float32). The files are read straight into the
+ * writes O [B, Tq, Hq, Dv], optionally LSE [B, Hq, Tq] and, for small calls, the attention
+ * probabilities P [B, Hq, Tq, Tk] (--weights-out, probabilities.h; for `attn heatmap`).
+ * --dtype f32|bf16|f16 picks the type attn computes in (inputs converted to it, nearest-even;
+ * O float16 for f16, float32 otherwise — .npy has no bfloat16 — and LSE float32). The files
+ * are read straight into the
  * tensors handed to attn_forward and the outputs are written from the buffers the library
  * filled, so peak memory is the inputs plus the outputs plus the library's O(tile) workspace.
  * On any error: one line on stderr naming the file or option and the bad value, a non-zero
- * exit (2 = usage, 1 = everything else), and no output file (both outputs are written under
- * temporary names and renamed into place only when both are complete).
+ * exit (2 = usage, 1 = everything else), and no output file (the outputs are written under
+ * temporary names and renamed into place only when all are complete).
  */
 #define _POSIX_C_SOURCE 200809L
 
@@ -24,12 +26,13 @@
 #include "arguments.h"
 #include "cli.h"
 #include "npy_tensor.h"
+#include "probabilities.h"
 
 static const char *const command = "forward";
 
 static void print_help(void) {
     printf("usage: attn forward --q Q.npy --k K.npy --v V.npy --out O.npy [--lse LSE.npy] "
-           "[options]\n\n"
+           "[--weights-out W.npy] [options]\n\n"
            "Computes O = softmax(mask(scale * Q K^T)) V exactly (and the row log-sum-exp).\n\n"
            "tensors (float32 or float16, C order):\n"
            "  --q Q.npy                  queries [B, Tq, Hq, Dk]\n"
@@ -41,22 +44,26 @@ static void print_help(void) {
            "                             an empty row under --empty-rows zero)\n"
            "  --dtype f32|bf16|f16       the type of Q, K, V and O inside attn (default f32):\n"
            "                             inputs are converted to it (nearest-even); O is written\n"
-           "                             as float16 for f16, else float32 (bf16 values widened)\n\n"
+           "                             as float16 for f16, else float32 (bf16 values widened)\n"
+           "  --weights-out W.npy        attention probabilities [B, Hq, Tq, Tk] (written; for\n"
+           "                             attn heatmap): exp(logit - lse) with every option\n"
+           "                             applied; refused above B*Hq*Tq*Tk = 2^24 or Tk = %d\n\n"
            "%s\n"
            "On an error attn forward prints one line naming the file or option and the bad\n"
            "value, exits with 1 (2 for a usage error) and writes no output file.\n",
-           cli_attention_options_help);
+           CLI_PROBABILITIES_MAX_KEYS, cli_attention_options_help);
 }
 
 /* The inputs and outputs of one call, freed together. */
 typedef struct forward_files {
-    const char *q_path, *k_path, *v_path, *out_path, *lse_path;
+    const char *q_path, *k_path, *v_path, *out_path, *lse_path, *weights_path;
     attn_dtype dtype; /* --dtype: what attn computes in */
     attn_npy_array q, k, v;
     void *converted[3]; /* q, k, v in `dtype` when the file holds another type */
     uint16_t *out16;    /* O in a 16-bit dtype */
-    float *out, *lse;
-    char *out_partial, *lse_partial; /* temporary names of the outputs */
+    float *widened[2];  /* --weights-out with a 16-bit dtype: q, k widened back to float32 */
+    float *out, *lse, *weights;
+    char *out_partial, *lse_partial, *weights_partial; /* temporary names of the outputs */
 } forward_files;
 
 static void forward_files_free(forward_files *files) {
@@ -64,13 +71,18 @@ static void forward_files_free(forward_files *files) {
     attn_npy_free(&files->k);
     attn_npy_free(&files->v);
     for (int n = 0; n < 3; ++n) free(files->converted[n]);
+    free(files->widened[0]);
+    free(files->widened[1]);
     free(files->out16);
     free(files->out);
     free(files->lse);
+    free(files->weights);
     if (files->out_partial) unlink(files->out_partial);
     if (files->lse_partial) unlink(files->lse_partial);
+    if (files->weights_partial) unlink(files->weights_partial);
     free(files->out_partial);
     free(files->lse_partial);
+    free(files->weights_partial);
 }
 
 
@@ -108,6 +120,7 @@ static int parse_arguments(int argc, char **argv, forward_files *files,
     struct { const char *name; const char **target; } paths[] = {
         {"--q", &files->q_path},     {"--k", &files->k_path},     {"--v", &files->v_path},
         {"--out", &files->out_path}, {"--lse", &files->lse_path},
+        {"--weights-out", &files->weights_path},
     };
     for (int i = 1; i < argc; ++i) {
         if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
@@ -154,6 +167,13 @@ static int parse_arguments(int argc, char **argv, forward_files *files,
         cli_error(command, "--lse %s: the same file as --out", files->lse_path);
         return 2;
     }
+    if (files->weights_path != NULL &&
+        (strcmp(files->weights_path, files->out_path) == 0 ||
+         (files->lse_path != NULL && strcmp(files->weights_path, files->lse_path) == 0))) {
+        cli_error(command, "--weights-out %s: the same file as --%s", files->weights_path,
+                  strcmp(files->weights_path, files->out_path) == 0 ? "out" : "lse");
+        return 2;
+    }
     return 0;
 }
 
@@ -189,6 +209,11 @@ static int run_forward(forward_files *files, cli_attention_arguments *arguments)
         return 1;
     const int64_t B = files->q.shape[0], Tq = files->q.shape[1], Hq = files->q.shape[2];
     const int64_t Tk = files->k.shape[1], Dv = files->v.shape[3];
+    char reason[256];
+    if (files->weights_path != NULL && !cli_probabilities_fit(B, Tq, Hq, Tk, reason, sizeof reason)) {
+        cli_error(command, "--weights-out %s: %s", files->weights_path, reason);
+        return 1;
+    }
     if (!cli_attention_arguments_load(arguments, command, B, Tq, Tk, Hq)) return 1;
 
     const int64_t out_shape[4] = {B, Tq, Hq, Dv};
@@ -232,7 +257,43 @@ static int run_forward(forward_files *files, cli_attention_arguments *arguments)
     }
     const void *out_data = out_dtype == ATTN_DTYPE_F16 ? (const void *)files->out16 : files->out;
 
-    /* Both outputs complete under temporary names, then renamed into place. */
+    if (files->weights_path != NULL) {
+        const int64_t weights_shape[4] = {B, Hq, Tq, Tk};
+        files->weights = cli_allocate_floats(command, 4, weights_shape, files->weights_path);
+        if (files->weights == NULL) return 1;
+        /* P of the computation's (rounded) Q and K, in float32 */
+        attn_tensor q32 = q, k32 = k;
+        if (files->dtype != ATTN_DTYPE_F32) {
+            for (int n = 0; n < 2; ++n) {
+                attn_tensor *view = n == 0 ? &q32 : &k32;
+                const int64_t count = view->shape[0] * view->shape[1] * view->shape[2] * view->shape[3];
+                files->widened[n] = malloc((size_t)count * sizeof(float));
+                if (files->widened[n] == NULL) {
+                    cli_error(command, "--weights-out %s: out of memory", files->weights_path);
+                    return 1;
+                }
+                attn_tensor widened = attn_tensor_contiguous(files->widened[n], ATTN_DTYPE_F32, 4,
+                                                             view->shape);
+                attn_tensor_convert(view, &widened, NULL); /* exact */
+                *view = widened;
+            }
+        }
+        if (cli_attention_probabilities(&q32, &k32, &arguments->options, &arguments->execution,
+                                        files->weights, &error) != ATTN_OK) {
+            cli_error(command, "--weights-out %s: %s", files->weights_path, error.message);
+            return 1;
+        }
+        files->weights_partial = cli_partial_name(files->weights_path);
+        if (files->weights_partial == NULL ||
+            attn_npy_write(files->weights_partial, ATTN_DTYPE_F32, 4, weights_shape,
+                           files->weights, &error) != ATTN_OK) {
+            cli_error(command, "--weights-out %s: %s", files->weights_path,
+                      files->weights_partial ? error.message : "out of memory");
+            return 1;
+        }
+    }
+
+    /* The outputs complete under temporary names, then renamed into place. */
     files->out_partial = cli_partial_name(files->out_path);
     if (files->out_partial == NULL ||
         attn_npy_write(files->out_partial, out_dtype, 4, out_shape, out_data, &error) !=
@@ -258,10 +319,21 @@ static int run_forward(forward_files *files, cli_attention_arguments *arguments)
         free(files->lse_partial);
         files->lse_partial = NULL;
     }
+    if (files->weights_partial != NULL) {
+        if (rename(files->weights_partial, files->weights_path) != 0) {
+            cli_error(command, "--weights-out %s: cannot rename the finished file into place",
+                      files->weights_path);
+            if (files->lse_path) unlink(files->lse_path);
+            return 1;
+        }
+        free(files->weights_partial);
+        files->weights_partial = NULL;
+    }
     if (rename(files->out_partial, files->out_path) != 0) {
         cli_error(command, "--out %s: cannot rename the finished file into place",
                   files->out_path);
         if (files->lse_path) unlink(files->lse_path);
+        if (files->weights_path) unlink(files->weights_path);
         return 1;
     }
     free(files->out_partial);
