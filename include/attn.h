@@ -571,8 +571,11 @@ ATTN_API attn_status attn_kv_cache_read(const attn_kv_cache *cache, int64_t sequ
  * (use alignment ATTN_ALIGN_BOTTOM_RIGHT + causal for generation: query i sits at position
  * length(b) - Tq + i); window, ALiBi, soft-cap, custom scale, query_lengths, masks and biases
  * (logical Tk = the longest sequence's length) all apply.
- *   q   [B, Tq, Hq, Dk] F32 (B = config.sequences, Hq a multiple of Hkv)
- *   out [B, Tq, Hq, Dv] F32 (written);  lse [B, Hq, Tq] F32 (written; may be NULL)
+ *   q   [B, Tq, Hq, Dk] (B = config.sequences, Hq a multiple of Hkv)
+ *   out [B, Tq, Hq, Dv] (written);  lse [B, Hq, Tq] F32 (written; may be NULL)
+ * q and out are both F32, both BF16 or both F16 (any cache dtype): 16-bit queries are widened
+ * exactly, P is rounded to their type for P·V as in attn_forward, O is rounded once, and a
+ * finite O beyond a 16-bit range is ATTN_ERROR_OVERFLOW (docs/precision.md).
  * Split-KV (flash-decoding): each sequence's keys are cut into splits of execution->tile_k
  * tokens, fixed independently of the thread count (0 = automatic: at most 1024 tokens, and
  * fewer when B x Hkv < 16 so that there are about 16 tasks, a multiple of 64 tokens; it
@@ -592,7 +595,7 @@ ATTN_API attn_status attn_decode(const attn_kv_cache *cache, const attn_tensor *
 
 /* The naive oracle of attn_decode: reads each sequence back as float32 (attn_kv_cache_read)
  * and calls attn_reference_forward on it, one sequence at a time (options NULL = plain
- * attention). Slow; for tests. */
+ * attention; F32 q and out only). Slow; for tests. */
 ATTN_API attn_status attn_reference_decode(const attn_kv_cache *cache, const attn_tensor *q,
                                            const attn_options *options, attn_tensor *out,
                                            attn_tensor *lse, attn_error *error);
