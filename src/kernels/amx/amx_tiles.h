@@ -80,7 +80,9 @@ static void AMX_NAME(score_tile)(int rows, int count, int dim, const uint16_t *q
                 const uint16_t *a[2];
                 int a_stride[2];
                 for (int h = 0; h < 2; ++h) {
-                    const uint16_t *first = queries + (size_t)(r0 + 16 * h) * query_stride + 32 * k;
+                    const uint16_t *first = row_count[h] > 0 /* else never read */
+                                                ? queries + (size_t)(r0 + 16 * h) * query_stride + 32 * k
+                                                : queries;
                     if (row_count[h] == 16) {
                         a[h] = first;
                         a_stride[h] = query_stride * 2;
@@ -156,7 +158,9 @@ static void AMX_NAME(accumulate_values)(int rows, int count, int dim, const floa
                 for (int h = 0; h < 2; ++h)
                     for (int j = 0; j < 2; ++j) {
                         const int t = 2 * h + j;
-                        out[t] = accumulator + (size_t)(r0 + 16 * h) * accumulator_stride + e0 + 16 * j;
+                        out[t] = row_count[h] > 0 && element_count[j] > 0 /* else never used */
+                                     ? accumulator + (size_t)(r0 + 16 * h) * accumulator_stride + e0 + 16 * j
+                                     : accumulator;
                         direct[t] = row_count[h] == 16 && element_count[j] == 16;
                         if (direct[t]) continue;
                         memset(out_stage[t], 0, sizeof out_stage[t]);

@@ -71,8 +71,9 @@ void attn_lowp_avx512bf16_pack_values(int count, int dim, const uint16_t *source
     for (int p = 0; p < value_pairs; ++p) {
         uint32_t *row = (uint32_t *)(packed + (size_t)p * dim16 * 2);
         const int c0 = 2 * p, c1 = 2 * p + 1;
-        const uint16_t *even = source + (int64_t)c0 * token_stride;
-        const uint16_t *odd = source + (int64_t)c1 * token_stride;
+        /* rows past count are never formed as pointers (they may lie outside the source) */
+        const uint16_t *even = c0 < count ? source + (int64_t)c0 * token_stride : source;
+        const uint16_t *odd = c1 < count ? source + (int64_t)c1 * token_stride : source;
         for (int e = 0; e < dim16; e += LANES) {
             const __mmask16 mask =
                 dim - e >= LANES ? (__mmask16)0xFFFF
