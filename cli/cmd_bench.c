@@ -505,9 +505,11 @@ int cli_bench(int argc, char **argv) {
         snprintf(kernel_label, sizeof kernel_label, "%s %s as fp32", kernel_name,
                  s.dtype == ATTN_DTYPE_BF16 ? "bf16" : "f16");
     double peak = s.peak_gflops;
-    if (!(peak > 0) && bf16_tiles != NULL)
-        peak = strcmp(bf16_tiles, "amx") == 0 ? bench_measure_amx_peak(threads, s.clock)
-                                              : bench_measure_bf16_peak(threads, s.clock);
+    if (!(peak > 0) && bf16_tiles != NULL) {
+        const int amx = strcmp(bf16_tiles, "amx") == 0;
+        peak = amx ? bench_measure_amx_peak(threads, s.clock) : bench_measure_bf16_peak(threads, s.clock);
+        bench_report_set_peak_name(amx ? "bf16 AMX TDPBF16PS peak" : "bf16 VDPBF16PS peak");
+    }
     if (!(peak > 0)) peak = bench_measure_fma_peak(threads, s.clock);
 
     /* The command as run, with the OpenMP wait policy when set (it matters for --clock cpu). */
