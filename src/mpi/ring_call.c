@@ -102,8 +102,8 @@ static attn_status check_local(ring_call *call, const ring_tensors *tensors,
     call->layout = *layout;
     if ((status = check_supported_options(&call->prepared.options, error)) != ATTN_OK) return status;
 
-    /* The forward takes q, k, v, out of one dtype (F32, BF16 or F16); the backward F32. */
-    call->dtype = !tensors->backward && tensors->q != NULL &&
+    /* q, k, v, out (and dout, dq, dk, dv) of one dtype: F32, BF16 or F16; lse F32. */
+    call->dtype = tensors->q != NULL &&
                           (tensors->q->dtype == ATTN_DTYPE_BF16 || tensors->q->dtype == ATTN_DTYPE_F16)
                       ? tensors->q->dtype
                       : ATTN_DTYPE_F32;
@@ -148,10 +148,10 @@ static attn_status check_local(ring_call *call, const ring_tensors *tensors,
                                  (long long)expected[dim]);
     }
     if (tensors->backward) {
-        if ((status = check_shape4(tensors->dout, "dout", ATTN_DTYPE_F32, B, n, Hq, Dv, error)) != ATTN_OK ||
-            (status = check_shape4(tensors->dq, "dq", ATTN_DTYPE_F32, B, n, Hq, Dk, error)) != ATTN_OK ||
-            (status = check_shape4(tensors->dk, "dk", ATTN_DTYPE_F32, B, n, Hkv, Dk, error)) != ATTN_OK ||
-            (status = check_shape4(tensors->dv, "dv", ATTN_DTYPE_F32, B, n, Hkv, Dv, error)) != ATTN_OK)
+        if ((status = check_shape4(tensors->dout, "dout", dtype, B, n, Hq, Dv, error)) != ATTN_OK ||
+            (status = check_shape4(tensors->dq, "dq", dtype, B, n, Hq, Dk, error)) != ATTN_OK ||
+            (status = check_shape4(tensors->dk, "dk", dtype, B, n, Hkv, Dk, error)) != ATTN_OK ||
+            (status = check_shape4(tensors->dv, "dv", dtype, B, n, Hkv, Dv, error)) != ATTN_OK)
             return status;
     }
     /* The largest block that can visit, and the buffer sizes it implies, must fit. */

@@ -37,7 +37,7 @@ typedef struct ring_call {
     attn_call prepared;       /* options and execution resolved, kernels selected, once
                                  (call.h); every block runs on a copy of it */
     int64_t batch, query_heads, kv_heads, key_dim, value_dim;
-    attn_dtype dtype;       /* of q, k, v, out: F32, or BF16 / F16 for the forward (K/V
+    attn_dtype dtype;       /* of q, k, v, out (dout, dq, dk, dv): F32, BF16 or F16 (K/V
                                blocks then travel in it; the compute widens them) */
     int64_t local_length;   /* n_r: this rank's tokens */
     int64_t max_local_length;

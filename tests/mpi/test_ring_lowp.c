@@ -1,9 +1,9 @@
 /*
  * test_ring_lowp.c — run under mpiexec with P processes (ctest runs P = 1, 2, 3, 4): ring
- * attention forward on BF16 and F16 q, k, v, out. K/V blocks travel as 16-bit elements and
- * each rank widens them (and its queries) exactly before computing in fp32, so O must be
- * bitwise the fp32 ring's O on the same (widened) inputs rounded once to the type, and LSE
- * bitwise the fp32 ring's LSE (docs/precision.md). Causal and not, every layout, GQA,
+ * attention forward and backward on BF16 and F16 tensors. K/V blocks travel as 16-bit
+ * elements and each rank widens them (and its q, out, dout) exactly before computing in fp32,
+ * so O, dQ, dK, dV must be bitwise the fp32 ring's results on the same (widened) inputs
+ * rounded once to the type, and LSE bitwise the fp32 ring's LSE (docs/precision.md). Causal and not, every layout, GQA,
  * windows, T not a multiple of P. Also: a k of another dtype than q is refused on every rank.
  */
 #include <mpi.h>
@@ -82,6 +82,47 @@ static void run_case(size_t index, const ring_case *c, attn_dtype dtype) {
     CHECK(differences == 0, "%s: O = the fp32 ring's O rounded once (%d differ)", label, differences);
     CHECK(memcmp(lse16.allocation, lse32.allocation, (size_t)lse32.allocation_floats * sizeof(float)) == 0,
           "%s: LSE bitwise the fp32 ring's", label);
+
+    /* The backward from the 16-bit O and LSE, against the fp32 ring backward on the widened
+     * values (O widened too). */
+    test_tensor dout = test_tensor_new(c->B, n, c->Hq, c->Dv, TEST_LAYOUT_PADDED);
+    test_tensor_fill_normal(&dout, &rng, 1.0f);
+    test_half_tensor dout16 = test_half_round(&dout, dtype);
+    test_tensor out_widened = test_tensor_new(c->B, n, c->Hq, c->Dv, TEST_LAYOUT_BTHD);
+    for (int64_t b = 0; b < c->B; ++b)
+        for (int64_t i = 0; i < n; ++i)
+            for (int64_t h = 0; h < c->Hq; ++h)
+                for (int64_t e = 0; e < c->Dv; ++e)
+                    out_widened.allocation[((b * n + i) * c->Hq + h) * c->Dv + e] =
+                        (float)test_half_get4(&out16.view, b, i, h, e);
+    test_tensor grads32[3] = {test_tensor_new(c->B, n, c->Hq, c->Dk, TEST_LAYOUT_BTHD),
+                              test_tensor_new(c->B, n, c->Hkv, c->Dk, TEST_LAYOUT_BTHD),
+                              test_tensor_new(c->B, n, c->Hkv, c->Dv, TEST_LAYOUT_BTHD)};
+    test_half_tensor grads16[3];
+    for (int g = 0; g < 3; ++g) grads16[g] = test_half_like(&grads32[g], dtype, 0x7bcd);
+    status = attn_ring_backward(MPI_COMM_WORLD, &local[0].view, &local[1].view, &local[2].view,
+                                &out_widened.view, &lse16.view, &dout.view, &options, &layout,
+                                &grads32[0].view, &grads32[1].view, &grads32[2].view, NULL, NULL,
+                                &error);
+    CHECK_STATUS(status, ATTN_OK, &error, "%s: fp32 ring backward on the widened values", label);
+    status = attn_ring_backward(MPI_COMM_WORLD, &half[0].view, &half[1].view, &half[2].view,
+                                &out16.view, &lse16.view, &dout16.view, &options, &layout,
+                                &grads16[0].view, &grads16[1].view, &grads16[2].view, NULL, NULL,
+                                &error);
+    CHECK_STATUS(status, ATTN_OK, &error, "%s: 16-bit ring backward", label);
+    differences = 0;
+    for (int g = 0; g < 3; ++g)
+        for (int64_t n32 = 0; n32 < grads32[g].allocation_floats; ++n32)
+            differences += grads16[g].allocation[n32] !=
+                           test_half_from_float(grads32[g].allocation[n32], dtype);
+    CHECK(differences == 0, "%s: dQ, dK, dV = the fp32 ring's rounded once (%d differ)", label,
+          differences);
+    for (int g = 0; g < 3; ++g) {
+        test_tensor_free(&grads32[g]);
+        free(grads16[g].allocation);
+    }
+    test_tensor_free(&dout), test_tensor_free(&out_widened);
+    free(dout16.allocation);
 
     /* k of another dtype: refused on every rank with the same message */
     attn_tensor wrong_k = half[1].view;
