@@ -64,7 +64,8 @@ static void print_help(FILE *stream) {
         "  --kernel NAME       auto, generic, avx2, avx512, avx512_bf16 or amx (default auto)\n"
         "  --dtype TYPE        f32, bf16 or f16: the type of Q, K, V and O (default f32); 16-bit\n"
         "                      rows say how they ran (bf16 tiles, or converted to fp32) and\n"
-        "                      compare with the peak of what ran; the backward stays fp32-only\n"
+        "                      compare with the peak of what ran (the backward widens\n"
+        "                      16-bit inputs and runs in fp32)\n"
         "  --backward          also time attn_backward (rows skipped if it is unsupported)\n"
         "  --reference         time attn_reference_forward (the naive oracle) instead\n"
         "  --peak-gflops X     use X as the peak instead of measuring it\n"
@@ -296,24 +297,24 @@ static int compare_doubles(const void *a, const void *b) {
 /* The tensors of one configuration (forward; backward ones when asked). */
 typedef struct bench_tensors {
     float *q, *k, *v, *out, *lse, *dout, *dq, *dk, *dv;
-    uint16_t *half[4]; /* --dtype bf16 / f16: q, k, v, out */
+    uint16_t *half[8]; /* --dtype bf16 / f16: q, k, v, out, dout, dq, dk, dv */
     attn_tensor tq, tk, tv, tout, tlse, tdout, tdq, tdk, tdv;
 } bench_tensors;
 
 static void free_tensors(bench_tensors *t) {
     free(t->q), free(t->k), free(t->v), free(t->out), free(t->lse);
     free(t->dout), free(t->dq), free(t->dk), free(t->dv);
-    for (int n = 0; n < 4; ++n) free(t->half[n]);
+    for (int n = 0; n < 8; ++n) free(t->half[n]);
 }
 
-/* Replaces the fp32 view *view by a `dtype` copy of it (rounded to nearest); 0 when out of
- * memory. */
-static int to_half_view(attn_tensor *view, attn_dtype dtype, uint16_t **storage) {
+/* Replaces the fp32 view *view by a `dtype` tensor of its shape: a copy of it (rounded to
+ * nearest) for an input, uninitialised for an output; 0 when out of memory. */
+static int to_half_view(attn_tensor *view, attn_dtype dtype, uint16_t **storage, int input) {
     const size_t count = (size_t)(view->shape[0] * view->shape[1] * view->shape[2] * view->shape[3]);
     *storage = malloc(count * sizeof(uint16_t));
     if (*storage == NULL) return 0;
     attn_tensor half = attn_tensor_contiguous(*storage, dtype, 4, view->shape);
-    if (attn_tensor_convert(view, &half, NULL) != ATTN_OK) return 0; /* values in [-1, 1] fit */
+    if (input && attn_tensor_convert(view, &half, NULL) != ATTN_OK) return 0; /* [-1, 1] fits */
     *view = half;
     return 1;
 }
@@ -348,9 +349,10 @@ static int allocate_tensors(bench_tensors *t, int64_t B, int64_t T, int64_t Hq, 
         t->tdv = attn_tensor_f32_4d(t->dv, B, T, Hkv, D);
     }
     if (dtype != ATTN_DTYPE_F32) {
-        attn_tensor *views[4] = {&t->tq, &t->tk, &t->tv, &t->tout};
-        for (int n = 0; n < 4; ++n)
-            if (!to_half_view(views[n], dtype, &t->half[n])) {
+        attn_tensor *views[8] = {&t->tq, &t->tk, &t->tv, &t->tout,
+                                 &t->tdout, &t->tdq, &t->tdk, &t->tdv};
+        for (int n = 0; n < (backward ? 8 : 4); ++n)
+            if (!to_half_view(views[n], dtype, &t->half[n], n < 3 || n == 4)) {
                 free_tensors(t);
                 return 0;
             }
@@ -548,7 +550,7 @@ int cli_bench(int argc, char **argv) {
                             r->threads = threads, r->kernel = kernel_label;
                             r->allowed_pairs = allowed_pairs(r->mask, r->length, s.window);
                             draw_progress(count - 1, total, r);
-                            if (pass == 1 && (!backward_supported || s.dtype != ATTN_DTYPE_F32)) {
+                            if (pass == 1 && !backward_supported) {
                                 r->status = "ATTN_ERROR_UNSUPPORTED";
                                 continue;
                             }
