@@ -197,10 +197,14 @@ typedef enum attn_kernel_choice {
     ATTN_KERNEL_GENERIC = 1, /* portable C */
     ATTN_KERNEL_AVX2 = 2,    /* AVX2 + FMA; ATTN_ERROR_UNSUPPORTED if the CPU lacks it */
     ATTN_KERNEL_AVX512 = 3,  /* AVX-512F; ATTN_ERROR_UNSUPPORTED if the CPU lacks it */
-    ATTN_KERNEL_AVX512_BF16 = 4, /* AVX-512 plus VDPBF16PS tiles for bf16 operands (fp32 and
-                                    fp16 operands run the AVX512 kernels) */
-    ATTN_KERNEL_AMX = 5      /* AVX512_BF16 plus AMX tiles (TDPBF16PS) for bf16 operands;
-                                ATTN_ERROR_UNSUPPORTED unless CPU and OS allow AMX */
+    ATTN_KERNEL_AVX512_BF16 = 4, /* AVX-512 plus AVX512-BF16 and F16C: bf16 operands run on
+                                    VDPBF16PS tiles when this is asked for by name (AUTO, which
+                                    may select it, widens bf16 to fp32 instead: faster where
+                                    VDPBF16PS issues at half the FMA rate); fp32 and fp16 run
+                                    the AVX512 kernels */
+    ATTN_KERNEL_AMX = 5      /* AVX512_BF16 plus AMX tiles (TDPBF16PS) for bf16 operands
+                                (also under AUTO); ATTN_ERROR_UNSUPPORTED unless CPUID, XCR0
+                                and the OS's XTILEDATA permission allow AMX */
 } attn_kernel_choice;
 
 #define ATTN_OPTIONS_VERSION 1 /* the layout of attn_options below */
