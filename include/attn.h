@@ -329,8 +329,8 @@ typedef struct attn_execution {
 ATTN_API attn_execution attn_execution_default(void);
 
 /* The kernel family `choice` selects on this CPU and build ("generic", "avx2", "avx512",
- * "avx512_bf16", "amx"; AUTO
- * resolves to the fastest available), or NULL when it is not available here or unknown. */
+ * "avx512_bf16", "amx"; AUTO resolves to the fastest available), or NULL when it is not
+ * available here or unknown. */
 ATTN_API const char *attn_kernel_name(attn_kernel_choice choice);
 
 /* 1 when this CPU and build can run `choice` (AUTO and GENERIC always), else 0. */
