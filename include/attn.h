@@ -635,9 +635,10 @@ typedef struct attn_varlen {
  * No work is spent on padding: nothing is padded. Bitwise identical for any thread count
  * (each sequence's result is that of attn_forward on its rows; short sequences run side by
  * side, one thread each, long ones one after another on every thread).
- *   q   [total_q, Hq, Dk] F32      k [total_k, Hkv, Dk] F32      v [total_k, Hkv, Dv] F32
- *   out [total_q, Hq, Dv] F32 (written)
+ *   q   [total_q, Hq, Dk]      k [total_k, Hkv, Dk]      v [total_k, Hkv, Dv]
+ *   out [total_q, Hq, Dv] (written)
  *   lse [Hq, total_q]     F32 (written; may be NULL) — flash-attn's varlen LSE layout
+ * q, k, v and out are all F32, all BF16 or all F16, with attn_forward's precision rules.
  * A sequence with queries but no keys has only empty rows (the empty-row policy decides).
  * execution->memory_limit_bytes bounds each sequence's working memory (sequences that run
  * side by side each have their own).
@@ -655,9 +656,10 @@ ATTN_API attn_status attn_varlen_forward(const attn_tensor *q, const attn_tensor
 
 /*
  * Gradients of attn_varlen_forward (same sequences and options), sequence by sequence as
- * attn_backward computes them: q, k, v, out, lse as above, dout [total_q, Hq, Dv] F32;
- * dq [total_q, Hq, Dk], dk [total_k, Hkv, Dk], dv [total_k, Hkv, Dv] F32 (written; key rows of
- * no sequence, and rows of empty sequences, get zeros). Deterministic for any thread count.
+ * attn_backward computes them: q, k, v, out, lse as above, dout [total_q, Hq, Dv];
+ * dq [total_q, Hq, Dk], dk [total_k, Hkv, Dk], dv [total_k, Hkv, Dv] (written, in q's
+ * dtype; rows of sequences with no queries or no keys get zeros). Deterministic for any
+ * thread count.
  * Errors: those of attn_varlen_forward and attn_backward.
  */
 ATTN_API attn_status attn_varlen_backward(const attn_tensor *q, const attn_tensor *k,
@@ -721,7 +723,9 @@ typedef struct attn_kv_append {
  * GQA/MQA as in attn_forward. Small Tq runs the split-KV decoding kernels of attn_decode
  * (reading the caller's pages in place), large Tq the tiled forward on each sequence's keys;
  * the caller never chooses, and each path is bitwise identical for any thread count.
- *   q   [B, Tq, Hq, Dk] F32;   out [B, Tq, Hq, Dv] F32 (written);  lse [B, Hq, Tq] F32 or NULL
+ *   q   [B, Tq, Hq, Dk];   out [B, Tq, Hq, Dv] (written);  lse [B, Hq, Tq] F32 or NULL
+ * q and out are both F32, both BF16 or both F16, any storage dtype (attn_decode's and
+ * attn_forward's precision rules; RoPE'd queries are rounded to their dtype once).
  * Everything is validated before the first write: shapes and dtypes, cache_seqlens[b] < 0,
  * cache_seqlens[b] + Tnew beyond the capacity (ATTN_ERROR_CAPACITY naming b and the values),
  * a block_table entry outside [0, num_pages) among the blocks a sequence uses, a page written

@@ -358,6 +358,65 @@ static void test_threads(void) {
     free(kp.data), free(vp.data);
 }
 
+/* 16-bit queries (both paths, bf16 pages, with an append and RoPE): out in q's dtype within
+ * its rounding of the float32-query result. */
+static void test_half_queries(void) {
+    test_rng rng;
+    test_rng_seed(&rng, 8);
+    const int64_t B = 2, Hq = 4, Hkv = 2, D = 16, ps = 8, max_pages = 12;
+    const attn_dtype dtypes[2] = {ATTN_DTYPE_BF16, ATTN_DTYPE_F16};
+    for (int path = 0; path < 2; ++path)
+        for (int n = 0; n < 2; ++n) {
+            const int64_t Tq = path == 0 ? 3 : 30;
+            int32_t table[24];
+            for (int p = 0; p < 24; ++p) table[p] = (p * 5) % 24;
+            const int64_t tshape[2] = {B, max_pages};
+            attn_tensor table_view = attn_tensor_contiguous(table, ATTN_DTYPE_I32, 2, tshape);
+            float cos_sin[2 * 128 * 4];
+            for (int e = 0; e < 128 * 4; ++e)
+                cos_sin[e] = cosf(0.05f * (float)e), cos_sin[128 * 4 + e] = sinf(0.05f * (float)e);
+            const int64_t rshape[2] = {128, 4};
+            attn_tensor cos_view = attn_tensor_contiguous(cos_sin, ATTN_DTYPE_F32, 2, rshape);
+            attn_tensor sin_view = attn_tensor_contiguous(cos_sin + 128 * 4, ATTN_DTYPE_F32, 2, rshape);
+            test_tensor q = test_tensor_new(B, Tq, Hq, D, TEST_LAYOUT_BTHD), kn = test_tensor_new(B, Tq, Hkv, D, TEST_LAYOUT_BTHD);
+            test_tensor vn = test_tensor_new(B, Tq, Hkv, D, TEST_LAYOUT_BTHD);
+            test_tensor_fill_normal(&q, &rng, 1.0f), test_tensor_fill_normal(&kn, &rng, 1.0f), test_tensor_fill_normal(&vn, &rng, 1.0f);
+            uint16_t *qh = malloc((size_t)q.allocation_floats * 2), *oh = malloc((size_t)(B * Tq * Hq * D) * 2);
+            attn_tensor qv = q.view;
+            qv.data = qh, qv.dtype = dtypes[n];
+            attn_error error;
+            attn_tensor_convert(&q.view, &qv, &error);
+            test_tensor q_rounded = test_tensor_new(B, Tq, Hq, D, TEST_LAYOUT_BTHD);
+            attn_tensor_convert(&qv, &q_rounded.view, &error);
+            attn_tensor ov = attn_tensor_f32_4d(NULL, B, Tq, Hq, D);
+            ov.data = oh, ov.dtype = dtypes[n];
+            test_tensor expected = test_tensor_new(B, Tq, Hq, D, TEST_LAYOUT_BTHD), got = test_tensor_new(B, Tq, Hq, D, TEST_LAYOUT_BTHD);
+            attn_options options = causal_options(-1, 0.0f);
+            for (int half = 0; half <= 1; ++half) {
+                pool kp = pool_new(ATTN_DTYPE_BF16, 24, ps, Hkv, D), vp = pool_new(ATTN_DTYPE_BF16, 24, ps, Hkv, D);
+                test_rng fill;
+                test_rng_seed(&fill, 99);
+                for (size_t e = 0; e < kp.bytes / 2; ++e)
+                    ((uint16_t *)kp.data)[e] = to_bf16((float)test_rng_normal(&fill)), ((uint16_t *)vp.data)[e] = to_bf16((float)test_rng_normal(&fill));
+                int32_t seqlens[2] = {40, 17};
+                attn_kv_cache_view view = {0, &kp.view, &vp.view, &table_view, seqlens};
+                attn_kv_append append = {&kn.view, &vn.view, &cos_view, &sin_view, ATTN_ROPE_HALF};
+                attn_status status = attn_forward_with_kvcache(half ? &qv : &q_rounded.view, &view, &append, &options,
+                                                               half ? &ov : &expected.view, NULL, NULL, &error);
+                CHECK_STATUS(status, ATTN_OK, &error, "16-bit queries, Tq %lld", (long long)Tq);
+                free(kp.data), free(vp.data);
+            }
+            attn_tensor_convert(&ov, &got.view, &error);
+            const double e = test_max_relative_error(&got.view, &expected.view);
+            CHECK(e <= (dtypes[n] == ATTN_DTYPE_BF16 ? 3e-2 : 4e-3),
+                  "%s queries, %s path: = float32 queries within the rounding (err %.3g)",
+                  dtypes[n] == ATTN_DTYPE_BF16 ? "bf16" : "f16", path ? "prefill" : "decode", e);
+            free(qh), free(oh);
+            test_tensor_free(&q), test_tensor_free(&kn), test_tensor_free(&vn), test_tensor_free(&q_rounded);
+            test_tensor_free(&expected), test_tensor_free(&got);
+        }
+}
+
 /* ---- 3. errors: status, message, cache untouched ---- */
 typedef enum error_kind {
     E_CAPACITY, E_NEGATIVE_LENGTH, E_PAGE_OUTSIDE, E_APPEND_COLLIDE, E_APPEND_SHARED_READ, E_SAME_SEQUENCE_TWICE,
@@ -464,6 +523,7 @@ int main(void) {
     for (size_t n = 0; n < sizeof same_cases / sizeof same_cases[0]; ++n) test_same_as_library(&same_cases[n], 10 + n);
     for (size_t n = 0; n < sizeof chunk_cases / sizeof chunk_cases[0]; ++n) test_chunked(&chunk_cases[n], 50 + n);
     test_threads();
+    test_half_queries();
     test_errors();
     return test_finish();
 }

@@ -15,6 +15,10 @@
 
 #include "test_support.h"
 
+static const char *attn_dtype_name_for_tests(attn_dtype dtype) {
+    return dtype == ATTN_DTYPE_BF16 ? "bf16" : dtype == ATTN_DTYPE_F16 ? "f16" : "f32";
+}
+
 #define MOST_SEQUENCES 6
 
 typedef struct varlen_case {
@@ -298,7 +302,63 @@ static void test_errors(void) {
     test_tensor_free(&dq), test_tensor_free(&dk), test_tensor_free(&dv), test_tensor_free(&mask_holder), test_tensor_free(&wrong);
 }
 
+/* 16-bit operands: bf16 / f16 packed tensors give one attn_forward call per sequence in that
+ * dtype bitwise, and the float32 result within the operand's rounding. */
+static void test_half_operands(void) {
+    const varlen_case *vc = &cases[1];
+    packed_case p;
+    pack(vc, &p);
+    test_rng rng;
+    test_rng_seed(&rng, 77);
+    test_tensor q = packed_tensor(p.total_q, vc->Hq, vc->Dk), k = packed_tensor(p.total_k, vc->Hkv, vc->Dk);
+    test_tensor v = packed_tensor(p.total_k, vc->Hkv, vc->Dv);
+    test_tensor_fill_normal(&q, &rng, 1.0f), test_tensor_fill_normal(&k, &rng, 1.0f), test_tensor_fill_normal(&v, &rng, 1.0f);
+    test_tensor out32 = packed_tensor(p.total_q, vc->Hq, vc->Dv);
+    attn_error error;
+    attn_varlen_forward(&q.view, &k.view, &v.view, &p.sequences, &p.options, &out32.view, NULL, NULL, &error);
+    const attn_dtype dtypes[2] = {ATTN_DTYPE_BF16, ATTN_DTYPE_F16};
+    for (int n = 0; n < 2; ++n) {
+        const attn_dtype dtype = dtypes[n];
+        uint16_t *qh = malloc((size_t)q.allocation_floats * 2), *kh = malloc((size_t)k.allocation_floats * 2);
+        uint16_t *vh = malloc((size_t)v.allocation_floats * 2), *oh = malloc((size_t)out32.allocation_floats * 2);
+        attn_tensor qv = q.view, kv = k.view, vv = v.view, ov = out32.view;
+        qv.data = qh, kv.data = kh, vv.data = vh, ov.data = oh;
+        qv.dtype = kv.dtype = vv.dtype = ov.dtype = dtype;
+        attn_tensor_convert(&q.view, &qv, &error), attn_tensor_convert(&k.view, &kv, &error), attn_tensor_convert(&v.view, &vv, &error);
+        attn_status status = attn_varlen_forward(&qv, &kv, &vv, &p.sequences, &p.options, &ov, NULL, NULL, &error);
+        CHECK_STATUS(status, ATTN_OK, &error, "%s varlen", attn_dtype_name_for_tests(dtype));
+        test_tensor widened = packed_tensor(p.total_q, vc->Hq, vc->Dv);
+        attn_tensor_convert(&ov, &widened.view, &error);
+        const double e = test_max_relative_error(&widened.view, &out32.view);
+        CHECK(e <= (dtype == ATTN_DTYPE_BF16 ? 3e-2 : 4e-3), "%s operands: varlen = float32 within rounding (err %.3g)",
+              attn_dtype_name_for_tests(dtype), e);
+        /* Sequence 3 alone in the same dtype: bitwise. */
+        const int b = 3;
+        attn_tensor qs = qv, ks = kv, vs = vv, os = ov;
+        qs.rank = ks.rank = vs.rank = os.rank = 4;
+        const int64_t lq = vc->lengths_q[b], lk = vc->lengths_k[b];
+        const int64_t qshape[4] = {1, lq, vc->Hq, vc->Dk}, kshape[4] = {1, lk, vc->Hkv, vc->Dk};
+        const int64_t vshape[4] = {1, lk, vc->Hkv, vc->Dv}, oshape[4] = {1, lq, vc->Hq, vc->Dv};
+        qs = attn_tensor_contiguous(qh + p.cu_q[b] * vc->Hq * vc->Dk, dtype, 4, qshape);
+        ks = attn_tensor_contiguous(kh + p.cu_k[b] * vc->Hkv * vc->Dk, dtype, 4, kshape);
+        vs = attn_tensor_contiguous(vh + p.cu_k[b] * vc->Hkv * vc->Dv, dtype, 4, vshape);
+        uint16_t *alone = malloc((size_t)(lq * vc->Hq * vc->Dv) * 2);
+        os = attn_tensor_contiguous(alone, dtype, 4, oshape);
+        CHECK_STATUS(attn_forward(&qs, &ks, &vs, &p.options, &os, NULL, NULL, &error), ATTN_OK, &error, "alone");
+        CHECK(memcmp(alone, oh + p.cu_q[b] * vc->Hq * vc->Dv, (size_t)(lq * vc->Hq * vc->Dv) * 2) == 0,
+              "%s operands: sequence %d = attn_forward alone, bitwise", attn_dtype_name_for_tests(dtype), b);
+        free(qh), free(kh), free(vh), free(oh), free(alone), test_tensor_free(&widened);
+    }
+    /* Mixed dtypes are refused, naming the argument. */
+    attn_tensor kb = k.view;
+    kb.dtype = ATTN_DTYPE_BF16;
+    attn_status status = attn_varlen_forward(&q.view, &kb, &v.view, &p.sequences, &p.options, &out32.view, NULL, NULL, &error);
+    CHECK(status == ATTN_ERROR_INVALID_ARGUMENT && strstr(error.message, "k.dtype") != NULL, "mixed dtypes: %s", error.message);
+    test_tensor_free(&q), test_tensor_free(&k), test_tensor_free(&v), test_tensor_free(&out32);
+}
+
 int main(void) {
+    test_half_operands();
     for (size_t n = 0; n < sizeof cases / sizeof cases[0]; ++n) run_case(&cases[n], 1000 + n);
     test_errors();
     return test_finish();

@@ -80,6 +80,22 @@ static void store_row(attn_dtype dtype, const float *row, int64_t count, void *t
     }
 }
 
+/* count contiguous elements of dtype `from` at source into dtype `to` at target (through
+ * float32 in pieces: exact between equal types and from 16-bit to float32). */
+static void convert_row(attn_dtype from, const void *source, attn_dtype to, int64_t count,
+                        void *target) {
+    if (from == to) {
+        memcpy(target, source, (size_t)count * attn_dtype_size(from));
+        return;
+    }
+    float piece[256];
+    for (int64_t first = 0; first < count; first += 256) {
+        const int64_t n = count - first < 256 ? count - first : 256;
+        load_row(from, (const char *)source + (size_t)first * attn_dtype_size(from), 1, n, piece);
+        store_row(to, piece, n, (char *)target + (size_t)first * attn_dtype_size(to));
+    }
+}
+
 /* RoPE of x[0 .. rotary_dim) at `position` from the tables (row `position`, rotary_dim / 2
  * columns): each pair (a, b) becomes (a cos - b sin, b cos + a sin). */
 static void rotate(float *x, const external_plan *plan, int64_t position) {
@@ -152,7 +168,9 @@ static attn_status check_arguments(external_plan *plan, const attn_tensor *q,
                                    const attn_kv_cache_view *cache, const attn_kv_append *append,
                                    const attn_options *options, const attn_tensor *out,
                                    const attn_tensor *lse, attn_error *error) {
-    attn_status status = attn_check_tensor(q, "q", ATTN_DTYPE_F32, 4, error);
+    /* q and out: F32, BF16 or F16, one dtype (the forward's and decoding's rule). */
+    const attn_dtype operand = q != NULL && storage_dtype(q->dtype) ? q->dtype : ATTN_DTYPE_F32;
+    attn_status status = attn_check_tensor(q, "q", operand, 4, error);
     if (status != ATTN_OK) return status;
     if (cache == NULL) return attn_fail(error, ATTN_ERROR_NULL_ARGUMENT, "cache is NULL");
     if (cache->version != 0 && cache->version != ATTN_KV_CACHE_VIEW_VERSION)
@@ -204,7 +222,7 @@ static attn_status check_arguments(external_plan *plan, const attn_tensor *q,
         return attn_fail(error, ATTN_ERROR_UNSUPPORTED,
                          "cache->k_cache.shape[0] = %lld pages: at most %d are addressable",
                          (long long)plan->page_count, INT32_MAX);
-    if ((status = attn_check_tensor(out, "out", ATTN_DTYPE_F32, 4, error)) != ATTN_OK) return status;
+    if ((status = attn_check_tensor(out, "out", operand, 4, error)) != ATTN_OK) return status;
     const int64_t expected_out[4] = {plan->B, plan->Tq, plan->Hq, plan->Dv};
     if ((status = check_shape(out, "out", expected_out, 4, "[B, Tq, Hq, Dv]", error)) != ATTN_OK)
         return status;
@@ -398,10 +416,14 @@ static attn_status empty_sequence(const attn_options *options, int64_t b, const 
                          "holds no token (cache_seqlens[%lld] = 0 and nothing appended)",
                          (long long)b, (long long)b);
     const int nan = options->empty_rows == ATTN_EMPTY_ROWS_NAN;
+    const float fill = nan ? NAN : 0.0f;
+    const size_t size = attn_dtype_size(out->dtype);
     for (int64_t i = 0; i < out->shape[1]; ++i)
         for (int64_t h = 0; h < out->shape[2]; ++h) {
             for (int64_t e = 0; e < out->shape[3]; ++e)
-                *attn_f32_at4(out, b, i, h, e) = nan ? NAN : 0.0f;
+                store_row(out->dtype, &fill, 1,
+                          (char *)out->data + (size_t)(b * out->stride[0] + i * out->stride[1] +
+                                                       h * out->stride[2] + e * out->stride[3]) * size);
             if (lse != NULL) *attn_f32_at3(lse, b, h, i) = nan ? NAN : -INFINITY;
         }
     return ATTN_OK;
@@ -418,8 +440,10 @@ static attn_tensor batch_row(const attn_tensor *t, int64_t b) {
 /* The prefill path: attn_forward per sequence on its tokens [0, total). */
 static attn_status prefill(const external_plan *plan, const attn_tensor *q,
                            const attn_options *options, attn_tensor *out, attn_tensor *lse,
-                           const attn_execution *execution, float *gathered, attn_error *error) {
-    const int direct = !plan->paged && plan->dtype == ATTN_DTYPE_F32;
+                           const attn_execution *execution, void *gathered, attn_error *error) {
+    const attn_dtype operand = q->dtype; /* K/V go to the forward in the queries' dtype */
+    const size_t operand_size = attn_dtype_size(operand);
+    const int direct = !plan->paged && plan->dtype == operand;
     for (int64_t b = 0; b < plan->B; ++b) {
         const int64_t total = plan->cache_seqlens[b] + plan->Tnew;
         attn_status status;
@@ -432,18 +456,20 @@ static attn_status prefill(const external_plan *plan, const attn_tensor *q,
             k = batch_row(plan->k_cache, b), v = batch_row(plan->v_cache, b);
             k.shape[1] = v.shape[1] = total;
         } else {
-            float *keys = gathered, *values = gathered + plan->longest * plan->Hkv * plan->Dk;
             const int64_t Hkv = plan->Hkv, Dk = plan->Dk, Dv = plan->Dv;
+            char *keys = (char *)gathered;
+            char *values = keys + (size_t)(plan->longest * Hkv * Dk) * operand_size;
 #pragma omp parallel for schedule(static) num_threads(attn_thread_count(execution != NULL ? execution->num_threads : 0))
             for (int64_t t = 0; t < total; ++t)
                 for (int64_t h = 0; h < Hkv; ++h) {
-                    load_row(plan->dtype, stored_row(plan, plan->k_cache, b, t, h), 1, Dk,
-                             keys + (t * Hkv + h) * Dk);
-                    load_row(plan->dtype, stored_row(plan, plan->v_cache, b, t, h), 1, Dv,
-                             values + (t * Hkv + h) * Dv);
+                    convert_row(plan->dtype, stored_row(plan, plan->k_cache, b, t, h), operand, Dk,
+                                keys + (size_t)((t * Hkv + h) * Dk) * operand_size);
+                    convert_row(plan->dtype, stored_row(plan, plan->v_cache, b, t, h), operand, Dv,
+                                values + (size_t)((t * Hkv + h) * Dv) * operand_size);
                 }
-            k = attn_tensor_f32_4d(keys, 1, total, Hkv, Dk);
-            v = attn_tensor_f32_4d(values, 1, total, Hkv, Dv);
+            const int64_t kshape[4] = {1, total, Hkv, Dk}, vshape[4] = {1, total, Hkv, Dv};
+            k = attn_tensor_contiguous(keys, operand, 4, kshape);
+            v = attn_tensor_contiguous(values, operand, 4, vshape);
         }
         attn_tensor qb = batch_row(q, b), ob = batch_row(out, b), lb;
         if (lse != NULL) lb = batch_row(lse, b);
@@ -514,16 +540,16 @@ attn_status attn_forward_with_kvcache(const attn_tensor *q, const attn_kv_cache_
 
     /* Every buffer before the first write. */
     const int use_decode = plan.Tq <= DECODE_MOST_QUERIES;
-    const int gather = !use_decode && (plan.paged || plan.dtype != ATTN_DTYPE_F32);
+    const int gather = !use_decode && (plan.paged || plan.dtype != q->dtype);
     size_t bytes[5] = {0}; /* owner, rotated queries, a row, tables + lengths, gathered K/V */
     int fits = attn_mul_size((size_t)(plan.paged && plan.Tnew > 0 ? plan.page_count : 0),
                              sizeof(int64_t), &bytes[0]);
     if (plan.rotary_dim > 0) {
         int64_t elements;
         fits = fits && attn_mul_i64(plan.B * plan.Tq, plan.Hq * plan.Dk, &elements) &&
-               attn_mul_size((size_t)elements, sizeof(float), &bytes[1]);
+               attn_mul_size((size_t)elements, attn_dtype_size(q->dtype), &bytes[1]);
     }
-    bytes[2] = (size_t)(plan.Dk > plan.Dv ? plan.Dk : plan.Dv) * sizeof(float);
+    bytes[2] = (size_t)(plan.Dk > plan.Dv ? plan.Dk : plan.Dv) * sizeof(float); /* a row */
     if (use_decode) {
         int64_t entries;
         fits = fits && attn_mul_i64(plan.B, plan.max_pages, &entries) &&
@@ -532,7 +558,7 @@ attn_status attn_forward_with_kvcache(const attn_tensor *q, const attn_kv_cache_
     if (gather) {
         int64_t elements;
         fits = fits && attn_mul_i64(plan.longest, plan.Hkv * (plan.Dk + plan.Dv), &elements) &&
-               attn_mul_size((size_t)elements, sizeof(float), &bytes[4]);
+               attn_mul_size((size_t)elements, attn_dtype_size(q->dtype), &bytes[4]);
     }
     if (!fits)
         return attn_fail(error, ATTN_ERROR_OVERFLOW,
@@ -558,14 +584,22 @@ attn_status attn_forward_with_kvcache(const attn_tensor *q, const attn_kv_cache_
     if (status == ATTN_OK && plan.Tnew > 0) append_tokens(&plan, buffers[2]);
     attn_tensor rotated_q = *q;
     if (status == ATTN_OK && plan.rotary_dim > 0) {
-        float *rotated = buffers[1];
-        rotated_q = attn_tensor_f32_4d(rotated, plan.B, plan.Tq, plan.Hq, plan.Dk);
+        /* Rotated in fp32, stored in q's dtype (rounded once for 16-bit queries). */
+        char *rotated = buffers[1];
+        float *row = buffers[2];
+        const size_t size = attn_dtype_size(q->dtype);
+        const int64_t shape[4] = {plan.B, plan.Tq, plan.Hq, plan.Dk};
+        rotated_q = attn_tensor_contiguous(rotated, q->dtype, 4, shape);
         for (int64_t b = 0; b < plan.B; ++b)
             for (int64_t i = 0; i < plan.Tq; ++i)
                 for (int64_t h = 0; h < plan.Hq; ++h) {
-                    float *row = rotated + ((b * plan.Tq + i) * plan.Hq + h) * plan.Dk;
-                    for (int64_t d = 0; d < plan.Dk; ++d) row[d] = *attn_f32_at4(q, b, i, h, d);
+                    load_row(q->dtype,
+                             (const char *)q->data +
+                                 (size_t)(b * q->stride[0] + i * q->stride[1] + h * q->stride[2]) * size,
+                             q->stride[3], plan.Dk, row);
                     rotate(row, &plan, plan.cache_seqlens[b] + (plan.rotate_each_query ? i : 0));
+                    store_row(q->dtype, row, plan.Dk,
+                              rotated + (size_t)(((b * plan.Tq + i) * plan.Hq + h) * plan.Dk) * size);
                 }
     }
     if (status == ATTN_OK) {

@@ -122,10 +122,18 @@ static attn_status check_varlen_options(const attn_options *options, attn_error 
     return ATTN_OK;
 }
 
-/* Checks a packed tensor's dtype, rank 3 and shape against the expected one (-1 = any). */
-static attn_status check_packed(const attn_tensor *t, const char *name, const int64_t *expected,
-                                const char *layout, int rank, attn_error *error) {
-    attn_status status = attn_check_tensor(t, name, ATTN_DTYPE_F32, rank, error);
+/* The operand dtype of a call: q's, when it is F32, BF16 or F16 (else F32, which the check
+ * then refuses naming q's). */
+static attn_dtype operand_dtype(const attn_tensor *q) {
+    if (q != NULL && (q->dtype == ATTN_DTYPE_BF16 || q->dtype == ATTN_DTYPE_F16)) return q->dtype;
+    return ATTN_DTYPE_F32;
+}
+
+/* Checks a packed tensor's dtype, rank and shape against the expected one (-1 = any). */
+static attn_status check_packed(const attn_tensor *t, const char *name, attn_dtype dtype,
+                                const int64_t *expected, const char *layout, int rank,
+                                attn_error *error) {
+    attn_status status = attn_check_tensor(t, name, dtype, rank, error);
     if (status != ATTN_OK) return status;
     for (int d = 0; d < rank; ++d)
         if (expected[d] >= 0 && t->shape[d] != expected[d])
@@ -155,12 +163,17 @@ typedef struct varlen_job {
     int backward;
 } varlen_job;
 
-static void fill_rows(const attn_tensor *packed, int64_t first, int64_t length, float value) {
+/* Sets rows first .. first + length - 1 of a packed tensor to 0 (nan = 0) or NaN, in its
+ * dtype. */
+static void fill_rows(const attn_tensor *packed, int64_t first, int64_t length, int nan) {
+    const uint16_t half_bits = !nan ? 0 : packed->dtype == ATTN_DTYPE_BF16 ? 0x7fc0u : 0x7e00u;
     for (int64_t t = first; t < first + length; ++t)
         for (int64_t h = 0; h < packed->shape[1]; ++h)
-            for (int64_t d = 0; d < packed->shape[2]; ++d)
-                ((float *)packed->data)[t * packed->stride[0] + h * packed->stride[1] +
-                                        d * packed->stride[2]] = value;
+            for (int64_t d = 0; d < packed->shape[2]; ++d) {
+                const int64_t at = t * packed->stride[0] + h * packed->stride[1] + d * packed->stride[2];
+                if (packed->dtype == ATTN_DTYPE_F32) ((float *)packed->data)[at] = nan ? NAN : 0.0f;
+                else ((uint16_t *)packed->data)[at] = half_bits;
+            }
 }
 
 /* Runs sequence b with `threads` threads; its error (if any) goes to *error. */
@@ -170,8 +183,8 @@ static attn_status run_sequence(const varlen_job *job, int64_t b, int threads, a
     const int64_t Tk = job->sequences->cu_seqlens_k[b + 1] - k0;
     const attn_options *options = &job->call->options;
     if (job->backward && (Tq == 0 || Tk == 0)) { /* nothing attends: zero gradients */
-        if (Tq > 0) fill_rows(job->dq, q0, Tq, 0.0f);
-        if (Tk > 0) fill_rows(job->dk, k0, Tk, 0.0f), fill_rows(job->dv, k0, Tk, 0.0f);
+        if (Tq > 0) fill_rows(job->dq, q0, Tq, 0);
+        if (Tk > 0) fill_rows(job->dk, k0, Tk, 0), fill_rows(job->dv, k0, Tk, 0);
         return ATTN_OK;
     }
     if (Tq == 0) return ATTN_OK;
@@ -181,8 +194,7 @@ static attn_status run_sequence(const varlen_job *job, int64_t b, int threads, a
                              "sequence %lld: query row (h = 0, i = 0) has no allowed key "
                              "(cu_seqlens_k gives it no keys)",
                              (long long)b);
-        const float value = options->empty_rows == ATTN_EMPTY_ROWS_NAN ? NAN : 0.0f;
-        fill_rows(job->out, q0, Tq, value);
+        fill_rows(job->out, q0, Tq, options->empty_rows == ATTN_EMPTY_ROWS_NAN);
         if (job->lse != NULL)
             for (int64_t h = 0; h < job->lse->shape[0]; ++h)
                 for (int64_t i = q0; i < q0 + Tq; ++i)
@@ -277,14 +289,15 @@ static attn_status begin_varlen(attn_call *call, const attn_tensor *q, const att
     attn_status status = attn_call_begin(call, options, execution, error);
     if (status == ATTN_OK) status = check_varlen_options(&call->options, error);
     const int64_t any[3] = {-1, -1, -1};
-    if (status == ATTN_OK) status = check_packed(q, "q", any, "[total_q, Hq, Dk]", 3, error);
+    const attn_dtype operand = operand_dtype(q);
+    if (status == ATTN_OK) status = check_packed(q, "q", operand, any, "[total_q, Hq, Dk]", 3, error);
     if (status == ATTN_OK) {
         const int64_t expected[3] = {-1, -1, q->shape[2]};
-        status = check_packed(k, "k", expected, "[total_k, Hkv, Dk]", 3, error);
+        status = check_packed(k, "k", operand, expected, "[total_k, Hkv, Dk]", 3, error);
     }
     if (status == ATTN_OK) {
         const int64_t expected[3] = {k->shape[0], k->shape[1], -1};
-        status = check_packed(v, "v", expected, "[total_k, Hkv, Dv]", 3, error);
+        status = check_packed(v, "v", operand, expected, "[total_k, Hkv, Dv]", 3, error);
     }
     if (status == ATTN_OK && q->shape[1] % k->shape[1] != 0)
         status = attn_fail(error, ATTN_ERROR_SHAPE_MISMATCH,
@@ -292,11 +305,11 @@ static attn_status begin_varlen(attn_call *call, const attn_tensor *q, const att
                            (long long)q->shape[1], (long long)k->shape[1]);
     if (status == ATTN_OK) {
         const int64_t expected[3] = {q->shape[0], q->shape[1], v->shape[2]};
-        status = check_packed(out, "out", expected, "[total_q, Hq, Dv]", 3, error);
+        status = check_packed(out, "out", operand, expected, "[total_q, Hq, Dv]", 3, error);
     }
     if (status == ATTN_OK && lse != NULL) {
         const int64_t expected[2] = {q->shape[1], q->shape[0]};
-        status = check_packed(lse, "lse", expected, "[Hq, total_q]", 2, error);
+        status = check_packed(lse, "lse", ATTN_DTYPE_F32, expected, "[Hq, total_q]", 2, error);
     }
     if (status == ATTN_OK) status = attn_varlen_check(sequences, q->shape[0], k->shape[0], error);
     if (status != ATTN_OK) attn_call_end(call);
@@ -330,10 +343,10 @@ attn_status attn_varlen_backward(const attn_tensor *q, const attn_tensor *k, con
     if (lse == NULL)
         status = attn_fail(error, ATTN_ERROR_NULL_ARGUMENT, "lse is NULL");
     if (status == ATTN_OK)
-        status = check_packed(dout, "dout", out->shape, "[total_q, Hq, Dv]", 3, error);
-    if (status == ATTN_OK) status = check_packed(dq, "dq", q->shape, "[total_q, Hq, Dk]", 3, error);
-    if (status == ATTN_OK) status = check_packed(dk, "dk", k->shape, "[total_k, Hkv, Dk]", 3, error);
-    if (status == ATTN_OK) status = check_packed(dv, "dv", v->shape, "[total_k, Hkv, Dv]", 3, error);
+        status = check_packed(dout, "dout", q->dtype, out->shape, "[total_q, Hq, Dv]", 3, error);
+    if (status == ATTN_OK) status = check_packed(dq, "dq", q->dtype, q->shape, "[total_q, Hq, Dk]", 3, error);
+    if (status == ATTN_OK) status = check_packed(dk, "dk", q->dtype, k->shape, "[total_k, Hkv, Dk]", 3, error);
+    if (status == ATTN_OK) status = check_packed(dv, "dv", q->dtype, v->shape, "[total_k, Hkv, Dv]", 3, error);
     if (status == ATTN_OK) {
         const varlen_job job = {&call, sequences, q, k, v, out, lse, dout, dq, dk, dv, 1};
         status = run_sequences(&job, error);
