@@ -8,7 +8,9 @@
 #      and once with attn::attn_static (no libattn.so in the result);
 #      plus find_package(attn COMPONENTS mpi) when the MPI component was installed;
 #   2. pkg-config: cc $(pkg-config --cflags --libs attn), and a static link
-#      cc -static $(pkg-config --static --cflags --libs attn) (no dynamic section at all);
+#      cc -static $(pkg-config --static --cflags --libs attn) (no dynamic section at all; it
+#      needs the static libgomp, libopenblas and libgfortran, which Debian's gcc,
+#      libopenblas-dev and gfortran — pulled in by libopenmpi-dev — ship);
 #   3. add_subdirectory: tests/package/subproject, which builds attn from this source tree as
 #      its subproject and the examples with it.
 # Usage: run.sh SOURCE_DIR BUILD_DIR [CMAKE [CC]]
@@ -22,6 +24,7 @@ jobs=2
 # only what the headers declare; until it has landed the symbol check only reports.
 strict_symbols=0
 
+unset DESTDIR  # the prefix below is where everything goes
 work=$(mktemp -d "${TMPDIR:-/tmp}/attn-package.XXXXXX")
 trap 'rm -rf "$work"' EXIT
 prefix=$work/prefix
@@ -93,7 +96,7 @@ fi
 configure_examples() {  # $1 build folder, then extra -D options
   local folder=$1; shift
   "$cmake" -S "$source_dir/examples" -B "$folder" -DCMAKE_PREFIX_PATH="$prefix" \
-    -DCMAKE_BUILD_TYPE=Release "$@" > "$folder.log" 2>&1 || { cat "$folder.log"; fail "configure $folder"; }
+    -DCMAKE_C_COMPILER="$cc" -DCMAKE_BUILD_TYPE=Release "$@" > "$folder.log" 2>&1 || { cat "$folder.log"; fail "configure $folder"; }
   "$cmake" --build "$folder" -j"$jobs" >> "$folder.log" 2>&1 || { cat "$folder.log"; fail "build $folder"; }
 }
 for target in attn attn_static; do
@@ -130,6 +133,7 @@ int main(void) {
 }
 C
   "$cmake" -S "$work/mpi-consumer" -B "$work/mpi-build" -DCMAKE_PREFIX_PATH="$prefix" \
+    -DCMAKE_C_COMPILER="$cc" \
     > "$work/mpi.log" 2>&1 && "$cmake" --build "$work/mpi-build" >> "$work/mpi.log" 2>&1 ||
     { cat "$work/mpi.log"; fail "find_package(attn COMPONENTS mpi) consumer"; }
   readelf -d "$work/mpi-build/ring_linked" | grep -q "NEEDED.*libattn_mpi\.so\.$major" ||
@@ -166,7 +170,7 @@ fi
 # ---- 3. add_subdirectory -----------------------------------------------------------------------
 step "add_subdirectory($source_dir) in tests/package/subproject"
 "$cmake" -S "$source_dir/tests/package/subproject" -B "$work/subproject" \
-  -DATTN_SOURCE_DIR="$source_dir" -DCMAKE_BUILD_TYPE=Release > "$work/subproject.log" 2>&1 ||
+  -DATTN_SOURCE_DIR="$source_dir" -DCMAKE_C_COMPILER="$cc" -DCMAKE_BUILD_TYPE=Release > "$work/subproject.log" 2>&1 ||
   { cat "$work/subproject.log"; fail "configure the add_subdirectory consumer"; }
 targets=()
 for name in "${examples[@]}"; do targets+=(--target "example_$name"); done
