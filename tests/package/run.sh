@@ -178,6 +178,32 @@ if [ $have_mpi = 1 ]; then
   pkg-config --exists attn_mpi || fail "attn_mpi.pc: $(pkg-config --print-errors attn_mpi 2>&1)"
 fi
 
+# ---- the documentation's commands, as written ---------------------------------------------------
+# docs/install.md (find_package, pkg-config) and the README's pkg-config lines, run in a home
+# folder whose ~/.local is the prefix above (they install to "$HOME/.local").
+step "docs/install.md and README.md, as written (HOME=$work/home)"
+home=$work/home
+mkdir -p "$home"
+ln -s "$prefix" "$home/.local"
+ln -s "$source_dir/examples" "$home/examples"
+snippets=$source_dir/tests/package/doc_snippets.py
+python3 "$snippets" "$source_dir/docs/install.md" find_package "$home" app/app.c app/CMakeLists.txt find.sh
+python3 "$snippets" "$source_dir/docs/install.md" pkg-config "$home" pkgconfig.sh
+python3 "$snippets" "$source_dir/README.md" "Use it from C/C++" "$home" - - readme-pkgconfig.sh
+for script in find.sh pkgconfig.sh readme-pkgconfig.sh; do
+  output=$(cd "$home" && HOME=$home PATH="$(dirname "$cmake"):$PATH" bash -euo pipefail "$script" 2>&1) ||
+    fail "the commands of $script (from the docs) failed: $output"
+  # find.sh runs one program, the pkg-config ones two (shared and static).
+  case $script in
+    find.sh) expected="attn $version" count=1 ;;
+    pkgconfig.sh) expected="attn $version" count=2 ;;
+    readme-*) expected="1 passed, 0 failed" count=2 ;;
+  esac
+  [ "$(printf '%s\n' "$output" | grep -cx "$expected")" = $count ] ||
+    fail "$script (from the docs) did not print '$expected' $count times: $output"
+  echo "   $script: $count x '$expected'"
+done
+
 # ---- 3. add_subdirectory -----------------------------------------------------------------------
 step "add_subdirectory($source_dir) in tests/package/subproject"
 "$cmake" -S "$source_dir/tests/package/subproject" -B "$work/subproject" \
