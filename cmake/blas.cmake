@@ -3,8 +3,9 @@
 # /usr/include/<triplet>/) and libopenblas. Measured against a naive loop in docs/training.md.
 # The library comes from CMake's FindBLAS (vendor OpenBLAS) as the imported target BLAS::BLAS,
 # so the installed attnConfig.cmake can find the same one again (find_dependency) for
-# consumers of the static library. Adds the include directory to attn_objects and appends
-# BLAS::BLAS to ATTN_EXTRA_LIBRARIES so libattn (shared and static) links it.
+# consumers of the static library. Adds the include directory to attn_objects, appends
+# BLAS::BLAS to ATTN_EXTRA_LIBRARIES so libattn (shared and static) links it, and names
+# OpenBLAS for attn.pc (ATTN_PC_REQUIRES_PRIVATE or ATTN_PC_LIBS_PRIVATE).
 set(BLA_VENDOR OpenBLAS)
 find_package(BLAS)
 find_path(ATTN_CBLAS_INCLUDE_DIR cblas.h
@@ -18,3 +19,14 @@ message(STATUS "attn: CBLAS ${BLAS_LIBRARIES} (cblas.h in ${ATTN_CBLAS_INCLUDE_D
 target_include_directories(attn_objects PRIVATE ${ATTN_CBLAS_INCLUDE_DIR})
 target_link_libraries(attn_objects PUBLIC BLAS::BLAS)
 list(APPEND ATTN_EXTRA_LIBRARIES BLAS::BLAS)
+# For attn.pc (install.cmake): OpenBLAS's own .pc when there is one (it also names its private
+# libraries, for a static link), else the library itself.
+find_package(PkgConfig QUIET)
+if(PKG_CONFIG_FOUND)
+  pkg_check_modules(ATTN_PC_OPENBLAS QUIET openblas)
+endif()
+if(ATTN_PC_OPENBLAS_FOUND)
+  list(APPEND ATTN_PC_REQUIRES_PRIVATE openblas)
+else()
+  list(APPEND ATTN_PC_LIBS_PRIVATE ${BLAS_LIBRARIES})
+endif()

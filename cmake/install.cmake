@@ -67,21 +67,14 @@ else()
   set(ATTN_PC_INCLUDEDIR "\${prefix}/${CMAKE_INSTALL_INCLUDEDIR}")
 endif()
 
-# What a static link of libattn.a needs besides it: OpenMP's flag, libm, and OpenBLAS (its
-# own .pc when there is one, which also brings its private libraries, else the library).
+# What a static link of libattn.a needs besides it: OpenMP's flag and libm here, and what the
+# dependencies' cmake files (blas.cmake, ...) appended to ATTN_PC_REQUIRES_PRIVATE (their .pc
+# modules) and ATTN_PC_LIBS_PRIVATE (link flags, where a dependency has no .pc).
+list(PREPEND ATTN_PC_LIBS_PRIVATE ${OpenMP_C_FLAGS} -lm)
+list(REMOVE_DUPLICATES ATTN_PC_LIBS_PRIVATE)
+list(JOIN ATTN_PC_LIBS_PRIVATE " " ATTN_PC_LIBS_PRIVATE)
+list(JOIN ATTN_PC_REQUIRES_PRIVATE " " ATTN_PC_REQUIRES_PRIVATE)
 find_package(PkgConfig QUIET)
-set(ATTN_PC_REQUIRES_PRIVATE "")
-set(ATTN_PC_LIBS_PRIVATE "${OpenMP_C_FLAGS} -lm")
-if(PKG_CONFIG_FOUND)
-  pkg_check_modules(ATTN_PC_OPENBLAS QUIET openblas)
-endif()
-if(ATTN_PC_OPENBLAS_FOUND)
-  set(ATTN_PC_REQUIRES_PRIVATE "openblas")
-else()
-  foreach(library ${BLAS_LIBRARIES})
-    string(APPEND ATTN_PC_LIBS_PRIVATE " ${library}")
-  endforeach()
-endif()
 configure_file(${PROJECT_SOURCE_DIR}/cmake/attn.pc.in ${attn_package_dir}/attn.pc @ONLY)
 set(attn_pc_files ${attn_package_dir}/attn.pc)
 
