@@ -121,6 +121,26 @@ for target in attn attn_static; do
     run_example "$name" "$program"
   done
 done
+minor=$(version_part MINOR)
+step "find_package(attn VERSION): $major.$minor found, $major.$((minor + 1)) and $((major + 1)) refused"
+mkdir -p "$work/versions"
+cat > "$work/versions/CMakeLists.txt" <<CMAKE
+cmake_minimum_required(VERSION 3.21)
+project(attn_versions LANGUAGES C)
+foreach(wanted $major.$((minor + 1)) $((major + 1)))
+  find_package(attn \${wanted} QUIET CONFIG)
+  if(attn_FOUND)
+    message(FATAL_ERROR "find_package(attn \${wanted}) accepted attn \${attn_VERSION}")
+  endif()
+endforeach()
+find_package(attn $major.$minor REQUIRED CONFIG)
+if(NOT attn_VERSION STREQUAL "$version")
+  message(FATAL_ERROR "find_package(attn $major.$minor) found \${attn_VERSION}, expected $version")
+endif()
+CMAKE
+"$cmake" -S "$work/versions" -B "$work/versions/build" -DCMAKE_PREFIX_PATH="$prefix" \
+  > "$work/versions.log" 2>&1 || { cat "$work/versions.log"; fail "attnConfigVersion.cmake"; }
+
 if [ $have_mpi = 1 ]; then
   step "find_package(attn COMPONENTS mpi)"
   mkdir -p "$work/mpi-consumer"
