@@ -162,10 +162,11 @@ int main(void) {
     return ring == 0;
 }
 C
-  "$cmake" -S "$work/mpi-consumer" -B "$work/mpi-build" -DCMAKE_PREFIX_PATH="$prefix" \
-    -DCMAKE_C_COMPILER="$cc" \
-    > "$work/mpi.log" 2>&1 && "$cmake" --build "$work/mpi-build" >> "$work/mpi.log" 2>&1 ||
-    { cat "$work/mpi.log"; fail "find_package(attn COMPONENTS mpi) consumer"; }
+  if ! { "$cmake" -S "$work/mpi-consumer" -B "$work/mpi-build" -DCMAKE_PREFIX_PATH="$prefix" \
+           -DCMAKE_C_COMPILER="$cc" > "$work/mpi.log" 2>&1 &&
+         "$cmake" --build "$work/mpi-build" >> "$work/mpi.log" 2>&1; }; then
+    cat "$work/mpi.log"; fail "find_package(attn COMPONENTS mpi) consumer"
+  fi
   readelf -d "$work/mpi-build/ring_linked" | grep -q "NEEDED.*libattn_mpi\.so\.$major" ||
     fail "ring_linked does not use libattn_mpi.so.$major"
   echo "   built $work/mpi-build/ring_linked against attn::attn_mpi"
@@ -220,7 +221,7 @@ for script in find.sh pkgconfig.sh readme-pkgconfig.sh; do
     pkgconfig.sh) expected="attn $version" count=2 ;;
     readme-*) expected="1 passed, 0 failed" count=2 ;;
   esac
-  [ "$(printf '%s\n' "$output" | grep -cx "$expected")" = $count ] ||
+  [ "$(printf '%s\n' "$output" | grep -cx "$expected")" = "$count" ] ||
     fail "$script (from the docs) did not print '$expected' $count times: $output"
   echo "   $script: $count x '$expected'"
 done
