@@ -6,7 +6,7 @@
  *     keys, and nothing is written past n columns;
  *     both also agree with a double-precision dot product (1e-5).
  *  2. attn_forward holds the packed K/V per thread, shared, or one tile at a time depending on
- *     options.memory_limit_bytes (flash_forward.c): a sweep of limits from the smallest one
+ *     execution.memory_limit_bytes (flash_forward.c): a sweep of limits from the smallest one
  *     accepted up to no limit gives bitwise the same O and LSE for 1, 2 and 3 threads, within
  *     1e-5 of attn_reference_forward.
  */
@@ -142,11 +142,11 @@ typedef struct limit_problem {
 } limit_problem;
 
 static attn_status run_with(limit_problem *p, size_t limit, int threads, attn_error *error) {
-    attn_options options = p->options;
-    options.memory_limit_bytes = limit;
-    options.num_threads = threads;
-    return attn_forward(&p->q.view, &p->k.view, &p->v.view, &options, &p->out.view,
-                        &p->lse.view, error);
+    attn_execution execution = attn_execution_default();
+    execution.memory_limit_bytes = limit;
+    execution.num_threads = threads;
+    return attn_forward(&p->q.view, &p->k.view, &p->v.view, &p->options, &p->out.view,
+                        &p->lse.view, &execution, error);
 }
 
 static void test_limit_case(const limit_case *c, test_rng *rng) {
@@ -165,6 +165,7 @@ static void test_limit_case(const limit_case *c, test_rng *rng) {
         p.options.causal = 1;
         p.options.alignment = ATTN_ALIGN_BOTTOM_RIGHT;
     }
+    p.options.window = 1;
     p.options.window_left = c->window_left;
 
     /* The reference and the unlimited run. */

@@ -141,10 +141,10 @@ attn_status attn_kernels_select(attn_kernel_choice choice, const attn_kernels **
     }
     const int known = entry_of(choice);
     if (known < 0)
-        return attn_fail(error, ATTN_ERROR_INVALID_ARGUMENT, "options.kernel = %d: unknown",
+        return attn_fail(error, ATTN_ERROR_INVALID_ARGUMENT, "execution.kernel = %d: unknown",
                          (int)choice);
     return attn_fail(error, ATTN_ERROR_UNSUPPORTED,
-                     "options.kernel = %s: this CPU, OS or build has no %s kernels",
+                     "execution.kernel = %s: this CPU, OS or build has no %s kernels",
                      isas[known].label, isas[known].requirement);
 }
 
