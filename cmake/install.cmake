@@ -69,8 +69,30 @@ endif()
 
 # What a static link of libattn.a needs besides it: OpenMP's flag and libm here, and what the
 # dependencies' cmake files (blas.cmake, ...) appended to ATTN_PC_REQUIRES_PRIVATE (their .pc
-# modules) and ATTN_PC_LIBS_PRIVATE (link flags, where a dependency has no .pc).
+# modules) and ATTN_PC_LIBS_PRIVATE (link flags, where a dependency has no .pc), listing what
+# they so covered in ATTN_PC_COVERED_LIBRARIES. Any other library of ATTN_EXTRA_LIBRARIES (a
+# file path or a plain name) is named here as -L<dir> -l<name>, so nothing libattn links is
+# left out of attn.pc.
 list(PREPEND ATTN_PC_LIBS_PRIVATE ${OpenMP_C_FLAGS} -lm)
+foreach(library ${ATTN_EXTRA_LIBRARIES})
+  if(library IN_LIST ATTN_PC_COVERED_LIBRARIES)
+    continue()
+  elseif(TARGET ${library})
+    message(FATAL_ERROR "attn: attn.pc cannot name the target ${library}; the cmake file that "
+                        "adds it must append it to ATTN_PC_COVERED_LIBRARIES and name it for "
+                        "attn.pc (ATTN_PC_REQUIRES_PRIVATE or ATTN_PC_LIBS_PRIVATE)")
+  elseif(IS_ABSOLUTE "${library}")
+    get_filename_component(library_dir "${library}" DIRECTORY)
+    get_filename_component(library_name "${library}" NAME_WE)
+    string(REGEX REPLACE "^lib" "" library_name "${library_name}")
+    if(NOT library_dir IN_LIST CMAKE_C_IMPLICIT_LINK_DIRECTORIES)
+      list(APPEND ATTN_PC_LIBS_PRIVATE "-L${library_dir}")
+    endif()
+    list(APPEND ATTN_PC_LIBS_PRIVATE "-l${library_name}")
+  else()
+    list(APPEND ATTN_PC_LIBS_PRIVATE "-l${library}")
+  endif()
+endforeach()
 list(REMOVE_DUPLICATES ATTN_PC_LIBS_PRIVATE)
 list(JOIN ATTN_PC_LIBS_PRIVATE " " ATTN_PC_LIBS_PRIVATE)
 list(JOIN ATTN_PC_REQUIRES_PRIVATE " " ATTN_PC_REQUIRES_PRIVATE)
