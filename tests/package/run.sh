@@ -219,7 +219,13 @@ for script in find.sh pkgconfig.sh readme-pkgconfig.sh; do
 done
 
 # ---- 3. add_subdirectory -----------------------------------------------------------------------
+# As a subproject CMAKE_SOURCE_DIR/CMAKE_BINARY_DIR are the parent's: attn's build files use
+# PROJECT_SOURCE_DIR/PROJECT_BINARY_DIR (or CMAKE_CURRENT_*) only.
 step "add_subdirectory($source_dir) in tests/package/subproject"
+if grep -n -E '\$\{CMAKE_(SOURCE|BINARY)_DIR\}' "$source_dir/CMakeLists.txt" "$source_dir"/cmake/*.cmake \
+     "$source_dir/examples/CMakeLists.txt"; then
+  fail "the lines above use the parent's CMAKE_SOURCE_DIR/CMAKE_BINARY_DIR (use PROJECT_*)"
+fi
 "$cmake" -S "$source_dir/tests/package/subproject" -B "$work/subproject" \
   -DATTN_SOURCE_DIR="$source_dir" -DCMAKE_C_COMPILER="$cc" -DCMAKE_BUILD_TYPE=Release > "$work/subproject.log" 2>&1 ||
   { cat "$work/subproject.log"; fail "configure the add_subdirectory consumer"; }
