@@ -508,11 +508,15 @@ static int bench_varlen(const serve_settings *s, int threads, int B, int low, in
     options.causal = 1, options.alignment = ATTN_ALIGN_BOTTOM_RIGHT, options.empty_rows = ATTN_EMPTY_ROWS_ZERO;
     attn_execution execution = attn_execution_default();
     execution.num_threads = threads;
-    double seconds[3] = {0, 0, 0};
+    attn_execution one_thread = execution;
+    one_thread.num_threads = 1;
+    double seconds[4] = {0, 0, 0, 0};
     attn_error error;
+    const int modes = threads > 1 ? 4 : 3; /* mode 3: varlen on one thread (the split's speedup) */
     for (int round = 0; round < 3; ++round) /* interleaved rounds, best median of each */
-        for (int mode = 0; mode < 3; ++mode) {
-            varlen_context context = {mode, B, cu, longest, &qv, &kv, &vv, &ov, &Qv, &Kv, &Vv, &Ov, &options, &execution, lengths};
+        for (int mode = 0; mode < modes; ++mode) {
+            varlen_context context = {mode == 3 ? 0 : mode, B, cu, longest, &qv, &kv, &vv, &ov, &Qv, &Kv, &Vv, &Ov,
+                                      &options, mode == 3 ? &one_thread : &execution, lengths};
             const double t = time_median(run_varlen, &context, s->seconds / 3, &error);
             if (t < 0) {
                 fprintf(stderr, "attn bench serve: %s\n", error.message);
@@ -523,9 +527,11 @@ static int bench_varlen(const serve_settings *s, int threads, int B, int low, in
     const double padding_ratio = (double)B * (double)longest * (double)longest / useful;
     printf("varlen causal prefill, %d sequences of %d..%d tokens, Hkv %d (%lld in all, longest %lld): varlen %.2f ms, "
            "one call per sequence %.2f ms (varlen / separate = %.3f), padded batch with lengths %.2f ms "
-           "(padded / varlen = %.2f; padding ratio of the work, B x max^2 / sum L^2 = %.2f)\n",
+           "(padded / varlen = %.2f; padding ratio of the work, B x max^2 / sum L^2 = %.2f); varlen on 1 thread "
+           "%.2f ms (speedup of %d threads %.2f)\n",
            B, low, high, Hkv, (long long)total, (long long)longest, seconds[0] * 1e3, seconds[1] * 1e3, seconds[0] / seconds[1],
-           seconds[2] * 1e3, seconds[2] / seconds[0], padding_ratio);
+           seconds[2] * 1e3, seconds[2] / seconds[0], padding_ratio, seconds[3] * 1e3, threads,
+           seconds[3] > 0 ? seconds[3] / seconds[0] : 1.0);
     free(q), free(k), free(v), free(o), free(Q), free(K), free(V), free(O);
     return 0;
 }
