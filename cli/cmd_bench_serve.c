@@ -38,9 +38,11 @@ static void usage(FILE *stream) {
             "usage: attn bench serve [--quick] [--sequences N] [--context MIN MAX] [--seed S]\n"
             "                        [--prefills N] [--chunk N] [--heads HQ] [--kv-heads HKV]\n"
             "                        [--dim D] [--dtype f32|bf16|f16|all] [--threads N]\n"
+            "                        [--seconds S]\n"
             "  defaults: 64 sequences, contexts 512..32768, seed 1, 4 prefill chunks of 512\n"
             "  tokens per step, Hq 16, Hkv 2, D 128, pages of 16 tokens, every dtype\n"
             "  --quick   16 sequences, contexts 512..8192, shorter timing\n"
+            "  --seconds S  timing budget of each measurement (default 2; --quick 0.6)\n"
             "On a machine shared with other jobs, run with OMP_WAIT_POLICY=passive.\n");
 }
 
@@ -65,6 +67,7 @@ static int parse(int argc, char **argv, serve_settings *s) {
         else if (strcmp(a, "--kv-heads") == 0 && more) s->kv_heads = atoi(argv[++i]);
         else if (strcmp(a, "--dim") == 0 && more) s->dim = atoi(argv[++i]);
         else if (strcmp(a, "--threads") == 0 && more) s->threads = atoi(argv[++i]);
+        else if (strcmp(a, "--seconds") == 0 && more) s->seconds = atof(argv[++i]);
         else if (strcmp(a, "--dtype") == 0 && more) {
             const char *d = argv[++i];
             s->dtypes = strcmp(d, "f32") == 0 ? 1 : strcmp(d, "bf16") == 0 ? 2
@@ -85,6 +88,7 @@ static int parse(int argc, char **argv, serve_settings *s) {
                       : s->heads < 1 || s->kv_heads < 1 || s->heads % s->kv_heads != 0
                           ? "--heads / --kv-heads (Hq a multiple of Hkv >= 1)"
                       : s->dim < 1                                     ? "--dim (>= 1)"
+                      : !(s->seconds > 0 && s->seconds <= 600)         ? "--seconds (0 < S <= 600)"
                       : s->min_context < 1 || s->max_context < s->min_context
                           ? "--context (1 <= MIN <= MAX)"
                           : NULL;

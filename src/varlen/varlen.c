@@ -268,7 +268,7 @@ static attn_status run_sequences(const varlen_job *job, attn_error *error) {
             attn_error local;
             attn_status status = run_sequence(job, narrow[n].b, 1, &local);
             if (status != ATTN_OK) {
-#pragma omp critical(attn_varlen_error)
+#pragma omp critical
                 if (narrow[n].b < failed) {
                     failed = narrow[n].b, failed_status = status, failed_error = local;
                 }
