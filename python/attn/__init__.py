@@ -131,14 +131,17 @@ def forward(q, k, v, *, causal=None, window=None, mask=None, bias=None, scale=No
 
 def backward(q, k, v, out, lse, dout, *, causal=None, window=None, mask=None, bias=None,
              scale=None, softcap=0.0, alibi=False, alibi_slopes=None, key_lengths=None,
-             query_lengths=None, empty_rows="error", threads=None, alignment=None,
+             query_lengths=None, empty_rows="error", dlse=None, threads=None, alignment=None,
              memory_limit=None):
     """Gradients of attn.forward: returns Gradients(dq, dk, dv, dbias).
 
     q, k, v, out and lse are what forward took and returned (return_lse=True); dout is the
     gradient of out ([B, Tq, Hq, Dv]). Pass the options forward used. dq, dk, dv have the
     shapes and dtype of q, k, v; dbias has the shape of `bias` (summed over its broadcast
-    dimensions), None without bias. ALiBi has no gradient; LSE's gradient is not supported.
+    dimensions), None without bias. ALiBi has no gradient. dlse [B, Hq, Tq], optional, is a
+    gradient of lse (for losses that use it): since d lse_i / d s_ij = P_ij, it enters as
+    dS = P (dP - (D - dlse)), D = rowsum(dO * O), which attn's backward computes when out and
+    dout get one more column (-dlse and 1) and v a zero column.
     """
     qv, kv, vv = _qkv(q, k, v)
     B, Tq, Hq, Dk = qv.shape
@@ -158,9 +161,11 @@ def backward(q, k, v, out, lse, dout, *, causal=None, window=None, mask=None, bi
     cq, ck, cv = _compute_views((qv, kv, vv), "qkv")
     co = ov if native and ov.code == qv.code else T.converted(ov, T.F32, "out")
     cdo = dov if native and dov.code == qv.code else T.converted(dov, T.F32, "dout")
+    if dlse is not None:
+        cv, co, cdo = _with_lse_gradient(cv, co, cdo, T.view(dlse, "dlse"), (B, Hq, Tq))
     dq = T.empty(qv, (B, Tq, Hq, Dk), T.F32)
     dk = T.empty(qv, (B, Tk, Hkv, Dk), T.F32)
-    dv = T.empty(qv, (B, Tk, Hkv, Dv), T.F32)
+    dv = T.empty(qv, (B, Tk, Hkv, cv.shape[3]), T.F32)
     dbias = dbias_view = None
     if bias_view is not None:
         b, h = bias_view.shape[0], bias_view.shape[1]
@@ -170,11 +175,26 @@ def backward(q, k, v, out, lse, dout, *, causal=None, window=None, mask=None, bi
                    T.view(dq, "dq").desc(), T.view(dk, "dk").desc(), T.view(dv, "dv").desc(),
                    dbias_view.desc() if dbias_view else None, run)
     del keep
+    dv = dv[..., :Dv]
     if qv.code != T.F32:
         dq, dk, dv = (T.as_dtype(x, qv.code) for x in (dq, dk, dv))
     if dbias is not None:
         dbias = _reduce_to(dbias, T.view(bias, "bias"))
     return Gradients(dq, dk, dv, dbias)
+
+
+def _with_lse_gradient(v, out, dout, dlse, shape):
+    """v, out, dout (float32 copies) with one more column: 0, -dlse and 1 (see backward)."""
+    import numpy as np
+    if dlse.shape != shape:
+        raise ValueError(f"dlse must have shape {list(shape)}, got {list(dlse.shape)}")
+    def numpy(x: T.View):
+        return x.obj.detach().float().numpy() if x.torch else np.asarray(x.obj, np.float32)
+    g = numpy(dlse).transpose(0, 2, 1)[..., None]                     # [B, Tq, Hq, 1]
+    v2 = np.concatenate([numpy(v), np.zeros(v.shape[:3] + (1,), np.float32)], axis=3)
+    out2 = np.concatenate([numpy(out), -g], axis=3)
+    dout2 = np.concatenate([numpy(dout), np.ones_like(g)], axis=3)
+    return (T.view(v2, "v"), T.view(out2, "out"), T.view(dout2, "dout"))
 
 
 def _reduce_to(full, original: T.View):

@@ -8,7 +8,7 @@ through attn's own backward, plus drop-ins for torch's SDPA and flash-attn's fla
 
 The ops (torch.ops.attn.forward / torch.ops.attn.backward) take [B, T, H, D] CPU tensors of any
 strides in float32, float16 or bfloat16; they work under torch.compile (fake kernels) and
-autograd (gradients for q, k, v and the float bias; the LSE output has no gradient).
+autograd (gradients for q, k, v and the float bias, through out and lse).
 """
 from __future__ import annotations
 
@@ -58,14 +58,16 @@ def _forward_fake(q, k, v, mask, bias, alibi_slopes, causal, alignment, window, 
 
 @torch.library.custom_op("attn::backward", mutates_args=(), device_types="cpu")
 def _backward_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
-                 lse: torch.Tensor, dout: torch.Tensor, mask: Optional[torch.Tensor],
+                 lse: torch.Tensor, dout: torch.Tensor, dlse: Optional[torch.Tensor],
+                 mask: Optional[torch.Tensor],
                  bias: Optional[torch.Tensor], alibi_slopes: Optional[torch.Tensor],
                  causal: bool, alignment: int, window: bool, window_left: int,
                  window_right: int, scale: Optional[float], softcap: float, alibi: bool,
                  empty_rows: int) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor,
                                            torch.Tensor]:
-    """(dq, dk, dv, dbias): dbias has bias's shape, or is an empty tensor without bias."""
-    g = _attn.backward(q, k, v, out, lse, dout, mask=mask, bias=bias,
+    """(dq, dk, dv, dbias): dbias has bias's shape, or is an empty tensor without bias.
+    dlse (optional) is the gradient of lse."""
+    g = _attn.backward(q, k, v, out, lse, dout, dlse=dlse, mask=mask, bias=bias,
                        **_kwargs(causal, alignment, window, window_left, window_right, scale,
                                  softcap, alibi, alibi_slopes, empty_rows))
     dbias = g.dbias if g.dbias is not None else q.new_empty((0,), dtype=torch.float32)
@@ -73,7 +75,7 @@ def _backward_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.T
 
 
 @_backward_op.register_fake
-def _backward_fake(q, k, v, out, lse, dout, mask, bias, alibi_slopes, causal, alignment,
+def _backward_fake(q, k, v, out, lse, dout, dlse, mask, bias, alibi_slopes, causal, alignment,
                    window, window_left, window_right, scale, softcap, alibi, empty_rows):
     dbias = bias.new_empty(bias.shape) if bias is not None else \
         q.new_empty((0,), dtype=torch.float32)
@@ -93,11 +95,11 @@ def _setup_context(ctx, inputs, output):
 
 
 def _backward(ctx, dout, dlse):
-    if dlse is not None and bool((dlse != 0).any()):
-        raise NotImplementedError("attn: the gradient of the LSE output is not supported")
     q, k, v, out, lse, mask, bias, alibi_slopes = ctx.saved_tensors
-    dq, dk, dv, dbias = torch.ops.attn.backward(q, k, v, out, lse, dout.contiguous(), mask,
-                                                bias, alibi_slopes, *ctx.config)
+    if dout is None:
+        dout = torch.zeros_like(out)
+    dq, dk, dv, dbias = torch.ops.attn.backward(q, k, v, out, lse, dout, dlse, mask, bias,
+                                                alibi_slopes, *ctx.config)
     if bias is None or not ctx.needs_input_grad[4]:
         dbias = None
     return dq, dk, dv, None, dbias, None, *([None] * len(_CONFIG))
