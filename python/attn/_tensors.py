@@ -112,9 +112,19 @@ def _as_numpy(x, name):
     return array
 
 
+_CODES_BY_DTYPE = {np.dtype(n): c for n, c in _NUMPY_CODES.items() if n != "bfloat16"}
+
+
+def _numpy_code(dtype):
+    code = _CODES_BY_DTYPE.get(dtype)
+    if code is None and dtype.name == "bfloat16" and dtype.byteorder != ">":
+        code = _CODES_BY_DTYPE[dtype] = BF16     # ml_dtypes.bfloat16, seen once
+    return code
+
+
 def _numpy_view(x: np.ndarray, name, writable):
-    code = _NUMPY_CODES.get(x.dtype.name)
-    if code is None or x.dtype.byteorder == ">":
+    code = _numpy_code(x.dtype)
+    if code is None:
         raise ValueError(f"{name}: dtype {x.dtype} is not supported (float32, float16, "
                          "bfloat16, bool, int32, int64, float64)")
     if writable and not x.flags.writeable:
