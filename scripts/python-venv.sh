@@ -12,6 +12,16 @@ cd "$(dirname "$0")/.."
 venv=${ATTN_VENV:-build/venv}
 python=${ATTN_PYTHON:-python3}
 
+# Debian's python3 needs python3-venv (ensurepip) and python3-dev (Python.h) for this.
+if ! "$python" -c "import ensurepip, os, sys, sysconfig
+sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()['include'], 'Python.h')))" \
+     2>/dev/null; then
+  echo "python-venv: installing python3-venv python3-dev"
+  sudo_cmd=""
+  [ "$(id -u)" -ne 0 ] && sudo_cmd="sudo"
+  $sudo_cmd apt-get update -q
+  DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -q python3-venv python3-dev
+fi
 if [ ! -x "$venv/bin/python" ]; then
   echo "python-venv: creating $venv"
   "$python" -m venv "$venv"

@@ -224,7 +224,7 @@ def merge(outs, lses, *, out=None, lse=None):
     lvs = [T.converted(T.view(x, f"lses[{s}]"), T.F32, f"lses[{s}]") for s, x in enumerate(lses)]
     first = ovs[0]
     if first.rank != 4:
-        raise ValueError(f"outs[0] must be [B, T, H, Dv], got shape {first.shape}")
+        raise ValueError(f"outs[0] must be [B, T, H, Dv] (rank 4), got shape {first.shape}")
     if first.code not in (T.F32, T.F16, T.BF16):
         raise ValueError(f"outs[0]: dtype {first.dtype_name} is not supported")
     covs = [x if x.code == T.F32 else T.converted(x, T.F32, "outs") for x in ovs]
@@ -287,7 +287,10 @@ class KVCache:
             ints["page_count"], ints["rope_dim"], _ROPE_LAYOUTS[rope_layout],
             _O._real(rope_base, "rope_base"))
 
-    create = classmethod(lambda cls, *args, **kwargs: cls(*args, **kwargs))
+    @classmethod
+    def create(cls, *args, **kwargs):
+        """The same as KVCache(...)."""
+        return cls(*args, **kwargs)
 
     def append(self, k, v=None, *, first_sequence=0):
         """Appends T tokens to sequences first_sequence .. first_sequence + n - 1:

@@ -15,6 +15,7 @@ from . import _tensors as T
 ALIGN_UNSET, ALIGN_BOTTOM_RIGHT, ALIGN_TOP_LEFT = 0, 1, 2
 _ALIGNMENTS = {"bottom-right": ALIGN_BOTTOM_RIGHT, "top-left": ALIGN_TOP_LEFT}
 _EMPTY_ROWS = {"error": 0, "zero": 1, "nan": 2}
+MAX_THREADS = 1024
 
 
 def _alignment(value, name):
@@ -43,7 +44,8 @@ def _real(value, name):
 
 def execution(threads, memory_limit):
     """The execution tuple (threads, memory_limit_bytes); 0 = OpenMP default / no limit."""
-    threads = 0 if threads is None else _integer(threads, "threads", 1, 2**31 - 1)
+    # Capped: libgomp aborts the process when it cannot create the threads it is asked for.
+    threads = 0 if threads is None else _integer(threads, "threads", 1, MAX_THREADS)
     limit = 0 if memory_limit is None else _integer(memory_limit, "memory_limit", 1, 2**63)
     return (threads, limit)
 

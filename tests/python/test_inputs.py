@@ -149,6 +149,7 @@ NONSENSE = [  # name, call, exception, message fragment
     ("threads 0", call(threads=0), ValueError, "threads"),
     ("threads negative", call(threads=-4), ValueError, "threads"),
     ("threads huge", call(threads=2**40), ValueError, "threads"),
+    ("threads a million", call(threads=10**6), ValueError, "threads"),
     ("threads a string", call(threads="2"), TypeError, "threads"),
     ("memory limit", call(memory_limit=16), MemoryError, "limit"),
     ("out wrong shape", call(out=np.zeros((1, 4, 2, 7), F32)), ValueError, "shape"),
@@ -187,3 +188,59 @@ def test_version():
     assert attn.__version__ == attn.version() == f"{major}.{minor}.{patch}"
     from importlib.metadata import version
     assert version("attn") == attn.version()
+
+
+def _backward(**changes):
+    q, k, v = GOOD
+    out, lse = attn.forward(q, k, v, return_lse=True)
+    args = {"q": q, "k": k, "v": v, "out": out, "lse": lse, "dout": np.ones_like(out)}
+    args.update(changes)
+    return lambda: attn.backward(args["q"], args["k"], args["v"], args["out"], args["lse"],
+                                 args["dout"])
+
+
+def _decode(q, **kwargs):
+    cache = attn.KVCache(1, 2, 8, capacity=8)
+    cache.append(GOOD[1], GOOD[2])
+    return lambda: cache.decode(q, **kwargs)
+
+
+def _sdpa(*shapes, **kwargs):
+    import attn.torch as at
+    return lambda: at.scaled_dot_product_attention(*(torch.zeros(s) for s in shapes), **kwargs)
+
+
+MORE_NONSENSE = [
+    ("backward lse None", _backward(lse=None), TypeError, "lse"),
+    ("backward lse shape", _backward(lse=np.zeros((1, 2, 3), F32)), ValueError, "lse"),
+    ("backward dout shape", _backward(dout=np.zeros((1, 4, 2, 7), F32)), ValueError, "dout"),
+    ("backward out int", _backward(out=np.zeros((1, 4, 2, 8), np.int32)), ValueError, "out"),
+    ("backward dlse shape", lambda: attn.backward(*GOOD, *attn.forward(*GOOD, return_lse=True),
+                                                  np.ones((1, 4, 2, 8), F32),
+                                                  dlse=np.ones(3, F32)), ValueError, "dlse"),
+    ("merge no parts", lambda: attn.merge([], []), ValueError, "merge"),
+    ("merge strings", lambda: attn.merge(["a"], ["b"]), TypeError, "array"),
+    ("merge rank 2", lambda: attn.merge([np.zeros((2, 2), F32)], [np.zeros((2, 2), F32)]),
+     ValueError, "rank"),
+    ("decode wrong batch", _decode(np.zeros((2, 1, 2, 8), F32)), ValueError, ""),
+    ("decode rank 3", _decode(np.zeros((1, 2, 8), F32)), ValueError, "rank"),
+    ("decode key_lengths", lambda: attn.KVCache(1, 1, 8, capacity=4).decode(
+        np.zeros((1, 1, 1, 8), F32), key_lengths=[1]), TypeError, "key_lengths"),
+    ("cache capacity string", lambda: attn.KVCache(1, 1, 8, capacity="4"), TypeError,
+     "capacity"),
+    ("cache huge", lambda: attn.KVCache(2**20, 2**10, 2**10, capacity=2**20), (MemoryError,
+                                                                                 ValueError), ""),
+    ("sdpa rank 2", _sdpa((4, 8), (4, 8), (4, 8)), ValueError, "rank"),
+    ("sdpa D mismatch", _sdpa((1, 2, 4, 8), (1, 2, 4, 7), (1, 2, 4, 8)), ValueError, ""),
+    ("sdpa mask shape", _sdpa((1, 2, 4, 8), (1, 2, 5, 8), (1, 2, 5, 8),
+                              attn_mask=torch.ones(3, 5, dtype=torch.bool)), ValueError,
+     "broadcast"),
+]
+
+
+@pytest.mark.parametrize("name,function,exception,fragment", MORE_NONSENSE,
+                         ids=[n[0] for n in MORE_NONSENSE])
+def test_more_nonsense_raises(name, function, exception, fragment):
+    with pytest.raises(exception) as info:
+        function()
+    assert fragment.lower() in str(info.value).lower()
