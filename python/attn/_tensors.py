@@ -130,10 +130,12 @@ def _numpy_view(x: np.ndarray, name, writable):
     if writable and not x.flags.writeable:
         raise ValueError(f"{name} is read-only")
     itemsize = x.dtype.itemsize
-    if any(s % itemsize for s in x.strides):
+    if not x.flags.aligned or any(s % itemsize for s in x.strides):
         if writable:
-            raise ValueError(f"{name}: strides {x.strides} are not multiples of the element size")
-        x = np.ascontiguousarray(x)   # a copy: attn's strides count elements, not bytes
+            raise ValueError(f"{name} is not aligned to its element size (strides "
+                             f"{x.strides})")
+        # A copy: attn's strides count elements, and C reads elements at aligned addresses.
+        x = np.array(x, order="C", copy=True)
     data = x.__array_interface__["data"][0]
     return View(x, False, code, x.shape, [s // itemsize for s in x.strides], data, itemsize)
 

@@ -61,6 +61,21 @@ def test_zero_copy_views_of_every_stride(rng):
                                rtol=1e-4, atol=2e-5)
 
 
+def test_unaligned_and_byte_strided_arrays_are_copied(rng):
+    q, k, v = qkv(rng, Tq=6, Tk=6)
+    raw = np.zeros(q.nbytes + 1, np.uint8)
+    unaligned = raw[1:].view(np.float32).reshape(q.shape)
+    unaligned[...] = q
+    assert not unaligned.flags.aligned
+    record = np.zeros(k.shape, dtype=[("x", np.float32), ("pad", np.uint8)])
+    record["x"] = k
+    byte_strided = record["x"]                # strides of 5 bytes: not whole elements
+    np.testing.assert_allclose(attn.forward(unaligned, byte_strided, v),
+                               reference(q, k, v)[0], rtol=1e-4, atol=2e-5)
+    with pytest.raises(ValueError, match="aligned"):
+        attn.forward(q, k, v, out=raw[1:].view(np.float32).reshape(q.shape[:3] + (16,)))
+
+
 def test_other_array_protocols(rng):
     q, k, v = qkv(rng, Tq=5, Tk=5)
     memory = memoryview(q)          # buffer protocol
