@@ -76,3 +76,32 @@ def test_training_step_gradients_match_eager(models):
         grads[name] = model.encoder.layer[0].attention.self.query.weight.grad.clone()
         model.zero_grad()
     torch.testing.assert_close(grads["attn"], grads["eager"], rtol=1e-4, atol=1e-6)
+
+
+def test_tiny_llama_causal_gqa_padding_and_generation():
+    """A randomly initialised Llama (causal, GQA, RoPE) with a left-padded batch: logits and
+    greedy generation (KV cache, one query per step) equal "eager"'s."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+    attn.hf.register()
+    config = LlamaConfig(vocab_size=97, hidden_size=64, intermediate_size=96,
+                         num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                         max_position_embeddings=64, pad_token_id=0)
+    torch.manual_seed(0)
+    models = {}
+    for name in ("eager", "attn"):
+        torch.manual_seed(0)
+        config._attn_implementation = name
+        models[name] = LlamaForCausalLM(config).eval()
+        assert models[name].config._attn_implementation == name
+    ids = torch.randint(1, 97, (2, 9))
+    mask = torch.ones(2, 9, dtype=torch.long)
+    ids[1, :4], mask[1, :4] = 0, 0                       # left padding
+    with torch.no_grad():
+        logits = {n: m(input_ids=ids, attention_mask=mask).logits for n, m in models.items()}
+        generated = {n: m.generate(input_ids=ids, attention_mask=mask, max_new_tokens=6,
+                                   do_sample=False) for n, m in models.items()}
+    assert logits["attn"].shape == (2, 9, 97)
+    real = mask.bool()
+    torch.testing.assert_close(logits["attn"][real], logits["eager"][real], rtol=1e-4,
+                               atol=1e-5)
+    assert torch.equal(generated["attn"], generated["eager"])
