@@ -157,8 +157,8 @@ def backward(q, k, v, out, lse, dout, *, causal=None, window=None, mask=None, bi
                                         alibi_slopes=alibi_slopes, key_lengths=key_lengths,
                                         query_lengths=query_lengths, empty_rows=empty_rows)
     run = _O.execution(threads, memory_limit)
-    native = qv.code in T.NATIVE_QKV
-    cq, ck, cv = _compute_views((qv, kv, vv), "qkv")
+    native = qv.code in T.NATIVE_BACKWARD
+    cq, ck, cv = (x if native else T.converted(x, T.F32, n) for x, n in zip((qv, kv, vv), "qkv"))
     co = ov if native and ov.code == qv.code else T.converted(ov, T.F32, "out")
     cdo = dov if native and dov.code == qv.code else T.converted(dov, T.F32, "dout")
     if dlse is not None:

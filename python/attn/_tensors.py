@@ -21,9 +21,11 @@ DTYPE_NAMES = {F32: "float32", BF16: "bfloat16", F16: "float16", BOOL: "bool", I
                I64: "int64", F64: "float64"}
 _NUMPY_CODES = {"float32": F32, "float16": F16, "bfloat16": BF16, "bool": BOOL, "int32": I32,
                 "int64": I64, "float64": F64}
-# Dtypes in which attn computes Q/K/V natively. Until the C library computes in bf16/f16
-# (issue 11), other float dtypes are converted to float32 here and the result back.
+# Dtypes of Q/K/V (and O) that attn_forward / attn_decode take as they are. Until the C library
+# computes in bf16/f16 (issue 11), other float dtypes are converted to float32 here and the
+# result back. The backward takes float32 only (gradients are converted to the input dtype).
 NATIVE_QKV = frozenset({F32})
+NATIVE_BACKWARD = frozenset({F32})
 
 
 def torch_module():
