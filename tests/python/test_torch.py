@@ -159,3 +159,17 @@ def test_torch_compile_uses_the_fake_kernel():
     assert "attn.forward" in str(graph.graph)
     torch.testing.assert_close(graph(q, k, v), F.scaled_dot_product_attention(
         q, k, v, is_causal=True), rtol=1e-4, atol=2e-5)
+
+
+def test_torch_compile_fullgraph_forward_and_backward():
+    function = torch.compile(
+        lambda a, b, c: at.scaled_dot_product_attention(a, b, c, is_causal=True),
+        backend="aot_eager", fullgraph=True)
+    q = randn(1, 2, 8, 16).requires_grad_()
+    out = function(q, q, q)
+    out.sum().backward()
+    leaf = q.detach().clone().requires_grad_()
+    want = F.scaled_dot_product_attention(leaf, leaf, leaf, is_causal=True)
+    want.sum().backward()
+    torch.testing.assert_close(out, want, rtol=1e-4, atol=2e-5)
+    torch.testing.assert_close(q.grad, leaf.grad, rtol=1e-4, atol=5e-5)
