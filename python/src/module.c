@@ -21,12 +21,6 @@
 #include <string.h>
 
 #include "attn.h"
-#include "compat.h"
-
-#ifndef ATTN_PYTHON_SET_WINDOW
-#define ATTN_PYTHON_SET_WINDOW(o, left, right) \
-    ((o)->window = 1, (o)->window_left = (left), (o)->window_right = (right))
-#endif
 
 /* ---- errors ------------------------------------------------------------------------------ */
 
@@ -139,7 +133,9 @@ static int parse_options(PyObject *tuple, attn_options *options, option_tensors 
     if (window != Py_None) {
         int64_t sides[2];
         if (parse_int64_tuple(window, 2, sides, "window", "(left, right)")) return -1;
-        ATTN_PYTHON_SET_WINDOW(options, sides[0], sides[1]);
+        options->window = 1;
+        options->window_left = sides[0];
+        options->window_right = sides[1];
     }
     int has;
     if ((has = parse_tensor(PyTuple_GetItem(tuple, 4), &tensors->mask, "mask", 1)) < 0) return -1;
@@ -165,8 +161,7 @@ static int parse_options(PyObject *tuple, attn_options *options, option_tensors 
 
 /* The execution tuple: (threads: int, memory_limit_bytes: int); 0 = default / no limit. */
 static int parse_execution(PyObject *tuple, attn_execution *execution) {
-    memset(execution, 0, sizeof *execution);
-    execution->version = ATTN_EXECUTION_VERSION;
+    *execution = attn_execution_default();
     int threads;
     unsigned long long limit;
     if (!PyArg_ParseTuple(tuple, "iK", &threads, &limit)) return -1;
