@@ -21,7 +21,8 @@ from . import _attn
 from . import _options as _O
 from . import _tensors as T
 
-__all__ = ["forward", "backward", "merge", "KVCache", "Gradients", "version", "alibi_slopes"]
+__all__ = ["forward", "backward", "merge", "KVCache", "Gradients", "version", "alibi_slopes",
+           "kernels"]
 __version__ = _attn.version()
 
 Gradients = namedtuple("Gradients", ["dq", "dk", "dv", "dbias"])
@@ -31,6 +32,12 @@ Gradients.__doc__ = "attn.backward's result: dq, dk, dv (as q, k, v) and dbias (
 def version() -> str:
     """libattn's version, "MAJOR.MINOR.PATCH" (the package's version too)."""
     return _attn.version()
+
+
+def kernels():
+    """The kernel families this CPU and build run (e.g. ["generic", "avx2", "avx512"]); pass
+    one as kernel= to forward, backward or KVCache.decode."""
+    return list(_O.kernel_choices())
 
 
 def _qkv(q, k, v):
@@ -89,7 +96,7 @@ def _finish(result, buffer, code):
 def forward(q, k, v, *, causal=None, window=None, mask=None, bias=None, scale=None,
             softcap=0.0, alibi=False, alibi_slopes=None, key_lengths=None, query_lengths=None,
             empty_rows="error", return_lse=False, out=None, threads=None, alignment=None,
-            memory_limit=None):
+            memory_limit=None, kernel=None):
     """Exact attention softmax(scale * q k^T + bias) v over [B, T, H, D] arrays.
 
     q [B, Tq, Hq, Dk], k [B, Tk, Hkv, Dk], v [B, Tk, Hkv, Dv] (Hq a multiple of Hkv: GQA);
@@ -108,6 +115,7 @@ def forward(q, k, v, *, causal=None, window=None, mask=None, bias=None, scale=No
           attend no key.
       out: an array to write (shape and dtype of the result). threads: OpenMP threads.
       memory_limit: refuse (MemoryError) calls whose working memory exceeds this many bytes.
+      kernel: None / "auto" (the fastest this CPU runs) or a family of attn.kernels().
     """
     qv, kv, vv = _qkv(q, k, v)
     B, Tq, Hq, _ = qv.shape
@@ -117,7 +125,7 @@ def forward(q, k, v, *, causal=None, window=None, mask=None, bias=None, scale=No
                                 softcap=softcap, alibi=alibi, alibi_slopes=alibi_slopes,
                                 key_lengths=key_lengths, query_lengths=query_lengths,
                                 empty_rows=empty_rows)
-    run = _O.execution(threads, memory_limit)
+    run = _O.execution(threads, memory_limit, kernel)
     cq, ck, cv = _compute_views((qv, kv, vv), "qkv")
     result, ov, buffer = _output(qv, out, (B, Tq, Hq, Dv), qv.code, "out", (qv, kv, vv))
     lse = T.empty(qv, (B, Hq, Tq), T.F32) if return_lse else None
@@ -132,7 +140,7 @@ def forward(q, k, v, *, causal=None, window=None, mask=None, bias=None, scale=No
 def backward(q, k, v, out, lse, dout, *, causal=None, window=None, mask=None, bias=None,
              scale=None, softcap=0.0, alibi=False, alibi_slopes=None, key_lengths=None,
              query_lengths=None, empty_rows="error", dlse=None, threads=None, alignment=None,
-             memory_limit=None):
+             memory_limit=None, kernel=None):
     """Gradients of attn.forward: returns Gradients(dq, dk, dv, dbias).
 
     q, k, v, out and lse are what forward took and returned (return_lse=True); dout is the
@@ -156,7 +164,7 @@ def backward(q, k, v, out, lse, dout, *, causal=None, window=None, mask=None, bi
                                         softcap=softcap, alibi=alibi,
                                         alibi_slopes=alibi_slopes, key_lengths=key_lengths,
                                         query_lengths=query_lengths, empty_rows=empty_rows)
-    run = _O.execution(threads, memory_limit)
+    run = _O.execution(threads, memory_limit, kernel)
     native = qv.code in T.NATIVE_BACKWARD
     cq, ck, cv = (x if native else T.converted(x, T.F32, n) for x, n in zip((qv, kv, vv), "qkv"))
     co = ov if native and ov.code == qv.code else T.converted(ov, T.F32, "out")
@@ -366,7 +374,7 @@ class KVCache:
     def decode(self, q, *, causal=None, window=None, mask=None, bias=None, scale=None,
                softcap=0.0, alibi=False, alibi_slopes=None, query_lengths=None,
                empty_rows="error", return_lse=False, out=None, threads=None, alignment=None,
-               memory_limit=None):
+               memory_limit=None, kernel=None):
         """Attention of q [B, Tq, Hq, Dk] (B = sequences) against everything cached; the
         same result as attn.forward on each sequence's cached K/V with these options. For
         generation use causal="bottom-right" (query i at position length - Tq + i). Masks
@@ -386,7 +394,7 @@ class KVCache:
                                         alibi_slopes=alibi_slopes, key_lengths=None,
                                         query_lengths=query_lengths, empty_rows=empty_rows,
                                         decode=True)
-            run = _O.execution(threads, memory_limit)
+            run = _O.execution(threads, memory_limit, kernel)
             cq = qv if qv.code in T.NATIVE_QKV else T.converted(qv, T.F32, "q")
             result, ov, buffer = _output(qv, out, (B, Tq, Hq, self.value_dim), qv.code, "out",
                                          (qv,))

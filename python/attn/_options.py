@@ -42,12 +42,36 @@ def _real(value, name):
     return float(value)
 
 
-def execution(threads, memory_limit):
-    """The execution tuple (threads, memory_limit_bytes); 0 = OpenMP default / no limit."""
+def kernel_choices():
+    """{family name: attn_kernel_choice} for the kernel families this CPU and build run."""
+    global _KERNELS
+    if _KERNELS is None:
+        from . import _attn
+        _KERNELS = {}
+        for choice in range(1, 64):
+            name = _attn.kernel_name(choice)
+            if name is not None:
+                _KERNELS.setdefault(name, choice)
+    return _KERNELS
+
+
+_KERNELS = None
+
+
+def execution(threads, memory_limit, kernel=None):
+    """The execution tuple (threads, memory_limit_bytes, kernel choice); 0 = OpenMP default /
+    no limit / the fastest kernel."""
     # Capped: libgomp aborts the process when it cannot create the threads it is asked for.
     threads = 0 if threads is None else _integer(threads, "threads", 1, MAX_THREADS)
     limit = 0 if memory_limit is None else _integer(memory_limit, "memory_limit", 1, 2**63)
-    return (threads, limit)
+    choice = 0
+    if kernel is not None and kernel != "auto":
+        choices = kernel_choices()
+        if kernel not in choices:
+            raise NotImplementedError(f"kernel {kernel!r} is not available on this CPU and "
+                                      f"build (available: auto, {', '.join(choices)})")
+        choice = choices[kernel]
+    return (threads, limit, choice)
 
 
 def attention_matrix(v: T.View, name, B, H, Tq, Tk):

@@ -159,14 +159,16 @@ static int parse_options(PyObject *tuple, attn_options *options, option_tensors 
     return 0;
 }
 
-/* The execution tuple: (threads: int, memory_limit_bytes: int); 0 = default / no limit. */
+/* The execution tuple: (threads: int, memory_limit_bytes: int, kernel: attn_kernel_choice);
+ * 0 = default / no limit / AUTO. */
 static int parse_execution(PyObject *tuple, attn_execution *execution) {
     *execution = attn_execution_default();
-    int threads;
+    int threads, kernel;
     unsigned long long limit;
-    if (!PyArg_ParseTuple(tuple, "iK", &threads, &limit)) return -1;
+    if (!PyArg_ParseTuple(tuple, "iKi", &threads, &limit, &kernel)) return -1;
     execution->num_threads = threads;
     execution->memory_limit_bytes = (size_t)limit;
+    execution->kernel = (attn_kernel_choice)kernel;
     return 0;
 }
 
@@ -465,7 +467,17 @@ static PyObject *py_alibi_slopes(PyObject *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
+/* kernel_name(choice) -> the kernel family it selects here, or None when unavailable. */
+static PyObject *py_kernel_name(PyObject *self, PyObject *args) {
+    int choice;
+    if (!PyArg_ParseTuple(args, "i", &choice)) return NULL;
+    const char *name = attn_kernel_name((attn_kernel_choice)choice);
+    if (!name) Py_RETURN_NONE;
+    return PyUnicode_FromString(name);
+}
+
 static PyMethodDef methods[] = {
+    {"kernel_name", py_kernel_name, METH_VARARGS, "attn_kernel_name (private)."},
     {"version", py_version, METH_NOARGS, "libattn's version, \"MAJOR.MINOR.PATCH\"."},
     {"forward", py_forward, METH_VARARGS, "attn_forward on descriptors (private)."},
     {"backward", py_backward, METH_VARARGS, "attn_backward on descriptors (private)."},

@@ -172,3 +172,13 @@ def test_mask_broadcast_shapes(rng):
         np.testing.assert_allclose(attn.forward(q, k, v, mask=mask, bias=bias),
                                    reference(q, k, v, mask=mask, bias=bias)[0],
                                    rtol=1e-4, atol=2e-5, err_msg=str(shape))
+
+
+def test_every_kernel_family_matches_the_reference(rng):
+    families = attn.kernels()
+    assert "generic" in families
+    q, k, v, kwargs, ref = make_case(rng, CASES[-1])          # "combined"
+    expected, _ = reference(q, k, v, **ref)
+    for family in families + ["auto"]:
+        out = attn.forward(q, k, v, kernel=family, **kwargs)
+        np.testing.assert_allclose(out, expected, rtol=1e-4, atol=2e-5, err_msg=family)

@@ -167,6 +167,7 @@ NONSENSE = [  # name, call, exception, message fragment
     ("threads a million", call(threads=10**6), ValueError, "threads"),
     ("threads a string", call(threads="2"), TypeError, "threads"),
     ("memory limit", call(memory_limit=16), MemoryError, "limit"),
+    ("kernel unknown", call(kernel="quantum"), NotImplementedError, "not available"),
     ("out wrong shape", call(out=np.zeros((1, 4, 2, 7), F32)), ValueError, "shape"),
     ("out wrong dtype", call(out=np.zeros((1, 4, 2, 8), np.float16)), ValueError, "dtype"),
     ("out read-only", call(out=np.broadcast_to(np.zeros(8, F32), (1, 4, 2, 8))), ValueError,
