@@ -62,8 +62,8 @@ def _compute_views(views, names):
 
 
 def _output(like, out, shape, code, name, inputs):
-    """(array to return, View attn writes into, final array or None). When the computation
-    dtype differs from `code`, attn writes a float32 buffer copied into the result after."""
+    """(array to return or None, View attn writes into, float32 buffer or None). When the
+    computation dtype differs from `code`, attn writes the buffer, converted after (_finish)."""
     if out is not None:
         ov = T.view(out, name, writable=True)
         if ov.shape != tuple(shape):
