@@ -114,6 +114,8 @@ def attention(q, k, v, *, causal=None, window=None, mask=None, bias=None, scale=
     returns (out, lse). Masks and biases broadcast to [B, Hq, Tq, Tk] (bias gets a gradient)."""
     B, Tq, Hq, _ = q.shape
     Tk = k.shape[1]
+    if q.numel() == 0 or k.numel() == 0 or v.numel() == 0:
+        return _empty_attention(q, k, v)
     if causal not in (None, "bottom-right", "top-left"):
         raise ValueError(f"causal must be 'bottom-right', 'top-left' or None, got {causal!r}")
     align = {None: 0, "bottom-right": 1, "top-left": 2}
@@ -138,6 +140,18 @@ def attention(q, k, v, *, causal=None, window=None, mask=None, bias=None, scale=
                                   window is not None, wl, wr,
                                   None if scale is None else float(scale), float(softcap or 0),
                                   bool(alibi), {"error": 0, "zero": 1, "nan": 2}[empty_rows])
+
+
+def _empty_attention(q, k, v):
+    """PyTorch's answer for empty sizes: an empty output, or zeros when there are no keys
+    (LSE -inf), connected to the inputs so that backward gives zero gradients."""
+    if q.dim() != 4 or k.dim() != 4 or v.dim() != 4:
+        raise ValueError("q, k and v must be [B, T, H, D] (rank 4)")
+    B, Tq, Hq, _ = q.shape
+    link = (q.sum() + k.sum() + v.sum()) * 0
+    out = q.new_zeros((B, Tq, Hq, v.shape[3])) + link.to(q.dtype)
+    lse = q.new_full((B, Hq, Tq), float("-inf"), dtype=torch.float32)
+    return out, lse
 
 
 def _matrix(x, name, B, H, Tq, Tk, dtype):

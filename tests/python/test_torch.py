@@ -173,3 +173,16 @@ def test_torch_compile_fullgraph_forward_and_backward():
     want.sum().backward()
     torch.testing.assert_close(out, want, rtol=1e-4, atol=2e-5)
     torch.testing.assert_close(q.grad, leaf.grad, rtol=1e-4, atol=5e-5)
+
+
+@pytest.mark.parametrize("shapes", [((0, 2, 3, 8), (0, 2, 5, 8)), ((1, 2, 0, 8), (1, 2, 5, 8)),
+                                    ((1, 2, 3, 8), (1, 2, 0, 8))])
+def test_sdpa_empty_sizes_as_torch(shapes):
+    q = randn(*shapes[0]).requires_grad_()
+    k = randn(*shapes[1]).requires_grad_()
+    got = at.scaled_dot_product_attention(q, k, k)
+    want = F.scaled_dot_product_attention(q, k, k)
+    assert got.shape == want.shape
+    torch.testing.assert_close(got, want)
+    got.sum().backward()
+    assert q.grad is not None and float(q.grad.abs().sum()) == 0
