@@ -260,3 +260,12 @@ def test_more_nonsense_raises(name, function, exception, fragment):
     with pytest.raises(exception) as info:
         function()
     assert fragment.lower() in str(info.value).lower()
+
+
+def test_import_attn_imports_neither_torch_nor_transformers():
+    import subprocess
+    import sys
+    code = "import sys, attn; print(sorted(m for m in ('torch', 'transformers') if m in sys.modules))"
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            check=True)
+    assert result.stdout.strip() == "[]"
