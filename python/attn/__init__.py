@@ -55,13 +55,13 @@ def _qkv(q, k, v):
 
 
 def _compute_views(views, names):
-    """Views in a dtype attn computes in natively (float32 until bf16/f16 land in C)."""
+    """The views as attn_forward takes them (float32 copies of a dtype it does not take)."""
     if views[0].code in T.NATIVE_QKV:
         return list(views)
     return [T.converted(x, T.F32, n) for x, n in zip(views, names)]
 
 
-def _output(like, out, shape, code, name, inputs):
+def _output(like, out, shape, code, name, inputs, native=T.NATIVE_QKV):
     """(array to return or None, View attn writes into, float32 buffer or None). When the
     computation dtype differs from `code`, attn writes the buffer, converted after (_finish)."""
     if out is not None:
@@ -73,11 +73,11 @@ def _output(like, out, shape, code, name, inputs):
         for x in inputs:
             if T.overlaps(ov, x):
                 raise ValueError(f"{name} overlaps an input")
-        if code in T.NATIVE_QKV or code == T.F32:
+        if code in native or code == T.F32:
             return out, ov, None
         buffer = T.empty(like, shape, T.F32)
         return out, T.view(buffer, name), buffer
-    if code in T.NATIVE_QKV or code == T.F32:
+    if code in native or code == T.F32:
         result = T.empty(like, shape, code)
         return result, T.view(result, name), None
     buffer = T.empty(like, shape, T.F32)
@@ -165,15 +165,15 @@ def backward(q, k, v, out, lse, dout, *, causal=None, window=None, mask=None, bi
                                         alibi_slopes=alibi_slopes, key_lengths=key_lengths,
                                         query_lengths=query_lengths, empty_rows=empty_rows)
     run = _O.execution(threads, memory_limit, kernel)
-    native = qv.code in T.NATIVE_BACKWARD
-    cq, ck, cv = (x if native else T.converted(x, T.F32, n) for x, n in zip((qv, kv, vv), "qkv"))
-    co = ov if native and ov.code == qv.code else T.converted(ov, T.F32, "out")
-    cdo = dov if native and dov.code == qv.code else T.converted(dov, T.F32, "dout")
+    # All operands in one dtype attn_backward takes (q's, or float32 for the LSE gradient).
+    code = qv.code if qv.code in T.NATIVE_BACKWARD and dlse is None else T.F32
+    cq, ck, cv, co, cdo = (T.converted(x, code, n) for x, n in
+                           zip((qv, kv, vv, ov, dov), ("q", "k", "v", "out", "dout")))
     if dlse is not None:
         cv, co, cdo = _with_lse_gradient(cv, co, cdo, T.view(dlse, "dlse"), (B, Hq, Tq))
-    dq = T.empty(qv, (B, Tq, Hq, Dk), T.F32)
-    dk = T.empty(qv, (B, Tk, Hkv, Dk), T.F32)
-    dv = T.empty(qv, (B, Tk, Hkv, cv.shape[3]), T.F32)
+    dq = T.empty(qv, (B, Tq, Hq, Dk), code)
+    dk = T.empty(qv, (B, Tk, Hkv, Dk), code)
+    dv = T.empty(qv, (B, Tk, Hkv, cv.shape[3]), code)
     dbias = dbias_view = None
     if bias_view is not None:
         b, h = bias_view.shape[0], bias_view.shape[1]
@@ -184,7 +184,7 @@ def backward(q, k, v, out, lse, dout, *, causal=None, window=None, mask=None, bi
                    dbias_view.desc() if dbias_view else None, run)
     del keep
     dv = dv[..., :Dv]
-    if qv.code != T.F32:
+    if code != qv.code:
         dq, dk, dv = (T.as_dtype(x, qv.code) for x in (dq, dk, dv))
     if dbias is not None:
         dbias = _reduce_to(dbias, T.view(bias, "bias"))
@@ -235,9 +235,11 @@ def merge(outs, lses, *, out=None, lse=None):
         raise ValueError(f"outs[0] must be [B, T, H, Dv] (rank 4), got shape {first.shape}")
     if first.code not in (T.F32, T.F16, T.BF16):
         raise ValueError(f"outs[0]: dtype {first.dtype_name} is not supported")
-    covs = [x if x.code == T.F32 else T.converted(x, T.F32, "outs") for x in ovs]
+    code = first.code if first.code in T.NATIVE_MERGE else T.F32
+    covs = [T.converted(x, code, f"outs[{s}]") for s, x in enumerate(ovs)]
     B, Tq, H, Dv = first.shape
-    result, rv, buffer = _output(first, out, (B, Tq, H, Dv), first.code, "out", ())
+    result, rv, buffer = _output(first, out, (B, Tq, H, Dv), first.code, "out", (),
+                                 T.NATIVE_MERGE)
     if lse is None:
         lse = T.empty(first, (B, H, Tq), T.F32)
     lsv = T.view(lse, "lse", writable=True)

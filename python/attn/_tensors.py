@@ -21,11 +21,14 @@ DTYPE_NAMES = {F32: "float32", BF16: "bfloat16", F16: "float16", BOOL: "bool", I
                I64: "int64", F64: "float64"}
 _NUMPY_CODES = {"float32": F32, "float16": F16, "bfloat16": BF16, "bool": BOOL, "int32": I32,
                 "int64": I64, "float64": F64}
-# Dtypes of Q/K/V (and O) that attn_forward / attn_decode take as they are. Until the C library
-# computes in bf16/f16 (issue 11), other float dtypes are converted to float32 here and the
-# result back. The backward takes float32 only (gradients are converted to the input dtype).
-NATIVE_QKV = frozenset({F32})
-NATIVE_BACKWARD = frozenset({F32})
+# Dtypes attn takes as they are (all operands of a call in one of them; LSE and bias float32):
+# attn_forward / attn_decode (q, k, v, out), attn_backward (also dout, dq, dk, dv) and
+# attn_merge (outs, out). The extension links the libattn of this source tree statically, so
+# these are known when the package is built (include/attn.h documents them). Another float
+# dtype would be converted to float32 here and the result back; KV-cache appends take float32.
+NATIVE_QKV = frozenset({F32, BF16, F16})
+NATIVE_BACKWARD = frozenset({F32, BF16, F16})
+NATIVE_MERGE = frozenset({F32, BF16, F16})
 
 
 def torch_module():

@@ -269,3 +269,26 @@ def test_import_attn_imports_neither_torch_nor_transformers():
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                             check=True)
     assert result.stdout.strip() == "[]"
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_half_precision_goes_to_attn_unconverted(dtype, rng, monkeypatch):
+    """bf16/f16 operands reach libattn as they are (no float32 copies)."""
+    q, k, v = (torch.from_numpy(x).to(dtype) for x in qkv(rng, Tq=7, Tk=7))
+    out, lse = attn.forward(q, k, v, return_lse=True)
+    import attn._tensors as tensors
+
+    def refuse(view, code, name):
+        if view.code != code and name in ("q", "k", "v", "out", "dout", "outs[0]", "outs[1]"):
+            raise AssertionError(f"{name} was converted")
+        return view
+    monkeypatch.setattr(tensors, "converted", refuse)
+    assert attn.forward(q, k, v).dtype == dtype
+    g = attn.backward(q, k, v, out, lse, torch.ones_like(out))
+    assert g.dq.dtype == g.dk.dtype == g.dv.dtype == dtype
+    merged, _ = attn.merge([out, out], [lse, lse])
+    assert merged.dtype == dtype
+    torch.testing.assert_close(merged, out)
+    cache = attn.KVCache(2, 2, 16, capacity=8, dtype="bfloat16")
+    cache.append(k.float(), v.float())
+    assert cache.decode(q, causal="bottom-right").dtype == dtype
