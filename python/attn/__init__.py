@@ -22,6 +22,7 @@ from . import _options as _O
 from . import _tensors as T
 
 __all__ = ["forward", "backward", "merge", "KVCache", "Gradients", "version", "alibi_slopes",
+           "varlen_forward", "varlen_backward", "forward_with_kvcache",
            "kernels"]
 __version__ = _attn.version()
 
@@ -428,3 +429,7 @@ def _dtype_code(dtype):
     if name not in codes:
         raise ValueError(f"dtype must be float32, bfloat16 or float16, got {dtype!r}")
     return codes[name]
+
+
+# Serving (attn/serving.py): packed variable-length batches and caches the caller owns.
+from .serving import forward_with_kvcache, varlen_backward, varlen_forward  # noqa: E402

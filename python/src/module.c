@@ -447,6 +447,115 @@ static PyObject *py_decode(PyObject *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
+/* ---- serving: packed variable-length batches, caches the caller owns ----------------------- */
+
+/* varlen_forward(q, k, v, cu_q: pointer, cu_k: pointer, B, max_q, max_k, out, lse | None,
+ *                options, execution) */
+static PyObject *py_varlen_forward(PyObject *self, PyObject *args) {
+    PyObject *qo, *ko, *vo, *cuqo, *cuko, *outo, *lseo, *optionso, *executiono;
+    long long batch, max_q, max_k;
+    if (!PyArg_ParseTuple(args, "OOOOOLLLOOOO", &qo, &ko, &vo, &cuqo, &cuko, &batch, &max_q,
+                          &max_k, &outo, &lseo, &optionso, &executiono))
+        return NULL;
+    attn_tensor q, k, v, out, lse;
+    option_tensors tensors;
+    attn_options options;
+    attn_execution execution;
+    const void *cu_q, *cu_k;
+    int has_lse;
+    if (parse_tensor(qo, &q, "q", 0) < 0 || parse_tensor(ko, &k, "k", 0) < 0 ||
+        parse_tensor(vo, &v, "v", 0) < 0 || parse_pointer(cuqo, &cu_q) ||
+        parse_pointer(cuko, &cu_k) || parse_tensor(outo, &out, "out", 0) < 0 ||
+        (has_lse = parse_tensor(lseo, &lse, "lse", 1)) < 0 ||
+        parse_options(optionso, &options, &tensors) || parse_execution(executiono, &execution))
+        return NULL;
+    const attn_varlen sequences = {(int64_t)batch, cu_q, cu_k, (int64_t)max_q, (int64_t)max_k};
+    attn_error error;
+    memset(&error, 0, sizeof error);
+    attn_status status;
+    Py_BEGIN_ALLOW_THREADS
+    status = attn_varlen_forward(&q, &k, &v, &sequences, &options, &out, has_lse ? &lse : NULL,
+                                 &execution, &error);
+    Py_END_ALLOW_THREADS
+    if (status != ATTN_OK) return raise_status(status, &error);
+    Py_RETURN_NONE;
+}
+
+/* varlen_backward(q, k, v, out, lse, dout, cu_q, cu_k, B, max_q, max_k, dq, dk, dv, options,
+ *                 execution) */
+static PyObject *py_varlen_backward(PyObject *self, PyObject *args) {
+    PyObject *o[6], *cuqo, *cuko, *g[3], *optionso, *executiono;
+    long long batch, max_q, max_k;
+    if (!PyArg_ParseTuple(args, "OOOOOOOOLLLOOOOO", &o[0], &o[1], &o[2], &o[3], &o[4], &o[5],
+                          &cuqo, &cuko, &batch, &max_q, &max_k, &g[0], &g[1], &g[2], &optionso,
+                          &executiono))
+        return NULL;
+    attn_tensor q, k, v, out, lse, dout, dq, dk, dv;
+    option_tensors tensors;
+    attn_options options;
+    attn_execution execution;
+    const void *cu_q, *cu_k;
+    if (parse_tensor(o[0], &q, "q", 0) < 0 || parse_tensor(o[1], &k, "k", 0) < 0 ||
+        parse_tensor(o[2], &v, "v", 0) < 0 || parse_tensor(o[3], &out, "out", 0) < 0 ||
+        parse_tensor(o[4], &lse, "lse", 0) < 0 || parse_tensor(o[5], &dout, "dout", 0) < 0 ||
+        parse_pointer(cuqo, &cu_q) || parse_pointer(cuko, &cu_k) ||
+        parse_tensor(g[0], &dq, "dq", 0) < 0 || parse_tensor(g[1], &dk, "dk", 0) < 0 ||
+        parse_tensor(g[2], &dv, "dv", 0) < 0 || parse_options(optionso, &options, &tensors) ||
+        parse_execution(executiono, &execution))
+        return NULL;
+    const attn_varlen sequences = {(int64_t)batch, cu_q, cu_k, (int64_t)max_q, (int64_t)max_k};
+    attn_error error;
+    memset(&error, 0, sizeof error);
+    attn_status status;
+    Py_BEGIN_ALLOW_THREADS
+    status = attn_varlen_backward(&q, &k, &v, &out, &lse, &dout, &sequences, &options, &dq, &dk,
+                                  &dv, &execution, &error);
+    Py_END_ALLOW_THREADS
+    if (status != ATTN_OK) return raise_status(status, &error);
+    Py_RETURN_NONE;
+}
+
+/* forward_with_kvcache(q, k_cache, v_cache, block_table | None, cache_seqlens: pointer,
+ *     k_new | None, v_new | None, rotary_cos | None, rotary_sin | None, rotary_layout: int,
+ *     out, lse | None, options, execution) */
+static PyObject *py_forward_with_kvcache(PyObject *self, PyObject *args) {
+    PyObject *o[9], *outo, *lseo, *optionso, *executiono;
+    int layout;
+    if (!PyArg_ParseTuple(args, "OOOOOOOOOiOOOO", &o[0], &o[1], &o[2], &o[3], &o[4], &o[5],
+                          &o[6], &o[7], &o[8], &layout, &outo, &lseo, &optionso, &executiono))
+        return NULL;
+    attn_tensor q, k_cache, v_cache, table, k_new, v_new, cos_table, sin_table, out, lse;
+    option_tensors tensors;
+    attn_options options;
+    attn_execution execution;
+    const void *seqlens;
+    int has_table, has_k, has_v, has_cos, has_sin, has_lse;
+    if (parse_tensor(o[0], &q, "q", 0) < 0 || parse_tensor(o[1], &k_cache, "k_cache", 0) < 0 ||
+        parse_tensor(o[2], &v_cache, "v_cache", 0) < 0 ||
+        (has_table = parse_tensor(o[3], &table, "block_table", 1)) < 0 ||
+        parse_pointer(o[4], &seqlens) || (has_k = parse_tensor(o[5], &k_new, "k_new", 1)) < 0 ||
+        (has_v = parse_tensor(o[6], &v_new, "v_new", 1)) < 0 ||
+        (has_cos = parse_tensor(o[7], &cos_table, "rotary_cos", 1)) < 0 ||
+        (has_sin = parse_tensor(o[8], &sin_table, "rotary_sin", 1)) < 0 ||
+        parse_tensor(outo, &out, "out", 0) < 0 || (has_lse = parse_tensor(lseo, &lse, "lse", 1)) < 0 ||
+        parse_options(optionso, &options, &tensors) || parse_execution(executiono, &execution))
+        return NULL;
+    const attn_kv_cache_view cache = {ATTN_KV_CACHE_VIEW_VERSION, &k_cache, &v_cache,
+                                      has_table ? &table : NULL, seqlens};
+    const attn_kv_append append = {has_k ? &k_new : NULL, has_v ? &v_new : NULL,
+                                   has_cos ? &cos_table : NULL, has_sin ? &sin_table : NULL,
+                                   (attn_rope_layout)layout};
+    attn_error error;
+    memset(&error, 0, sizeof error);
+    attn_status status;
+    Py_BEGIN_ALLOW_THREADS
+    status = attn_forward_with_kvcache(&q, &cache, &append, &options, &out, has_lse ? &lse : NULL,
+                                       &execution, &error);
+    Py_END_ALLOW_THREADS
+    if (status != ATTN_OK) return raise_status(status, &error);
+    Py_RETURN_NONE;
+}
+
 /* ---- misc ----------------------------------------------------------------------------------- */
 
 static PyObject *py_version(PyObject *self, PyObject *unused) {
@@ -483,6 +592,10 @@ static PyMethodDef methods[] = {
     {"backward", py_backward, METH_VARARGS, "attn_backward on descriptors (private)."},
     {"merge", py_merge, METH_VARARGS, "attn_merge on descriptors (private)."},
     {"decode", py_decode, METH_VARARGS, "attn_decode on descriptors (private)."},
+    {"varlen_forward", py_varlen_forward, METH_VARARGS, "attn_varlen_forward (private)."},
+    {"varlen_backward", py_varlen_backward, METH_VARARGS, "attn_varlen_backward (private)."},
+    {"forward_with_kvcache", py_forward_with_kvcache, METH_VARARGS,
+     "attn_forward_with_kvcache (private)."},
     {"alibi_slopes", py_alibi_slopes, METH_VARARGS, "attn_alibi_slopes (private)."},
     {"cache_create", py_cache_create, METH_VARARGS, "attn_kv_cache_create (private)."},
     {"cache_append", py_cache_append, METH_VARARGS, "attn_kv_cache_append (private)."},
