@@ -233,8 +233,9 @@ static int by_cost_descending(const void *a, const void *b) {
     return x->b < y->b ? -1 : (x->b > y->b);
 }
 
-/* Runs every sequence of the job (see the file comment); the error reported is that of the
- * lowest failing sequence. */
+/* Runs every sequence of the job (see the file comment). The wide sequences run first, in
+ * order, and the first that fails stops the call; otherwise the narrow ones run and the error
+ * reported is that of the lowest-numbered one that failed. */
 static attn_status run_sequences(const varlen_job *job, attn_error *error) {
     const int64_t B = job->sequences->batch;
     const int threads = attn_call_thread_count(job->call, 0);
