@@ -147,7 +147,8 @@ static void name_sequence(attn_error *error, int64_t b) {
     if (error == NULL) return;
     char prefix[48];
     const size_t added = (size_t)snprintf(prefix, sizeof prefix, "sequence %lld: ", (long long)b);
-    size_t length = strnlen(error->message, ATTN_ERROR_MESSAGE_CAPACITY - 1);
+    size_t length = 0; /* the message is NUL-terminated within its capacity */
+    while (length < ATTN_ERROR_MESSAGE_CAPACITY - 1 && error->message[length] != '\0') ++length;
     if (added + length > ATTN_ERROR_MESSAGE_CAPACITY - 1)
         length = ATTN_ERROR_MESSAGE_CAPACITY - 1 - added;
     memmove(error->message + added, error->message, length);
