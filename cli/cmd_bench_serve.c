@@ -436,7 +436,7 @@ static int bench_ownership(const serve_settings *s, const int64_t *contexts, int
 
 /* ---- varlen prefill vs per-sequence calls vs the padded batch ---- */
 typedef struct varlen_context {
-    int mode; /* 0 varlen, 1 per sequence, 2 padded */
+    int mode; /* 0 varlen, 1 per sequence, 2 padded with lengths, 4 padded with a key mask */
     int B;
     const int32_t *cu;
     int64_t max_length;
@@ -445,6 +445,7 @@ typedef struct varlen_context {
     const attn_options *options;
     const attn_execution *execution;
     int32_t *lengths;
+    const attn_tensor *key_mask;           /* [B, 1, max, max] bool, stride 0 over queries */
 } varlen_context;
 
 static attn_tensor sequence_view(const attn_tensor *packed, int64_t first, int64_t length) {
@@ -470,7 +471,10 @@ static attn_status run_varlen(void *context, attn_error *error) {
         return ATTN_OK;
     }
     attn_options padded = *c->options;
-    padded.query_lengths = c->lengths, padded.key_lengths = c->lengths;
+    if (c->mode == 4) /* as a framework without lengths pads: keys masked, every tile computed */
+        padded.mask = c->key_mask;
+    else
+        padded.query_lengths = c->lengths, padded.key_lengths = c->lengths;
     return attn_forward(c->Q, c->K, c->V, &padded, c->O, NULL, c->execution, error);
 }
 
@@ -514,13 +518,18 @@ static int bench_varlen(const serve_settings *s, int threads, int B, int low, in
     execution.num_threads = threads;
     attn_execution one_thread = execution;
     one_thread.num_threads = 1;
-    double seconds[4] = {0, 0, 0, 0};
+    /* The key-padding mask of the padded batch ([B][max] flags viewed as [B, 1, max, max]);
+     * sequences start at 0 and have len_q = len_k, so causal needs no lengths there. */
+    uint8_t *flags = calloc((size_t)(B * longest), 1);
+    for (int b = 0; b < B; ++b) memset(flags + b * longest, 1, (size_t)lengths[b]);
+    attn_tensor key_mask = {flags, ATTN_DTYPE_BOOL, 4, {B, 1, longest, longest}, {longest, 0, 0, 1}};
+    double seconds[5] = {0, 0, 0, 0, 0};
     attn_error error;
-    const int modes = threads > 1 ? 4 : 3; /* mode 3: varlen on one thread (the split's speedup) */
     for (int round = 0; round < 3; ++round) /* interleaved rounds, best median of each */
-        for (int mode = 0; mode < modes; ++mode) {
+        for (int mode = 0; mode < 5; ++mode) { /* mode 3: varlen on one thread (the split's speedup) */
+            if (mode == 3 && threads == 1) continue;
             varlen_context context = {mode == 3 ? 0 : mode, B, cu, longest, &qv, &kv, &vv, &ov, &Qv, &Kv, &Vv, &Ov,
-                                      &options, mode == 3 ? &one_thread : &execution, lengths};
+                                      &options, mode == 3 ? &one_thread : &execution, lengths, &key_mask};
             const double t = time_median(run_varlen, &context, s->seconds / 3, &error);
             if (t < 0) {
                 fprintf(stderr, "attn bench serve: %s\n", error.message);
@@ -531,12 +540,14 @@ static int bench_varlen(const serve_settings *s, int threads, int B, int low, in
     const double padding_ratio = (double)B * (double)longest * (double)longest / useful;
     printf("varlen causal prefill, %d sequences of %d..%d tokens, Hkv %d (%lld in all, longest %lld): varlen %.2f ms, "
            "one call per sequence %.2f ms (varlen / separate = %.3f), padded batch with lengths %.2f ms "
-           "(padded / varlen = %.2f; padding ratio of the work, B x max^2 / sum L^2 = %.2f); varlen on 1 thread "
-           "%.2f ms (speedup of %d threads %.2f)\n",
+           "(padded / varlen = %.2f), padded batch with a key mask %.2f ms (padded / varlen = %.2f; padding "
+           "ratio of the work, B x max^2 / sum L^2 = %.2f); varlen on 1 thread %.2f ms (speedup of %d threads "
+           "%.2f)\n",
            B, low, high, Hkv, (long long)total, (long long)longest, seconds[0] * 1e3, seconds[1] * 1e3, seconds[0] / seconds[1],
-           seconds[2] * 1e3, seconds[2] / seconds[0], padding_ratio, seconds[3] * 1e3, threads,
+           seconds[2] * 1e3, seconds[2] / seconds[0], seconds[4] * 1e3, seconds[4] / seconds[0], padding_ratio,
+           seconds[3] * 1e3, threads,
            seconds[3] > 0 ? seconds[3] / seconds[0] : 1.0);
-    free(q), free(k), free(v), free(o), free(Q), free(K), free(V), free(O);
+    free(q), free(k), free(v), free(o), free(Q), free(K), free(V), free(O), free(flags);
     return 0;
 }
 
