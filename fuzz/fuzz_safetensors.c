@@ -47,10 +47,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         for (size_t n = 0; n < tensor->byte_count; ++n) checksum += first[n];
         if (attn_safetensors_find(&file, tensor->name) != tensor) finding("find", tensor->name);
     }
-    for (int64_t m = 0; m < file.metadata_count; ++m)
-        if (memchr(file.metadata[m].key, '\0', sizeof file.metadata[m].key) == NULL ||
-            memchr(file.metadata[m].value, '\0', sizeof file.metadata[m].value) == NULL)
-            finding("metadata not terminated", NULL);
+    for (int64_t m = 0; m < file.metadata_count; ++m) {
+        if (file.metadata[m].key == NULL || file.metadata[m].value == NULL)
+            finding("metadata NULL", NULL);
+        checksum += (unsigned)strlen(file.metadata[m].key) + (unsigned)strlen(file.metadata[m].value);
+    }
     attn_safetensors_free(&file);
     return checksum == 0xFFFFFFFFu ? -1 : 0; /* uses the reads of every data byte */
 }
