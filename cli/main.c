@@ -19,6 +19,7 @@ static const command commands[] = {
     {"train", cli_train, "train a small attention-only model on a synthetic task"},
     {"bench", cli_bench, "benchmark against this machine's measured peak (bench decode: decoding)"},
     {"kv-size", cli_kv_size, "KV-cache bytes per token for MHA, GQA, MQA and MLA"},
+    {"inspect", cli_inspect, "what a .npy, .safetensors or checkpoint folder holds; attention layers found"},
 #ifdef ATTN_HAVE_MPI
     {"ring", cli_ring, "ring attention across MPI processes (run under mpirun)"},
 #endif
