@@ -1,7 +1,7 @@
 /*
  * safetensors_tensor.c — a parsed file's tensors as the caller needs them: copies converted
  * between F32, BF16 and F16 (widening exact, narrowing round-to-nearest-even via
- * cache/half.h), zero-copy views into the mapped image, and "view if possible, else a
+ * kernels/half.h), zero-copy views into the mapped image, and "view if possible, else a
  * converted copy" for loading weights into a layer's dtype.
  */
 #include "io/safetensors_internal.h"
@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cache/half.h"
+#include "kernels/half.h"
 
 static void format_shape(char *out, size_t capacity, int rank, const int64_t *shape) {
     size_t used = (size_t)snprintf(out, capacity, "[");
