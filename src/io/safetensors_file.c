@@ -240,21 +240,11 @@ static attn_status check_weight_map(const attn_safetensors_file *file, const ind
     return ATTN_OK;
 }
 
-/* Opens the shards an index file lists. */
-static attn_status open_index(const char *path, size_t memory_limit_bytes,
-                              attn_safetensors_file *file, attn_error *error) {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return attn_fail(error, ATTN_ERROR_IO, "%s: cannot open (%s)", path, strerror(errno));
-    void *text = NULL;
-    size_t length = 0;
-    attn_status status =
-        read_all(fd, path, SAFETENSORS_MAX_INDEX_BYTES, 0, 0, &text, &length, error);
-    close(fd);
-    if (status != ATTN_OK) return status;
+attn_status safetensors_open_index_text(const char *text, size_t length, const char *path,
+                                        size_t memory_limit_bytes, attn_safetensors_file *file,
+                                        attn_error *error) {
     cJSON *root = NULL;
-    status = attn_json_parse(text, length, path, &root, error);
-    free(text);
+    attn_status status = attn_json_parse(text, length, path, &root, error);
     if (status != ATTN_OK) return status;
     const cJSON *weight_map = attn_json_member(root, "weight_map");
     index_entry *entries = NULL;
@@ -322,6 +312,23 @@ static attn_status open_index(const char *path, size_t memory_limit_bytes,
     free(order);
     free(shard_names);
     cJSON_Delete(root);
+    return status;
+}
+
+/* Opens the shards an index file lists. */
+static attn_status open_index(const char *path, size_t memory_limit_bytes,
+                              attn_safetensors_file *file, attn_error *error) {
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return attn_fail(error, ATTN_ERROR_IO, "%s: cannot open (%s)", path, strerror(errno));
+    void *text = NULL;
+    size_t length = 0;
+    attn_status status =
+        read_all(fd, path, SAFETENSORS_MAX_INDEX_BYTES, 0, 0, &text, &length, error);
+    close(fd);
+    if (status != ATTN_OK) return status;
+    status = safetensors_open_index_text(text, length, path, memory_limit_bytes, file, error);
+    free(text);
     return status;
 }
 

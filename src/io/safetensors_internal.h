@@ -60,6 +60,13 @@ attn_status safetensors_load_image(attn_safetensors_file *file, const char *path
                                    const void **bytes, size_t *byte_count, int *mapped,
                                    attn_error *error);
 
+/* The index file's core (the fuzzer's entry point for index files): text[0, length) is the
+ * JSON of an index at `path` (shards are looked up next to it; messages name it). Appends
+ * the shards to an empty `file` and builds its name index; on error the caller frees it. */
+attn_status safetensors_open_index_text(const char *text, size_t length, const char *path,
+                                        size_t memory_limit_bytes, attn_safetensors_file *file,
+                                        attn_error *error);
+
 /* Rewrites error->message as "PREFIX: MESSAGE" (keeps the status). */
 void safetensors_prefix_message(attn_error *error, const char *prefix);
 
