@@ -387,9 +387,9 @@ static attn_status append_shard(attn_safetensors_file *file, const parsed_entry 
     const char *kept_path = path ? safetensors_copy_string(file, path, strlen(path)) : NULL;
     attn_safetensors_shard *shards =
         realloc(file->shards, (size_t)(file->shard_count + 1) * sizeof *shards);
+    if (shards != NULL) file->shards = shards;
     if ((path && kept_path == NULL) || shards == NULL)
         return attn_fail(error, ATTN_ERROR_OUT_OF_MEMORY, "safetensors shards");
-    file->shards = shards;
     int shard = (int)file->shard_count++;
     shards[shard] = (attn_safetensors_shard){kept_path, bytes, byte_count, data_offset, mapped};
     if (count > INT64_MAX / 2 - file->tensor_count)

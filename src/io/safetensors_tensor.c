@@ -118,14 +118,17 @@ attn_status attn_safetensors_view(const attn_safetensors_file *file, const char 
     if (t->byte_count == 0)
         return attn_fail(error, ATTN_ERROR_UNSUPPORTED,
                          "safetensors tensor '%s': no elements, nothing to view", name);
-    if ((uintptr_t)t->data % element != 0)
+    if ((uintptr_t)t->data % element != 0) {
+        const unsigned char *image =
+            file->shards && t->shard >= 0 && t->shard < file->shard_count
+                ? file->shards[t->shard].bytes : t->data;
         return attn_fail(error, ATTN_ERROR_UNSUPPORTED,
                          "safetensors tensor '%s': data at offset %llu of its file are not "
                          "aligned to the %zu-byte %s element (attn_safetensors_get copies)",
                          name,
-                         (unsigned long long)((const unsigned char *)t->data -
-                                              (const unsigned char *)file->shards[t->shard].bytes),
-                         element, attn_safetensors_dtype_name(t->dtype));
+                         (unsigned long long)((const unsigned char *)t->data - image), element,
+                         attn_safetensors_dtype_name(t->dtype));
+    }
     *view = view_of(t, (void *)(uintptr_t)t->data, t->dtype);
     return ATTN_OK;
 }
