@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "attn_io.h"
 #include "npy_tensor.h"
 
 #define INSPECT_VALUE_SHOWN 80 /* metadata values longer than this many bytes are shortened */

@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include "attn.h"
+#include "attn_io.h"
 #include "io/safetensors_internal.h"
 
 static void finding(const char *what, const char *name) {

@@ -6,6 +6,7 @@
  * reference (loss = Σ out ∘ G). Also: parameter counts (4n² for n = 512, Llama-2-70B-like
  * 150,994,944), deterministic Xavier init within its bound, argument errors.
  */
+#include "attn_layers.h"
 #include "test_support.h"
 
 #include <math.h>
@@ -202,11 +203,11 @@ static void test_layer_case(const layer_case *lc, test_rng *rng) {
     }
     attn_layer_activations activations = {0};
     attn_status status = attn_layer_forward(&layer, lc->B, lc->Tq, x_query, lc->Tk, x_kv,
-                                            &options, &activations, out, &error);
+                                            &options, &activations, out, NULL, &error);
     CHECK_STATUS(status, ATTN_OK, &error, "%s forward", lc->name);
     if (status == ATTN_OK) {
         status = attn_layer_backward(&layer, lc->B, lc->Tq, x_query, lc->Tk, x_kv, &options,
-                                     &activations, g, &gradients, dx_query, dx_kv, &error);
+                                     &activations, g, &gradients, dx_query, dx_kv, NULL, &error);
         CHECK_STATUS(status, ATTN_OK, &error, "%s backward", lc->name);
     }
 

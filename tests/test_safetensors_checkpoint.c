@@ -9,6 +9,7 @@
  * folder and by index) and a table of broken indexes, each a clear error.
  */
 #include "test_support.h"
+#include "attn_io.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -9,6 +9,7 @@
  * and many byte mutations of a valid image (must fail cleanly, never crash), and the
  * layer's Hugging Face names. */
 #include "test_support.h"
+#include "attn_layers.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -6,6 +6,7 @@
  * that must not match, ordering by layer number, the capacity contract and argument errors.
  */
 #include "test_support.h"
+#include "attn_io.h"
 
 #include <string.h>
 

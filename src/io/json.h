@@ -16,6 +16,7 @@
 #include <cJSON.h>
 
 #include "attn.h"
+#include "attn_io.h"
 
 /*
  * Parses text[0, length) (need not be NUL-terminated) as one JSON value followed only by

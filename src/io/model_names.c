@@ -7,6 +7,7 @@
  * `attn inspect` and by the model loaders).
  */
 #include "core/internal.h"
+#include "attn_io.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -9,6 +9,7 @@
 #define ATTN_IO_SAFETENSORS_INTERNAL_H
 
 #include "core/internal.h"
+#include "attn_io.h"
 
 /* One image the file owns: munmap'ed (mapped = 1) or free'd. */
 typedef struct safetensors_image {

@@ -6,6 +6,7 @@
 #define _POSIX_C_SOURCE 200809L
 
 #include "core/internal.h"
+#include "attn_io.h"
 
 #include <stdarg.h>
 #include <stdio.h>

@@ -5,6 +5,7 @@
  * any base. Angles and their sines/cosines are computed in double, one table per token.
  */
 #include "core/internal.h"
+#include "attn_layers.h"
 
 #include <math.h>
 #include <stdlib.h>
