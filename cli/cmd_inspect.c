@@ -20,7 +20,8 @@ static void usage(FILE *stream) {
     fprintf(stream,
             "usage: attn inspect PATH [--no-tensors]\n"
             "  PATH: a .npy file, a .safetensors file, a model.safetensors.index.json, or a\n"
-            "        folder holding model.safetensors.index.json or model.safetensors.\n"
+            "        checkpoint folder (its index, model.safetensors, or its only\n"
+            "        .safetensors file).\n"
             "  Prints dtypes, shapes and bytes of the arrays / tensors, the metadata, and the\n"
             "  attention layers recognised from the tensor names (Llama/Mistral/Qwen2\n"
             "  q/k/v/o_proj, BERT attention.self.*, GPT-2 attn.c_attn, DeepSeek-V2 MLA, attn's\n"

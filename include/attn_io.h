@@ -137,8 +137,9 @@ ATTN_API attn_status attn_safetensors_read(const char *path, size_t memory_limit
  * Opens a checkpoint: `path` is a .safetensors file (as attn_safetensors_read), a sharded
  * checkpoint's index file (model.safetensors.index.json: {"metadata": {...}, "weight_map":
  * {"tensor name": "shard file name", ...}}; shard names are relative to the index's folder,
- * neither absolute nor containing ".."), or a folder holding model.safetensors.index.json or
- * else model.safetensors. Every shard is mapped as by attn_safetensors_read; the result has
+ * neither absolute nor containing ".."), or a folder: its model.safetensors.index.json, else
+ * model.safetensors, else its only *.safetensors.index.json, else its only *.safetensors file
+ * (several candidates: ATTN_ERROR_IO naming how many). Every shard is mapped as by attn_safetensors_read; the result has
  * all tensors of all shards (tensor.shard says which). Index checks: every weight_map entry
  * is found in its shard, every shard tensor is listed under that shard, no name in two
  * shards. metadata: the index's "metadata" (values that are not strings as their JSON

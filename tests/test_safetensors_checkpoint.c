@@ -421,8 +421,28 @@ static void test_sharded(void) {
     mkdir(path, 0700);
     CHECK_STATUS(attn_safetensors_open(path, 0, &file, &error), ATTN_ERROR_IO, &error,
                  "empty folder");
-    CHECK(strstr(error.message, "without model.safetensors.index.json or model.safetensors"),
+    CHECK(strstr(error.message, "without model.safetensors.index.json, model.safetensors"),
           "message: %s", error.message);
+    /* A folder's only .safetensors file (an adapter), then two of them: ambiguous. */
+    snprintf(path, sizeof path, "%s/single/adapter_model.safetensors", folder);
+    CHECK_STATUS(attn_safetensors_write(path, first, 2, NULL, 0, &error), ATTN_OK, &error, "adapter");
+    snprintf(path, sizeof path, "%s/single", folder);
+    CHECK_STATUS(attn_safetensors_open(path, 0, &file, &error), ATTN_OK, &error,
+                 "folder with one adapter_model.safetensors");
+    CHECK(file.tensor_count == 2 && strstr(file.shards[0].path, "adapter_model.safetensors"),
+          "the folder's only .safetensors file opened");
+    attn_safetensors_free(&file);
+    snprintf(path, sizeof path, "%s/single/other.safetensors", folder);
+    CHECK_STATUS(attn_safetensors_write(path, second, 1, NULL, 0, &error), ATTN_OK, &error, "other");
+    snprintf(path, sizeof path, "%s/single", folder);
+    CHECK_STATUS(attn_safetensors_open(path, 0, &file, &error), ATTN_ERROR_IO, &error,
+                 "two .safetensors files");
+    CHECK(strstr(error.message, "with 2 .safetensors files"), "message: %s", error.message);
+    snprintf(path, sizeof path, "%s/single/adapter_model.safetensors", folder);
+    remove(path);
+    snprintf(path, sizeof path, "%s/single/other.safetensors", folder);
+    remove(path);
+    snprintf(path, sizeof path, "%s/single", folder);
     snprintf(path, sizeof path, "%s/single/model.safetensors", folder);
     CHECK_STATUS(attn_safetensors_write(path, second, 1, NULL, 0, &error), ATTN_OK, &error, "single");
     snprintf(path, sizeof path, "%s/single", folder);

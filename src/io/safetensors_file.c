@@ -10,6 +10,7 @@
 #include "io/safetensors_internal.h"
 
 #include <errno.h>
+#include <dirent.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -342,6 +343,76 @@ static int ends_with(const char *text, const char *suffix) {
     return n >= m && strcmp(text + n - m, suffix) == 0;
 }
 
+/* path + "/" + name, malloc'ed (NULL when out of memory). */
+static char *join_path(const char *folder, const char *name) {
+    size_t n = strlen(folder), m = strlen(name);
+    char *joined = malloc(n + m + 2);
+    if (joined != NULL)
+        snprintf(joined, n + m + 2, "%s%s%s", folder, n && folder[n - 1] == '/' ? "" : "/", name);
+    return joined;
+}
+
+/*
+ * What to open in a checkpoint folder: model.safetensors.index.json, else model.safetensors,
+ * else the folder's only *.safetensors.index.json, else its only *.safetensors file (e.g.
+ * adapter_model.safetensors). *candidate: malloc'ed path; *is_index: 1 for an index.
+ */
+static attn_status choose_in_folder(const char *folder, char **candidate, int *is_index,
+                                    attn_error *error) {
+    static const char *const preferred[2] = {"model.safetensors.index.json", "model.safetensors"};
+    for (int c = 0; c < 2; ++c) {
+        char *path = join_path(folder, preferred[c]);
+        if (path == NULL) return attn_fail(error, ATTN_ERROR_OUT_OF_MEMORY, "%s", folder);
+        if (is_regular_file(path)) {
+            *candidate = path;
+            *is_index = c == 0;
+            return ATTN_OK;
+        }
+        free(path);
+    }
+    DIR *dir = opendir(folder);
+    if (dir == NULL)
+        return attn_fail(error, ATTN_ERROR_IO, "%s: cannot list (%s)", folder, strerror(errno));
+    char *found[2] = {NULL, NULL}; /* [0]: an index, [1]: a .safetensors file */
+    int counts[2] = {0, 0};
+    attn_status status = ATTN_OK;
+    for (struct dirent *entry; status == ATTN_OK && (entry = readdir(dir)) != NULL;) {
+        int kind = ends_with(entry->d_name, ".safetensors.index.json") ? 0
+                   : ends_with(entry->d_name, ".safetensors")          ? 1
+                                                                        : -1;
+        if (kind < 0) continue;
+        char *path = join_path(folder, entry->d_name);
+        if (path == NULL) {
+            status = attn_fail(error, ATTN_ERROR_OUT_OF_MEMORY, "%s", folder);
+        } else if (!is_regular_file(path)) {
+            free(path);
+        } else {
+            ++counts[kind];
+            free(found[kind]);
+            found[kind] = path;
+        }
+    }
+    closedir(dir);
+    int kind = counts[0] > 0 ? 0 : 1;
+    if (status == ATTN_OK && counts[kind] == 0)
+        status = attn_fail(error, ATTN_ERROR_IO,
+                           "%s: a folder without model.safetensors.index.json, model.safetensors "
+                           "or another .safetensors file", folder);
+    else if (status == ATTN_OK && counts[kind] > 1)
+        status = attn_fail(error, ATTN_ERROR_IO,
+                           "%s: a folder with %d %s files and no model.safetensors.index.json or "
+                           "model.safetensors: open one of them", folder, counts[kind],
+                           kind == 0 ? "*.safetensors.index.json" : ".safetensors");
+    if (status == ATTN_OK) {
+        *candidate = found[kind];
+        found[kind] = NULL;
+        *is_index = kind == 0;
+    }
+    free(found[0]);
+    free(found[1]);
+    return status;
+}
+
 attn_status attn_safetensors_open(const char *path, size_t memory_limit_bytes,
                                   attn_safetensors_file *file, attn_error *error) {
     if (file == NULL) return attn_fail(error, ATTN_ERROR_NULL_ARGUMENT, "file = NULL");
@@ -354,27 +425,16 @@ attn_status attn_safetensors_open(const char *path, size_t memory_limit_bytes,
         return attn_safetensors_read(path, memory_limit_bytes, file, error);
     attn_status status;
     if (S_ISDIR(st.st_mode)) {
-        static const char *const candidates[2] = {"model.safetensors.index.json",
-                                                  "model.safetensors"};
-        size_t length = strlen(path);
-        char *candidate = malloc(length + 40);
-        if (candidate == NULL) return attn_fail(error, ATTN_ERROR_OUT_OF_MEMORY, "%s", path);
-        int found = -1;
-        for (int c = 0; c < 2 && found < 0; ++c) {
-            snprintf(candidate, length + 40, "%s%s%s", path,
-                     length && path[length - 1] == '/' ? "" : "/", candidates[c]);
-            if (is_regular_file(candidate)) found = c;
-        }
-        if (found < 0)
-            status = attn_fail(error, ATTN_ERROR_IO,
-                               "%s: a folder without model.safetensors.index.json or "
-                               "model.safetensors", path);
-        else if (found == 1)
+        char *candidate = NULL;
+        int is_index = 0;
+        status = choose_in_folder(path, &candidate, &is_index, error);
+        if (status == ATTN_OK && !is_index) {
             status = attn_safetensors_read(candidate, memory_limit_bytes, file, error);
-        else
-            status = open_index(candidate, memory_limit_bytes, file, error);
+            free(candidate);
+            return status;
+        }
+        if (status == ATTN_OK) status = open_index(candidate, memory_limit_bytes, file, error);
         free(candidate);
-        if (found == 1) return status;
     } else {
         status = open_index(path, memory_limit_bytes, file, error);
     }
