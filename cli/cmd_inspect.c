@@ -141,7 +141,7 @@ static int inspect_safetensors(const char *path, int list_tensors) {
         for (int64_t i = 0; i < file.tensor_count; ++i) {
             const attn_safetensors_tensor *t = &file.tensors[i];
             char shape[96];
-            printf("  %-48s %-4s %-18s %12zu", t->name, attn_safetensors_dtype_name(t->dtype),
+            printf("  %-48s %-7s %-18s %12zu", t->name, t->stored_dtype,
                    cli_shape_text(t->rank, t->shape, shape, sizeof shape), t->byte_count);
             if (file.shard_count > 1) printf("  [%d]", t->shard);
             printf("\n");

@@ -44,8 +44,14 @@ static unsigned check_file(const attn_safetensors_file *file) {
             if (tensor->shape[d] < 0) finding("negative dimension", tensor->name);
             elements *= (size_t)tensor->shape[d];
         }
-        if (elements * attn_dtype_size(tensor->dtype) != tensor->byte_count)
+        size_t element = attn_dtype_size(tensor->dtype);
+        if (tensor->dtype == ATTN_SAFETENSORS_DTYPE_OTHER) /* 1, 2, 4 or 8 bytes */
+            element = elements ? tensor->byte_count / elements : 1;
+        if ((element != 1 && element != 2 && element != 4 && element != 8) ||
+            elements * element != tensor->byte_count)
             finding("byte_count != numel * dtype size", tensor->name);
+        if (memchr(tensor->stored_dtype, '\0', sizeof tensor->stored_dtype) == NULL)
+            finding("stored_dtype not terminated", tensor->name);
         const uint8_t *begin = file->shards[tensor->shard].bytes,
                       *end = begin + file->shards[tensor->shard].byte_count;
         const uint8_t *first = tensor->data;

@@ -65,12 +65,17 @@ ATTN_API void attn_npy_free(attn_npy_array *array);
  * 1..255 bytes, numbers are non-negative integers <= 2^53 written without sign, fraction,
  * exponent or leading zero, strings hold no control characters or \u0000 and are valid
  * UTF-8, entries have exactly the fields dtype, shape, data_offsets, ranks are 0..4.
- * Metadata keys and values may have any length (within the header). Dtypes read: F32,
- * F16, BF16, F64, I32, I64, BOOL; others are ATTN_ERROR_FORMAT naming the tensor and the
- * dtype. docs/formats.md describes the format and the limits.
+ * Metadata keys and values may have any length (within the header). Dtypes: F32, F16, BF16,
+ * F64, I32, I64, BOOL become attn's; the format's other whole-byte dtypes (U8, I8, I16, U16,
+ * U32, U64, F8_E4M3, F8_E5M2, F8_E8M0) are listed with dtype ATTN_SAFETENSORS_DTYPE_OTHER
+ * (stored_dtype names them) and refused by the conversion and view functions; any other
+ * dtype is ATTN_ERROR_FORMAT naming the tensor and the dtype. docs/formats.md describes the
+ * format and the limits.
  */
 #define ATTN_SAFETENSORS_NAME_CAPACITY 256 /* longest name + 1; longer names: FORMAT error */
 #define ATTN_SAFETENSORS_MAX_HEADER_BYTES ((uint64_t)100 << 20) /* 100 MiB, as the reference */
+/* The dtype of a parsed tensor whose stored dtype attn has no type for (see stored_dtype). */
+#define ATTN_SAFETENSORS_DTYPE_OTHER ((attn_dtype)255)
 
 /* One tensor: a parsed file's entry, or one to write. */
 typedef struct attn_safetensors_tensor {
@@ -82,6 +87,8 @@ typedef struct attn_safetensors_tensor {
                                      read-only (a mapped file's pages are mapped read-only) */
     size_t byte_count;            /* numel × dtype size (ignored by the writer) */
     int shard;                    /* parsed: index in file->shards (ignored by the writer) */
+    char stored_dtype[12];        /* parsed: the file's dtype text, "BF16", "F8_E4M3", ...
+                                     (ignored by the writer) */
 } attn_safetensors_tensor;
 
 /* A metadata entry: NUL-terminated UTF-8 strings of any length. In a parsed file they

@@ -3,7 +3,8 @@
  * by the `safetensors` package with 10 kB of metadata (quotes, backslashes, newlines, CJK,
  * emoji) and every F32/BF16/F16 conversion compared bitwise with PyTorch's
  * (tests/fixtures/make_safetensors_fixtures.py); metadata of any length and escaped strings
- * through the writer and a hand-written header; zero-copy views (the pointer inside the
+ * through the writer and a hand-written header; tensors of dtypes attn has no type for
+ * (F8_E4M3, U8, I16, U64: listed, refused by conversions and views); zero-copy views (the pointer inside the
  * read-only mapping) and copies where alignment or dtype forbid a view; a file read through a
  * pipe (no mapping); sharded checkpoints (2 shards + model.safetensors.index.json, opened by
  * folder and by index) and a table of broken indexes, each a clear error.
@@ -181,6 +182,57 @@ static void test_metadata(void) {
     CHECK(attn_safetensors_find(&file, "nAme") != NULL && file.shards[0].mapped == 0 &&
               file.tensors[0].rank == 0 && file.tensors[0].byte_count == 4,
           "escaped name, a scalar, parsed image not mapped");
+    attn_safetensors_free(&file);
+    free(image);
+}
+
+/* ---- dtypes attn has no type for ------------------------------------------------------------ */
+
+static void test_other_dtypes(void) {
+    const char *json = "{\"fp8\":{\"dtype\":\"F8_E4M3\",\"shape\":[3],\"data_offsets\":[0,3]},"
+                       "\"u8\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[3,4]},"
+                       "\"i16\":{\"dtype\":\"I16\",\"shape\":[2],\"data_offsets\":[4,8]},"
+                       "\"u64\":{\"dtype\":\"U64\",\"shape\":[1,1],\"data_offsets\":[8,16]}}";
+    size_t header = strlen(json), length = 8 + header + 16;
+    unsigned char *image = calloc(1, length);
+    for (int i = 0; i < 8; ++i) image[i] = (unsigned char)((uint64_t)header >> (8 * i));
+    memcpy(image + 8, json, header);
+    attn_safetensors_file file;
+    attn_error error;
+    CHECK_STATUS(attn_safetensors_parse(image, length, 0, &file, &error), ATTN_OK, &error,
+                 "F8_E4M3, U8, I16, U64 tensors parse");
+    static const struct { const char *name, *stored; size_t bytes; } expected[4] = {
+        {"fp8", "F8_E4M3", 3}, {"u8", "U8", 1}, {"i16", "I16", 4}, {"u64", "U64", 8}};
+    for (int i = 0; i < 4 && file.tensor_count == 4; ++i) {
+        const attn_safetensors_tensor *t = attn_safetensors_find(&file, expected[i].name);
+        CHECK(t && t->dtype == ATTN_SAFETENSORS_DTYPE_OTHER &&
+                  strcmp(t->stored_dtype, expected[i].stored) == 0 &&
+                  t->byte_count == expected[i].bytes,
+              "%s: dtype OTHER, stored_dtype %s, %zu bytes", expected[i].name, expected[i].stored,
+              expected[i].bytes);
+    }
+    float out[3];
+    const int64_t shape3[1] = {3};
+    CHECK_STATUS(attn_safetensors_get_f32(&file, "fp8", 1, shape3, out, &error),
+                 ATTN_ERROR_FORMAT, &error, "F8_E4M3 is not converted");
+    CHECK(strstr(error.message, "'fp8': dtype F8_E4M3 cannot be converted to F32") != NULL,
+          "message: %s", error.message);
+    attn_tensor view;
+    void *owned = (void *)1;
+    CHECK_STATUS(attn_safetensors_view(&file, "u8", &view, &error), ATTN_ERROR_UNSUPPORTED,
+                 &error, "no view of U8");
+    CHECK(strstr(error.message, "'u8': dtype U8 has no attn type") != NULL, "message: %s",
+          error.message);
+    CHECK_STATUS(attn_safetensors_tensor_as(&file, "fp8", ATTN_DTYPE_BF16, 1, shape3, &view,
+                                            &owned, &error),
+                 ATTN_ERROR_FORMAT, &error, "tensor_as refuses F8_E4M3");
+    CHECK(owned == NULL, "nothing allocated");
+    /* The writer writes only attn's dtypes. */
+    char path[] = "/tmp/attn_test_other_XXXXXX";
+    close(mkstemp(path));
+    CHECK_STATUS(attn_safetensors_write(path, &file.tensors[0], 1, NULL, 0, &error),
+                 ATTN_ERROR_INVALID_ARGUMENT, &error, "writing an OTHER dtype");
+    remove(path);
     attn_safetensors_free(&file);
     free(image);
 }
@@ -466,6 +518,7 @@ static void test_sharded(void) {
 int main(void) {
     test_package_fixture();
     test_metadata();
+    test_other_dtypes();
     test_views();
     test_sharded();
     return test_finish();

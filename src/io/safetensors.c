@@ -20,19 +20,28 @@
 
 /* ---- dtypes --------------------------------------------------------------------------- */
 
+/* The format's whole-byte dtypes; those attn has no type for are ATTN_SAFETENSORS_DTYPE_OTHER. */
 typedef struct safetensors_dtype_entry {
     const char *text;
     attn_dtype dtype;
+    unsigned size;
 } safetensors_dtype_entry;
 
 static const safetensors_dtype_entry safetensors_dtypes[] = {
-    {"F32", ATTN_DTYPE_F32}, {"F16", ATTN_DTYPE_F16}, {"BF16", ATTN_DTYPE_BF16},
-    {"F64", ATTN_DTYPE_F64}, {"I32", ATTN_DTYPE_I32}, {"I64", ATTN_DTYPE_I64},
-    {"BOOL", ATTN_DTYPE_BOOL},
+    {"F32", ATTN_DTYPE_F32, 4}, {"F16", ATTN_DTYPE_F16, 2}, {"BF16", ATTN_DTYPE_BF16, 2},
+    {"F64", ATTN_DTYPE_F64, 8}, {"I32", ATTN_DTYPE_I32, 4}, {"I64", ATTN_DTYPE_I64, 8},
+    {"BOOL", ATTN_DTYPE_BOOL, 1},
+    {"U8", ATTN_SAFETENSORS_DTYPE_OTHER, 1},      {"I8", ATTN_SAFETENSORS_DTYPE_OTHER, 1},
+    {"F8_E4M3", ATTN_SAFETENSORS_DTYPE_OTHER, 1}, {"F8_E5M2", ATTN_SAFETENSORS_DTYPE_OTHER, 1},
+    {"F8_E8M0", ATTN_SAFETENSORS_DTYPE_OTHER, 1}, {"I16", ATTN_SAFETENSORS_DTYPE_OTHER, 2},
+    {"U16", ATTN_SAFETENSORS_DTYPE_OTHER, 2},     {"U32", ATTN_SAFETENSORS_DTYPE_OTHER, 4},
+    {"U64", ATTN_SAFETENSORS_DTYPE_OTHER, 8},
 };
+#define SAFETENSORS_DTYPE_COUNT (sizeof safetensors_dtypes / sizeof safetensors_dtypes[0])
 
 const char *attn_safetensors_dtype_name(attn_dtype dtype) {
-    for (size_t i = 0; i < sizeof safetensors_dtypes / sizeof safetensors_dtypes[0]; ++i)
+    if (dtype == ATTN_SAFETENSORS_DTYPE_OTHER) return NULL;
+    for (size_t i = 0; i < SAFETENSORS_DTYPE_COUNT; ++i)
         if (safetensors_dtypes[i].dtype == dtype) return safetensors_dtypes[i].text;
     return NULL;
 }
@@ -206,7 +215,8 @@ static attn_status check_header_tokens(const unsigned char *text, size_t length,
 
 typedef struct parsed_entry {
     attn_safetensors_tensor tensor;
-    uint64_t begin, end; /* data_offsets */
+    uint64_t begin, end;   /* data_offsets */
+    unsigned element_size; /* bytes of one element of the stored dtype */
 } parsed_entry;
 
 static attn_status entry_fail(attn_error *error, const char *name, const char *what,
@@ -225,17 +235,20 @@ static attn_status parse_entry(const cJSON *item, parsed_entry *entry, attn_erro
         if (strcmp(key, "dtype") == 0 && !have_dtype) {
             have_dtype = 1;
             if (!cJSON_IsString(field)) return entry_fail(error, name, "dtype is not a string", NULL);
-            int known = 0;
-            for (size_t i = 0; i < sizeof safetensors_dtypes / sizeof safetensors_dtypes[0]; ++i)
-                if (strcmp(field->valuestring, safetensors_dtypes[i].text) == 0) {
-                    entry->tensor.dtype = safetensors_dtypes[i].dtype;
-                    known = 1;
-                }
-            if (!known)
+            const safetensors_dtype_entry *known = NULL;
+            for (size_t i = 0; i < SAFETENSORS_DTYPE_COUNT && known == NULL; ++i)
+                if (strcmp(field->valuestring, safetensors_dtypes[i].text) == 0)
+                    known = &safetensors_dtypes[i];
+            if (known == NULL)
                 return attn_fail(error, ATTN_ERROR_FORMAT,
                                  "safetensors tensor '%s': dtype '%.32s' not supported (F32, "
-                                 "F16, BF16, F64, I32, I64, BOOL)",
+                                 "F16, BF16, F64, I32, I64, BOOL, U8, I8, I16, U16, U32, U64, "
+                                 "F8_E4M3, F8_E5M2, F8_E8M0)",
                                  name, field->valuestring);
+            entry->tensor.dtype = known->dtype;
+            entry->element_size = known->size;
+            snprintf(entry->tensor.stored_dtype, sizeof entry->tensor.stored_dtype, "%s",
+                     known->text);
         } else if (strcmp(key, "shape") == 0 && !have_shape) {
             have_shape = 1;
             if (!cJSON_IsArray(field)) return entry_fail(error, name, "shape is not an array", NULL);
@@ -285,7 +298,7 @@ static attn_status validate_entries(parsed_entry *entries, int64_t count, const 
                                     uint64_t data_length, attn_error *error) {
     for (int64_t i = 0; i < count; ++i) {
         attn_safetensors_tensor *t = &entries[i].tensor;
-        uint64_t bytes = attn_dtype_size(t->dtype);
+        uint64_t bytes = entries[i].element_size;
         for (int d = 0; d < t->rank; ++d) {
             uint64_t product;
             if (__builtin_mul_overflow(bytes, (uint64_t)t->shape[d], &product) ||

@@ -89,8 +89,7 @@ attn_status attn_safetensors_get(const attn_safetensors_file *file, const char *
         return attn_fail(error, ATTN_ERROR_FORMAT,
                          "safetensors tensor '%s': dtype %s cannot be converted to %s (F32, "
                          "BF16 or F16 are)",
-                         name, attn_safetensors_dtype_name(t->dtype),
-                         attn_safetensors_dtype_name(dtype));
+                         name, t->stored_dtype, attn_safetensors_dtype_name(dtype));
     convert(t->dtype, t->data, t->byte_count / attn_dtype_size(t->dtype), dtype, out);
     return ATTN_OK;
 }
@@ -115,6 +114,10 @@ attn_status attn_safetensors_view(const attn_safetensors_file *file, const char 
     if (t == NULL)
         return attn_fail(error, ATTN_ERROR_FORMAT, "safetensors: tensor '%s' missing", name);
     size_t element = attn_dtype_size(t->dtype);
+    if (t->dtype == ATTN_SAFETENSORS_DTYPE_OTHER || element == 0)
+        return attn_fail(error, ATTN_ERROR_UNSUPPORTED,
+                         "safetensors tensor '%s': dtype %s has no attn type to view it as",
+                         name, t->stored_dtype);
     if (t->byte_count == 0)
         return attn_fail(error, ATTN_ERROR_UNSUPPORTED,
                          "safetensors tensor '%s': no elements, nothing to view", name);
@@ -127,7 +130,7 @@ attn_status attn_safetensors_view(const attn_safetensors_file *file, const char 
                          "aligned to the %zu-byte %s element (attn_safetensors_get copies)",
                          name,
                          (unsigned long long)((const unsigned char *)t->data - image), element,
-                         attn_safetensors_dtype_name(t->dtype));
+                         t->stored_dtype);
     }
     *view = view_of(t, (void *)(uintptr_t)t->data, t->dtype);
     return ATTN_OK;
@@ -151,6 +154,11 @@ attn_status attn_safetensors_tensor_as(const attn_safetensors_file *file, const 
     const attn_safetensors_tensor *t = NULL;
     attn_status status = find_shaped(file, name, rank, shape, &t, error);
     if (status != ATTN_OK) return status;
+    if (!is_float_dtype(t->dtype))
+        return attn_fail(error, ATTN_ERROR_FORMAT,
+                         "safetensors tensor '%s': dtype %s cannot be converted to %s (F32, "
+                         "BF16 or F16 are)",
+                         name, t->stored_dtype, attn_safetensors_dtype_name(dtype));
     size_t element = attn_dtype_size(dtype);
     if (t->dtype == dtype && t->byte_count > 0 && (uintptr_t)t->data % element == 0) {
         *out = view_of(t, (void *)(uintptr_t)t->data, dtype);

@@ -15,7 +15,7 @@ import numpy as np
 
 ATTN, WORK = sys.argv[1], sys.argv[2]
 FAILURES = []
-DTYPE_BYTES = {"F32": 4, "BF16": 2, "F16": 2, "I64": 8}
+DTYPE_BYTES = {"F32": 4, "BF16": 2, "F16": 2, "I64": 8, "F8_E4M3": 1, "U8": 1}
 
 
 def write_safetensors(path, tensors, metadata=None):
@@ -141,6 +141,7 @@ families = {
     "attn": ([(f"{r}_proj.{k}", "F32", [12, 12] if k == "weight" else [12]) for r in "qkvo"
               for k in ("weight", "bias")],
              [("-", "attn", "", "q [12, 12]  k [12, 12]  v [12, 12]  o [12, 12]", "bias: q k v o")]),
+    "fp8": ([("model.norm.weight", "F8_E4M3", [16]), ("packed", "U8", [3, 5])], []),
     "incomplete": ([("model.layers.2.self_attn.q_proj.weight", "F32", [8, 8]),
                     ("model.layers.2.self_attn.k_proj.weight", "F32", [8, 8])], None),
 }
@@ -159,6 +160,8 @@ for family, (tensors, expected) in families.items():
               "model.layers.2.self_attn.o_proj.weight" in out, f"{family}: missing listed: {out}")
         continue
     check(layers_of(out) == expected, f"{family}: layers {layers_of(out)} != {expected}")
+    if not expected:
+        check("attention layers (0):\n  none recognised" in out, f"{family}: no layers: {out}")
 
 # ---- .npy -------------------------------------------------------------------------------------
 np.save(os.path.join(WORK, "a.npy"), np.zeros((3, 5, 7), dtype=np.float16))
