@@ -186,6 +186,21 @@ static void visit_relative(float x, float y, void *state) {
     if (e > *worst) *worst = e;
 }
 
+double test_largest_abs_dot(const attn_tensor *q, const attn_tensor *k) {
+    const int64_t group = q->shape[2] / k->shape[2];
+    double largest = 0.0;
+    for (int64_t b = 0; b < q->shape[0]; ++b)
+        for (int64_t h = 0; h < q->shape[2]; ++h)
+            for (int64_t i = 0; i < q->shape[1]; ++i)
+                for (int64_t j = 0; j < k->shape[1]; ++j) {
+                    double sum = 0.0;
+                    for (int64_t d = 0; d < q->shape[3]; ++d)
+                        sum += fabs(test_get4(q, b, i, h, d) * test_get4(k, b, j, h / group, d));
+                    if (sum > largest) largest = sum;
+                }
+    return largest;
+}
+
 double test_max_relative_error(const attn_tensor *a, const attn_tensor *b) {
     if (a->rank != b->rank) return INFINITY;
     for (int d = 0; d < a->rank; ++d)

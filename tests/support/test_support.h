@@ -69,6 +69,11 @@ void test_tensor_free(test_tensor *t);
 float test_get4(const attn_tensor *t, int64_t a, int64_t b, int64_t c, int64_t d);
 float test_get3(const attn_tensor *t, int64_t a, int64_t b, int64_t c);
 
+/* max over b, i, h, j of sum_d |q[b,i,h,d] k[b,j,h/(Hq/Hkv),d]| for float32 views q
+ * [B, Tq, Hq, Dk] and k [B, Tk, Hkv, Dk]: the largest unscaled |logit| any kernel can sum,
+ * the base of the tests' bounds on the fp32 error of one logit. */
+double test_largest_abs_dot(const attn_tensor *q, const attn_tensor *k);
+
 /* ---- comparisons ---- */
 /* max over elements of |a - b| / (1 + |b|) for two rank-4 (or rank-3) views of equal shape.
  * NaN in exactly one of them counts as +inf; equal infinities count as 0. */
