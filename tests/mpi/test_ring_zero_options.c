@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "attn_mpi.h"
+#include "mpi_test_finish.h"
 #include "test_support.h"
 
 enum { B = 1, T = 13, HQ = 4, HKV = 2, DK = 8, DV = 6, GROUP = HQ / HKV };
@@ -182,11 +183,5 @@ int main(int argc, char **argv) {
     for (size_t n = 0; n < sizeof kinds / sizeof kinds[0]; ++n)
         if (kinds[n] != ATTN_RING_LAYOUT_ZIGZAG || T >= 2 * rank_count)
             run_layout(kinds[n], rank, rank_count);
-    /* Every rank must pass: combine the verdicts so each rank's exit code reflects all. */
-    int failed = test_failed_count, any_failed = 0;
-    MPI_Allreduce(&failed, &any_failed, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
-    if (rank == 0) printf("ranks: %d, failures over all ranks: %d\n", rank_count, any_failed);
-    int code = test_finish();
-    MPI_Finalize();
-    return any_failed > 0 && code == 0 ? 1 : code;
+    return mpi_test_finish(rank, rank_count);
 }
