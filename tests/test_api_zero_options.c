@@ -4,7 +4,7 @@
  * or NULL attn_execution meaning the defaults, at every entry point: attn_forward,
  * attn_reference_forward, attn_backward, attn_reference_backward, attn_decode and
  * attn_reference_decode. Each result is checked against an independent double-precision
- * computation written here:
+ * computation (test_plain_attention in tests/support):
  *   S = Q Kᵀ / sqrt(Dk),  P = softmax_rows(S),  O = P V,  LSE = log Σ_j exp(S_ij)
  *   dV = Pᵀ dO,  dP = dO Vᵀ,  dS = P ∘ (dP − rowsum(dO ∘ O)),  dQ = dS K / sqrt(Dk),
  *   dK = dSᵀ Q / sqrt(Dk)
@@ -29,53 +29,16 @@ typedef struct problem {
     double dq[B * TQ * HQ * DK], dk[B * TK * HKV * DK], dv[B * TK * HKV * DV];
 } problem;
 
-/* Plain attention of batch b's Tq queries over its first `keys` keys, in double: O, LSE and
- * (when dout is given) the gradients, accumulated into dq / dk / dv (zeroed by the caller). */
+/* Plain attention of batch b's Tq queries over its first `keys` keys, in double
+ * (test_plain_attention): O, LSE and the gradients, accumulated into dq / dk / dv (zeroed by
+ * the caller). */
 static void oracle(problem *p, int64_t b, int64_t keys) {
-    const double scale = 1.0 / sqrt((double)DK);
-    const float *q = p->q + b * TQ * HQ * DK, *k = p->k + b * TK * HKV * DK;
-    const float *v = p->v + b * TK * HKV * DV, *dout = p->dout + b * TQ * HQ * DV;
-    double *out = p->out + b * TQ * HQ * DV, *lse = p->lse + b * HQ * TQ;
-    double *dq = p->dq + b * TQ * HQ * DK, *dk = p->dk + b * TK * HKV * DK;
-    double *dv = p->dv + b * TK * HKV * DV;
-    for (int64_t h = 0; h < HQ; ++h) {
-        const int64_t g = h / GROUP;
-        for (int64_t i = 0; i < TQ; ++i) {
-            double s[TK], m = -INFINITY, sum = 0.0;
-            for (int64_t j = 0; j < keys; ++j) {
-                double dot = 0.0;
-                for (int64_t d = 0; d < DK; ++d)
-                    dot += (double)q[AT(i, h, d, TQ, HQ, DK)] * (double)k[AT(j, g, d, TK, HKV, DK)];
-                s[j] = dot * scale;
-                if (s[j] > m) m = s[j];
-            }
-            for (int64_t j = 0; j < keys; ++j) sum += exp(s[j] - m);
-            lse[h * TQ + i] = m + log(sum);
-            double pr[TK];
-            for (int64_t j = 0; j < keys; ++j) pr[j] = exp(s[j] - m) / sum;
-            for (int64_t e = 0; e < DV; ++e) {
-                double o = 0.0;
-                for (int64_t j = 0; j < keys; ++j) o += pr[j] * (double)v[AT(j, g, e, TK, HKV, DV)];
-                out[AT(i, h, e, TQ, HQ, DV)] = o;
-            }
-            /* Gradients of the row. */
-            double row_dot = 0.0;
-            for (int64_t e = 0; e < DV; ++e)
-                row_dot += (double)dout[AT(i, h, e, TQ, HQ, DV)] * out[AT(i, h, e, TQ, HQ, DV)];
-            for (int64_t j = 0; j < keys; ++j) {
-                double dp = 0.0;
-                for (int64_t e = 0; e < DV; ++e) {
-                    dp += (double)dout[AT(i, h, e, TQ, HQ, DV)] * (double)v[AT(j, g, e, TK, HKV, DV)];
-                    dv[AT(j, g, e, TK, HKV, DV)] += pr[j] * (double)dout[AT(i, h, e, TQ, HQ, DV)];
-                }
-                const double ds = pr[j] * (dp - row_dot);
-                for (int64_t d = 0; d < DK; ++d) {
-                    dq[AT(i, h, d, TQ, HQ, DK)] += ds * (double)k[AT(j, g, d, TK, HKV, DK)] * scale;
-                    dk[AT(j, g, d, TK, HKV, DK)] += ds * (double)q[AT(i, h, d, TQ, HQ, DK)] * scale;
-                }
-            }
-        }
-    }
+    static const test_plain_shape shape = {TQ, TK, HQ, HKV, DK, DV};
+    test_plain_attention(&shape, keys, p->q + b * TQ * HQ * DK, p->k + b * TK * HKV * DK,
+                         p->v + b * TK * HKV * DV, p->dout + b * TQ * HQ * DV,
+                         p->out + b * TQ * HQ * DV, p->lse + b * HQ * TQ,
+                         p->dq + b * TQ * HQ * DK, p->dk + b * TK * HKV * DK,
+                         p->dv + b * TK * HKV * DV);
 }
 
 /* max |actual - expected| / (1 + |expected|) over n values. */
