@@ -51,6 +51,21 @@ static double worst_error(const float *actual, const double *expected, int64_t n
     return worst;
 }
 
+/* Sets every float of a static array to NaN (so that an unwritten element fails). */
+#define FILL_NAN(array)                                                                       \
+    for (size_t x_ = 0; x_ < sizeof(array) / sizeof((array)[0]); ++x_) (array)[x_] = NAN
+
+/* O [B, Tq, Hq, Dv] and LSE [B, Hq, Tq] of one run against the oracle's, 1e-5 each (the
+ * oracle's LSE is [b][h][i] like the library's). */
+static void check_out_lse(const float *out, const float *lse, const problem *p,
+                          const char *entry, const char *which, const char *name) {
+    const double out_error = worst_error(out, p->out, B * TQ * HQ * DV);
+    const double lse_error = worst_error(lse, p->lse, B * HQ * TQ);
+    CHECK(out_error <= 1e-5 && lse_error <= 1e-5,
+          "%s (%s), %s: plain attention (O error %.3g, LSE error %.3g)", entry, which, name,
+          out_error, lse_error);
+}
+
 /* The option / execution pairs that must all mean "plain attention, defaults". */
 typedef struct variant {
     const char *name;
@@ -99,24 +114,19 @@ static void test_forward_and_backward(problem *p) {
         for (int reference = 0; reference < 2; ++reference) {
             const char *which = reference ? "reference" : "tiled";
             attn_error error;
-            for (size_t x = 0; x < sizeof out / sizeof out[0]; ++x) out[x] = NAN;
-            for (size_t x = 0; x < sizeof lse / sizeof lse[0]; ++x) lse[x] = NAN;
+            FILL_NAN(out);
+            FILL_NAN(lse);
             attn_status status =
                 reference ? attn_reference_forward(&q_view, &k_view, &v_view, w->options,
                                                    &out_view, &lse_view, &error)
                           : attn_forward(&q_view, &k_view, &v_view, w->options, &out_view,
                                          &lse_view, w->execution, &error);
             CHECK_STATUS(status, ATTN_OK, &error, "forward (%s), %s", which, w->name);
-            const double out_error = worst_error(out, p->out, B * TQ * HQ * DV);
-            /* The oracle's LSE is [b][h][i] like the library's. */
-            const double lse_error = worst_error(lse, p->lse, B * HQ * TQ);
-            CHECK(out_error <= 1e-5 && lse_error <= 1e-5,
-                  "forward (%s), %s: plain attention (O error %.3g, LSE error %.3g)", which,
-                  w->name, out_error, lse_error);
+            check_out_lse(out, lse, p, "forward", which, w->name);
 
-            for (size_t x = 0; x < sizeof dq / sizeof dq[0]; ++x) dq[x] = NAN;
-            for (size_t x = 0; x < sizeof dk / sizeof dk[0]; ++x) dk[x] = NAN;
-            for (size_t x = 0; x < sizeof dv / sizeof dv[0]; ++x) dv[x] = NAN;
+            FILL_NAN(dq);
+            FILL_NAN(dk);
+            FILL_NAN(dv);
             status = reference
                          ? attn_reference_backward(&q_view, &k_view, &v_view, &out_view,
                                                    &lse_view, &dout_view, w->options, &dq_view,
@@ -168,19 +178,15 @@ static void test_decode(problem *p) {
         const variant *w = &table[n];
         for (int reference = 0; reference < 2; ++reference) {
             const char *which = reference ? "reference" : "split-KV";
-            for (size_t x = 0; x < sizeof out / sizeof out[0]; ++x) out[x] = NAN;
-            for (size_t x = 0; x < sizeof lse / sizeof lse[0]; ++x) lse[x] = NAN;
+            FILL_NAN(out);
+            FILL_NAN(lse);
             attn_status status =
                 reference ? attn_reference_decode(cache, &q_view, w->options, &out_view,
                                                   &lse_view, &error)
                           : attn_decode(cache, &q_view, w->options, &out_view, &lse_view,
                                         w->execution, &error);
             CHECK_STATUS(status, ATTN_OK, &error, "decode (%s), %s", which, w->name);
-            const double out_error = worst_error(out, p->out, B * TQ * HQ * DV);
-            const double lse_error = worst_error(lse, p->lse, B * HQ * TQ);
-            CHECK(out_error <= 1e-5 && lse_error <= 1e-5,
-                  "decode (%s), %s: plain attention over the cache (O %.3g, LSE %.3g)", which,
-                  w->name, out_error, lse_error);
+            check_out_lse(out, lse, p, "decode", which, w->name);
         }
     }
     attn_kv_cache_destroy(cache);
