@@ -69,9 +69,13 @@ typedef struct feed_forward {
     float *output_norm_weight, *output_norm_bias;
 } feed_forward;
 
-static feed_forward load_feed_forward(const attn_safetensors_file *file, const char *prefix,
+/* `attention` is the layer's attention prefix ("encoder.layer.N.attention."); the block's other
+ * tensors sit next to it. */
+static feed_forward load_feed_forward(const attn_safetensors_file *file, const char *attention,
                                       int64_t d, int64_t inner) {
-    char name[512];
+    char name[512], prefix[256];
+    size_t block = strlen(attention) - strlen("attention.");
+    snprintf(prefix, sizeof prefix, "%.*s", (int)block, attention);
     feed_forward f;
 #define LOAD(field, part, rows, columns)                                                       \
     snprintf(name, sizeof name, "%s%s", prefix, part);                                         \
@@ -175,7 +179,7 @@ int main(int argc, char **argv) {
         char prefix[256];
         check(attn_model_load_layer(&model, &file, l, &layer, &error), &error, "attention layer");
         check(attn_model_layer_prefix(&model, &file, l, prefix, sizeof prefix, &error), &error,
-              "layer prefix");
+              "layer prefix"); /* "encoder.layer.L.attention." */
         feed_forward f = load_feed_forward(&file, prefix, d, model.intermediate_size);
         check(attn_layer_forward(&layer, N, T, hidden, T, NULL, &options, NULL, attention, &error),
               &error, "attention");

@@ -1045,15 +1045,16 @@ attn_status attn_layer_load_safetensors(attn_layer *layer, const char *prefix,
 
 /*
  * The attention layers of a checkpoint, named as its Hugging Face safetensors name them
- * (block prefix P = the layer's prefix, e.g. "encoder.layer.3.", "h.3.", "model.layers.3."):
- *   BERT     P attention.self.{query,key,value}.{weight,bias}, P attention.output.dense.*
+ * (P = the attention module's prefix, e.g. "encoder.layer.3.attention.", "h.3.attn.",
+ * "model.layers.3.self_attn."):
+ *   BERT     P self.{query,key,value}.{weight,bias}, P output.dense.{weight,bias}
  *            (nn.Linear [out][in], biases on all four; roots "" or "bert.")
- *   GPT2     P attn.c_attn.{weight [d][3d], bias [3d]} (Conv1D [in][out], q | k | v along
- *            the output), P attn.c_proj.{weight [d][d], bias} (roots "" or "transformer.")
- *   LLAMA    P self_attn.{q,k,v,o}_proj.weight (no biases unless config attention_bias; GQA)
+ *   GPT2     P c_attn.{weight [d][3d], bias [3d]} (Conv1D [in][out], q | k | v along the
+ *            output), P c_proj.{weight [d][d], bias} (roots "" or "transformer.")
+ *   LLAMA    P {q,k,v,o}_proj.weight (no biases unless config attention_bias; GQA)
  *            Llama, Mistral (roots "model." or "")
  *   QWEN2    as LLAMA with q_proj, k_proj, v_proj biases and none on o_proj
- *   DEEPSEEK_V2  MLA: P self_attn.{q_proj | q_a_proj, q_a_layernorm, q_b_proj},
+ *   DEEPSEEK_V2  MLA: P q_proj (V2-Lite) or q_a_proj, q_a_layernorm, q_b_proj (V2), and
  *            kv_a_proj_with_mqa, kv_a_layernorm, kv_b_proj, o_proj (attn_mla_weights)
  */
 typedef enum attn_model_family {
@@ -1123,17 +1124,18 @@ attn_status attn_model_layer_config(const attn_model_config *model, attn_layer_c
                                     attn_error *error);
 
 /*
- * The block prefix of layer `index` (0-based) in `file`: the family's block name ("encoder.
- * layer.N.", "h.N.", "layers.N.") under the first root that names a tensor of it in the file
- * (BERT "", "bert."; GPT-2 "", "transformer."; others "model.", ""). prefix: char[capacity].
- * Errors: no such layer (FORMAT, naming what was looked for), capacity too small.
+ * The attention prefix of layer `index` (0-based) in `file`: the family's module name
+ * ("encoder.layer.N.attention.", "h.N.attn.", "layers.N.self_attn.") under the first root that
+ * names a tensor of it in the file (BERT "", "bert."; GPT-2 "", "transformer."; others
+ * "model.", ""). prefix: char[capacity]. Errors: no such layer (FORMAT, naming what was looked
+ * for), capacity too small.
  */
 attn_status attn_model_layer_prefix(const attn_model_config *model,
                                     const attn_safetensors_file *file, int64_t index,
                                     char *prefix, size_t capacity, attn_error *error);
 
 /*
- * Loads the attention parameters of the block at `prefix` into a created layer (its config
+ * Loads the attention parameters under `prefix` (as above) into a created layer (its config
  * gives the shapes and biases) by `family`'s names, converting F32/BF16/F16 to float32 and
  * GPT-2's Conv1D [in][out] layout (fused q | k | v) to nn.Linear [out][in]. Errors name the
  * tensor: missing, misshapen, a bias in the file the layer lacks or the reverse. On error the

@@ -159,7 +159,7 @@ static void test_load_errors(void) {
     all_biases.bias = 1;
     attn_layer_config no_biases = {.model_dim = 32, .query_heads = 4, .kv_heads = 2,
                                    .head_dim = 8};
-    const char *prefix = "model.layers.0.";
+    const char *prefix = "model.layers.0.self_attn.";
     struct {
         const char *what;
         attn_layer_config config;
@@ -174,7 +174,7 @@ static void test_load_errors(void) {
         {"qwen2 without biases", no_biases, ATTN_MODEL_QWEN2, &qwen2, ATTN_ERROR_SHAPE_MISMATCH,
          "q_proj.bias' present"},
         {"qwen2 as bert", qwen2_config, ATTN_MODEL_BERT, &qwen2, ATTN_ERROR_FORMAT,
-         "attention.self.query.weight"},
+         "self.query.weight"},
         {"qwen2 as gpt2", qwen2_config, ATTN_MODEL_GPT2, &qwen2, ATTN_ERROR_INVALID_ARGUMENT,
          "kv_heads = 2"},
         {"qwen2 as deepseek", qwen2_config, ATTN_MODEL_DEEPSEEK_V2, &qwen2,

@@ -12,22 +12,22 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Where a family keeps its blocks: roots tried in order, the block name (one %lld), and a
- * tensor every block has (its presence picks the root). */
+/* Where a family keeps its attention layers: roots tried in order, the attention module's
+ * name (one %lld: the layer), and a tensor every layer has (its presence picks the root). */
 typedef struct family_scheme {
     const char *roots[2];
-    const char *block;
+    const char *module;
     const char *probe;
 } family_scheme;
 
 static const family_scheme *scheme_of(attn_model_family family) {
-    static const family_scheme bert = {{"", "bert."}, "encoder.layer.%lld.",
-                                       "attention.self.query.weight"};
-    static const family_scheme gpt2 = {{"", "transformer."}, "h.%lld.", "attn.c_attn.weight"};
-    static const family_scheme decoder = {{"model.", ""}, "layers.%lld.",
-                                          "self_attn.q_proj.weight"};
-    static const family_scheme mla = {{"model.", ""}, "layers.%lld.",
-                                      "self_attn.kv_a_proj_with_mqa.weight"};
+    static const family_scheme bert = {{"", "bert."}, "encoder.layer.%lld.attention.",
+                                       "self.key.weight"};
+    static const family_scheme gpt2 = {{"", "transformer."}, "h.%lld.attn.", "c_attn.weight"};
+    static const family_scheme decoder = {{"model.", ""}, "layers.%lld.self_attn.",
+                                          "k_proj.weight"};
+    static const family_scheme mla = {{"model.", ""}, "layers.%lld.self_attn.",
+                                      "kv_a_proj_with_mqa.weight"};
     switch (family) {
     case ATTN_MODEL_BERT: return &bert;
     case ATTN_MODEL_GPT2: return &gpt2;
@@ -81,7 +81,7 @@ attn_status attn_model_layer_prefix(const attn_model_config *model,
         return attn_fail(error, ATTN_ERROR_INVALID_ARGUMENT, "index = %lld: must be >= 0",
                          (long long)index);
     char block[64], name[ATTN_SAFETENSORS_NAME_CAPACITY];
-    snprintf(block, sizeof block, scheme->block, (long long)index);
+    snprintf(block, sizeof block, scheme->module, (long long)index);
     for (int r = 0; r < 2; ++r) {
         snprintf(name, sizeof name, "%s%s%s", scheme->roots[r], block, scheme->probe);
         if (attn_safetensors_find(file, name) == NULL) continue;
@@ -153,14 +153,14 @@ static attn_status load_gpt2(attn_layer *layer, const char *prefix,
     float *bias_targets[3] = {layer->q_bias, layer->k_bias, layer->v_bias};
     char name[ATTN_SAFETENSORS_NAME_CAPACITY];
     int64_t shape[2] = {d, 3 * width};
-    attn_status status = make_name(name, prefix, "attn.c_attn.", "weight", error);
+    attn_status status = make_name(name, prefix, "c_attn.", "weight", error);
     if (status == ATTN_OK) status = attn_safetensors_get_f32(file, name, 2, shape, fused, error);
     if (status == ATTN_OK) {
         for (int part = 0; part < 3; ++part)
             for (int64_t o = 0; o < width; ++o)
                 for (int64_t i = 0; i < d; ++i)
                     targets[part][o * d + i] = fused[i * 3 * width + part * width + o];
-        status = make_name(name, prefix, "attn.c_attn.", "bias", error);
+        status = make_name(name, prefix, "c_attn.", "bias", error);
     }
     if (status == ATTN_OK && qkv_bias) {
         int64_t bias_shape[1] = {3 * width};
@@ -174,14 +174,14 @@ static attn_status load_gpt2(attn_layer *layer, const char *prefix,
     }
     if (status == ATTN_OK) {
         int64_t proj_shape[2] = {width, d};
-        status = make_name(name, prefix, "attn.c_proj.", "weight", error);
+        status = make_name(name, prefix, "c_proj.", "weight", error);
         if (status == ATTN_OK)
             status = attn_safetensors_get_f32(file, name, 2, proj_shape, fused, error);
         if (status == ATTN_OK)
             for (int64_t o = 0; o < d; ++o)
                 for (int64_t i = 0; i < width; ++i) layer->o_weight[o * width + i] = fused[i * d + o];
     }
-    if (status == ATTN_OK) status = make_name(name, prefix, "attn.c_proj.", "bias", error);
+    if (status == ATTN_OK) status = make_name(name, prefix, "c_proj.", "bias", error);
     if (status == ATTN_OK && layer->o_bias != NULL) {
         int64_t bias_shape[1] = {d};
         status = attn_safetensors_get_f32(file, name, 1, bias_shape, layer->o_bias, error);
@@ -201,10 +201,9 @@ attn_status attn_layer_load_family(attn_layer *layer, attn_model_family family,
     if (file == NULL) return attn_fail(error, ATTN_ERROR_NULL_ARGUMENT, "file = NULL");
     if (prefix == NULL) prefix = "";
     if (family == ATTN_MODEL_GPT2) return load_gpt2(layer, prefix, file, error);
-    static const char *const bert[4] = {"attention.self.query.", "attention.self.key.",
-                                        "attention.self.value.", "attention.output.dense."};
-    static const char *const decoder[4] = {"self_attn.q_proj.", "self_attn.k_proj.",
-                                           "self_attn.v_proj.", "self_attn.o_proj."};
+    static const char *const bert[4] = {"self.query.", "self.key.", "self.value.",
+                                        "output.dense."};
+    static const char *const decoder[4] = {"q_proj.", "k_proj.", "v_proj.", "o_proj."};
     const char *const *parts;
     if (family == ATTN_MODEL_BERT)
         parts = bert;
@@ -307,18 +306,18 @@ attn_status attn_model_load_mla(const attn_model_config *model,
     int n = 0;
     attn_mla_weights *w = &layer->weights;
     if (qr == 0) {
-        parts[n++] = (mla_part){"self_attn.q_proj.weight", 2, h * qk, d, &w->wq};
+        parts[n++] = (mla_part){"q_proj.weight", 2, h * qk, d, &w->wq};
     } else {
-        parts[n++] = (mla_part){"self_attn.q_a_proj.weight", 2, qr, d, &w->wq_a};
-        parts[n++] = (mla_part){"self_attn.q_a_layernorm.weight", 1, qr, 0, &w->q_norm};
-        parts[n++] = (mla_part){"self_attn.q_b_proj.weight", 2, h * qk, qr, &w->wq_b};
+        parts[n++] = (mla_part){"q_a_proj.weight", 2, qr, d, &w->wq_a};
+        parts[n++] = (mla_part){"q_a_layernorm.weight", 1, qr, 0, &w->q_norm};
+        parts[n++] = (mla_part){"q_b_proj.weight", 2, h * qk, qr, &w->wq_b};
     }
-    parts[n++] = (mla_part){"self_attn.kv_a_proj_with_mqa.weight", 2,
+    parts[n++] = (mla_part){"kv_a_proj_with_mqa.weight", 2,
                                     kr + c->qk_rope_dim, d, &w->wkv_a};
-    parts[n++] = (mla_part){"self_attn.kv_a_layernorm.weight", 1, kr, 0, &w->kv_norm};
-    parts[n++] = (mla_part){"self_attn.kv_b_proj.weight", 2, h * (c->qk_nope_dim + v),
+    parts[n++] = (mla_part){"kv_a_layernorm.weight", 1, kr, 0, &w->kv_norm};
+    parts[n++] = (mla_part){"kv_b_proj.weight", 2, h * (c->qk_nope_dim + v),
                                     kr, &w->wkv_b};
-    parts[n++] = (mla_part){"self_attn.o_proj.weight", 2, d, h * v, &w->wo};
+    parts[n++] = (mla_part){"o_proj.weight", 2, d, h * v, &w->wo};
     int64_t total = 0;
     for (int i = 0; i < n; ++i) {
         int64_t count;
