@@ -20,7 +20,7 @@
 #include "bench_clock.h"
 #include "bench_report.h"
 #include "cli.h"
-#include "kernels/kernel.h"
+#include "kernels/registry.h"
 
 #define MAX_LIST 16
 
@@ -426,9 +426,9 @@ int cli_bench(int argc, char **argv) {
                cli_measure_read_bandwidth_gbs(threads));
         return 0;
     }
-    const attn_kernel_table *table = NULL;
+    const attn_kernels *table = NULL;
     attn_error error;
-    if (attn_select_kernels(s.kernel, &table, &error) != ATTN_OK) {
+    if (attn_kernels_select(s.kernel, &table, &error) != ATTN_OK) {
         fprintf(stderr, "attn bench: --kernel: %s\n", error.message);
         return 1;
     }

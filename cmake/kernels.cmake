@@ -1,10 +1,10 @@
-# kernels.cmake — architecture kernels behind runtime dispatch (src/kernels/dispatch.c).
+# kernels.cmake — architecture kernels behind runtime dispatch (src/kernels/registry.c).
 #
 # Every .c under src/kernels/avx2 is compiled with AVX2 + FMA and every .c under
 # src/kernels/avx512 with AVX-512 (F, DQ, BW, VL) + FMA; only these files get those flags, so
-# the rest of the library still runs on any x86-64 CPU and dispatch.c decides from CPUID which
-# table runs. The ATTN_HAVE_*_KERNELS definitions are PUBLIC on attn_objects so every target
-# that includes kernel.h (tests, CLI) sees the same table declarations.
+# the rest of the library still runs on any x86-64 CPU and registry.c decides from CPUID and
+# the OS which table runs. The ATTN_HAVE_*_KERNELS definitions are PUBLIC on attn_objects so every target
+# that includes kernels/registry.h (tests, CLI) sees the same table declarations.
 # Off on non-x86 compilers: then only the generic table exists.
 include(CheckCCompilerFlag)
 

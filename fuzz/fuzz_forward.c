@@ -9,7 +9,7 @@
 #include <stdlib.h>
 
 #include "attention_case.h"
-#include "kernels/kernel.h"
+#include "kernels/registry.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     case_bytes bytes = {data, size, 0};

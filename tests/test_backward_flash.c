@@ -5,7 +5,7 @@
  * double-precision oracle forward, so the check does not depend on the forward pass.
  * Tolerance: max |flash - reference| / (1 + |reference|) <= 1e-5 for dQ, dK, dV and d bias.
  */
-#include "kernels/kernel.h"
+#include "kernels/registry.h"
 #include "test_backward_oracle.h"
 
 #define FLASH_TOLERANCE 1e-5

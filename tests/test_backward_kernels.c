@@ -1,6 +1,6 @@
 /*
- * test_backward_kernels.c — the backward kernel tables (src/backward/backward_kernels.h), each
- * one the CPU runs, against double-precision loops over a table of tile shapes (odd sizes,
+ * test_backward_kernels.c — the backward part of every kernel registry
+ * (src/kernels/registry.h) the CPU runs, against double-precision loops over a table of tile shapes (odd sizes,
  * SIMD tails, strides wider than the data):
  *   - accumulate / accumulate_transposed: acc += W·V and acc += Wᵀ·V on random accumulators;
  *     the padding floats of the value rows are NaN and the accumulator gaps hold a sentinel,
@@ -8,14 +8,14 @@
  *   - probabilities: exp(scale·s − lse) with masked (−inf) scores, empty rows (lse = −inf →
  *     exact 0) and NaN rows;
  *   - score_gradient: P·(dP − D).
- * Also: attn_backward_kernels_for pairs each forward table with the backward table of the
- * same name, and two calls on the same inputs give the same bits.
+ * Also: the registry for each choice carries that choice's name, and two calls on the same
+ * inputs give the same bits.
  */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "backward/backward_kernels.h"
+#include "kernels/registry.h"
 #include "test_support.h"
 
 #define PRODUCT_TOLERANCE 1e-5     /* relative to sum |w v| + |acc| */
@@ -35,7 +35,7 @@ static const product_case product_cases[] = {
 };
 
 /* Runs one product case through `table`, transposed or not; returns the worst error. */
-static double check_product(const attn_backward_kernel_table *table, const product_case *pc,
+static double check_product(const attn_kernels *table, const product_case *pc,
                             int transposed, test_rng *rng) {
     const int value_stride = ATTN_BACKWARD_ROW_FLOATS(pc->dim);
     const int accumulator_stride = pc->dim + pc->accumulator_pad;
@@ -72,10 +72,10 @@ static double check_product(const attn_backward_kernel_table *table, const produ
             magnitude[(size_t)o * pc->dim + e] = size;
         }
     if (transposed)
-        table->accumulate_transposed(pc->outputs, pc->inner, pc->dim, weights, weights_stride,
+        table->backward.accumulate_transposed(pc->outputs, pc->inner, pc->dim, weights, weights_stride,
                                      values, value_stride, accumulator, accumulator_stride);
     else
-        table->accumulate(pc->outputs, pc->inner, pc->dim, weights, weights_stride, values,
+        table->backward.accumulate(pc->outputs, pc->inner, pc->dim, weights, weights_stride, values,
                           value_stride, accumulator, accumulator_stride);
 
     double worst = 0.0;
@@ -97,7 +97,7 @@ static double check_product(const attn_backward_kernel_table *table, const produ
 }
 
 /* probabilities and score_gradient on a [rows][count] tile with stride > count. */
-static void check_elementwise(const attn_backward_kernel_table *table, int rows, int count,
+static void check_elementwise(const attn_kernels *table, int rows, int count,
                               test_rng *rng) {
     const int stride = count + 5;
     const float scale = 0.37f;
@@ -114,7 +114,7 @@ static void check_elementwise(const attn_backward_kernel_table *table, int rows,
     }
     if (rows > 2) lse[1] = -INFINITY, lse[2] = NAN; /* an empty row and a NaN row */
     memcpy(original, scores, sizeof(float) * (size_t)rows * stride);
-    table->probabilities(rows, count, scores, stride, scale, lse);
+    table->backward.probabilities(rows, count, scores, stride, scale, lse);
     double worst = 0.0;
     int exact = 1;
     for (int r = 0; r < rows; ++r)
@@ -147,7 +147,7 @@ static void check_elementwise(const attn_backward_kernel_table *table, int rows,
     for (int r = 0; r < rows; ++r) row_dot[r] = (float)test_rng_normal(rng);
     for (int r = 0; r < rows; ++r) gradient[(size_t)r * stride + count] = SENTINEL;
     memcpy(original, gradient, sizeof(float) * (size_t)rows * stride);
-    table->score_gradient(rows, count, probability, gradient, stride, row_dot);
+    table->backward.score_gradient(rows, count, probability, gradient, stride, row_dot);
     worst = 0.0;
     exact = 1;
     for (int r = 0; r < rows; ++r) {
@@ -174,14 +174,13 @@ int main(void) {
     test_rng_seed(&rng, 4242);
     for (int k = 0; k < 3; ++k) {
         if (!attn_cpu_supports(choices[k])) continue;
-        const attn_kernel_table *forward = NULL;
+        const attn_kernels *table = NULL;
         attn_error error;
-        CHECK_STATUS(attn_select_kernels(choices[k], &forward, &error), ATTN_OK, &error,
+        CHECK_STATUS(attn_kernels_select(choices[k], &table, &error), ATTN_OK, &error,
                      "select %s", names[k]);
-        if (forward == NULL) continue;
-        const attn_backward_kernel_table *table = attn_backward_kernels_for(forward);
-        CHECK(strcmp(table->name, names[k]) == 0, "forward table %s pairs with backward %s",
-              names[k], table->name);
+        if (table == NULL) continue;
+        CHECK(strcmp(table->name, names[k]) == 0, "registry for %s is named %s", names[k],
+              table->name);
 
         double worst = 0.0;
         for (size_t c = 0; c < sizeof product_cases / sizeof product_cases[0]; ++c)
@@ -209,7 +208,7 @@ int main(void) {
             float *accumulator = calloc((size_t)pc->outputs * pc->dim, sizeof(float));
             test_fill_normal(&same, weights, (int64_t)pc->outputs * pc->inner, 1.0f);
             test_fill_normal(&same, values, (int64_t)pc->inner * stride, 1.0f);
-            table->accumulate(pc->outputs, pc->inner, pc->dim, weights, pc->inner, values,
+            table->backward.accumulate(pc->outputs, pc->inner, pc->dim, weights, pc->inner, values,
                               stride, accumulator, pc->dim);
             if (run == 0) {
                 first = accumulator;

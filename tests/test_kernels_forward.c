@@ -8,7 +8,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "kernels/kernel.h"
+#include "kernels/registry.h"
 #include "test_support.h"
 
 typedef enum mask_kind { MASK_NONE, MASK_CAUSAL, MASK_WINDOW, MASK_SOFTCAP_CAUSAL } mask_kind;

@@ -1,6 +1,6 @@
 /*
  * test_kernels_packing.c — the packing that the forward pass reuses across query tiles:
- *  1. kernel.h's prefix property, for every kernel table this CPU runs: scores and P·V
+ *  1. the registry's prefix property (kernels/registry.h), for every kernel table this CPU runs: scores and P·V
  *     computed from a tile packed with N keys, using only its first n keys, equal bitwise
  *     those from a tile packed with exactly n keys, and nothing is written past n columns;
  *     both also agree with a double-precision dot product (1e-5).
@@ -14,7 +14,7 @@
 #include <string.h>
 
 #include "core/internal.h"
-#include "kernels/kernel.h"
+#include "kernels/registry.h"
 #include "test_support.h"
 
 /* ---- 1. prefix property ---------------------------------------------------------------- */
@@ -38,16 +38,16 @@ static float *aligned_floats(size_t count) {
     return data;
 }
 
-static void check_prefix(const attn_kernel_table *table, const prefix_case *c, test_rng *rng) {
+static void check_prefix(const attn_kernels *table, const prefix_case *c, test_rng *rng) {
     const int n = c->used_count, total = c->packed_count, dim = c->dim, rows = c->rows;
     const int stride = ((total > dim ? total : dim) + SENTINEL_COLUMNS + 15) / 16 * 16;
     float *keys = aligned_floats((size_t)total * dim);                  /* [total][dim] */
     float *queries = aligned_floats((size_t)rows * stride);            /* [rows][stride] */
     float *weights = aligned_floats((size_t)rows * stride);            /* [rows][stride] */
-    float *packed_all = aligned_floats(table->packed_keys_floats(total, dim) +
-                                       table->packed_values_floats(total, dim));
-    float *packed_prefix = aligned_floats(table->packed_keys_floats(n, dim) +
-                                          table->packed_values_floats(n, dim));
+    float *packed_all = aligned_floats(table->forward.packed_keys_floats(total, dim) +
+                                       table->forward.packed_values_floats(total, dim));
+    float *packed_prefix = aligned_floats(table->forward.packed_keys_floats(n, dim) +
+                                          table->forward.packed_values_floats(n, dim));
     float *scores_all = aligned_floats((size_t)rows * stride);
     float *scores_prefix = aligned_floats((size_t)rows * stride);
     float *sum_all = aligned_floats((size_t)rows * stride);
@@ -63,16 +63,16 @@ static void check_prefix(const attn_kernel_table *table, const prefix_case *c, t
     for (int i = 0; i < rows * stride; ++i) scores_all[i] = scores_prefix[i] = SENTINEL;
     for (int i = 0; i < rows * stride; ++i) sum_all[i] = sum_prefix[i] = 0.5f;
 
-    float *values_all = packed_all + table->packed_keys_floats(total, dim);
-    float *values_prefix = packed_prefix + table->packed_keys_floats(n, dim);
-    table->pack_keys(total, dim, keys, dim, 1, packed_all);
-    table->pack_values(total, dim, keys, dim, 1, values_all);
-    table->pack_keys(n, dim, keys, dim, 1, packed_prefix);
-    table->pack_values(n, dim, keys, dim, 1, values_prefix);
-    table->score_tile(rows, n, dim, queries, stride, packed_all, scores_all, stride);
-    table->score_tile(rows, n, dim, queries, stride, packed_prefix, scores_prefix, stride);
-    table->accumulate_values(rows, n, dim, weights, stride, values_all, sum_all, stride);
-    table->accumulate_values(rows, n, dim, weights, stride, values_prefix, sum_prefix, stride);
+    float *values_all = packed_all + table->forward.packed_keys_floats(total, dim);
+    float *values_prefix = packed_prefix + table->forward.packed_keys_floats(n, dim);
+    table->forward.pack_keys(total, dim, keys, dim, 1, packed_all);
+    table->forward.pack_values(total, dim, keys, dim, 1, values_all);
+    table->forward.pack_keys(n, dim, keys, dim, 1, packed_prefix);
+    table->forward.pack_values(n, dim, keys, dim, 1, values_prefix);
+    table->forward.score_tile(rows, n, dim, queries, stride, packed_all, scores_all, stride);
+    table->forward.score_tile(rows, n, dim, queries, stride, packed_prefix, scores_prefix, stride);
+    table->forward.accumulate_values(rows, n, dim, weights, stride, values_all, sum_all, stride);
+    table->forward.accumulate_values(rows, n, dim, weights, stride, values_prefix, sum_prefix, stride);
 
     int same_scores = 1, same_sums = 1, untouched = 1;
     double worst = 0.0;
@@ -119,9 +119,9 @@ static void test_prefix_property(void) {
     int tables = 0;
     for (size_t k = 0; k < sizeof choices / sizeof choices[0]; ++k) {
         if (!attn_cpu_supports(choices[k])) continue;
-        const attn_kernel_table *table = NULL;
+        const attn_kernels *table = NULL;
         attn_error error;
-        CHECK_STATUS(attn_select_kernels(choices[k], &table, &error), ATTN_OK, &error, "select");
+        CHECK_STATUS(attn_kernels_select(choices[k], &table, &error), ATTN_OK, &error, "select");
         if (table == NULL) continue;
         ++tables;
         for (size_t c = 0; c < sizeof prefix_cases / sizeof prefix_cases[0]; ++c)

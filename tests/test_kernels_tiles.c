@@ -1,7 +1,7 @@
 /*
  * test_kernels_tiles.c — every kernel table this CPU runs (generic, AVX2, AVX-512), member by
  * member, on random tiles of awkward sizes, against a double-precision implementation of the
- * contract in src/kernels/kernel.h written here, and against the generic table.
+ * contract in src/kernels/registry.h written here, and against the generic table.
  *
  * Covered: packing from strided sources (contiguous and transposed), score_tile,
  * accumulate_values, softmax_step (scale, soft-cap, −inf entries, rows that are all −inf,
@@ -13,7 +13,7 @@
 #include <string.h>
 
 #include "core/internal.h"
-#include "kernels/kernel.h"
+#include "kernels/registry.h"
 #include "test_support.h"
 
 static const int tile_sizes[] = {1, 3, 15, 16, 17, 63, 64, 65, 129};
@@ -22,7 +22,7 @@ static const int dims[] = {1, 3, 15, 16, 17, 64, 65, 128, 576};
 static const float sentinel = 12345.0f;
 
 typedef struct tables {
-    const attn_kernel_table *list[3];
+    const attn_kernels *list[3];
     int count;
 } tables;
 
@@ -31,22 +31,22 @@ static tables available_tables(void) {
     tables result = {{0}, 0};
     const attn_kernel_choice choices[] = {ATTN_KERNEL_GENERIC, ATTN_KERNEL_AVX2, ATTN_KERNEL_AVX512};
     for (int i = 0; i < 3; ++i) {
-        const attn_kernel_table *table = NULL;
+        const attn_kernels *table = NULL;
         if (!attn_cpu_supports(choices[i])) continue;
-        if (attn_select_kernels(choices[i], &table, NULL) != ATTN_OK) continue;
-        int complete = table->packed_keys_floats && table->packed_values_floats &&
-                       table->pack_keys && table->pack_values && table->score_tile &&
-                       table->accumulate_values && table->softmax_step && table->scale_rows;
-        CHECK(complete, "kernel table %s implements every member of kernel.h", table->name);
+        if (attn_kernels_select(choices[i], &table, NULL) != ATTN_OK) continue;
+        int complete = table->forward.packed_keys_floats && table->forward.packed_values_floats &&
+                       table->forward.pack_keys && table->forward.pack_values && table->forward.score_tile &&
+                       table->forward.accumulate_values && table->forward.softmax_step && table->forward.scale_rows;
+        CHECK(complete, "kernel table %s implements every forward slot of registry.h", table->name);
         if (complete) result.list[result.count++] = table;
     }
     return result;
 }
 
-static const attn_kernel_table *generic_table(void) {
-    const attn_kernel_table *table = NULL;
-    attn_select_kernels(ATTN_KERNEL_GENERIC, &table, NULL);
-    return table && table->score_tile ? table : NULL;
+static const attn_kernels *generic_table(void) {
+    const attn_kernels *table = NULL;
+    attn_kernels_select(ATTN_KERNEL_GENERIC, &table, NULL);
+    return table && table->forward.score_tile ? table : NULL;
 }
 
 static float *new_floats(size_t count, float fill) {
@@ -58,7 +58,7 @@ static float *new_floats(size_t count, float fill) {
 /* Packs `count` rows of `dim` from a random source stored either [count][dim] or [dim][count]
  * into a NaN-prefilled buffer (so padding that is not zero-filled shows up). source_out gets
  * the logical [count][dim] copy. */
-static float *pack_random(const attn_kernel_table *table, int is_keys, int count, int dim,
+static float *pack_random(const attn_kernels *table, int is_keys, int count, int dim,
                           int transposed, test_rng *rng, float *logical) {
     float *source = new_floats((size_t)count * dim, 0.0f);
     test_fill_normal(rng, logical, (int64_t)count * dim, 1.0f);
@@ -67,18 +67,18 @@ static float *pack_random(const attn_kernel_table *table, int is_keys, int count
             source[transposed ? (size_t)d * count + c : (size_t)c * dim + d] =
                 logical[(size_t)c * dim + d];
     const int64_t token_stride = transposed ? 1 : dim, dim_stride = transposed ? count : 1;
-    size_t floats = is_keys ? table->packed_keys_floats(count, dim)
-                            : table->packed_values_floats(count, dim);
+    size_t floats = is_keys ? table->forward.packed_keys_floats(count, dim)
+                            : table->forward.packed_values_floats(count, dim);
     float *packed = new_floats(floats, NAN);
-    if (is_keys) table->pack_keys(count, dim, source, token_stride, dim_stride, packed);
-    else table->pack_values(count, dim, source, token_stride, dim_stride, packed);
+    if (is_keys) table->forward.pack_keys(count, dim, source, token_stride, dim_stride, packed);
+    else table->forward.pack_values(count, dim, source, token_stride, dim_stride, packed);
     attn_aligned_free(source);
     return packed;
 }
 
 /* score_tile against sum_d q[r][d] k[c][d] in double, and against generic. */
-static void test_scores(const attn_kernel_table *table, test_rng *rng) {
-    const attn_kernel_table *generic = generic_table();
+static void test_scores(const attn_kernels *table, test_rng *rng) {
+    const attn_kernels *generic = generic_table();
     for (int case_index = 0; case_index < 40; ++case_index) {
         const int rows = tile_sizes[test_rng_range(rng, 0, COUNT_OF(tile_sizes) - 1)];
         const int count = tile_sizes[case_index % COUNT_OF(tile_sizes)];
@@ -90,13 +90,13 @@ static void test_scores(const attn_kernel_table *table, test_rng *rng) {
         float *keys = new_floats((size_t)count * dim, 0.0f);
         float *packed = pack_random(table, 1, count, dim, case_index & 1, rng, keys);
         float *scores = new_floats((size_t)rows * scores_stride, sentinel);
-        table->score_tile(rows, count, dim, queries, query_stride, packed, scores, scores_stride);
+        table->forward.score_tile(rows, count, dim, queries, query_stride, packed, scores, scores_stride);
         float *generic_scores = NULL;
         if (generic && generic != table) {
-            float *generic_packed = new_floats(generic->packed_keys_floats(count, dim), 0.0f);
-            generic->pack_keys(count, dim, keys, dim, 1, generic_packed);
+            float *generic_packed = new_floats(generic->forward.packed_keys_floats(count, dim), 0.0f);
+            generic->forward.pack_keys(count, dim, keys, dim, 1, generic_packed);
             generic_scores = new_floats((size_t)rows * scores_stride, sentinel);
-            generic->score_tile(rows, count, dim, queries, query_stride, generic_packed,
+            generic->forward.score_tile(rows, count, dim, queries, query_stride, generic_packed,
                                 generic_scores, scores_stride);
             attn_aligned_free(generic_packed);
         }
@@ -138,7 +138,7 @@ static void test_scores(const attn_kernel_table *table, test_rng *rng) {
 }
 
 /* accumulate_values and scale_rows against double. */
-static void test_values(const attn_kernel_table *table, test_rng *rng) {
+static void test_values(const attn_kernels *table, test_rng *rng) {
     for (int case_index = 0; case_index < 40; ++case_index) {
         const int rows = tile_sizes[test_rng_range(rng, 0, COUNT_OF(tile_sizes) - 1)];
         const int count = tile_sizes[case_index % COUNT_OF(tile_sizes)];
@@ -156,8 +156,8 @@ static void test_values(const attn_kernel_table *table, test_rng *rng) {
         }
         float *before = new_floats((size_t)rows * accumulator_stride, 0.0f);
         memcpy(before, accumulator, sizeof(float) * rows * accumulator_stride);
-        table->scale_rows(rows, dim, factor, accumulator, accumulator_stride);
-        table->accumulate_values(rows, count, dim, weights, weights_stride, packed, accumulator,
+        table->forward.scale_rows(rows, dim, factor, accumulator, accumulator_stride);
+        table->forward.accumulate_values(rows, count, dim, weights, weights_stride, packed, accumulator,
                                  accumulator_stride);
         double worst = 0.0;
         int sentinels_intact = 1;
@@ -193,7 +193,7 @@ static void test_values(const attn_kernel_table *table, test_rng *rng) {
 /* softmax_step against the contract evaluated in double. Each row gets a flavour: ordinary
  * logits, some −inf entries, all −inf, huge logits (±1e4); the running max starts at −inf or
  * at a finite value. */
-static void test_softmax(const attn_kernel_table *table, test_rng *rng) {
+static void test_softmax(const attn_kernels *table, test_rng *rng) {
     const float softcaps[] = {0.0f, 0.0f, 30.0f};
     for (int case_index = 0; case_index < 45; ++case_index) {
         const int rows = tile_sizes[test_rng_range(rng, 0, COUNT_OF(tile_sizes) - 1)];
@@ -222,7 +222,7 @@ static void test_softmax(const attn_kernel_table *table, test_rng *rng) {
         memcpy(original, scores, sizeof(float) * rows * stride);
         memcpy(old_max, row_max, sizeof(float) * rows);
         memcpy(old_sum, row_sum, sizeof(float) * rows);
-        table->softmax_step(rows, count, scores, stride, scale, softcap, row_max, row_sum, rescale);
+        table->forward.softmax_step(rows, count, scores, stride, scale, softcap, row_max, row_sum, rescale);
 
         double worst_p = 0.0, worst_sum = 0.0, worst_rescale = 0.0, worst_max = 0.0;
         int masked_exact = 1, sentinels_intact = 1, finite = 1;
@@ -289,7 +289,7 @@ static void test_softmax(const attn_kernel_table *table, test_rng *rng) {
 /* The vectorised exp, seen through softmax_step with a running max of 0: p = exp(x) for
  * x ≤ 0. Reports the worst relative error over a dense sweep of [−87, 0] (printed, for
  * docs/performance.md) and asserts it is below 4 ulp. */
-static void test_exp_accuracy(const attn_kernel_table *table) {
+static void test_exp_accuracy(const attn_kernels *table) {
     const int count = 4096;
     float *scores = new_floats(count, 0.0f);
     double worst = 0.0;
@@ -299,7 +299,7 @@ static void test_exp_accuracy(const attn_kernel_table *table) {
         float row_max = 0.0f, row_sum = 0.0f, rescale = 0.0f;
         float *inputs = new_floats(count, 0.0f);
         memcpy(inputs, scores, sizeof(float) * count);
-        table->softmax_step(1, count, scores, count, 1.0f, 0.0f, &row_max, &row_sum, &rescale);
+        table->forward.softmax_step(1, count, scores, count, 1.0f, 0.0f, &row_max, &row_sum, &rescale);
         for (int c = 0; c < count; ++c) {
             const double exact = exp((double)inputs[c]);
             const double error = fabs(scores[c] - exact) / exact;
@@ -317,7 +317,7 @@ int main(void) {
     const tables available = available_tables();
     CHECK(available.count >= 1, "no kernel table available");
     for (int t = 0; t < available.count; ++t) {
-        const attn_kernel_table *table = available.list[t];
+        const attn_kernels *table = available.list[t];
         printf("testing kernel table %s\n", table->name);
         test_rng rng;
         test_rng_seed(&rng, 1234 + t);

@@ -15,7 +15,7 @@
 #include <string.h>
 
 #include "attention_case.h"
-#include "kernels/kernel.h"
+#include "kernels/registry.h"
 #include "test_support.h"
 
 #define CASE_BYTES 192

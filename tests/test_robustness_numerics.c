@@ -15,7 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kernels/kernel.h"
+#include "kernels/registry.h"
 #include "test_support.h"
 
 static const attn_kernel_choice kernel_choices[] = {ATTN_KERNEL_GENERIC, ATTN_KERNEL_AVX2,

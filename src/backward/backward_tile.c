@@ -23,7 +23,7 @@ enum { WORKSPACE_BUFFERS = 14 };
 /* Floats between consecutive packed key blocks of dimension dim (whole 64-byte lines). */
 static size_t packed_block_floats(const backward_plan *plan, int dim) {
     const int block = plan->tile_k < BACKWARD_KEY_BLOCK ? plan->tile_k : BACKWARD_KEY_BLOCK;
-    return round_to_line(plan->kernels->packed_keys_floats(block, dim));
+    return round_to_line(plan->kernels->forward.packed_keys_floats(block, dim));
 }
 
 /* The floats each buffer needs, in the order backward_workspace_assign carves them. */
@@ -113,7 +113,7 @@ static void load_query_tile(const backward_plan *plan, backward_workspace *works
  * dQ += dS K). */
 static void load_key_tile(const backward_plan *plan, backward_workspace *workspace, int64_t b,
                           int64_t kv_head, int64_t j0, int count) {
-    const attn_kernel_table *kernels = plan->kernels;
+    const attn_forward_kernels *kernels = &plan->kernels->forward;
     const attn_tensor *k = plan->k, *v = plan->v;
     const int64_t Dk = plan->problem.key_dim, Dv = plan->problem.value_dim;
     const size_t key_block_floats = packed_block_floats(plan, (int)Dk);
@@ -143,7 +143,7 @@ static void score_columns(const backward_plan *plan, int rows, int first_column,
     const int end = first_column + columns;
     for (int first = first_column; first < end; first += BACKWARD_KEY_BLOCK) {
         const int keys = end - first < BACKWARD_KEY_BLOCK ? end - first : BACKWARD_KEY_BLOCK;
-        plan->kernels->score_tile(rows, keys, dim, row_data, row_stride,
+        plan->kernels->forward.score_tile(rows, keys, dim, row_data, row_stride,
                                   packed_blocks + (first / BACKWARD_KEY_BLOCK) * block_floats,
                                   scores + first, plan->tile_k);
     }
@@ -166,7 +166,7 @@ static void tile_score_gradients(const backward_plan *plan, backward_workspace *
                                  float *bias_rows, int64_t bias_row_stride,
                                  int64_t bias_column_stride) {
     const attn_mask_context *mask = plan->mask;
-    const attn_backward_kernel_table *products = plan->products;
+    const attn_backward_kernels *products = &plan->kernels->backward;
     const int stride = plan->tile_k;
     const float scale = plan->scale, softcap = plan->softcap;
     const int Dk = (int)plan->problem.key_dim, Dv = (int)plan->problem.value_dim;
@@ -251,7 +251,7 @@ static void reachable_columns(const backward_plan *plan, int64_t b, int64_t i0, 
 
 void backward_key_tile(const backward_plan *plan, backward_workspace *workspace, int64_t b,
                        int64_t kv_head, int64_t j0, int count, int64_t chunk) {
-    const attn_backward_kernel_table *products = plan->products;
+    const attn_backward_kernels *products = &plan->kernels->backward;
     const int64_t B = plan->problem.batch, Hq = plan->problem.query_heads;
     const int64_t Tq = plan->problem.query_length, G = plan->problem.group_size;
     const int Dk = (int)plan->problem.key_dim, Dv = (int)plan->problem.value_dim;

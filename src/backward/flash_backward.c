@@ -178,9 +178,8 @@ attn_status attn_backward(const attn_tensor *q, const attn_tensor *k, const attn
     attn_status status = attn_backward_validate(q, k, v, out, lse, dout, options, dq, dk, dv,
                                                 dbias, &plan.problem, error);
     if (status != ATTN_OK) return status;
-    status = attn_select_kernels(options->kernel, &plan.kernels, error);
+    status = attn_kernels_select(options->kernel, &plan.kernels, error);
     if (status != ATTN_OK) return status;
-    plan.products = attn_backward_kernels_for(plan.kernels);
 
     plan.q = q, plan.k = k, plan.v = v, plan.out = out, plan.lse = lse, plan.dout = dout;
     plan.dq = dq, plan.dk = dk, plan.dv = dv, plan.dbias = dbias;

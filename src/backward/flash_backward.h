@@ -8,7 +8,7 @@
 
 #include <stdint.h>
 
-#include "backward_kernels.h"
+#include "../kernels/registry.h"
 #include "../mask/mask.h"
 
 /* Everything a task needs, read-only during the parallel loops (the buffers it points to are
@@ -17,8 +17,8 @@ typedef struct backward_plan {
     const attn_tensor *q, *k, *v, *out, *lse, *dout;
     attn_tensor *dq, *dk, *dv, *dbias;
     const attn_mask_context *mask;
-    const attn_kernel_table *kernels;             /* score_tile and key packing */
-    const attn_backward_kernel_table *products;   /* the backward's products, exp, dS */
+    const attn_kernels *kernels; /* forward: score_tile and key packing; backward: products,
+                                    exp, dS */
     attn_problem problem;
     float scale;
     float softcap;

@@ -12,7 +12,7 @@
 #endif
 
 #include "cache/cache_internal.h"
-#include "cache/half.h"
+#include "kernels/half.h"
 #include "core/internal.h"
 
 attn_kv_cache_config attn_kv_cache_config_default(void) {

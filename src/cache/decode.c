@@ -9,7 +9,7 @@
  * bf16/fp16 to float32 once per chunk (bf16 for groups of <= 4 rows: widened in registers
  * by the kernel instead), and serves all rows = (Hq / Hkv) * Tq query rows of
  * its group from it: scores, mask, online softmax, value accumulation (math reference §2.1),
- * each step a call into the kernel table (decode_kernels.h: generic, AVX2 or AVX-512).
+ * each step a call into the kernel table (kernels/registry.h, decode part: generic, AVX2 or AVX-512).
  * Its normalised partial (O, LSE) goes to its own slot; the merge then combines the splits of
  * each row in split order (§3). No shared accumulation, split boundaries independent of the
  * thread count: results are bitwise identical for any thread count.
@@ -19,7 +19,7 @@
 #include <string.h>
 
 #include "cache/cache_internal.h"
-#include "cache/decode_kernels.h"
+#include "kernels/registry.h"
 #include "cache/merge.h"
 #include "core/internal.h"
 #include "mask/mask.h"
@@ -35,7 +35,7 @@
 typedef struct decode_plan {
     const attn_kv_cache *cache;
     const attn_tensor *q;                 /* [B, Tq, Hq, Dk] */
-    const attn_decode_kernels *kernels;
+    const attn_kernels *kernels;
     attn_mask_context mask;
     float scale, softcap;
     int64_t query_length, group_size, rows; /* rows = group_size * Tq; row r = (r / Tq, r % Tq) */
@@ -104,8 +104,8 @@ static const float *chunk_rows(const decode_plan *plan, const void *stored, int6
     }
     const uint16_t *source = stored;
     void (*convert)(int64_t, const uint16_t *, float *) = cache->config.dtype == ATTN_DTYPE_BF16
-                                                              ? plan->kernels->bf16_to_f32
-                                                              : plan->kernels->f16_to_f32;
+                                                              ? plan->kernels->decode.bf16_to_f32
+                                                              : plan->kernels->decode.f16_to_f32;
     if (row_stride == dim) /* contiguous rows: one call */
         convert(count * dim, source, buffer);
     else
@@ -149,7 +149,7 @@ static void chunk_row_logits(const decode_plan *plan, float *scores, int64_t b, 
 static void run_task(const decode_plan *plan, decode_scratch *scratch, int64_t b,
                      int64_t kv_head, int64_t split, int64_t task) {
     const attn_kv_cache *cache = plan->cache;
-    const attn_decode_kernels *kernels = plan->kernels;
+    const attn_decode_kernels *kernels = &plan->kernels->decode;
     const int64_t rows = plan->rows, Tq = plan->query_length, Dk = plan->key_dim,
                   Dv = plan->value_dim;
     for (int64_t r = 0; r < rows; ++r) {
@@ -171,7 +171,7 @@ static void run_task(const decode_plan *plan, decode_scratch *scratch, int64_t b
     const int64_t element_size = (int64_t)attn_dtype_size(cache->config.dtype);
     /* Logits need more than the scale when a soft-cap or additive term applies. */
     const bool transform = plan->softcap > 0.0f || plan->mask.has_additive;
-    /* Small groups read bf16 storage directly (decode_kernels.h, ATTN_DECODE_FUSED_ROWS). */
+    /* Small groups read bf16 storage directly (kernels/registry.h, ATTN_DECODE_FUSED_ROWS). */
     const bool fused_bf16 = cache->config.dtype == ATTN_DTYPE_BF16 &&
                             kernels->score_chunk_bf16 != NULL && rows <= ATTN_DECODE_FUSED_ROWS;
     const float *bf16_queries = scratch->queries;
@@ -409,7 +409,7 @@ attn_status attn_decode(const attn_kv_cache *cache, const attn_tensor *q,
     resolved.key_lengths = key_lengths;
     status = attn_validate_options(&resolved, &problem, error);
     if (status == ATTN_OK)
-        status = attn_select_decode_kernels(options->kernel, &plan.kernels, error);
+        status = attn_kernels_select(options->kernel, &plan.kernels, error);
     if (status == ATTN_OK) status = attn_mask_context_init(&plan.mask, &resolved, &problem, error);
     if (status != ATTN_OK) {
         free(key_lengths), free(plan.split_counts), free(plan.first_task);

@@ -10,7 +10,7 @@
  *   PARTIAL tile:          the mask applied row by row (an interval for causal / window)
  * The item's last key tile (the causal diagonal) is done in chunks of rows, each only up to
  * the last key those rows may attend. Finally O = acc / l and LSE = m + log l. All arithmetic on tiles goes through the kernel
- * table (kernel.h); one tile step is forward_tile.c.
+ * registry (kernels/registry.h); one tile step is forward_tile.c.
  *
  * K and V are packed once per (b, KV head) into a store of packed tiles (packed_kv.h) that
  * every query tile and every query head of the GQA group then reads. Three ways to hold it
@@ -38,7 +38,7 @@
 #endif
 
 #include "../core/internal.h"
-#include "../kernels/kernel.h"
+#include "../kernels/registry.h"
 #include "../mask/mask.h"
 #include "forward_internal.h"
 #include "packed_kv.h"
@@ -88,7 +88,7 @@ static bool workspace_layout(const forward_plan *plan, size_t part_bytes[WORKSPA
         !attn_mul_size(keys, (size_t)dim_v, &floats[6]))
         return false;
     floats[3] = floats[4] = floats[5] = group_rows;
-    floats[7] = plan->kernels->packed_values_floats((int)keys, dim_v);
+    floats[7] = plan->kernels->forward.packed_values_floats((int)keys, dim_v);
     floats[8] = keys;
     *total = 0;
     for (int n = 0; n < 9; ++n) {
@@ -390,7 +390,7 @@ attn_status attn_forward(const attn_tensor *q, const attn_tensor *k, const attn_
     memset(&plan, 0, sizeof plan);
     attn_status status = attn_validate_call(q, k, v, options, out, lse, &plan.problem, error);
     if (status != ATTN_OK) return status;
-    status = attn_select_kernels(options->kernel, &plan.kernels, error);
+    status = attn_kernels_select(options->kernel, &plan.kernels, error);
     if (status != ATTN_OK) return status;
     plan.q = q;
     plan.k = k;

@@ -9,7 +9,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "../kernels/kernel.h"
+#include "../kernels/registry.h"
 #include "../mask/mask.h"
 #include "packed_kv.h"
 
@@ -23,7 +23,7 @@ typedef struct forward_plan {
     const attn_options *options;
     attn_problem problem;
     attn_mask_context mask;
-    const attn_kernel_table *kernels;
+    const attn_kernels *kernels;
     int64_t tile_rows;      /* query rows per head in one work item */
     int64_t tile_keys;      /* keys per key tile */
     int64_t query_tiles;    /* ceil(Tq / tile_rows) */

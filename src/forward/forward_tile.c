@@ -77,7 +77,7 @@ static const float *values_for_tile(const forward_plan *plan, forward_workspace 
         for (int e = 0; e < dim_v; ++e)
             staged[e] = workspace->column_alive[c] ? source[c * token_stride + e * dim_stride] : 0.0f;
     }
-    plan->kernels->pack_values(count, dim_v, workspace->value_staging, dim_v, 1,
+    plan->kernels->forward.pack_values(count, dim_v, workspace->value_staging, dim_v, 1,
                                workspace->staged_values);
     return workspace->staged_values;
 }
@@ -103,7 +103,7 @@ static int tile_segments(const forward_workspace *workspace, int64_t group_size,
 
 void forward_compute_tile(const forward_plan *plan, forward_workspace *workspace,
                          const tile_step *step) {
-    const attn_kernel_table *kernels = plan->kernels;
+    const attn_forward_kernels *kernels = &plan->kernels->forward;
     const attn_problem *problem = &plan->problem;
     const attn_mask_context *mask = &plan->mask;
     const int64_t group_size = problem->group_size;

@@ -8,10 +8,10 @@
 
 static size_t round_up_to_16(size_t floats) { return (floats + 15) / 16 * 16; }
 
-bool packed_kv_store_bytes(const attn_kernel_table *kernels, int tile_keys, int key_dim,
+bool packed_kv_store_bytes(const attn_kernels *kernels, int tile_keys, int key_dim,
                            int value_dim, int64_t slots, size_t *bytes) {
-    const size_t tile_floats = round_up_to_16(kernels->packed_keys_floats(tile_keys, key_dim)) +
-                               round_up_to_16(kernels->packed_values_floats(tile_keys, value_dim));
+    const size_t tile_floats = round_up_to_16(kernels->forward.packed_keys_floats(tile_keys, key_dim)) +
+                               round_up_to_16(kernels->forward.packed_values_floats(tile_keys, value_dim));
     size_t per_slot, total;
     if (slots < 1 ||
         !attn_mul_size(tile_floats, sizeof(float), &per_slot) ||
@@ -23,7 +23,7 @@ bool packed_kv_store_bytes(const attn_kernel_table *kernels, int tile_keys, int 
     return true;
 }
 
-bool packed_kv_store_create(packed_kv_store *store, const attn_kernel_table *kernels,
+bool packed_kv_store_create(packed_kv_store *store, const attn_kernels *kernels,
                             int tile_keys, int key_dim, int value_dim, int64_t slots) {
     memset(store, 0, sizeof *store);
     size_t bytes;
@@ -36,8 +36,8 @@ bool packed_kv_store_create(packed_kv_store *store, const attn_kernel_table *ker
     store->key_dim = key_dim;
     store->value_dim = value_dim;
     store->slots = slots;
-    store->key_tile_floats = round_up_to_16(kernels->packed_keys_floats(tile_keys, key_dim));
-    store->value_tile_floats = round_up_to_16(kernels->packed_values_floats(tile_keys, value_dim));
+    store->key_tile_floats = round_up_to_16(kernels->forward.packed_keys_floats(tile_keys, key_dim));
+    store->value_tile_floats = round_up_to_16(kernels->forward.packed_values_floats(tile_keys, value_dim));
     /* Small bookkeeping first (touched now), then the large tile arrays (touched lazily). */
     store->slot_tile = (int64_t *)base;
     store->slot = (packed_kv_tile *)(base + (((size_t)slots * sizeof(int64_t) + 63) / 64 * 64));
@@ -81,13 +81,13 @@ const packed_kv_tile *packed_kv_pack_tile(packed_kv_store *store, const attn_ten
     packed->values_finite = true;
     store->slot_tile[s] = tile;
     if (packed->count == 0) return packed;
-    store->kernels->pack_keys(packed->count, store->key_dim, attn_f32_at4(k, b, j0, kv_head, 0),
+    store->kernels->forward.pack_keys(packed->count, store->key_dim, attn_f32_at4(k, b, j0, kv_head, 0),
                               k->stride[1], k->stride[3], keys);
-    store->kernels->pack_values(packed->count, store->value_dim,
+    store->kernels->forward.pack_values(packed->count, store->value_dim,
                                 attn_f32_at4(v, b, j0, kv_head, 0), v->stride[1], v->stride[3],
                                 values);
     packed->values_finite =
-        all_finite(values, store->kernels->packed_values_floats(packed->count, store->value_dim));
+        all_finite(values, store->kernels->forward.packed_values_floats(packed->count, store->value_dim));
     return packed;
 }
 

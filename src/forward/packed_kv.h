@@ -11,7 +11,7 @@
  *    another tile is asked for.
  * Either way the packed bytes are the same, so results do not depend on the choice.
  *
- * Packed tiles rely on the prefix property of kernel.h: the packing of a tile's keys is also
+ * Packed tiles rely on the prefix property of kernels/registry.h: the packing of a tile's keys is also
  * a valid packing of its first `count` keys, for any count up to the tile's.
  */
 #ifndef ATTN_PACKED_KV_H
@@ -20,18 +20,18 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "../kernels/kernel.h"
+#include "../kernels/registry.h"
 
 /* One packed key tile and its value tile. */
 typedef struct packed_kv_tile {
-    const float *keys;   /* kernels->pack_keys of `count` keys */
-    const float *values; /* kernels->pack_values of the same `count` values */
+    const float *keys;   /* kernels->forward.pack_keys of `count` keys */
+    const float *values; /* kernels->forward.pack_values of the same `count` values */
     int count;           /* keys in the tile (tile_keys except at the end of the head) */
     bool values_finite;  /* no inf or NaN among the tile's values */
 } packed_kv_tile;
 
 typedef struct packed_kv_store {
-    const attn_kernel_table *kernels;
+    const attn_kernels *kernels;
     int tile_keys, key_dim, value_dim;
     int64_t slots;            /* tiles held at once: all key tiles of a head, or 1 */
     size_t key_tile_floats;   /* floats per packed key tile (64-byte multiple) */
@@ -46,11 +46,11 @@ typedef struct packed_kv_store {
 
 /* Bytes of a store with `slots` slots for tiles of tile_keys keys of Dk / Dv dims; false
  * on overflow. */
-bool packed_kv_store_bytes(const attn_kernel_table *kernels, int tile_keys, int key_dim,
+bool packed_kv_store_bytes(const attn_kernels *kernels, int tile_keys, int key_dim,
                            int value_dim, int64_t slots, size_t *bytes);
 
 /* Allocates a store (false when out of memory). Pages of slots never used are never touched. */
-bool packed_kv_store_create(packed_kv_store *store, const attn_kernel_table *kernels,
+bool packed_kv_store_create(packed_kv_store *store, const attn_kernels *kernels,
                             int tile_keys, int key_dim, int value_dim, int64_t slots);
 void packed_kv_store_destroy(packed_kv_store *store);
 

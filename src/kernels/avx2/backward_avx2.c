@@ -1,5 +1,5 @@
 /*
- * backward_avx2.c — the backward kernel table (src/backward/backward_kernels.h) with AVX2 +
+ * backward_avx2.c — the backward part of the registry (kernels/registry.h) with AVX2 +
  * FMA: the tile products dQ += dS·K, dV += Pᵀ·dO and dK += dSᵀ·Q, reading P and dS in place
  * and the value rows unpacked, and the elementwise steps P = exp(scale·S − lse),
  * dS = P·(dP − D). Same structure as backward_avx512.c with 8 lanes: micro-tiles of up to
@@ -8,7 +8,7 @@
 #include <immintrin.h>
 #include <math.h>
 
-#include "../../backward/backward_kernels.h"
+#include "kernels/avx2/kernels_avx2.h"
 #include "exp_avx2.h"
 
 #define LANES 8
@@ -17,7 +17,7 @@
 
 /* One micro-tile: ROWS output rows x BLOCKS vectors of the accumulator; the weight of output
  * row r and inner index i is weights[r * row_step + i * inner_step]. Value rows are read in
- * whole vectors (padded rows, see backward_kernels.h); the accumulator's last vector is read
+ * whole vectors (padded rows, see registry.h); the accumulator's last vector is read
  * and written through last_mask (the lanes that exist). */
 static inline __attribute__((always_inline)) void product_micro_tile(
     const int ROWS, const int BLOCKS, int inner, const float *weights, int row_step,
@@ -117,7 +117,7 @@ static void avx2_accumulate_transposed(int outputs, int inner, int dim, const fl
             accumulator_stride);
 }
 
-/* scores[r][c] = exp(scale * scores[r][c] - row_lse[r]) (see backward_kernels.h). */
+/* scores[r][c] = exp(scale * scores[r][c] - row_lse[r]) (see registry.h). */
 static void avx2_probabilities(int rows, int count, float *scores, int stride, float scale,
                                const float *row_lse) {
     const __m256 scale_vector = _mm256_set1_ps(scale);
@@ -155,8 +155,7 @@ static void avx2_score_gradient(int rows, int count, const float *probabilities,
     }
 }
 
-const attn_backward_kernel_table attn_backward_kernels_avx2 = {
-    .name = "avx2",
+const attn_backward_kernels attn_avx2_backward = {
     .accumulate = avx2_accumulate,
     .accumulate_transposed = avx2_accumulate_transposed,
     .probabilities = avx2_probabilities,

@@ -1,5 +1,5 @@
 /*
- * decode_avx2.c — the AVX2 + FMA decode kernel table (contract: src/cache/decode_kernels.h),
+ * decode_avx2.c — the AVX2 + FMA decode kernel table (contract: kernels/registry.h),
  * the same design as the AVX-512 table (src/kernels/avx512/decode_avx512.c) on 8-float
  * vectors and 16 registers:
  *  - scores: blocks of 8 dot products (4 rows x 2 keys, 2 x 4 or 1 x 8), each an 8-lane
@@ -7,14 +7,14 @@
  *  - softmax: whole-vector online-softmax step with the shared exp (exp_avx2.h);
  *  - values: blocks of 2 rows x 32 value floats in 8 registers across the chunk, the rescale
  *    fused into the accumulator load;
- *  - bf16 widens with a shift; fp16 uses the portable converter (cache/half.h).
+ *  - bf16 widens with a shift; fp16 uses the portable converter (kernels/half.h).
  * Deterministic: a fixed operation order for any input and thread count.
  */
 #include <immintrin.h>
 #include <math.h>
 
-#include "cache/decode_kernels.h"
-#include "cache/half.h"
+#include "kernels/avx2/kernels_avx2.h"
+#include "kernels/half.h"
 #include "kernels/avx2/exp_avx2.h"
 
 #define ALWAYS_INLINE static inline __attribute__((always_inline))
@@ -196,9 +196,11 @@ static void avx2_accumulate_chunk(int rows, int count, int dim, const float *wei
     }
 }
 
-const attn_decode_kernels attn_decode_kernels_avx2 = {
-    "avx2",           avx2_bf16_to_f32,   avx2_f16_to_f32,
-    avx2_score_chunk, avx2_softmax_chunk, avx2_accumulate_chunk,
-    NULL,             NULL, /* bf16 is converted to float32 first */
-    NULL,
+const attn_decode_kernels attn_avx2_decode = {
+    .bf16_to_f32 = avx2_bf16_to_f32,
+    .f16_to_f32 = avx2_f16_to_f32,
+    .score_chunk = avx2_score_chunk,
+    .softmax_chunk = avx2_softmax_chunk,
+    .accumulate_chunk = avx2_accumulate_chunk,
+    /* no bf16-in-place slots: bf16 is converted to float32 first */
 };

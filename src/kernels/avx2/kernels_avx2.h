@@ -1,7 +1,7 @@
 /*
  * kernels_avx2.h — the functions of the AVX2 kernel table (table_avx2.c), one file per
  * family: scores_avx2.c (pack_keys, score_tile), values_avx2.c (pack_values,
- * accumulate_values, scale_rows), softmax_avx2.c (softmax_step). Contract: kernel.h.
+ * accumulate_values, scale_rows), softmax_avx2.c (softmax_step). Contract: registry.h.
  *
  * Packed layouts (private to this table):
  *  - keys: blocks of 8 keys; block b holds key (8b + lane) element d at
@@ -14,6 +14,8 @@
 
 #include <stddef.h>
 #include <stdint.h>
+
+#include "kernels/registry.h"
 
 #define ATTN_AVX2_LANES 8
 
@@ -34,5 +36,10 @@ void attn_avx2_softmax_step(int rows, int count, float *scores, int scores_strid
                             float *rescale);
 void attn_avx2_scale_rows(int rows, int dim, const float *factor, float *accumulator,
                           int accumulator_stride);
+
+/* The parts of the avx2 ISA table (table_avx2.c). */
+extern const attn_forward_kernels attn_avx2_forward;
+extern const attn_backward_kernels attn_avx2_backward; /* backward_avx2.c */
+extern const attn_decode_kernels attn_avx2_decode;     /* decode_avx2.c */
 
 #endif /* ATTN_KERNELS_AVX2_H */

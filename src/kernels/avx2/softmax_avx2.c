@@ -1,6 +1,6 @@
 /*
  * softmax_avx2.c — one fused online-softmax step over a score tile with AVX2 + FMA (contract:
- * kernel.h, softmax_step). Two passes per row, both in L1: (1) the row maximum of the raw
+ * registry.h, softmax_step). Two passes per row, both in L1: (1) the row maximum of the raw
  * scores, (2) p = exp(x·scale − m) written in place and summed. Scale is folded into the
  * exponent's FMA (max(x·s) = max(x)·s exactly for s > 0). Masked entries (−inf) give exactly
  * 0; a row whose maximum is still −inf uses m = 0, so nothing becomes NaN. Soft-capping

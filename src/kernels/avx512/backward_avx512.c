@@ -1,5 +1,5 @@
 /*
- * backward_avx512.c — the backward kernel table (src/backward/backward_kernels.h) with
+ * backward_avx512.c — the backward part of the registry (kernels/registry.h) with
  * AVX-512: the tile products dQ += dS·K, dV += Pᵀ·dO and dK += dSᵀ·Q, reading P and dS in
  * place (the transposed form just broadcasts down a column instead of along a row) and the
  * value rows unpacked, and the elementwise steps P = exp(scale·S − lse), dS = P·(dP − D).
@@ -11,7 +11,7 @@
 #include <immintrin.h>
 #include <math.h>
 
-#include "../../backward/backward_kernels.h"
+#include "kernels/avx512/kernels_avx512.h"
 #include "exp_avx512.h"
 
 #define LANES 16
@@ -21,7 +21,7 @@
 /* One micro-tile: ROWS output rows x BLOCKS vectors of the accumulator. The weight of output
  * row r and inner index i is weights[r * row_step + i * inner_step]; value row i starts at
  * values + i * values_stride and is read in whole vectors (padded rows, see
- * backward_kernels.h); the accumulator's last vector touches only the lanes in last_mask.
+ * registry.h); the accumulator's last vector touches only the lanes in last_mask.
  * ROWS, BLOCKS, row_step and inner_step are constants at every call site. */
 static inline __attribute__((always_inline)) void product_micro_tile(
     const int ROWS, const int BLOCKS, int inner, const float *weights, int row_step,
@@ -134,7 +134,7 @@ static inline __mmask16 first_lanes(int count) {
     return count >= LANES ? (__mmask16)0xFFFF : (__mmask16)((1u << count) - 1u);
 }
 
-/* scores[r][c] = exp(scale * scores[r][c] - row_lse[r]) (see backward_kernels.h). */
+/* scores[r][c] = exp(scale * scores[r][c] - row_lse[r]) (see registry.h). */
 static void avx512_probabilities(int rows, int count, float *scores, int stride, float scale,
                                  const float *row_lse) {
     const __m512 scale_vector = _mm512_set1_ps(scale);
@@ -175,8 +175,7 @@ static void avx512_score_gradient(int rows, int count, const float *probabilitie
     }
 }
 
-const attn_backward_kernel_table attn_backward_kernels_avx512 = {
-    .name = "avx512",
+const attn_backward_kernels attn_avx512_backward = {
     .accumulate = avx512_accumulate,
     .accumulate_transposed = avx512_accumulate_transposed,
     .probabilities = avx512_probabilities,

@@ -1,5 +1,5 @@
 /*
- * decode_avx512.c — the AVX-512 decode kernel table (contract: src/cache/decode_kernels.h).
+ * decode_avx512.c — the AVX-512 decode kernel table (contract: kernels/registry.h).
  *
  * Decoding reads every cached key and value once per step, so the kernel must keep up with
  * the memory stream (for MHA the keys are read key after key: one sequential stream), and
@@ -29,7 +29,7 @@
 #include <immintrin.h>
 #include <math.h>
 
-#include "cache/decode_kernels.h"
+#include "kernels/avx512/kernels_avx512.h"
 #include "kernels/avx512/exp_avx512.h"
 
 #define ALWAYS_INLINE static inline __attribute__((always_inline))
@@ -489,14 +489,13 @@ static void avx512_accumulate_chunk_bf16(int rows, int count, int dim, const flo
                              tail, tail_prefetch);
 }
 
-const attn_decode_kernels attn_decode_kernels_avx512 = {
-    "avx512",
-    avx512_bf16_to_f32,
-    avx512_f16_to_f32,
-    avx512_score_chunk,
-    avx512_softmax_chunk,
-    avx512_accumulate_chunk,
-    avx512_score_chunk_bf16,
-    avx512_accumulate_chunk_bf16,
-    avx512_prepare_bf16_queries,
+const attn_decode_kernels attn_avx512_decode = {
+    .bf16_to_f32 = avx512_bf16_to_f32,
+    .f16_to_f32 = avx512_f16_to_f32,
+    .score_chunk = avx512_score_chunk,
+    .softmax_chunk = avx512_softmax_chunk,
+    .accumulate_chunk = avx512_accumulate_chunk,
+    .score_chunk_bf16 = avx512_score_chunk_bf16,
+    .accumulate_chunk_bf16 = avx512_accumulate_chunk_bf16,
+    .prepare_bf16_queries = avx512_prepare_bf16_queries,
 };

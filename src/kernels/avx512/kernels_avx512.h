@@ -1,7 +1,7 @@
 /*
  * kernels_avx512.h — the functions of the AVX-512 kernel table (table_avx512.c), one file per
  * family: scores_avx512.c (pack_keys, score_tile), values_avx512.c (pack_values,
- * accumulate_values, scale_rows), softmax_avx512.c (softmax_step). Contract: kernel.h.
+ * accumulate_values, scale_rows), softmax_avx512.c (softmax_step). Contract: registry.h.
  *
  * Packed layouts (private to this table):
  *  - keys: blocks of 16 keys; block b holds key (16b + lane) element d at
@@ -14,6 +14,8 @@
 
 #include <stddef.h>
 #include <stdint.h>
+
+#include "kernels/registry.h"
 
 #define ATTN_AVX512_LANES 16
 
@@ -34,5 +36,10 @@ void attn_avx512_softmax_step(int rows, int count, float *scores, int scores_str
                               float *rescale);
 void attn_avx512_scale_rows(int rows, int dim, const float *factor, float *accumulator,
                             int accumulator_stride);
+
+/* The parts of the avx512 ISA table (table_avx512.c). */
+extern const attn_forward_kernels attn_avx512_forward;
+extern const attn_backward_kernels attn_avx512_backward; /* backward_avx512.c */
+extern const attn_decode_kernels attn_avx512_decode;     /* decode_avx512.c */
 
 #endif /* ATTN_KERNELS_AVX512_H */

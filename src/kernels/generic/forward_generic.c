@@ -1,6 +1,6 @@
 /*
- * generic_kernels.c — the portable kernel table (kernel.h) in plain C, and the reference the
- * SIMD tables are checked against. The loops are written so gcc -O3 vectorizes them:
+ * forward_generic.c — the portable forward part of the registry (kernels/registry.h) in plain
+ * C, and the reference the SIMD ones are checked against. The loops are written so gcc -O3 vectorizes them:
  *   - keys are packed transposed in blocks of 16, [block][dim][16], so the score loop runs
  *     over the keys of a block;
  *   - values are packed row-major, [count][padded dim], so the accumulation runs over dims;
@@ -10,7 +10,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "../kernel.h"
+#include "kernels/generic/generic.h"
 
 enum { GENERIC_BLOCK = 16 }; /* packed rows are padded to 16 floats (64 bytes) */
 
@@ -18,7 +18,7 @@ static int round_up_to_block(int n) { return (n + GENERIC_BLOCK - 1) / GENERIC_B
 
 /* Keys: blocks of 16 keys, each [dim][16]: key c of dimension d at
  * packed[(c / 16) * 16 * dim + d * 16 + c % 16]. Lanes past count in the last block are 0.
- * The packing of a tile's first keys does not depend on how many follow (kernel.h's prefix
+ * The packing of a tile's first keys does not depend on how many follow (registry.h's prefix
  * property). */
 static size_t generic_packed_keys_floats(int count, int dim) {
     return (size_t)round_up_to_block(count) * (size_t)dim;
@@ -98,9 +98,10 @@ static void generic_accumulate_values(int rows, int count, int dim, const float 
     }
 }
 
-static void generic_softmax_step(int rows, int count, float *scores, int scores_stride,
-                                 float scale, float softcap, float *row_max, float *row_sum,
-                                 float *rescale) {
+/* The one online-softmax step (registry.h); also the generic decode part's. */
+void attn_generic_softmax_step(int rows, int count, float *scores, int scores_stride,
+                               float scale, float softcap, float *row_max, float *row_sum,
+                               float *rescale) {
     for (int r = 0; r < rows; ++r) {
         float *row = scores + (size_t)r * scores_stride;
         float tile_max = -INFINITY;
@@ -133,16 +134,13 @@ static void generic_scale_rows(int rows, int dim, const float *factor, float *ac
     }
 }
 
-const attn_kernel_table attn_kernels_generic = {
-    .name = "generic",
-    .tile_q = 64,
-    .tile_k = 64,
+const attn_forward_kernels attn_generic_forward = {
     .packed_keys_floats = generic_packed_keys_floats,
     .packed_values_floats = generic_packed_values_floats,
     .pack_keys = generic_pack_keys,
     .pack_values = generic_pack_values,
     .score_tile = generic_score_tile,
     .accumulate_values = generic_accumulate_values,
-    .softmax_step = generic_softmax_step,
+    .softmax_step = attn_generic_softmax_step,
     .scale_rows = generic_scale_rows,
 };

@@ -1,12 +1,11 @@
 /*
- * backward_kernels_generic.c — the backward kernel table (backward_kernels.h) in plain C, the
- * reference the SIMD tables are tested against, and the choice of a backward table to match
- * the forward table in use. The inner loops run over the contiguous output dimension so that
+ * backward_generic.c — the backward part of the registry (kernels/registry.h) in plain C, the
+ * reference the SIMD ones are tested against. The inner loops run over the contiguous output dimension so that
  * gcc vectorizes them; sums over `inner` go in index order.
  */
 #include <math.h>
 
-#include "backward_kernels.h"
+#include "kernels/generic/generic.h"
 
 /* accumulator[o][e] += sum_i weights[o][i] * values[i][e]. */
 static void generic_accumulate(int outputs, int inner, int dim, const float *weights,
@@ -62,21 +61,9 @@ static void generic_score_gradient(int rows, int count, const float *probabiliti
     }
 }
 
-const attn_backward_kernel_table attn_backward_kernels_generic = {
-    .name = "generic",
+const attn_backward_kernels attn_generic_backward = {
     .accumulate = generic_accumulate,
     .accumulate_transposed = generic_accumulate_transposed,
     .probabilities = generic_probabilities,
     .score_gradient = generic_score_gradient,
 };
-
-const attn_backward_kernel_table *attn_backward_kernels_for(const attn_kernel_table *kernels) {
-#if defined(ATTN_HAVE_AVX512_KERNELS)
-    if (kernels == &attn_kernels_avx512) return &attn_backward_kernels_avx512;
-#endif
-#if defined(ATTN_HAVE_AVX2_KERNELS)
-    if (kernels == &attn_kernels_avx2) return &attn_backward_kernels_avx2;
-#endif
-    (void)kernels;
-    return &attn_backward_kernels_generic;
-}

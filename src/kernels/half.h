@@ -3,8 +3,8 @@
  * bfloat16 (the top half of a float32) and IEEE binary16. Rounding is to nearest, ties to
  * even; NaN stays NaN; values beyond the fp16 range become +-inf. Internal to libattn.
  */
-#ifndef ATTN_CACHE_HALF_H
-#define ATTN_CACHE_HALF_H
+#ifndef ATTN_KERNELS_HALF_H
+#define ATTN_KERNELS_HALF_H
 
 #include <stdint.h>
 #include <string.h>
@@ -59,4 +59,4 @@ static inline float attn_f16_to_float(uint16_t h) {
     return attn_bits_float(sign | ((exponent + 112u) << 23) | (mantissa << 13));
 }
 
-#endif /* ATTN_CACHE_HALF_H */
+#endif /* ATTN_KERNELS_HALF_H */

@@ -1,0 +1,74 @@
+/*
+ * decode_generic.c — the portable decode part of the registry (kernels/registry.h), the naive
+ * reference of the AVX2 / AVX-512 ones. Written so the compiler
+ * can vectorise it: dot products keep 16 independent partial sums (a fixed summation order,
+ * hence deterministic), the softmax step is the generic forward one (libm expf), value
+ * accumulation is an axpy over the value dimension.
+ */
+#include <math.h>
+
+#include "kernels/half.h"
+#include "kernels/generic/generic.h"
+
+static void generic_bf16_to_f32(int64_t count, const uint16_t *source, float *target) {
+    for (int64_t e = 0; e < count; ++e) target[e] = attn_bf16_to_float(source[e]);
+}
+
+static void generic_f16_to_f32(int64_t count, const uint16_t *source, float *target) {
+    for (int64_t e = 0; e < count; ++e) target[e] = attn_f16_to_float(source[e]);
+}
+
+enum { LANES = 16 };
+
+/* sum_d a[d] * b[d] with LANES interleaved partial sums, then a fixed pairwise tree. */
+static float dot_product(int dim, const float *a, const float *b) {
+    float partial[LANES] = {0};
+    int d = 0;
+    for (; d + LANES <= dim; d += LANES)
+        for (int lane = 0; lane < LANES; ++lane) partial[lane] += a[d + lane] * b[d + lane];
+    for (int lane = 0; d < dim; ++d, ++lane) partial[lane] += a[d] * b[d];
+    for (int width = LANES / 2; width > 0; width /= 2)
+        for (int lane = 0; lane < width; ++lane) partial[lane] += partial[lane + width];
+    return partial[0];
+}
+
+static void generic_score_chunk(int rows, int count, int dim, const float *queries,
+                                const float *keys, int64_t key_stride, float *scores) {
+    for (int c = 0; c < count; ++c)
+        for (int r = 0; r < rows; ++r)
+            scores[r * ATTN_DECODE_CHUNK + c] =
+                dot_product(dim, queries + (int64_t)r * dim, keys + c * key_stride);
+}
+
+/* The one online-softmax step (registry.h) on a dense chunk, no soft-cap. */
+static void generic_softmax_chunk(int rows, int count, float scale, float *scores,
+                                  float *row_max, float *row_sum, float *rescale) {
+    attn_generic_softmax_step(rows, count, scores, ATTN_DECODE_CHUNK, scale, 0.0f, row_max,
+                              row_sum, rescale);
+}
+
+static void generic_accumulate_chunk(int rows, int count, int dim, const float *weights,
+                                     const float *rescale, const float *values,
+                                     int64_t value_stride, float *accumulator) {
+    for (int r = 0; r < rows; ++r) {
+        float *row = accumulator + (int64_t)r * dim;
+        if (rescale[r] != 1.0f)
+            for (int e = 0; e < dim; ++e) row[e] *= rescale[r];
+        for (int c = 0; c < count; ++c) {
+            const float weight = weights[r * ATTN_DECODE_CHUNK + c];
+            if (weight == 0.0f) continue; /* masked key: its value is never read */
+            const float *value = values + c * value_stride;
+            for (int e = 0; e < dim; ++e) row[e] += weight * value[e];
+        }
+    }
+}
+
+const attn_decode_kernels attn_generic_decode = {
+    .bf16_to_f32 = generic_bf16_to_f32,
+    .f16_to_f32 = generic_f16_to_f32,
+    .score_chunk = generic_score_chunk,
+    .softmax_chunk = generic_softmax_chunk,
+    .accumulate_chunk = generic_accumulate_chunk,
+    /* score_chunk_bf16, accumulate_chunk_bf16, prepare_bf16_queries: NULL, bf16 is
+     * converted to float32 first */
+};

@@ -1,0 +1,153 @@
+/*
+ * registry.c — the one selector (registry.h): which ISA tables exist in this build, what each
+ * needs from the CPU and OS (cpu_features.h), and the registries built from them, once per
+ * process. A registry is the generic table with the overrides of every ISA on its chain
+ * (an ISA's `base`, then the ISA itself) applied in order.
+ *
+ * Adding an ISA: one line in `isas` below (and the table in its folder).
+ */
+#include "kernels/registry.h"
+
+#include <pthread.h>
+
+#include "core/internal.h"
+#include "kernels/cpu_features.h"
+
+static int usable_always(const attn_cpu_features *f) { return (void)f, 1; }
+#if defined(ATTN_HAVE_AVX2_KERNELS)
+static int usable_avx2(const attn_cpu_features *f) { return f->avx2 && f->fma; }
+#endif
+#if defined(ATTN_HAVE_AVX512_KERNELS)
+static int usable_avx512(const attn_cpu_features *f) {
+    return f->avx512f && f->avx512dq && f->avx512bw && f->avx512vl && f->fma;
+}
+#endif
+
+typedef struct isa_entry {
+    attn_kernel_choice choice;
+    const char *label;       /* as in the error messages: "AVX2" */
+    attn_kernel_choice base; /* the registry this one overrides (GENERIC for the first) */
+    const attn_kernel_isa *isa; /* NULL: not compiled into this build */
+    int (*usable)(const attn_cpu_features *features);
+    const char *requirement; /* for the error message */
+} isa_entry;
+
+/* From the portable table up; AUTO takes the last usable entry. A base comes before the ISAs
+ * built on it. New choices (AVX512_BF16, AMX, ...) are one line each. */
+static const isa_entry isas[] = {
+    {ATTN_KERNEL_GENERIC, "GENERIC", ATTN_KERNEL_GENERIC, &attn_isa_generic, usable_always, ""},
+#if defined(ATTN_HAVE_AVX2_KERNELS)
+    {ATTN_KERNEL_AVX2, "AVX2", ATTN_KERNEL_GENERIC, &attn_isa_avx2, usable_avx2, "AVX2 + FMA"},
+#else
+    {ATTN_KERNEL_AVX2, "AVX2", ATTN_KERNEL_GENERIC, NULL, NULL, "AVX2 + FMA"},
+#endif
+#if defined(ATTN_HAVE_AVX512_KERNELS)
+    {ATTN_KERNEL_AVX512, "AVX512", ATTN_KERNEL_GENERIC, &attn_isa_avx512, usable_avx512,
+     "AVX-512 F/DQ/BW/VL"},
+#else
+    {ATTN_KERNEL_AVX512, "AVX512", ATTN_KERNEL_GENERIC, NULL, NULL, "AVX-512 F/DQ/BW/VL"},
+#endif
+};
+enum { ISA_COUNT = sizeof isas / sizeof isas[0] };
+
+static attn_kernels registries[ISA_COUNT];
+static int available[ISA_COUNT];
+static int best = 0;
+static pthread_once_t built_once = PTHREAD_ONCE_INIT;
+
+static int entry_of(attn_kernel_choice choice) {
+    for (int i = 0; i < ISA_COUNT; ++i)
+        if (isas[i].choice == choice) return i;
+    return -1;
+}
+
+#define TAKE(part, slot) \
+    if (isa->part->slot != NULL) into->part.slot = isa->part->slot
+
+/* Applies the slots `isa` gives over `into` (override groups as in registry.h). */
+static void apply(attn_kernels *into, const attn_kernel_isa *isa) {
+    into->name = isa->name;
+    if (isa->forward != NULL) {
+        const attn_forward_kernels *from = isa->forward;
+        if (from->pack_keys != NULL) {
+            into->forward.pack_keys = from->pack_keys;
+            into->forward.packed_keys_floats = from->packed_keys_floats;
+            into->forward.score_tile = from->score_tile;
+        }
+        if (from->pack_values != NULL) {
+            into->forward.pack_values = from->pack_values;
+            into->forward.packed_values_floats = from->packed_values_floats;
+            into->forward.accumulate_values = from->accumulate_values;
+        }
+        TAKE(forward, softmax_step);
+        TAKE(forward, scale_rows);
+    }
+    if (isa->backward != NULL) {
+        TAKE(backward, accumulate);
+        TAKE(backward, accumulate_transposed);
+        TAKE(backward, probabilities);
+        TAKE(backward, score_gradient);
+    }
+    if (isa->decode != NULL) {
+        TAKE(decode, bf16_to_f32);
+        TAKE(decode, f16_to_f32);
+        TAKE(decode, score_chunk);
+        TAKE(decode, softmax_chunk);
+        TAKE(decode, accumulate_chunk);
+        TAKE(decode, accumulate_chunk_bf16);
+        if (isa->decode->score_chunk_bf16 != NULL) {
+            into->decode.score_chunk_bf16 = isa->decode->score_chunk_bf16;
+            into->decode.prepare_bf16_queries = isa->decode->prepare_bf16_queries;
+        }
+    }
+}
+
+static void build(void) {
+    const attn_cpu_features *features = attn_cpu_features_get();
+    for (int i = 0; i < ISA_COUNT; ++i) {
+        const isa_entry *entry = &isas[i];
+        const int base = entry_of(entry->base);
+        if (entry->isa == NULL || !entry->usable(features) || base < 0 || base > i ||
+            (base < i && !available[base]))
+            continue;
+        if (base < i) registries[i] = registries[base];
+        apply(&registries[i], entry->isa);
+        available[i] = 1;
+        best = i;
+    }
+}
+
+static int usable_entry(attn_kernel_choice choice) {
+    pthread_once(&built_once, build);
+    if (choice == ATTN_KERNEL_AUTO) return best;
+    const int i = entry_of(choice);
+    return i >= 0 && available[i] ? i : -1;
+}
+
+attn_status attn_kernels_select(attn_kernel_choice choice, const attn_kernels **kernels,
+                                attn_error *error) {
+    const int i = usable_entry(choice);
+    if (i >= 0) {
+        *kernels = &registries[i];
+        return ATTN_OK;
+    }
+    const int known = entry_of(choice);
+    if (known < 0)
+        return attn_fail(error, ATTN_ERROR_INVALID_ARGUMENT, "options.kernel = %d: unknown",
+                         (int)choice);
+    return attn_fail(error, ATTN_ERROR_UNSUPPORTED,
+                     "options.kernel = %s: this CPU, OS or build has no %s kernels",
+                     isas[known].label, isas[known].requirement);
+}
+
+int attn_cpu_supports(attn_kernel_choice choice) { return usable_entry(choice) >= 0; }
+
+const char *attn_kernel_choice_name(attn_kernel_choice choice) {
+    switch (choice) {
+    case ATTN_KERNEL_AUTO: return "auto";
+    case ATTN_KERNEL_GENERIC: return "generic";
+    case ATTN_KERNEL_AVX2: return "avx2";
+    case ATTN_KERNEL_AVX512: return "avx512";
+    }
+    return NULL;
+}

@@ -1,0 +1,233 @@
+/*
+ * registry.h — the one kernel contract of attn: a registry `attn_kernels` with a forward, a
+ * backward and a decode part, each a table of small arithmetic slots on tiles, and the one
+ * selector that picks a registry for an attn_kernel_choice.
+ *
+ * The loop nests (src/forward, src/backward, src/cache) own tiling, masks, threading and the
+ * online-softmax bookkeeping; a registry owns only the arithmetic. Every registry starts as
+ * the portable one (src/kernels/generic/) and an ISA overrides the slots it implements
+ * (src/kernels/<isa>/table_<isa>.c), when CPUID and the OS allow it (cpu_features.h). The
+ * selector builds each registry once per process (thread-safe) and hands out pointers to
+ * those constant registries.
+ *
+ * Rules every implementation of a slot keeps:
+ *  - deterministic: same inputs, same bits, whatever the thread count (sums in a fixed order);
+ *  - results within 1e-6 relative of the generic registry's (exp to a few ulp, dot products
+ *    to float rounding in another order);
+ *  - sizes are small (a tile), so ints are used; strides are in floats (int64_t where they
+ *    address a whole tensor or a cache); buffers from attn_aligned_alloc are 64-byte aligned.
+ *
+ * Packed layouts (forward part) are private to the implementation that packs: a loop only
+ * asks for their size, packs through the registry, and hands the packed buffers back to the
+ * same registry. Hence the slots that share a layout are overridden together (see "override
+ * groups" below). Prefix property (every implementation): a buffer packed from `count` keys
+ * (values) is also a valid packed buffer of its first `count2` keys (values), for any
+ * 1 <= count2 <= count, as far as score_tile (accumulate_values) with count2 is concerned. The
+ * forward pass packs each key tile of a head once and uses it for query tiles that need only
+ * a prefix of it (tests/test_kernels_packing.c checks this).
+ *
+ * The online-softmax step (ONE specification, used by forward.softmax_step and
+ * decode.softmax_chunk). For a row r with running maximum M = row_max[r] and running sum
+ * L = row_sum[r], and the logits of one tile x_c (c < count; -inf = masked):
+ *     m      = max(M, max_c x_c);            u = (m == -inf) ? 0 : m
+ *     p_c    = exp(x_c - u)                   (exactly 0 for x_c = -inf; written in place)
+ *     rescale[r] = (M == -inf) ? 0 : exp(M - u)
+ *     row_sum[r] = rescale[r] * L + sum_c p_c;   row_max[r] = m
+ * so that after every tile, row_sum[r] * exp(row_max[r]) = sum over all keys so far of
+ * exp(x), and an accumulator of p-weighted values rescaled by rescale[r] stays consistent.
+ * Why two slots for one step: the forward tile has any width (up to ATTN_MAX_TILE), a stride
+ * and an optional soft-cap, and is swept twice through L1; the decode chunk is at most
+ * ATTN_DECODE_CHUNK (64) floats, dense, never soft-capped by the kernel, so an ISA keeps the
+ * whole chunk in registers and reads it once. The two also round x·scale − u differently on
+ * SIMD (forward fuses it into one FMA; decode rounds x·scale first), within the 1e-6 rule;
+ * one slot would change the bits of one path or slow the other. The generic decode slot is
+ * the generic forward step itself (stride ATTN_DECODE_CHUNK, softcap 0).
+ */
+#ifndef ATTN_KERNELS_REGISTRY_H
+#define ATTN_KERNELS_REGISTRY_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "attn.h"
+
+/* ---------------------------------------------------------------- forward part ---------- */
+typedef struct attn_forward_kernels {
+    /* Number of floats a packed tile of `count` keys (or values) of dimension `dim` needs. */
+    size_t (*packed_keys_floats)(int count, int dim);
+    size_t (*packed_values_floats)(int count, int dim);
+
+    /* Packs `count` keys: key c, element d is at source[c*token_stride + d*dim_stride]. */
+    void (*pack_keys)(int count, int dim, const float *source, int64_t token_stride,
+                      int64_t dim_stride, float *packed);
+    /* Packs `count` value rows the same way (layout suited to accumulate_values). */
+    void (*pack_values)(int count, int dim, const float *source, int64_t token_stride,
+                        int64_t dim_stride, float *packed);
+
+    /* scores[r*scores_stride + c] = sum_d queries[r*query_stride + d] * key_c[d]
+     * for r < rows, c < count. queries: contiguous rows of `dim` floats (query_stride >= dim);
+     * key_c: key c as packed by pack_keys. */
+    void (*score_tile)(int rows, int count, int dim, const float *queries, int query_stride,
+                       const float *packed_keys, float *scores, int scores_stride);
+
+    /* accumulator[r*accumulator_stride + e] += sum_c weights[r*weights_stride + c] * value_c[e]
+     * for r < rows, e < dim; value_c: value row c as packed by pack_values. */
+    void (*accumulate_values)(int rows, int count, int dim, const float *weights,
+                              int weights_stride, const float *packed_values,
+                              float *accumulator, int accumulator_stride);
+
+    /* The online-softmax step (above) over scores [rows][scores_stride], fused with the
+     * logit transform: x_c = scores[r][c] * scale; if softcap > 0: x_c = softcap *
+     * tanh(x_c / softcap) (masked entries arrive as -inf and stay -inf; scale = 1, softcap = 0
+     * when the loop has already transformed the tile itself). scale > 0. p_c replaces
+     * scores[r][c]. row_max, row_sum, rescale: float[rows]. */
+    void (*softmax_step)(int rows, int count, float *scores, int scores_stride, float scale,
+                         float softcap, float *row_max, float *row_sum, float *rescale);
+
+    /* accumulator[r][e] *= factor[r] for r < rows, e < dim. */
+    void (*scale_rows)(int rows, int dim, const float *factor, float *accumulator,
+                       int accumulator_stride);
+} attn_forward_kernels;
+
+/* ---------------------------------------------------------------- backward part --------- */
+/* The backward pass uses forward.pack_keys + forward.score_tile for S = Q·Kᵀ and dP = dO·Vᵀ,
+ * and these slots for the products that read P and dS as they are (no transposes, no value
+ * packing) and for the elementwise steps. Sums over `inner` go in index order. Rows are
+ * unit-stride; the `values` rows of the products are read in whole SIMD vectors: each must
+ * have ATTN_BACKWARD_ROW_FLOATS(dim) readable floats (the floats past dim are read but never
+ * affect the result), so the loop keeps its copies of Q, dO and K in rows padded to that. */
+
+/* Readable floats a `values` row of dimension dim needs (dim rounded up to 16 floats). */
+#define ATTN_BACKWARD_ROW_FLOATS(dim) (((dim) + 15) / 16 * 16)
+
+typedef struct attn_backward_kernels {
+    /* accumulator[o][e] += sum_i weights[o * weights_stride + i] * values[i * values_stride + e]
+     * for o < outputs, e < dim, i < inner (dQ += dS · K).
+     * weights [outputs][weights_stride], values [inner][values_stride],
+     * accumulator [outputs][accumulator_stride]. */
+    void (*accumulate)(int outputs, int inner, int dim, const float *weights, int weights_stride,
+                       const float *values, int values_stride, float *accumulator,
+                       int accumulator_stride);
+
+    /* The same with the weights read transposed (dV += Pᵀ · dO, dK += dSᵀ · Q):
+     * accumulator[o][e] += sum_i weights[i * weights_stride + o] * values[i * values_stride + e]
+     * weights [inner][weights_stride] (o < outputs <= weights_stride). */
+    void (*accumulate_transposed)(int outputs, int inner, int dim, const float *weights,
+                                  int weights_stride, const float *values, int values_stride,
+                                  float *accumulator, int accumulator_stride);
+
+    /* Probabilities in place, per row r < rows, column c < count:
+     *   scores[r][c] = exp(scale * scores[r][c] - row_lse[r])
+     * -inf scores (masked) give exactly 0; a row with row_lse[r] = -inf (empty) gives 0s;
+     * a NaN row_lse gives NaN. scores [rows][stride]. */
+    void (*probabilities)(int rows, int count, float *scores, int stride, float scale,
+                          const float *row_lse);
+
+    /* dS = P * (dP - D) in place on dP: gradient[r][c] = probabilities[r][c] *
+     * (gradient[r][c] - row_dot[r]). Both [rows][stride]. */
+    void (*score_gradient)(int rows, int count, const float *probabilities, float *gradient,
+                           int stride, const float *row_dot);
+} attn_backward_kernels;
+
+/* ---------------------------------------------------------------- decode part ----------- */
+/* The arithmetic of one decoding task: convert a chunk of stored keys/values to float32,
+ * score the query rows of a GQA group against a chunk of keys, take the online-softmax step
+ * of every row, accumulate probability-weighted values. The loop in src/cache/decode.c owns
+ * masks, the split-KV plan and the merge. Results agree with the generic part to float
+ * rounding of the dot products and of exp. */
+
+/* Keys per chunk: the unit of scoring, masking and accumulation (a chunk never crosses a
+ * page boundary, so it may be shorter). */
+#define ATTN_DECODE_CHUNK 64
+
+/* Largest group (query rows per task) that reads bfloat16 storage directly when the
+ * registry can (score_chunk_bf16); larger groups convert each chunk once into a float32
+ * buffer. */
+#define ATTN_DECODE_FUSED_ROWS 4
+
+/* Floats per prepared query row (prepare_bf16_queries): dim rounded up to a multiple of 32. */
+#define ATTN_DECODE_PREPARED_DIM(dim) (((dim) + 31) / 32 * 32)
+
+typedef struct attn_decode_kernels {
+    /* target[e] = float(source[e]) for e < count, where source holds bfloat16 (or IEEE half)
+     * elements. */
+    void (*bf16_to_f32)(int64_t count, const uint16_t *source, float *target);
+    void (*f16_to_f32)(int64_t count, const uint16_t *source, float *target);
+    /* scores[r * ATTN_DECODE_CHUNK + c] = sum_d queries[r * dim + d] * keys[c * key_stride + d]
+     * for r < rows, c < count (<= ATTN_DECODE_CHUNK). */
+    void (*score_chunk)(int rows, int count, int dim, const float *queries, const float *keys,
+                        int64_t key_stride, float *scores);
+    /* The online-softmax step (above) for r < rows on the logits
+     * x_c = scale * scores[r * ATTN_DECODE_CHUNK + c], c < count; p_c replaces them. */
+    void (*softmax_chunk)(int rows, int count, float scale, float *scores, float *row_max,
+                          float *row_sum, float *rescale);
+    /* accumulator[r * dim + e] = rescale[r] * accumulator[r * dim + e] +
+     *                            sum_c weights[r * ATTN_DECODE_CHUNK + c] *
+     *                                  values[c * value_stride + e]      for r < rows, e < dim.
+     * A key whose weight is 0 may be skipped (its value is never read). */
+    void (*accumulate_chunk)(int rows, int count, int dim, const float *weights,
+                             const float *rescale, const float *values, int64_t value_stride,
+                             float *accumulator);
+    /* Optional (NULL = convert to float32 first): score_chunk and accumulate_chunk reading
+     * bfloat16 keys / values as stored (strides in elements), widening them in registers.
+     * Used for small groups (rows <= ATTN_DECODE_FUSED_ROWS), where each stored element is
+     * read once or twice, so a conversion pass through a buffer would cost more than it
+     * saves. */
+    void (*score_chunk_bf16)(int rows, int count, int dim, const float *queries,
+                             const uint16_t *keys, int64_t key_stride, float *scores);
+    void (*accumulate_chunk_bf16)(int rows, int count, int dim, const float *weights,
+                                  const float *rescale, const uint16_t *values,
+                                  int64_t value_stride, float *accumulator);
+    /* Optional (NULL = score_chunk_bf16 reads the queries as they are): rewrites the query
+     * rows [rows][dim] once per task into the order score_chunk_bf16 reads them,
+     * prepared[rows][ATTN_DECODE_PREPARED_DIM(dim)] (for instance even and odd dimensions
+     * apart, matching bfloat16 pairs widened without a shuffle; padding is 0). */
+    void (*prepare_bf16_queries)(int rows, int dim, const float *queries, float *prepared);
+} attn_decode_kernels;
+
+/* ---------------------------------------------------------------- the registry ---------- */
+typedef struct attn_kernels {
+    const char *name; /* "generic", "avx2", "avx512", ...: the ISA of the last override */
+    attn_forward_kernels forward;
+    attn_backward_kernels backward;
+    attn_decode_kernels decode;
+} attn_kernels;
+
+/*
+ * What an ISA folder provides: one table naming its parts. A NULL part, or a NULL slot in a
+ * part, keeps what the registry below it has. Override groups (slots that share a private
+ * layout, taken together when the first is given, whatever the others hold):
+ *   forward {pack_keys, packed_keys_floats, score_tile},
+ *   forward {pack_values, packed_values_floats, accumulate_values},
+ *   decode  {score_chunk_bf16, prepare_bf16_queries}.
+ */
+typedef struct attn_kernel_isa {
+    const char *name;
+    const attn_forward_kernels *forward;
+    const attn_backward_kernels *backward;
+    const attn_decode_kernels *decode;
+} attn_kernel_isa;
+
+extern const attn_kernel_isa attn_isa_generic; /* complete: every slot but the optional ones */
+#if defined(ATTN_HAVE_AVX2_KERNELS)
+extern const attn_kernel_isa attn_isa_avx2;
+#endif
+#if defined(ATTN_HAVE_AVX512_KERNELS)
+extern const attn_kernel_isa attn_isa_avx512;
+#endif
+
+/* The registry for `choice` (AUTO = the best this CPU and OS run). Thread-safe; the
+ * registry is constant and lives for the whole process. ATTN_ERROR_UNSUPPORTED when the
+ * CPU, the OS or the build lacks the requested one; ATTN_ERROR_INVALID_ARGUMENT for a value
+ * that is no attn_kernel_choice. On failure *kernels is left as it was. */
+attn_status attn_kernels_select(attn_kernel_choice choice, const attn_kernels **kernels,
+                                attn_error *error);
+
+/* Whether attn_kernels_select(choice) succeeds on this build, CPU and OS (1) or not (0);
+ * AUTO and GENERIC always do. For tests and tools that iterate over every registry. */
+int attn_cpu_supports(attn_kernel_choice choice);
+
+/* The name of a choice ("auto", "generic", "avx2", "avx512"), or NULL for an unknown value. */
+const char *attn_kernel_choice_name(attn_kernel_choice choice);
+
+#endif /* ATTN_KERNELS_REGISTRY_H */
