@@ -798,6 +798,8 @@ typedef struct attn_mla_config {
     float scale;          /* softmax scale; 0 = 1/sqrt(d_h + d_rope) (multiply by YaRN's
                              mscale^2 yourself when it applies) */
     float norm_eps;       /* RMSNorm epsilon; 0 = 1e-6 */
+    attn_rope_scaling rope_scaling; /* frequency scaling of the RoPE dims (DeepSeek-V2: YaRN);
+                                       zeroed = none. The YaRN magnitude multiplies q_R and k_R */
 } attn_mla_config;
 
 /* The layer's weights, PyTorch nn.Linear layout ([out][in], row-major), no biases. */
@@ -1161,10 +1163,9 @@ typedef struct attn_mla_layer {
 } attn_mla_layer;
 
 /*
- * The attn_mla_config of a DeepSeek-V2 model: sizes, rope_theta, norm eps and the softmax
- * scale (q_head_dim^-1/2, times mscale² = (0.1 mscale_all_dim ln(factor) + 1)² under YaRN
- * scaling, as DeepSeek does). attn_mla_forward's RoPE has no frequency scaling: with
- * rope_scaling set, its rotary frequencies are the unscaled ones (docs/models.md).
+ * The attn_mla_config of a DeepSeek-V2 model: sizes, rope_theta, rope_scaling, norm eps and
+ * the softmax scale (q_head_dim^-1/2, times mscale² = (0.1 mscale_all_dim ln(factor) + 1)²
+ * under YaRN scaling, as DeepSeek does).
  */
 attn_status attn_model_mla_config(const attn_model_config *model, attn_mla_config *mla,
                                   attn_error *error);

@@ -270,6 +270,7 @@ attn_status attn_model_mla_config(const attn_model_config *model, attn_mla_confi
         scale *= m * m;
     }
     mla->scale = (float)scale;
+    mla->rope_scaling = *s;
     return ATTN_OK;
 }
 
