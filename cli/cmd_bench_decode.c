@@ -319,7 +319,7 @@ int cli_bench_decode(int argc, char **argv) {
             }
     }
     if (s.mla) {
-        attn_mla_config v2 = {5120, 128, 1536, 512, 128, 64, 128, 0.0, 0.0f, 0.0f};
+        attn_mla_config v2 = {5120, 128, 1536, 512, 128, 64, 128, 0.0, 0.0f, 0.0f, {0}};
         for (int dt = 0; dt < 2; ++dt) {
             if (!(s.dtypes & (1 << dt))) continue;
             for (int c = 0; c < context_count; ++c) {
