@@ -1026,7 +1026,8 @@ attn_status attn_safetensors_write(const char *path, const attn_safetensors_tens
  * The tensors of an attention layer under Hugging Face names, each prefixed by `prefix`
  * ("" or e.g. "model.layers.0.self_attn."): q_proj.weight, k_proj.weight, v_proj.weight,
  * o_proj.weight, and with biases q_proj.bias, k_proj.bias, v_proj.bias, o_proj.bias.
- * entries: room for 8; *count receives 4 or 8. The entries point at the layer's parameters.
+ * entries: room for 8; *count receives 4 plus one per bias the layer has (4..8). The entries
+ * point at the layer's parameters.
  */
 attn_status attn_layer_safetensors_entries(const attn_layer *layer, const char *prefix,
                                            attn_safetensors_tensor *entries, int *count,
