@@ -156,15 +156,18 @@ int main(int argc, char **argv) {
     /* Embeddings: word[token] + position[t] + token_type[0], LayerNorm. */
     float *hidden = malloc(sizeof(float) * (size_t)(N * T * d));
     float *word = tensor(&file, "embeddings.word_embeddings.weight", model.vocab_size, d);
-    float *position = tensor(&file, "embeddings.position_embeddings.weight", model.max_positions, d);
-    float *type = tensor(&file, "embeddings.token_type_embeddings.weight", model.type_vocab_size, d);
+    float *position =
+        tensor(&file, "embeddings.position_embeddings.weight", model.max_positions, d);
+    float *type =
+        tensor(&file, "embeddings.token_type_embeddings.weight", model.type_vocab_size, d);
     float *norm_weight = tensor(&file, "embeddings.LayerNorm.weight", d, 0);
     float *norm_bias = tensor(&file, "embeddings.LayerNorm.bias", d, 0);
     check(attn_embedding_lookup(word, model.vocab_size, d, tokens, N * T, hidden, &error), &error,
           "word embeddings");
     for (int64_t n = 0; n < N; ++n)
         for (int64_t t = 0; t < T; ++t)
-            for (int64_t i = 0; i < d; ++i) hidden[(n * T + t) * d + i] += position[t * d + i] + type[i];
+            for (int64_t i = 0; i < d; ++i)
+                hidden[(n * T + t) * d + i] += position[t * d + i] + type[i];
     add_layer_norm(hidden, NULL, N * T, d, norm_weight, norm_bias, model.norm_eps);
 
     /* Encoder layers. Keys past a sentence's length are masked; padded query rows are computed
@@ -208,12 +211,14 @@ int main(int argc, char **argv) {
             norm += (double)embeddings[n * d + i] * embeddings[n * d + i];
         }
         norm = fmax(sqrt(norm), 1e-12);
-        for (int64_t i = 0; i < d; ++i) embeddings[n * d + i] = (float)(embeddings[n * d + i] / norm);
+        for (int64_t i = 0; i < d; ++i)
+            embeddings[n * d + i] = (float)(embeddings[n * d + i] / norm);
     }
     int64_t shape[2] = {N, d};
     check(attn_npy_write(argv[4], ATTN_DTYPE_F32, 2, shape, embeddings, &error), &error, argv[4]);
     printf("minilm: %lld sentences, %lld tokens at most, %lld layers -> %s [%lld, %lld]\n",
-           (long long)N, (long long)T, (long long)model.layers, argv[4], (long long)N, (long long)d);
+           (long long)N, (long long)T, (long long)model.layers, argv[4], (long long)N,
+           (long long)d);
 
     free(embeddings); free(down); free(inner); free(attention);
     free(word); free(position); free(type); free(norm_weight); free(norm_bias);

@@ -3,9 +3,10 @@
  * both layouts with partial rotary dims; causal; self- and cross-attention, Tq != Tk) against
  * an independent double-precision transcription of the whole layer: the forward output, and
  * every parameter and input gradient against central finite differences of that double
- * reference (loss = Σ out ∘ G). Also per-projection biases (Qwen2: q, k, v only) and RoPE at
- * explicit position ids per batch row with YaRN scaling (cos/sin magnitude != 1). Also: parameter counts (4n² for n = 512, Llama-2-70B-like
- * 150,994,944), deterministic Xavier init within its bound, argument errors.
+ * reference (loss = Σ out ∘ G), also with per-projection biases (Qwen2: q, k, v only) and
+ * RoPE at explicit position ids per batch row with YaRN scaling (cos/sin magnitude != 1).
+ * Also: parameter counts (4n² for n = 512, Llama-2-70B-like 150,994,944), deterministic
+ * Xavier init within its bound, argument errors.
  */
 #include "test_support.h"
 
