@@ -2,6 +2,7 @@
  * arguments.c — parsing and loading of the attention options shared by `attn forward`,
  * `attn backward` and `attn ring` (see arguments.h).
  */
+#include "attn_io.h"
 #include "arguments.h"
 
 #include <errno.h>
@@ -158,6 +159,7 @@ static bool parse_pattern(const char *text, attn_options *options) {
 void cli_attention_arguments_init(cli_attention_arguments *arguments) {
     memset(arguments, 0, sizeof *arguments);
     arguments->options = attn_options_default();
+    arguments->execution = attn_execution_default();
 }
 
 cli_parse_result cli_parse_attention_option(cli_attention_arguments *arguments,
@@ -211,6 +213,7 @@ cli_parse_result cli_parse_attention_option(cli_attention_arguments *arguments,
                       value);
             return CLI_PARSE_ERROR;
         }
+        options->window = 1;
         options->window_left = a;
         options->window_right = b;
         arguments->needs_alignment = "--window";
@@ -241,7 +244,7 @@ cli_parse_result cli_parse_attention_option(cli_attention_arguments *arguments,
             cli_error(command, "--threads '%s': expected an integer in 1..4096", value);
             return CLI_PARSE_ERROR;
         }
-        options->num_threads = (int)a;
+        arguments->execution.num_threads = (int)a;
     } else if (strcmp(name, "--query-lengths") == 0) {
         arguments->query_lengths_path = value;
     } else if (strcmp(name, "--key-lengths") == 0) {
@@ -276,16 +279,17 @@ cli_parse_result cli_parse_attention_option(cli_attention_arguments *arguments,
         options->block_q = a;
         options->block_k = b;
     } else if (strcmp(name, "--kernel") == 0) {
-        if (strcmp(value, "auto") == 0) options->kernel = ATTN_KERNEL_AUTO;
-        else if (strcmp(value, "generic") == 0) options->kernel = ATTN_KERNEL_GENERIC;
-        else if (strcmp(value, "avx2") == 0) options->kernel = ATTN_KERNEL_AVX2;
-        else if (strcmp(value, "avx512") == 0) options->kernel = ATTN_KERNEL_AVX512;
+        attn_kernel_choice *kernel = &arguments->execution.kernel;
+        if (strcmp(value, "auto") == 0) *kernel = ATTN_KERNEL_AUTO;
+        else if (strcmp(value, "generic") == 0) *kernel = ATTN_KERNEL_GENERIC;
+        else if (strcmp(value, "avx2") == 0) *kernel = ATTN_KERNEL_AVX2;
+        else if (strcmp(value, "avx512") == 0) *kernel = ATTN_KERNEL_AVX512;
         else {
             cli_error(command, "--kernel '%s': expected auto, generic, avx2 or avx512", value);
             return CLI_PARSE_ERROR;
         }
     } else if (strcmp(name, "--memory-limit") == 0) {
-        if (!cli_parse_bytes(value, &options->memory_limit_bytes)) {
+        if (!cli_parse_bytes(value, &arguments->execution.memory_limit_bytes)) {
             cli_error(command, "--memory-limit '%s': expected a byte count such as 1048576, "
                       "512K, 64M or 2G", value);
             return CLI_PARSE_ERROR;

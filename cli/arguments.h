@@ -15,7 +15,7 @@
  *   }
  *   ... load Q, K, V ...
  *   if (!cli_attention_arguments_load(&arguments, "forward", B, Tq, Tk, Hq)) return 1;
- *   attn_forward(..., &arguments.options, ...);
+ *   attn_forward(..., &arguments.options, ..., &arguments.execution, &error);
  *   cli_attention_arguments_free(&arguments);
  */
 #ifndef ATTN_CLI_ARGUMENTS_H
@@ -25,6 +25,7 @@
 #include <stdint.h>
 
 #include "attn.h"
+#include "attn_io.h"
 
 typedef enum cli_parse_result {
     CLI_PARSE_CONSUMED = 0,  /* argv[*index] (and its value) was a shared option */
@@ -32,9 +33,11 @@ typedef enum cli_parse_result {
     CLI_PARSE_ERROR = 2      /* a shared option with a bad or missing value (message printed) */
 } cli_parse_result;
 
-/* The shared options: the library options plus the files and lists they point into. */
+/* The shared options: the library options (what to compute and how to run it) plus the
+ * files and lists they point into. */
 typedef struct cli_attention_arguments {
     attn_options options;
+    attn_execution execution; /* --threads, --kernel, --memory-limit */
 
     /* File paths as given (NULL = option not used). */
     const char *mask_path;            /* --mask, bool [B|1, Hq|1, Tq, Tk] (rank 2..4) */
@@ -57,7 +60,8 @@ typedef struct cli_attention_arguments {
     attn_tensor mask_tensor, bias_tensor, block_layout_tensor;
 } cli_attention_arguments;
 
-/* Sets every option to its default (attn_options_default) and every path to NULL. */
+/* Sets every option to its default (attn_options_default, attn_execution_default) and every
+ * path to NULL. */
 void cli_attention_arguments_init(cli_attention_arguments *arguments);
 
 /*

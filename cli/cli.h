@@ -12,7 +12,7 @@
 
 #include "attn.h"
 
-int cli_demo(int argc, char **argv);       /* cmd_demo.c: the seeds' worked example */
+int cli_demo(int argc, char **argv);       /* cmd_demo.c: a worked example, step by step */
 int cli_forward(int argc, char **argv);    /* cmd_forward.c: attention on .npy files */
 int cli_backward(int argc, char **argv);   /* cmd_backward.c: gradients on .npy files */
 int cli_train(int argc, char **argv);      /* cmd_train.c: a small model that learns */

@@ -18,6 +18,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "attn_io.h"
 #include "arguments.h"
 #include "cli.h"
 #include "npy_tensor.h"
@@ -251,7 +252,8 @@ static int run_backward(backward_files *files, cli_attention_arguments *argument
         if (files->forward_out == NULL || files->forward_lse == NULL) return 1;
         out = attn_tensor_f32_4d(files->forward_out, B, Tq, Hq, Dv);
         lse = attn_tensor_contiguous(files->forward_lse, ATTN_DTYPE_F32, 3, lse_shape);
-        if (attn_forward(&q, &k, &v, &arguments->options, &out, &lse, &error) != ATTN_OK) {
+        if (attn_forward(&q, &k, &v, &arguments->options, &out, &lse, &arguments->execution,
+                         &error) != ATTN_OK) {
             cli_error(command, "forward pass: %s", error.message);
             return 1;
         }
@@ -281,7 +283,7 @@ static int run_backward(backward_files *files, cli_attention_arguments *argument
     attn_tensor dbias = arguments->bias_tensor; /* rank-4 view of the bias's shape */
     dbias.data = files->outputs[OUTPUT_DBIAS];
     if (attn_backward(&q, &k, &v, &out, &lse, &dout, &arguments->options, &dq, &dk, &dv,
-                      want_bias_gradient ? &dbias : NULL, &error) != ATTN_OK) {
+                      want_bias_gradient ? &dbias : NULL, &arguments->execution, &error) != ATTN_OK) {
         cli_error(command, "%s", error.message);
         return 1;
     }

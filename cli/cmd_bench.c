@@ -20,7 +20,6 @@
 #include "bench_clock.h"
 #include "bench_report.h"
 #include "cli.h"
-#include "kernels/registry.h"
 
 #define MAX_LIST 16
 
@@ -243,17 +242,23 @@ static double allowed_pairs(bench_mask mask, int64_t length, int64_t window) {
 
 static attn_options make_options(const bench_settings *s, bench_mask mask) {
     attn_options options = attn_options_default();
-    options.num_threads = s->threads;
-    options.kernel = s->kernel;
     if (mask != BENCH_MASK_NONE) {
         options.causal = 1;
         options.alignment = ATTN_ALIGN_BOTTOM_RIGHT;
     }
     if (mask == BENCH_MASK_WINDOW) {
+        options.window = 1;
         options.window_left = s->window - 1;
         options.window_right = 0;
     }
     return options;
+}
+
+static attn_execution make_execution(const bench_settings *s) {
+    attn_execution execution = attn_execution_default();
+    execution.num_threads = s->threads;
+    execution.kernel = s->kernel;
+    return execution;
 }
 
 static void fill_uniform(float *data, size_t count, uint64_t seed) {
@@ -314,22 +319,26 @@ static int allocate_tensors(bench_tensors *t, int64_t B, int64_t T, int64_t Hq, 
 }
 
 static attn_status run_once(int backward, int reference, bench_tensors *t,
-                            const attn_options *options, attn_error *error) {
+                            const attn_options *options, const attn_execution *execution,
+                            attn_error *error) {
     if (reference)
         return attn_reference_forward(&t->tq, &t->tk, &t->tv, options, &t->tout, &t->tlse, error);
     if (!backward)
-        return attn_forward(&t->tq, &t->tk, &t->tv, options, &t->tout, &t->tlse, error);
+        return attn_forward(&t->tq, &t->tk, &t->tv, options, &t->tout, &t->tlse, execution, error);
     return attn_backward(&t->tq, &t->tk, &t->tv, &t->tout, &t->tlse, &t->tdout, options, &t->tdq,
-                         &t->tdk, &t->tdv, NULL, error);
+                         &t->tdk, &t->tdv, NULL, execution, error);
 }
 
 /* Times one configuration into `result` (status "ok" or the failing status's name). */
 static void measure(const bench_settings *s, bench_tensors *t, int backward, bench_result *result) {
     const attn_options options = make_options(s, result->mask);
+    const attn_execution execution = make_execution(s);
     attn_error error;
     double times[64];
     attn_status status = ATTN_OK;
-    if (backward) status = attn_forward(&t->tq, &t->tk, &t->tv, &options, &t->tout, &t->tlse, &error);
+    if (backward)
+        status = attn_forward(&t->tq, &t->tk, &t->tv, &options, &t->tout, &t->tlse, &execution,
+                              &error);
     int repeats = s->repeats < 64 ? s->repeats : 64;
     const int threads = s->threads > 0 ? s->threads : omp_get_max_threads();
     /* The warm-up is timed too: a run of over 1 s warms up everything that matters within its
@@ -338,7 +347,7 @@ static void measure(const bench_settings *s, bench_tensors *t, int backward, ben
     int first = 0;
     if (status == ATTN_OK) {
         const double start = bench_clock_seconds(s->clock, threads);
-        status = run_once(backward, s->reference, t, &options, &error);
+        status = run_once(backward, s->reference, t, &options, &execution, &error);
         const double warm_up = bench_clock_seconds(s->clock, threads) - start;
         if (warm_up > 1.0) {
             times[0] = warm_up;
@@ -349,7 +358,7 @@ static void measure(const bench_settings *s, bench_tensors *t, int backward, ben
     }
     for (int r = first; status == ATTN_OK && r < repeats; ++r) {
         const double start = bench_clock_seconds(s->clock, threads);
-        status = run_once(backward, s->reference, t, &options, &error);
+        status = run_once(backward, s->reference, t, &options, &execution, &error);
         times[r] = bench_clock_seconds(s->clock, threads) - start;
     }
     if (status != ATTN_OK) {
@@ -426,10 +435,10 @@ int cli_bench(int argc, char **argv) {
                cli_measure_read_bandwidth_gbs(threads));
         return 0;
     }
-    const attn_kernels *table = NULL;
-    attn_error error;
-    if (attn_kernels_select(s.kernel, &table, &error) != ATTN_OK) {
-        fprintf(stderr, "attn bench: --kernel: %s\n", error.message);
+    const char *kernel_name = attn_kernel_name(s.kernel);
+    if (kernel_name == NULL) {
+        fprintf(stderr, "attn bench: --kernel: this CPU or build cannot run the %s kernels\n",
+                s.kernel == ATTN_KERNEL_AVX2 ? "AVX2" : s.kernel == ATTN_KERNEL_AVX512 ? "AVX-512" : "requested");
         return 1;
     }
     const double peak = s.peak_gflops > 0 ? s.peak_gflops : bench_measure_fma_peak(threads, s.clock);
@@ -467,7 +476,7 @@ int cli_bench(int argc, char **argv) {
                             r->kv_heads = s.query_heads[h] / s.groups[g];
                             r->head_dim = s.head_dims[d], r->mask = s.masks[m];
                             r->window = r->mask == BENCH_MASK_WINDOW ? s.window : 0;
-                            r->threads = threads, r->kernel = table->name;
+                            r->threads = threads, r->kernel = kernel_name;
                             r->allowed_pairs = allowed_pairs(r->mask, r->length, s.window);
                             draw_progress(count - 1, total, r);
                             if (pass == 1 && !backward_supported) {

@@ -16,6 +16,7 @@
 
 #include <omp.h>
 
+#include "attn_layers.h"
 #include "bench_clock.h"
 #include "cli.h"
 
@@ -58,13 +59,15 @@ static double median_seconds(const double *times, int count) {
 static double time_decode(attn_kv_cache *cache, const attn_tensor *q,
                           const attn_options *options, attn_tensor *out, double budget_seconds,
                           bench_clock clock, int threads, attn_error *error) {
-    if (attn_decode(cache, q, options, out, NULL, error) != ATTN_OK) return -1.0;
+    attn_execution execution = attn_execution_default();
+    execution.num_threads = threads;
+    if (attn_decode(cache, q, options, out, NULL, &execution, error) != ATTN_OK) return -1.0;
     double times[64];
     int repeats = 0;
     const double start = omp_get_wtime(); /* the budget is wall time */
     while (repeats < 64 && (repeats < 3 || omp_get_wtime() - start < budget_seconds)) {
         const double before = bench_clock_seconds(clock, threads);
-        attn_decode(cache, q, options, out, NULL, error);
+        attn_decode(cache, q, options, out, NULL, &execution, error);
         times[repeats++] = bench_clock_seconds(clock, threads) - before;
     }
     return median_seconds(times, repeats);
@@ -165,7 +168,6 @@ static int bench_row(const char *label, attn_kv_cache_config config, int64_t que
     attn_options options = attn_options_default();
     options.causal = 1;
     options.alignment = ATTN_ALIGN_BOTTOM_RIGHT;
-    options.num_threads = s->threads;
     if (scale > 0) options.custom_scale = 1, options.scale = scale;
     double seconds = time_decode(cache, &q, &options, &out, s->quick ? 0.15 : 0.5, s->clock,
                                  threads, &error);

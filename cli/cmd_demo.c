@@ -1,5 +1,5 @@
 /*
- * cmd_demo.c — `attn demo`: the seeds' worked example (shared/seeds/000_*), computed with
+ * cmd_demo.c — `attn demo`: a worked example of attention on one short sentence, computed with
  * the library and printed step by step, with heat maps of the attention weights.
  *
  *  1. the embedding matrix A of 我喜欢学注意力机制 (5 tokens x 4 dims, the notes' values)
@@ -25,6 +25,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "attn_layers.h"
 #include "cli.h"
 #include "heatmap.h"
 #include "npy_tensor.h"
@@ -142,7 +143,7 @@ static bool attention(demo_state *state, const float *q, const float *k, const f
     attn_tensor tk = attn_tensor_f32_4d((float *)k, 1, key_length, kv_heads, key_dim);
     attn_tensor tv = attn_tensor_f32_4d((float *)v, 1, key_length, kv_heads, value_dim);
     attn_tensor to = attn_tensor_f32_4d(out, 1, query_length, heads, value_dim);
-    return report(state, attn_forward(&tq, &tk, &tv, options, &to, NULL, &state->error));
+    return report(state, attn_forward(&tq, &tk, &tv, options, &to, NULL, NULL, &state->error));
 }
 
 /* weights [Tq, Tk] of one head: attention with V = the identity (O = P·I = P). */

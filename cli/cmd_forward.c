@@ -18,6 +18,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "attn_io.h"
 #include "arguments.h"
 #include "cli.h"
 #include "npy_tensor.h"
@@ -160,7 +161,8 @@ static int run_forward(forward_files *files, cli_attention_arguments *arguments)
     attn_tensor out = attn_tensor_f32_4d(files->out, B, Tq, Hq, Dv);
     attn_tensor lse = attn_tensor_contiguous(files->lse, ATTN_DTYPE_F32, 3, lse_shape);
     attn_error error;
-    if (attn_forward(&q, &k, &v, &arguments->options, &out, files->lse ? &lse : NULL, &error) !=
+    if (attn_forward(&q, &k, &v, &arguments->options, &out, files->lse ? &lse : NULL,
+                     &arguments->execution, &error) !=
         ATTN_OK) {
         /* The library names its option fields; point CLI users at the flag. */
         cli_error(command, "%s%s", error.message,

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "attn_layers.h"
 #include "cli.h"
 
 typedef struct model_row {

@@ -25,6 +25,7 @@
 #include <sys/stat.h>
 #include <time.h>
 
+#include "attn_layers.h"
 #include "cli.h"
 #include "heatmap.h"
 
@@ -297,6 +298,8 @@ static attn_status model_forward(const train_model *m, const train_options *o,
                                  const attn_options *attention, train_buffers *b, int64_t batch,
                                  const int32_t *tokens, const int32_t *targets, double *loss,
                                  int64_t *correct, attn_error *error) {
+    attn_execution execution = attn_execution_default();
+    execution.num_threads = o->threads; /* --threads: for the attention calls */
     int64_t rows = batch * o->length, d = o->dim, V = o->vocab;
     attn_status status = attn_embedding_lookup(m->embedding, V, d, tokens, rows, b->hidden[0], error);
     if (status != ATTN_OK) return status;
@@ -304,7 +307,8 @@ static attn_status model_forward(const train_model *m, const train_options *o,
         for (int64_t c = 0; c < d; ++c) b->hidden[0][r * d + c] += b->positional[(r % o->length) * d + c];
     for (int64_t l = 0; l < m->layer_count; ++l) {
         status = attn_layer_forward(&m->layers[l], batch, o->length, b->hidden[l], o->length, NULL,
-                                    attention, &b->activations[l], b->layer_out, error);
+                                    attention, &b->activations[l], b->layer_out, &execution,
+                                    error);
         if (status != ATTN_OK) return status;
         for (int64_t i = 0; i < rows * d; ++i) b->hidden[l + 1][i] = b->hidden[l][i] + b->layer_out[i];
     }
@@ -334,6 +338,8 @@ static attn_status model_backward(const train_model *m, const train_options *o,
                                   const attn_options *attention, train_buffers *b, int64_t batch,
                                   const int32_t *tokens, const int32_t *targets, train_model *g,
                                   attn_error *error) {
+    attn_execution execution = attn_execution_default();
+    execution.num_threads = o->threads; /* --threads: for the attention calls */
     int64_t rows = batch * o->length, d = o->dim, V = o->vocab;
     memset(g->head, 0, (size_t)g->head_count * sizeof(float));
     /* d logits = (softmax - onehot) / rows, in place. */
@@ -347,7 +353,7 @@ static attn_status model_backward(const train_model *m, const train_options *o,
     for (int64_t l = m->layer_count - 1; status == ATTN_OK && l >= 0; --l) {
         status = attn_layer_backward(&m->layers[l], batch, o->length, b->hidden[l], o->length,
                                      NULL, attention, &b->activations[l], b->d_hidden,
-                                     &g->layers[l], b->d_layer_in, NULL, error);
+                                     &g->layers[l], b->d_layer_in, NULL, &execution, error);
         /* Residual: the input gradient is the output gradient plus the layer's. */
         for (int64_t i = 0; status == ATTN_OK && i < rows * d; ++i) b->d_hidden[i] += b->d_layer_in[i];
     }
@@ -487,7 +493,6 @@ int cli_train(int argc, char **argv) {
     }
     model_init(&model, o.seed);
     attn_options attention = attn_options_default();
-    attention.num_threads = o.threads;
     attn_adam_config adam = attn_adam_default();
     adam.learning_rate = (float)o.learning_rate;
 

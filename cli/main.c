@@ -13,7 +13,7 @@ typedef struct command {
 } command;
 
 static const command commands[] = {
-    {"demo", cli_demo, "walk through the seeds' worked example; writes heat maps (no arguments needed)"},
+    {"demo", cli_demo, "walk through a worked example of attention; writes heat maps (no arguments needed)"},
     {"forward", cli_forward, "attention forward pass on .npy files, every mask option"},
     {"backward", cli_backward, "attention backward pass (dQ, dK, dV) on .npy files"},
     {"train", cli_train, "train a small attention-only model on a synthetic task"},

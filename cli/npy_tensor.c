@@ -1,6 +1,7 @@
 /*
  * npy_tensor.c — .npy loading with option-naming messages, and rank-4 views for the CLI.
  */
+#include "attn_io.h"
 #include "npy_tensor.h"
 
 #include <stdarg.h>

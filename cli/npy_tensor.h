@@ -9,6 +9,7 @@
 #include <stdbool.h>
 
 #include "attn.h"
+#include "attn_io.h"
 
 #if defined(__GNUC__)
 #define CLI_PRINTF_LIKE(fmt_index, first_arg) __attribute__((format(printf, fmt_index, first_arg)))

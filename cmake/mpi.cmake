@@ -22,6 +22,11 @@ target_include_directories(attn_mpi_objects PUBLIC ${CMAKE_SOURCE_DIR}/include
 target_link_libraries(attn_mpi_objects PUBLIC MPI::MPI_C OpenMP::OpenMP_C)
 add_library(attn_mpi SHARED $<TARGET_OBJECTS:attn_mpi_objects>)
 target_link_libraries(attn_mpi PUBLIC attn MPI::MPI_C)
+# libattn.so exports only its public API (hidden visibility); the internal helpers the ring
+# uses come from a private, hidden copy of libattn.a's objects (--exclude-libs keeps them out
+# of libattn_mpi.so's exports), and --no-undefined proves nothing is left unresolved.
+target_link_libraries(attn_mpi PRIVATE attn_static)
+target_link_options(attn_mpi PRIVATE -Wl,--exclude-libs,libattn.a -Wl,--no-undefined)
 add_library(attn_mpi_static STATIC $<TARGET_OBJECTS:attn_mpi_objects>)
 target_link_libraries(attn_mpi_static PUBLIC attn_static MPI::MPI_C)
 set_target_properties(attn_mpi_static PROPERTIES OUTPUT_NAME attn_mpi)

@@ -40,13 +40,15 @@ int main(void) {
     const int64_t lse_shape[3] = {B, Hq, T};
     attn_tensor lse_view = attn_tensor_contiguous(lse, ATTN_DTYPE_F32, 3, lse_shape);
 
-    /* Options: start from the defaults, then name the causal alignment explicitly. */
+    /* What to compute: zero (or attn_options_default()) is plain attention; causal needs its
+     * alignment named. How to run it: NULL execution = defaults (threads, tiles, kernel). */
     attn_options options = attn_options_default();
     options.causal = 1;
     options.alignment = ATTN_ALIGN_BOTTOM_RIGHT;
 
     attn_error error;
-    if (attn_forward(&q_view, &k_view, &v_view, &options, &out_view, &lse_view, &error) != ATTN_OK ||
+    if (attn_forward(&q_view, &k_view, &v_view, &options, &out_view, &lse_view, NULL, &error) !=
+            ATTN_OK ||
         attn_reference_forward(&q_view, &k_view, &v_view, &options, &expected_view, NULL,
                                &error) != ATTN_OK) {
         fprintf(stderr, "attn: %s: %s\n", attn_status_name(error.status), error.message);
@@ -70,7 +72,8 @@ int main(void) {
 
     /* A bad call gets a status and a message naming the argument. */
     options.alignment = ATTN_ALIGN_UNSET;
-    attn_status status = attn_forward(&q_view, &k_view, &v_view, &options, &out_view, NULL, &error);
+    attn_status status =
+        attn_forward(&q_view, &k_view, &v_view, &options, &out_view, NULL, NULL, &error);
     printf("without an alignment: %s: %s\n", attn_status_name(status), error.message);
 
     int ok = worst < 1e-5 && fabs(lse[0] - self) < 1e-5 && status == ATTN_ERROR_INVALID_ARGUMENT;

@@ -19,7 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "attn.h"
+#include "attn_layers.h" /* attn.h, attn_io.h and the layer and model API */
 
 /* Stops with a message when a call fails. */
 static void check(attn_status status, const attn_error *error, const char *what) {
@@ -184,7 +184,8 @@ int main(int argc, char **argv) {
         check(attn_model_layer_prefix(&model, &file, l, prefix, sizeof prefix, &error), &error,
               "layer prefix"); /* "encoder.layer.L.attention." */
         feed_forward f = load_feed_forward(&file, prefix, d, model.intermediate_size);
-        check(attn_layer_forward(&layer, N, T, hidden, T, NULL, &options, NULL, attention, &error),
+        check(attn_layer_forward(&layer, N, T, hidden, T, NULL, &options, NULL, attention, NULL,
+                                 &error),
               &error, "attention");
         add_layer_norm(attention, hidden, N * T, d, f.attention_norm_weight,
                        f.attention_norm_bias, model.norm_eps);

@@ -168,10 +168,11 @@ static int build_options(case_bytes *bytes, value_generator *g, attention_case *
     o->alignment = case_take(bytes, 8) == 0 ? ATTN_ALIGN_UNSET
                                             : (attn_alignment)(1 + case_take(bytes, 2));
     o->causal = case_take(bytes, 2);
+    o->window = 1;
     o->window_left = (int64_t)case_take(bytes, 8) - 1;  /* -1 (unbounded) .. 6 */
     o->window_right = (int64_t)case_take(bytes, 8) - 1;
-    if (case_take(bytes, 2)) o->window_left = o->window_right = -1; /* often no window */
-    if (invalid && invalid_kind == 1) o->window_left = -2;
+    if (case_take(bytes, 2)) o->window = 1, o->window_left = o->window_right = -1; /* often no window */
+    if (invalid && invalid_kind == 1) o->window = 1, o->window_left = -2;
 
     int with_mask = case_take(bytes, 4) == 0;
     if (with_mask) {
@@ -267,8 +268,9 @@ static int build_options(case_bytes *bytes, value_generator *g, attention_case *
         if (invalid && invalid_kind == 7) o->softcap = -1.0f;
     }
     o->empty_rows = (attn_empty_rows)case_take(bytes, 3);
-    o->tile_q = case_take(bytes, 2) ? 0 : (int)case_take(bytes, 9) + 1;
-    o->tile_k = case_take(bytes, 2) ? 0 : (int)case_take(bytes, 9) + 1;
+    c->execution = attn_execution_default();
+    c->execution.tile_q = case_take(bytes, 2) ? 0 : (int)case_take(bytes, 9) + 1;
+    c->execution.tile_k = case_take(bytes, 2) ? 0 : (int)case_take(bytes, 9) + 1;
     return 0;
 }
 
@@ -336,7 +338,7 @@ int attention_case_build(case_bytes *bytes, attention_case *c) {
     }
     c->reference_status = ATTN_ERROR_UNSUPPORTED;
     snprintf(c->reference_error.message, sizeof c->reference_error.message, "not run");
-    c->options.num_threads = 1;
+    c->execution.num_threads = 1;
     c->layout_codes[0] = layouts[0];
     c->layout_codes[1] = layouts[1];
     c->layout_codes[2] = layouts[2];
@@ -374,14 +376,14 @@ void attention_case_run_reference(attention_case *c) {
 
 attn_status attention_case_run_forward(attention_case *c, attn_kernel_choice kernel, int threads,
                                        attn_error *error) {
-    attn_options options = c->options;
-    options.kernel = kernel;
-    options.num_threads = threads;
+    attn_execution execution = c->execution;
+    execution.kernel = kernel;
+    execution.num_threads = threads;
     /* Fresh NaN outputs each run, so an element the forward forgets to write is caught. */
     for (int64_t n = 0; n < c->out.allocation_floats; ++n) c->out.allocation[n] = NAN;
     for (int64_t n = 0; n < c->lse.allocation_floats; ++n) c->lse.allocation[n] = NAN;
-    return attn_forward(&c->q.view, &c->k.view, &c->v.view, &options, &c->out.view,
-                        c->with_lse ? &c->lse.view : NULL, error);
+    return attn_forward(&c->q.view, &c->k.view, &c->v.view, &c->options, &c->out.view,
+                        c->with_lse ? &c->lse.view : NULL, &execution, error);
 }
 
 /* |a - b| / (1 + |b|) with NaN == NaN and equal infinities as 0; mismatches as +inf. */
@@ -473,5 +475,5 @@ void attention_case_describe(const attention_case *c, char *text, size_t text_si
              (long long)o->pattern_radius, (long long)o->pattern_dilation,
              o->block_layout ? "yes" : "no", (long long)o->block_q, (long long)o->block_k,
              o->alibi, o->alibi_slopes ? "(custom)" : "", o->softcap, (int)o->empty_rows,
-             o->tile_q, o->tile_k);
+             c->execution.tile_q, c->execution.tile_k);
 }

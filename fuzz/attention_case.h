@@ -47,6 +47,7 @@ typedef struct attention_case {
     case_tensor reference_lse;    /* contiguous [B, Hq, Tq] */
     int with_lse;                 /* 0: both calls get lse = NULL */
     attn_options options;
+    attn_execution execution;     /* tiles from the bytes; kernel and threads set per run */
     attn_tensor mask, bias, block_layout; /* views used when options points to them */
     uint8_t *mask_allocation, *block_allocation;
     float *bias_allocation;

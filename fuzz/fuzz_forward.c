@@ -9,7 +9,6 @@
 #include <stdlib.h>
 
 #include "attention_case.h"
-#include "kernels/registry.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     case_bytes bytes = {data, size, 0};
@@ -18,7 +17,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     static const attn_kernel_choice kernels[] = {ATTN_KERNEL_AUTO, ATTN_KERNEL_GENERIC,
                                                  ATTN_KERNEL_AVX2, ATTN_KERNEL_AVX512};
     attn_kernel_choice kernel = kernels[case_take(&bytes, 4)];
-    if (!attn_cpu_supports(kernel)) kernel = ATTN_KERNEL_GENERIC;
+    if (!attn_kernel_available(kernel)) kernel = ATTN_KERNEL_GENERIC;
     int threads = 1 + (int)case_take(&bytes, 2);
 
     attention_case_run_reference(&c);

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "attn.h"
+#include "attn_io.h"
 
 /* Abort with a message: libFuzzer records the input as a crash. */
 static void finding(const char *what) {

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "attn.h"
+#include "attn_io.h"
 
 static void finding(const char *what, const char *name) {
     fprintf(stderr, "fuzz_safetensors: %s (%s)\n", what, name ? name : "");

@@ -2,9 +2,9 @@
  * attn_mpi.h — the public header of libattn_mpi: exact ring attention (context parallelism)
  * over an MPI communicator, for sequences too long for one process. Link with -lattn_mpi
  * -lattn and your MPI. The token layouts (attn_ring_layout, attn_ring_shard/gather) are in
- * attn.h because they need no MPI.
+ * attn_ring.h, included here, because they are part of libattn and need no MPI.
  *
- * Model (shared/reference/attention-math.md §6): P ranks each hold the Q, K and V of their
+ * Model (docs/attention-math.md §6): P ranks each hold the Q, K and V of their
  * local tokens (a layout decides which tokens). At step s = 0..P-1 rank r computes its queries
  * against the K/V block that rank (r - s) mod P owns, with global positions for causal and
  * window masking, and merges the partial result by LSE (exact). While it computes, the next
@@ -13,11 +13,11 @@
  * trimmed to the rows and columns that have allowed pairs, which is what makes the zigzag and
  * striped layouts balance causal work.
  *
- * Supported options: scale, causal, window_left/right, alignment, softcap, ALiBi (slopes are
- * per query head, positions global), empty_rows, num_threads, tile sizes, kernel,
- * memory_limit_bytes. Options that index the global sequence (mask, bias, query/key lengths,
- * query/key positions, global tokens, sparse patterns, block layouts) are refused with
- * ATTN_ERROR_UNSUPPORTED. The sequence is self-attention: local Tq = local Tk.
+ * Supported options: scale, causal, window, alignment, softcap, ALiBi (slopes are per query
+ * head, positions global), empty_rows (NULL options = plain attention). Every execution
+ * setting applies to each block's computation (NULL = defaults). Options that index the
+ * global sequence (mask, bias, query/key lengths, query/key positions, global tokens, sparse
+ * patterns, block layouts) are refused with ATTN_ERROR_UNSUPPORTED. The sequence is self-attention: local Tq = local Tk.
  *
  * Collective: every rank of `comm` must call with the same layout, options and head/dim sizes.
  * A rank whose input is bad makes EVERY rank return the same status and message (the message
@@ -35,6 +35,7 @@
 #include <mpi.h>
 
 #include "attn.h"
+#include "attn_ring.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -71,10 +72,11 @@ typedef struct attn_ring_stats {
  * ATTN_EMPTY_ROWS_ERROR (naming b, h and the global position), ATTN_ERROR_COMMUNICATION.
  * On error out and lse may have been partly written.
  */
-attn_status attn_ring_forward(MPI_Comm comm, const attn_tensor *q, const attn_tensor *k,
-                              const attn_tensor *v, const attn_options *options,
-                              const attn_ring_layout *layout, attn_tensor *out, attn_tensor *lse,
-                              attn_ring_stats *stats, attn_error *error);
+ATTN_API attn_status attn_ring_forward(MPI_Comm comm, const attn_tensor *q, const attn_tensor *k,
+                                       const attn_tensor *v, const attn_options *options,
+                                       const attn_ring_layout *layout, attn_tensor *out,
+                                       attn_tensor *lse, attn_ring_stats *stats,
+                                       const attn_execution *execution, attn_error *error);
 
 /*
  * Ring attention backward pass (collective over comm). out and lse are the results of
@@ -84,12 +86,13 @@ attn_status attn_ring_forward(MPI_Comm comm, const attn_tensor *q, const attn_te
  * dQ accumulates locally; the dK/dV accumulators of each block travel the ring with its K and
  * V and arrive at their owner after P hops. Same errors as attn_ring_forward.
  */
-attn_status attn_ring_backward(MPI_Comm comm, const attn_tensor *q, const attn_tensor *k,
-                               const attn_tensor *v, const attn_tensor *out,
-                               const attn_tensor *lse, const attn_tensor *dout,
-                               const attn_options *options, const attn_ring_layout *layout,
-                               attn_tensor *dq, attn_tensor *dk, attn_tensor *dv,
-                               attn_ring_stats *stats, attn_error *error);
+ATTN_API attn_status attn_ring_backward(MPI_Comm comm, const attn_tensor *q, const attn_tensor *k,
+                                        const attn_tensor *v, const attn_tensor *out,
+                                        const attn_tensor *lse, const attn_tensor *dout,
+                                        const attn_options *options, const attn_ring_layout *layout,
+                                        attn_tensor *dq, attn_tensor *dk, attn_tensor *dv,
+                                        attn_ring_stats *stats, const attn_execution *execution,
+                                        attn_error *error);
 
 #ifdef __cplusplus
 }

@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "attn_io.h"
 #include "test_support.h"
 
 static char directory[256];
@@ -102,10 +103,10 @@ int main(void) {
     options.alignment = ATTN_ALIGN_BOTTOM_RIGHT;
     options.bias = &bias.view;
     attn_error error;
-    CHECK_STATUS(attn_forward(&q.view, &k.view, &v.view, &options, &out.view, &lse.view, &error),
+    CHECK_STATUS(attn_forward(&q.view, &k.view, &v.view, &options, &out.view, &lse.view, NULL, &error),
                  ATTN_OK, &error, "library forward");
     CHECK_STATUS(attn_backward(&q.view, &k.view, &v.view, &out.view, &lse.view, &dout.view,
-                               &options, &dq.view, &dk.view, &dv.view, &dbias.view, &error),
+                               &options, &dq.view, &dk.view, &dv.view, &dbias.view, NULL, &error),
                  ATTN_OK, &error, "library backward");
     write_array("o.npy", 4, o_shape, out.allocation);
     write_array("lse.npy", 3, lse_shape, lse.allocation);

@@ -77,20 +77,20 @@ int main(void) {
         for (size_t kernel = 0; kernel < sizeof kernels / sizeof kernels[0]; ++kernel) {
             if (!attn_cpu_supports(kernels[kernel])) continue;
             for (size_t tile = 0; tile < sizeof tile_sizes / sizeof tile_sizes[0]; ++tile) {
-                attn_options options = setup.options;
-                options.kernel = kernels[kernel];
-                options.tile_q = tile_sizes[tile][0];
-                options.tile_k = tile_sizes[tile][1];
+                attn_execution execution = attn_execution_default();
+                execution.kernel = kernels[kernel];
+                execution.tile_q = tile_sizes[tile][0];
+                execution.tile_k = tile_sizes[tile][1];
                 test_tensor_fill_all(&setup.dq, NAN);
                 test_tensor_fill_all(&setup.dk, NAN);
                 test_tensor_fill_all(&setup.dv, NAN);
                 if (dbias) test_tensor_fill_all(&setup.dbias, NAN);
                 status = attn_backward(&setup.q.view, &setup.k.view, &setup.v.view,
                                        &setup.out.view, &setup.lse.view, &setup.dout.view,
-                                       &options, &setup.dq.view, &setup.dk.view, &setup.dv.view,
-                                       dbias, &error);
+                                       &setup.options, &setup.dq.view, &setup.dk.view,
+                                       &setup.dv.view, dbias, &execution, &error);
                 CHECK_STATUS(status, ATTN_OK, &error, "%s: kernel %d tiles %dx%d", config->name,
-                             (int)kernels[kernel], options.tile_q, options.tile_k);
+                             (int)kernels[kernel], execution.tile_q, execution.tile_k);
                 const double errors[4] = {
                     test_max_relative_error(&setup.dq.view, &expected.dq.view),
                     test_max_relative_error(&setup.dk.view, &expected.dk.view),
@@ -100,7 +100,7 @@ int main(void) {
                 for (int e = 0; e < 4; ++e) {
                     CHECK(errors[e] <= FLASH_TOLERANCE,
                           "%s: kernel %d tiles %dx%d: %s error %.3g", config->name,
-                          (int)kernels[kernel], options.tile_q, options.tile_k, names[e],
+                          (int)kernels[kernel], execution.tile_q, execution.tile_k, names[e],
                           errors[e]);
                     if (!(errors[e] <= worst)) worst = errors[e];
                 }

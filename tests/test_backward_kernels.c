@@ -8,8 +8,8 @@
  *   - probabilities: exp(scale·s − lse) with masked (−inf) scores, empty rows (lse = −inf →
  *     exact 0) and NaN rows;
  *   - score_gradient: P·(dP − D).
- * Also: the registry for each choice carries that choice's name, and two calls on the same
- * inputs give the same bits.
+ * Every slot is also compared with the generic registry's on the same inputs (within the same
+ * tolerances). Also: two calls on the same inputs give the same bits.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -34,7 +34,14 @@ static const product_case product_cases[] = {
     {3, 70, 24, 5, 8},   {12, 12, 200, 0, 0},
 };
 
-/* Runs one product case through `table`, transposed or not; returns the worst error. */
+static const attn_kernels *generic_registry(void) {
+    const attn_kernels *generic = NULL;
+    attn_kernels_select(ATTN_KERNEL_GENERIC, &generic, NULL);
+    return generic;
+}
+
+/* Runs one product case through `table`, transposed or not; returns the worst error against
+ * double and against the generic registry. */
 static double check_product(const attn_kernels *table, const product_case *pc,
                             int transposed, test_rng *rng) {
     const int value_stride = ATTN_BACKWARD_ROW_FLOATS(pc->dim);
@@ -71,28 +78,39 @@ static double check_product(const attn_kernels *table, const product_case *pc,
             expected[(size_t)o * pc->dim + e] = sum;
             magnitude[(size_t)o * pc->dim + e] = size;
         }
-    if (transposed)
-        table->backward.accumulate_transposed(pc->outputs, pc->inner, pc->dim, weights, weights_stride,
-                                     values, value_stride, accumulator, accumulator_stride);
-    else
-        table->backward.accumulate(pc->outputs, pc->inner, pc->dim, weights, weights_stride, values,
-                          value_stride, accumulator, accumulator_stride);
+    float *generic = malloc(sizeof(float) * (size_t)pc->outputs * accumulator_stride);
+    memcpy(generic, accumulator, sizeof(float) * (size_t)pc->outputs * accumulator_stride);
+    const attn_backward_kernels *mine = &table->backward, *base = &generic_registry()->backward;
+    if (transposed) {
+        mine->accumulate_transposed(pc->outputs, pc->inner, pc->dim, weights, weights_stride,
+                                    values, value_stride, accumulator, accumulator_stride);
+        base->accumulate_transposed(pc->outputs, pc->inner, pc->dim, weights, weights_stride,
+                                    values, value_stride, generic, accumulator_stride);
+    } else {
+        mine->accumulate(pc->outputs, pc->inner, pc->dim, weights, weights_stride, values,
+                         value_stride, accumulator, accumulator_stride);
+        base->accumulate(pc->outputs, pc->inner, pc->dim, weights, weights_stride, values,
+                         value_stride, generic, accumulator_stride);
+    }
 
     double worst = 0.0;
     int gaps_intact = 1;
     for (int o = 0; o < pc->outputs; ++o) {
         for (int e = 0; e < pc->dim; ++e) {
             const size_t at = (size_t)o * pc->dim + e;
-            const double error = fabs(accumulator[(size_t)o * accumulator_stride + e] -
-                                      expected[at]) / (1.0 + magnitude[at]);
+            const float got = accumulator[(size_t)o * accumulator_stride + e];
+            const double error = fabs(got - expected[at]) / (1.0 + magnitude[at]);
             if (!(error <= worst)) worst = error; /* NaN counts as the worst */
+            const double difference =
+                fabs(got - generic[(size_t)o * accumulator_stride + e]) / (1.0 + magnitude[at]);
+            if (!(difference <= worst)) worst = difference;
         }
         for (int e = pc->dim; e < accumulator_stride; ++e)
             gaps_intact &= accumulator[(size_t)o * accumulator_stride + e] == SENTINEL;
     }
     CHECK(gaps_intact, "%s %s %dx%dx%d: floats past dim untouched", table->name,
           transposed ? "accumulate_transposed" : "accumulate", pc->outputs, pc->inner, pc->dim);
-    free(weights), free(values), free(accumulator), free(expected), free(magnitude);
+    free(weights), free(values), free(accumulator), free(expected), free(magnitude), free(generic);
     return worst;
 }
 
@@ -114,7 +132,10 @@ static void check_elementwise(const attn_kernels *table, int rows, int count,
     }
     if (rows > 2) lse[1] = -INFINITY, lse[2] = NAN; /* an empty row and a NaN row */
     memcpy(original, scores, sizeof(float) * (size_t)rows * stride);
+    float *generic = malloc(sizeof(float) * (size_t)rows * stride);
+    memcpy(generic, scores, sizeof(float) * (size_t)rows * stride);
     table->backward.probabilities(rows, count, scores, stride, scale, lse);
+    generic_registry()->backward.probabilities(rows, count, generic, stride, scale, lse);
     double worst = 0.0;
     int exact = 1;
     for (int r = 0; r < rows; ++r)
@@ -131,6 +152,8 @@ static void check_elementwise(const attn_kernels *table, int rows, int count,
                 const double want = exp((double)scale * s - lse[r]);
                 const double error = fabs(got - want) / want;
                 if (!(error <= worst)) worst = error;
+                const double difference = fabs(got - generic[(size_t)r * stride + c]) / want;
+                if (!(difference <= worst)) worst = difference;
             }
         }
     CHECK(exact, "%s probabilities %dx%d: masked and empty give +0, NaN rows NaN, tail kept",
@@ -147,7 +170,9 @@ static void check_elementwise(const attn_kernels *table, int rows, int count,
     for (int r = 0; r < rows; ++r) row_dot[r] = (float)test_rng_normal(rng);
     for (int r = 0; r < rows; ++r) gradient[(size_t)r * stride + count] = SENTINEL;
     memcpy(original, gradient, sizeof(float) * (size_t)rows * stride);
+    memcpy(generic, gradient, sizeof(float) * (size_t)rows * stride);
     table->backward.score_gradient(rows, count, probability, gradient, stride, row_dot);
+    generic_registry()->backward.score_gradient(rows, count, probability, generic, stride, row_dot);
     worst = 0.0;
     exact = 1;
     for (int r = 0; r < rows; ++r) {
@@ -156,6 +181,8 @@ static void check_elementwise(const attn_kernels *table, int rows, int count,
             const double want = (double)probability[at] * ((double)original[at] - row_dot[r]);
             const double error = fabs(gradient[at] - want) / (1.0 + fabs(want));
             if (!(error <= worst)) worst = error;
+            const double difference = fabs(gradient[at] - generic[at]) / (1.0 + fabs(want));
+            if (!(difference <= worst)) worst = difference;
         }
         exact &= gradient[(size_t)r * stride + count] == SENTINEL;
     }
@@ -164,24 +191,20 @@ static void check_elementwise(const attn_kernels *table, int rows, int count,
     CHECK(worst <= GRADIENT_TOLERANCE, "%s score_gradient %dx%d: error %.3g", table->name, rows,
           count, worst);
     free(scores), free(original), free(lse), free(gradient), free(probability), free(row_dot);
+    free(generic);
 }
 
 int main(void) {
-    static const attn_kernel_choice choices[] = {ATTN_KERNEL_GENERIC, ATTN_KERNEL_AVX2,
-                                                 ATTN_KERNEL_AVX512};
-    static const char *const names[] = {"generic", "avx2", "avx512"};
+    const attn_kernels *registries[8];
+    const int count = attn_kernels_available(registries, 8);
+    CHECK(count >= 1 && count <= 8, "%d registries available", count);
     test_rng rng;
     test_rng_seed(&rng, 4242);
-    for (int k = 0; k < 3; ++k) {
-        if (!attn_cpu_supports(choices[k])) continue;
-        const attn_kernels *table = NULL;
-        attn_error error;
-        CHECK_STATUS(attn_kernels_select(choices[k], &table, &error), ATTN_OK, &error,
-                     "select %s", names[k]);
-        if (table == NULL) continue;
-        CHECK(strcmp(table->name, names[k]) == 0, "registry for %s is named %s", names[k],
-              table->name);
-
+    for (int k = 0; k < count && k < 8; ++k) {
+        const attn_kernels *table = registries[k];
+        const attn_backward_kernels *b = &table->backward;
+        CHECK(b->accumulate && b->accumulate_transposed && b->probabilities && b->score_gradient,
+              "registry %s fills every backward slot", table->name);
         double worst = 0.0;
         for (size_t c = 0; c < sizeof product_cases / sizeof product_cases[0]; ++c)
             for (int transposed = 0; transposed < 2; ++transposed) {

@@ -57,6 +57,7 @@ typedef struct backward_setup {
     int32_t query_lengths[8], key_lengths[8];
     int64_t global_tokens[2];
     attn_options options;
+    attn_execution execution; /* zeroed: the defaults */
     attn_tensor mask_view, bias_view, block_view;
 } backward_setup;
 
@@ -101,6 +102,7 @@ static void backward_setup_init(backward_setup *setup, const backward_case *conf
     o->alignment = c->alignment;
     o->causal = c->causal;
     if (c->use_window) {
+        o->window = 1;
         o->window_left = c->window_left;
         o->window_right = c->window_right;
     }

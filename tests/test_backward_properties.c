@@ -16,12 +16,12 @@
 
 /* Runs attn_backward on a setup with the given thread count; returns its status. */
 static attn_status run_backward(backward_setup *setup, int threads, attn_error *error) {
-    attn_options options = setup->options;
-    options.num_threads = threads;
+    attn_execution execution = setup->execution;
+    execution.num_threads = threads;
     return attn_backward(&setup->q.view, &setup->k.view, &setup->v.view, &setup->out.view,
-                         &setup->lse.view, &setup->dout.view, &options, &setup->dq.view,
+                         &setup->lse.view, &setup->dout.view, &setup->options, &setup->dq.view,
                          &setup->dk.view, &setup->dv.view,
-                         setup->options.bias ? &setup->dbias.view : NULL, error);
+                         setup->options.bias ? &setup->dbias.view : NULL, &execution, error);
 }
 
 /* A setup with O and LSE filled from the oracle forward. */
@@ -275,6 +275,7 @@ static void test_bad_arguments(void) {
             attn_tensor dbias = setup.dbias.view;
             attn_tensor *out_pointer = &out, *lse_pointer = &lse, *dout_pointer = &dout;
             attn_options options = setup.options;
+            attn_execution execution = setup.execution;
             switch (cases[t].change) {
             case NULL_LSE: lse_pointer = NULL; break;
             case NULL_OUT: out_pointer = NULL; break;
@@ -289,7 +290,7 @@ static void test_bad_arguments(void) {
             case DBIAS_WRONG_SHAPE: dbias.shape[3] = 9; break;
             case BAD_SOFTCAP: options.softcap = -1.0f; break;
             case WRONG_LSE_SHAPE: lse.shape[2] = 8; break;
-            case TINY_MEMORY_LIMIT: options.memory_limit_bytes = 100; break;
+            case TINY_MEMORY_LIMIT: execution.memory_limit_bytes = 100; break;
             }
             attn_error error = {ATTN_OK, ""};
             attn_status status =
@@ -297,7 +298,7 @@ static void test_bad_arguments(void) {
                                                     dout_pointer, &options, &dq, &dk, &dv, &dbias,
                                                     &error)
                           : attn_backward(&q, &k, &v, out_pointer, lse_pointer, dout_pointer,
-                                          &options, &dq, &dk, &dv, &dbias, &error);
+                                          &options, &dq, &dk, &dv, &dbias, &execution, &error);
             CHECK_STATUS(status, cases[t].expected, &error, "%s (%s)", cases[t].name,
                          reference ? "reference" : "flash");
             CHECK(strstr(error.message, cases[t].message_names) != NULL,
@@ -319,7 +320,7 @@ static void test_memory_limited_chunks(void) {
     prepared_setup(&unlimited, &config, 77);
     prepared_setup(&limited, &config, 77);
     prepared_setup(&other, &config, 77);
-    limited.options.memory_limit_bytes = other.options.memory_limit_bytes = 2000000;
+    limited.execution.memory_limit_bytes = other.execution.memory_limit_bytes = 2000000;
     attn_error error;
     CHECK_STATUS(run_backward(&unlimited, 2, &error), ATTN_OK, &error, "%s: unlimited", config.name);
     CHECK_STATUS(run_backward(&limited, 1, &error), ATTN_OK, &error, "%s: 1 thread", config.name);

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "attn_io.h"
 #include "test_support.h"
 
 typedef struct torch_case {
@@ -103,11 +104,15 @@ static void run_case(const torch_case *config) {
     for (int implementation = 0; implementation < 2; ++implementation) {
         const char *which = implementation ? "reference" : "flash";
         attn_error error;
+        attn_tensor *dbias = config->bias ? &dbias_view : NULL;
         attn_status status =
-            (implementation ? attn_reference_backward : attn_backward)(
-                &q, &k, &v, &expected_out, &lse, &dout, &options, &gradient_views[0],
-                &gradient_views[1], &gradient_views[2], config->bias ? &dbias_view : NULL,
-                &error);
+            implementation
+                ? attn_reference_backward(&q, &k, &v, &expected_out, &lse, &dout, &options,
+                                          &gradient_views[0], &gradient_views[1],
+                                          &gradient_views[2], dbias, &error)
+                : attn_backward(&q, &k, &v, &expected_out, &lse, &dout, &options,
+                                &gradient_views[0], &gradient_views[1], &gradient_views[2], dbias,
+                                NULL, &error);
         CHECK_STATUS(status, ATTN_OK, &error, "%s (%s)", config->name, which);
         for (int g = 0; g < 3; ++g) {
             const double error_value =

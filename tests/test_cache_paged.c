@@ -1,6 +1,6 @@
 /*
- * test_cache_paged.c — the KV cache object (math reference §10.9): paged equals contiguous
- * for random interleaved appends (non-contiguous block tables), page sizes 1, 16 and 256,
+ * test_cache_paged.c — the KV cache object (docs/attention-math.md §10.9): paged equals
+ * contiguous for random interleaved appends (non-contiguous block tables), page sizes 1, 16 and 256,
  * lengths not multiple of the page, NaN in every free slot; prefix sharing with reference
  * counts and copy-on-write; truncate / reset returning pages; capacity and pool exhaustion
  * errors that write nothing; bf16 / fp16 storage against fp32 (measured error) and against
@@ -42,8 +42,15 @@ static attn_options decode_options(void) {
     attn_options options = attn_options_default();
     options.causal = 1;
     options.alignment = ATTN_ALIGN_BOTTOM_RIGHT;
-    options.tile_k = 50; /* splits that do not line up with pages */
     return options;
+}
+
+/* Splits that do not line up with pages, and the given kernel family. */
+static attn_execution decode_execution(attn_kernel_choice kernel) {
+    attn_execution execution = attn_execution_default();
+    execution.tile_k = 50;
+    execution.kernel = kernel;
+    return execution;
 }
 
 /* Appends the same random interleaving of chunks (including a truncate and re-append) to
@@ -88,13 +95,14 @@ static void test_paged_equals_contiguous(void) {
     test_tensor_fill_normal(&v, &rng, 1.0f);
     test_tensor_fill_normal(&q, &rng, 1.0f);
     attn_options options = decode_options();
+    attn_execution execution = decode_execution(ATTN_KERNEL_AUTO);
     attn_error error;
 
     attn_kv_cache *contiguous = new_cache(0, 0, ATTN_DTYPE_F32);
     fill_interleaved(&contiguous, 1, &k.view, &v.view, 17);
     test_tensor expected = test_tensor_new(B, 2, HQ, DV, TEST_LAYOUT_BTHD);
     test_tensor reference = test_tensor_new(B, 2, HQ, DV, TEST_LAYOUT_BTHD);
-    CHECK_STATUS(attn_decode(contiguous, &q.view, &options, &expected.view, NULL, &error), ATTN_OK,
+    CHECK_STATUS(attn_decode(contiguous, &q.view, &options, &expected.view, NULL, &execution, &error), ATTN_OK,
                  &error, "contiguous decode");
     CHECK_STATUS(attn_reference_decode(contiguous, &q.view, &options, &reference.view, NULL,
                                        &error),
@@ -115,10 +123,10 @@ static void test_paged_equals_contiguous(void) {
               "page size %lld: the block table of sequence 1 is not contiguous",
               (long long)page_sizes[p]);
         for (int kernel = 0; kernel < 2; ++kernel) {
-            attn_options kernel_options = options;
-            kernel_options.kernel = kernel == 0 ? ATTN_KERNEL_GENERIC : ATTN_KERNEL_AUTO;
+            attn_execution kernel_execution =
+                decode_execution(kernel == 0 ? ATTN_KERNEL_GENERIC : ATTN_KERNEL_AUTO);
             test_tensor out = test_tensor_new(B, 2, HQ, DV, TEST_LAYOUT_BHTD);
-            CHECK_STATUS(attn_decode(paged, &q.view, &kernel_options, &out.view, NULL, &error),
+            CHECK_STATUS(attn_decode(paged, &q.view, &options, &out.view, NULL, &kernel_execution, &error),
                          ATTN_OK, &error, "paged decode");
             double e = test_max_relative_error(&out.view, &reference.view);
             CHECK(e <= 1e-5, "page size %lld (%s kernel): paged = reference (%.3g)",
@@ -204,16 +212,17 @@ static void test_prefix_sharing(void) {
     test_tensor q = test_tensor_new(B, 1, HQ, DK, TEST_LAYOUT_BTHD);
     test_tensor_fill_normal(&q, &rng, 1.0f);
     attn_options options = decode_options();
+    attn_execution execution = decode_execution(ATTN_KERNEL_AUTO);
     options.empty_rows = ATTN_EMPTY_ROWS_ZERO; /* sequence 2 is empty */
     test_tensor out = test_tensor_new(B, 1, HQ, DV, TEST_LAYOUT_BTHD);
     test_tensor expected = test_tensor_new(B, 1, HQ, DV, TEST_LAYOUT_BTHD);
-    CHECK_STATUS(attn_decode(cache, &q.view, &options, &out.view, NULL, &error), ATTN_OK, &error,
+    CHECK_STATUS(attn_decode(cache, &q.view, &options, &out.view, NULL, &execution, &error), ATTN_OK, &error,
                  "decode shared");
     attn_reference_decode(cache, &q.view, &options, &expected.view, NULL, &error);
     double e = test_max_relative_error(&out.view, &expected.view);
     CHECK(e <= 1e-5, "decode over shared pages = reference (%.3g)", e);
     options.empty_rows = ATTN_EMPTY_ROWS_ERROR;
-    CHECK_STATUS(attn_decode(cache, &q.view, &options, &out.view, NULL, &error),
+    CHECK_STATUS(attn_decode(cache, &q.view, &options, &out.view, NULL, &execution, &error),
                  ATTN_ERROR_EMPTY_ROW, &error, "empty sequence 2 under the error policy");
     CHECK(strstr(error.message, "b = 2") != NULL, "message names b = 2: %s", error.message);
 
@@ -281,26 +290,27 @@ static void test_storage_dtypes(void) {
     test_tensor_fill_normal(&v, &rng, 1.0f);
     test_tensor_fill_normal(&q, &rng, 1.0f);
     attn_options options = decode_options();
+    attn_execution execution = decode_execution(ATTN_KERNEL_AUTO);
     attn_error error;
     attn_kv_cache *exact = new_cache(16, 0, ATTN_DTYPE_F32);
     attn_kv_cache_append(exact, 0, &k.view, &v.view, &error);
     test_tensor expected = test_tensor_new(B, 1, HQ, DV, TEST_LAYOUT_BTHD);
-    attn_decode(exact, &q.view, &options, &expected.view, NULL, &error);
+    attn_decode(exact, &q.view, &options, &expected.view, NULL, &execution, &error);
     for (int d = 0; d < 2; ++d) {
         attn_kv_cache *cache = new_cache(16, 0, dtypes[d]);
         CHECK_STATUS(attn_kv_cache_append(cache, 0, &k.view, &v.view, &error), ATTN_OK, &error,
                      "append 16-bit");
         for (int kernel = 0; kernel < 2; ++kernel) {
-            attn_options kernel_options = options;
-            kernel_options.kernel = kernel == 0 ? ATTN_KERNEL_GENERIC : ATTN_KERNEL_AUTO;
+            attn_execution kernel_execution =
+                decode_execution(kernel == 0 ? ATTN_KERNEL_GENERIC : ATTN_KERNEL_AUTO);
             test_tensor out = test_tensor_new(B, 1, HQ, DV, TEST_LAYOUT_BTHD);
             test_tensor reference = test_tensor_new(B, 1, HQ, DV, TEST_LAYOUT_BTHD);
-            attn_decode(cache, &q.view, &kernel_options, &out.view, NULL, &error);
-            attn_reference_decode(cache, &q.view, &kernel_options, &reference.view, NULL, &error);
+            attn_decode(cache, &q.view, &options, &out.view, NULL, &kernel_execution, &error);
+            attn_reference_decode(cache, &q.view, &options, &reference.view, NULL, &error);
             double exact_error = test_max_relative_error(&out.view, &reference.view);
             double storage_error = test_max_relative_error(&out.view, &expected.view);
             CHECK(exact_error <= 1e-5, "%s (%s): decode = reference on stored values (%.3g)",
-                  dtype_label(dtypes[d]), kernel_options.kernel ? "auto" : "generic",
+                  dtype_label(dtypes[d]), kernel_execution.kernel ? "auto" : "generic",
                   exact_error);
             CHECK(storage_error <= bounds[d], "%s: error vs fp32 storage %.3g <= %.0e",
                   dtype_label(dtypes[d]), storage_error, bounds[d]);

@@ -1,6 +1,6 @@
 /*
  * test_decode_kernels.c — every decode kernel table this CPU runs (generic, AVX2, AVX-512,
- * chosen with options.kernel) equals attn_reference_decode (the naive double-precision
+ * chosen with execution.kernel) equals attn_reference_decode (the naive double-precision
  * attention on the stored values) within 1e-5, over a table of shapes chosen to reach every
  * block and tail of the SIMD kernels: group sizes 1 to 32 (score blocks of 4 x 4, 2 x 8,
  * 1 x 16 and their row tails; value blocks of 4 rows and tails of 3, 2 and 1 rows), head
@@ -91,8 +91,8 @@ static void run_case(const kernel_case *kc, uint64_t seed) {
     options.causal = 1;
     options.alignment = ATTN_ALIGN_BOTTOM_RIGHT;
     options.softcap = kc->softcap;
+    options.window = 1;
     options.window_left = kc->window_left;
-    options.tile_k = 96; /* several splits, not aligned with chunks or pages */
     attn_error error;
     const int64_t lse_shape[3] = {kc->B, kc->Hq, kc->Tq};
     test_tensor expected = test_tensor_new(kc->B, kc->Tq, kc->Hq, kc->Dv, TEST_LAYOUT_BTHD);
@@ -104,13 +104,14 @@ static void run_case(const kernel_case *kc, uint64_t seed) {
     for (size_t t = 0; t < sizeof kernel_tables / sizeof kernel_tables[0]; ++t) {
         test_tensor first = test_tensor_new(kc->B, kc->Tq, kc->Hq, kc->Dv, TEST_LAYOUT_BTHD);
         for (int threads = 1; threads <= 3; ++threads) {
-            attn_options table_options = options;
-            table_options.kernel = kernel_tables[t].choice;
-            table_options.num_threads = threads;
+            attn_execution execution = attn_execution_default();
+            execution.tile_k = 96; /* several splits, not aligned with chunks or pages */
+            execution.kernel = kernel_tables[t].choice;
+            execution.num_threads = threads;
             test_tensor out = test_tensor_new(kc->B, kc->Tq, kc->Hq, kc->Dv, TEST_LAYOUT_BTHD);
             test_tensor lse = test_tensor_new_shape(3, lse_shape);
-            attn_status status = attn_decode(cache, &q.view, &table_options, &out.view,
-                                             &lse.view, &error);
+            attn_status status = attn_decode(cache, &q.view, &options, &out.view, &lse.view,
+                                             &execution, &error);
             if (status == ATTN_ERROR_UNSUPPORTED) { /* this CPU or build lacks the table */
                 test_tensor_free(&out), test_tensor_free(&lse);
                 break;
@@ -156,7 +157,7 @@ static void test_error_names_the_sequence(void) {
                  ATTN_ERROR_EMPTY_ROW, &error, "reference: empty row of sequence 1");
     CHECK(strstr(error.message, "b = 1,") != NULL && strstr(error.message, "b = 0") == NULL,
           "reference names b = 1: %s", error.message);
-    CHECK_STATUS(attn_decode(cache, &q.view, &options, &out.view, NULL, &error),
+    CHECK_STATUS(attn_decode(cache, &q.view, &options, &out.view, NULL, NULL, &error),
                  ATTN_ERROR_EMPTY_ROW, &error, "decode: empty row of sequence 1");
     CHECK(strstr(error.message, "b = 1,") != NULL, "decode names b = 1: %s", error.message);
     attn_kv_cache_destroy(cache);

@@ -1,6 +1,6 @@
 /*
- * test_decode_prefill.c — decoding against a KV cache equals full attention (math reference
- * §10.6, §10.8): a causal prefill of T tokens computed by the naive reference equals a
+ * test_decode_prefill.c — decoding against a KV cache equals full attention
+ * (docs/attention-math.md §10.6, §10.8): a causal prefill of T tokens computed by the naive reference equals a
  * prefill of T0 tokens through attn_decode followed by token-by-token decoding (row for row,
  * within 1e-5), and equals chunked prefill; for every mask option decoding supports, MHA / GQA
  * / MQA, Dk != Dv, contiguous and paged caches. Split-KV: every split size (1 split, 2, 3,
@@ -21,7 +21,7 @@ typedef struct decode_case {
     int alibi;
     float softcap;
     float custom_scale;         /* 0 = default */
-    int split_tokens;           /* options.tile_k */
+    int split_tokens;           /* execution.tile_k */
 } decode_case;
 
 static const decode_case decode_cases[] = {
@@ -47,13 +47,19 @@ static attn_options case_options(const decode_case *dc) {
     attn_options options = attn_options_default();
     options.causal = 1;
     options.alignment = ATTN_ALIGN_BOTTOM_RIGHT;
+    options.window = 1;
     options.window_left = dc->window_left;
     options.window_right = -1;
     options.alibi = dc->alibi;
     options.softcap = dc->softcap;
     if (dc->custom_scale > 0) options.custom_scale = 1, options.scale = dc->custom_scale;
-    options.tile_k = dc->split_tokens;
     return options;
+}
+
+static attn_execution case_execution(const decode_case *dc) {
+    attn_execution execution = attn_execution_default();
+    execution.tile_k = dc->split_tokens;
+    return execution;
 }
 
 /* Max relative error between rows [first, first + count) of `expected` and `actual`
@@ -73,6 +79,7 @@ static void run_case(const decode_case *dc, uint64_t seed) {
     test_tensor_fill_normal(&k, &rng, 1.0f);
     test_tensor_fill_normal(&v, &rng, 1.0f);
     attn_options options = case_options(dc);
+    attn_execution execution = case_execution(dc);
     attn_error error;
 
     test_tensor expected = test_tensor_new(dc->B, dc->T, dc->Hq, dc->Dv, TEST_LAYOUT_BTHD);
@@ -97,7 +104,7 @@ static void run_case(const decode_case *dc, uint64_t seed) {
         status = attn_kv_cache_append(cache, 0, &k_new, &v_new, &error);
         CHECK_STATUS(status, ATTN_OK, &error, "%s append at %lld", dc->name, (long long)first);
         test_tensor out = test_tensor_new(dc->B, count, dc->Hq, dc->Dv, TEST_LAYOUT_BHTD);
-        status = attn_decode(cache, &q_new, &options, &out.view, NULL, &error);
+        status = attn_decode(cache, &q_new, &options, &out.view, NULL, &execution, &error);
         CHECK_STATUS(status, ATTN_OK, &error, "%s decode at %lld", dc->name, (long long)first);
         double e = rows_error(&expected.view, first, &out.view);
         if (e > worst) worst = e;
@@ -117,12 +124,13 @@ static void run_case(const decode_case *dc, uint64_t seed) {
     test_tensor first_out = test_tensor_new(dc->B, dc->T, dc->Hq, dc->Dv, TEST_LAYOUT_BTHD);
     for (int s = 0; s < 4; ++s) {
         for (int threads = 1; threads <= 3; ++threads) {
-            attn_options split_options = options;
-            split_options.tile_k = splits[s];
-            split_options.num_threads = threads;
+            attn_execution split_execution = case_execution(dc);
+            split_execution.tile_k = splits[s];
+            split_execution.num_threads = threads;
             test_tensor out = test_tensor_new(dc->B, dc->T, dc->Hq, dc->Dv, TEST_LAYOUT_BTHD);
             test_tensor lse = test_tensor_new_shape(3, lse_shape);
-            status = attn_decode(cache, &q.view, &split_options, &out.view, &lse.view, &error);
+            status = attn_decode(cache, &q.view, &options, &out.view, &lse.view, &split_execution,
+                                 &error);
             CHECK_STATUS(status, ATTN_OK, &error, "%s split %d", dc->name, splits[s]);
             double out_error = test_max_relative_error(&out.view, &expected.view);
             double lse_error = test_max_relative_error(&lse.view, &expected_lse_holder.view);
@@ -156,6 +164,7 @@ static void test_chunked_prefill(void) {
     test_tensor_fill_normal(&k, &rng, 1.0f);
     test_tensor_fill_normal(&v, &rng, 1.0f);
     attn_options options = case_options(&dc);
+    attn_execution execution = case_execution(&dc);
     attn_error error;
     test_tensor expected = test_tensor_new(dc.B, dc.T, dc.Hq, dc.Dv, TEST_LAYOUT_BTHD);
     CHECK_STATUS(attn_reference_forward(&q.view, &k.view, &v.view, &options, &expected.view, NULL,
@@ -176,7 +185,7 @@ static void test_chunked_prefill(void) {
         CHECK_STATUS(attn_kv_cache_append(cache, 0, &k_new, &v_new, &error), ATTN_OK, &error,
                      "chunk append");
         test_tensor out = test_tensor_new(dc.B, count, dc.Hq, dc.Dv, TEST_LAYOUT_BTHD);
-        CHECK_STATUS(attn_decode(cache, &q_new, &options, &out.view, NULL, &error), ATTN_OK,
+        CHECK_STATUS(attn_decode(cache, &q_new, &options, &out.view, NULL, &execution, &error), ATTN_OK,
                      &error, "chunk decode");
         double e = rows_error(&expected.view, first, &out.view);
         if (e > worst) worst = e;

@@ -55,8 +55,10 @@ static double time_forward(int64_t T, const attn_options *options) {
     test_tensor_fill_normal(&k, &rng, 1.0f);
     test_tensor_fill_normal(&v, &rng, 1.0f);
     attn_error error = {0};
+    attn_execution one_thread = attn_execution_default();
+    one_thread.num_threads = 1;
     const double start = seconds_now();
-    CHECK_STATUS(attn_forward(&q.view, &k.view, &v.view, options, &o.view, NULL, &error), ATTN_OK, &error, "timed forward");
+    CHECK_STATUS(attn_forward(&q.view, &k.view, &v.view, options, &o.view, NULL, &one_thread, &error), ATTN_OK, &error, "timed forward");
     const double elapsed = seconds_now() - start;
     test_tensor_free(&q);
     test_tensor_free(&k);
@@ -72,6 +74,7 @@ int main(void) {
     causal.causal = 1;
     causal.alignment = ATTN_ALIGN_BOTTOM_RIGHT;
     attn_options window = causal;
+    window.window = 1;
     window.window_left = 256;
 
     const tile_counts full_counts = count_tiles(&full, T, tile);
@@ -94,7 +97,6 @@ int main(void) {
           (long long)window_counts.computed);
 
     /* For information: wall times on this machine (1 thread, T = 2048). */
-    full.num_threads = causal.num_threads = window.num_threads = 1;
     const double full_time = time_forward(2048, &full);
     const double causal_time = time_forward(2048, &causal);
     const double window_time = time_forward(2048, &window);

@@ -53,6 +53,7 @@ typedef struct forward_instance {
     int32_t *query_lengths, *key_lengths;
     int64_t *query_positions, *key_positions, *global_tokens;
     attn_options options;
+    attn_execution execution; /* defaults unless a test sets threads, tiles or a kernel */
 } forward_instance;
 
 static inline attn_tensor harness_rank4(void *data, attn_dtype dtype, int64_t d0, int64_t d1, int64_t d2,
@@ -81,9 +82,11 @@ static inline void forward_instance_build(forward_instance *x, const forward_cas
 
     attn_options *o = &x->options;
     *o = attn_options_default();
+    x->execution = attn_execution_default();
     o->empty_rows = ATTN_EMPTY_ROWS_ZERO;
     o->causal = c->causal;
     o->alignment = c->alignment;
+    o->window = c->window;
     o->window_left = c->window ? c->window_left : -1;
     o->window_right = c->window ? c->window_right : -1;
     if (c->scale > 0) {
@@ -191,7 +194,7 @@ static inline attn_status forward_instance_reference(forward_instance *x, attn_e
 /* Runs attn_forward into out / lse. */
 static inline attn_status forward_instance_forward(forward_instance *x, attn_error *error) {
     return attn_forward(&x->q.view, &x->k.view, &x->v.view, &x->options, &x->out.view,
-                        &x->lse.view, error);
+                        &x->lse.view, &x->execution, error);
 }
 
 /* Builds the case, runs reference and forward (with the given kernel), checks O and LSE
@@ -200,7 +203,7 @@ static inline double forward_case_check(const forward_case *c, uint64_t seed, at
                                  double tolerance) {
     forward_instance x;
     forward_instance_build(&x, c, seed);
-    x.options.kernel = kernel;
+    x.execution.kernel = kernel;
     attn_error error = {0};
     attn_status status = forward_instance_reference(&x, &error);
     CHECK_STATUS(status, ATTN_OK, &error, "%s: reference", c->name);

@@ -23,7 +23,7 @@ static void check_threads_and_repeats(const forward_case *c) {
     forward_instance x;
     forward_instance_build(&x, c, 77);
     attn_error error = {0};
-    x.options.num_threads = 1;
+    x.execution.num_threads = 1;
     CHECK_STATUS(forward_instance_forward(&x, &error), ATTN_OK, &error, "%s 1 thread", c->name);
     test_tensor first_out = test_tensor_new(c->B, c->Tq, c->Hq, c->Dv, TEST_LAYOUT_BTHD);
     const int64_t lse_shape[3] = {c->B, c->Hq, c->Tq};
@@ -40,7 +40,7 @@ static void check_threads_and_repeats(const forward_case *c) {
     const int thread_counts[] = {2, 8, 1, 8};
     for (int n = 0; n < 4; ++n) {
         test_tensor_fill_all(&x.out, -7.0f);
-        x.options.num_threads = thread_counts[n];
+        x.execution.num_threads = thread_counts[n];
         CHECK_STATUS(forward_instance_forward(&x, &error), ATTN_OK, &error, "%s %d threads", c->name,
                      thread_counts[n]);
         CHECK(test_bitwise_equal(&x.out.view, &first_out.view), "%s: O with %d threads differs bitwise",
@@ -61,8 +61,8 @@ static void check_tile_sizes(const forward_case *c) {
     CHECK_STATUS(forward_instance_reference(&x, &error), ATTN_OK, &error, "%s reference", c->name);
     for (int a = 0; a < 4; ++a)
         for (int b = 0; b < 4; ++b) {
-            x.options.tile_q = tiles[a];
-            x.options.tile_k = tiles[b];
+            x.execution.tile_q = tiles[a];
+            x.execution.tile_k = tiles[b];
             CHECK_STATUS(forward_instance_forward(&x, &error), ATTN_OK, &error, "%s tiles %d x %d",
                          c->name, tiles[a], tiles[b]);
             double e = test_max_relative_error(&x.out.view, &x.out_reference.view);
@@ -136,7 +136,7 @@ static void check_large_logits(void) {
     options.custom_scale = 1;
     options.scale = 1.0f; /* |logits| ~ 1e4 .. 1e5 */
     attn_error error = {0};
-    CHECK_STATUS(attn_forward(&q.view, &k.view, &v.view, &options, &o.view, &lse.view, &error), ATTN_OK,
+    CHECK_STATUS(attn_forward(&q.view, &k.view, &v.view, &options, &o.view, &lse.view, NULL, &error), ATTN_OK,
                  &error, "large logits");
     int finite = 1, one_hot = 1;
     for (int64_t i = 0; i < T; ++i) {
@@ -219,15 +219,18 @@ static void check_equivalent_options(void) {
     x.options.alignment = ATTN_ALIGN_BOTTOM_RIGHT;
     CHECK_STATUS(forward_instance_forward(&x, &error), ATTN_OK, &error, "bottom-right");
     CHECK(test_bitwise_equal(&x.out.view, &first.view), "top-left == bottom-right when Tq == Tk");
+    x.options.window = 1;
     x.options.window_left = 70; /* >= T: same as causal alone */
     x.options.window_right = 1000;
     CHECK_STATUS(forward_instance_forward(&x, &error), ATTN_OK, &error, "wide window");
     CHECK(test_bitwise_equal(&x.out.view, &first.view), "window >= T equals no window (causal)");
     x.options.causal = 0;
+    x.options.window = 1;
     x.options.window_left = 69;
     x.options.window_right = 69;
     CHECK_STATUS(forward_instance_forward(&x, &error), ATTN_OK, &error, "wide window");
     CHECK_STATUS(forward_instance_reference(&x, &error), ATTN_OK, &error, "wide window reference");
+    x.options.window = 0; /* no window */
     x.options.window_left = x.options.window_right = -1;
     x.options.alignment = ATTN_ALIGN_UNSET;
     test_tensor windowed = x.out;
@@ -262,7 +265,7 @@ static void check_empty_row_policies(void) {
     attn_error error = {0};
     x.options.empty_rows = ATTN_EMPTY_ROWS_ERROR;
     for (int threads = 1; threads <= 4; threads *= 2) {
-        x.options.num_threads = threads;
+        x.execution.num_threads = threads;
         CHECK_STATUS(forward_instance_forward(&x, &error), ATTN_ERROR_EMPTY_ROW, &error, "empty rows ERROR");
         CHECK(strstr(error.message, "b = 0, h = 0, i = 0") != NULL, "empty row message names (0, 0, 0): %s", error.message);
         CHECK_STATUS(forward_instance_reference(&x, &error), ATTN_ERROR_EMPTY_ROW, &error, "reference ERROR");

@@ -2,7 +2,7 @@
  * test_forward_oracle.c — checks the reference and the tiled forward against oracles that do
  * not share their code:
  *   1. an independent double-precision attention written inline below, straight from the
- *      formulas of attention-math.md (its own mask logic, no call into src/mask), on a table
+ *      formulas of docs/attention-math.md (its own mask logic, no call into src/mask), on a table
  *      of cases covering both causal alignments, windows, bool mask, bias, lengths, ALiBi,
  *      soft-cap, GQA;
  *   2. PyTorch's scaled_dot_product_attention, through the fixtures written by
@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "attn_io.h"
 #include "test_forward_harness.h"
 
 /* ---- 1. The inline oracle --------------------------------------------------------------- */
@@ -196,7 +197,7 @@ static void check_pytorch_fixtures(void) {
             options.scale = f->scale;
         }
         attn_error error = {0};
-        CHECK_STATUS(attn_forward(&q_view, &k_view, &v_view, &options, &out.view, &lse_out.view, &error),
+        CHECK_STATUS(attn_forward(&q_view, &k_view, &v_view, &options, &out.view, &lse_out.view, NULL, &error),
                      ATTN_OK, &error, "fixture %s forward", f->name);
         CHECK_STATUS(attn_reference_forward(&q_view, &k_view, &v_view, &options, &out_reference.view,
                                             &lse_reference.view, &error),

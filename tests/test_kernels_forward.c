@@ -1,5 +1,5 @@
 /*
- * test_kernels_forward.c — attn_forward run with options.kernel = each kernel family this
+ * test_kernels_forward.c — attn_forward run with execution.kernel = each kernel family this
  * CPU supports (generic, AVX2, AVX-512), against attn_reference_forward on a table of shapes
  * and masks (max relative error ≤ 1e-5 on O and LSE), and bitwise invariance of O and LSE
  * to the thread count (1, 2, 3) for every kernel. Unsupported families must be refused with
@@ -35,15 +35,21 @@ static const attn_kernel_choice kernels[] = {ATTN_KERNEL_GENERIC, ATTN_KERNEL_AV
                                              ATTN_KERNEL_AVX512};
 static const char *kernel_names[] = {"generic", "avx2", "avx512"};
 
-static attn_options options_for(mask_kind mask, attn_kernel_choice kernel, int threads) {
+static attn_execution execution_for(attn_kernel_choice kernel, int threads) {
+    attn_execution execution = attn_execution_default();
+    execution.kernel = kernel;
+    execution.num_threads = threads;
+    return execution;
+}
+
+static attn_options options_for(mask_kind mask) {
     attn_options options = attn_options_default();
-    options.kernel = kernel;
-    options.num_threads = threads;
     if (mask != MASK_NONE) {
         options.causal = 1;
         options.alignment = ATTN_ALIGN_BOTTOM_RIGHT;
     }
     if (mask == MASK_WINDOW) {
+        options.window = 1;
         options.window_left = 40;
         options.window_right = 0;
     }
@@ -70,17 +76,18 @@ static void test_case(const forward_case *c, int case_index, test_rng *rng) {
                                            c->value_dim, TEST_LAYOUT_BTHD);
     test_tensor expected_lse = new_lse(c->batch, c->query_heads, c->query_length);
     attn_error error;
-    attn_options reference_options = options_for(c->mask, ATTN_KERNEL_GENERIC, 1);
-    CHECK_STATUS(attn_reference_forward(&q.view, &k.view, &v.view, &reference_options,
+    const attn_options options = options_for(c->mask);
+    CHECK_STATUS(attn_reference_forward(&q.view, &k.view, &v.view, &options,
                                         &expected.view, &expected_lse.view, &error),
                  ATTN_OK, &error, "reference case %d", case_index);
 
     for (int kernel = 0; kernel < 3; ++kernel) {
         if (!attn_cpu_supports(kernels[kernel])) {
-            attn_options options = options_for(c->mask, kernels[kernel], 1);
+            const attn_execution execution = execution_for(kernels[kernel], 1);
             test_tensor out = test_tensor_new(c->batch, c->query_length, c->query_heads,
                                               c->value_dim, TEST_LAYOUT_BTHD);
-            CHECK_STATUS(attn_forward(&q.view, &k.view, &v.view, &options, &out.view, NULL, &error),
+            CHECK_STATUS(attn_forward(&q.view, &k.view, &v.view, &options, &out.view, NULL,
+                                      &execution, &error),
                          ATTN_ERROR_UNSUPPORTED, &error, "%s not supported", kernel_names[kernel]);
             test_tensor_free(&out);
             continue;
@@ -88,13 +95,13 @@ static void test_case(const forward_case *c, int case_index, test_rng *rng) {
         test_tensor outs[3], lses[3];
         const int thread_counts[3] = {1, 2, 3};
         for (int t = 0; t < 3; ++t) {
-            attn_options options = options_for(c->mask, kernels[kernel], thread_counts[t]);
+            const attn_execution execution = execution_for(kernels[kernel], thread_counts[t]);
             outs[t] = test_tensor_new(c->batch, c->query_length, c->query_heads, c->value_dim,
                                       TEST_LAYOUT_BTHD);
             lses[t] = new_lse(c->batch, c->query_heads, c->query_length);
             test_tensor_fill_all(&outs[t], NAN);
             CHECK_STATUS(attn_forward(&q.view, &k.view, &v.view, &options, &outs[t].view,
-                                      &lses[t].view, &error),
+                                      &lses[t].view, &execution, &error),
                          ATTN_OK, &error, "%s case %d threads %d", kernel_names[kernel],
                          case_index, thread_counts[t]);
         }

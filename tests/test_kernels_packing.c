@@ -1,11 +1,12 @@
 /*
  * test_kernels_packing.c — the packing that the forward pass reuses across query tiles:
- *  1. the registry's prefix property (kernels/registry.h), for every kernel table this CPU runs: scores and P·V
- *     computed from a tile packed with N keys, using only its first n keys, equal bitwise
- *     those from a tile packed with exactly n keys, and nothing is written past n columns;
+ *  1. the registry's prefix property (kernels/registry.h), for every registry this machine
+ *     runs (attn_kernels_available): scores and P·V computed from a tile packed with N keys,
+ *     using only its first n keys, equal bitwise those from a tile packed with exactly n
+ *     keys, and nothing is written past n columns;
  *     both also agree with a double-precision dot product (1e-5).
  *  2. attn_forward holds the packed K/V per thread, shared, or one tile at a time depending on
- *     options.memory_limit_bytes (flash_forward.c): a sweep of limits from the smallest one
+ *     execution.memory_limit_bytes (flash_forward.c): a sweep of limits from the smallest one
  *     accepted up to no limit gives bitwise the same O and LSE for 1, 2 and 3 threads, within
  *     1e-5 of attn_reference_forward.
  */
@@ -18,9 +19,6 @@
 #include "test_support.h"
 
 /* ---- 1. prefix property ---------------------------------------------------------------- */
-
-static const attn_kernel_choice choices[] = {ATTN_KERNEL_GENERIC, ATTN_KERNEL_AVX2,
-                                             ATTN_KERNEL_AVX512};
 
 typedef struct prefix_case { int packed_count, used_count, dim, rows; } prefix_case;
 
@@ -116,18 +114,12 @@ static void check_prefix(const attn_kernels *table, const prefix_case *c, test_r
 static void test_prefix_property(void) {
     test_rng rng;
     test_rng_seed(&rng, 7);
-    int tables = 0;
-    for (size_t k = 0; k < sizeof choices / sizeof choices[0]; ++k) {
-        if (!attn_cpu_supports(choices[k])) continue;
-        const attn_kernels *table = NULL;
-        attn_error error;
-        CHECK_STATUS(attn_kernels_select(choices[k], &table, &error), ATTN_OK, &error, "select");
-        if (table == NULL) continue;
-        ++tables;
+    const attn_kernels *registries[8];
+    const int tables = attn_kernels_available(registries, 8);
+    for (int k = 0; k < tables && k < 8; ++k)
         for (size_t c = 0; c < sizeof prefix_cases / sizeof prefix_cases[0]; ++c)
-            check_prefix(table, &prefix_cases[c], &rng);
-    }
-    CHECK(tables >= 1, "at least the generic table was checked (%d)", tables);
+            check_prefix(registries[k], &prefix_cases[c], &rng);
+    CHECK(tables >= 1, "at least the generic registry was checked (%d)", tables);
 }
 
 /* ---- 2. packing modes under memory limits ---------------------------------------------- */
@@ -150,11 +142,11 @@ typedef struct limit_problem {
 } limit_problem;
 
 static attn_status run_with(limit_problem *p, size_t limit, int threads, attn_error *error) {
-    attn_options options = p->options;
-    options.memory_limit_bytes = limit;
-    options.num_threads = threads;
-    return attn_forward(&p->q.view, &p->k.view, &p->v.view, &options, &p->out.view,
-                        &p->lse.view, error);
+    attn_execution execution = attn_execution_default();
+    execution.memory_limit_bytes = limit;
+    execution.num_threads = threads;
+    return attn_forward(&p->q.view, &p->k.view, &p->v.view, &p->options, &p->out.view,
+                        &p->lse.view, &execution, error);
 }
 
 static void test_limit_case(const limit_case *c, test_rng *rng) {
@@ -173,6 +165,7 @@ static void test_limit_case(const limit_case *c, test_rng *rng) {
         p.options.causal = 1;
         p.options.alignment = ATTN_ALIGN_BOTTOM_RIGHT;
     }
+    p.options.window = 1;
     p.options.window_left = c->window_left;
 
     /* The reference and the unlimited run. */

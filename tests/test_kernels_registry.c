@@ -113,6 +113,7 @@ static int complete(const attn_kernels *k) {
 
 static void test_choices(void) {
     const attn_cpu_features *f = attn_cpu_features_get();
+    (void)f; /* unused when the build has no SIMD tables */
     const struct {
         attn_kernel_choice choice;
         const char *name;
@@ -136,8 +137,11 @@ static void test_choices(void) {
         const int expected = choices[c].built && choices[c].allowed;
         CHECK(attn_cpu_supports(choices[c].choice) == expected, "%s available = %d",
               choices[c].name, expected);
-        CHECK(strcmp(attn_kernel_choice_name(choices[c].choice), choices[c].name) == 0,
-              "choice name %s", choices[c].name);
+        attn_kernel_choice parsed = ATTN_KERNEL_AUTO;
+        CHECK(strcmp(attn_kernel_choice_name(choices[c].choice), choices[c].name) == 0 &&
+                  attn_kernel_choice_from_name(choices[c].name, &parsed) &&
+                  parsed == choices[c].choice,
+              "choice name %s, and back", choices[c].name);
         const attn_kernels *sentinel = (const attn_kernels *)&choices[c];
         const attn_kernels *kernels = sentinel;
         attn_error error;
@@ -173,6 +177,13 @@ static void test_choices(void) {
     CHECK(untouched == best, "output untouched for an unknown choice");
     CHECK(!attn_cpu_supports((attn_kernel_choice)42), "an unknown choice is not available");
     CHECK(attn_kernel_choice_name((attn_kernel_choice)42) == NULL, "no name for 42");
+    attn_kernel_choice parsed = ATTN_KERNEL_AVX2;
+    CHECK(!attn_kernel_choice_from_name("avx3", &parsed) && parsed == ATTN_KERNEL_AVX2 &&
+              !attn_kernel_choice_from_name(NULL, &parsed),
+          "unknown names are refused, the choice untouched");
+    CHECK(attn_kernel_choice_from_name("auto", &parsed) && parsed == ATTN_KERNEL_AUTO &&
+              strcmp(attn_kernel_choice_name(ATTN_KERNEL_AUTO), "auto") == 0,
+          "auto, both ways");
 }
 
 int main(void) {

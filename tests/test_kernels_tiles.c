@@ -1,7 +1,8 @@
 /*
- * test_kernels_tiles.c — every kernel table this CPU runs (generic, AVX2, AVX-512), member by
- * member, on random tiles of awkward sizes, against a double-precision implementation of the
- * contract in src/kernels/registry.h written here, and against the generic table.
+ * test_kernels_tiles.c — the forward part of every kernel registry this build, CPU and OS run
+ * (generic, AVX2, AVX-512, ...: attn_kernels_available), slot by slot, on random tiles of
+ * awkward sizes, against a double-precision implementation of the contract in
+ * src/kernels/registry.h written here, and each slot against the generic registry's.
  *
  * Covered: packing from strided sources (contiguous and transposed), score_tile,
  * accumulate_values, softmax_step (scale, soft-cap, −inf entries, rows that are all −inf,
@@ -22,23 +23,24 @@ static const int dims[] = {1, 3, 15, 16, 17, 64, 65, 128, 576};
 static const float sentinel = 12345.0f;
 
 typedef struct tables {
-    const attn_kernels *list[3];
+    const attn_kernels *list[8];
     int count;
 } tables;
 
-/* Every table this build and CPU can run; each must implement every member. */
+/* Every registry this build, CPU and OS run; each must fill every forward slot. */
 static tables available_tables(void) {
     tables result = {{0}, 0};
-    const attn_kernel_choice choices[] = {ATTN_KERNEL_GENERIC, ATTN_KERNEL_AVX2, ATTN_KERNEL_AVX512};
-    for (int i = 0; i < 3; ++i) {
-        const attn_kernels *table = NULL;
-        if (!attn_cpu_supports(choices[i])) continue;
-        if (attn_kernels_select(choices[i], &table, NULL) != ATTN_OK) continue;
-        int complete = table->forward.packed_keys_floats && table->forward.packed_values_floats &&
-                       table->forward.pack_keys && table->forward.pack_values && table->forward.score_tile &&
-                       table->forward.accumulate_values && table->forward.softmax_step && table->forward.scale_rows;
-        CHECK(complete, "kernel table %s implements every forward slot of registry.h", table->name);
-        if (complete) result.list[result.count++] = table;
+    const attn_kernels *all[8];
+    const int count = attn_kernels_available(all, 8);
+    CHECK(count >= 1 && count <= 8 && strcmp(all[0]->name, "generic") == 0,
+          "%d registries, the first generic", count);
+    for (int i = 0; i < count && i < 8; ++i) {
+        const attn_forward_kernels *f = &all[i]->forward;
+        int complete = f->packed_keys_floats && f->packed_values_floats && f->pack_keys &&
+                       f->pack_values && f->score_tile && f->accumulate_values &&
+                       f->softmax_step && f->scale_rows;
+        CHECK(complete, "registry %s fills every forward slot of registry.h", all[i]->name);
+        if (complete) result.list[result.count++] = all[i];
     }
     return result;
 }
@@ -137,8 +139,9 @@ static void test_scores(const attn_kernels *table, test_rng *rng) {
     }
 }
 
-/* accumulate_values and scale_rows against double. */
+/* accumulate_values and scale_rows against double, and against generic. */
 static void test_values(const attn_kernels *table, test_rng *rng) {
+    const attn_kernels *generic = generic_table();
     for (int case_index = 0; case_index < 40; ++case_index) {
         const int rows = tile_sizes[test_rng_range(rng, 0, COUNT_OF(tile_sizes) - 1)];
         const int count = tile_sizes[case_index % COUNT_OF(tile_sizes)];
@@ -157,9 +160,17 @@ static void test_values(const attn_kernels *table, test_rng *rng) {
         float *before = new_floats((size_t)rows * accumulator_stride, 0.0f);
         memcpy(before, accumulator, sizeof(float) * rows * accumulator_stride);
         table->forward.scale_rows(rows, dim, factor, accumulator, accumulator_stride);
-        table->forward.accumulate_values(rows, count, dim, weights, weights_stride, packed, accumulator,
-                                 accumulator_stride);
-        double worst = 0.0;
+        table->forward.accumulate_values(rows, count, dim, weights, weights_stride, packed,
+                                         accumulator, accumulator_stride);
+        float *generic_accumulator = new_floats((size_t)rows * accumulator_stride, 0.0f);
+        memcpy(generic_accumulator, before, sizeof(float) * rows * accumulator_stride);
+        float *generic_packed = new_floats(generic->forward.packed_values_floats(count, dim), 0.0f);
+        generic->forward.pack_values(count, dim, values, dim, 1, generic_packed);
+        generic->forward.scale_rows(rows, dim, factor, generic_accumulator, accumulator_stride);
+        generic->forward.accumulate_values(rows, count, dim, weights, weights_stride,
+                                           generic_packed, generic_accumulator,
+                                           accumulator_stride);
+        double worst = 0.0, worst_generic = 0.0;
         int sentinels_intact = 1;
         for (int r = 0; r < rows; ++r) {
             for (int e = 0; e < dim; ++e) {
@@ -171,16 +182,24 @@ static void test_values(const attn_kernels *table, test_rng *rng) {
                     exact += product;
                     magnitude += fabs(product);
                 }
-                const double error =
-                    fabs(accumulator[(size_t)r * accumulator_stride + e] - exact) / magnitude;
+                const float got = accumulator[(size_t)r * accumulator_stride + e];
+                const double error = fabs(got - exact) / magnitude;
                 if (!(error <= worst)) worst = isnan(error) ? INFINITY : error;
+                const double difference =
+                    fabs(got - generic_accumulator[(size_t)r * accumulator_stride + e]) / magnitude;
+                if (!(difference <= worst_generic))
+                    worst_generic = isnan(difference) ? INFINITY : difference;
             }
             for (int e = dim; e < accumulator_stride; ++e)
                 sentinels_intact &= accumulator[(size_t)r * accumulator_stride + e] == sentinel;
         }
         CHECK(worst < 1e-6, "%s scale_rows+accumulate_values rows=%d count=%d dim=%d: %.3g",
               table->name, rows, count, dim, worst);
+        CHECK(worst_generic < 1e-6, "%s scale_rows+accumulate_values vs generic rows=%d "
+              "count=%d dim=%d: %.3g", table->name, rows, count, dim, worst_generic);
         CHECK(sentinels_intact, "%s accumulate_values wrote past dim=%d", table->name, dim);
+        attn_aligned_free(generic_accumulator);
+        attn_aligned_free(generic_packed);
         attn_aligned_free(weights);
         attn_aligned_free(values);
         attn_aligned_free(packed);
@@ -194,6 +213,7 @@ static void test_values(const attn_kernels *table, test_rng *rng) {
  * logits, some −inf entries, all −inf, huge logits (±1e4); the running max starts at −inf or
  * at a finite value. */
 static void test_softmax(const attn_kernels *table, test_rng *rng) {
+    const attn_kernels *generic = generic_table();
     const float softcaps[] = {0.0f, 0.0f, 30.0f};
     for (int case_index = 0; case_index < 45; ++case_index) {
         const int rows = tile_sizes[test_rng_range(rng, 0, COUNT_OF(tile_sizes) - 1)];
@@ -220,9 +240,46 @@ static void test_softmax(const attn_kernels *table, test_rng *rng) {
         float *original = new_floats((size_t)rows * stride, 0.0f);
         float *old_max = new_floats((size_t)rows, 0.0f), *old_sum = new_floats((size_t)rows, 0.0f);
         memcpy(original, scores, sizeof(float) * rows * stride);
-        memcpy(old_max, row_max, sizeof(float) * rows);
-        memcpy(old_sum, row_sum, sizeof(float) * rows);
-        table->forward.softmax_step(rows, count, scores, stride, scale, softcap, row_max, row_sum, rescale);
+        for (int r = 0; r < rows; ++r) old_max[r] = row_max[r], old_sum[r] = row_sum[r];
+        table->forward.softmax_step(rows, count, scores, stride, scale, softcap, row_max, row_sum,
+                                    rescale);
+        /* The generic registry on the same tile, for the comparison slot by slot. */
+        float *generic_scores = new_floats((size_t)rows * stride, 0.0f);
+        float *generic_max = new_floats((size_t)rows, 0.0f);
+        float *generic_sum = new_floats((size_t)rows, 0.0f);
+        float *generic_rescale = new_floats((size_t)rows, 0.0f);
+        memcpy(generic_scores, original, sizeof(float) * rows * stride);
+        for (int r = 0; r < rows; ++r) generic_max[r] = old_max[r], generic_sum[r] = old_sum[r];
+        generic->forward.softmax_step(rows, count, generic_scores, stride, scale, softcap,
+                                      generic_max, generic_sum, generic_rescale);
+        double worst_generic = 0.0;
+        for (int r = 0; r < rows; ++r) {
+            const double unit = 1.0 + fabs(generic_max[r] == -INFINITY ? 0.0 : generic_max[r]);
+            for (int c = 0; c < count; ++c) {
+                const double want = generic_scores[(size_t)r * stride + c];
+                const double logit = fabs(original[(size_t)r * stride + c] * (double)scale);
+                const double difference = fabs(scores[(size_t)r * stride + c] - want) /
+                                          (want + 1e-30) / (unit + (isinf(logit) ? 0 : logit));
+                if (want > 1e-30 && !(difference <= worst_generic))
+                    worst_generic = isnan(difference) ? INFINITY : difference;
+                if (want == 0.0 && scores[(size_t)r * stride + c] > 1e-30f)
+                    worst_generic = INFINITY; /* exactly 0 in generic: at most a denormal */
+            }
+            const double sum_difference =
+                fabs(row_sum[r] - generic_sum[r]) / (generic_sum[r] + 1e-30);
+            const int same_max = row_max[r] == generic_max[r] ||
+                                 fabs(row_max[r] - generic_max[r]) <= 1e-6 * unit;
+            if (!(sum_difference <= 1e-5) || !same_max ||
+                !(fabs(rescale[r] - generic_rescale[r]) <=
+                  1e-6 * unit * (generic_rescale[r] + 1e-30)))
+                worst_generic = INFINITY;
+        }
+        CHECK(worst_generic < 2e-6, "%s softmax_step vs generic rows=%d count=%d softcap=%g: %.3g",
+              table->name, rows, count, softcap, worst_generic);
+        attn_aligned_free(generic_scores);
+        attn_aligned_free(generic_max);
+        attn_aligned_free(generic_sum);
+        attn_aligned_free(generic_rescale);
 
         double worst_p = 0.0, worst_sum = 0.0, worst_rescale = 0.0, worst_max = 0.0;
         int masked_exact = 1, sentinels_intact = 1, finite = 1;

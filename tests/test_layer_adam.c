@@ -3,6 +3,7 @@
  * torch.optim.Adam (bias correction, L2 weight decay) over several steps, a quadratic that Adam
  * must minimise, and argument errors.
  */
+#include "attn_layers.h"
 #include "test_support.h"
 
 #include <math.h>

@@ -6,6 +6,7 @@
  * attention and MQA cross-attention with Tq != Tk: output, input gradients and every parameter
  * gradient from autograd (float64).
  */
+#include "attn_layers.h"
 #include "test_support.h"
 
 #include <math.h>
@@ -120,13 +121,13 @@ static void test_layer_fixture(const fixture_layer *f) {
         options.alignment = ATTN_ALIGN_BOTTOM_RIGHT;
         attn_layer_activations activations = {0};
         status = attn_layer_forward(&layer, f->B, f->Tq, xf, f->Tk, kvf, &options, &activations,
-                                    out, &error);
+                                    out, NULL, &error);
         CHECK_STATUS(status, ATTN_OK, &error, "%s forward", f->name);
         if (status == ATTN_OK) {
             double e = max_relative(out, out_expected, nq);
             CHECK(e < 1e-5, "%s: output vs PyTorch %.3g", f->name, e);
             status = attn_layer_backward(&layer, f->B, f->Tq, xf, f->Tk, kvf, &options,
-                                         &activations, doutf, &gradients, dx, dkv, &error);
+                                         &activations, doutf, &gradients, dx, dkv, NULL, &error);
             CHECK_STATUS(status, ATTN_OK, &error, "%s backward", f->name);
         }
         if (status == ATTN_OK) {

@@ -8,6 +8,7 @@
  * Also: parameter counts (4n² for n = 512, Llama-2-70B-like 150,994,944), deterministic
  * Xavier init within its bound, argument errors.
  */
+#include "attn_layers.h"
 #include "test_support.h"
 
 #include <math.h>
@@ -261,11 +262,12 @@ static void test_layer_case(const layer_case *lc, test_rng *rng) {
     int64_t query_ids[12], key_ids[12];
     attn_status status = attn_layer_forward_at(
         &layer, lc->B, lc->Tq, x_query, case_positions(lc, 0, query_ids), lc->Tk, x_kv,
-        lc->cross ? case_positions(lc, 1, key_ids) : NULL, &options, &activations, out, &error);
+        lc->cross ? case_positions(lc, 1, key_ids) : NULL, &options, &activations, out, NULL,
+        &error);
     CHECK_STATUS(status, ATTN_OK, &error, "%s forward", lc->name);
     if (status == ATTN_OK) {
         status = attn_layer_backward(&layer, lc->B, lc->Tq, x_query, lc->Tk, x_kv, &options,
-                                     &activations, g, &gradients, dx_query, dx_kv, &error);
+                                     &activations, g, &gradients, dx_query, dx_kv, NULL, &error);
         CHECK_STATUS(status, ATTN_OK, &error, "%s backward", lc->name);
     }
 

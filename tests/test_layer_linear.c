@@ -2,6 +2,7 @@
  * test_layer_linear.c — attn_linear_forward / attn_linear_backward (CBLAS) against naive
  * double loops, with and without bias, odd sizes; gradient accumulation semantics; errors.
  */
+#include "attn_layers.h"
 #include "test_support.h"
 
 #include <math.h>

@@ -43,6 +43,7 @@ static void random_mask_build(random_mask *m, test_rng *rng) {
     o->alignment = test_rng_range(rng, 0, 1) ? ATTN_ALIGN_BOTTOM_RIGHT : ATTN_ALIGN_TOP_LEFT;
     o->causal = (int)test_rng_range(rng, 0, 1);
     if (test_rng_range(rng, 0, 1)) {
+        o->window = 1;
         o->window_left = test_rng_range(rng, -1, 12);
         o->window_right = test_rng_range(rng, -1, 12);
     }
@@ -83,7 +84,7 @@ static void random_mask_build(random_mask *m, test_rng *rng) {
         for (int n = 0; n < 3; ++n) m->globals[n] = test_rng_range(rng, 0, limit - 1);
         o->global_tokens = m->globals;
         o->global_token_count = 3;
-        if (o->window_left < 0 && o->window_right < 0) o->window_left = 2;
+        if (o->window_left < 0 && o->window_right < 0) o->window = 1, o->window_left = 2;
     } else if (extra == 5) {
         int64_t position = test_rng_range(rng, -5, 5);
         for (int64_t j = 0; j < p->key_length; ++j) m->key_positions[j] = (position += test_rng_range(rng, 0, 3));
@@ -180,6 +181,7 @@ static void check_candidate_range_is_narrow(void) {
     attn_options o = attn_options_default();
     o.alignment = ATTN_ALIGN_BOTTOM_RIGHT;
     o.causal = 1;
+    o.window = 1;
     o.window_left = 100;
     attn_mask_context context;
     attn_error error;
@@ -188,6 +190,7 @@ static void check_candidate_range_is_narrow(void) {
     attn_mask_candidate_keys(&context, 0, 50000, 50064, &begin, &end);
     CHECK(begin == 49900 && end == 50064, "window (100, 0) rows [50000, 50064): keys [%lld, %lld)",
           (long long)begin, (long long)end);
+    o.window = 1;
     o.window_left = -1;
     attn_mask_candidate_keys(&context, 0, 50000, 50064, &begin, &end);
     CHECK(begin == 0 && end == 50064, "causal rows [50000, 50064): keys [%lld, %lld)", (long long)begin,
@@ -246,6 +249,7 @@ static void check_patterns(void) {
     /* Global tokens: a global row sees all keys, a global key is seen by all rows (window 1). */
     attn_options o = attn_options_default();
     o.alignment = ATTN_ALIGN_TOP_LEFT;
+    o.window = 1;
     o.window_left = o.window_right = 1;
     int64_t globals[1] = {7};
     o.global_tokens = globals;

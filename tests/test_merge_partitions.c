@@ -1,7 +1,7 @@
 /*
  * test_merge_partitions.c — attn_merge against an independent double-precision oracle
- * (math reference §10.8): attention over any partition of the keys (empty parts included),
- * each part computed naively here, merged in any order or tree, equals attention over all
+ * (docs/attention-math.md §10.8): attention over any partition of the keys (empty parts
+ * included), each part computed naively here, merged in any order or tree, equals attention over all
  * keys; merging with an empty partial (lse = -inf, NaN output) is the bitwise identity; all
  * partials empty gives O = 0, lse = -inf; in-place merging; huge LSE gaps; argument errors.
  */

@@ -1,6 +1,6 @@
 /*
- * test_mla_paths.c — MLA (math reference §5, §10.11): the absorbed path equals the naive
- * path for prefill and for step-by-step decoding, with small DeepSeek-V2-like dimensions
+ * test_mla_paths.c — MLA (docs/attention-math.md §5, §10.11): the absorbed path equals the
+ * naive path for prefill and for step-by-step decoding, with small DeepSeek-V2-like dimensions
  * (with and without query compression) and with the real V2-Lite dimensions for a few
  * tokens; both equal an independent double-precision implementation of the equations
  * written here; the cache holds exactly d_c + d_rope values per token (the RMSNormed latent
@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "attn_layers.h"
 #include "test_support.h"
 
 typedef struct mla_model {

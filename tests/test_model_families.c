@@ -7,6 +7,7 @@
  * position ids against transformers' attention module run in float64. Plus the config reader's
  * and the loader's errors (cases as data). BERT is covered end to end by the MiniLM test.
  */
+#include "attn_layers.h"
 #include "test_support.h"
 
 #include <math.h>
@@ -93,7 +94,7 @@ static void test_family(const family_case *fc) {
                 options.alignment = ATTN_ALIGN_BOTTOM_RIGHT;
                 attn_layer_activations kept = {0};
                 status = attn_layer_forward_at(&layer, B, T, input, positions.data, T, NULL, NULL,
-                                               &options, &kept, out, &error);
+                                               &options, &kept, out, NULL, &error);
                 CHECK_STATUS(status, ATTN_OK, &error, "%s: forward", fc->folder);
                 double worst = 0.0, largest = 0.0;
                 for (int64_t i = 0; i < count; ++i) {
@@ -112,7 +113,7 @@ static void test_family(const family_case *fc) {
                                     kept.key_positions[T] == 3),
                       "%s: activations keep copies of the position ids", fc->folder);
                 /* Without the ids (positions 0..T-1 in both rows) row 1 must differ. */
-                attn_layer_forward(&layer, B, T, input, T, NULL, &options, NULL, out, &error);
+                attn_layer_forward(&layer, B, T, input, T, NULL, &options, NULL, out, NULL, &error);
                 double moved = 0.0;
                 for (int64_t i = T * fc->d; i < count; ++i)
                     moved = fmax(moved, fabs(out[i] - ((double *)expected.data)[i]));

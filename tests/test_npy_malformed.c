@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "attn_io.h"
 #include "test_support.h"
 
 #define CASES ATTN_FIXTURE_DIR "/npy_cases/"

@@ -13,6 +13,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "attn_io.h"
 #include "test_support.h"
 
 #define CASES ATTN_FIXTURE_DIR "/npy_cases/"

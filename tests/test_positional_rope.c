@@ -5,6 +5,7 @@
  * preservation, R_0 = I, interleaved = rotate-half under the permutation π, inverse undoes
  * forward, dims past rotary_dim untouched; plus argument errors.
  */
+#include "attn_layers.h"
 #include "test_support.h"
 
 #include <math.h>
@@ -29,7 +30,7 @@ static const rope_case rope_cases[] = {
     {1, 3, 4, 2, 2, 2.0, ATTN_ROPE_HALF, TEST_LAYOUT_BTHD, 7},
 };
 
-/* The formula of attention-math.md §9.2, in double, on one head vector x[D]. */
+/* The formula of docs/attention-math.md §9.2, in double, on one head vector x[D]. */
 static void rope_reference(const double *x, double *y, int64_t D, int64_t rotary_dim, double base,
                            attn_rope_layout layout, double position) {
     memcpy(y, x, (size_t)D * sizeof(double));

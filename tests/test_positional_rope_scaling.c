@@ -7,6 +7,7 @@
  * transcription per batch row (rows rotate independently), the transpose property of inverse
  * (inverse(forward(x)) = a² x), stateless dynamic scaling, and argument errors.
  */
+#include "attn_layers.h"
 #include "test_support.h"
 
 #include <math.h>

@@ -3,6 +3,7 @@
  * Vaswani et al. §3.5 (PE(0,2i) = 0, PE(0,2i+1) = 1, offsets, odd dims) and its errors; and
  * attn_embedding_lookup / attn_embedding_backward against explicit gathers and scatter-adds.
  */
+#include "attn_layers.h"
 #include "test_support.h"
 
 #include <math.h>

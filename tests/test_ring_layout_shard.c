@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "attn_ring.h"
 #include "test_support.h"
 
 /* Independent oracle: which rank owns global token t, and its index there. Written directly

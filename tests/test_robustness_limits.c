@@ -1,8 +1,9 @@
 /*
  * test_robustness_limits.c — resource limits and the CLI's main paths:
- *  - options.memory_limit_bytes: attn_forward refuses (ATTN_ERROR_MEMORY_LIMIT, message naming
+ *  - execution.memory_limit_bytes: attn_forward refuses (ATTN_ERROR_MEMORY_LIMIT, message naming
  *    the option) exactly above its working memory, which does not grow with Tk (O(tile)); at the
- *    limit the result equals the unlimited call bitwise; the reference and attn_decode refuse too;
+ *    limit the result equals the unlimited call bitwise; attn_decode refuses too (the reference
+ *    has no execution settings, so no limit);
  *  - a .npy file whose header claims 4 TiB but holds 16 bytes: ATTN_ERROR_IO ("truncated") from
  *    attn_npy_read without allocating the claim (under ASan a 4 TiB malloc would abort);
  *  - the CLI (`attn demo`, `attn forward` on valid files, the truncated-claim file, a usage
@@ -17,9 +18,10 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "attn_io.h"
 #include "test_support.h"
 
-/* ---- options.memory_limit_bytes ------------------------------------------------------- */
+/* ---- execution.memory_limit_bytes ----------------------------------------------------- */
 
 typedef struct limit_problem {
     test_tensor q, k, v, out;
@@ -46,11 +48,13 @@ static void limit_problem_free(limit_problem *p) {
 
 static attn_status forward_with_limit(limit_problem *p, size_t limit, attn_error *error) {
     attn_options options = attn_options_default();
-    options.num_threads = 2;
     options.causal = 1;
     options.alignment = ATTN_ALIGN_BOTTOM_RIGHT;
-    options.memory_limit_bytes = limit;
-    return attn_forward(&p->q.view, &p->k.view, &p->v.view, &options, &p->out.view, NULL, error);
+    attn_execution execution = attn_execution_default();
+    execution.num_threads = 2;
+    execution.memory_limit_bytes = limit;
+    return attn_forward(&p->q.view, &p->k.view, &p->v.view, &options, &p->out.view, NULL,
+                        &execution, error);
 }
 
 /* The smallest limit attn_forward accepts for `p` (binary search; 0 if none up to 1 GiB). */
@@ -87,13 +91,6 @@ static void test_memory_limit(void) {
     CHECK_STATUS(forward_with_limit(&large, 1, &error), ATTN_ERROR_MEMORY_LIMIT, &error,
                  "1-byte limit");
 
-    /* The reference materialises Tq x Tk logits: it refuses a limit below that. */
-    attn_options options = attn_options_default();
-    options.memory_limit_bytes = (size_t)256 * 2048 * sizeof(float) - 1;
-    status = attn_reference_forward(&small.q.view, &small.k.view, &small.v.view, &options,
-                                    &small.out.view, NULL, &error);
-    CHECK_STATUS(status, ATTN_ERROR_MEMORY_LIMIT, &error, "reference below Tq x Tk floats");
-
     /* Decoding checks the limit as well. */
     attn_kv_cache_config config = attn_kv_cache_config_default();
     config.sequences = 1;
@@ -109,13 +106,13 @@ static void test_memory_limit(void) {
                      &error, "append 2048 tokens");
         test_tensor q = test_tensor_new(1, 1, 4, 32, TEST_LAYOUT_BTHD);
         test_tensor out = test_tensor_new(1, 1, 4, 32, TEST_LAYOUT_BTHD);
-        options = attn_options_default();
-        options.memory_limit_bytes = 1;
-        CHECK_STATUS(attn_decode(cache, &q.view, &options, &out.view, NULL, &error),
+        attn_execution execution = attn_execution_default();
+        execution.memory_limit_bytes = 1;
+        CHECK_STATUS(attn_decode(cache, &q.view, NULL, &out.view, NULL, &execution, &error),
                      ATTN_ERROR_MEMORY_LIMIT, &error, "decode with a 1-byte limit");
-        options.memory_limit_bytes = 0;
-        CHECK_STATUS(attn_decode(cache, &q.view, &options, &out.view, NULL, &error), ATTN_OK,
-                     &error, "decode without a limit");
+        execution.memory_limit_bytes = 0;
+        CHECK_STATUS(attn_decode(cache, &q.view, NULL, &out.view, NULL, &execution, &error),
+                     ATTN_OK, &error, "decode without a limit");
         test_tensor_free(&q);
         test_tensor_free(&out);
         attn_kv_cache_destroy(cache);
@@ -209,7 +206,7 @@ static void test_cli_paths(void) {
     char arguments[1536], errors[320], line[512], path[320];
     snprintf(errors, sizeof errors, "%s/stderr.txt", scratch);
 
-    /* demo: the seeds' example end to end, heat maps included. */
+    /* demo: the worked example end to end, heat maps included. */
     snprintf(arguments, sizeof arguments, "demo --out %s/demo", scratch);
     CHECK(run_cli(arguments, errors) == 0, "attn demo exits 0");
     snprintf(path, sizeof path, "%s/demo", scratch);
@@ -236,7 +233,7 @@ static void test_cli_paths(void) {
     attn_options options = attn_options_default();
     options.causal = 1;
     options.alignment = ATTN_ALIGN_BOTTOM_RIGHT;
-    CHECK_STATUS(attn_forward(&qt, &kt, &vt, &options, &et, NULL, NULL), ATTN_OK, NULL,
+    CHECK_STATUS(attn_forward(&qt, &kt, &vt, &options, &et, NULL, NULL, NULL), ATTN_OK, NULL,
                  "library forward");
     snprintf(arguments, sizeof arguments,
              "forward --q %s --k %s --v %s --out %s --causal bottom-right", q_path, k_path,

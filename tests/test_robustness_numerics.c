@@ -55,6 +55,7 @@ static void test_huge_logits(void) {
         int64_t lse_shape[3] = {1, 1, 1};
         attn_tensor lt = attn_tensor_contiguous(lse, ATTN_DTYPE_F32, 3, lse_shape);
         attn_options options = attn_options_default();
+        attn_execution execution = attn_execution_default();
         options.custom_scale = 1;
         options.scale = 1.0f;
         /* The largest logit as float32 computes it (q * k rounds: 1e15f * 1e15f != 1e30f). */
@@ -64,10 +65,10 @@ static void test_huge_logits(void) {
         for (int kernel = 0; kernel < KERNEL_COUNT; ++kernel) {
             if (!attn_cpu_supports(kernel_choices[kernel])) continue;
             for (int tile = 0; tile <= 1; ++tile) { /* default tiles, and one key per tile */
-                options.kernel = kernel_choices[kernel];
-                options.tile_k = tile;
+                execution.kernel = kernel_choices[kernel];
+                execution.tile_k = tile;
                 attn_error error;
-                attn_status status = attn_forward(&qt, &kt, &vt, &options, &ot, &lt, &error);
+                attn_status status = attn_forward(&qt, &kt, &vt, &options, &ot, &lt, &execution, &error);
                 CHECK_STATUS(status, ATTN_OK, &error, "%s, %s", c->name, kernel_names[kernel]);
                 CHECK(out[0] == c->expected_o && lse[0] == expected_lse,
                       "%s, %s, tile_k %d: O = %g (expected %g), LSE = %g (expected %g)", c->name,
@@ -79,14 +80,14 @@ static void test_huge_logits(void) {
         float reference_out[1], reference_lse[1];
         attn_tensor rot = attn_tensor_f32_4d(reference_out, 1, 1, 1, 1);
         attn_tensor rlt = attn_tensor_contiguous(reference_lse, ATTN_DTYPE_F32, 3, lse_shape);
-        options.kernel = ATTN_KERNEL_AUTO;
-        options.tile_k = 0;
+        execution.kernel = ATTN_KERNEL_AUTO;
+        execution.tile_k = 0;
         CHECK_STATUS(attn_reference_forward(&qt, &kt, &vt, &options, &rot, &rlt, NULL), ATTN_OK,
                      NULL, "%s softcap reference", c->name);
         for (int kernel = 0; kernel < KERNEL_COUNT; ++kernel) {
             if (!attn_cpu_supports(kernel_choices[kernel])) continue;
-            options.kernel = kernel_choices[kernel];
-            CHECK_STATUS(attn_forward(&qt, &kt, &vt, &options, &ot, &lt, NULL), ATTN_OK, NULL,
+            execution.kernel = kernel_choices[kernel];
+            CHECK_STATUS(attn_forward(&qt, &kt, &vt, &options, &ot, &lt, &execution, NULL), ATTN_OK, NULL,
                          "%s softcap", c->name);
             CHECK(fabsf(out[0] - reference_out[0]) <= 1e-5f * (1 + fabsf(reference_out[0])) &&
                       fabsf(lse[0] - reference_lse[0]) <= 1e-5f * (1 + fabsf(reference_lse[0])),
@@ -134,12 +135,13 @@ static attn_status forward_with_dead_key(dead_key_reason reason, attn_kernel_cho
     attn_tensor bias_view = attn_tensor_contiguous(bias, ATTN_DTYPE_F32, 4, pair_shape);
     attn_tensor block_view = attn_tensor_contiguous(blocks, ATTN_DTYPE_BOOL, 4, pair_shape);
     attn_options options = attn_options_default();
-    options.kernel = kernel;
+    attn_execution execution = attn_execution_default();
+    execution.kernel = kernel;
     options.query_lengths = query_lengths;
     options.causal = 1;
     options.alignment = ATTN_ALIGN_BOTTOM_RIGHT;
     options.empty_rows = ATTN_EMPTY_ROWS_ZERO;
-    options.tile_k = 4;
+    execution.tile_k = 4;
     switch (reason) {
     case DEAD_BY_KEY_LENGTHS: options.key_lengths = key_lengths; break;
     case DEAD_BY_MASK_COLUMN: options.mask = &mask_view; break;
@@ -151,7 +153,7 @@ static attn_status forward_with_dead_key(dead_key_reason reason, attn_kernel_cho
         break;
     default: break;
     }
-    return attn_forward(&q->view, &k->view, &v->view, &options, &out->view, &lse->view, error);
+    return attn_forward(&q->view, &k->view, &v->view, &options, &out->view, &lse->view, &execution, error);
 }
 
 /* Writes `value` into K (NaN) and V (value) at every key no query may see under `reason`,
@@ -265,15 +267,16 @@ static void test_denormals(void) {
         test_tensor_fill_normal(&k, &rng, c->k_scale);
         test_tensor_fill_normal(&v, &rng, c->v_scale);
         attn_options options = attn_options_default();
+        attn_execution execution = attn_execution_default();
         options.custom_scale = 1;
         options.scale = c->scale;
         CHECK_STATUS(attn_reference_forward(&q.view, &k.view, &v.view, &options, &reference.view,
                                             NULL, NULL), ATTN_OK, NULL, "%s reference", c->name);
         for (int kernel = 0; kernel < KERNEL_COUNT; ++kernel) {
             if (!attn_cpu_supports(kernel_choices[kernel])) continue;
-            options.kernel = kernel_choices[kernel];
+            execution.kernel = kernel_choices[kernel];
             attn_error error;
-            CHECK_STATUS(attn_forward(&q.view, &k.view, &v.view, &options, &out.view, NULL, &error),
+            CHECK_STATUS(attn_forward(&q.view, &k.view, &v.view, &options, &out.view, NULL, &execution, &error),
                          ATTN_OK, &error, "%s, %s", c->name, kernel_names[kernel]);
             /* Relative to the values' own magnitude, so denormal V is held to account too;
              * denormals carry fewer bits, so each of the 37 accumulated products may also
@@ -339,14 +342,15 @@ static void test_decode_huge_key_count(void) {
         int64_t lse_shape[3] = {1, 1, 1};
         attn_tensor lt = attn_tensor_contiguous(lse, ATTN_DTYPE_F32, 3, lse_shape);
         attn_options options = attn_options_default();
+        attn_execution execution = attn_execution_default();
         options.custom_scale = 1;
         options.scale = 1.0f;
-        options.num_threads = 2;
+        execution.num_threads = 2;
         double spike_weight = exp((double)q[0]);
         double normaliser = (double)(tokens - 1) + spike_weight;
         double expected_o = (value_sum - values[spike] + spike_weight * values[spike]) / normaliser;
         double expected_lse = log(normaliser);
-        attn_status decoded = attn_decode(cache, &qt, &options, &ot, &lt, &error);
+        attn_status decoded = attn_decode(cache, &qt, &options, &ot, &lt, &execution, &error);
         CHECK_STATUS(decoded, ATTN_OK, &error, "decode over 2^24 keys, q = %g", q[0]);
         CHECK(fabs(out[0] - expected_o) <= 1e-5 * (1 + fabs(expected_o)) &&
                   fabs(lse[0] - expected_lse) <= 1e-6 * fabs(expected_lse),

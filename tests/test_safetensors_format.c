@@ -6,6 +6,7 @@
  * and many byte mutations of a valid image (must fail cleanly, never crash), the layer's
  * Hugging Face names, and a file written by the Python safetensors package.
  */
+#include "attn_layers.h"
 #include "test_support.h"
 
 #include <stdlib.h>

@@ -5,6 +5,7 @@
  * (same summary and bitwise-identical saved weights with 1 and 2 attention threads); the
  * saved file holds the HF-style tensor names with the right shapes.
  */
+#include "attn_io.h"
 #include "test_support.h"
 
 #include <stdio.h>

@@ -23,6 +23,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "attn_io.h"
 #include "../arguments.h"
 #include "../cli.h"
 #include "../npy_tensor.h"
@@ -271,7 +272,7 @@ static int run_ring(const ring_arguments *ring, cli_attention_arguments *argumen
         MPI_Barrier(MPI_COMM_WORLD);
         attn_status status = attn_ring_forward(MPI_COMM_WORLD, &views[0], &views[1], &views[2],
                                                &arguments->options, &layout, &views[3], &lse_view,
-                                               &stats, &error);
+                                               &stats, &arguments->execution, &error);
         if (status != ATTN_OK) { /* every rank has the same status and message */
             if (rank == 0) cli_error(command, "%s", error.message);
             goto done;
@@ -298,7 +299,7 @@ static int run_ring(const ring_arguments *ring, cli_attention_arguments *argumen
             MPI_Barrier(MPI_COMM_WORLD);
             attn_status status = attn_ring_backward(MPI_COMM_WORLD, &views[0], &views[1], &views[2],
                                                     &views[3], &lse_view, &g[0], &arguments->options,
-                                                    &layout, &g[1], &g[2], &g[3], &stats, &error);
+                                                    &layout, &g[1], &g[2], &g[3], &stats, &arguments->execution, &error);
             if (status != ATTN_OK) {
                 if (rank == 0) cli_error(command, "--backward: %s", error.message);
                 goto done;
@@ -384,7 +385,8 @@ static int run_ring(const ring_arguments *ring, cli_attention_arguments *argumen
             attn_status status = ATTN_OK;
             for (int64_t run = 0; run < ring->repeat && status == ATTN_OK; ++run) {
                 double start = MPI_Wtime();
-                status = attn_forward(&q, &k, &v, &arguments->options, &single_out, NULL, &error);
+                status = attn_forward(&q, &k, &v, &arguments->options, &single_out, NULL,
+                                      &arguments->execution, &error);
                 double seconds = MPI_Wtime() - start;
                 if (run == 0 || seconds < best_seconds) best_seconds = seconds;
             }

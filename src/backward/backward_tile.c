@@ -13,6 +13,8 @@
 
 #include "flash_backward.h"
 
+#include "../mask/logits.h"
+
 #include "../core/internal.h"
 
 /* Rounds a float count up to a whole number of 64-byte lines. */
@@ -170,7 +172,7 @@ static void tile_score_gradients(const backward_plan *plan, backward_workspace *
     const int stride = plan->tile_k;
     const float scale = plan->scale, softcap = plan->softcap;
     const int Dk = (int)plan->problem.key_dim, Dv = (int)plan->problem.value_dim;
-    const int64_t first_key = j0 + first_column, end_key = first_key + columns;
+    const int64_t first_key = j0 + first_column;
     float *probabilities = workspace->probabilities + first_column;
     float *score_gradient = workspace->score_gradient + first_column;
     float *softcap_derivative = workspace->softcap_derivative + first_column;
@@ -179,37 +181,22 @@ static void tile_score_gradients(const backward_plan *plan, backward_workspace *
                   ATTN_BACKWARD_ROW_FLOATS(Dk), workspace->packed_keys,
                   workspace->probabilities);
     const bool needs_predicate = tile_class == ATTN_TILE_PARTIAL;
-    /* Without soft-cap, bias, ALiBi or predicate, the exp kernel applies the scale itself. */
+    /* Without soft-cap, bias, ALiBi or predicate, the exp kernel applies the scale itself;
+     * otherwise the logit pipeline (mask/logits.h) does it, with the soft-cap derivative. */
     const bool transform_here = softcap > 0.0f || mask->has_additive || needs_predicate;
+    const attn_logit_pipeline pipeline = {scale, softcap, mask->has_additive};
     for (int r = 0; r < rows && transform_here; ++r) {
         float *row = probabilities + (size_t)r * stride;
+        float *derivative = softcap > 0.0f ? softcap_derivative + (size_t)r * stride : NULL;
         if (workspace->row_lse[r] == -INFINITY) { /* empty row: P = 0, all its gradients 0 */
-            if (softcap > 0.0f) /* defined, so that dS = 0 * derivative stays 0 */
-                memset(softcap_derivative + (size_t)r * stride, 0,
-                       (size_t)columns * sizeof(float));
+            if (derivative != NULL) /* defined, so that dS = 0 * derivative stays 0 */
+                memset(derivative, 0, (size_t)columns * sizeof(float));
             continue;
         }
-        if (softcap > 0.0f) {
-            float *derivative = softcap_derivative + (size_t)r * stride;
-            for (int c = 0; c < columns; ++c) {
-                const float t = tanhf(row[c] * scale / softcap);
-                row[c] = softcap * t;
-                derivative[c] = 1.0f - t * t;
-            }
-        } else {
-            for (int c = 0; c < columns; ++c) row[c] *= scale;
-        }
-        if (mask->has_additive) { /* -inf entries mean masked */
-            attn_mask_additive_row(mask, b, h, i0 + r, first_key, end_key,
-                                   workspace->additive_row);
-            for (int c = 0; c < columns; ++c) row[c] += workspace->additive_row[c];
-        }
-        if (needs_predicate) {
-            attn_mask_allowed_row(mask, b, h, i0 + r, first_key, end_key,
-                                  workspace->allowed_row);
-            for (int c = 0; c < columns; ++c)
-                if (!workspace->allowed_row[c]) row[c] = -INFINITY;
-        }
+        const attn_logit_buffers buffers = {workspace->allowed_row, workspace->additive_row,
+                                            derivative, NULL};
+        attn_logits_row(mask, &pipeline, tile_class, b, h, i0 + r, first_key, columns, row,
+                        &buffers);
     }
     products->probabilities(rows, columns, probabilities, stride, transform_here ? 1.0f : scale,
                             workspace->row_lse);

@@ -26,6 +26,7 @@
 #include "backward.h"
 #include "flash_backward.h"
 
+#include "../call/call.h"
 #include "../core/internal.h"
 
 /* Default tiles: 64 query rows x 128 keys keep P and dS (32 KiB each) in L1/L2 and the
@@ -147,9 +148,9 @@ static void run_task(const backward_plan *plan, const backward_tasks *tasks,
 
 /* The number of dQ chunks: from the shape only, never the thread count (B * Hkv * chunks
  * should reach TARGET_TASKS; at most MAX_CHUNKS and the number of key tiles), fewer while
- * the partial sums and D would take more than half of options->memory_limit_bytes.
+ * the partial sums and D would take more than half of execution->memory_limit_bytes.
  * partial_floats: B*Hq*Tq*Dk (one chunk). */
-static int64_t choose_chunks(backward_plan *plan, const attn_options *options,
+static int64_t choose_chunks(backward_plan *plan, const attn_execution *execution,
                              size_t partial_floats, size_t row_dot_floats) {
     plan->chunks = 1;
     const backward_tasks unchunked = plan_tasks(plan);
@@ -157,9 +158,9 @@ static int64_t choose_chunks(backward_plan *plan, const attn_options *options,
     int64_t chunks = (TARGET_TASKS + base_tasks - 1) / base_tasks;
     if (chunks > MAX_CHUNKS) chunks = MAX_CHUNKS;
     if (chunks > unchunked.key_tiles) chunks = unchunked.key_tiles;
-    const size_t half_limit_floats = options->memory_limit_bytes / sizeof(float) / 2;
+    const size_t half_limit_floats = execution->memory_limit_bytes / sizeof(float) / 2;
     size_t floats;
-    while (chunks > 1 && options->memory_limit_bytes > 0 &&
+    while (chunks > 1 && execution->memory_limit_bytes > 0 &&
            (!attn_mul_size(partial_floats, (size_t)chunks, &floats) ||
             !attn_add_size(floats, row_dot_floats, &floats) || floats > half_limit_floats))
         chunks -= 1;
@@ -170,75 +171,84 @@ static int64_t choose_chunks(backward_plan *plan, const attn_options *options,
 
 attn_status attn_backward(const attn_tensor *q, const attn_tensor *k, const attn_tensor *v,
                           const attn_tensor *out, const attn_tensor *lse,
-                          const attn_tensor *dout, const attn_options *options, attn_tensor *dq,
-                          attn_tensor *dk, attn_tensor *dv, attn_tensor *dbias,
-                          attn_error *error) {
+                          const attn_tensor *dout, const attn_options *options,
+                          attn_tensor *dq, attn_tensor *dk, attn_tensor *dv, attn_tensor *dbias,
+                          const attn_execution *execution, attn_error *error) {
+    attn_call call;
+    attn_status status = attn_call_begin(&call, options, execution, error);
+    if (status != ATTN_OK) {
+        attn_call_end(&call);
+        return status;
+    }
+    return attn_backward_run(&call, q, k, v, out, lse, dout, dq, dk, dv, dbias, error);
+}
+
+attn_status attn_backward_run(attn_call *call, const attn_tensor *q, const attn_tensor *k,
+                              const attn_tensor *v, const attn_tensor *out,
+                              const attn_tensor *lse, const attn_tensor *dout, attn_tensor *dq,
+                              attn_tensor *dk, attn_tensor *dv, attn_tensor *dbias,
+                              attn_error *error) {
+    attn_status status = attn_backward_validate(q, k, v, out, lse, dout, &call->options, dq, dk,
+                                                dv, dbias, &call->problem, error);
+    if (status != ATTN_OK) {
+        attn_call_end(call);
+        return status;
+    }
     backward_plan plan;
     memset(&plan, 0, sizeof plan);
-    attn_status status = attn_backward_validate(q, k, v, out, lse, dout, options, dq, dk, dv,
-                                                dbias, &plan.problem, error);
-    if (status != ATTN_OK) return status;
-    status = attn_kernels_select(options->kernel, &plan.kernels, error);
-    if (status != ATTN_OK) return status;
-
+    plan.kernels = call->kernels;
+    plan.problem = call->problem;
     plan.q = q, plan.k = k, plan.v = v, plan.out = out, plan.lse = lse, plan.dout = dout;
     plan.dq = dq, plan.dk = dk, plan.dv = dv, plan.dbias = dbias;
     plan.scale = plan.problem.scale;
-    plan.softcap = options->softcap;
-    plan.tile_q = options->tile_q > 0 ? options->tile_q : BACKWARD_TILE_Q;
-    plan.tile_k = options->tile_k > 0 ? options->tile_k : BACKWARD_TILE_K;
+    plan.softcap = call->options.softcap;
+    plan.tile_q = call->execution.tile_q > 0 ? call->execution.tile_q : BACKWARD_TILE_Q;
+    plan.tile_k = call->execution.tile_k > 0 ? call->execution.tile_k : BACKWARD_TILE_K;
     const int64_t B = plan.problem.batch, Tq = plan.problem.query_length;
     const int64_t Tk = plan.problem.key_length, Hq = plan.problem.query_heads;
     const int64_t Dk = plan.problem.key_dim;
     if (plan.tile_q > Tq) plan.tile_q = (int)Tq;
     if (plan.tile_k > Tk) plan.tile_k = (int)Tk;
-    const int threads = attn_thread_count(options->num_threads);
+    const int threads = attn_call_thread_count(call, 0);
     /* The kernels index tiles with int: a tile of the largest dimension must fit. */
     const int64_t largest_dim = Dk > plan.problem.value_dim ? Dk : plan.problem.value_dim;
     const int64_t largest_tile = plan.tile_q > plan.tile_k ? plan.tile_q : plan.tile_k;
-    if (largest_dim > INT32_MAX / 16 / largest_tile)
+    if (largest_dim > INT32_MAX / 16 / largest_tile) {
+        attn_call_end(call);
         return attn_fail(error, ATTN_ERROR_UNSUPPORTED,
                          "head dimension %lld: too large for the backward's tiles of %lld rows",
                          (long long)largest_dim, (long long)largest_tile);
+    }
 
-    /* Working memory: D [B][Hq][Tq], chunks x dQ partials [B][Hq][Tq][Dk], and one workspace
-     * per thread, all overflow-checked. */
+    /* Working memory: one workspace per thread, then the shared D [B][Hq][Tq] and chunks x
+     * dQ partials [B][Hq][Tq][Dk], all overflow-checked and reserved at once. */
     int64_t row_dot_count, partial_count;
     bool fits = attn_mul_i64(B * Hq, Tq, &row_dot_count) &&
                 attn_mul_i64(row_dot_count, Dk, &partial_count);
     const size_t workspace_floats = backward_workspace_floats(&plan);
-    size_t fixed_floats = 0, total_floats = 0, total_bytes = 0, workspaces_floats = 0;
+    size_t fixed_floats = 0, shared_bytes = 0;
     if (fits) {
         const size_t row_dot_floats = (size_t)row_dot_count + 16; /* + partials' alignment */
-        plan.chunks = choose_chunks(&plan, options, (size_t)partial_count, row_dot_floats);
+        plan.chunks = choose_chunks(&plan, &call->execution, (size_t)partial_count,
+                                    row_dot_floats);
         fits = attn_mul_size((size_t)partial_count, (size_t)plan.chunks, &fixed_floats) &&
                attn_add_size(fixed_floats, row_dot_floats, &fixed_floats) &&
-               attn_mul_size(workspace_floats, (size_t)threads, &workspaces_floats) &&
-               attn_add_size(fixed_floats, workspaces_floats, &total_floats) &&
-               attn_mul_size(total_floats, sizeof(float), &total_bytes);
+               attn_mul_size(fixed_floats, sizeof(float), &shared_bytes);
     }
-    if (!fits)
+    if (!fits) {
+        attn_call_end(call);
         return attn_fail(error, ATTN_ERROR_OVERFLOW,
                          "backward working memory for B*Hq*Tq*Dk = %lld*%lld*%lld*%lld overflows",
                          (long long)B, (long long)Hq, (long long)Tq, (long long)Dk);
-    if (options->memory_limit_bytes > 0 && total_bytes > options->memory_limit_bytes)
-        return attn_fail(error, ATTN_ERROR_MEMORY_LIMIT,
-                         "options.memory_limit_bytes = %zu: the backward needs %zu bytes",
-                         options->memory_limit_bytes, total_bytes);
-
-    attn_mask_context mask;
-    status = attn_mask_context_init(&mask, options, &plan.problem, error);
-    if (status != ATTN_OK) return status;
-    plan.mask = &mask;
-    float *memory = attn_aligned_alloc(total_bytes);
-    if (memory == NULL) {
-        attn_mask_context_free(&mask);
-        return attn_fail(error, ATTN_ERROR_OUT_OF_MEMORY,
-                         "the backward's %zu bytes of working memory could not be allocated",
-                         total_bytes);
     }
-    /* Workspaces first (64-byte aligned), then D, then the partials. */
-    plan.row_dot = memory + workspaces_floats;
+    status = attn_call_reserve(call, threads, workspace_floats * sizeof(float), shared_bytes,
+                               "attn_backward", error);
+    if (status != ATTN_OK) {
+        attn_call_end(call);
+        return status;
+    }
+    plan.mask = &call->mask;
+    plan.row_dot = attn_call_shared(call);
     plan.query_partials = plan.row_dot + ((size_t)row_dot_count + 15) / 16 * 16;
     compute_row_dots(&plan, threads);
 
@@ -246,7 +256,7 @@ attn_status attn_backward(const attn_tensor *q, const attn_tensor *k, const attn
 #pragma omp parallel num_threads(threads)
     {
         backward_workspace workspace;
-        backward_workspace_assign(&plan, memory + workspace_floats * omp_get_thread_num(),
+        backward_workspace_assign(&plan, attn_call_workspace(call, omp_get_thread_num()),
                                   &workspace);
 #pragma omp for schedule(dynamic, 1)
         for (int64_t task = 0; task < tasks.count; ++task)
@@ -254,7 +264,6 @@ attn_status attn_backward(const attn_tensor *q, const attn_tensor *k, const attn
     }
     reduce_query_partials(&plan, threads);
 
-    attn_aligned_free(memory);
-    attn_mask_context_free(&mask);
+    attn_call_end(call);
     return ATTN_OK;
 }

@@ -1,6 +1,6 @@
 /*
  * reference_backward.c — attn_reference_backward: the attention backward pass written as the
- * math reference states it (shared/reference/attention-math.md §2.2), one (batch, query head)
+ * maths state it (docs/attention-math.md §2.2), one (batch, query head)
  * at a time, with the dense Tq x Tk matrices S, P, dP and dS in double precision. It is the
  * specification a reader can check line by line and the oracle of the tests; it is slow and
  * uses O(Tq * Tk) memory on purpose. The fast tiled version is flash_backward.c.
@@ -11,6 +11,7 @@
 
 #include "backward.h"
 
+#include "../call/call.h"
 #include "../core/internal.h"
 
 /* Dense double buffers of one call, freed together. */
@@ -131,11 +132,15 @@ static void backward_one_head(const attn_tensor *q, const attn_tensor *k, const 
 attn_status attn_reference_backward(const attn_tensor *q, const attn_tensor *k,
                                     const attn_tensor *v, const attn_tensor *out,
                                     const attn_tensor *lse, const attn_tensor *dout,
-                                    const attn_options *options, attn_tensor *dq,
+                                    const attn_options *caller_options, attn_tensor *dq,
                                     attn_tensor *dk, attn_tensor *dv, attn_tensor *dbias,
                                     attn_error *error) {
+    attn_options resolved;
+    attn_status status = attn_options_resolve(caller_options, &resolved, error);
+    if (status != ATTN_OK) return status;
+    const attn_options *options = &resolved;
     attn_problem problem;
-    attn_status status = attn_backward_validate(q, k, v, out, lse, dout, options, dq, dk, dv,
+    status = attn_backward_validate(q, k, v, out, lse, dout, options, dq, dk, dv,
                                                 dbias, &problem, error);
     if (status != ATTN_OK) return status;
     attn_mask_context context;

@@ -11,9 +11,11 @@
 #include <sys/mman.h>
 #endif
 
+#include "cache/cache.h"
 #include "cache/cache_internal.h"
 #include "kernels/half.h"
 #include "core/internal.h"
+#include "attn_layers.h"
 
 attn_kv_cache_config attn_kv_cache_config_default(void) {
     attn_kv_cache_config config;
@@ -289,6 +291,10 @@ void attn_kv_cache_destroy(attn_kv_cache *cache) {
 }
 
 /* ---- queries ---- */
+
+const attn_kv_cache_config *attn_kv_cache_config_of(const attn_kv_cache *cache) {
+    return &cache->config;
+}
 
 int64_t attn_kv_cache_length(const attn_kv_cache *cache, int64_t sequence) {
     if (cache == NULL || sequence < 0 || sequence >= cache->config.sequences) return -1;

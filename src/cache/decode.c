@@ -8,20 +8,25 @@
  * A task streams its keys chunk by chunk (a chunk never crosses a page), converting stored
  * bf16/fp16 to float32 once per chunk (bf16 for groups of <= 4 rows: widened in registers
  * by the kernel instead), and serves all rows = (Hq / Hkv) * Tq query rows of
- * its group from it: scores, mask, online softmax, value accumulation (math reference §2.1),
- * each step a call into the kernel table (kernels/registry.h, decode part: generic, AVX2 or AVX-512).
+ * its group from it: scores, mask, online softmax, value accumulation
+ * (docs/attention-math.md §2.1),
+ * each step a call into the kernel registry (kernels/registry.h, decode part: generic, AVX2
+ * or AVX-512).
  * Its normalised partial (O, LSE) goes to its own slot; the merge then combines the splits of
  * each row in split order (§3). No shared accumulation, split boundaries independent of the
  * thread count: results are bitwise identical for any thread count.
  */
 #include <math.h>
+#include <omp.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cache/cache_internal.h"
 #include "kernels/registry.h"
 #include "cache/merge.h"
+#include "call/call.h"
 #include "core/internal.h"
+#include "mask/logits.h"
 #include "mask/mask.h"
 
 /* Default split size: at most 1024 tokens, and small enough that the call has about
@@ -36,7 +41,8 @@ typedef struct decode_plan {
     const attn_kv_cache *cache;
     const attn_tensor *q;                 /* [B, Tq, Hq, Dk] */
     const attn_kernels *kernels;
-    attn_mask_context mask;
+    const attn_mask_context *mask;        /* the call's */
+    attn_logit_pipeline logits;           /* scale, soft-cap, additive terms of a chunk */
     float scale, softcap;
     int64_t query_length, group_size, rows; /* rows = group_size * Tq; row r = (r / Tq, r % Tq) */
     int64_t key_dim, value_dim;
@@ -48,7 +54,8 @@ typedef struct decode_plan {
     float *partial_lse;                   /* [task][rows] */
 } decode_plan;
 
-/* Per-thread working memory of a task. */
+/* Per-thread working memory of a task (and of the merge), carved from the thread's part of
+ * the call's arena. */
 typedef struct decode_scratch {
     float *queries;     /* [rows][Dk] */
     float *prepared;    /* [rows][ATTN_DECODE_PREPARED_DIM(Dk)]: as score_chunk_bf16 reads them */
@@ -59,38 +66,50 @@ typedef struct decode_scratch {
     float *rescale;     /* [rows] factor of each accumulator row at the current chunk */
     float *keys;        /* [ATTN_DECODE_CHUNK][Dk] converted keys */
     float *values;      /* [ATTN_DECODE_CHUNK][Dv] converted values */
+    float *additive;    /* [ATTN_DECODE_CHUNK] the logit pipeline's additive terms of a row */
+    uint8_t *allowed;   /* [ATTN_DECODE_CHUNK] the logit pipeline's predicate of a row */
     uint8_t *classes;   /* [group_size] tile class per query head */
+    double *weights;    /* [most splits] merge weights of a row */
+    float *merged;      /* [Dv] a merged row */
 } decode_scratch;
 
-static void scratch_free(decode_scratch *scratch) {
-    attn_aligned_free(scratch->queries), attn_aligned_free(scratch->prepared);
-    attn_aligned_free(scratch->scores);
-    attn_aligned_free(scratch->accumulator), attn_aligned_free(scratch->row_max);
-    attn_aligned_free(scratch->row_sum), attn_aligned_free(scratch->rescale);
-    attn_aligned_free(scratch->keys);
-    attn_aligned_free(scratch->values), attn_aligned_free(scratch->classes);
+enum { SCRATCH_PARTS = 14 };
+
+/* Bytes of each part of one thread's scratch (64-byte multiples, in decode_scratch order)
+ * and their total; false on overflow. */
+static bool scratch_layout(const decode_plan *plan, int64_t most_splits,
+                           size_t bytes[SCRATCH_PARTS], size_t *total) {
+    const size_t rows = (size_t)plan->rows, dk = (size_t)plan->key_dim, dv = (size_t)plan->value_dim;
+    const size_t f = sizeof(float), chunk = ATTN_DECODE_CHUNK;
+    const size_t prepared_dim = (size_t)ATTN_DECODE_PREPARED_DIM(plan->key_dim);
+    const size_t counts[SCRATCH_PARTS][2] = {
+        {rows * dk, f}, {rows * prepared_dim, f}, {rows * chunk, f}, {rows * dv, f},
+        {rows, f},      {rows, f},                {rows, f},         {chunk * dk, f},
+        {chunk * dv, f}, {chunk, f},              {chunk, 1},        {(size_t)plan->group_size, 1},
+        {(size_t)most_splits, sizeof(double)},    {dv, f}};
+    *total = 0;
+    for (int n = 0; n < SCRATCH_PARTS; ++n) {
+        size_t part;
+        if (!attn_mul_size(counts[n][0], counts[n][1], &part) ||
+            !attn_call_round_bytes(part, &part) || !attn_add_size(*total, part, total))
+            return false;
+        bytes[n] = part;
+    }
+    return true;
 }
 
-static bool scratch_alloc(decode_scratch *scratch, const decode_plan *plan) {
-    memset(scratch, 0, sizeof *scratch);
-    const size_t rows = (size_t)plan->rows, f = sizeof(float);
-    scratch->queries = attn_aligned_alloc(rows * (size_t)plan->key_dim * f);
-    scratch->prepared =
-        attn_aligned_alloc(rows * (size_t)ATTN_DECODE_PREPARED_DIM(plan->key_dim) * f);
-    scratch->scores = attn_aligned_alloc(rows * ATTN_DECODE_CHUNK * f);
-    scratch->accumulator = attn_aligned_alloc(rows * (size_t)plan->value_dim * f);
-    scratch->row_max = attn_aligned_alloc(rows * f);
-    scratch->row_sum = attn_aligned_alloc(rows * f);
-    scratch->rescale = attn_aligned_alloc(rows * f);
-    scratch->keys = attn_aligned_alloc(ATTN_DECODE_CHUNK * (size_t)plan->key_dim * f);
-    scratch->values = attn_aligned_alloc(ATTN_DECODE_CHUNK * (size_t)plan->value_dim * f);
-    scratch->classes = attn_aligned_alloc((size_t)plan->group_size);
-    if (scratch->queries && scratch->prepared && scratch->scores && scratch->accumulator &&
-        scratch->row_max && scratch->row_sum && scratch->rescale && scratch->keys &&
-        scratch->values && scratch->classes)
-        return true;
-    scratch_free(scratch);
-    return false;
+static void scratch_carve(decode_scratch *scratch, const size_t bytes[SCRATCH_PARTS],
+                          char *base) {
+    void *parts[SCRATCH_PARTS];
+    for (int n = 0; n < SCRATCH_PARTS; ++n) {
+        parts[n] = base;
+        base += bytes[n];
+    }
+    scratch->queries = parts[0], scratch->prepared = parts[1], scratch->scores = parts[2];
+    scratch->accumulator = parts[3], scratch->row_max = parts[4], scratch->row_sum = parts[5];
+    scratch->rescale = parts[6], scratch->keys = parts[7], scratch->values = parts[8];
+    scratch->additive = parts[9], scratch->allowed = parts[10], scratch->classes = parts[11];
+    scratch->weights = parts[12], scratch->merged = parts[13];
 }
 
 /* Pointer to `count` float32 rows of keys (values) of tokens [token, token + count) of one
@@ -125,23 +144,6 @@ static void prefetch_rows(const void *first_row, int count, int64_t stride_bytes
             __builtin_prefetch((const char *)first_row + c * stride_bytes + offset, 0, 2);
 }
 
-/* Turns the raw dot products of row r (query head h, query row i) of one chunk into final
- * logits: scale, soft-cap, mask (-inf), additive terms. Only for chunks that need more than
- * the scale (see run_task); the softmax step then runs with scale 1. */
-static void chunk_row_logits(const decode_plan *plan, float *scores, int64_t b, int64_t h,
-                             int64_t i, attn_tile_class tile, int64_t first_key, int count) {
-    const attn_mask_context *mask = &plan->mask;
-    for (int c = 0; c < count; ++c) {
-        float x = attn_transform_logit(scores[c], plan->scale, plan->softcap);
-        if (tile == ATTN_TILE_EMPTY ||
-            (tile == ATTN_TILE_PARTIAL && !attn_mask_allowed(mask, b, h, i, first_key + c)))
-            x = -INFINITY;
-        else if (mask->has_additive)
-            x += attn_mask_additive(mask, b, h, i, first_key + c);
-        scores[c] = x;
-    }
-}
-
 /* One task: sequence b, KV head kv_head, split `split`; writes its partial (O, LSE).
  * Every chunk of keys (and of values) is read once and serves all `rows` query rows of the
  * group: scores [rows x chunk] = queries [rows x Dk] . keys^T, one softmax step per row,
@@ -162,7 +164,7 @@ static void run_task(const decode_plan *plan, decode_scratch *scratch, int64_t b
     memset(scratch->accumulator, 0, (size_t)(rows * Dv) * sizeof(float));
 
     int64_t key_begin, key_end;
-    attn_mask_candidate_keys(&plan->mask, b, 0, Tq, &key_begin, &key_end);
+    attn_mask_candidate_keys(plan->mask, b, 0, Tq, &key_begin, &key_end);
     const int64_t split_begin = split * plan->split_tokens;
     if (key_begin < split_begin) key_begin = split_begin;
     if (key_end > split_begin + plan->split_tokens) key_end = split_begin + plan->split_tokens;
@@ -170,7 +172,7 @@ static void run_task(const decode_plan *plan, decode_scratch *scratch, int64_t b
     const int32_t *table = cache->block_tables + b * cache->pages_per_sequence;
     const int64_t element_size = (int64_t)attn_dtype_size(cache->config.dtype);
     /* Logits need more than the scale when a soft-cap or additive term applies. */
-    const bool transform = plan->softcap > 0.0f || plan->mask.has_additive;
+    const bool transform = plan->softcap > 0.0f || plan->mask->has_additive;
     /* Small groups read bf16 storage directly (kernels/registry.h, ATTN_DECODE_FUSED_ROWS). */
     const bool fused_bf16 = cache->config.dtype == ATTN_DTYPE_BF16 &&
                             kernels->score_chunk_bf16 != NULL && rows <= ATTN_DECODE_FUSED_ROWS;
@@ -189,7 +191,7 @@ static void run_task(const decode_plan *plan, decode_scratch *scratch, int64_t b
         bool any = false, all_full = true;
         for (int64_t g = 0; g < plan->group_size; ++g) {
             scratch->classes[g] = (uint8_t)attn_mask_classify_tile(
-                &plan->mask, b, kv_head * plan->group_size + g, 0, Tq, first, last);
+                plan->mask, b, kv_head * plan->group_size + g, 0, Tq, first, last);
             any |= scratch->classes[g] != ATTN_TILE_EMPTY;
             all_full &= scratch->classes[g] == ATTN_TILE_FULL;
         }
@@ -212,11 +214,14 @@ static void run_task(const decode_plan *plan, decode_scratch *scratch, int64_t b
                                      key_stride, scratch->scores);
             }
             float scale = plan->scale;
-            if (transform || !all_full) {
+            if (transform || !all_full) { /* the logit pipeline, then a softmax at scale 1 */
+                const attn_logit_buffers buffers = {scratch->allowed, scratch->additive, NULL,
+                                                    NULL};
                 for (int64_t r = 0; r < rows; ++r)
-                    chunk_row_logits(plan, scratch->scores + r * ATTN_DECODE_CHUNK, b,
-                                     kv_head * plan->group_size + r / Tq, r % Tq,
-                                     (attn_tile_class)scratch->classes[r / Tq], first, count);
+                    attn_logits_row(plan->mask, &plan->logits,
+                                    (attn_tile_class)scratch->classes[r / Tq], b,
+                                    kv_head * plan->group_size + r / Tq, r % Tq, first, count,
+                                    scratch->scores + r * ATTN_DECODE_CHUNK, &buffers);
                 scale = 1.0f;
             }
             kernels->softmax_chunk((int)rows, count, scale, scratch->scores, scratch->row_max,
@@ -293,10 +298,6 @@ static attn_status validate_decode(const attn_kv_cache *cache, const attn_tensor
         return attn_fail(error, ATTN_ERROR_INVALID_ARGUMENT,
                          "options.%s is set: the cache defines key lengths and positions",
                          options->key_lengths != NULL ? "key_lengths" : "key_positions");
-    if (options->tile_k < 0)
-        return attn_fail(error, ATTN_ERROR_INVALID_ARGUMENT,
-                         "options.tile_k = %d: the split size must be >= 0 (0 = default)",
-                         options->tile_k);
     int64_t longest = 1;
     for (int64_t b = 0; b < config->sequences; ++b)
         if (cache->lengths[b] > longest) longest = cache->lengths[b];
@@ -320,25 +321,22 @@ static attn_status validate_decode(const attn_kv_cache *cache, const attn_tensor
 
 /* Writes the merged rows of every (b, h, i) into out / lse and applies the empty-row policy;
  * returns the first empty row under ATTN_EMPTY_ROWS_ERROR. */
-static attn_status merge_partials(const decode_plan *plan, const attn_options *options,
-                                  int threads, attn_tensor *out, attn_tensor *lse,
-                                  attn_error *error) {
+static attn_status merge_partials(const decode_plan *plan, const attn_call *call,
+                                  const size_t scratch_bytes[SCRATCH_PARTS], attn_tensor *out,
+                                  attn_tensor *lse, attn_error *error) {
+    const attn_options *options = &call->options;
     const int64_t B = plan->cache->config.sequences, Hq = plan->q->shape[2];
     const int64_t Tq = plan->query_length, Dv = plan->value_dim, rows = plan->rows;
-    int64_t most_splits = 1;
-    for (int64_t b = 0; b < B; ++b)
-        if (plan->split_counts[b] > most_splits) most_splits = plan->split_counts[b];
     const int64_t row_total = B * Hq * Tq;
     int64_t first_empty = row_total; /* linear index b*Hq*Tq + h*Tq + i of the first empty row */
-    bool out_of_memory = false;
-#pragma omp parallel num_threads(threads) reduction(min : first_empty) reduction(|| : out_of_memory)
+#pragma omp parallel num_threads(call->threads) reduction(min : first_empty)
     {
-        double *weights = malloc((size_t)most_splits * sizeof(double));
-        float *row = malloc((size_t)Dv * sizeof(float));
-        if (weights == NULL || row == NULL) out_of_memory = true;
+        decode_scratch scratch;
+        scratch_carve(&scratch, scratch_bytes, attn_call_workspace(call, omp_get_thread_num()));
+        double *weights = scratch.weights;
+        float *row = scratch.merged;
 #pragma omp for schedule(static)
         for (int64_t index = 0; index < row_total; ++index) {
-            if (weights == NULL || row == NULL) continue;
             const int64_t b = index / (Hq * Tq), h = index / Tq % Hq, i = index % Tq;
             const int64_t kv_head = h / plan->group_size;
             const int64_t r = (h % plan->group_size) * Tq + i;
@@ -347,7 +345,7 @@ static attn_status merge_partials(const decode_plan *plan, const attn_options *o
             attn_merge_row((int)plan->split_counts[b], plan->partial_lse + task * rows + r, rows,
                            plan->partial_out + (task * rows + r) * Dv, rows * Dv, Dv, weights,
                            row, &merged_lse);
-            if (i >= attn_mask_query_count(&plan->mask, b)) { /* padding row */
+            if (i >= attn_mask_query_count(plan->mask, b)) { /* padding row */
                 for (int64_t e = 0; e < Dv; ++e) row[e] = 0.0f;
                 merged_lse = -INFINITY;
             } else if (merged_lse == -INFINITY) {
@@ -361,10 +359,7 @@ static attn_status merge_partials(const decode_plan *plan, const attn_options *o
             for (int64_t e = 0; e < Dv; ++e) *attn_f32_at4(out, b, i, h, e) = row[e];
             if (lse != NULL) *attn_f32_at3(lse, b, h, i) = merged_lse;
         }
-        free(weights), free(row);
     }
-    if (out_of_memory)
-        return attn_fail(error, ATTN_ERROR_OUT_OF_MEMORY, "no memory for the merge buffers");
     if (first_empty < row_total)
         return attn_fail(error, ATTN_ERROR_EMPTY_ROW,
                          "query row (b = %lld, h = %lld, i = %lld) has no allowed key in the cache",
@@ -373,7 +368,7 @@ static attn_status merge_partials(const decode_plan *plan, const attn_options *o
     return ATTN_OK;
 }
 
-/* The split size when options.tile_k = 0 (see MOST_SPLIT_TOKENS). */
+/* The split size when execution.tile_k = 0 (see MOST_SPLIT_TOKENS). */
 static int64_t default_split_tokens(const attn_kv_cache *cache, int64_t kv_heads) {
     int64_t longest = 1;
     for (int64_t b = 0; b < cache->config.sequences; ++b)
@@ -387,94 +382,92 @@ static int64_t default_split_tokens(const attn_kv_cache *cache, int64_t kv_heads
 
 attn_status attn_decode(const attn_kv_cache *cache, const attn_tensor *q,
                         const attn_options *options, attn_tensor *out, attn_tensor *lse,
-                        attn_error *error) {
-    attn_options defaults = attn_options_default();
-    if (options == NULL) options = &defaults;
-    attn_problem problem;
-    attn_status status = validate_decode(cache, q, options, out, lse, &problem, error);
-    if (status != ATTN_OK) return status;
-
+                        const attn_execution *execution, attn_error *error) {
+    attn_call call;
+    attn_status status = attn_call_begin(&call, options, execution, error);
+    if (status == ATTN_OK)
+        status = validate_decode(cache, q, &call.options, out, lse, &call.problem, error);
+    if (status != ATTN_OK) {
+        attn_call_end(&call);
+        return status;
+    }
+    const attn_problem *problem = &call.problem;
     decode_plan plan;
     memset(&plan, 0, sizeof plan);
-    const int64_t B = problem.batch;
+    /* The plan's bookkeeping (B entries each); the cache defines the key lengths. */
+    const int64_t B = problem->batch;
     int32_t *key_lengths = malloc((size_t)B * sizeof(int32_t));
     plan.split_counts = malloc((size_t)B * sizeof(int64_t));
     plan.first_task = malloc((size_t)B * sizeof(int64_t));
-    if (key_lengths == NULL || plan.split_counts == NULL || plan.first_task == NULL) {
-        free(key_lengths), free(plan.split_counts), free(plan.first_task);
-        return attn_fail(error, ATTN_ERROR_OUT_OF_MEMORY, "no memory for the decode plan");
-    }
-    for (int64_t b = 0; b < B; ++b) key_lengths[b] = (int32_t)cache->lengths[b];
-    attn_options resolved = *options;
-    resolved.key_lengths = key_lengths;
-    status = attn_validate_options(&resolved, &problem, error);
-    if (status == ATTN_OK)
-        status = attn_kernels_select(options->kernel, &plan.kernels, error);
-    if (status == ATTN_OK) status = attn_mask_context_init(&plan.mask, &resolved, &problem, error);
-    if (status != ATTN_OK) {
-        free(key_lengths), free(plan.split_counts), free(plan.first_task);
-        return status;
+    if (key_lengths == NULL || plan.split_counts == NULL || plan.first_task == NULL)
+        status = attn_fail(error, ATTN_ERROR_OUT_OF_MEMORY, "no memory for the decode plan");
+    if (status == ATTN_OK) {
+        for (int64_t b = 0; b < B; ++b) key_lengths[b] = (int32_t)cache->lengths[b];
+        call.options.key_lengths = key_lengths;
+        status = attn_validate_options(&call.options, problem, error);
     }
 
-    plan.cache = cache;
-    plan.q = q;
-    plan.scale = problem.scale;
-    plan.softcap = options->softcap;
-    plan.query_length = problem.query_length;
-    plan.group_size = problem.group_size;
-    plan.rows = problem.group_size * problem.query_length;
-    plan.key_dim = problem.key_dim;
-    plan.value_dim = problem.value_dim;
-    plan.split_tokens = options->tile_k > 0 ? options->tile_k
-                                            : default_split_tokens(cache, problem.kv_heads);
-    for (int64_t b = 0; b < B; ++b) {
-        int64_t splits = (cache->lengths[b] + plan.split_tokens - 1) / plan.split_tokens;
-        plan.split_counts[b] = splits < 1 ? 1 : splits;
-        plan.first_task[b] = plan.task_count;
-        plan.task_count += problem.kv_heads * plan.split_counts[b];
-    }
-    /* Partial results: task_count * rows * (Dv + 1) floats. */
-    size_t partial_floats, partial_bytes;
-    bool fits = attn_mul_size((size_t)plan.task_count, (size_t)plan.rows, &partial_floats) &&
-                attn_mul_size(partial_floats, (size_t)problem.value_dim + 1, &partial_floats) &&
-                attn_mul_size(partial_floats, sizeof(float), &partial_bytes);
-    if (!fits)
-        status = attn_fail(error, ATTN_ERROR_OVERFLOW, "q: the split-KV partial buffer overflows");
-    else if (options->memory_limit_bytes > 0 && partial_bytes > options->memory_limit_bytes)
-        status = attn_fail(error, ATTN_ERROR_MEMORY_LIMIT,
-                           "options.memory_limit_bytes = %zu: split-KV partials need %zu bytes",
-                           options->memory_limit_bytes, partial_bytes);
-    else if ((plan.partial_out = attn_aligned_alloc(partial_bytes)) == NULL)
-        status = attn_fail(error, ATTN_ERROR_OUT_OF_MEMORY,
-                           "no memory for %zu bytes of split-KV partials", partial_bytes);
+    size_t scratch_bytes[SCRATCH_PARTS], scratch_total = 0, partial_bytes = 0;
     if (status == ATTN_OK) {
+        plan.cache = cache;
+        plan.q = q;
+        plan.kernels = call.kernels;
+        plan.scale = problem->scale;
+        plan.softcap = call.options.softcap;
+        plan.query_length = problem->query_length;
+        plan.group_size = problem->group_size;
+        plan.rows = problem->group_size * problem->query_length;
+        plan.key_dim = problem->key_dim;
+        plan.value_dim = problem->value_dim;
+        plan.split_tokens = call.execution.tile_k > 0
+                                ? call.execution.tile_k
+                                : default_split_tokens(cache, problem->kv_heads);
+        int64_t most_splits = 1;
+        for (int64_t b = 0; b < B; ++b) {
+            int64_t splits = (cache->lengths[b] + plan.split_tokens - 1) / plan.split_tokens;
+            plan.split_counts[b] = splits < 1 ? 1 : splits;
+            if (plan.split_counts[b] > most_splits) most_splits = plan.split_counts[b];
+            plan.first_task[b] = plan.task_count;
+            plan.task_count += problem->kv_heads * plan.split_counts[b];
+        }
+        /* Working memory: a scratch per thread, then the partial results shared by the
+         * tasks and the merge, task_count * rows * (Dv + 1) floats. */
+        size_t partial_floats;
+        if (!scratch_layout(&plan, most_splits, scratch_bytes, &scratch_total) ||
+            !attn_mul_size((size_t)plan.task_count, (size_t)plan.rows, &partial_floats) ||
+            !attn_mul_size(partial_floats, (size_t)problem->value_dim + 1, &partial_floats) ||
+            !attn_mul_size(partial_floats, sizeof(float), &partial_bytes))
+            status = attn_fail(error, ATTN_ERROR_OVERFLOW,
+                               "q: the split-KV partial buffer overflows");
+    }
+    if (status == ATTN_OK)
+        status = attn_call_reserve(&call, attn_call_thread_count(&call, 0), scratch_total,
+                                   partial_bytes, "attn_decode", error);
+    if (status == ATTN_OK) {
+        plan.mask = &call.mask;
+        /* Soft-cap or additive terms (or a PARTIAL chunk): the loop's pipeline applies the
+         * scale too, and the softmax runs at scale 1 (run_task). */
+        plan.logits = (attn_logit_pipeline){plan.scale, plan.softcap, call.mask.has_additive};
+        plan.partial_out = attn_call_shared(&call);
         plan.partial_lse = plan.partial_out + plan.task_count * plan.rows * plan.value_dim;
-        const int threads = attn_thread_count(options->num_threads);
-        bool out_of_memory = false;
-#pragma omp parallel num_threads(threads) reduction(|| : out_of_memory)
+#pragma omp parallel num_threads(call.threads)
         {
             decode_scratch scratch;
-            bool have_scratch = scratch_alloc(&scratch, &plan);
-            if (!have_scratch) out_of_memory = true;
+            scratch_carve(&scratch, scratch_bytes,
+                          attn_call_workspace(&call, omp_get_thread_num()));
             int64_t b = 0;
 #pragma omp for schedule(dynamic, 1)
             for (int64_t task = 0; task < plan.task_count; ++task) {
-                if (!have_scratch) continue;
                 b = 0;
                 while (b + 1 < B && plan.first_task[b + 1] <= task) ++b;
                 const int64_t local = task - plan.first_task[b];
                 run_task(&plan, &scratch, b, local / plan.split_counts[b],
                          local % plan.split_counts[b], task);
             }
-            if (have_scratch) scratch_free(&scratch);
         }
-        if (out_of_memory)
-            status = attn_fail(error, ATTN_ERROR_OUT_OF_MEMORY, "no memory for decode scratch");
-        else
-            status = merge_partials(&plan, options, threads, out, lse, error);
+        status = merge_partials(&plan, &call, scratch_bytes, out, lse, error);
     }
-    attn_aligned_free(plan.partial_out);
-    attn_mask_context_free(&plan.mask);
+    attn_call_end(&call);
     free(key_lengths), free(plan.split_counts), free(plan.first_task);
     return status;
 }

@@ -1,6 +1,7 @@
 /*
  * merge.c — attn_merge: combines partial attention results over disjoint key sets exactly,
- * by their log-sum-exp (math reference §3). Used by split-KV decoding, cascade and the ring.
+ * by their log-sum-exp (docs/attention-math.md §3). Used by split-KV decoding, cascade and
+ * the ring.
  */
 #include "cache/merge.h"
 

@@ -1,6 +1,6 @@
 /*
- * merge.h — the exact LSE merge of partial attention results (math reference §3), as a row
- * primitive shared by attn_merge (public, strided tensors) and split-KV decoding (packed
+ * merge.h — the exact LSE merge of partial attention results (docs/attention-math.md §3), as
+ * a row primitive shared by attn_merge (public, strided tensors) and split-KV decoding (packed
  * partial buffers). Internal to libattn.
  */
 #ifndef ATTN_CACHE_MERGE_H

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "cache/cache_internal.h"
+#include "call/call.h"
 #include "core/internal.h"
 
 /* The batch-b slice [1|.., .., .., key_length] of a [B|1, Hq|1, Tq, Tk] mask or bias view. */
@@ -55,12 +56,14 @@ static attn_status name_sequence(attn_error *error, attn_status status, const at
 }
 
 attn_status attn_reference_decode(const attn_kv_cache *cache, const attn_tensor *q,
-                                  const attn_options *options, attn_tensor *out,
+                                  const attn_options *caller_options, attn_tensor *out,
                                   attn_tensor *lse, attn_error *error) {
     if (cache == NULL) return attn_fail(error, ATTN_ERROR_NULL_ARGUMENT, "cache is NULL");
-    attn_options defaults = attn_options_default();
-    if (options == NULL) options = &defaults;
-    attn_status status = attn_check_tensor(q, "q", ATTN_DTYPE_F32, 4, error);
+    attn_options resolved;
+    attn_status status = attn_options_resolve(caller_options, &resolved, error);
+    if (status != ATTN_OK) return status;
+    const attn_options *options = &resolved;
+    status = attn_check_tensor(q, "q", ATTN_DTYPE_F32, 4, error);
     if (status != ATTN_OK) return status;
     if ((status = attn_check_tensor(out, "out", ATTN_DTYPE_F32, 4, error)) != ATTN_OK)
         return status;

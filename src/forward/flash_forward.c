@@ -22,7 +22,7 @@
  *   PACK_SHARED: one store; heads one after the other, the threads first pack the head's
  *     tiles together, then share out its query tiles (two barriers per head). Used when
  *     per-thread copies would cost too much memory (few KV heads, many threads).
- *   PACK_ONE_TILE: under a tight options.memory_limit_bytes, each thread repacks one tile
+ *   PACK_ONE_TILE: under a tight execution.memory_limit_bytes, each thread repacks one tile
  *     per use.
  * Items (b, KV head, query tile) are handed out dynamically in order, query tiles of a head
  * last-first (causal: the longest rows first), so the threads get equal work. Each output
@@ -37,6 +37,7 @@
 #include <omp.h>
 #endif
 
+#include "../call/call.h"
 #include "../core/internal.h"
 #include "../kernels/registry.h"
 #include "../mask/mask.h"
@@ -78,9 +79,9 @@ static size_t round_up_floats(size_t floats) { return (floats + 15) / 16 * 16; }
  * the packed K/V store; false on overflow. */
 static bool workspace_layout(const forward_plan *plan, size_t part_bytes[WORKSPACE_PARTS],
                              size_t *total) {
-    const size_t group_rows = (size_t)plan->problem.group_size * (size_t)plan->tile_rows;
+    const size_t group_rows = (size_t)plan->call->problem.group_size * (size_t)plan->tile_rows;
     const size_t keys = (size_t)plan->tile_keys;
-    const int dim_v = (int)plan->problem.value_dim;
+    const int dim_v = (int)plan->call->problem.value_dim;
     size_t floats[9];
     if (!attn_mul_size(group_rows, (size_t)plan->query_stride, &floats[0]) ||
         !attn_mul_size(group_rows, (size_t)plan->scores_stride, &floats[1]) ||
@@ -88,7 +89,7 @@ static bool workspace_layout(const forward_plan *plan, size_t part_bytes[WORKSPA
         !attn_mul_size(keys, (size_t)dim_v, &floats[6]))
         return false;
     floats[3] = floats[4] = floats[5] = group_rows;
-    floats[7] = plan->kernels->forward.packed_values_floats((int)keys, dim_v);
+    floats[7] = plan->call->kernels->forward.packed_values_floats((int)keys, dim_v);
     floats[8] = keys;
     *total = 0;
     for (int n = 0; n < 9; ++n) {
@@ -98,19 +99,21 @@ static bool workspace_layout(const forward_plan *plan, size_t part_bytes[WORKSPA
     }
     part_bytes[9] = round_up_floats(keys);                                    /* row_allowed */
     part_bytes[10] = round_up_floats(keys);                                   /* column_alive */
-    part_bytes[11] = round_up_floats((size_t)plan->problem.group_size * sizeof(attn_tile_class));
-    part_bytes[12] = round_up_floats((size_t)plan->problem.group_size * sizeof(row_segment));
+    part_bytes[11] = round_up_floats((size_t)plan->call->problem.group_size * sizeof(attn_tile_class));
+    part_bytes[12] = round_up_floats((size_t)plan->call->problem.group_size * sizeof(row_segment));
     for (int n = 0; n < WORKSPACE_PARTS; ++n)
         if (!attn_add_size(*total, part_bytes[n], total)) return false;
     return true;
 }
 
-static bool workspace_create(forward_workspace *workspace, const forward_plan *plan,
-                             const size_t part_bytes[WORKSPACE_PARTS], size_t total) {
+/* Carves one thread's workspace out of its part of the call's arena: the parts of
+ * workspace_layout, then (per-thread and one-tile packing) its store of packed K/V at
+ * `store_offset` bytes. */
+static void workspace_carve(forward_workspace *workspace, const forward_plan *plan,
+                            const size_t part_bytes[WORKSPACE_PARTS], size_t store_offset,
+                            char *base) {
     memset(workspace, 0, sizeof *workspace);
-    char *base = attn_aligned_alloc(total);
-    if (base == NULL) return false;
-    workspace->allocation = base;
+    char *store_memory = base + store_offset;
     void *parts[WORKSPACE_PARTS];
     for (int n = 0; n < WORKSPACE_PARTS; ++n) {
         parts[n] = base;
@@ -129,16 +132,10 @@ static bool workspace_create(forward_workspace *workspace, const forward_plan *p
     workspace->column_alive = parts[10];
     workspace->head_class = parts[11];
     workspace->segments = parts[12];
-    if (plan->packing == PACK_SHARED) return true;
-    return packed_kv_store_create(&workspace->packed, plan->kernels, (int)plan->tile_keys,
-                                  (int)plan->problem.key_dim, (int)plan->problem.value_dim,
-                                  plan->packing == PACK_PER_THREAD ? plan->key_tiles : 1);
-}
-
-static void workspace_destroy(forward_workspace *workspace) {
-    packed_kv_store_destroy(&workspace->packed);
-    attn_aligned_free(workspace->allocation);
-    workspace->allocation = NULL;
+    if (plan->packing == PACK_SHARED) return;
+    packed_kv_store_init(&workspace->packed, plan->call->kernels, (int)plan->tile_keys,
+                         (int)plan->call->problem.key_dim, (int)plan->call->problem.value_dim,
+                         plan->packing == PACK_PER_THREAD ? plan->key_tiles : 1, store_memory);
 }
 
 /* Records (b, h, i) as an empty row if it precedes the thread's earlier one. */
@@ -163,16 +160,16 @@ static void write_row(const forward_plan *plan, forward_workspace *workspace, in
     float lse_value;
     if (!padding && row_sum != 0.0f) {
         if (o_stride == 1)
-            for (int64_t e = 0; e < plan->problem.value_dim; ++e) o_row[e] = accumulator[e] / row_sum;
+            for (int64_t e = 0; e < plan->call->problem.value_dim; ++e) o_row[e] = accumulator[e] / row_sum;
         else
-            for (int64_t e = 0; e < plan->problem.value_dim; ++e)
+            for (int64_t e = 0; e < plan->call->problem.value_dim; ++e)
                 o_row[e * o_stride] = accumulator[e] / row_sum;
         lse_value = row_max + logf(row_sum);
     } else {
-        const bool as_nan = !padding && plan->options->empty_rows == ATTN_EMPTY_ROWS_NAN;
-        if (!padding && plan->options->empty_rows == ATTN_EMPTY_ROWS_ERROR)
+        const bool as_nan = !padding && plan->call->options.empty_rows == ATTN_EMPTY_ROWS_NAN;
+        if (!padding && plan->call->options.empty_rows == ATTN_EMPTY_ROWS_ERROR)
             note_empty_row(workspace, b, h, i);
-        for (int64_t e = 0; e < plan->problem.value_dim; ++e) o_row[e * o_stride] = as_nan ? NAN : 0.0f;
+        for (int64_t e = 0; e < plan->call->problem.value_dim; ++e) o_row[e * o_stride] = as_nan ? NAN : 0.0f;
         lse_value = as_nan ? NAN : -INFINITY;
     }
     if (plan->lse != NULL) *attn_f32_at3(plan->lse, b, h, i) = lse_value;
@@ -182,8 +179,8 @@ static void write_row(const forward_plan *plan, forward_workspace *workspace, in
  * of KV head kv_head. */
 static void run_work_item(const forward_plan *plan, forward_workspace *workspace, int64_t b,
                           int64_t kv_head, int64_t tile) {
-    const attn_problem *problem = &plan->problem;
-    const attn_mask_context *mask = &plan->mask;
+    const attn_problem *problem = &plan->call->problem;
+    const attn_mask_context *mask = &plan->call->mask;
     const int64_t group_size = problem->group_size;
     const int64_t i0 = tile * plan->tile_rows;
     const int64_t tile_end = i0 + plan->tile_rows < problem->query_length
@@ -283,8 +280,9 @@ static int64_t clamp_tile(int64_t requested, int64_t fallback, int64_t limit) {
 
 /* Chooses the tile sizes (see the defaults at the top) and the strides. */
 static void choose_tiles(forward_plan *plan) {
-    const attn_problem *problem = &plan->problem;
-    const attn_options *options = plan->options;
+    const attn_problem *problem = &plan->call->problem;
+    const attn_options *options = (&plan->call->options);
+    const attn_execution *execution = (&plan->call->execution);
     int64_t default_rows = FORWARD_GROUP_ROWS / problem->group_size;
     if (default_rows < FORWARD_MIN_ROWS) default_rows = FORWARD_MIN_ROWS;
     if (default_rows > FORWARD_MAX_ROWS) default_rows = FORWARD_MAX_ROWS;
@@ -294,8 +292,8 @@ static void choose_tiles(forward_plan *plan) {
     const bool banded = options->causal ||
                         (options->window_left >= 0 && options->window_left < longest) ||
                         (options->window_right >= 0 && options->window_right < longest);
-    plan->tile_rows = clamp_tile(options->tile_q, default_rows, problem->query_length);
-    plan->tile_keys = clamp_tile(options->tile_k, banded ? FORWARD_BANDED_KEYS : FORWARD_KEYS,
+    plan->tile_rows = clamp_tile(execution->tile_q, default_rows, problem->query_length);
+    plan->tile_keys = clamp_tile(execution->tile_k, banded ? FORWARD_BANDED_KEYS : FORWARD_KEYS,
                                  problem->key_length);
     plan->query_tiles = (problem->query_length + plan->tile_rows - 1) / plan->tile_rows;
     plan->key_tiles = (problem->key_length + plan->tile_keys - 1) / plan->tile_keys;
@@ -305,42 +303,47 @@ static void choose_tiles(forward_plan *plan) {
 }
 
 /*
- * Chooses how packed K/V are held (see the top of the file) and sizes the working memory:
- * one workspace per thread (*workspace_bytes each, without packed tiles) plus the stores;
- * *total_bytes: everything. The limit is checked against the smallest choice.
+ * Chooses how packed K/V are held (see the top of the file) and sizes the working memory of
+ * the call: each thread's part of the arena (*workspace_bytes: the parts of workspace_layout,
+ * *parts_bytes of them rounded to 64, then its packed store for PACK_PER_THREAD /
+ * PACK_ONE_TILE) and the shared part (*shared_bytes: the store of PACK_SHARED). The roomiest
+ * choice that fits execution.memory_limit_bytes is taken; when not even PACK_ONE_TILE fits,
+ * attn_call_reserve refuses the call.
  */
 static attn_status choose_packing(forward_plan *plan, int thread_count,
-                                  size_t part_bytes[WORKSPACE_PARTS], size_t *workspace_bytes,
-                                  size_t *total_bytes, attn_error *error) {
-    const attn_problem *problem = &plan->problem;
-    const size_t limit = plan->options->memory_limit_bytes;
+                                  size_t part_bytes[WORKSPACE_PARTS], size_t *parts_bytes,
+                                  size_t *workspace_bytes, size_t *shared_bytes,
+                                  attn_error *error) {
+    const attn_problem *problem = &plan->call->problem;
+    const attn_kernels *kernels = plan->call->kernels;
+    const size_t limit = plan->call->execution.memory_limit_bytes;
     const int tile_keys = (int)plan->tile_keys, dim_k = (int)problem->key_dim,
               dim_v = (int)problem->value_dim;
-    size_t one_tile, one_tile_total, workspaces;
-    if (!workspace_layout(plan, part_bytes, workspace_bytes) ||
-        !attn_mul_size(*workspace_bytes, (size_t)thread_count, &workspaces) ||
-        !packed_kv_store_bytes(plan->kernels, tile_keys, dim_k, dim_v, 1, &one_tile) ||
-        !attn_mul_size(one_tile, (size_t)thread_count, &one_tile_total) ||
-        !attn_add_size(one_tile_total, workspaces, &one_tile_total))
+    size_t parts, one_tile, one_tile_part, one_tile_total;
+    if (!workspace_layout(plan, part_bytes, &parts) || !attn_call_round_bytes(parts, &parts) ||
+        !packed_kv_store_bytes(kernels, tile_keys, dim_k, dim_v, 1, &one_tile) ||
+        !attn_add_size(parts, one_tile, &one_tile_part) ||
+        !attn_call_round_bytes(one_tile_part, &one_tile_part) ||
+        !attn_mul_size(one_tile_part, (size_t)thread_count, &one_tile_total))
         return attn_fail(error, ATTN_ERROR_OVERFLOW,
                          "working memory for Dk = %lld, Dv = %lld, group size %lld overflows",
                          (long long)problem->key_dim, (long long)problem->value_dim,
                          (long long)problem->group_size);
-    if (limit > 0 && one_tile_total > limit)
-        return attn_fail(error, ATTN_ERROR_MEMORY_LIMIT,
-                         "options.memory_limit_bytes = %zu: attn_forward needs %zu bytes of "
-                         "working memory (%d threads x %zu)",
-                         limit, one_tile_total, thread_count,
-                         one_tile_total / (size_t)thread_count);
+    *parts_bytes = parts;
     plan->packing = PACK_ONE_TILE;
-    *total_bytes = one_tile_total;
+    *workspace_bytes = one_tile_part;
+    *shared_bytes = 0;
+    if (limit > 0 && one_tile_total > limit) return ATTN_OK; /* refused by the reserve */
 
-    size_t head_store, shared_total, per_thread_stores, per_thread_total, key_value_bytes;
-    if (!packed_kv_store_bytes(plan->kernels, tile_keys, dim_k, dim_v, plan->key_tiles,
-                               &head_store) ||
+    size_t head_store, workspaces, shared_total, per_thread_part, per_thread_total,
+        per_thread_stores, key_value_bytes;
+    if (!packed_kv_store_bytes(kernels, tile_keys, dim_k, dim_v, plan->key_tiles, &head_store) ||
+        !attn_mul_size(parts, (size_t)thread_count, &workspaces) ||
         !attn_add_size(workspaces, head_store, &shared_total) ||
+        !attn_add_size(parts, head_store, &per_thread_part) ||
+        !attn_call_round_bytes(per_thread_part, &per_thread_part) ||
+        !attn_mul_size(per_thread_part, (size_t)thread_count, &per_thread_total) ||
         !attn_mul_size(head_store, (size_t)thread_count, &per_thread_stores) ||
-        !attn_add_size(workspaces, per_thread_stores, &per_thread_total) ||
         !attn_mul_size((size_t)(problem->batch * problem->key_length * problem->kv_heads),
                        (size_t)(dim_k + dim_v) * sizeof(float), &key_value_bytes))
         return ATTN_OK; /* huge: repack per use */
@@ -348,10 +351,11 @@ static attn_status choose_packing(forward_plan *plan, int thread_count,
                                      per_thread_stores <= FORWARD_PER_THREAD_PACKING_BYTES;
     if (per_thread_is_cheap && (limit == 0 || per_thread_total <= limit)) {
         plan->packing = PACK_PER_THREAD;
-        *total_bytes = per_thread_total;
+        *workspace_bytes = per_thread_part;
     } else if (limit == 0 || shared_total <= limit) {
         plan->packing = PACK_SHARED;
-        *total_bytes = shared_total;
+        *workspace_bytes = parts;
+        *shared_bytes = head_store;
     }
     return ATTN_OK;
 }
@@ -359,7 +363,7 @@ static attn_status choose_packing(forward_plan *plan, int thread_count,
 /* One thread's part of the parallel loops (see the top of the file). */
 static void run_thread(const forward_plan *plan, forward_workspace *workspace,
                        const attn_tensor *k, const attn_tensor *v) {
-    const attn_problem *problem = &plan->problem;
+    const attn_problem *problem = &plan->call->problem;
     const int64_t head_count = problem->batch * problem->kv_heads;
     if (plan->packing != PACK_SHARED) {
         const int64_t item_count = head_count * plan->query_tiles;
@@ -373,7 +377,7 @@ static void run_thread(const forward_plan *plan, forward_workspace *workspace,
     }
     for (int64_t head = 0; head < head_count; ++head) {
         const int64_t b = head / problem->kv_heads, kv_head = head % problem->kv_heads;
-        const int64_t key_count = attn_mask_key_count(&plan->mask, b);
+        const int64_t key_count = attn_mask_key_count(&plan->call->mask, b);
 #pragma omp for schedule(static)
         for (int64_t key_tile = 0; key_tile < plan->key_tiles; ++key_tile)
             packed_kv_pack_tile(plan->shared_packed, k, v, b, kv_head, key_tile, key_count);
@@ -385,60 +389,77 @@ static void run_thread(const forward_plan *plan, forward_workspace *workspace,
 
 attn_status attn_forward(const attn_tensor *q, const attn_tensor *k, const attn_tensor *v,
                          const attn_options *options, attn_tensor *out, attn_tensor *lse,
-                         attn_error *error) {
+                         const attn_execution *execution, attn_error *error) {
+    attn_call call;
+    attn_status status = attn_call_begin(&call, options, execution, error);
+    if (status != ATTN_OK) {
+        attn_call_end(&call);
+        return status;
+    }
+    return attn_forward_run(&call, q, k, v, out, lse, error);
+}
+
+attn_status attn_forward_run(attn_call *call, const attn_tensor *q, const attn_tensor *k,
+                             const attn_tensor *v, attn_tensor *out, attn_tensor *lse,
+                             attn_error *error) {
+    attn_status status = attn_call_validate_forward(call, q, k, v, out, lse, error);
+    if (status != ATTN_OK) {
+        attn_call_end(call);
+        return status;
+    }
     forward_plan plan;
     memset(&plan, 0, sizeof plan);
-    attn_status status = attn_validate_call(q, k, v, options, out, lse, &plan.problem, error);
-    if (status != ATTN_OK) return status;
-    status = attn_kernels_select(options->kernel, &plan.kernels, error);
-    if (status != ATTN_OK) return status;
+    plan.call = call;
     plan.q = q;
     plan.k = k;
     plan.v = v;
     plan.out = out;
     plan.lse = lse;
-    plan.options = options;
-    const attn_problem *problem = &plan.problem;
+    const attn_problem *problem = &call->problem;
     choose_tiles(&plan);
-    plan.prescale_queries = options->softcap == 0.0f;
-    plan.loop_transforms = options->softcap > 0.0f && (options->bias != NULL || options->alibi);
+    const float softcap = call->options.softcap;
+    plan.prescale_queries = softcap == 0.0f;
+    plan.loop_transforms = softcap > 0.0f && (call->options.bias != NULL || call->options.alibi);
 
     int64_t item_count;
     if (!attn_mul_i64(problem->batch, problem->kv_heads, &item_count) ||
-        !attn_mul_i64(item_count, plan.query_tiles, &item_count))
+        !attn_mul_i64(item_count, plan.query_tiles, &item_count)) {
+        attn_call_end(call);
         return attn_fail(error, ATTN_ERROR_OVERFLOW, "B x Hkv x query tiles overflows int64");
-    int thread_count = attn_thread_count(options->num_threads);
-    if (thread_count > item_count) thread_count = (int)item_count;
-
-    /* Working memory: one workspace per thread, checked against the caller's limit. */
-    size_t part_bytes[WORKSPACE_PARTS], workspace_bytes, total_bytes = 0;
-    status = choose_packing(&plan, thread_count, part_bytes, &workspace_bytes, &total_bytes, error);
-    if (status != ATTN_OK) return status;
-
-    status = attn_mask_context_init(&plan.mask, options, problem, error);
-    if (status != ATTN_OK) return status;
-    packed_kv_store shared_store;
-    memset(&shared_store, 0, sizeof shared_store);
-    const bool shared = plan.packing == PACK_SHARED;
-    bool allocated = !shared ||
-                     packed_kv_store_create(&shared_store, plan.kernels, (int)plan.tile_keys,
-                                            (int)problem->key_dim, (int)problem->value_dim,
-                                            plan.key_tiles);
-    if (shared && allocated) plan.shared_packed = &shared_store;
-    forward_workspace *workspaces = calloc((size_t)thread_count, sizeof *workspaces);
-    allocated = allocated && workspaces != NULL;
-    for (int t = 0; allocated && t < thread_count; ++t)
-        allocated = workspace_create(&workspaces[t], &plan, part_bytes, workspace_bytes);
-    if (!allocated) {
-        if (workspaces != NULL)
-            for (int t = 0; t < thread_count; ++t) workspace_destroy(&workspaces[t]);
-        free(workspaces);
-        packed_kv_store_destroy(&shared_store);
-        attn_mask_context_free(&plan.mask);
-        return attn_fail(error, ATTN_ERROR_OUT_OF_MEMORY,
-                         "attn_forward: %d workspaces, %zu bytes in all", thread_count,
-                         total_bytes);
     }
+    const int thread_count = attn_call_thread_count(call, item_count);
+
+    /* Working memory: one part of the arena per thread (+ a shared store), sized once. */
+    size_t part_bytes[WORKSPACE_PARTS], parts_bytes = 0, workspace_bytes = 0, shared_bytes = 0;
+    status = choose_packing(&plan, thread_count, part_bytes, &parts_bytes, &workspace_bytes,
+                            &shared_bytes, error);
+    if (status == ATTN_OK)
+        status = attn_call_reserve(call, thread_count, workspace_bytes, shared_bytes,
+                                   "attn_forward", error);
+    forward_workspace *workspaces =
+        status == ATTN_OK ? calloc((size_t)thread_count, sizeof *workspaces) : NULL;
+    if (status == ATTN_OK && workspaces == NULL)
+        status = attn_fail(error, ATTN_ERROR_OUT_OF_MEMORY, "attn_forward: %d workspaces",
+                           thread_count);
+    if (status != ATTN_OK) {
+        attn_call_end(call);
+        return status;
+    }
+    /* Soft-cap with additive terms: the loop transforms the scores (scale, cap, add, mask);
+     * otherwise the loop only adds and masks (queries prescaled, or the kernel caps). */
+    plan.logits = (attn_logit_pipeline){plan.loop_transforms ? problem->scale : 1.0f,
+                                        plan.loop_transforms ? softcap : 0.0f,
+                                        call->mask.has_additive};
+    packed_kv_store shared_store;
+    if (plan.packing == PACK_SHARED) {
+        packed_kv_store_init(&shared_store, call->kernels, (int)plan.tile_keys,
+                             (int)problem->key_dim, (int)problem->value_dim, plan.key_tiles,
+                             attn_call_shared(call));
+        plan.shared_packed = &shared_store;
+    }
+    for (int t = 0; t < thread_count; ++t)
+        workspace_carve(&workspaces[t], &plan, part_bytes, parts_bytes,
+                        attn_call_workspace(call, t));
 
 #pragma omp parallel num_threads(thread_count)
     {
@@ -468,9 +489,7 @@ attn_status attn_forward(const attn_tensor *q, const attn_tensor *k, const attn_
                            (long long)first_empty->empty_b, (long long)first_empty->empty_h,
                            (long long)first_empty->empty_i);
 
-    for (int t = 0; t < thread_count; ++t) workspace_destroy(&workspaces[t]);
     free(workspaces);
-    packed_kv_store_destroy(&shared_store);
-    attn_mask_context_free(&plan.mask);
+    attn_call_end(call);
     return status;
 }

@@ -9,7 +9,9 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "../call/call.h"
 #include "../kernels/registry.h"
+#include "../mask/logits.h"
 #include "../mask/mask.h"
 #include "packed_kv.h"
 
@@ -18,12 +20,10 @@ typedef enum packing_mode { PACK_PER_THREAD, PACK_SHARED, PACK_ONE_TILE } packin
 
 /* Everything shared by all work items of one call (read-only during the parallel loop). */
 typedef struct forward_plan {
+    const attn_call *call;  /* options, execution, problem, mask context, kernels, threads */
     const attn_tensor *q, *k, *v;
     attn_tensor *out, *lse;
-    const attn_options *options;
-    attn_problem problem;
-    attn_mask_context mask;
-    const attn_kernels *kernels;
+    attn_logit_pipeline logits; /* what the mask pass does to a tile's scores */
     int64_t tile_rows;      /* query rows per head in one work item */
     int64_t tile_keys;      /* keys per key tile */
     int64_t query_tiles;    /* ceil(Tq / tile_rows) */
@@ -37,7 +37,7 @@ typedef struct forward_plan {
     bool loop_transforms;   /* soft-cap with additive terms: the loop transforms scores */
 } forward_plan;
 
-/* One thread's buffers (64-byte aligned, carved out of one allocation). */
+/* One thread's buffers (64-byte aligned), carved out of its part of the call's arena. */
 typedef struct forward_workspace {
     float *queries;        /* [group rows][query_stride]: the item's query rows, by head */
     float *scores;         /* [group rows][scores_stride] */
@@ -52,14 +52,13 @@ typedef struct forward_workspace {
     uint8_t *column_alive; /* [tile_keys]: some row of the tile attends this key */
     attn_tile_class *head_class; /* [group_size] */
     struct row_segment *segments; /* [group_size] */
-    void *allocation;
     packed_kv_store packed;      /* PACK_PER_THREAD / PACK_ONE_TILE: this thread's store */
     /* The first empty row this thread met (for ATTN_EMPTY_ROWS_ERROR). */
     bool has_empty_row;
     int64_t empty_b, empty_h, empty_i;
 } forward_workspace;
 
-enum { WORKSPACE_PARTS = 13 }; /* parts of a workspace allocation */
+enum { WORKSPACE_PARTS = 13 }; /* parts of a workspace */
 
 /* Rows [first, first + count) of the workspace's group rows, handed to one kernel call. */
 typedef struct row_segment { int64_t first, count; } row_segment;

@@ -10,40 +10,17 @@
 #include "../core/internal.h"
 #include "forward_internal.h"
 
-/* Applies the mask and the additive terms to one head's scores, rows [i0, i0 + rows) x keys
- * [j0, j0 + count): scores [rows][scores_stride], one row at a time (the mask's row form is
- * an interval fill for causal / window). Marks the keys some row attends in column_alive. */
+/* The logit pipeline (mask/logits.h) on one head's scores, rows [i0, i0 + rows) x keys
+ * [j0, j0 + count): scores [rows][scores_stride]. Marks the keys some row attends in
+ * column_alive. */
 static void apply_mask_to_head(const forward_plan *plan, forward_workspace *workspace,
                                attn_tile_class tile_class, int64_t b, int64_t h, int64_t i0,
                                int64_t rows, int64_t j0, int64_t count, float *scores) {
-    const attn_mask_context *mask = &plan->mask;
-    const float scale = plan->problem.scale, softcap = plan->options->softcap;
-    uint8_t *restrict allowed = workspace->row_allowed;
-    uint8_t *restrict alive = workspace->column_alive;
-    float *restrict additive = workspace->row_additive;
-    if (tile_class != ATTN_TILE_PARTIAL) memset(allowed, 1, (size_t)count);
-    const bool only_structure = !mask->has_additive && !plan->loop_transforms;
-    for (int64_t r = 0; r < rows; ++r) {
-        float *restrict row = scores + r * plan->scores_stride;
-        if (tile_class == ATTN_TILE_PARTIAL)
-            attn_mask_allowed_row(mask, b, h, i0 + r, j0, j0 + count, allowed);
-        if (only_structure) { /* the common case, branch-free so that it vectorises */
-            for (int64_t c = 0; c < count; ++c) {
-                row[c] = allowed[c] ? row[c] : -INFINITY;
-                alive[c] |= allowed[c];
-            }
-            continue;
-        }
-        if (mask->has_additive) attn_mask_additive_row(mask, b, h, i0 + r, j0, j0 + count, additive);
-        for (int64_t c = 0; c < count; ++c) {
-            float x = row[c];
-            if (plan->loop_transforms) x = attn_transform_logit(x, scale, softcap);
-            if (mask->has_additive) x += additive[c];
-            if (!allowed[c] || (mask->has_additive && additive[c] == -INFINITY)) x = -INFINITY;
-            row[c] = x;
-            alive[c] |= x != -INFINITY;
-        }
-    }
+    const attn_logit_buffers buffers = {workspace->row_allowed, workspace->row_additive, NULL,
+                                        workspace->column_alive};
+    for (int64_t r = 0; r < rows; ++r)
+        attn_logits_row(&plan->call->mask, &plan->logits, tile_class, b, h, i0 + r, j0, count,
+                        scores + r * plan->scores_stride, &buffers);
 }
 
 /* The next run of consecutive heads, from head `start` on, whose tile is not EMPTY: returns
@@ -69,7 +46,7 @@ static const float *values_for_tile(const forward_plan *plan, forward_workspace 
     bool some_column_dead = false;
     for (int c = 0; c < count; ++c) some_column_dead |= workspace->column_alive[c] == 0;
     if (!some_column_dead) return packed->values;
-    const int dim_v = (int)plan->problem.value_dim;
+    const int dim_v = (int)plan->call->problem.value_dim;
     const float *source = attn_f32_at4(plan->v, b, j0, kv_head, 0);
     const int64_t token_stride = plan->v->stride[1], dim_stride = plan->v->stride[3];
     for (int c = 0; c < count; ++c) {
@@ -77,7 +54,7 @@ static const float *values_for_tile(const forward_plan *plan, forward_workspace 
         for (int e = 0; e < dim_v; ++e)
             staged[e] = workspace->column_alive[c] ? source[c * token_stride + e * dim_stride] : 0.0f;
     }
-    plan->kernels->forward.pack_values(count, dim_v, workspace->value_staging, dim_v, 1,
+    plan->call->kernels->forward.pack_values(count, dim_v, workspace->value_staging, dim_v, 1,
                                workspace->staged_values);
     return workspace->staged_values;
 }
@@ -103,14 +80,13 @@ static int tile_segments(const forward_workspace *workspace, int64_t group_size,
 
 void forward_compute_tile(const forward_plan *plan, forward_workspace *workspace,
                          const tile_step *step) {
-    const attn_forward_kernels *kernels = &plan->kernels->forward;
-    const attn_problem *problem = &plan->problem;
-    const attn_mask_context *mask = &plan->mask;
+    const attn_forward_kernels *kernels = &plan->call->kernels->forward;
+    const attn_problem *problem = &plan->call->problem;
     const int64_t group_size = problem->group_size;
     const int dim_k = (int)problem->key_dim, dim_v = (int)problem->value_dim;
     const int count = step->count;
     const float step_scale = plan->prescale_queries || plan->loop_transforms ? 1.0f : problem->scale;
-    const float step_softcap = plan->loop_transforms ? 0.0f : plan->options->softcap;
+    const float step_softcap = plan->loop_transforms ? 0.0f : plan->call->options.softcap;
     const int segment_count = tile_segments(workspace, group_size, step);
     const row_segment *segments = workspace->segments;
 
@@ -127,7 +103,7 @@ void forward_compute_tile(const forward_plan *plan, forward_workspace *workspace
         for (int64_t g = 0; g < group_size; ++g) {
             const attn_tile_class tile_class = workspace->head_class[g];
             if (tile_class == ATTN_TILE_EMPTY) continue;
-            if (tile_class == ATTN_TILE_FULL && !mask->has_additive && !plan->loop_transforms) {
+            if (!attn_logits_needed(&plan->logits, tile_class)) {
                 all_columns_alive = true; /* this head attends every key of the tile */
                 continue;
             }

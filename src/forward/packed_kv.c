@@ -1,5 +1,5 @@
 /*
- * packed_kv.c — the per-thread store of packed K/V tiles (see packed_kv.h).
+ * packed_kv.c — stores of packed K/V tiles in the call's arena (see packed_kv.h).
  */
 #include <string.h>
 
@@ -23,14 +23,10 @@ bool packed_kv_store_bytes(const attn_kernels *kernels, int tile_keys, int key_d
     return true;
 }
 
-bool packed_kv_store_create(packed_kv_store *store, const attn_kernels *kernels,
-                            int tile_keys, int key_dim, int value_dim, int64_t slots) {
+void packed_kv_store_init(packed_kv_store *store, const attn_kernels *kernels, int tile_keys,
+                          int key_dim, int value_dim, int64_t slots, void *memory) {
     memset(store, 0, sizeof *store);
-    size_t bytes;
-    if (!packed_kv_store_bytes(kernels, tile_keys, key_dim, value_dim, slots, &bytes)) return false;
-    char *base = attn_aligned_alloc(bytes);
-    if (base == NULL) return false;
-    store->allocation = base;
+    char *base = memory;
     store->kernels = kernels;
     store->tile_keys = tile_keys;
     store->key_dim = key_dim;
@@ -46,12 +42,6 @@ bool packed_kv_store_create(packed_kv_store *store, const attn_kernels *kernels,
     store->values = store->keys + (size_t)slots * store->key_tile_floats;
     for (int64_t s = 0; s < slots; ++s) store->slot_tile[s] = -1;
     store->owner_batch = store->owner_kv_head = -1;
-    return true;
-}
-
-void packed_kv_store_destroy(packed_kv_store *store) {
-    attn_aligned_free(store->allocation);
-    memset(store, 0, sizeof *store);
 }
 
 /* Whether all `count` floats are finite (exponent bits not all ones; an integer test the

@@ -41,7 +41,6 @@ typedef struct packed_kv_store {
     int64_t *slot_tile;       /* [slots]: key tile held by each slot, -1 = none */
     packed_kv_tile *slot;     /* [slots] */
     int64_t owner_batch, owner_kv_head; /* whose tiles the slots hold (-1: nobody's) */
-    void *allocation;
 } packed_kv_store;
 
 /* Bytes of a store with `slots` slots for tiles of tile_keys keys of Dk / Dv dims; false
@@ -49,10 +48,10 @@ typedef struct packed_kv_store {
 bool packed_kv_store_bytes(const attn_kernels *kernels, int tile_keys, int key_dim,
                            int value_dim, int64_t slots, size_t *bytes);
 
-/* Allocates a store (false when out of memory). Pages of slots never used are never touched. */
-bool packed_kv_store_create(packed_kv_store *store, const attn_kernels *kernels,
-                            int tile_keys, int key_dim, int value_dim, int64_t slots);
-void packed_kv_store_destroy(packed_kv_store *store);
+/* Sets up a store in `memory` (64-byte aligned, packed_kv_store_bytes of it, owned by the
+ * caller: a part of the call's arena). Pages of slots never used are never touched. */
+void packed_kv_store_init(packed_kv_store *store, const attn_kernels *kernels, int tile_keys,
+                          int key_dim, int value_dim, int64_t slots, void *memory);
 
 /* Packs key tile `tile` of (b, kv_head) into slot tile % slots and returns it (count 0 when
  * the tile holds no valid key). k, v: [B, Tk, Hkv, D] views; key_count: valid keys of b. */

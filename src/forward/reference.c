@@ -1,12 +1,13 @@
 /*
  * reference.c — attn_reference_forward: the naive attention forward pass, written to be read
- * line by line against attn.h and shared/reference/attention-math.md. For each (b, h) it
- * materialises the Tq x Tk logits in double, then takes a max-subtracted softmax per row.
+ * line by line against attn.h and docs/attention-math.md §1 (the forward pass). For each
+ * (b, h) it materialises the Tq x Tk logits in double, then takes a max-subtracted softmax per row.
  * It is the specification and the tests' oracle, not a fast path.
  */
 #include <math.h>
 #include <stdlib.h>
 
+#include "../call/call.h"
 #include "../core/internal.h"
 #include "../mask/mask.h"
 
@@ -27,10 +28,14 @@ static double reference_logit(const attn_mask_context *mask, const attn_problem 
 }
 
 attn_status attn_reference_forward(const attn_tensor *q, const attn_tensor *k,
-                                   const attn_tensor *v, const attn_options *options,
+                                   const attn_tensor *v, const attn_options *caller_options,
                                    attn_tensor *out, attn_tensor *lse, attn_error *error) {
+    attn_options resolved;
+    attn_status status = attn_options_resolve(caller_options, &resolved, error);
+    if (status != ATTN_OK) return status;
+    const attn_options *options = &resolved;
     attn_problem problem;
-    attn_status status = attn_validate_call(q, k, v, options, out, lse, &problem, error);
+    status = attn_validate_call(q, k, v, options, out, lse, &problem, error);
     if (status != ATTN_OK) return status;
 
     const int64_t Tq = problem.query_length, Tk = problem.key_length;
@@ -39,10 +44,6 @@ attn_status attn_reference_forward(const attn_tensor *q, const attn_tensor *k,
         !attn_mul_size(logit_count, sizeof(double), &logit_bytes))
         return attn_fail(error, ATTN_ERROR_OVERFLOW,
                          "Tq = %lld x Tk = %lld logits overflow size_t", (long long)Tq, (long long)Tk);
-    if (options->memory_limit_bytes > 0 && logit_bytes > options->memory_limit_bytes)
-        return attn_fail(error, ATTN_ERROR_MEMORY_LIMIT,
-                         "options.memory_limit_bytes = %zu: the reference needs %zu bytes of logits",
-                         options->memory_limit_bytes, logit_bytes);
 
     attn_mask_context mask;
     status = attn_mask_context_init(&mask, options, &problem, error);

@@ -15,6 +15,7 @@
 #define _POSIX_C_SOURCE 200809L
 
 #include "../core/internal.h"
+#include "attn_io.h"
 
 #include <errno.h>
 #include <stdio.h>

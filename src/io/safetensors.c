@@ -12,6 +12,7 @@
 #define _POSIX_C_SOURCE 200809L
 
 #include "core/internal.h"
+#include "attn_io.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -9,6 +9,7 @@
 #include "kernels/registry.h"
 
 #include <pthread.h>
+#include <string.h>
 
 #include "core/internal.h"
 #include "kernels/cpu_features.h"
@@ -25,6 +26,7 @@ static int usable_avx512(const attn_cpu_features *f) {
 
 typedef struct isa_entry {
     attn_kernel_choice choice;
+    const char *name;        /* attn_kernel_choice_name: "avx2" */
     const char *label;       /* as in the error messages: "AVX2" */
     attn_kernel_choice base; /* the registry this one overrides (GENERIC for the first) */
     const attn_kernel_isa *isa; /* NULL: not compiled into this build */
@@ -32,21 +34,27 @@ typedef struct isa_entry {
     const char *requirement; /* for the error message */
 } isa_entry;
 
-/* From the portable table up; AUTO takes the last usable entry. A base comes before the ISAs
- * built on it. New choices (AVX512_BF16, AMX, ...) are one line each. */
-static const isa_entry isas[] = {
-    {ATTN_KERNEL_GENERIC, "GENERIC", ATTN_KERNEL_GENERIC, &attn_isa_generic, usable_always, ""},
+/* What this build compiled in: an ISA's table and its usable() predicate, or nothing. */
+#define ISA_GENERIC &attn_isa_generic, usable_always
 #if defined(ATTN_HAVE_AVX2_KERNELS)
-    {ATTN_KERNEL_AVX2, "AVX2", ATTN_KERNEL_GENERIC, &attn_isa_avx2, usable_avx2, "AVX2 + FMA"},
+#define ISA_AVX2 &attn_isa_avx2, usable_avx2
 #else
-    {ATTN_KERNEL_AVX2, "AVX2", ATTN_KERNEL_GENERIC, NULL, NULL, "AVX2 + FMA"},
+#define ISA_AVX2 NULL, NULL
 #endif
 #if defined(ATTN_HAVE_AVX512_KERNELS)
-    {ATTN_KERNEL_AVX512, "AVX512", ATTN_KERNEL_GENERIC, &attn_isa_avx512, usable_avx512,
-     "AVX-512 F/DQ/BW/VL"},
+#define ISA_AVX512 &attn_isa_avx512, usable_avx512
 #else
-    {ATTN_KERNEL_AVX512, "AVX512", ATTN_KERNEL_GENERIC, NULL, NULL, "AVX-512 F/DQ/BW/VL"},
+#define ISA_AVX512 NULL, NULL
 #endif
+
+/* The one mapping from attn_kernel_choice to a registry, from the portable table up; AUTO
+ * takes the last usable entry. A base comes before the ISAs built on it. New choices
+ * (AVX512_BF16, AMX, ...) are one line each, with their ISA_ macro above. */
+static const isa_entry isas[] = {
+    /* choice, name, label, base, table + usable, what it needs */
+    {ATTN_KERNEL_GENERIC, "generic", "GENERIC", ATTN_KERNEL_GENERIC, ISA_GENERIC, ""},
+    {ATTN_KERNEL_AVX2, "avx2", "AVX2", ATTN_KERNEL_GENERIC, ISA_AVX2, "AVX2 + FMA"},
+    {ATTN_KERNEL_AVX512, "avx512", "AVX512", ATTN_KERNEL_GENERIC, ISA_AVX512, "AVX-512 F/DQ/BW/VL"},
 };
 enum { ISA_COUNT = sizeof isas / sizeof isas[0] };
 
@@ -133,21 +141,42 @@ attn_status attn_kernels_select(attn_kernel_choice choice, const attn_kernels **
     }
     const int known = entry_of(choice);
     if (known < 0)
-        return attn_fail(error, ATTN_ERROR_INVALID_ARGUMENT, "options.kernel = %d: unknown",
+        return attn_fail(error, ATTN_ERROR_INVALID_ARGUMENT, "execution.kernel = %d: unknown",
                          (int)choice);
     return attn_fail(error, ATTN_ERROR_UNSUPPORTED,
-                     "options.kernel = %s: this CPU, OS or build has no %s kernels",
+                     "execution.kernel = %s: this CPU, OS or build has no %s kernels",
                      isas[known].label, isas[known].requirement);
+}
+
+int attn_kernels_available(const attn_kernels **list, int capacity) {
+    pthread_once(&built_once, build);
+    int count = 0;
+    for (int i = 0; i < ISA_COUNT; ++i) {
+        if (!available[i]) continue;
+        if (count < capacity) list[count] = &registries[i];
+        ++count;
+    }
+    return count;
 }
 
 int attn_cpu_supports(attn_kernel_choice choice) { return usable_entry(choice) >= 0; }
 
 const char *attn_kernel_choice_name(attn_kernel_choice choice) {
-    switch (choice) {
-    case ATTN_KERNEL_AUTO: return "auto";
-    case ATTN_KERNEL_GENERIC: return "generic";
-    case ATTN_KERNEL_AVX2: return "avx2";
-    case ATTN_KERNEL_AVX512: return "avx512";
+    if (choice == ATTN_KERNEL_AUTO) return "auto";
+    const int i = entry_of(choice);
+    return i >= 0 ? isas[i].name : NULL;
+}
+
+int attn_kernel_choice_from_name(const char *name, attn_kernel_choice *choice) {
+    if (name == NULL) return 0;
+    if (strcmp(name, "auto") == 0) {
+        *choice = ATTN_KERNEL_AUTO;
+        return 1;
     }
-    return NULL;
+    for (int i = 0; i < ISA_COUNT; ++i)
+        if (strcmp(name, isas[i].name) == 0) {
+            *choice = isas[i].choice;
+            return 1;
+        }
+    return 0;
 }

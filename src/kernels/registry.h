@@ -227,7 +227,15 @@ attn_status attn_kernels_select(attn_kernel_choice choice, const attn_kernels **
  * AUTO and GENERIC always do. For tests and tools that iterate over every registry. */
 int attn_cpu_supports(attn_kernel_choice choice);
 
-/* The name of a choice ("auto", "generic", "avx2", "avx512"), or NULL for an unknown value. */
+/* Every registry this build, CPU and OS run, generic first, in the selector's order (the last
+ * is AUTO's): writes up to `capacity` of them to list[] and returns how many there are. For
+ * the kernel tests, which check every slot of each against the generic registry. */
+int attn_kernels_available(const attn_kernels **list, int capacity);
+
+/* The name of a choice ("auto", "generic", "avx2", "avx512"), or NULL for an unknown value,
+ * and the inverse: 1 and *choice set for a known name, 0 (and *choice untouched) otherwise.
+ * Built or not, every choice has its name (the CLI's --kernel values). */
 const char *attn_kernel_choice_name(attn_kernel_choice choice);
+int attn_kernel_choice_from_name(const char *name, attn_kernel_choice *choice);
 
 #endif /* ATTN_KERNELS_REGISTRY_H */

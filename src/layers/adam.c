@@ -3,6 +3,7 @@
  * decay; element-wise, so the result never depends on the thread count.
  */
 #include "core/internal.h"
+#include "attn_layers.h"
 
 #include <math.h>
 

@@ -12,7 +12,7 @@ attn_status attn_layer_backward(const attn_layer *layer, int64_t batch, int64_t 
                                 const float *x_key_value, const attn_options *options,
                                 const attn_layer_activations *activations, const float *dout,
                                 attn_layer *gradients, float *dx_query, float *dx_key_value,
-                                attn_error *error) {
+                                const attn_execution *execution, attn_error *error) {
     if (x_query == NULL) return attn_fail(error, ATTN_ERROR_NULL_ARGUMENT, "x_query = NULL");
     if (dout == NULL) return attn_fail(error, ATTN_ERROR_NULL_ARGUMENT, "dout = NULL");
     if (activations == NULL || activations->allocation == NULL)
@@ -97,9 +97,7 @@ attn_status attn_layer_backward(const attn_layer *layer, int64_t batch, int64_t 
     attn_tensor d_q = attn_tensor_f32_4d(dq, batch, query_length, c->query_heads, c->head_dim);
     attn_tensor d_k = attn_tensor_f32_4d(dk, batch, key_length, c->kv_heads, c->head_dim);
     attn_tensor d_v = attn_tensor_f32_4d(dv, batch, key_length, c->kv_heads, c->head_dim);
-    attn_options default_options = attn_options_default();
-    status = attn_backward(&q, &k, &v, &o, &lse, &d_o,
-                           options != NULL ? options : &default_options, &d_q, &d_k, &d_v, NULL,
+    status = attn_backward(&q, &k, &v, &o, &lse, &d_o, options, &d_q, &d_k, &d_v, NULL, execution,
                            error);
     if (status != ATTN_OK) goto done;
 

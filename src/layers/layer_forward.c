@@ -29,9 +29,9 @@ attn_status attn_layer_forward(const attn_layer *layer, int64_t batch, int64_t q
                                const float *x_query, int64_t key_length,
                                const float *x_key_value, const attn_options *options,
                                attn_layer_activations *activations, float *out,
-                               attn_error *error) {
+                               const attn_execution *execution, attn_error *error) {
     return attn_layer_forward_at(layer, batch, query_length, x_query, NULL, key_length,
-                                 x_key_value, NULL, options, activations, out, error);
+                                 x_key_value, NULL, options, activations, out, execution, error);
 }
 
 attn_status attn_layer_forward_at(const attn_layer *layer, int64_t batch, int64_t query_length,
@@ -39,7 +39,7 @@ attn_status attn_layer_forward_at(const attn_layer *layer, int64_t batch, int64_
                                   int64_t key_length, const float *x_key_value,
                                   const int64_t *key_positions, const attn_options *options,
                                   attn_layer_activations *activations, float *out,
-                                  attn_error *error) {
+                                  const attn_execution *execution, attn_error *error) {
     if (x_query == NULL) return attn_fail(error, ATTN_ERROR_NULL_ARGUMENT, "x_query = NULL");
     if (out == NULL) return attn_fail(error, ATTN_ERROR_NULL_ARGUMENT, "out = NULL");
     if (x_key_value == NULL && key_length != query_length)
@@ -92,9 +92,7 @@ attn_status attn_layer_forward_at(const attn_layer *layer, int64_t batch, int64_
         if (status != ATTN_OK) goto done;
     }
 
-    attn_options default_options = attn_options_default();
-    status = attn_forward(&q, &k, &v, options != NULL ? options : &default_options, &o, &lse,
-                          error);
+    status = attn_forward(&q, &k, &v, options, &o, &lse, execution, error);
     if (status != ATTN_OK) goto done;
 
     status = attn_linear_forward(kept->attention, sizes.query_rows, sizes.query_width,

@@ -6,6 +6,7 @@
 #define ATTN_LAYER_INTERNAL_H
 
 #include "core/internal.h"
+#include "attn_layers.h"
 
 /* Sizes of one layer call: B, Tq, Tk and the row counts / widths of the projections. */
 typedef struct layer_call_sizes {

@@ -3,6 +3,7 @@
  * Hugging Face names (q_proj.weight, ..., o_proj.bias), saving and loading them.
  */
 #include "core/internal.h"
+#include "attn_layers.h"
 
 #include <stdio.h>
 #include <string.h>

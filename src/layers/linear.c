@@ -4,6 +4,7 @@
  * measurement that chose it). The naive reference lives in the tests (double loops).
  */
 #include "core/internal.h"
+#include "attn_layers.h"
 
 #include <cblas.h>
 #include <limits.h>

@@ -5,6 +5,7 @@
  * defaults transformers applies). Parsing goes through cJSON; docs/models.md lists the keys.
  */
 #include "core/internal.h"
+#include "attn_layers.h"
 
 #include <cJSON.h>
 #include <errno.h>

@@ -29,7 +29,7 @@ typedef struct attn_problem {
 
 /*
  * Checks q, k, v, out (and lse when not NULL) and every option against each other, and fills
- * `problem`. out must be F32 [B, Tq, Hq, Dv]; lse F32 [B, Hq, Tq]. Every error of attn_forward
+ * `problem`. `options` is resolved (attn_options_resolve: not NULL, window folded in). out must be F32 [B, Tq, Hq, Dv]; lse F32 [B, Hq, Tq]. Every error of attn_forward
  * except empty rows and memory limits is detected here, with a message naming the argument.
  */
 attn_status attn_validate_call(const attn_tensor *q, const attn_tensor *k, const attn_tensor *v,

@@ -9,11 +9,11 @@
 #include <limits.h>
 #include <math.h>
 
+#include "../call/call.h"
 #include "../core/internal.h"
 
 /* Head dims and sequence lengths the tiled kernels index with int / int64 safely. */
 #define ATTN_MAX_HEAD_DIM ((int64_t)1 << 20)
-#define ATTN_MAX_TILE 4096
 
 static attn_status check_dimension(const attn_tensor *t, const char *name, int dim,
                                    const char *symbol, int64_t expected, const char *source,
@@ -233,21 +233,6 @@ attn_status attn_validate_options(const attn_options *options, const attn_proble
         options->empty_rows != ATTN_EMPTY_ROWS_NAN)
         return attn_fail(error, ATTN_ERROR_INVALID_ARGUMENT, "options.empty_rows = %d: unknown",
                          (int)options->empty_rows);
-    if (options->num_threads < 0)
-        return attn_fail(error, ATTN_ERROR_INVALID_ARGUMENT,
-                         "options.num_threads = %d: must be >= 0 (0 = OpenMP default)",
-                         options->num_threads);
-    if (options->tile_q < 0 || options->tile_q > ATTN_MAX_TILE)
-        return attn_fail(error, ATTN_ERROR_INVALID_ARGUMENT,
-                         "options.tile_q = %d: must be in [0, %d] (0 = tuned default)",
-                         options->tile_q, ATTN_MAX_TILE);
-    if (options->tile_k < 0 || options->tile_k > ATTN_MAX_TILE)
-        return attn_fail(error, ATTN_ERROR_INVALID_ARGUMENT,
-                         "options.tile_k = %d: must be in [0, %d] (0 = tuned default)",
-                         options->tile_k, ATTN_MAX_TILE);
-    if ((int)options->kernel < ATTN_KERNEL_AUTO || (int)options->kernel > ATTN_KERNEL_AVX512)
-        return attn_fail(error, ATTN_ERROR_INVALID_ARGUMENT, "options.kernel = %d: unknown",
-                         (int)options->kernel);
     return ATTN_OK;
 }
 

@@ -1,6 +1,6 @@
 /*
- * mla.c — multi-head latent attention (DeepSeek-V2, math reference §5): projections, the
- * latent KV cache (c_KV after RMSNorm and k_R after RoPE: d_c + d_rope values per token), and
+ * mla.c — multi-head latent attention (DeepSeek-V2, docs/attention-math.md §5): projections,
+ * the latent KV cache (c_KV after RMSNorm and k_R after RoPE: d_c + d_rope values per token), and
  * the two ways to attend: naive (materialise every head's k and v from the latents) and
  * absorbed (q_hat = W_UK^T q_nope, attention as MQA over the latent cache via attn_decode,
  * then W_UV on the latent output). Every matrix product goes through CBLAS: the nn.Linear
@@ -13,8 +13,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cache/cache_internal.h"
+#include "cache/cache.h"
 #include "core/internal.h"
+#include "attn_layers.h"
 
 /* C [m][n] (row stride ldc) = A [m][k] (row stride lda) times B, where B is [k][n] (row
  * stride ldb) or, when b_transposed, the transpose of a [n][k] matrix: one CBLAS sgemm for
@@ -87,7 +88,7 @@ static attn_status attend_naive(const mla_sizes *z, const attn_mla_weights *weig
     attn_status status = ATTN_OK;
     const int64_t key_row = z->latent + z->rope, up_row = z->heads * (z->nope + z->value);
     for (int64_t b = 0; b < z->B && status == ATTN_OK; ++b) {
-        const int64_t L = cache->lengths[b];
+        const int64_t L = attn_kv_cache_length(cache, b);
         size_t latent_floats, up_floats, key_floats, value_floats;
         if (!attn_mul_size((size_t)L, (size_t)key_row, &latent_floats) ||
             !attn_mul_size((size_t)L, (size_t)up_row, &up_floats) ||
@@ -136,7 +137,7 @@ static attn_status attend_naive(const mla_sizes *z, const attn_mla_weights *weig
         options.alignment = ATTN_ALIGN_BOTTOM_RIGHT;
         options.custom_scale = 1;
         options.scale = z->scale;
-        if (status == ATTN_OK) status = attn_forward(&q, &k, &v, &options, &o, NULL, error);
+        if (status == ATTN_OK) status = attn_forward(&q, &k, &v, &options, &o, NULL, NULL, error);
         free(latents), free(compact), free(up), free(keys), free(values);
     }
     return status;
@@ -172,7 +173,7 @@ static attn_status attend_absorbed(const mla_sizes *z, const attn_mla_weights *w
     options.alignment = ATTN_ALIGN_BOTTOM_RIGHT;
     options.custom_scale = 1;
     options.scale = z->scale;
-    attn_status status = attn_decode(cache, &q, &options, &o, NULL, error);
+    attn_status status = attn_decode(cache, &q, &options, &o, NULL, NULL, error);
     for (int64_t h = 0; h < z->heads && status == ATTN_OK; ++h) {
         /* heads_out[n][h] = o_latent[n][h] [rows x latent] . W_UV_h^T (W_UV_h: [value][latent]) */
         const float *w_uv = weights->wkv_b + (h * (z->nope + z->value) + z->nope) * z->latent;
@@ -235,7 +236,7 @@ attn_status attn_mla_forward(const attn_mla_config *config, const attn_mla_weigh
     if ((status = attn_check_tensor(hidden, "hidden", ATTN_DTYPE_F32, 3, error)) != ATTN_OK ||
         (status = attn_check_tensor(out, "out", ATTN_DTYPE_F32, 3, error)) != ATTN_OK)
         return status;
-    const attn_kv_cache_config *cc = &cache->config;
+    const attn_kv_cache_config *cc = attn_kv_cache_config_of(cache);
     mla_sizes z = {hidden->shape[0], hidden->shape[1], 0, config->heads, config->kv_lora_rank,
                    config->qk_rope_dim, config->qk_nope_dim, config->v_head_dim,
                    config->qk_nope_dim + config->qk_rope_dim, 0.0f};
@@ -257,11 +258,11 @@ attn_status attn_mla_forward(const attn_mla_config *config, const attn_mla_weigh
                          (long long)out->shape[1], (long long)out->shape[2],
                          (long long)config->hidden);
     for (int64_t b = 0; b < z.B; ++b)
-        if (z.T > cc->capacity - cache->lengths[b])
+        if (z.T > cc->capacity - attn_kv_cache_length(cache, b))
             return attn_fail(error, ATTN_ERROR_CAPACITY,
                              "sequence %lld: %lld tokens + %lld new exceed capacity %lld",
-                             (long long)b, (long long)cache->lengths[b], (long long)z.T,
-                             (long long)cc->capacity);
+                             (long long)b, (long long)attn_kv_cache_length(cache, b),
+                             (long long)z.T, (long long)cc->capacity);
 
     if ((status = sizes_fit_blas(&z, config, cc->capacity, error)) != ATTN_OK) return status;
     const int64_t d = config->hidden, query_width = z.heads * z.query_head;
@@ -317,7 +318,7 @@ attn_status attn_mla_forward(const attn_mla_config *config, const attn_mla_weigh
                               {1, z.T, z.heads, z.rope}, {0, query_width, z.query_head, 1}};
         attn_tensor k_rope = {latents + b * z.T * key_row + z.latent, ATTN_DTYPE_F32, 4,
                               {1, z.T, 1, z.rope}, {0, key_row, key_row, 1}};
-        for (int64_t t = 0; t < z.T; ++t) positions[t] = cache->lengths[b] + t;
+        for (int64_t t = 0; t < z.T; ++t) positions[t] = attn_kv_cache_length(cache, b) + t;
         const int64_t id_shape[2] = {1, z.T};
         attn_tensor ids = attn_tensor_contiguous(positions, ATTN_DTYPE_I64, 2, id_shape);
         status = attn_rope_apply_ids(&q_rope, &rope, &ids, 0, error);

@@ -5,6 +5,7 @@
 #include <math.h>
 
 #include "core/internal.h"
+#include "attn_layers.h"
 
 /* x, y float[rows][dim] (y may equal x), weight float[dim]. */
 attn_status attn_rms_norm(const float *x, int64_t rows, int64_t dim, const float *weight,

@@ -104,9 +104,10 @@ static attn_status compute_block(ring_call *call, const ring_tensors *tensors, f
                                           Dv, column_begin, column_end);
     attn_tensor partial_dk = attn_tensor_f32_4d(buffers->partial_dk, B, columns, Hkv, Dk);
     attn_tensor partial_dv = attn_tensor_f32_4d(buffers->partial_dv, B, columns, Hkv, Dv);
-    attn_options options = call->options;
-    options.empty_rows = ATTN_EMPTY_ROWS_ZERO; /* rows with no key in this block: zero grads */
-    options.key_positions = call->block_positions + column_begin;
+    /* The call prepared once for the ring, with this block's positions. */
+    attn_call block_call = call->prepared;
+    block_call.options.empty_rows = ATTN_EMPTY_ROWS_ZERO; /* no key in this block: zero grads */
+    block_call.options.key_positions = call->block_positions + column_begin;
 
     int64_t slab = ring_slab_rows(geometry.row_end - geometry.row_begin);
     for (int64_t row = geometry.row_begin; row < geometry.row_end; row += slab) {
@@ -116,9 +117,10 @@ static attn_status compute_block(ring_call *call, const ring_tensors *tensors, f
         attn_tensor lse = ring_restrict(tensors->lse, 2, row, row_end);
         attn_tensor dout = ring_restrict(tensors->dout, 1, row, row_end);
         attn_tensor partial_dq = attn_tensor_f32_4d(buffers->partial_dq, B, row_end - row, Hq, Dk);
-        options.query_positions = call->local_positions + row;
-        attn_status status = attn_backward(&queries, &keys, &values, &out, &lse, &dout, &options,
-                                           &partial_dq, &partial_dk, &partial_dv, NULL, error);
+        block_call.options.query_positions = call->local_positions + row;
+        attn_status status = attn_backward_run(&block_call, &queries, &keys, &values, &out, &lse,
+                                               &dout, &partial_dq, &partial_dk, &partial_dv, NULL,
+                                               error);
         if (status != ATTN_OK) return status;
         attn_tensor dq_rows = ring_view_rows(buffers->query_gradient, B, call->local_length, Hq,
                                              Dk, row, row_end);
@@ -228,12 +230,13 @@ attn_status attn_ring_backward(MPI_Comm comm, const attn_tensor *q, const attn_t
                                const attn_tensor *lse, const attn_tensor *dout,
                                const attn_options *options, const attn_ring_layout *layout,
                                attn_tensor *dq, attn_tensor *dk, attn_tensor *dv,
-                               attn_ring_stats *stats, attn_error *error) {
+                               attn_ring_stats *stats, const attn_execution *execution,
+                               attn_error *error) {
     double call_start = MPI_Wtime();
     ring_stats_reset(stats);
     ring_tensors tensors = {true, q, k, v, out, lse, dout, dq, dk, dv};
     ring_call call;
-    attn_status status = ring_call_begin(&call, comm, &tensors, options, layout, error);
+    attn_status status = ring_call_begin(&call, comm, &tensors, options, layout, execution, error);
     if (status != ATTN_OK) return status;
     attn_error local_error = {ATTN_OK, ""};
     backward_buffers buffers;

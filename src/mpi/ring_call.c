@@ -7,6 +7,7 @@
  */
 #include "ring_internal.h"
 
+#include "../call/call.h"
 #include "../core/internal.h"
 
 #include <stdio.h>
@@ -99,7 +100,7 @@ static attn_status check_local(ring_call *call, const ring_tensors *tensors,
     status = attn_ring_layout_local_length(layout, call->rank, &call->local_length, error);
     if (status != ATTN_OK) return status;
     call->layout = *layout;
-    if ((status = check_supported_options(&call->options, error)) != ATTN_OK) return status;
+    if ((status = check_supported_options(&call->prepared.options, error)) != ATTN_OK) return status;
 
     if ((status = attn_check_tensor(tensors->q, "q", ATTN_DTYPE_F32, 4, error)) != ATTN_OK)
         return status;
@@ -178,7 +179,7 @@ static const char *const descriptor_names[DESCRIPTOR_FIELDS] = {
     "options.alibi", "options.empty_rows", "options.scale (bits)", "options.softcap (bits)"};
 
 static void describe(const ring_call *call, int64_t descriptor[DESCRIPTOR_FIELDS]) {
-    const attn_options *o = &call->options;
+    const attn_options *o = &call->prepared.options;
     uint32_t scale_bits = 0, softcap_bits = 0;
     float scale = o->custom_scale ? o->scale : 0.0f;
     memcpy(&scale_bits, &scale, sizeof scale_bits);
@@ -192,7 +193,7 @@ static void describe(const ring_call *call, int64_t descriptor[DESCRIPTOR_FIELDS
 
 attn_status ring_call_begin(ring_call *call, MPI_Comm comm, const ring_tensors *tensors,
                             const attn_options *options, const attn_ring_layout *layout,
-                            attn_error *error) {
+                            const attn_execution *execution, attn_error *error) {
     memset(call, 0, sizeof *call);
     call->comm = MPI_COMM_NULL;
     call->unit = MPI_DATATYPE_NULL;
@@ -215,10 +216,10 @@ attn_status ring_call_begin(ring_call *call, MPI_Comm comm, const ring_tensors *
         ring_call_end(call);
         return attn_fail(error, ATTN_ERROR_COMMUNICATION, "MPI_Type_contiguous failed");
     }
-    call->options = options != NULL ? *options : attn_options_default();
 
     attn_error local_error = {ATTN_OK, ""};
-    attn_status status = check_local(call, tensors, layout, &local_error);
+    attn_status status = attn_call_begin(&call->prepared, options, execution, &local_error);
+    if (status == ATTN_OK) status = check_local(call, tensors, layout, &local_error);
     status = ring_agree(call, status, &local_error, error);
     if (status != ATTN_OK) {
         ring_call_end(call);
@@ -248,6 +249,7 @@ void ring_call_end(ring_call *call) {
     free(call->local_positions);
     free(call->block_positions);
     call->local_positions = call->block_positions = NULL;
+    attn_call_end(&call->prepared);
     if (call->unit != MPI_DATATYPE_NULL) MPI_Type_free(&call->unit);
     if (call->comm != MPI_COMM_NULL) MPI_Comm_free(&call->comm);
 }

@@ -80,9 +80,11 @@ static attn_status compute_block(ring_call *call, const attn_tensor *q, float *b
     attn_tensor values = ring_view_rows(block + B * key_count * Hkv * call->key_dim, B, key_count,
                                         Hkv, call->value_dim, geometry.column_begin,
                                         geometry.column_end);
-    attn_options options = call->options;
-    options.empty_rows = ATTN_EMPTY_ROWS_ZERO; /* a partial may have rows with no key */
-    options.key_positions = call->block_positions + geometry.column_begin;
+    /* The call prepared once for the ring (options, execution, kernels), with this block's
+     * positions; each slab runs on it. */
+    attn_call block_call = call->prepared;
+    block_call.options.empty_rows = ATTN_EMPTY_ROWS_ZERO; /* a partial may have rows with no key */
+    block_call.options.key_positions = call->block_positions + geometry.column_begin;
 
     int64_t slab = ring_slab_rows(geometry.row_end - geometry.row_begin);
     for (int64_t row = geometry.row_begin; row < geometry.row_end; row += slab) {
@@ -92,9 +94,9 @@ static attn_status compute_block(ring_call *call, const attn_tensor *q, float *b
         attn_tensor partial_out = attn_tensor_f32_4d(buffers->partial_out, B, rows, Hq, call->value_dim);
         int64_t lse_shape[3] = {B, Hq, rows};
         attn_tensor partial_lse = attn_tensor_contiguous(buffers->partial_lse, ATTN_DTYPE_F32, 3, lse_shape);
-        options.query_positions = call->local_positions + row;
-        attn_status status = attn_forward(&queries, &keys, &values, &options, &partial_out,
-                                          &partial_lse, error);
+        block_call.options.query_positions = call->local_positions + row;
+        attn_status status = attn_forward_run(&block_call, &queries, &keys, &values,
+                                              &partial_out, &partial_lse, error);
         if (status != ATTN_OK) return status;
         attn_tensor merged_out = ring_restrict(out, 1, row, row_end);
         attn_tensor merged_lse = ring_restrict(lse, 2, row, row_end);
@@ -114,13 +116,13 @@ static attn_status finish_empty_rows(const ring_call *call, attn_tensor *out, at
         for (int64_t h = 0; h < lse->shape[1]; ++h)
             for (int64_t i = 0; i < lse->shape[2]; ++i) {
                 if (*attn_f32_at3(lse, b, h, i) != -INFINITY) continue;
-                if (call->options.empty_rows == ATTN_EMPTY_ROWS_ERROR)
+                if (call->prepared.options.empty_rows == ATTN_EMPTY_ROWS_ERROR)
                     return attn_fail(error, ATTN_ERROR_EMPTY_ROW,
                                      "query row (b = %lld, h = %lld, global position %lld) has no "
                                      "allowed key (set options.empty_rows to allow it)",
                                      (long long)b, (long long)h,
                                      (long long)call->local_positions[i]);
-                if (call->options.empty_rows == ATTN_EMPTY_ROWS_NAN) {
+                if (call->prepared.options.empty_rows == ATTN_EMPTY_ROWS_NAN) {
                     *attn_f32_at3(lse, b, h, i) = NAN;
                     for (int64_t d = 0; d < out->shape[3]; ++d) *attn_f32_at4(out, b, i, h, d) = NAN;
                 }
@@ -190,12 +192,13 @@ static attn_status run_ring(ring_call *call, const ring_tensors *tensors, attn_t
 attn_status attn_ring_forward(MPI_Comm comm, const attn_tensor *q, const attn_tensor *k,
                               const attn_tensor *v, const attn_options *options,
                               const attn_ring_layout *layout, attn_tensor *out, attn_tensor *lse,
-                              attn_ring_stats *stats, attn_error *error) {
+                              attn_ring_stats *stats, const attn_execution *execution,
+                              attn_error *error) {
     double call_start = MPI_Wtime();
     ring_stats_reset(stats);
     ring_tensors tensors = {false, q, k, v, out, lse, NULL, NULL, NULL, NULL};
     ring_call call;
-    attn_status status = ring_call_begin(&call, comm, &tensors, options, layout, error);
+    attn_status status = ring_call_begin(&call, comm, &tensors, options, layout, execution, error);
     if (status != ATTN_OK) return status;
 
     attn_error local_error = {ATTN_OK, ""};

@@ -75,7 +75,7 @@ int64_t ring_slab_rows(int64_t row_count) {
 
 bool ring_plan_block(const ring_call *call, int64_t key_count, attn_ring_stats *stats,
                      ring_block_geometry *geometry) {
-    *geometry = ring_block_geometry_of(&call->options, call->local_positions,
+    *geometry = ring_block_geometry_of(&call->prepared.options, call->local_positions,
                                        call->local_length, call->block_positions, key_count,
                                        call->layout.sequence_length);
     if (geometry->allowed_pairs == 0) {

@@ -12,6 +12,7 @@
 #include <stdint.h>
 
 #include "attn_mpi.h"
+#include "../call/call.h"
 
 /* Messages are counted in units of this many floats (an MPI contiguous type), so blocks of
  * more than INT_MAX floats still travel in one message; buffers are padded to whole units. */
@@ -33,7 +34,8 @@ typedef struct ring_call {
     int rank;               /* r */
     int rank_count;         /* P */
     attn_ring_layout layout;
-    attn_options options;   /* the caller's options (or the defaults) */
+    attn_call prepared;       /* options and execution resolved, kernels selected, once
+                                 (call.h); every block runs on a copy of it */
     int64_t batch, query_heads, kv_heads, key_dim, value_dim;
     int64_t local_length;   /* n_r: this rank's tokens */
     int64_t max_local_length;
@@ -59,7 +61,7 @@ void ring_stats_reset(attn_ring_stats *stats);
 
 attn_status ring_call_begin(ring_call *call, MPI_Comm comm, const ring_tensors *tensors,
                             const attn_options *options, const attn_ring_layout *layout,
-                            attn_error *error);
+                            const attn_execution *execution, attn_error *error);
 void ring_call_end(ring_call *call);
 
 /*

@@ -3,6 +3,7 @@
  * gradient (a scatter-add of the output gradient rows into the table's gradient).
  */
 #include "core/internal.h"
+#include "attn_layers.h"
 
 #include <string.h>
 

@@ -7,6 +7,7 @@
  * sines/cosines are computed in double, one table per token.
  */
 #include "core/internal.h"
+#include "attn_layers.h"
 
 #include <math.h>
 #include <stdlib.h>

@@ -3,6 +3,7 @@
  * interleaved sin/cos columns, frequency 10000^(-2i/dim). Computed in double, stored as float.
  */
 #include "core/internal.h"
+#include "attn_layers.h"
 
 #include <math.h>
 

@@ -5,6 +5,7 @@
  * functions are plain index arithmetic, so they live in libattn and are tested without mpirun.
  */
 #include "../core/internal.h"
+#include "attn_ring.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """forward_cases.py — used by forward.sh: runs `attn forward` on random inputs for a table of
 option sets and compares O and LSE with an independent float64 numpy implementation of the
-math reference (shared/reference/attention-math.md). Exits 1 on any mismatch.
+maths of docs/attention-math.md. Exits 1 on any mismatch.
 
 usage: python3 forward_cases.py ATTN_BINARY WORK_DIR
 """

@@ -77,6 +77,7 @@ static void run_case(size_t index, const ring_case *c) {
     attn_options options = attn_options_default();
     options.alignment = ATTN_ALIGN_BOTTOM_RIGHT;
     options.causal = c->causal;
+    options.window = 1;
     options.window_left = c->window_left;
     options.window_right = c->window_right;
     options.alibi = c->alibi;
@@ -99,10 +100,10 @@ static void run_case(size_t index, const ring_case *c) {
     test_tensor dq = test_tensor_new(c->B, c->T, c->Hq, c->Dk, TEST_LAYOUT_BTHD);
     test_tensor dk = test_tensor_new(c->B, c->T, c->Hkv, c->Dk, TEST_LAYOUT_BTHD);
     test_tensor dv = test_tensor_new(c->B, c->T, c->Hkv, c->Dv, TEST_LAYOUT_BTHD);
-    attn_status status = attn_forward(&q.view, &k.view, &v.view, &options, &out.view, &lse.view, &error);
+    attn_status status = attn_forward(&q.view, &k.view, &v.view, &options, &out.view, &lse.view, NULL, &error);
     CHECK_STATUS(status, ATTN_OK, &error, "%s: single-process forward", label);
     status = attn_backward(&q.view, &k.view, &v.view, &out.view, &lse.view, &dout.view, &options,
-                           &dq.view, &dk.view, &dv.view, NULL, &error);
+                           &dq.view, &dk.view, &dv.view, NULL, NULL, &error);
     CHECK_STATUS(status, ATTN_OK, &error, "%s: single-process backward", label);
 
     /* This rank's share (padded strides, to exercise strided local views). */
@@ -135,7 +136,7 @@ static void run_case(size_t index, const ring_case *c) {
     stats.step_sources = sources;
     status = attn_ring_forward(MPI_COMM_WORLD, &tensors[0][Q].view, &tensors[0][K].view,
                                &tensors[0][V].view, &options, &layout, &tensors[1][OUT].view,
-                               &tensors[1][LSE].view, &stats, &error);
+                               &tensors[1][LSE].view, &stats, NULL, &error);
     CHECK_STATUS(status, ATTN_OK, &error, "%s: ring forward", label);
     double out_error = test_max_relative_error(&tensors[1][OUT].view, &tensors[0][OUT].view);
     double lse_error = test_max_relative_error(&tensors[1][LSE].view, &tensors[0][LSE].view);
@@ -179,7 +180,7 @@ static void run_case(size_t index, const ring_case *c) {
     status = attn_ring_backward(MPI_COMM_WORLD, &tensors[0][Q].view, &tensors[0][K].view,
                                 &tensors[0][V].view, &tensors[1][OUT].view, &tensors[1][LSE].view,
                                 &tensors[0][DOUT].view, &options, &layout, &tensors[1][DQ].view,
-                                &tensors[1][DK].view, &tensors[1][DV].view, &stats, &error);
+                                &tensors[1][DK].view, &tensors[1][DV].view, &stats, NULL, &error);
     CHECK_STATUS(status, ATTN_OK, &error, "%s: ring backward", label);
     double dq_error = test_max_relative_error(&tensors[1][DQ].view, &tensors[0][DQ].view);
     double dk_error = test_max_relative_error(&tensors[1][DK].view, &tensors[0][DK].view);
@@ -199,7 +200,7 @@ static void run_case(size_t index, const ring_case *c) {
     status = attn_ring_backward(MPI_COMM_WORLD, &tensors[0][Q].view, &tensors[0][K].view,
                                 &tensors[0][V].view, &tensors[1][OUT].view, &tensors[1][LSE].view,
                                 &tensors[0][DOUT].view, &options, &layout, &dq_again.view,
-                                &again.view, &dv_again.view, NULL, &error);
+                                &again.view, &dv_again.view, NULL, NULL, &error);
     CHECK(status == ATTN_OK && test_bitwise_equal(&again.view, &tensors[1][DK].view) &&
               test_bitwise_equal(&dq_again.view, &tensors[1][DQ].view),
           "%s: backward repeats bitwise", label);

@@ -79,11 +79,11 @@ static void check_recovers(local_problem *p, const char *after) {
     attn_error error;
     attn_status status = attn_ring_forward(MPI_COMM_WORLD, &p->q.view, &p->k.view, &p->v.view,
                                            &options, &p->layout, &p->out.view, &p->lse.view, NULL,
-                                           &error);
+                                           NULL, &error);
     if (status == ATTN_OK)
         status = attn_ring_backward(MPI_COMM_WORLD, &p->q.view, &p->k.view, &p->v.view,
                                     &p->out.view, &p->lse.view, &p->dout.view, &options,
-                                    &p->layout, &p->dq.view, &p->dk.view, &p->dv.view, NULL, &error);
+                                    &p->layout, &p->dq.view, &p->dk.view, &p->dv.view, NULL, NULL, &error);
     CHECK_STATUS(status, ATTN_OK, &error, "a correct call after %s (rank %d)", after, rank);
 }
 
@@ -103,7 +103,7 @@ int main(int argc, char **argv) {
     /* 1. The last rank's K has the wrong head dim. */
     test_tensor wrong_k = test_tensor_new(B, p.n, HKV, DK + 1, TEST_LAYOUT_BTHD);
     status = attn_ring_forward(MPI_COMM_WORLD, &p.q.view, rank == bad ? &wrong_k.view : &p.k.view,
-                               &p.v.view, &options, &p.layout, &p.out.view, &p.lse.view, NULL, &error);
+                               &p.v.view, &options, &p.layout, &p.out.view, &p.lse.view, NULL, NULL, &error);
     check_everyone(status, &error, ATTN_ERROR_SHAPE_MISMATCH, "forward, bad k on the last rank",
                    bad_rank, "k.shape[3]");
     check_recovers(&p, "a bad k");
@@ -111,23 +111,23 @@ int main(int argc, char **argv) {
     /* 2. The last rank passes q = NULL to the backward. */
     status = attn_ring_backward(MPI_COMM_WORLD, rank == bad ? NULL : &p.q.view, &p.k.view, &p.v.view,
                                 &p.out.view, &p.lse.view, &p.dout.view, &options, &p.layout,
-                                &p.dq.view, &p.dk.view, &p.dv.view, NULL, &error);
+                                &p.dq.view, &p.dk.view, &p.dv.view, NULL, NULL, &error);
     check_everyone(status, &error, ATTN_ERROR_NULL_ARGUMENT, "backward, NULL q on the last rank",
                    bad_rank, "q is NULL");
 
     /* 3. The last rank holds one token too many for the layout. */
     test_tensor long_q = test_tensor_new(B, p.n + 1, HQ, DK, TEST_LAYOUT_BTHD);
     status = attn_ring_forward(MPI_COMM_WORLD, rank == bad ? &long_q.view : &p.q.view, &p.k.view,
-                               &p.v.view, &options, &p.layout, &p.out.view, &p.lse.view, NULL, &error);
+                               &p.v.view, &options, &p.layout, &p.out.view, &p.lse.view, NULL, NULL, &error);
     check_everyone(status, &error, ATTN_ERROR_SHAPE_MISMATCH, "forward, wrong local length",
                    bad_rank, "q.shape[1]");
 
     /* 4. Locally consistent, but the last rank disagrees with rank 0 on the options. */
     if (rank_count > 1) {
         attn_options other = options;
-        if (rank == bad) other.window_left = 3;
+        if (rank == bad) other.window = 1, other.window_left = 3;
         status = attn_ring_forward(MPI_COMM_WORLD, &p.q.view, &p.k.view, &p.v.view, &other,
-                                   &p.layout, &p.out.view, &p.lse.view, NULL, &error);
+                                   &p.layout, &p.out.view, &p.lse.view, NULL, NULL, &error);
         check_everyone(status, &error, ATTN_ERROR_SHAPE_MISMATCH, "options differ from rank 0's",
                        bad_rank, "options.window_left = 3 differs from rank 0's -1");
     }
@@ -135,7 +135,7 @@ int main(int argc, char **argv) {
     /* 5. A layout for another number of ranks (every rank). */
     attn_ring_layout wrong_layout = {ATTN_RING_LAYOUT_CONTIGUOUS, T, rank_count + 1};
     status = attn_ring_forward(MPI_COMM_WORLD, &p.q.view, &p.k.view, &p.v.view, &options,
-                               &wrong_layout, &p.out.view, &p.lse.view, NULL, &error);
+                               &wrong_layout, &p.out.view, &p.lse.view, NULL, NULL, &error);
     check_everyone(status, &error, ATTN_ERROR_INVALID_ARGUMENT, "layout for P+1 ranks", "rank 0:",
                    "layout.rank_count");
 
@@ -144,23 +144,23 @@ int main(int argc, char **argv) {
     attn_options unsupported = options;
     if (rank == bad) unsupported.key_lengths = lengths;
     status = attn_ring_forward(MPI_COMM_WORLD, &p.q.view, &p.k.view, &p.v.view, &unsupported,
-                               &p.layout, &p.out.view, &p.lse.view, NULL, &error);
+                               &p.layout, &p.out.view, &p.lse.view, NULL, NULL, &error);
     check_everyone(status, &error, ATTN_ERROR_UNSUPPORTED, "key_lengths on the last rank", bad_rank,
                    "options.key_lengths");
 
-    /* 7. A failure during the compute, on one rank only: a 1-byte memory limit (not part of
-     *    the agreed options) makes that rank's first attn_forward / attn_backward fail while
+    /* 7. A failure during the compute, on one rank only: a 1-byte memory limit (an execution
+     *    setting, not part of the agreed options) makes that rank's first attn_forward / attn_backward fail while
      *    the others compute and exchange blocks. */
-    attn_options limited = options;
+    attn_execution limited = attn_execution_default();
     if (rank == bad) limited.memory_limit_bytes = 1;
-    status = attn_ring_forward(MPI_COMM_WORLD, &p.q.view, &p.k.view, &p.v.view, &limited,
-                               &p.layout, &p.out.view, &p.lse.view, NULL, &error);
+    status = attn_ring_forward(MPI_COMM_WORLD, &p.q.view, &p.k.view, &p.v.view, &options,
+                               &p.layout, &p.out.view, &p.lse.view, NULL, &limited, &error);
     check_everyone(status, &error, ATTN_ERROR_MEMORY_LIMIT, "forward, memory limit on one rank",
                    bad_rank, "memory_limit_bytes");
     check_recovers(&p, "a compute failure");
     status = attn_ring_backward(MPI_COMM_WORLD, &p.q.view, &p.k.view, &p.v.view, &p.out.view,
-                                &p.lse.view, &p.dout.view, &limited, &p.layout, &p.dq.view,
-                                &p.dk.view, &p.dv.view, NULL, &error);
+                                &p.lse.view, &p.dout.view, &options, &p.layout, &p.dq.view,
+                                &p.dk.view, &p.dv.view, NULL, &limited, &error);
     check_everyone(status, &error, ATTN_ERROR_MEMORY_LIMIT, "backward, memory limit on one rank",
                    bad_rank, "memory_limit_bytes");
     check_recovers(&p, "a backward compute failure");
@@ -169,7 +169,7 @@ int main(int argc, char **argv) {
     attn_options unaligned = options;
     unaligned.alignment = ATTN_ALIGN_UNSET;
     status = attn_ring_forward(MPI_COMM_WORLD, &p.q.view, &p.k.view, &p.v.view, &unaligned,
-                               &p.layout, &p.out.view, &p.lse.view, NULL, &error);
+                               &p.layout, &p.out.view, &p.lse.view, NULL, NULL, &error);
     check_everyone(status, &error, ATTN_ERROR_INVALID_ARGUMENT, "causal without alignment",
                    "rank 0:", "options.alignment");
 

@@ -1,24 +1,9 @@
 /*
- * options.c — the default attention options and the standard ALiBi slopes (attn.h, section
- * "attention options").
+ * alibi.c — the standard ALiBi slopes (attn.h, attn_alibi_slopes).
  */
 #include <math.h>
-#include <string.h>
 
 #include "../core/internal.h"
-
-attn_options attn_options_default(void) {
-    attn_options options;
-    memset(&options, 0, sizeof options);
-    options.custom_scale = 0;             /* scale = 1/sqrt(Dk) */
-    options.alignment = ATTN_ALIGN_UNSET; /* must be named by position-dependent options */
-    options.window_left = -1;             /* no sliding window */
-    options.window_right = -1;
-    options.pattern = ATTN_PATTERN_NONE;
-    options.empty_rows = ATTN_EMPTY_ROWS_ERROR;
-    options.kernel = ATTN_KERNEL_AUTO;
-    return options;
-}
 
 /* slopes[k] = 2^(-8(k+1)/n) for k < n: the geometric sequence of n (a power of two) heads. */
 static void power_of_two_slopes(int n, int first_output, int step, int count, float *slopes) {

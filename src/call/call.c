@@ -1,0 +1,73 @@
+/*
+ * call.c — the prepared attention call (call.h): resolution, validation, kernels, thread
+ * count and the one working-memory arena of a call.
+ */
+#include "call.h"
+
+#include <stdint.h>
+#include <string.h>
+
+#include "../core/internal.h"
+
+attn_status attn_call_begin(attn_call *call, const attn_options *options,
+                            const attn_execution *execution, attn_error *error) {
+    memset(call, 0, sizeof *call);
+    attn_status status = attn_options_resolve(options, &call->options, error);
+    if (status == ATTN_OK) status = attn_execution_resolve(execution, &call->execution, error);
+    if (status == ATTN_OK) status = attn_kernels_select(call->execution.kernel, &call->kernels, error);
+    return status;
+}
+
+attn_status attn_call_validate_forward(attn_call *call, const attn_tensor *q,
+                                       const attn_tensor *k, const attn_tensor *v,
+                                       const attn_tensor *out, const attn_tensor *lse,
+                                       attn_error *error) {
+    return attn_validate_call(q, k, v, &call->options, out, lse, &call->problem, error);
+}
+
+int attn_call_thread_count(const attn_call *call, int64_t work_items) {
+    int threads = attn_thread_count(call->execution.num_threads);
+    if (work_items > 0 && threads > work_items) threads = (int)work_items;
+    return threads < 1 ? 1 : threads;
+}
+
+attn_status attn_call_reserve(attn_call *call, int threads, size_t workspace_bytes,
+                              size_t shared_bytes, const char *who, attn_error *error) {
+    size_t per_thread, workspaces, total;
+    if (threads < 1) threads = 1;
+    if (!attn_call_round_bytes(workspace_bytes, &per_thread) ||
+        !attn_mul_size(per_thread, (size_t)threads, &workspaces) ||
+        !attn_add_size(workspaces, shared_bytes, &total))
+        return attn_fail(error, ATTN_ERROR_OVERFLOW,
+                         "%s: working memory of %d threads x %zu bytes + %zu shared overflows",
+                         who, threads, workspace_bytes, shared_bytes);
+    const size_t limit = call->execution.memory_limit_bytes;
+    if (limit > 0 && total > limit)
+        return attn_fail(error, ATTN_ERROR_MEMORY_LIMIT,
+                         "execution.memory_limit_bytes = %zu: %s needs %zu bytes of working "
+                         "memory (%d threads x %zu + %zu shared)",
+                         limit, who, total, threads, per_thread, shared_bytes);
+    call->threads = threads;
+    call->workspace_bytes = per_thread;
+    call->shared_bytes = shared_bytes;
+    attn_status status = attn_mask_context_init(&call->mask, &call->options, &call->problem, error);
+    if (status != ATTN_OK) return status;
+    call->mask_ready = true;
+    if (total == 0) return ATTN_OK;
+    call->arena = attn_aligned_alloc(total);
+    if (call->arena == NULL)
+        return attn_fail(error, ATTN_ERROR_OUT_OF_MEMORY,
+                         "%s: %zu bytes of working memory (%d threads x %zu + %zu shared) could "
+                         "not be allocated",
+                         who, total, threads, per_thread, shared_bytes);
+    return ATTN_OK;
+}
+
+void attn_call_end(attn_call *call) {
+    if (call->mask_ready) attn_mask_context_free(&call->mask);
+    call->mask_ready = false;
+    attn_aligned_free(call->arena);
+    call->arena = NULL;
+    call->threads = 0;
+    call->workspace_bytes = call->shared_bytes = 0;
+}

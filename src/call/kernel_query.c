@@ -1,0 +1,14 @@
+/*
+ * kernel_query.c — the public kernel queries of attn.h (attn_kernel_name,
+ * attn_kernel_available): which kernel registry a choice selects on this CPU and build.
+ */
+#include "../core/internal.h"
+#include "../kernels/registry.h"
+
+const char *attn_kernel_name(attn_kernel_choice choice) {
+    const attn_kernels *kernels = NULL;
+    if (attn_kernels_select(choice, &kernels, NULL) != ATTN_OK || kernels == NULL) return NULL;
+    return kernels->name;
+}
+
+int attn_kernel_available(attn_kernel_choice choice) { return attn_kernel_name(choice) != NULL; }

@@ -1,0 +1,76 @@
+/*
+ * resolve.c — the defaults of attn_options and attn_execution (attn.h) and their resolution
+ * at the start of every call (call.h).
+ */
+#include "call.h"
+
+#include <string.h>
+
+#include "../core/internal.h"
+#include "../kernels/registry.h"
+
+attn_options attn_options_default(void) {
+    attn_options options;
+    memset(&options, 0, sizeof options);
+    options.version = ATTN_OPTIONS_VERSION;
+    options.window_left = -1; /* used only when `window` is switched on */
+    options.window_right = -1;
+    return options;
+}
+
+attn_execution attn_execution_default(void) {
+    attn_execution execution;
+    memset(&execution, 0, sizeof execution);
+    execution.version = ATTN_EXECUTION_VERSION;
+    return execution;
+}
+
+attn_status attn_options_resolve(const attn_options *options, attn_options *resolved,
+                                 attn_error *error) {
+    if (options == NULL) {
+        memset(resolved, 0, sizeof *resolved);
+    } else {
+        if (options->version != 0 && options->version != ATTN_OPTIONS_VERSION)
+            return attn_fail(error, ATTN_ERROR_INVALID_ARGUMENT,
+                             "options.version = %d: must be 0 or ATTN_OPTIONS_VERSION (%d)",
+                             options->version, ATTN_OPTIONS_VERSION);
+        *resolved = *options;
+    }
+    resolved->version = ATTN_OPTIONS_VERSION;
+    if (!resolved->window) {
+        resolved->window_left = -1;
+        resolved->window_right = -1;
+    }
+    return ATTN_OK;
+}
+
+attn_status attn_execution_resolve(const attn_execution *execution, attn_execution *resolved,
+                                   attn_error *error) {
+    if (execution == NULL) {
+        memset(resolved, 0, sizeof *resolved);
+        resolved->version = ATTN_EXECUTION_VERSION;
+        return ATTN_OK;
+    }
+    if (execution->version != 0 && execution->version != ATTN_EXECUTION_VERSION)
+        return attn_fail(error, ATTN_ERROR_INVALID_ARGUMENT,
+                         "execution.version = %d: must be 0 or ATTN_EXECUTION_VERSION (%d)",
+                         execution->version, ATTN_EXECUTION_VERSION);
+    if (execution->num_threads < 0)
+        return attn_fail(error, ATTN_ERROR_INVALID_ARGUMENT,
+                         "execution.num_threads = %d: must be >= 0 (0 = OpenMP default)",
+                         execution->num_threads);
+    if (execution->tile_q < 0 || execution->tile_q > ATTN_MAX_TILE)
+        return attn_fail(error, ATTN_ERROR_INVALID_ARGUMENT,
+                         "execution.tile_q = %d: must be in [0, %d] (0 = tuned default)",
+                         execution->tile_q, ATTN_MAX_TILE);
+    if (execution->tile_k < 0 || execution->tile_k > ATTN_MAX_TILE)
+        return attn_fail(error, ATTN_ERROR_INVALID_ARGUMENT,
+                         "execution.tile_k = %d: must be in [0, %d] (0 = tuned default)",
+                         execution->tile_k, ATTN_MAX_TILE);
+    if (attn_kernel_choice_name(execution->kernel) == NULL)
+        return attn_fail(error, ATTN_ERROR_INVALID_ARGUMENT, "execution.kernel = %d: unknown",
+                         (int)execution->kernel);
+    *resolved = *execution;
+    resolved->version = ATTN_EXECUTION_VERSION;
+    return ATTN_OK;
+}

@@ -1,0 +1,297 @@
+/*
+ * decode_body.h — the float32 decode kernels of the registry (kernels/registry.h, decode
+ * part) written once over vec.h, compiled per width by src/kernels/avx2/decode_avx2.c and
+ * src/kernels/avx512/decode_avx512.c, which name them in their tables (the AVX-512 file adds
+ * the kernels that read bfloat16 in place).
+ *
+ * Decoding reads every cached key and value once per step, so the kernel must keep up with
+ * the memory stream (for MHA the keys are read key after key: one sequential stream), and
+ * with GQA / MQA / MLA it must also serve many query rows per key (4 rows for Hq = 32,
+ * Hkv = 8; 32 for MQA; 128 for MLA): then the arithmetic (a small matrix product per chunk)
+ * must leave the memory stream room to run, and the number of loads per FMA decides the
+ * speed. Hence:
+ *  - scores: blocks of VLANES dot products (4 rows x VLANES/4 keys, 2 x VLANES/2 or
+ *    1 x VLANES, whichever fits the group), each kept as a VLANES-lane partial sum over the
+ *    head dimension and reduced together by one fixed transpose-and-add tree (no per-dot
+ *    horizontal sum). Groups of >= DIMENSION_MAJOR_ROWS rows read the keys dimension-major:
+ *    every loaded key vector serves 4 (2) rows and every loaded query vector all keys of the
+ *    block, from registers; smaller groups read key after key (a single sequential stream);
+ *  - softmax: the online-softmax step of a row on whole vectors with vf_exp;
+ *  - values: blocks of VALUE_ROWS rows x VALUE_VECTORS vectors of value floats (3 x 128 =
+ *    24 zmm accumulators at 16 lanes, each value row read whole and in order; 2 x 32 = 8 ymm
+ *    at 8 lanes), the rescale of the accumulator fused into its load;
+ *  - at 16 lanes, software prefetch of the keys and values LOOKAHEAD rows ahead for groups
+ *    of >= 2 rows (see LOOKAHEAD): without it the core waits on memory during most of its
+ *    arithmetic. (Not measured at 8 lanes, where it stays off.)
+ * Deterministic: a fixed operation order for any input and thread count.
+ */
+#include <math.h>
+
+#include "kernels/half.h"
+#include "kernels/registry.h"
+#include "kernels/simd/vmath.h"
+
+#if VLANES == 16
+/* Groups of at least this many rows score dimension-major (see score_block): measured
+ * 15-20% faster than key-major for 4 rows once the keys are prefetched. */
+enum { DIMENSION_MAJOR_ROWS = 3, DECODE_PREFETCH = 1, VALUE_ROWS = 3, VALUE_VECTORS = 8 };
+#else
+enum { DIMENSION_MAJOR_ROWS = 2, DECODE_PREFETCH = 0, VALUE_ROWS = 2, VALUE_VECTORS = 4 };
+#endif
+
+/* Software prefetch. With a group of several rows each key costs many FMAs, and the hardware
+ * prefetcher alone then leaves the core waiting on its loads (profiled: most cycles at the
+ * first use of a key, memory idle during the arithmetic). So the pass that reads keys
+ * (values) from memory requests the row LOOKAHEAD rows ahead of the one it uses, past the end
+ * of the chunk too: rows are contiguous within a page, so that is the next chunk (a prefetch
+ * never faults; at a page end it is wasted). Hint T1 (into L2): measured faster than T0 or
+ * NTA here, and a lookahead of 16 rows faster than 8, 32 or 64. One row per key (MHA) is a
+ * plain stream the hardware prefetcher follows: prefetching it measured slower. */
+enum { LOOKAHEAD = 16, PREFETCH_ROWS = 2 };
+
+/* Requests the `bytes` bytes of the stored row `rows` rows of `stride` elements of
+ * `element_size` bytes after `base` (which may lie past the pool: the address is formed as
+ * an integer, and a prefetch never faults). */
+V_INLINE void prefetch_row(const void *base, int64_t rows, int64_t stride, size_t element_size,
+                           size_t bytes) {
+    const uintptr_t row = (uintptr_t)base + (uintptr_t)(rows * stride) * element_size;
+    for (size_t offset = 0; offset < bytes; offset += 64)
+        _mm_prefetch((const char *)(row + offset), _MM_HINT_T1);
+}
+
+/* The first `lanes` floats of p (lanes may exceed VLANES), zeros elsewhere. At 8 lanes a
+ * whole vector is a plain load (a masked one costs more there). */
+V_INLINE vf load_first(const float *p, int lanes) {
+#if VLANES == 8
+    if (lanes >= 8) return vf_loadu(p);
+#endif
+    return vf_maskz_loadu(vmask_first(lanes), p);
+}
+
+/* Lane a of the result = the sum of the VLANES lanes of v[a], by a fixed tree. The trees
+ * differ by width (the shuffles that exist): at 8 lanes hadd pairs then the 128-bit halves;
+ * at 16 lanes 256-bit halves, then 128-bit quarters (shuffle_f32x4), then within 128 bits
+ * (unpack). */
+#if VLANES == 16
+V_INLINE vf transpose_reduce(const vf v[16]) {
+    /* The tree below yields lane 4k + j = sum(w[4j + k]); feeding w[4j + k] = v[4k + j]
+     * makes lane a = sum(v[a]). */
+    vf w[16];
+    for (int i = 0; i < 16; ++i) w[i] = v[(i % 4) * 4 + i / 4];
+    vf halves[8], quarters[4];
+    for (int i = 0; i < 8; ++i) /* blocks [a0+a2, a1+a3, b0+b2, b1+b3] */
+        halves[i] = vf_add(_mm512_shuffle_f32x4(w[2 * i], w[2 * i + 1], 0x44),
+                           _mm512_shuffle_f32x4(w[2 * i], w[2 * i + 1], 0xEE));
+    for (int i = 0; i < 4; ++i) /* block m = 4-lane partial of w[4i + m] */
+        quarters[i] = vf_add(_mm512_shuffle_f32x4(halves[2 * i], halves[2 * i + 1], 0x88),
+                             _mm512_shuffle_f32x4(halves[2 * i], halves[2 * i + 1], 0xDD));
+    const vf pair01 = vf_add(_mm512_unpacklo_ps(quarters[0], quarters[1]),
+                             _mm512_unpackhi_ps(quarters[0], quarters[1]));
+    const vf pair23 = vf_add(_mm512_unpacklo_ps(quarters[2], quarters[3]),
+                             _mm512_unpackhi_ps(quarters[2], quarters[3]));
+    const __m512d lo = _mm512_unpacklo_pd(_mm512_castps_pd(pair01), _mm512_castps_pd(pair23));
+    const __m512d hi = _mm512_unpackhi_pd(_mm512_castps_pd(pair01), _mm512_castps_pd(pair23));
+    return vf_add(_mm512_castpd_ps(lo), _mm512_castpd_ps(hi));
+}
+#else
+V_INLINE vf transpose_reduce(const vf v[8]) {
+    const vf low = _mm256_hadd_ps(_mm256_hadd_ps(v[0], v[1]), _mm256_hadd_ps(v[2], v[3]));
+    const vf high = _mm256_hadd_ps(_mm256_hadd_ps(v[4], v[5]), _mm256_hadd_ps(v[6], v[7]));
+    return vf_add(_mm256_permute2f128_ps(low, high, 0x20), _mm256_permute2f128_ps(low, high, 0x31));
+}
+#endif
+
+/* target[e] = float(source[e]) for bfloat16 source: zero-extend to 32 bits, shift up. */
+static void bf16_to_f32(int64_t count, const uint16_t *source, float *target) {
+    int64_t e = 0;
+    for (; e + VLANES <= count; e += VLANES) {
+#if VLANES == 16
+        const vi wide = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(source + e)));
+#else
+        const vi wide = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(source + e)));
+#endif
+        vf_storeu(target + e, vi_as_vf(vi_slli(wide, 16)));
+    }
+    for (; e < count; ++e) target[e] = attn_bf16_to_float(source[e]);
+}
+
+/* target[e] = float(source[e]) for IEEE half source. At 16 lanes vcvtph2ps (part of
+ * AVX-512F); at 8 lanes the portable converter (vcvtph2ps there would need F16C, which the
+ * AVX2 registry does not require; fp16 storage is not a speed target). */
+static void f16_to_f32(int64_t count, const uint16_t *source, float *target) {
+    int64_t e = 0;
+#if VLANES == 16
+    for (; e + 16 <= count; e += 16)
+        vf_storeu(target + e, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(source + e))));
+    if (e < count) {
+        const vmask tail = vmask_first((int)(count - e));
+        vf_mask_storeu(target + e, tail,
+                       _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(tail, source + e)));
+        return;
+    }
+#endif
+    for (; e < count; ++e) target[e] = attn_f16_to_float(source[e]);
+}
+
+/* VLANES dot products over `dim`: block_rows query rows x block_keys float32 keys
+ * (block_rows * block_keys = VLANES). out[r * block_keys + k] = row[r] . key[k]. key_major:
+ * each key is read whole before the next, a purely sequential stream (the query vectors are
+ * reloaded from L1 for each key); else dimension-major: each loaded key vector serves all
+ * rows of the block and each loaded query vector all keys, from registers. */
+V_INLINE void score_block(const int block_rows, const int block_keys, const int key_major,
+                          int dim, const float *const *row, const float *const *key, float *out) {
+    vf sums[VLANES];
+    for (int a = 0; a < VLANES; ++a) sums[a] = vf_zero();
+    if (key_major) {
+        for (int k = 0; k < block_keys; ++k)
+            for (int d = 0; d < dim; d += VLANES) {
+                const vf key_vector = load_first(key[k] + d, dim - d);
+                for (int r = 0; r < block_rows; ++r)
+                    sums[r * block_keys + k] = vf_fmadd(load_first(row[r] + d, dim - d),
+                                                        key_vector, sums[r * block_keys + k]);
+            }
+    } else {
+        for (int d = 0; d < dim; d += VLANES) {
+            vf query[4];
+            for (int r = 0; r < block_rows; ++r) query[r] = load_first(row[r] + d, dim - d);
+            for (int k = 0; k < block_keys; ++k) {
+                const vf key_vector = load_first(key[k] + d, dim - d);
+                for (int r = 0; r < block_rows; ++r)
+                    sums[r * block_keys + k] =
+                        vf_fmadd(query[r], key_vector, sums[r * block_keys + k]);
+            }
+        }
+    }
+    vf_storeu(out, transpose_reduce(sums));
+}
+
+/* scores[r * ATTN_DECODE_CHUNK + c] = queries[r] . keys[c] for float32 keys. */
+static void score_chunk(int rows, int count, int dim, const float *queries, const float *keys,
+                        int64_t key_stride, float *scores) {
+    const int block_rows = rows >= 3 ? 4 : rows, block_keys = VLANES / block_rows;
+    for (int r0 = 0; r0 < rows; r0 += block_rows)
+        for (int c0 = 0; c0 < count; c0 += block_keys) {
+            /* Rows / keys past the end repeat the last one; their results are dropped. */
+            const float *row[4];
+            const float *key[VLANES];
+            for (int r = 0; r < block_rows; ++r)
+                row[r] = queries + (int64_t)(r0 + r < rows ? r0 + r : rows - 1) * dim;
+            for (int k = 0; k < block_keys; ++k)
+                key[k] = keys + (c0 + k < count ? c0 + k : count - 1) * key_stride;
+            if (DECODE_PREFETCH && r0 == 0 && rows >= PREFETCH_ROWS) /* the pass that reads keys */
+                for (int k = 0; k < block_keys; ++k)
+                    prefetch_row(keys, c0 + k + LOOKAHEAD, key_stride, sizeof(float),
+                                 dim * sizeof(float));
+            float out[VLANES];
+            /* 4 rows: always >= DIMENSION_MAJOR_ROWS; 1 row: always key after key */
+            if (block_rows == 4) score_block(4, VLANES / 4, 0, dim, row, key, out);
+            else if (block_rows == 2)
+                score_block(2, VLANES / 2, 2 < DIMENSION_MAJOR_ROWS, dim, row, key, out);
+            else score_block(1, VLANES, 1, dim, row, key, out);
+            for (int r = 0; r < block_rows && r0 + r < rows; ++r)
+                for (int k = 0; k < block_keys && c0 + k < count; ++k)
+                    scores[(r0 + r) * ATTN_DECODE_CHUNK + c0 + k] = out[r * block_keys + k];
+        }
+}
+
+/* The online-softmax step (registry.h) of one chunk, each row held in registers. */
+static void softmax_chunk(int rows, int count, float scale, float *scores, float *row_max,
+                          float *row_sum, float *rescale) {
+    enum { VECTORS = ATTN_DECODE_CHUNK / VLANES };
+    const int vectors = (count + VLANES - 1) / VLANES;
+    vmask masks[VECTORS];
+    for (int v = 0; v < VECTORS; ++v) masks[v] = vmask_first(count - VLANES * v);
+    const vf minus_infinity = vf_set1(-INFINITY), scale_vector = vf_set1(scale);
+    for (int r = 0; r < rows; ++r) {
+        float *row = scores + r * ATTN_DECODE_CHUNK;
+        vf logits[VECTORS], maximum = minus_infinity;
+        for (int v = 0; v < vectors; ++v) { /* lanes past the chunk are masked keys */
+            logits[v] =
+                vf_mul(vf_mask_loadu_or(minus_infinity, masks[v], row + VLANES * v), scale_vector);
+            maximum = vf_max(maximum, logits[v]);
+        }
+        const float chunk_max = vf_reduce_max(maximum);
+        const float old_max = row_max[r];
+        const float new_max = chunk_max > old_max ? chunk_max : old_max;
+        const float use_max = new_max == -INFINITY ? 0.0f : new_max;
+        const vf shift = vf_set1(use_max);
+        vf sum = vf_zero();
+        for (int v = 0; v < vectors; ++v) {
+            const vf p = vf_exp(vf_sub(logits[v], shift)); /* -inf -> 0 */
+            sum = vf_add(sum, p);
+            vf_mask_storeu(row + VLANES * v, masks[v], p);
+        }
+        rescale[r] = old_max == -INFINITY ? 0.0f : expf(old_max - use_max);
+        row_sum[r] = rescale[r] * row_sum[r] + vf_reduce_add(sum);
+        row_max[r] = new_max;
+    }
+}
+
+/* accumulator rows [block_rows][dim], columns [e0, e0 + width) with width <= VLANES *
+ * vectors: acc = rescale * acc + sum_c weight[r][c] * values[c] for float32 values. */
+V_INLINE void accumulate_block(const int block_rows, const int vectors, int count, int e0,
+                               int width, int dim, const float *weights, const float *rescale,
+                               const float *values, int64_t value_stride, float *accumulator,
+                               int prefetch) {
+    vmask masks[VALUE_VECTORS];
+    for (int x = 0; x < vectors; ++x) masks[x] = vmask_first(width - VLANES * x);
+    vf sums[VALUE_ROWS][VALUE_VECTORS];
+    for (int r = 0; r < block_rows; ++r) {
+        const vf factor = vf_set1(rescale[r]);
+        const float *row = accumulator + (int64_t)r * dim + e0;
+        for (int x = 0; x < vectors; ++x)
+            sums[r][x] = vf_mul(factor, vf_maskz_loadu(masks[x], row + VLANES * x));
+    }
+    for (int c = 0; c < count; ++c) {
+        vf weight[VALUE_ROWS];
+        for (int r = 0; r < block_rows; ++r)
+            weight[r] = vf_set1(weights[r * ATTN_DECODE_CHUNK + c]);
+        const float *value = values + c * value_stride + e0;
+        if (DECODE_PREFETCH && prefetch)
+            prefetch_row(values, c + LOOKAHEAD, value_stride, sizeof(float), dim * sizeof(float));
+        for (int x = 0; x < vectors; ++x) {
+            const vf value_vector = vf_maskz_loadu(masks[x], value + VLANES * x);
+            for (int r = 0; r < block_rows; ++r)
+                sums[r][x] = vf_fmadd(weight[r], value_vector, sums[r][x]);
+        }
+    }
+    for (int r = 0; r < block_rows; ++r) {
+        float *row = accumulator + (int64_t)r * dim + e0;
+        for (int x = 0; x < vectors; ++x) vf_mask_storeu(row + VLANES * x, masks[x], sums[r][x]);
+    }
+}
+
+/* Rows [0, block_rows) of accumulate_chunk over all of dim, in column blocks of
+ * VLANES * VALUE_VECTORS floats. */
+V_INLINE void accumulate_rows(const int block_rows, int count, int dim, const float *weights,
+                              const float *rescale, const float *values, int64_t value_stride,
+                              float *accumulator, int prefetch) {
+    enum { BLOCK = VLANES * VALUE_VECTORS };
+    for (int e0 = 0; e0 < dim; e0 += BLOCK) {
+        const int width = dim - e0 < BLOCK ? dim - e0 : BLOCK;
+        accumulate_block(block_rows, VALUE_VECTORS, count, e0, width, dim, weights, rescale,
+                         values, value_stride, accumulator, prefetch && e0 == 0);
+    }
+}
+
+/* accumulate_chunk for float32 values: blocks of VALUE_ROWS rows (the first block reads each
+ * value row whole, in order), then the remaining rows. (At 16 lanes, blocks of 4 rows x 64
+ * floats need fewer loads but read each value row in two strided passes, which measured
+ * slower on streamed values.) */
+static void accumulate_chunk(int rows, int count, int dim, const float *weights,
+                             const float *rescale, const float *values, int64_t value_stride,
+                             float *accumulator) {
+    const int prefetch = rows >= PREFETCH_ROWS; /* by the first block, which reads memory */
+    int r = 0;
+    for (; r + VALUE_ROWS <= rows; r += VALUE_ROWS)
+        accumulate_rows(VALUE_ROWS, count, dim, weights + r * ATTN_DECODE_CHUNK, rescale + r,
+                        values, value_stride, accumulator + (int64_t)r * dim, prefetch && r == 0);
+    const float *tail_weights = weights + r * ATTN_DECODE_CHUNK;
+    float *tail = accumulator + (int64_t)r * dim;
+    if (rows - r == 2) /* only when VALUE_ROWS is 3 */
+        accumulate_rows(2, count, dim, tail_weights, rescale + r, values, value_stride, tail,
+                        prefetch && r == 0);
+    else if (rows - r == 1)
+        accumulate_rows(1, count, dim, tail_weights, rescale + r, values, value_stride, tail,
+                        prefetch && r == 0);
+}

@@ -1,0 +1,14 @@
+/*
+ * parts.h — the names of the registry parts a SIMD width exports (forward_<isa>.c,
+ * backward_<isa>.c, decode_<isa>.c), for the ISA table that collects them (table_<isa>.c).
+ */
+#ifndef ATTN_KERNELS_SIMD_PARTS_H
+#define ATTN_KERNELS_SIMD_PARTS_H
+
+#include "kernels/registry.h"
+
+extern const attn_forward_kernels attn_avx2_forward, attn_avx512_forward;
+extern const attn_backward_kernels attn_avx2_backward, attn_avx512_backward;
+extern const attn_decode_kernels attn_avx2_decode, attn_avx512_decode;
+
+#endif /* ATTN_KERNELS_SIMD_PARTS_H */

@@ -1,0 +1,70 @@
+/*
+ * vmath.h — vectorised exp and tanh over vec.h, shared by every SIMD kernel body.
+ *
+ * exp (Cephes expf style): n = round(x·log2 e), r = x − n·ln 2 in two FMA steps (ln 2 split
+ * into a high part exact in float and a low correction), e^r ≈ 1 + r + r²·p(r) with a degree-5
+ * polynomial on |r| ≤ ln 2 / 2, then e^x = e^r · 2^n. The last step is the one place the
+ * widths differ, because AVX2 has no counterpart of vscalefps:
+ *  - AVX-512: 2^n by vscalefps (exact, handles underflow to subnormals and to 0); inputs are
+ *    clamped to [−104, 88.72]: below −104 the result rounds to exactly +0;
+ *  - AVX2: 2^n built in the exponent bits, so inputs are clamped to [−87, 88.37] (n within
+ *    the normal range) and results for x < −87 are set to exactly 0 (expf would give at most
+ *    1.6e-38 there; such terms never change a softmax whose sum is ≥ 1).
+ * Either way −inf (a masked logit) gives exactly 0, never NaN. Measured against glibc expf on
+ * [−87, 88] (tests/test_kernels_tiles.c): max relative error 8.1e-8 (1.4 ulp at 2^-24).
+ *
+ * tanh: for |y| < 0.5 the odd Taylor polynomial to y^15 (truncation < 1e-8 relative there),
+ * else 1 − 2 / (exp(2|y|) + 1) with the sign of y (|2y| capped at 80, where tanh is 1 in
+ * float). About 2 ulp; checked against tanh in double by test_kernels_tiles.
+ */
+#ifndef ATTN_KERNELS_SIMD_VMATH_H
+#define ATTN_KERNELS_SIMD_VMATH_H
+
+#include "kernels/simd/vec.h"
+
+V_INLINE vf vf_exp(vf x) {
+#if ATTN_VEC_WIDTH == 16
+    x = vf_max(x, vf_set1(-104.0f));
+    x = vf_min(x, vf_set1(88.72283935546875f));
+#else
+    const vmask underflow = vf_less(x, vf_set1(-87.0f));
+    x = vf_max(x, vf_set1(-87.0f));
+    x = vf_min(x, vf_set1(88.37f));
+#endif
+    const vf n = vf_round(vf_mul(x, vf_set1(1.44269504088896341f)));
+    vf r = vf_fnmadd(n, vf_set1(0.693359375f), x);
+    r = vf_fnmadd(n, vf_set1(-2.12194440e-4f), r);
+    vf p = vf_set1(1.9875691500e-4f);
+    p = vf_fmadd(p, r, vf_set1(1.3981999507e-3f));
+    p = vf_fmadd(p, r, vf_set1(8.3334519073e-3f));
+    p = vf_fmadd(p, r, vf_set1(4.1665795894e-2f));
+    p = vf_fmadd(p, r, vf_set1(1.6666665459e-1f));
+    p = vf_fmadd(p, r, vf_set1(5.0000001201e-1f));
+    const vf y = vf_add(vf_fmadd(p, vf_mul(r, r), r), vf_set1(1.0f));
+#if ATTN_VEC_WIDTH == 16
+    return _mm512_scalef_ps(y, n);
+#else
+    const vi exponent = vi_slli(vi_add(vf_to_vi(n), vi_set1(127)), 23);
+    return _mm256_andnot_ps(_mm256_castsi256_ps(underflow), vf_mul(y, vi_as_vf(exponent)));
+#endif
+}
+
+V_INLINE vf vf_tanh(vf y) {
+    const vf one = vf_set1(1.0f);
+    const vf magnitude = vf_abs(y);
+    const vf e = vf_exp(vf_min(vf_add(magnitude, magnitude), vf_set1(80.0f)));
+    const vf large = vf_sub(one, vf_div(vf_set1(2.0f), vf_add(e, one)));
+    const vf square = vf_mul(magnitude, magnitude);
+    vf p = vf_set1(-929569.0f / 638512875.0f);
+    p = vf_fmadd(p, square, vf_set1(21844.0f / 6081075.0f));
+    p = vf_fmadd(p, square, vf_set1(-1382.0f / 155925.0f));
+    p = vf_fmadd(p, square, vf_set1(62.0f / 2835.0f));
+    p = vf_fmadd(p, square, vf_set1(-17.0f / 315.0f));
+    p = vf_fmadd(p, square, vf_set1(2.0f / 15.0f));
+    p = vf_fmadd(p, square, vf_set1(-1.0f / 3.0f));
+    const vf small = vf_fmadd(vf_mul(p, square), magnitude, magnitude);
+    const vf result = vf_select(vf_less(magnitude, vf_set1(0.5f)), large, small);
+    return vf_or(result, vf_and(y, vf_set1(-0.0f))); /* sign of y */
+}
+
+#endif /* ATTN_KERNELS_SIMD_VMATH_H */

@@ -1,0 +1,372 @@
+/*
+ * test_kernels_decode.c — the decode part of every kernel registry this build, CPU and OS run
+ * (attn_kernels_available), slot by slot, against double-precision evaluations of the
+ * contract in src/kernels/registry.h written here, and against the generic registry on the
+ * same inputs:
+ *   - bf16_to_f32 / f16_to_f32: exact against a decoding of the bit patterns written here
+ *     (every class: zero, subnormal, normal, inf, NaN), lengths around the vector widths;
+ *   - score_chunk: Q·Kᵀ for groups of 1..17 rows (every score block and row tail), chunks of
+ *     1..64 keys, head dims 1..576, key strides wider than the dim;
+ *   - softmax_chunk: the online-softmax step with masked (−inf) keys, rows that are all
+ *     masked, a running max that is −inf or finite; columns past count untouched;
+ *   - accumulate_chunk: rescale·acc + P·V with zero weights (masked keys), value strides
+ *     wider than the dim whose gaps hold NaN (never read into the result);
+ *   - where a registry has them, score_chunk_bf16 (after prepare_bf16_queries when given)
+ *     and accumulate_chunk_bf16 against the same products on the widened bfloat16 values;
+ *   - a second call on the same inputs gives the same bits.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/registry.h"
+#include "test_support.h"
+
+#define DOT_TOLERANCE 1e-6 /* relative to sum |q k| */
+#define SENTINEL 12345.0f
+#define COUNT_OF(array) ((int)(sizeof(array) / sizeof((array)[0])))
+
+static const int group_rows[] = {1, 2, 3, 4, 5, 8, 17};
+static const int chunk_counts[] = {1, 5, 15, 16, 17, 40, 63, 64};
+static const int head_dims[] = {1, 7, 16, 33, 64, 100, 128, 576};
+
+static const attn_kernels *generic_registry(void) {
+    const attn_kernels *generic = NULL;
+    attn_kernels_select(ATTN_KERNEL_GENERIC, &generic, NULL);
+    return generic;
+}
+
+static float *floats(size_t count, float fill) {
+    float *data = malloc((count + 1) * sizeof(float));
+    for (size_t i = 0; i <= count; ++i) data[i] = fill;
+    return data;
+}
+
+static double bits_to_double_bf16(uint16_t h) {
+    uint32_t bits = (uint32_t)h << 16;
+    float value;
+    memcpy(&value, &bits, sizeof value);
+    return value;
+}
+
+static double bits_to_double_f16(uint16_t h) {
+    const int sign = h >> 15, exponent = (h >> 10) & 31, mantissa = h & 1023;
+    double value;
+    if (exponent == 31) value = mantissa ? NAN : INFINITY;
+    else if (exponent == 0) value = ldexp(mantissa, -24);
+    else value = ldexp(1024 + mantissa, exponent - 25);
+    return sign ? -value : value;
+}
+
+/* A stored 16-bit value of a finite float near N(0, 1), as bfloat16 (truncated). */
+static uint16_t random_bf16(test_rng *rng) {
+    const float x = (float)test_rng_normal(rng);
+    uint32_t bits;
+    memcpy(&bits, &x, sizeof bits);
+    return (uint16_t)(bits >> 16);
+}
+
+static void test_conversions(const attn_kernels *k, test_rng *rng) {
+    static const int lengths[] = {1, 7, 8, 9, 15, 16, 17, 31, 33, 100, 1000};
+    for (int n = 0; n < COUNT_OF(lengths); ++n) {
+        const int count = lengths[n];
+        uint16_t *source = malloc(sizeof(uint16_t) * (size_t)count);
+        for (int format = 0; format < 2; ++format) {
+            for (int e = 0; e < count; ++e) { /* every class of bit pattern */
+                const uint16_t specials[] = {0x0000, 0x8000, 0x0001, 0x7f80, 0xff80, 0x7fc1,
+                                             0x3c00, 0x7c00, 0x7e00, 0x03ff, 0xfc00};
+                source[e] = test_rng_uniform(rng) < 0.2
+                                ? specials[test_rng_range(rng, 0, COUNT_OF(specials) - 1)]
+                                : (uint16_t)test_rng_range(rng, 0, 0xffff);
+            }
+            float *target = floats((size_t)count, SENTINEL);
+            (format == 0 ? k->decode.bf16_to_f32 : k->decode.f16_to_f32)(count, source, target);
+            int exact = target[count] == SENTINEL;
+            for (int e = 0; e < count; ++e) {
+                const double want =
+                    format == 0 ? bits_to_double_bf16(source[e]) : bits_to_double_f16(source[e]);
+                exact &= isnan(want) ? isnan(target[e]) : (double)target[e] == want;
+            }
+            CHECK(exact, "%s %s_to_f32 of %d elements: exact, nothing written past", k->name,
+                  format == 0 ? "bf16" : "f16", count);
+            free(target);
+        }
+        free(source);
+    }
+}
+
+/* The scores of `rows` queries [rows][dim] against `count` keys in double: exact[r][c] and
+ * magnitude[r][c] = sum |q k|. keys as double so that bf16 and f32 share this. */
+static void exact_scores(int rows, int count, int dim, const float *queries, const double *keys,
+                         int64_t key_stride, double *exact, double *magnitude) {
+    for (int r = 0; r < rows; ++r)
+        for (int c = 0; c < count; ++c) {
+            double sum = 0.0, size = 1e-30;
+            for (int d = 0; d < dim; ++d) {
+                const double term = (double)queries[(size_t)r * dim + d] * keys[c * key_stride + d];
+                sum += term;
+                size += fabs(term);
+            }
+            exact[r * count + c] = sum;
+            magnitude[r * count + c] = size;
+        }
+}
+
+/* score_chunk (and the bf16 form) for one shape: worst error against double and generic. */
+static void check_scores(const attn_kernels *k, int rows, int count, int dim, test_rng *rng) {
+    const int64_t key_stride = dim + 3;
+    float *queries = floats((size_t)rows * dim, 0.0f);
+    test_fill_normal(rng, queries, (int64_t)rows * dim, 1.0f);
+    float *keys = floats((size_t)count * key_stride, NAN); /* the stride gaps hold NaN */
+    uint16_t *keys_bf16 = malloc(sizeof(uint16_t) * (size_t)count * key_stride);
+    double *keys_double = malloc(sizeof(double) * (size_t)count * key_stride);
+    double *keys_bf16_double = malloc(sizeof(double) * (size_t)count * key_stride);
+    for (int c = 0; c < count; ++c)
+        for (int d = 0; d < key_stride; ++d) {
+            const int64_t at = c * key_stride + d;
+            keys[at] = d < dim ? (float)test_rng_normal(rng) : NAN;
+            keys_double[at] = keys[at];
+            keys_bf16[at] = d < dim ? random_bf16(rng) : 0x7fc1; /* NaN in the gaps */
+            keys_bf16_double[at] = bits_to_double_bf16(keys_bf16[at]);
+        }
+    double *exact = malloc(sizeof(double) * (size_t)rows * count);
+    double *magnitude = malloc(sizeof(double) * (size_t)rows * count);
+    exact_scores(rows, count, dim, queries, keys_double, key_stride, exact, magnitude);
+
+    float *scores = floats((size_t)rows * ATTN_DECODE_CHUNK, SENTINEL);
+    float *again = floats((size_t)rows * ATTN_DECODE_CHUNK, SENTINEL);
+    float *generic = floats((size_t)rows * ATTN_DECODE_CHUNK, SENTINEL);
+    k->decode.score_chunk(rows, count, dim, queries, keys, key_stride, scores);
+    k->decode.score_chunk(rows, count, dim, queries, keys, key_stride, again);
+    generic_registry()->decode.score_chunk(rows, count, dim, queries, keys, key_stride, generic);
+    double worst = 0.0, worst_generic = 0.0;
+    int untouched = 1;
+    for (int r = 0; r < rows; ++r) {
+        for (int c = 0; c < count; ++c) {
+            const float got = scores[r * ATTN_DECODE_CHUNK + c];
+            const double error = fabs(got - exact[r * count + c]) / magnitude[r * count + c];
+            const double difference =
+                fabs(got - generic[r * ATTN_DECODE_CHUNK + c]) / magnitude[r * count + c];
+            if (!(error <= worst)) worst = error;
+            if (!(difference <= worst_generic)) worst_generic = difference;
+        }
+        for (int c = count; c < ATTN_DECODE_CHUNK; ++c)
+            untouched &= scores[r * ATTN_DECODE_CHUNK + c] == SENTINEL;
+    }
+    CHECK(worst <= DOT_TOLERANCE && worst_generic <= DOT_TOLERANCE && untouched &&
+              memcmp(scores, again, sizeof(float) * (size_t)rows * ATTN_DECODE_CHUNK) == 0,
+          "%s score_chunk %dx%d D=%d: error %.3g, vs generic %.3g, past count untouched %d, "
+          "repeatable", k->name, rows, count, dim, worst, worst_generic, untouched);
+
+    if (k->decode.score_chunk_bf16 != NULL && rows <= ATTN_DECODE_FUSED_ROWS) {
+        /* generic reference path: widen through generic bf16_to_f32, then score_chunk */
+        exact_scores(rows, count, dim, queries, keys_bf16_double, key_stride, exact, magnitude);
+        float *widened = floats((size_t)count * key_stride, 0.0f);
+        generic_registry()->decode.bf16_to_f32(count * key_stride, keys_bf16, widened);
+        generic_registry()->decode.score_chunk(rows, count, dim, queries, widened, key_stride,
+                                               generic);
+        const int prepared_dim = ATTN_DECODE_PREPARED_DIM(dim);
+        float *prepared = floats((size_t)rows * prepared_dim, NAN);
+        const float *bf16_queries = queries;
+        if (k->decode.prepare_bf16_queries != NULL) {
+            k->decode.prepare_bf16_queries(rows, dim, queries, prepared);
+            bf16_queries = prepared;
+        }
+        for (int i = 0; i < rows * ATTN_DECODE_CHUNK; ++i) scores[i] = SENTINEL;
+        k->decode.score_chunk_bf16(rows, count, dim, bf16_queries, keys_bf16, key_stride, scores);
+        worst = worst_generic = 0.0;
+        untouched = 1;
+        for (int r = 0; r < rows; ++r) {
+            for (int c = 0; c < count; ++c) {
+                const float got = scores[r * ATTN_DECODE_CHUNK + c];
+                const double error = fabs(got - exact[r * count + c]) / magnitude[r * count + c];
+                const double difference =
+                    fabs(got - generic[r * ATTN_DECODE_CHUNK + c]) / magnitude[r * count + c];
+                if (!(error <= worst)) worst = error;
+                if (!(difference <= worst_generic)) worst_generic = difference;
+            }
+            for (int c = count; c < ATTN_DECODE_CHUNK; ++c)
+                untouched &= scores[r * ATTN_DECODE_CHUNK + c] == SENTINEL;
+        }
+        CHECK(worst <= DOT_TOLERANCE && worst_generic <= DOT_TOLERANCE && untouched,
+              "%s score_chunk_bf16 %dx%d D=%d: error %.3g, vs generic %.3g, untouched %d",
+              k->name, rows, count, dim, worst, worst_generic, untouched);
+        free(widened), free(prepared);
+    }
+    free(queries), free(keys), free(keys_bf16), free(keys_double), free(keys_bf16_double);
+    free(exact), free(magnitude), free(scores), free(again), free(generic);
+}
+
+/* softmax_chunk on a [rows][ATTN_DECODE_CHUNK] block against the step in double and generic. */
+static void check_softmax(const attn_kernels *k, int rows, int count, test_rng *rng) {
+    const float scale = 0.125f;
+    const size_t size = (size_t)rows * ATTN_DECODE_CHUNK;
+    float *scores = floats(size, SENTINEL), *original = floats(size, SENTINEL);
+    float *generic = floats(size, SENTINEL);
+    float *state = floats((size_t)rows * 9, 0.0f); /* max, sum, rescale: mine, generic, start */
+    float *row_max = state, *row_sum = state + rows, *rescale = state + 2 * rows;
+    float *generic_max = state + 3 * rows, *generic_sum = state + 4 * rows,
+          *generic_rescale = state + 5 * rows, *old_max = state + 6 * rows,
+          *old_sum = state + 7 * rows;
+    for (int r = 0; r < rows; ++r) {
+        const int flavour = (int)test_rng_range(rng, 0, 3); /* plain, some masked, all masked */
+        for (int c = 0; c < count; ++c) {
+            float x = (float)(8.0 * test_rng_normal(rng));
+            if ((flavour == 1 && test_rng_uniform(rng) < 0.3) || flavour == 2) x = -INFINITY;
+            original[r * ATTN_DECODE_CHUNK + c] = x;
+        }
+        const int start_empty = flavour == 3 || test_rng_uniform(rng) < 0.3;
+        old_max[r] = start_empty ? -INFINITY : (float)test_rng_normal(rng);
+        old_sum[r] = start_empty ? 0.0f : 1.0f + (float)test_rng_uniform(rng);
+        row_max[r] = generic_max[r] = old_max[r];
+        row_sum[r] = generic_sum[r] = old_sum[r];
+    }
+    memcpy(scores, original, sizeof(float) * size);
+    memcpy(generic, original, sizeof(float) * size);
+    k->decode.softmax_chunk(rows, count, scale, scores, row_max, row_sum, rescale);
+    generic_registry()->decode.softmax_chunk(rows, count, scale, generic, generic_max,
+                                             generic_sum, generic_rescale);
+    double worst = 0.0;
+    int exact = 1;
+    for (int r = 0; r < rows; ++r) {
+        double maximum = old_max[r];
+        for (int c = 0; c < count; ++c)
+            maximum = fmax(maximum, (double)original[r * ATTN_DECODE_CHUNK + c] * scale);
+        const double used = maximum == -INFINITY ? 0.0 : maximum;
+        const double unit = 1.0 + fabs(used);
+        const double want_rescale = old_max[r] == -INFINITY ? 0.0 : exp(old_max[r] - used);
+        double want_sum = want_rescale * old_sum[r];
+        for (int c = 0; c < ATTN_DECODE_CHUNK; ++c) {
+            const float got = scores[r * ATTN_DECODE_CHUNK + c];
+            if (c >= count) {
+                exact &= got == SENTINEL;
+                continue;
+            }
+            const double x = (double)original[r * ATTN_DECODE_CHUNK + c] * scale;
+            const double p = exp(x - used);
+            want_sum += p;
+            if (x == -INFINITY) {
+                exact &= got == 0.0f && generic[r * ATTN_DECODE_CHUNK + c] == 0.0f;
+                continue;
+            }
+            /* x·s and m are floats: their rounding moves exp by that much times |x| + |m| */
+            const double per_unit = (p + 1e-30) * (unit + fabs(x));
+            const double error = fabs(got - p) / per_unit;
+            const double difference = fabs(got - generic[r * ATTN_DECODE_CHUNK + c]) / per_unit;
+            if (p > 1e-30 && !(error <= worst)) worst = error;
+            if (p > 1e-30 && !(difference <= worst)) worst = difference;
+        }
+        exact &= (maximum == -INFINITY ? row_max[r] == -INFINITY
+                                       : fabs(row_max[r] - maximum) <= 1e-6 * unit) &&
+                 row_max[r] == generic_max[r];
+        exact &= want_rescale == 0.0 ? rescale[r] == 0.0f
+                                     : fabs(rescale[r] - want_rescale) <= 1e-6 * unit * want_rescale;
+        exact &= want_sum == 0.0 ? row_sum[r] == 0.0f
+                                 : fabs(row_sum[r] - want_sum) <= 1e-5 * want_sum &&
+                                       fabs(row_sum[r] - generic_sum[r]) <= 1e-5 * want_sum;
+    }
+    CHECK(worst <= 4e-7 && exact,
+          "%s softmax_chunk %dx%d: p error %.3g (double and generic); masked exactly 0, state "
+          "(max, rescale, sum) right, past count untouched: %d", k->name, rows, count, worst, exact);
+    free(scores), free(original), free(generic), free(state);
+}
+
+/* accumulate_chunk (and the bf16 form) for one shape against double and generic. */
+static void check_accumulate(const attn_kernels *k, int rows, int count, int dim, test_rng *rng) {
+    const int64_t value_stride = dim + 5;
+    float *weights = floats((size_t)rows * ATTN_DECODE_CHUNK, NAN); /* past count: NaN */
+    float *rescale = floats((size_t)rows, 0.0f);
+    float *values = floats((size_t)count * value_stride, NAN);
+    uint16_t *values_bf16 = malloc(sizeof(uint16_t) * (size_t)count * value_stride);
+    float *start = floats((size_t)rows * dim, 0.0f);
+    test_fill_normal(rng, start, (int64_t)rows * dim, 1.0f);
+    int *masked = calloc((size_t)count, sizeof(int));
+    for (int c = 0; c < count; ++c) masked[c] = count > 1 && test_rng_uniform(rng) < 0.25;
+    for (int r = 0; r < rows; ++r) {
+        rescale[r] = r % 3 == 0 ? 1.0f : (float)test_rng_uniform(rng);
+        for (int c = 0; c < count; ++c)
+            weights[r * ATTN_DECODE_CHUNK + c] = masked[c] ? 0.0f : (float)test_rng_uniform(rng);
+    }
+    for (int c = 0; c < count; ++c)
+        for (int e = 0; e < value_stride; ++e) {
+            const int64_t at = c * value_stride + e;
+            /* the stride gaps hold NaN: never read into the result */
+            values[at] = e < dim ? (float)test_rng_normal(rng) : NAN;
+            values_bf16[at] = e < dim ? random_bf16(rng) : 0x7fc1;
+        }
+    for (int form = 0; form < 2; ++form) {
+        if (form == 1 && (k->decode.accumulate_chunk_bf16 == NULL || rows > ATTN_DECODE_FUSED_ROWS))
+            break;
+        float *accumulator = floats((size_t)rows * dim, 0.0f);
+        float *generic = floats((size_t)rows * dim, 0.0f);
+        float *widened = floats((size_t)count * value_stride, 0.0f);
+        memcpy(accumulator, start, sizeof(float) * (size_t)rows * dim);
+        memcpy(generic, start, sizeof(float) * (size_t)rows * dim);
+        if (form == 0) {
+            memcpy(widened, values, sizeof(float) * (size_t)count * value_stride);
+            k->decode.accumulate_chunk(rows, count, dim, weights, rescale, values, value_stride,
+                                       accumulator);
+        } else {
+            generic_registry()->decode.bf16_to_f32(count * value_stride, values_bf16, widened);
+            k->decode.accumulate_chunk_bf16(rows, count, dim, weights, rescale, values_bf16,
+                                            value_stride, accumulator);
+        }
+        generic_registry()->decode.accumulate_chunk(rows, count, dim, weights, rescale, widened,
+                                                    value_stride, generic);
+        double worst = 0.0;
+        for (int r = 0; r < rows; ++r)
+            for (int e = 0; e < dim; ++e) {
+                double want = (double)rescale[r] * start[(size_t)r * dim + e];
+                double size = fabs(want) + 1e-30;
+                for (int c = 0; c < count; ++c) {
+                    if (masked[c]) continue;
+                    const double term =
+                        (double)weights[r * ATTN_DECODE_CHUNK + c] * widened[c * value_stride + e];
+                    want += term;
+                    size += fabs(term);
+                }
+                const float got = accumulator[(size_t)r * dim + e];
+                const double error = fabs(got - want) / size;
+                const double difference = fabs(got - generic[(size_t)r * dim + e]) / size;
+                if (!(error <= worst)) worst = error; /* NaN counts as the worst */
+                if (!(difference <= worst)) worst = difference;
+            }
+        CHECK(worst <= DOT_TOLERANCE, "%s %s %dx%d D=%d: error %.3g (double and generic)",
+              k->name, form == 0 ? "accumulate_chunk" : "accumulate_chunk_bf16", rows, count, dim,
+              worst);
+        free(accumulator), free(generic), free(widened);
+    }
+    free(weights), free(rescale), free(values), free(values_bf16), free(start), free(masked);
+}
+
+int main(void) {
+    const attn_kernels *registries[8];
+    const int count = attn_kernels_available(registries, 8);
+    CHECK(count >= 1 && count <= 8, "%d registries available", count);
+    for (int i = 0; i < count && i < 8; ++i) {
+        const attn_kernels *k = registries[i];
+        const attn_decode_kernels *d = &k->decode;
+        CHECK(d->bf16_to_f32 && d->f16_to_f32 && d->score_chunk && d->softmax_chunk &&
+                  d->accumulate_chunk,
+              "registry %s fills every mandatory decode slot", k->name);
+        printf("registry %s: bf16 in place %s\n", k->name,
+               d->score_chunk_bf16 ? "score and accumulate" : "no (converted first)");
+        test_rng rng;
+        test_rng_seed(&rng, 77 + i);
+        test_conversions(k, &rng);
+        for (int g = 0; g < COUNT_OF(group_rows); ++g)
+            for (int c = 0; c < COUNT_OF(chunk_counts); c += 1 + g % 2) {
+                const int dim = head_dims[(g + c) % COUNT_OF(head_dims)];
+                check_scores(k, group_rows[g], chunk_counts[c], dim, &rng);
+                check_softmax(k, group_rows[g], chunk_counts[c], &rng);
+                check_accumulate(k, group_rows[g], chunk_counts[c], dim, &rng);
+            }
+        for (int n = 0; n < COUNT_OF(head_dims); ++n) { /* every dim with the common groups */
+            check_scores(k, 4, 64, head_dims[n], &rng);
+            check_scores(k, 1, 17, head_dims[n], &rng);
+            check_accumulate(k, 3, 64, head_dims[n], &rng);
+            check_accumulate(k, 2, 33, head_dims[n], &rng);
+        }
+    }
+    return test_finish();
+}
