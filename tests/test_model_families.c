@@ -274,6 +274,14 @@ static void test_config_parse(void) {
     attn_layer_config layer;
     CHECK(attn_model_layer_config(&config, &layer, &error) == ATTN_ERROR_INVALID_ARGUMENT,
           "deepseek_v2 has no attn_layer config");
+    /* Reading: a folder without config.json and a missing file are IO errors naming the path;
+       the rope fixture folders hold one each. */
+    status = attn_model_config_read("/nonexistent/attn_models", &config, &error);
+    CHECK(status == ATTN_ERROR_IO && strstr(error.message, "/nonexistent/attn_models") != NULL,
+          "missing config.json: %s", error.message);
+    status = attn_model_config_read(ATTN_FIXTURE_DIR "/models", &config, &error);
+    CHECK(status == ATTN_ERROR_IO && strstr(error.message, "models/config.json") != NULL,
+          "folder without config.json: %s", error.message);
     attn_model_family family;
     CHECK(attn_model_family_parse("mistral", &family, &error) == ATTN_OK &&
               family == ATTN_MODEL_LLAMA &&
