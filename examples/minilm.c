@@ -11,7 +11,7 @@
  *   usage: example_minilm MODEL_DIR IDS.npy MASK.npy OUT.npy
  *     IDS, MASK: int64 [N, T] (right padded: each mask row is ones then zeros)
  *     OUT:       float32 [N, 384] sentence embeddings
- * Without arguments it prints this usage and exits 0 (ctest builds it; tests/cli/minilm.sh
+ * Without arguments it prints this usage and exits 0 (ctest builds it; tests/models/minilm.sh
  * runs it against sentence-transformers).
  */
 #include <math.h>
@@ -112,9 +112,9 @@ static attn_npy_array read_ids(const char *path) {
 
 int main(int argc, char **argv) {
     if (argc != 5) {
-        printf("usage: %s MODEL_DIR IDS.npy MASK.npy OUT.npy\n"
+        printf("usage: example_minilm MODEL_DIR IDS.npy MASK.npy OUT.npy\n"
                "  MODEL_DIR: all-MiniLM-L6-v2 (config.json, model.safetensors)\n"
-               "  IDS, MASK: int64 [N, T] from scripts/minilm_tokens.py\n", argv[0]);
+               "  IDS, MASK: int64 [N, T] from scripts/minilm_tokens.py\n");
         return argc == 1 ? 0 : 2;
     }
     attn_error error;

