@@ -19,3 +19,8 @@ message(STATUS "attn: cJSON ${ATTN_CJSON_LIBRARY} (cJSON.h in ${ATTN_CJSON_INCLU
 target_include_directories(attn_objects PRIVATE ${ATTN_CJSON_INCLUDE_DIR})
 target_link_libraries(attn_objects PUBLIC ${ATTN_CJSON_LIBRARY})
 list(APPEND ATTN_EXTRA_LIBRARIES ${ATTN_CJSON_LIBRARY})
+# For attn.pc (install.cmake): libcjson's own .pc when there is one, else the library itself.
+if(ATTN_PC_CJSON_FOUND)
+  list(APPEND ATTN_PC_REQUIRES_PRIVATE libcjson)
+  list(APPEND ATTN_PC_COVERED_LIBRARIES ${ATTN_CJSON_LIBRARY})
+endif()
