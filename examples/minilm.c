@@ -124,10 +124,8 @@ int main(int argc, char **argv) {
         fprintf(stderr, "minilm: %s is a %s model, not BERT\n", argv[1], model.model_type);
         return 1;
     }
-    char path[4096];
-    snprintf(path, sizeof path, "%s/model.safetensors", argv[1]);
-    attn_safetensors_file file;
-    check(attn_safetensors_read(path, 0, &file, &error), &error, path);
+    attn_safetensors_file file; /* model.safetensors, or the shards of an index, mapped */
+    check(attn_safetensors_open(argv[1], 0, &file, &error), &error, "weights");
 
     attn_npy_array ids = read_ids(argv[2]), mask = read_ids(argv[3]);
     const int64_t N = ids.shape[0], T = ids.shape[1], d = model.hidden_size;

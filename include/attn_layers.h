@@ -404,7 +404,7 @@ ATTN_API attn_status attn_mla_forward(const attn_mla_config *config,
 /*
  * The attention layers of a checkpoint, named as its Hugging Face safetensors name them
  * (P = the attention module's prefix, e.g. "encoder.layer.3.attention.", "h.3.attn.",
- * "model.layers.3.self_attn."):
+ * "model.layers.3.self_attn."; the suffixes are attn_named_layer_suffix's):
  *   BERT     P self.{query,key,value}.{weight,bias}, P output.dense.{weight,bias}
  *            (nn.Linear [out][in], biases on all four; roots "" or "bert.")
  *   GPT2     P c_attn.{weight [d][3d], bias [3d]} (Conv1D [in][out], q | k | v along the
@@ -482,11 +482,11 @@ ATTN_API attn_status attn_model_layer_config(const attn_model_config *model,
                                              attn_layer_config *layer, attn_error *error);
 
 /*
- * The attention prefix of layer `index` (0-based) in `file`: the family's module name
- * ("encoder.layer.N.attention.", "h.N.attn.", "layers.N.self_attn.") under the first root that
- * names a tensor of it in the file (BERT "", "bert."; GPT-2 "", "transformer."; others
- * "model.", ""). prefix: char[capacity]. Errors: no such layer (FORMAT, naming what was looked
- * for), capacity too small.
+ * The attention prefix of layer `index` (0-based) in `file`, as attn_named_layers_find
+ * recognises it: the layer of the family's naming scheme whose last numeric prefix part is
+ * `index` (e.g. "encoder.layer.3.attention.", "h.3.attn.", "model.layers.3.self_attn.",
+ * whatever root the checkpoint uses). prefix: char[capacity]. Errors: no such layer (FORMAT),
+ * capacity too small, memory.
  */
 ATTN_API attn_status attn_model_layer_prefix(const attn_model_config *model,
                                              const attn_safetensors_file *file, int64_t index,

@@ -2,12 +2,14 @@
  * model_config.c — a Hugging Face config.json read into attn_model_config: the model family
  * from "model_type", each family's size keys (BERT, GPT-2, Llama/Mistral, Qwen2, DeepSeek-V2),
  * and RoPE (rope_theta, partial_rotary_factor, rope_scaling / rope_parameters with the
- * defaults transformers applies). Parsing goes through cJSON; docs/models.md lists the keys.
+ * defaults transformers applies). Parsing goes through cJSON (io/json.h); docs/models.md lists
+ * the keys.
  */
 #include "core/internal.h"
 #include "attn_layers.h"
 
-#include <cJSON.h>
+#include "io/json.h"
+
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -49,7 +51,7 @@ const char *attn_model_family_name(attn_model_family family) {
 /* ---- typed access to members; `found` reports presence (JSON null counts as absent) ---- */
 
 static const cJSON *member(const cJSON *object, const char *key) {
-    const cJSON *item = cJSON_GetObjectItemCaseSensitive(object, key);
+    const cJSON *item = attn_json_member(object, key);
     return item == NULL || cJSON_IsNull(item) ? NULL : item;
 }
 
@@ -339,12 +341,10 @@ attn_status attn_model_config_parse(const char *json, size_t length, attn_model_
     if (json == NULL || config == NULL)
         return attn_fail(error, ATTN_ERROR_NULL_ARGUMENT, "json or config = NULL");
     memset(config, 0, sizeof *config);
-    const char *end = NULL;
-    cJSON *root = cJSON_ParseWithLengthOpts(json, length, &end, 0);
-    if (root == NULL)
-        return attn_fail(error, ATTN_ERROR_FORMAT, "config.json: malformed JSON at byte %lld",
-                         (long long)(end != NULL && end >= json ? end - json : 0));
-    attn_status status = parse_root(root, config, error);
+    cJSON *root = NULL;
+    attn_status status = attn_json_parse(json, length, "config.json", &root, error);
+    if (status != ATTN_OK) return status;
+    status = parse_root(root, config, error);
     cJSON_Delete(root);
     if (status != ATTN_OK) memset(config, 0, sizeof *config);
     return status;

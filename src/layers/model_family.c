@@ -12,30 +12,23 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Where a family keeps its attention layers: roots tried in order, the attention module's
- * name (one %lld: the layer), and a tensor every layer has (its presence picks the root). */
-typedef struct family_scheme {
-    const char *roots[2];
-    const char *module;
-    const char *probe;
-} family_scheme;
-
-static const family_scheme *scheme_of(attn_model_family family) {
-    static const family_scheme bert = {{"", "bert."}, "encoder.layer.%lld.attention.",
-                                       "self.key.weight"};
-    static const family_scheme gpt2 = {{"", "transformer."}, "h.%lld.attn.", "c_attn.weight"};
-    static const family_scheme decoder = {{"model.", ""}, "layers.%lld.self_attn.",
-                                          "k_proj.weight"};
-    static const family_scheme mla = {{"model.", ""}, "layers.%lld.self_attn.",
-                                      "kv_a_proj_with_mqa.weight"};
+/* The tensor-naming scheme of a family (the recogniser's, attn_named_layers_find); 0 = none. */
+static attn_name_scheme scheme_of(attn_model_family family) {
     switch (family) {
-    case ATTN_MODEL_BERT: return &bert;
-    case ATTN_MODEL_GPT2: return &gpt2;
+    case ATTN_MODEL_BERT: return ATTN_NAMES_BERT;
+    case ATTN_MODEL_GPT2: return ATTN_NAMES_GPT2;
     case ATTN_MODEL_LLAMA:
-    case ATTN_MODEL_QWEN2: return &decoder;
-    case ATTN_MODEL_DEEPSEEK_V2: return &mla;
-    default: return NULL;
+    case ATTN_MODEL_QWEN2: return ATTN_NAMES_QKVO;
+    case ATTN_MODEL_DEEPSEEK_V2: return ATTN_NAMES_MLA;
+    default: return (attn_name_scheme)0;
     }
+}
+
+/* The recogniser's suffix of `role` plus "." (e.g. "self.query."), into part[64]. */
+static const char *role_part(attn_model_family family, attn_name_role role, char part[64]) {
+    const char *suffix = attn_named_layer_suffix(scheme_of(family), role);
+    snprintf(part, 64, "%s.", suffix != NULL ? suffix : "?");
+    return part;
 }
 
 attn_status attn_model_layer_config(const attn_model_config *model, attn_layer_config *layer,
@@ -45,7 +38,7 @@ attn_status attn_model_layer_config(const attn_model_config *model, attn_layer_c
     if (model->family == ATTN_MODEL_DEEPSEEK_V2)
         return attn_fail(error, ATTN_ERROR_INVALID_ARGUMENT,
                          "model family deepseek_v2: its layers are MLA (attn_model_mla_config)");
-    if (scheme_of(model->family) == NULL)
+    if (scheme_of(model->family) == 0)
         return attn_fail(error, ATTN_ERROR_INVALID_ARGUMENT, "model.family = %d: unknown",
                          (int)model->family);
     memset(layer, 0, sizeof *layer);
@@ -73,29 +66,46 @@ attn_status attn_model_layer_prefix(const attn_model_config *model,
                                     char *prefix, size_t capacity, attn_error *error) {
     if (model == NULL || file == NULL || prefix == NULL)
         return attn_fail(error, ATTN_ERROR_NULL_ARGUMENT, "model, file or prefix = NULL");
-    const family_scheme *scheme = scheme_of(model->family);
-    if (scheme == NULL)
+    attn_name_scheme scheme = scheme_of(model->family);
+    if (scheme == 0)
         return attn_fail(error, ATTN_ERROR_INVALID_ARGUMENT, "model.family = %d: unknown",
                          (int)model->family);
     if (index < 0)
         return attn_fail(error, ATTN_ERROR_INVALID_ARGUMENT, "index = %lld: must be >= 0",
                          (long long)index);
-    char block[64], name[ATTN_SAFETENSORS_NAME_CAPACITY];
-    snprintf(block, sizeof block, scheme->module, (long long)index);
-    for (int r = 0; r < 2; ++r) {
-        snprintf(name, sizeof name, "%s%s%s", scheme->roots[r], block, scheme->probe);
-        if (attn_safetensors_find(file, name) == NULL) continue;
-        int written = snprintf(prefix, capacity, "%s%s", scheme->roots[r], block);
-        if (written < 0 || (size_t)written >= capacity)
-            return attn_fail(error, ATTN_ERROR_INVALID_ARGUMENT,
-                             "capacity = %zu: the prefix '%s%s' needs %d bytes", capacity,
-                             scheme->roots[r], block, written + 1);
-        return ATTN_OK;
+    /* The recogniser lists the file's attention layers; take the family's layer `index`. */
+    int64_t count = file->tensor_count, found = 0;
+    const char **names = malloc((size_t)(count > 0 ? count : 1) * sizeof *names);
+    if (names == NULL)
+        return attn_fail(error, ATTN_ERROR_OUT_OF_MEMORY, "%lld tensor names", (long long)count);
+    for (int64_t i = 0; i < count; ++i) names[i] = file->tensors[i].name;
+    attn_status status = attn_named_layers_find(names, count, NULL, 0, &found, error);
+    attn_named_layer *layers = NULL;
+    if (status == ATTN_OK && found > 0) {
+        layers = malloc((size_t)found * sizeof *layers);
+        status = layers == NULL ? attn_fail(error, ATTN_ERROR_OUT_OF_MEMORY,
+                                            "%lld attention layers", (long long)found)
+                                : attn_named_layers_find(names, count, layers, found, &found,
+                                                         error);
     }
-    return attn_fail(error, ATTN_ERROR_FORMAT,
-                     "%s layer %lld: no tensor '%s%s%s' or '%s%s%s' in the file",
-                     attn_model_family_name(model->family), (long long)index, scheme->roots[0],
-                     block, scheme->probe, scheme->roots[1], block, scheme->probe);
+    const attn_named_layer *match = NULL;
+    for (int64_t i = 0; status == ATTN_OK && i < found && match == NULL; ++i)
+        if (layers[i].scheme == scheme && layers[i].index == index) match = &layers[i];
+    if (status == ATTN_OK && match == NULL)
+        status = attn_fail(error, ATTN_ERROR_FORMAT,
+                           "%s layer %lld: not in the file (%lld attention layers recognised)",
+                           attn_model_family_name(model->family), (long long)index,
+                           (long long)found);
+    if (status == ATTN_OK) {
+        int written = snprintf(prefix, capacity, "%s", match->prefix);
+        if (written < 0 || (size_t)written >= capacity)
+            status = attn_fail(error, ATTN_ERROR_INVALID_ARGUMENT,
+                               "capacity = %zu: the prefix '%s' needs %d bytes", capacity,
+                               match->prefix, written + 1);
+    }
+    free(layers);
+    free(names);
+    return status;
 }
 
 /* prefix + part + suffix into name; FORMAT-sized names are refused. */
@@ -153,14 +163,17 @@ static attn_status load_gpt2(attn_layer *layer, const char *prefix,
     float *bias_targets[3] = {layer->q_bias, layer->k_bias, layer->v_bias};
     char name[ATTN_SAFETENSORS_NAME_CAPACITY];
     int64_t shape[2] = {d, 3 * width};
-    attn_status status = make_name(name, prefix, "c_attn.", "weight", error);
+    char qkv[64], out[64];
+    role_part(ATTN_MODEL_GPT2, ATTN_ROLE_QKV, qkv);
+    role_part(ATTN_MODEL_GPT2, ATTN_ROLE_O, out);
+    attn_status status = make_name(name, prefix, qkv, "weight", error);
     if (status == ATTN_OK) status = attn_safetensors_get_f32(file, name, 2, shape, fused, error);
     if (status == ATTN_OK) {
         for (int part = 0; part < 3; ++part)
             for (int64_t o = 0; o < width; ++o)
                 for (int64_t i = 0; i < d; ++i)
                     targets[part][o * d + i] = fused[i * 3 * width + part * width + o];
-        status = make_name(name, prefix, "c_attn.", "bias", error);
+        status = make_name(name, prefix, qkv, "bias", error);
     }
     if (status == ATTN_OK && qkv_bias) {
         int64_t bias_shape[1] = {3 * width};
@@ -174,14 +187,14 @@ static attn_status load_gpt2(attn_layer *layer, const char *prefix,
     }
     if (status == ATTN_OK) {
         int64_t proj_shape[2] = {width, d};
-        status = make_name(name, prefix, "c_proj.", "weight", error);
+        status = make_name(name, prefix, out, "weight", error);
         if (status == ATTN_OK)
             status = attn_safetensors_get_f32(file, name, 2, proj_shape, fused, error);
         if (status == ATTN_OK)
             for (int64_t o = 0; o < d; ++o)
                 for (int64_t i = 0; i < width; ++i) layer->o_weight[o * width + i] = fused[i * d + o];
     }
-    if (status == ATTN_OK) status = make_name(name, prefix, "c_proj.", "bias", error);
+    if (status == ATTN_OK) status = make_name(name, prefix, out, "bias", error);
     if (status == ATTN_OK && layer->o_bias != NULL) {
         int64_t bias_shape[1] = {d};
         status = attn_safetensors_get_f32(file, name, 1, bias_shape, layer->o_bias, error);
@@ -201,18 +214,10 @@ attn_status attn_layer_load_family(attn_layer *layer, attn_model_family family,
     if (file == NULL) return attn_fail(error, ATTN_ERROR_NULL_ARGUMENT, "file = NULL");
     if (prefix == NULL) prefix = "";
     if (family == ATTN_MODEL_GPT2) return load_gpt2(layer, prefix, file, error);
-    static const char *const bert[4] = {"self.query.", "self.key.", "self.value.",
-                                        "output.dense."};
-    static const char *const decoder[4] = {"q_proj.", "k_proj.", "v_proj.", "o_proj."};
-    const char *const *parts;
-    if (family == ATTN_MODEL_BERT)
-        parts = bert;
-    else if (family == ATTN_MODEL_LLAMA || family == ATTN_MODEL_QWEN2)
-        parts = decoder;
-    else if (family == ATTN_MODEL_DEEPSEEK_V2)
+    if (family == ATTN_MODEL_DEEPSEEK_V2)
         return attn_fail(error, ATTN_ERROR_INVALID_ARGUMENT,
                          "family deepseek_v2: MLA layers load with attn_model_load_mla");
-    else
+    if (scheme_of(family) == 0)
         return attn_fail(error, ATTN_ERROR_INVALID_ARGUMENT, "family = %d: unknown", (int)family);
     const attn_layer_config *c = &layer->config;
     int64_t d = c->model_dim, qw = c->query_heads * c->head_dim, kw = c->kv_heads * c->head_dim;
@@ -221,9 +226,10 @@ attn_status attn_layer_load_family(attn_layer *layer, attn_model_family family,
     float *biases[4] = {layer->q_bias, layer->k_bias, layer->v_bias, layer->o_bias};
     const char *flags[4] = {"config.bias_q", "config.bias_k", "config.bias_v", "config.bias_o"};
     attn_status status = ATTN_OK;
+    char part[64];
     for (int p = 0; status == ATTN_OK && p < 4; ++p)
-        status = load_linear(file, prefix, parts[p], rows[p], columns[p], weights[p], biases[p],
-                             flags[p], error);
+        status = load_linear(file, prefix, role_part(family, (attn_name_role)p, part), rows[p],
+                             columns[p], weights[p], biases[p], flags[p], error);
     return status;
 }
 
@@ -274,10 +280,10 @@ attn_status attn_model_mla_config(const attn_model_config *model, attn_mla_confi
     return ATTN_OK;
 }
 
-/* One MLA tensor: its name under the block, rank, [rows][columns] (columns 0 for a vector)
+/* One MLA tensor: its role, rank, [rows][columns] (columns 0 for a vector)
  * and the attn_mla_weights pointer it fills. */
 typedef struct mla_part {
-    const char *name;
+    attn_name_role role; /* its name: the recogniser's suffix + ".weight" */
     int rank;
     int64_t rows, columns;
     const float **slot;
@@ -307,18 +313,18 @@ attn_status attn_model_load_mla(const attn_model_config *model,
     int n = 0;
     attn_mla_weights *w = &layer->weights;
     if (qr == 0) {
-        parts[n++] = (mla_part){"q_proj.weight", 2, h * qk, d, &w->wq};
+        parts[n++] = (mla_part){ATTN_ROLE_Q, 2, h * qk, d, &w->wq};
     } else {
-        parts[n++] = (mla_part){"q_a_proj.weight", 2, qr, d, &w->wq_a};
-        parts[n++] = (mla_part){"q_a_layernorm.weight", 1, qr, 0, &w->q_norm};
-        parts[n++] = (mla_part){"q_b_proj.weight", 2, h * qk, qr, &w->wq_b};
+        parts[n++] = (mla_part){ATTN_ROLE_Q_A, 2, qr, d, &w->wq_a};
+        parts[n++] = (mla_part){ATTN_ROLE_Q_A_NORM, 1, qr, 0, &w->q_norm};
+        parts[n++] = (mla_part){ATTN_ROLE_Q_B, 2, h * qk, qr, &w->wq_b};
     }
-    parts[n++] = (mla_part){"kv_a_proj_with_mqa.weight", 2,
+    parts[n++] = (mla_part){ATTN_ROLE_KV_A, 2,
                                     kr + c->qk_rope_dim, d, &w->wkv_a};
-    parts[n++] = (mla_part){"kv_a_layernorm.weight", 1, kr, 0, &w->kv_norm};
-    parts[n++] = (mla_part){"kv_b_proj.weight", 2, h * (c->qk_nope_dim + v),
+    parts[n++] = (mla_part){ATTN_ROLE_KV_A_NORM, 1, kr, 0, &w->kv_norm};
+    parts[n++] = (mla_part){ATTN_ROLE_KV_B, 2, h * (c->qk_nope_dim + v),
                                     kr, &w->wkv_b};
-    parts[n++] = (mla_part){"o_proj.weight", 2, d, h * v, &w->wo};
+    parts[n++] = (mla_part){ATTN_ROLE_O, 2, d, h * v, &w->wo};
     int64_t total = 0;
     for (int i = 0; i < n; ++i) {
         int64_t count;
@@ -334,7 +340,9 @@ attn_status attn_model_load_mla(const attn_model_config *model,
     for (int i = 0; status == ATTN_OK && i < n; ++i) {
         char name[ATTN_SAFETENSORS_NAME_CAPACITY];
         int64_t shape[2] = {parts[i].rows, parts[i].columns};
-        status = make_name(name, prefix, parts[i].name, "", error);
+        char part[64];
+        status = make_name(name, prefix, role_part(ATTN_MODEL_DEEPSEEK_V2, parts[i].role, part),
+                           "weight", error);
         if (status == ATTN_OK)
             status = attn_safetensors_get_f32(file, name, parts[i].rank, shape, cursor, error);
         *parts[i].slot = cursor;
