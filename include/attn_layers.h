@@ -45,8 +45,8 @@ ATTN_API attn_status attn_rope_apply(attn_tensor *x, attn_rope_layout layout, in
  *   DYNAMIC: NTK-aware, θ' = θ (factor L/L0 - (factor - 1))^(D_r/(D_r - 2)) where L0 =
  *            original_max_positions (config max_position_embeddings) and L = max(L0, the call's
  *            largest position id + 1). Stateless: each call decides from its own positions.
- *   LLAMA3:  wavelength λ_i = 2π/f_i; λ > L0/low_freq_factor: f/factor; λ < L0/high_freq_factor:
- *            f; in between a linear blend by s = (L0/λ - low)/(high - low).
+ *   LLAMA3:  wavelength λ_i = 2π/f_i; λ > L0/low_freq_factor: f/factor;
+ *            λ < L0/high_freq_factor: f; in between a linear blend by s = (L0/λ - low)/(high - low).
  *   YARN:    ramp between interpolation (f/factor) and extrapolation (f) over the dims set by
  *            beta_fast / beta_slow rotations in L0 positions; cos and sin are multiplied by the
  *            attention factor (given, or from mscale / mscale_all_dim, or 0.1 ln(factor) + 1).

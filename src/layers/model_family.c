@@ -192,7 +192,8 @@ static attn_status load_gpt2(attn_layer *layer, const char *prefix,
             status = attn_safetensors_get_f32(file, name, 2, proj_shape, fused, error);
         if (status == ATTN_OK)
             for (int64_t o = 0; o < d; ++o)
-                for (int64_t i = 0; i < width; ++i) layer->o_weight[o * width + i] = fused[i * d + o];
+                for (int64_t i = 0; i < width; ++i)
+                    layer->o_weight[o * width + i] = fused[i * d + o];
     }
     if (status == ATTN_OK) status = make_name(name, prefix, out, "bias", error);
     if (status == ATTN_OK && layer->o_bias != NULL) {
@@ -244,7 +245,8 @@ attn_status attn_model_load_layer(const attn_model_config *model,
     if (status == ATTN_OK)
         status = attn_model_layer_prefix(model, file, index, prefix, sizeof prefix, error);
     if (status == ATTN_OK) status = attn_layer_create(&config, layer, error);
-    if (status == ATTN_OK) status = attn_layer_load_family(layer, model->family, prefix, file, error);
+    if (status == ATTN_OK)
+        status = attn_layer_load_family(layer, model->family, prefix, file, error);
     if (status != ATTN_OK) attn_layer_destroy(layer);
     return status;
 }
