@@ -70,7 +70,12 @@ enum {
     FORWARD_BANDED_KEYS = 64,     /* keys per tile under causal / window */
     /* The last key tile of an item (the causal diagonal) is computed in row chunks of this
      * many rows, each only up to the last key its rows may attend. */
-    FORWARD_DIAGONAL_ROWS = 16
+    FORWARD_DIAGONAL_ROWS = 16,
+    /* The band path (forward_internal.h): keys per packed tile, rows per chunk, most keys of
+     * one step. */
+    FORWARD_SPAN_TILE_KEYS = 32,
+    FORWARD_SPAN_ROWS = 16,
+    FORWARD_SPAN_KEYS = 1024
 };
 
 static size_t round_up_floats(size_t floats) { return (floats + 15) / 16 * 16; }
@@ -83,6 +88,11 @@ static bool workspace_layout(const forward_plan *plan, size_t part_bytes[WORKSPA
     const size_t keys = (size_t)plan->tile_keys;
     const int dim_v = (int)plan->call->problem.value_dim;
     size_t floats[9];
+    size_t span_scores = 0;
+    if (plan->span_path &&
+        !attn_mul_size((size_t)plan->call->problem.group_size * (size_t)plan->span_rows,
+                       (size_t)plan->span_stride, &span_scores))
+        return false;
     if (!attn_mul_size(group_rows, (size_t)plan->query_stride, &floats[0]) ||
         !attn_mul_size(group_rows, (size_t)plan->scores_stride, &floats[1]) ||
         !attn_mul_size(group_rows, (size_t)plan->accumulator_stride, &floats[2]) ||
@@ -92,17 +102,18 @@ static bool workspace_layout(const forward_plan *plan, size_t part_bytes[WORKSPA
     if (plan->format.dtype != ATTN_DTYPE_F32 && plan->call->problem.key_dim > dim_v &&
         !attn_mul_size(keys, (size_t)plan->call->problem.key_dim, &floats[6]))
         return false;
+    if (span_scores > floats[1]) floats[1] = span_scores;
     floats[3] = floats[4] = floats[5] = group_rows;
     floats[7] = packed_kv_value_floats(&plan->format, (int)keys, dim_v);
-    floats[8] = keys;
+    floats[8] = (size_t)plan->step_keys;
     *total = 0;
     for (int n = 0; n < 9; ++n) {
         size_t bytes;
         if (!attn_mul_size(round_up_floats(floats[n]), sizeof(float), &bytes)) return false;
         part_bytes[n] = bytes;
     }
-    part_bytes[9] = round_up_floats(keys);                                    /* row_allowed */
-    part_bytes[10] = round_up_floats(keys);                                   /* column_alive */
+    part_bytes[9] = round_up_floats((size_t)plan->step_keys);                 /* row_allowed */
+    part_bytes[10] = round_up_floats((size_t)plan->step_keys);                /* column_alive */
     part_bytes[11] = round_up_floats((size_t)plan->call->problem.group_size * sizeof(attn_tile_class));
     part_bytes[12] = round_up_floats((size_t)plan->call->problem.group_size * sizeof(row_segment));
     for (int n = 0; n < WORKSPACE_PARTS; ++n)
@@ -216,6 +227,26 @@ static void run_work_item(const forward_plan *plan, forward_workspace *workspace
     attn_mask_candidate_keys(mask, b, i0, i1, &key_begin, &key_end);
     attn_tile_class *classes = workspace->head_class;
 
+    if (plan->span_path) {
+        /* Row chunks; each walks the key tiles its rows' intervals touch, span_keys at a
+         * time (forward_compute_span). */
+        for (int64_t r0 = 0; r0 < rows; r0 += plan->span_rows) {
+            const int64_t r1 = r0 + plan->span_rows < rows ? r0 + plan->span_rows : rows;
+            int64_t chunk_begin, chunk_end;
+            attn_mask_candidate_keys(mask, b, i0 + r0, i0 + r1, &chunk_begin, &chunk_end);
+            const int64_t tiles_per_step = plan->span_keys / plan->tile_keys;
+            for (int64_t tile = chunk_begin / plan->tile_keys; tile * plan->tile_keys < chunk_end;
+                 tile += tiles_per_step) {
+                int64_t last = tile + tiles_per_step - 1;
+                if ((last + 1) * plan->tile_keys > chunk_end)
+                    last = (chunk_end - 1) / plan->tile_keys;
+                const span_step step = {b, kv_head, i0, rows, r0, r1, tile, last, chunk_end};
+                forward_compute_span(plan, workspace, &step);
+            }
+        }
+        key_end = key_begin; /* done: skip the tile loop */
+    }
+
     for (int64_t key_tile = key_begin / plan->tile_keys; key_tile * plan->tile_keys < key_end;
          ++key_tile) {
         const int64_t j0 = key_tile * plan->tile_keys;
@@ -288,13 +319,37 @@ static void choose_tiles(forward_plan *plan) {
     const bool banded = options->causal ||
                         (options->window_left >= 0 && options->window_left < longest) ||
                         (options->window_right >= 0 && options->window_right < longest);
+    /* The band path: a pure band (lengths, causal, window) with a window narrower than the
+     * sequences. */
+    const bool windowed = (options->window_left >= 0 && options->window_left < longest) ||
+                          (options->window_right >= 0 && options->window_right < longest);
+    plan->span_path = windowed && attn_mask_is_band(options);
     plan->tile_rows = clamp_tile(execution->tile_q, default_rows, problem->query_length);
-    plan->tile_keys = clamp_tile(execution->tile_k, banded ? FORWARD_BANDED_KEYS : FORWARD_KEYS,
+    plan->tile_keys = clamp_tile(execution->tile_k,
+                                 plan->span_path ? FORWARD_SPAN_TILE_KEYS
+                                 : banded        ? FORWARD_BANDED_KEYS
+                                                 : FORWARD_KEYS,
                                  problem->key_length);
     plan->query_tiles = (problem->query_length + plan->tile_rows - 1) / plan->tile_rows;
     plan->key_tiles = (problem->key_length + plan->tile_keys - 1) / plan->tile_keys;
     plan->query_stride = (int)round_up_floats((size_t)problem->key_dim);
     plan->scores_stride = (int)round_up_floats((size_t)plan->tile_keys);
+    plan->step_keys = plan->tile_keys;
+    if (plan->span_path) {
+        plan->span_rows = plan->tile_rows < FORWARD_SPAN_ROWS ? plan->tile_rows : FORWARD_SPAN_ROWS;
+        /* The band of a chunk: its rows' window plus the chunk and a tile of slack. */
+        const int64_t left = options->window_left >= 0 ? options->window_left : longest;
+        const int64_t right = options->causal ? 0
+                              : options->window_right >= 0 ? options->window_right : longest;
+        int64_t band = left + right + 1 + plan->span_rows + plan->tile_keys;
+        if (band > FORWARD_SPAN_KEYS) band = FORWARD_SPAN_KEYS;
+        int64_t tiles = (band + plan->tile_keys - 1) / plan->tile_keys;
+        if (tiles > FORWARD_SPAN_TILES) tiles = FORWARD_SPAN_TILES;
+        if (tiles > plan->key_tiles) tiles = plan->key_tiles;
+        plan->span_keys = tiles * plan->tile_keys;
+        plan->span_stride = (int)round_up_floats((size_t)plan->span_keys);
+        plan->step_keys = plan->span_keys;
+    }
     plan->accumulator_stride = (int)round_up_floats((size_t)problem->value_dim);
 }
 
@@ -361,6 +416,22 @@ static void run_thread(const forward_plan *plan, forward_workspace *workspace,
                        const attn_tensor *k, const attn_tensor *v) {
     const attn_problem *problem = &plan->call->problem;
     const int64_t head_count = problem->batch * problem->kv_heads;
+    if (plan->packing != PACK_SHARED && plan->span_path) {
+        /* The band path: runs of consecutive query tiles of a head, ascending, so that a
+         * thread packs only the key tiles near its own rows (threads taking alternate tiles
+         * would each pack the whole head). The work of a tile is about constant here. */
+        const int64_t item_count = head_count * plan->query_tiles;
+        const int64_t run = plan->items_per_chunk;
+        const int64_t run_count = (item_count + run - 1) / run;
+#pragma omp for schedule(dynamic, 1)
+        for (int64_t chunk = 0; chunk < run_count; ++chunk)
+            for (int64_t item = chunk * run; item < (chunk + 1) * run && item < item_count; ++item) {
+                const int64_t head = item / plan->query_tiles;
+                run_work_item(plan, workspace, head / problem->kv_heads, head % problem->kv_heads,
+                              item % plan->query_tiles);
+            }
+        return;
+    }
     if (plan->packing != PACK_SHARED) {
         const int64_t item_count = head_count * plan->query_tiles;
 #pragma omp for schedule(dynamic, 1)
@@ -439,6 +510,14 @@ attn_status attn_forward_run(attn_call *call, const attn_tensor *q, const attn_t
     size_t part_bytes[WORKSPACE_PARTS], parts_bytes = 0, workspace_bytes = 0, shared_bytes = 0;
     status = choose_packing(&plan, thread_count, part_bytes, &parts_bytes, &workspace_bytes,
                             &shared_bytes, error);
+    if (plan.span_path) {
+        /* Runs of about 4 bands of rows, but at least 4 runs per thread. */
+        const int64_t band_tiles = (plan.span_keys + plan.tile_rows - 1) / plan.tile_rows;
+        int64_t run = 4 * band_tiles;
+        const int64_t balanced = (item_count + 4 * thread_count - 1) / (4 * thread_count);
+        if (run > balanced) run = balanced;
+        plan.items_per_chunk = run < 1 ? 1 : run;
+    }
     if (status == ATTN_OK)
         status = attn_call_reserve(call, thread_count, workspace_bytes, shared_bytes,
                                    "attn_forward", error);
