@@ -127,7 +127,9 @@ static bool workspace_layout(const forward_plan *plan, size_t part_bytes[WORKSPA
 static void workspace_carve(forward_workspace *workspace, const forward_plan *plan,
                             const size_t part_bytes[WORKSPACE_PARTS], size_t store_offset,
                             char *base) {
+    packed_kv_store *head_stores = workspace->head_stores; /* set by the caller */
     memset(workspace, 0, sizeof *workspace);
+    workspace->head_stores = head_stores;
     char *store_memory = base + store_offset;
     void *parts[WORKSPACE_PARTS];
     for (int n = 0; n < WORKSPACE_PARTS; ++n) {
@@ -148,6 +150,14 @@ static void workspace_carve(forward_workspace *workspace, const forward_plan *pl
     workspace->head_class = parts[11];
     workspace->segments = parts[12];
     if (plan->packing == PACK_SHARED) return;
+    if (plan->span_ring > 0) {
+        for (int64_t h = 0; h < plan->call->problem.kv_heads; ++h)
+            packed_kv_store_init(&workspace->head_stores[h], &plan->format, (int)plan->tile_keys,
+                                 (int)plan->call->problem.key_dim,
+                                 (int)plan->call->problem.value_dim, plan->span_ring,
+                                 store_memory + (size_t)h * plan->span_ring_bytes);
+        return;
+    }
     packed_kv_store_init(&workspace->packed, &plan->format, (int)plan->tile_keys,
                          (int)plan->call->problem.key_dim, (int)plan->call->problem.value_dim,
                          plan->packing == PACK_PER_THREAD ? plan->key_tiles : 1, store_memory);
@@ -403,6 +413,20 @@ static attn_status choose_packing(forward_plan *plan, int thread_count,
     if (per_thread_is_cheap && (limit == 0 || per_thread_total <= limit)) {
         plan->packing = PACK_PER_THREAD;
         *workspace_bytes = per_thread_part;
+        /* The span path: rings of tiles per KV head instead, when they take less. */
+        const int64_t ring = plan->span_keys / plan->tile_keys + plan->tile_rows / plan->tile_keys + 2;
+        size_t ring_bytes, rings, ring_part, ring_total;
+        if (plan->span_path && ring < plan->key_tiles &&
+            packed_kv_store_bytes(&plan->format, tile_keys, dim_k, dim_v, ring, &ring_bytes) &&
+            attn_call_round_bytes(ring_bytes, &ring_bytes) &&
+            attn_mul_size(ring_bytes, (size_t)problem->kv_heads, &rings) && rings <= head_store &&
+            attn_add_size(parts, rings, &ring_part) &&
+            attn_mul_size(ring_part, (size_t)thread_count, &ring_total) &&
+            (limit == 0 || ring_total <= limit)) {
+            plan->span_ring = ring;
+            plan->span_ring_bytes = ring_bytes;
+            *workspace_bytes = ring_part;
+        }
     } else if (limit == 0 || shared_total <= limit) {
         plan->packing = PACK_SHARED;
         *workspace_bytes = parts;
@@ -423,12 +447,16 @@ static void run_thread(const forward_plan *plan, forward_workspace *workspace,
         const int64_t item_count = head_count * plan->query_tiles;
         const int64_t run = plan->items_per_chunk;
         const int64_t run_count = (item_count + run - 1) / run;
+        const int64_t kv_heads = problem->kv_heads, tiles = plan->query_tiles;
 #pragma omp for schedule(dynamic, 1)
         for (int64_t chunk = 0; chunk < run_count; ++chunk)
             for (int64_t item = chunk * run; item < (chunk + 1) * run && item < item_count; ++item) {
-                const int64_t head = item / plan->query_tiles;
-                run_work_item(plan, workspace, head / problem->kv_heads, head % problem->kv_heads,
-                              item % plan->query_tiles);
+                if (plan->span_ring > 0) /* (b, tile, KV head) */
+                    run_work_item(plan, workspace, item / (tiles * kv_heads), item % kv_heads,
+                                  item / kv_heads % tiles);
+                else /* (b, KV head, tile) */
+                    run_work_item(plan, workspace, item / tiles / kv_heads,
+                                  item / tiles % kv_heads, item % tiles);
             }
         return;
     }
@@ -513,7 +541,7 @@ attn_status attn_forward_run(attn_call *call, const attn_tensor *q, const attn_t
     if (plan.span_path) {
         /* Runs of about 4 bands of rows, but at least 4 runs per thread. */
         const int64_t band_tiles = (plan.span_keys + plan.tile_rows - 1) / plan.tile_rows;
-        int64_t run = 4 * band_tiles;
+        int64_t run = 4 * band_tiles * (plan.span_ring > 0 ? problem->kv_heads : 1);
         const int64_t balanced = (item_count + 4 * thread_count - 1) / (4 * thread_count);
         if (run > balanced) run = balanced;
         plan.items_per_chunk = run < 1 ? 1 : run;
@@ -523,10 +551,19 @@ attn_status attn_forward_run(attn_call *call, const attn_tensor *q, const attn_t
                                    "attn_forward", error);
     forward_workspace *workspaces =
         status == ATTN_OK ? calloc((size_t)thread_count, sizeof *workspaces) : NULL;
+    packed_kv_store *head_stores =
+        status == ATTN_OK && plan.span_ring > 0
+            ? calloc((size_t)thread_count * (size_t)problem->kv_heads, sizeof *head_stores)
+            : NULL;
+    if (status == ATTN_OK && plan.span_ring > 0 && head_stores == NULL) {
+        free(workspaces);
+        workspaces = NULL;
+    }
     if (status == ATTN_OK && workspaces == NULL)
         status = attn_fail(error, ATTN_ERROR_OUT_OF_MEMORY, "attn_forward: %d workspaces",
                            thread_count);
     if (status != ATTN_OK) {
+        free(head_stores);
         attn_call_end(call);
         return status;
     }
@@ -542,9 +579,11 @@ attn_status attn_forward_run(attn_call *call, const attn_tensor *q, const attn_t
                              attn_call_shared(call));
         plan.shared_packed = &shared_store;
     }
-    for (int t = 0; t < thread_count; ++t)
+    for (int t = 0; t < thread_count; ++t) {
+        if (head_stores != NULL) workspaces[t].head_stores = head_stores + (size_t)t * problem->kv_heads;
         workspace_carve(&workspaces[t], &plan, part_bytes, parts_bytes,
                         attn_call_workspace(call, t));
+    }
 
 #pragma omp parallel num_threads(thread_count)
     {
@@ -575,6 +614,7 @@ attn_status attn_forward_run(attn_call *call, const attn_tensor *q, const attn_t
                            (long long)first_empty->empty_i);
     if (status == ATTN_OK) status = forward_overflow_status(&plan, workspaces, thread_count, error);
 
+    free(head_stores);
     free(workspaces);
     attn_call_end(call);
     return status;

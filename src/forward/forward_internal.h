@@ -46,6 +46,12 @@ typedef struct forward_plan {
     int span_stride;        /* floats between score rows of a span step */
     int64_t step_keys;      /* max(tile_keys, span_keys when span_path): row buffers */
     int64_t items_per_chunk; /* span path: consecutive items one thread takes at once */
+    /* Span path with per-thread packing, when > 0: each thread keeps one ring of span_ring
+     * packed tiles per KV head (head_stores), of span_ring_bytes each, and takes items in the
+     * order (b, query tile, KV head), so that the rows of every head at the same tokens (one
+     * page of a [B, T, H, D] tensor) are read together. */
+    int64_t span_ring;
+    size_t span_ring_bytes;
     /* Operand type (forward_dtype.c): q, k, v, out are all `format.dtype`. F32 as always;
      * BF16 / F16 converted to fp32 exactly (queries when gathered, K/V when packed), P rounded
      * to the operand type before P·V; or, with format.bf16_tiles, BF16 queries and K/V kept
@@ -69,6 +75,7 @@ typedef struct forward_workspace {
     attn_tile_class *head_class; /* [group_size] */
     struct row_segment *segments; /* [group_size] */
     packed_kv_store packed;      /* PACK_PER_THREAD / PACK_ONE_TILE: this thread's store */
+    packed_kv_store *head_stores; /* [kv_heads] when plan->span_ring > 0 */
     /* The first empty row this thread met (for ATTN_EMPTY_ROWS_ERROR). */
     bool has_empty_row;
     int64_t empty_b, empty_h, empty_i;

@@ -161,7 +161,9 @@ void forward_compute_tile(const forward_plan *plan, forward_workspace *workspace
 static const packed_kv_tile *span_tile(const forward_plan *plan, forward_workspace *workspace,
                                        int64_t b, int64_t kv_head, int64_t tile) {
     if (plan->packing == PACK_SHARED) return &plan->shared_packed->slot[tile];
-    return packed_kv_get(&workspace->packed, plan->k, plan->v, b, kv_head, tile,
+    packed_kv_store *store = plan->span_ring > 0 ? &workspace->head_stores[kv_head]
+                                                 : &workspace->packed;
+    return packed_kv_get(store, plan->k, plan->v, b, kv_head, tile,
                          attn_mask_key_count(&plan->call->mask, b), workspace->value_staging);
 }
 
