@@ -9,7 +9,11 @@
  *   FULL tile:             scores, softmax step, accumulate; no per-element mask work
  *   PARTIAL tile:          the mask applied row by row (an interval for causal / window)
  * The item's last key tile (the causal diagonal) is done in chunks of rows, each only up to
- * the last key those rows may attend. Finally O = acc / l and LSE = m + log l. All arithmetic on tiles goes through the kernel
+ * the last key those rows may attend. A sliding window over a pure band (lengths, causal,
+ * window: each row's keys are one interval) takes the band path instead: chunks of 16 rows,
+ * each over only the key tiles its rows' intervals touch, with one softmax step per span of
+ * keys and the mask applied as two bounds per row (forward_compute_span, forward_tile.c).
+ * Finally O = acc / l and LSE = m + log l. All arithmetic on tiles goes through the kernel
  * registry (kernels/registry.h); one tile step is forward_tile.c.
  *
  * K and V are packed once per (b, KV head) into a store of packed tiles (packed_kv.h) that
@@ -25,7 +29,10 @@
  *   PACK_ONE_TILE: under a tight execution.memory_limit_bytes, each thread repacks one tile
  *     per use.
  * Items (b, KV head, query tile) are handed out dynamically in order, query tiles of a head
- * last-first (causal: the longest rows first), so the threads get equal work. Each output
+ * last-first (causal: the longest rows first), so the threads get equal work. The band path
+ * hands out runs of consecutive query tiles instead (two per thread), ascending, so that a
+ * thread packs only the keys near its rows; with per-thread packing it keeps a ring of
+ * packed tiles per KV head and takes items in (b, query tile, KV head) order. Each output
  * row is produced by exactly one item, whose arithmetic does not depend on which thread runs
  * it, so the result is bitwise identical for any thread count. Working memory: O(tile) per
  * thread plus the packed K/V above; nothing of size Tq x Tk is ever allocated.
@@ -348,9 +355,11 @@ static void choose_tiles(forward_plan *plan) {
     if (plan->span_path) {
         plan->span_rows = plan->tile_rows < FORWARD_SPAN_ROWS ? plan->tile_rows : FORWARD_SPAN_ROWS;
         /* The band of a chunk: its rows' window plus the chunk and a tile of slack. */
-        const int64_t left = options->window_left >= 0 ? options->window_left : longest;
+        const int64_t left = options->window_left >= 0 && options->window_left < longest
+                                 ? options->window_left : longest;
         const int64_t right = options->causal ? 0
-                              : options->window_right >= 0 ? options->window_right : longest;
+                              : options->window_right >= 0 && options->window_right < longest
+                                  ? options->window_right : longest;
         int64_t band = left + right + 1 + plan->span_rows + plan->tile_keys;
         if (band > FORWARD_SPAN_KEYS) band = FORWARD_SPAN_KEYS;
         int64_t tiles = (band + plan->tile_keys - 1) / plan->tile_keys;
