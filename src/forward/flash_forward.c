@@ -30,7 +30,7 @@
  *     per use.
  * Items (b, KV head, query tile) are handed out dynamically in order, query tiles of a head
  * last-first (causal: the longest rows first), so the threads get equal work. The band path
- * hands out runs of consecutive query tiles instead (two per thread), ascending, so that a
+ * hands out runs of consecutive query tiles instead, from one region per thread, so that a
  * thread packs only the keys near its rows; with per-thread packing it keeps a ring of
  * packed tiles per KV head and takes items in (b, query tile, KV head) order. Each output
  * row is produced by exactly one item, whose arithmetic does not depend on which thread runs
@@ -454,12 +454,21 @@ static void run_thread(const forward_plan *plan, forward_workspace *workspace,
          * thread packs only the key tiles near its own rows (threads taking alternate tiles
          * would each pack the whole head). The work of a tile is about constant here. */
         const int64_t item_count = head_count * plan->query_tiles;
-        const int64_t run = plan->items_per_chunk;
-        const int64_t run_count = (item_count + run - 1) / run;
         const int64_t kv_heads = problem->kv_heads, tiles = plan->query_tiles;
+        /* The items are cut into one region per thread, each region into runs; run c is run
+         * c / threads of region c % threads, so that while the threads keep pace each walks
+         * its own region in order (its ring still holds the band: nothing is repacked), and
+         * a thread that falls behind has runs of its region taken by the others. */
+        const int64_t regions = plan->call->threads;
+        const int64_t region_items = (item_count + regions - 1) / regions;
+        const int64_t run = plan->items_per_chunk;
+        const int64_t region_runs = (region_items + run - 1) / run;
 #pragma omp for schedule(dynamic, 1)
-        for (int64_t chunk = 0; chunk < run_count; ++chunk)
-            for (int64_t item = chunk * run; item < (chunk + 1) * run && item < item_count; ++item) {
+        for (int64_t chunk = 0; chunk < regions * region_runs; ++chunk) {
+            const int64_t region = chunk % regions, region_end = (region + 1) * region_items;
+            const int64_t first = region * region_items + chunk / regions * run;
+            for (int64_t item = first;
+                 item < first + run && item < region_end && item < item_count; ++item) {
                 if (plan->span_ring > 0) /* (b, tile, KV head) */
                     run_work_item(plan, workspace, item / (tiles * kv_heads), item % kv_heads,
                                   item / kv_heads % tiles);
@@ -467,6 +476,7 @@ static void run_thread(const forward_plan *plan, forward_workspace *workspace,
                     run_work_item(plan, workspace, item / tiles / kv_heads,
                                   item / tiles % kv_heads, item % tiles);
             }
+        }
         return;
     }
     if (plan->packing != PACK_SHARED) {
@@ -548,13 +558,11 @@ attn_status attn_forward_run(attn_call *call, const attn_tensor *q, const attn_t
     status = choose_packing(&plan, thread_count, part_bytes, &parts_bytes, &workspace_bytes,
                             &shared_bytes, error);
     if (plan.span_path) {
-        /* Two runs per thread (each run packs the band before its first row again: with
-         * runs of 8 query tiles at T = 4096, H = 8 that cost 25% of the window's time; with
-         * a run per thread the split would be static), but no longer than 32 bands. */
+        /* Runs of about 2 bands of rows (a run that does not follow its thread's previous
+         * one packs the band before its first row again: alternating runs of 8 query tiles
+         * at T = 4096, H = 8 cost 25% of the window's time). */
         const int64_t band_tiles = (plan.span_keys + plan.tile_rows - 1) / plan.tile_rows;
-        int64_t run = 32 * band_tiles * (plan.span_ring > 0 ? problem->kv_heads : 1);
-        const int64_t balanced = (item_count + 2 * thread_count - 1) / (2 * thread_count);
-        if (run > balanced) run = balanced;
+        const int64_t run = 2 * band_tiles * (plan.span_ring > 0 ? problem->kv_heads : 1);
         plan.items_per_chunk = run < 1 ? 1 : run;
     }
     if (status == ATTN_OK)
