@@ -58,6 +58,9 @@ static const window_case cases[] = {
     /* Bigger: one span step over more tiles than the default window fits, and GQA. */
     {W("window 700 GQA", 1, 1100, 1100, 4, 1, 16, 700, 0), .causal = 1, .alignment = BR}},
     {W("window 256 D=128", 1, 700, 700, 2, 2, 128, 255, 0), .causal = 1, .alignment = BR}},
+    /* Rings of packed tiles per KV head (long sequences, several KV heads and batches). */
+    {W("rings GQA B=2", 2, 1200, 1200, 4, 2, 16, 40, 0), .causal = 1, .alignment = BR}},
+    {W("rings lengths (W1,W2)", 3, 900, 1000, 3, 3, 8, 30, 9), .alignment = BR, .lengths = 1}},
 };
 
 static const char *kernel_name(attn_kernel_choice kernel) {
