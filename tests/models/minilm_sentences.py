@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """minilm_sentences.py — the sentences of the MiniLM test, one per line: short and long ones,
-punctuation, digits, accents, CJK (the seeds' 我 喜欢 学 注意力 机制), and one past the model's
+punctuation, digits, accents, CJK (the demo's 我 喜欢 学 注意力 机制), and one past the model's
 256-token limit (truncated by the tokenizer, so positions reach 255)."""
 SENTENCES = [
     "A man is eating food.",
