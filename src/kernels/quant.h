@@ -1,0 +1,97 @@
+/*
+ * quant.h — the 8-bit KV storage formats (attn.h: ATTN_DTYPE_Q8, FP8_E4M3, FP8_E5M2), one
+ * scalar definition each, used by the cache on append and read-back, by the generic decode
+ * kernels and by the tests. Internal to libattn. docs/inference.md states the rounding:
+ *  - Q8: a row x[0..n) (one token, one KV head) is stored as q[e] = round(x[e] / s) in
+ *    [-127, 127] with s = max|x| / 127 (s = 0 for a zero row: every q = 0), round = to
+ *    nearest, ties to even; it reads back as s * q[e].
+ *  - FP8: x / head_scale rounded to the nearest fp8 value (ties to even on the mantissa),
+ *    saturating at the largest finite magnitude (448 for E4M3, 57344 for E5M2) instead of
+ *    overflowing; subnormals kept. Neither format ever stores an infinity or NaN: the cache
+ *    refuses non-finite inputs for them.
+ * The SIMD decode kernels widen FP8 through IEEE half bits (E5M2 is the top byte of a half;
+ * E4M3 re-biased into one is exactly the value / 256), so ATTN_FP8_E4M3_HALF_FACTOR is the
+ * power of two they fold into the scale.
+ */
+#ifndef ATTN_KERNELS_QUANT_H
+#define ATTN_KERNELS_QUANT_H
+
+#include <math.h>
+#include <stdint.h>
+
+#include "attn.h"
+#include "kernels/half.h"
+
+/* 1 for the 8-bit storage formats. */
+static inline int attn_dtype_is_quantized(attn_dtype dtype) {
+    return dtype == ATTN_DTYPE_Q8 || dtype == ATTN_DTYPE_FP8_E4M3 || dtype == ATTN_DTYPE_FP8_E5M2;
+}
+
+/* ---- Q8 ---- */
+static inline float attn_q8_row_scale(int64_t count, const float *x) {
+    float largest = 0.0f;
+    for (int64_t e = 0; e < count; ++e) {
+        const float a = fabsf(x[e]);
+        if (a > largest) largest = a;
+    }
+    return largest / 127.0f;
+}
+
+static inline int8_t attn_q8_encode(float x, float scale) {
+    if (scale == 0.0f) return 0;
+    float q = nearbyintf(x / scale); /* default rounding: to nearest, ties to even */
+    if (q > 127.0f) q = 127.0f;
+    if (q < -127.0f) q = -127.0f;
+    return (int8_t)q;
+}
+
+/* ---- FP8 ---- */
+/* Nearest fp8 code of x (finite) with `mantissa_bits`, exponent `bias` and largest finite
+ * code `largest` (sign apart), saturating. */
+static inline uint8_t attn_fp8_encode(float x, int mantissa_bits, int bias, uint32_t largest) {
+    const uint8_t sign = signbit(x) ? 0x80u : 0u;
+    const float a = fabsf(x);
+    const float smallest_normal = ldexpf(1.0f, 1 - bias);
+    uint32_t code;
+    if (a < smallest_normal) { /* subnormal: units of 2^(1 - bias - mantissa_bits) */
+        code = (uint32_t)nearbyintf(a * ldexpf(1.0f, bias - 1 + mantissa_bits));
+        /* code = 2^mantissa_bits is the smallest normal's code: the carry is correct */
+    } else {
+        uint32_t bits = attn_float_bits(a);
+        const int drop = 23 - mantissa_bits;
+        bits += ((1u << (drop - 1)) - 1u) + ((bits >> drop) & 1u); /* round to nearest even */
+        const int exponent = (int)(bits >> 23) - 127 + bias;
+        const uint32_t mantissa = (bits >> drop) & ((1u << mantissa_bits) - 1u);
+        code = exponent > 30 ? largest : ((uint32_t)exponent << mantissa_bits) | mantissa;
+    }
+    if (code > largest) code = largest; /* saturate */
+    return (uint8_t)(sign | code);
+}
+
+static inline uint8_t attn_fp8_e4m3_encode(float x) { return attn_fp8_encode(x, 3, 7, 0x7eu); }
+static inline uint8_t attn_fp8_e5m2_encode(float x) { return attn_fp8_encode(x, 2, 15, 0x7bu); }
+
+static inline float attn_fp8_e4m3_decode(uint8_t code) {
+    const int exponent = (code >> 3) & 15, mantissa = code & 7;
+    float a;
+    if ((code & 0x7f) == 0x7f) a = NAN;
+    else if (exponent == 0) a = ldexpf((float)mantissa, -9);
+    else a = ldexpf(1.0f + (float)mantissa / 8.0f, exponent - 7);
+    return (code & 0x80) ? -a : a;
+}
+
+static inline float attn_fp8_e5m2_decode(uint8_t code) {
+    return attn_f16_to_float((uint16_t)((uint16_t)code << 8));
+}
+
+/* E4M3 code c as the IEEE half with bits (sign << 15) | ((c & 0x7f) << 7) is the value / 256. */
+#define ATTN_FP8_E4M3_HALF_FACTOR 256.0f
+
+/* The value of one stored element of an 8-bit format (before any scale). */
+static inline float attn_quant_decode(attn_dtype dtype, uint8_t stored) {
+    if (dtype == ATTN_DTYPE_Q8) return (float)(int8_t)stored;
+    return dtype == ATTN_DTYPE_FP8_E4M3 ? attn_fp8_e4m3_decode(stored)
+                                        : attn_fp8_e5m2_decode(stored);
+}
+
+#endif /* ATTN_KERNELS_QUANT_H */
