@@ -19,6 +19,11 @@
  * compile-time constant inside each block (the switch is outside the loops).
  */
 
+/* Prefetch distance in rows for 1-byte rows (LOOKAHEAD is tuned for 2- and 4-byte ones). */
+#ifndef Q8_LOOKAHEAD
+#define Q8_LOOKAHEAD 64
+#endif
+
 /* The scale folded into a key's factor for `format` (see above). */
 static inline float q8_format_factor(attn_dtype format) {
     return format == ATTN_DTYPE_FP8_E4M3 ? ATTN_FP8_E4M3_HALF_FACTOR : 1.0f;
@@ -110,7 +115,7 @@ static void score_chunk_q8_as(const attn_dtype format, int rows, int count, int 
                 key[k] = keys + (c0 + k < count ? c0 + k : count - 1) * key_stride;
             if (r0 == 0 && rows >= PREFETCH_ROWS)
                 for (int k = 0; k < block_keys; ++k)
-                    prefetch_row(keys, c0 + k + LOOKAHEAD, key_stride, 1, (size_t)dim);
+                    prefetch_row(keys, c0 + k + Q8_LOOKAHEAD, key_stride, 1, (size_t)dim);
             float out[16];
             if (block_rows == 4) score_block_q8(format, 4, 4, 0, dim, row, key, out);
             else if (block_rows == 2) score_block_q8(format, 2, 8, 1, dim, row, key, out);
@@ -140,13 +145,13 @@ static void avx512_score_chunk_q8(attn_dtype dtype, int rows, int count, int dim
 }
 
 /* Accumulator rows [block_rows][dim], columns [e0, e0 + width), width <= 16 * vectors:
- * acc = rescale * acc + sum_c (weight[r][c] * key factor c) * value_c, 8-bit values. */
+ * acc = rescale * acc + sum_c weight[r][c] * value_c, 8-bit values, the weights already
+ * multiplied by their key's factor (scale_weights). */
 V_INLINE void accumulate_block_q8(const attn_dtype format, const int block_rows,
                                   const int vectors, int count, int e0, int width, int dim,
                                   const float *weights, const float *rescale,
                                   const uint8_t *values, int64_t value_stride,
-                                  const float *row_scales, float factor, float *accumulator,
-                                  int prefetch) {
+                                  float *accumulator, int prefetch) {
     __mmask16 masks[8];
     for (int x = 0; x < vectors; ++x) masks[x] = vmask_first(width - 16 * x);
     __m512 sums[4][8];
@@ -156,15 +161,13 @@ V_INLINE void accumulate_block_q8(const attn_dtype format, const int block_rows,
         for (int x = 0; x < vectors; ++x)
             sums[r][x] = _mm512_mul_ps(scale, _mm512_maskz_loadu_ps(masks[x], row + 16 * x));
     }
-    const float format_factor = q8_format_factor(format);
     for (int c = 0; c < count; ++c) {
-        const float key_factor =
-            (row_scales != NULL ? factor * row_scales[c] : factor) * format_factor;
+        /* weights arrive scaled (accumulate_chunk_q8_as): a broadcast from memory */
         __m512 weight[4];
         for (int r = 0; r < block_rows; ++r)
-            weight[r] = _mm512_set1_ps(weights[r * ATTN_DECODE_CHUNK + c] * key_factor);
+            weight[r] = _mm512_set1_ps(weights[r * ATTN_DECODE_CHUNK + c]);
         const uint8_t *value = values + c * value_stride + e0;
-        if (prefetch) prefetch_row(values, c + LOOKAHEAD, value_stride, 1, (size_t)dim);
+        if (prefetch) prefetch_row(values, c + Q8_LOOKAHEAD, value_stride, 1, (size_t)dim);
         for (int x = 0; x < vectors; ++x) {
             const __m512 value_vector = load_q8(format, value + 16 * x, masks[x]);
             for (int r = 0; r < block_rows; ++r)
@@ -182,13 +185,33 @@ V_INLINE void accumulate_block_q8(const attn_dtype format, const int block_rows,
 V_INLINE void accumulate_rows_q8(const attn_dtype format, const int block_rows,
                                  const int vectors, int count, int dim, const float *weights,
                                  const float *rescale, const uint8_t *values,
-                                 int64_t value_stride, const float *row_scales, float factor,
-                                 float *accumulator, int prefetch) {
+                                 int64_t value_stride, float *accumulator, int prefetch) {
     for (int e0 = 0; e0 < dim; e0 += 16 * vectors) {
         const int width = dim - e0 < 16 * vectors ? dim - e0 : 16 * vectors;
         accumulate_block_q8(format, block_rows, vectors, count, e0, width, dim, weights, rescale,
-                            values, value_stride, row_scales, factor, accumulator,
-                            prefetch && e0 == 0);
+                            values, value_stride, accumulator, prefetch && e0 == 0);
+    }
+}
+
+/* scaled[r][c] = weights[r][c] * (factor * row_scales[c] * format factor), r < rows (<= 4):
+ * the per-key scale applied once per weight, vectorised. */
+static void scale_weights(const attn_dtype format, int rows, int count, const float *weights,
+                          const float *row_scales, float factor, float *scaled) {
+    const float key_factor = factor * q8_format_factor(format);
+    for (int c0 = 0; c0 < count; c0 += 16) {
+        const __mmask16 lanes = vmask_first(count - c0);
+        /* (factor * row_scale) first, then the power of two: as the generic kernel rounds */
+        const __m512 scale =
+            row_scales != NULL
+                ? _mm512_mul_ps(_mm512_mul_ps(_mm512_set1_ps(factor),
+                                              _mm512_maskz_loadu_ps(lanes, row_scales + c0)),
+                                _mm512_set1_ps(q8_format_factor(format)))
+                : _mm512_set1_ps(key_factor);
+        for (int r = 0; r < rows; ++r)
+            _mm512_mask_storeu_ps(
+                scaled + r * ATTN_DECODE_CHUNK + c0, lanes,
+                _mm512_mul_ps(_mm512_maskz_loadu_ps(lanes, weights + r * ATTN_DECODE_CHUNK + c0),
+                              scale));
     }
 }
 
@@ -197,23 +220,28 @@ static void accumulate_chunk_q8_as(const attn_dtype format, int rows, int count,
                                    const uint8_t *values, int64_t value_stride,
                                    const float *row_scales, float factor, float *accumulator) {
     const int prefetch = rows >= PREFETCH_ROWS;
+    float scaled[4 * ATTN_DECODE_CHUNK];
     int r = 0;
-    for (; r + 4 <= rows; r += 4)
-        accumulate_rows_q8(format, 4, 4, count, dim, weights + r * ATTN_DECODE_CHUNK, rescale + r,
-                           values, value_stride, row_scales, factor,
+    for (; r + 4 <= rows; r += 4) {
+        scale_weights(format, 4, count, weights + r * ATTN_DECODE_CHUNK, row_scales, factor,
+                      scaled);
+        accumulate_rows_q8(format, 4, 4, count, dim, scaled, rescale + r, values, value_stride,
                            accumulator + (int64_t)r * dim, prefetch && r == 0);
-    const float *tail_weights = weights + r * ATTN_DECODE_CHUNK;
+    }
+    scale_weights(format, rows - r, count, weights + r * ATTN_DECODE_CHUNK, row_scales, factor,
+                  scaled);
+    const float *tail_weights = scaled;
     float *tail = accumulator + (int64_t)r * dim;
     const int tail_prefetch = prefetch && r == 0;
     if (rows - r == 3)
         accumulate_rows_q8(format, 3, 8, count, dim, tail_weights, rescale + r, values,
-                           value_stride, row_scales, factor, tail, tail_prefetch);
+                           value_stride, tail, tail_prefetch);
     else if (rows - r == 2)
         accumulate_rows_q8(format, 2, 8, count, dim, tail_weights, rescale + r, values,
-                           value_stride, row_scales, factor, tail, tail_prefetch);
+                           value_stride, tail, tail_prefetch);
     else if (rows - r == 1)
         accumulate_rows_q8(format, 1, 8, count, dim, tail_weights, rescale + r, values,
-                           value_stride, row_scales, factor, tail, tail_prefetch);
+                           value_stride, tail, tail_prefetch);
 }
 
 static void avx512_accumulate_chunk_q8(attn_dtype dtype, int rows, int count, int dim,
