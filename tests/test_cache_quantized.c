@@ -27,14 +27,16 @@ typedef struct format_case {
     const char *name;
     int exponent_bits; /* fp8 only */
     double bound;      /* documented max relative error of decode vs an fp32 cache */
+    double exact;      /* vs the reference on the stored values: float rounding, and for
+                          int8 its int16 operands (quant.h; measured 4e-5) */
 } format_case;
 
 /* The bounds are docs/inference.md's: about twice the worst measured by this table (1.3e-2,
  * 3.6e-2, 8.3e-2), N(0, 1) keys, values and queries, |out - out_fp32| / (1 + |out_fp32|). */
 static const format_case formats[] = {
-    {ATTN_DTYPE_Q8, "int8", 0, 3e-2},
-    {ATTN_DTYPE_FP8_E4M3, "fp8_e4m3", 4, 7e-2},
-    {ATTN_DTYPE_FP8_E5M2, "fp8_e5m2", 5, 1.5e-1},
+    {ATTN_DTYPE_Q8, "int8", 0, 3e-2, 1e-4},
+    {ATTN_DTYPE_FP8_E4M3, "fp8_e4m3", 4, 7e-2, 2e-5},
+    {ATTN_DTYPE_FP8_E5M2, "fp8_e5m2", 5, 1.5e-1, 2e-5},
 };
 
 /* ---- the formats, from their definitions ---- */
@@ -273,12 +275,12 @@ static void test_decode_table(void) {
                     const double against_reference =
                         test_max_relative_error(&out[0].view, &reference.view);
                     const double against_fp32 = test_max_relative_error(&out[0].view, &expected.view);
-                    CHECK(against_reference <= 2e-5 && against_fp32 <= f->bound &&
+                    CHECK(against_reference <= f->exact && against_fp32 <= f->bound &&
                               test_bitwise_equal(&out[0].view, &out[1].view),
-                          "%s %s T=%lld kernel %s: vs reference on the stored values %.3g, vs "
-                          "fp32 %.3g <= %.0e, 1 = 2 threads bitwise",
+                          "%s %s T=%lld kernel %s: vs reference on the stored values %.3g <= %.0e, "
+                          "vs fp32 %.3g <= %.0e, 1 = 2 threads bitwise",
                           f->name, s->name, (long long)length, attn_kernel_name(kernels[ki]),
-                          against_reference, against_fp32, f->bound);
+                          against_reference, f->exact, against_fp32, f->bound);
                     if (against_fp32 > worst[fi]) worst[fi] = against_fp32;
                     test_tensor_free(&out[0]), test_tensor_free(&out[1]);
                 }

@@ -33,6 +33,7 @@
 static const int group_rows[] = {1, 2, 3, 4, 5, 8, 17};
 static const int chunk_counts[] = {1, 5, 15, 16, 17, 40, 63, 64};
 static const int head_dims[] = {1, 7, 16, 33, 64, 100, 128, 576};
+static const int q8_dims[] = {1, 7, 16, 33, 64, 100, 128, 576, 1025}; /* 1025: the wide fallback */
 
 static const attn_kernels *generic_registry(void) {
     const attn_kernels *generic = NULL;
@@ -426,9 +427,36 @@ static void check_q8(const attn_kernels *k, int f, int rows, int count, int dim,
             for (int c = count; c < ATTN_DECODE_CHUNK; ++c)
                 untouched &= scores[r * ATTN_DECODE_CHUNK + c] == SENTINEL;
         }
-        CHECK(worst <= DOT_TOLERANCE && untouched,
+        CHECK((format == ATTN_DTYPE_Q8 || worst <= DOT_TOLERANCE) && untouched,
               "%s score_chunk_q8 %s %dx%d D=%d: error %.3g (double and generic), untouched %d",
               k->name, q8_names[f], rows, count, dim, worst, untouched);
+        if (format == ATTN_DTYPE_Q8) { /* int16 queries, exact integer sums: these bits */
+            int same = 1;
+            double rounding = 0.0;
+            for (int r = 0; r < rows; ++r) {
+                const float *query = queries + (size_t)r * dim;
+                float largest = 0.0f;
+                for (int d = 0; d < dim; ++d) largest = fmaxf(largest, fabsf(query[d]));
+                const float query_scale = largest / 16383.0f;
+                for (int c = 0; c < count; ++c) {
+                    double sum = 0.0, plain = 0.0, size = 1e-30;
+                    for (int d = 0; d < dim; ++d) {
+                        const double key = (double)(int8_t)stored[c * stride + d];
+                        sum += rintf(query[d] / query_scale) * key;
+                        plain += query[d] * key, size += fabs(query[d] * key);
+                    }
+                    const float want = (key_factor[c] * query_scale) * (float)sum;
+                    same &= scores[r * ATTN_DECODE_CHUNK + c] == want &&
+                            generic[r * ATTN_DECODE_CHUNK + c] == want;
+                    rounding = fmax(rounding, fabs(want - plain * key_factor[c]) /
+                                                  (size * key_factor[c]));
+                }
+            }
+            CHECK(same && rounding <= 1e-4,
+                  "%s score_chunk_q8 int8 %dx%d D=%d: the int16-query sums bit for bit "
+                  "(generic too); their rounding %.3g <= 1e-4 of sum |q k|",
+                  k->name, rows, count, dim, rounding);
+        }
 
         float *weights = floats((size_t)rows * ATTN_DECODE_CHUNK, NAN);
         float *rescale = floats((size_t)rows, 0.0f);
@@ -465,8 +493,32 @@ static void check_q8(const attn_kernels *k, int f, int rows, int count, int dim,
                 if (!(error <= worst)) worst = error;
                 if (!(difference <= worst)) worst = difference;
             }
-        CHECK(worst <= DOT_TOLERANCE, "%s accumulate_chunk_q8 %s %dx%d D=%d: error %.3g", k->name,
-              q8_names[f], rows, count, dim, worst);
+        CHECK(worst <= (format == ATTN_DTYPE_Q8 ? 1e-4 : DOT_TOLERANCE),
+              "%s accumulate_chunk_q8 %s %dx%d D=%d: error %.3g", k->name, q8_names[f], rows,
+              count, dim, worst);
+        if (format == ATTN_DTYPE_Q8) { /* int16 weights, exact integer sums: these bits */
+            int same = 1;
+            for (int r = 0; r < rows; ++r) {
+                float scaled[ATTN_DECODE_CHUNK], largest = 0.0f;
+                for (int c = 0; c < count; ++c) {
+                    scaled[c] = weights[r * ATTN_DECODE_CHUNK + c] * key_factor[c];
+                    largest = fmaxf(largest, fabsf(scaled[c]));
+                }
+                const float weight_scale = largest / 32767.0f;
+                for (int e = 0; e < dim; ++e) {
+                    double sum = 0.0;
+                    for (int c = 0; c < count; ++c)
+                        sum += (weight_scale == 0.0f ? 0.0f : rintf(scaled[c] / weight_scale)) *
+                               (double)(int8_t)stored[c * stride + e];
+                    const float want =
+                        fmaf(weight_scale, (float)sum, rescale[r] * start[(size_t)r * dim + e]);
+                    same &= accumulator[(size_t)r * dim + e] == want &&
+                            generic_accumulator[(size_t)r * dim + e] == want;
+                }
+            }
+            CHECK(same, "%s accumulate_chunk_q8 int8 %dx%d D=%d: the int16-weight sums bit for bit",
+                  k->name, rows, count, dim);
+        }
         free(queries), free(scores), free(generic), free(weights), free(rescale), free(start);
         free(accumulator), free(generic_accumulator);
     }
@@ -508,7 +560,7 @@ int main(void) {
                     check_q8(k, f, rows, chunk_counts[c],
                              head_dims[(rows + c + f) % COUNT_OF(head_dims)], &rng);
         for (int f = 0; f < COUNT_OF(q8_formats); ++f)
-            for (int n = 0; n < COUNT_OF(head_dims); ++n) check_q8(k, f, 4, 64, head_dims[n], &rng);
+            for (int n = 0; n < COUNT_OF(q8_dims); ++n) check_q8(k, f, 4, 64, q8_dims[n], &rng);
     }
     return test_finish();
 }

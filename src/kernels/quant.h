@@ -94,4 +94,67 @@ static inline float attn_quant_decode(attn_dtype dtype, uint8_t stored) {
                                         : attn_fp8_e5m2_decode(stored);
 }
 
+/* ---- Q8 decode arithmetic (registry.h: score_chunk_q8 / accumulate_chunk_q8 with Q8) ----
+ * The int8 kernels multiply int16 operands by int8 stored elements in integers (exact sums:
+ * VPDPWSSD / VPMADDWD), so two more rounding points exist, both far below int8's own:
+ *  - each query row, once per call: q16[d] = round(q[d] / s_q), s_q = max_d |q[d]| / 16383
+ *    (15 bits: relative error <= 2^-15 of the row's largest element);
+ *  - each row's weights of a chunk, w'[c] = p[c] * (key factor c): w16[c] = round(w'[c] / s_w),
+ *    s_w = max_c |w'[c]| / 32767.
+ * Scores are (key factor c * s_q) * float(sum_d q16[d] k[c][d]); the accumulator becomes
+ * fma(s_w, float(sum_c w16[c] v[c][e]), rescale * acc). A zero row has scale 0 and gives 0.
+ * These inline references are the generic registry's kernels and every SIMD kernel's
+ * fallback (the SIMD ones give the same integers, hence the same bits). */
+#define ATTN_Q8_QUERY_LEVELS 16383.0f
+#define ATTN_Q8_WEIGHT_LEVELS 32767.0f
+
+static inline float attn_q8_operand_scale(int count, const float *x, float levels) {
+    float largest = 0.0f;
+    for (int e = 0; e < count; ++e) largest = fmaxf(largest, fabsf(x[e]));
+    return largest / levels;
+}
+
+static inline int32_t attn_q8_operand(float x, float scale) {
+    return scale == 0.0f ? 0 : (int32_t)nearbyintf(x / scale);
+}
+
+/* scores[r * chunk_stride + c] for int8 keys, exactly as above. */
+static inline void attn_q8_score_exact(int rows, int count, int dim, const float *queries,
+                                       const int8_t *keys, int64_t key_stride,
+                                       const float *row_scales, float factor, float *scores,
+                                       int chunk_stride) {
+    for (int r = 0; r < rows; ++r) {
+        const float *query = queries + (int64_t)r * dim;
+        const float query_scale = attn_q8_operand_scale(dim, query, ATTN_Q8_QUERY_LEVELS);
+        for (int c = 0; c < count; ++c) {
+            int64_t sum = 0;
+            for (int d = 0; d < dim; ++d)
+                sum += (int64_t)attn_q8_operand(query[d], query_scale) * keys[c * key_stride + d];
+            const float key_factor = row_scales != NULL ? factor * row_scales[c] : factor;
+            scores[r * chunk_stride + c] = (key_factor * query_scale) * (float)sum;
+        }
+    }
+}
+
+/* accumulator rows for int8 values, exactly as above; weights [rows][chunk_stride]. */
+static inline void attn_q8_accumulate_exact(int rows, int count, int dim, const float *weights,
+                                            const float *rescale, const int8_t *values,
+                                            int64_t value_stride, const float *row_scales,
+                                            float factor, float *accumulator, int chunk_stride) {
+    for (int r = 0; r < rows; ++r) {
+        float scaled[256]; /* count <= chunk_stride <= 256 */
+        for (int c = 0; c < count; ++c)
+            scaled[c] = weights[r * chunk_stride + c] *
+                        (row_scales != NULL ? factor * row_scales[c] : factor);
+        const float weight_scale = attn_q8_operand_scale(count, scaled, ATTN_Q8_WEIGHT_LEVELS);
+        float *row = accumulator + (int64_t)r * dim;
+        for (int e = 0; e < dim; ++e) {
+            int32_t sum = 0;
+            for (int c = 0; c < count; ++c)
+                sum += attn_q8_operand(scaled[c], weight_scale) * values[c * value_stride + e];
+            row[e] = fmaf(weight_scale, (float)sum, rescale[r] * row[e]);
+        }
+    }
+}
+
 #endif /* ATTN_KERNELS_QUANT_H */

@@ -130,12 +130,135 @@ static void score_chunk_q8_as(const attn_dtype format, int rows, int count, int 
         }
 }
 
+/* ---- int8 in integers (quant.h "Q8 decode arithmetic"; decode_q8_int_avx512.h) ---- */
+
+/* Widest head dimension the int32 score lanes hold without overflow (|q16| <= 16383,
+ * |k| <= 128: 2^21 per product); wider heads take attn_q8_score_exact. */
+#define Q8I_MOST_DIM 1024
+/* int16 weights of a row: a chunk padded to an even count. */
+#define ATTN_Q8_WEIGHT_STRIDE ATTN_DECODE_CHUNK
+
+/* transpose_reduce (decode_body.h) on int32 lanes: lane a = sum of the lanes of v[a]. */
+V_INLINE __m512i transpose_reduce_i32(const __m512i v[16]) {
+    __m512i w[16], halves[8], quarters[4];
+    for (int i = 0; i < 16; ++i) w[i] = v[(i % 4) * 4 + i / 4];
+    for (int i = 0; i < 8; ++i)
+        halves[i] = _mm512_add_epi32(_mm512_shuffle_i32x4(w[2 * i], w[2 * i + 1], 0x44),
+                                     _mm512_shuffle_i32x4(w[2 * i], w[2 * i + 1], 0xEE));
+    for (int i = 0; i < 4; ++i)
+        quarters[i] = _mm512_add_epi32(_mm512_shuffle_i32x4(halves[2 * i], halves[2 * i + 1], 0x88),
+                                       _mm512_shuffle_i32x4(halves[2 * i], halves[2 * i + 1], 0xDD));
+    const __m512i pair01 = _mm512_add_epi32(_mm512_unpacklo_epi32(quarters[0], quarters[1]),
+                                            _mm512_unpackhi_epi32(quarters[0], quarters[1]));
+    const __m512i pair23 = _mm512_add_epi32(_mm512_unpacklo_epi32(quarters[2], quarters[3]),
+                                            _mm512_unpackhi_epi32(quarters[2], quarters[3]));
+    return _mm512_add_epi32(_mm512_unpacklo_epi64(pair01, pair23),
+                            _mm512_unpackhi_epi64(pair01, pair23));
+}
+
+/* Largest |x[e]|, e < count (exact, any order). */
+static float largest_magnitude(int count, const float *x) {
+    __m512 largest = _mm512_setzero_ps();
+    for (int e = 0; e < count; e += 16)
+        largest = _mm512_max_ps(largest, vf_abs(_mm512_maskz_loadu_ps(vmask_first(count - e), x + e)));
+    return _mm512_reduce_max_ps(largest);
+}
+
+/* target[e] = round(x[e] / scale) as int16 for e < count (scale 0: 0), 0 up to padded. */
+static void round_to_i16(int count, int padded, const float *x, float scale, int16_t *target) {
+    const __m512 divisor = _mm512_set1_ps(scale);
+    for (int e = 0; e < padded; e += 16) {
+        const __mmask16 lanes = vmask_first(count - e);
+        __m512i q = _mm512_setzero_si512();
+        if (scale != 0.0f)
+            q = _mm512_cvtps_epi32(_mm512_div_ps(_mm512_maskz_loadu_ps(lanes, x + e), divisor));
+        _mm256_storeu_si256((__m256i *)(target + e),
+                            _mm512_cvtepi32_epi16(_mm512_maskz_mov_epi32(lanes, q)));
+    }
+}
+
+/* One query row as int16 (quant.h); returns its scale s_q. */
+static float pack_query_i16(int dim, int padded, const float *query, int16_t *target) {
+    const float scale = largest_magnitude(dim, query) / ATTN_Q8_QUERY_LEVELS;
+    round_to_i16(dim, padded, query, scale, target);
+    return scale;
+}
+
+/* Rows r < rows (<= 4) of a chunk's weights times their key factors, as int16 with one scale
+ * per row (quant.h): w16 [4][ATTN_Q8_WEIGHT_STRIDE], 0 past count. */
+static void pack_weights_i16(int rows, int count, const float *weights, const float *row_scales,
+                             float factor, int16_t *w16, float *scale) {
+    float scaled[ATTN_DECODE_CHUNK] __attribute__((aligned(64)));
+    for (int r = 0; r < rows; ++r) {
+        for (int c = 0; c < count; c += 16) {
+            const __mmask16 lanes = vmask_first(count - c);
+            const __m512 key_factor =
+                row_scales != NULL
+                    ? _mm512_mul_ps(_mm512_set1_ps(factor), _mm512_maskz_loadu_ps(lanes, row_scales + c))
+                    : _mm512_set1_ps(factor);
+            _mm512_mask_storeu_ps(
+                scaled + c, lanes,
+                _mm512_mul_ps(_mm512_maskz_loadu_ps(lanes, weights + r * ATTN_DECODE_CHUNK + c),
+                              key_factor));
+        }
+        scale[r] = largest_magnitude(count, scaled) / ATTN_Q8_WEIGHT_LEVELS;
+        round_to_i16(count, ATTN_Q8_WEIGHT_STRIDE, scaled, scale[r], w16 + r * ATTN_Q8_WEIGHT_STRIDE);
+    }
+}
+
+/* row[0 .. valid) = fma(weight_scale, float(sums in natural order), factor * row), where
+ * low / high hold dimensions (8L + j) / (8L + 4 + j) in lane 4L + j (the unpack order). */
+V_INLINE void add_unpacked_sums(float *row, int valid, __m512i low, __m512i high,
+                                __m512 weight_scale, __m512 factor) {
+    const __m512i first_index =
+        _mm512_setr_epi32(0, 1, 2, 3, 16, 17, 18, 19, 4, 5, 6, 7, 20, 21, 22, 23);
+    const __m512i second_index =
+        _mm512_setr_epi32(8, 9, 10, 11, 24, 25, 26, 27, 12, 13, 14, 15, 28, 29, 30, 31);
+    const __m512 low_f = _mm512_cvtepi32_ps(low), high_f = _mm512_cvtepi32_ps(high);
+    const __m512 halves[2] = {_mm512_permutex2var_ps(low_f, first_index, high_f),
+                              _mm512_permutex2var_ps(low_f, second_index, high_f)};
+    for (int x = 0; x < 2; ++x) {
+        const __mmask16 lanes = vmask_first(valid - 16 * x);
+        const __m512 old = _mm512_maskz_loadu_ps(lanes, row + 16 * x);
+        _mm512_mask_storeu_ps(row + 16 * x, lanes,
+                              _mm512_fmadd_ps(weight_scale, halves[x], _mm512_mul_ps(factor, old)));
+    }
+}
+
+#include <string.h>
+#define Q8I_VNNI 0
+#include "kernels/avx512/decode_q8_int_avx512.h"
+#undef Q8I_VNNI
+#pragma GCC push_options
+#pragma GCC target("avx512vnni")
+#define Q8I_VNNI 1
+#include "kernels/avx512/decode_q8_int_avx512.h"
+#undef Q8I_VNNI
+#pragma GCC pop_options
+
+/* VPDPWSSD where the CPU has it (decided once), else VPMADDWD: the same integers. */
+static int have_vnni(void) {
+    static int known = -1;
+    int value = __atomic_load_n(&known, __ATOMIC_RELAXED);
+    if (value < 0) {
+        value = attn_cpu_features_get()->avx512_vnni;
+        __atomic_store_n(&known, value, __ATOMIC_RELAXED);
+    }
+    return value;
+}
+
 static void avx512_score_chunk_q8(attn_dtype dtype, int rows, int count, int dim,
                                   const float *queries, const uint8_t *keys, int64_t key_stride,
                                   const float *row_scales, float factor, float *scores) {
-    if (dtype == ATTN_DTYPE_Q8)
-        score_chunk_q8_as(ATTN_DTYPE_Q8, rows, count, dim, queries, keys, key_stride, row_scales,
-                          factor, scores);
+    if (dtype == ATTN_DTYPE_Q8 && dim > Q8I_MOST_DIM)
+        attn_q8_score_exact(rows, count, dim, queries, (const int8_t *)keys, key_stride,
+                            row_scales, factor, scores, ATTN_DECODE_CHUNK);
+    else if (dtype == ATTN_DTYPE_Q8 && have_vnni())
+        score_chunk_vnni(rows, count, dim, queries, (const int8_t *)keys, key_stride, row_scales,
+                         factor, scores);
+    else if (dtype == ATTN_DTYPE_Q8)
+        score_chunk_bw(rows, count, dim, queries, (const int8_t *)keys, key_stride, row_scales,
+                       factor, scores);
     else if (dtype == ATTN_DTYPE_FP8_E4M3)
         score_chunk_q8_as(ATTN_DTYPE_FP8_E4M3, rows, count, dim, queries, keys, key_stride,
                           row_scales, factor, scores);
@@ -249,9 +372,12 @@ static void avx512_accumulate_chunk_q8(attn_dtype dtype, int rows, int count, in
                                        const uint8_t *values, int64_t value_stride,
                                        const float *row_scales, float factor,
                                        float *accumulator) {
-    if (dtype == ATTN_DTYPE_Q8)
-        accumulate_chunk_q8_as(ATTN_DTYPE_Q8, rows, count, dim, weights, rescale, values,
-                               value_stride, row_scales, factor, accumulator);
+    if (dtype == ATTN_DTYPE_Q8 && have_vnni())
+        accumulate_chunk_vnni(rows, count, dim, weights, rescale, (const int8_t *)values,
+                              value_stride, row_scales, factor, accumulator);
+    else if (dtype == ATTN_DTYPE_Q8)
+        accumulate_chunk_bw(rows, count, dim, weights, rescale, (const int8_t *)values,
+                            value_stride, row_scales, factor, accumulator);
     else if (dtype == ATTN_DTYPE_FP8_E4M3)
         accumulate_chunk_q8_as(ATTN_DTYPE_FP8_E4M3, rows, count, dim, weights, rescale, values,
                                value_stride, row_scales, factor, accumulator);

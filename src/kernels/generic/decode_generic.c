@@ -96,6 +96,11 @@ static float dot_product_q8(int dim, const float *a, attn_dtype dtype, const uin
 static void generic_score_chunk_q8(attn_dtype dtype, int rows, int count, int dim,
                                    const float *queries, const uint8_t *keys, int64_t key_stride,
                                    const float *row_scales, float factor, float *scores) {
+    if (dtype == ATTN_DTYPE_Q8) { /* int16 queries, exact integer sums (quant.h) */
+        attn_q8_score_exact(rows, count, dim, queries, (const int8_t *)keys, key_stride,
+                            row_scales, factor, scores, ATTN_DECODE_CHUNK);
+        return;
+    }
     for (int c = 0; c < count; ++c) {
         const float scale = row_factor(row_scales, c, factor);
         for (int r = 0; r < rows; ++r)
@@ -109,6 +114,12 @@ static void generic_accumulate_chunk_q8(attn_dtype dtype, int rows, int count, i
                                         const uint8_t *values, int64_t value_stride,
                                         const float *row_scales, float factor,
                                         float *accumulator) {
+    if (dtype == ATTN_DTYPE_Q8) { /* int16 weights, exact integer sums (quant.h) */
+        attn_q8_accumulate_exact(rows, count, dim, weights, rescale, (const int8_t *)values,
+                                 value_stride, row_scales, factor, accumulator,
+                                 ATTN_DECODE_CHUNK);
+        return;
+    }
     for (int r = 0; r < rows; ++r) {
         float *row = accumulator + (int64_t)r * dim;
         if (rescale[r] != 1.0f)
