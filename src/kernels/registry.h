@@ -202,7 +202,9 @@ typedef struct attn_decode_kernels {
      *     sum_c (weights[r * ATTN_DECODE_CHUNK + c] * (factor * row_scales[c])) *
      *           decode(values[c * value_stride + e]).
      * (The scale folds into the dot product's result and into the weight: one multiply per
-     * key instead of one per element.) */
+     * key instead of one per element.) For Q8 the products are exact integer sums of int16
+     * queries / weights by the int8 elements, rounded as quant.h "Q8 decode arithmetic"
+     * states; every registry gives the same bits there. */
     void (*score_chunk_q8)(attn_dtype dtype, int rows, int count, int dim, const float *queries,
                            const uint8_t *keys, int64_t key_stride, const float *row_scales,
                            float factor, float *scores);
