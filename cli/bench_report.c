@@ -1,5 +1,5 @@
 /*
- * bench_report.c — writers for `attn bench` results: Markdown, CSV and the PNG plot.
+ * bench_report.c — writers for `attn bench` results: Markdown, CSV and the plot (PNG or SVG).
  */
 #include "bench_report.h"
 
@@ -110,9 +110,9 @@ int bench_write_plot(const char *path, const bench_result *results, int count, d
     }
     char peak_label[64];
     snprintf(peak_label, sizeof peak_label, "measured FMA peak %.0f GFLOP/s", peak_gflops);
-    const int result = bench_plot_write_png(path, "attn forward: GFLOP/s (allowed pairs) vs T",
-                                            "sequence length T (log2 axis)", "GFLOP/s", series,
-                                            series_count, peak_gflops, peak_label, reason);
+    const int result = bench_plot_write(path, "attn forward: GFLOP/s (allowed pairs) vs T",
+                                        "sequence length T (log2 axis)", "GFLOP/s", series,
+                                        series_count, peak_gflops, peak_label, reason);
     free(series), free(xs), free(ys), free(labels), free(used);
     return result;
 }

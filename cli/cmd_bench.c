@@ -67,7 +67,7 @@ static void print_help(FILE *stream) {
         "                      time per thread (for a shared machine: counts only running time)\n"
         "  --csv FILE          write the results as CSV\n"
         "  --markdown FILE     write the Markdown table to FILE (it is always printed)\n"
-        "  --plot FILE         write a PNG of GFLOP/s against T\n");
+        "  --plot FILE         write a chart of GFLOP/s against T (.png or .svg)\n");
 }
 
 /* Parses "a,b,c" of positive integers into list; returns the count, 0 on error. */

@@ -54,6 +54,7 @@ static const float seed_weights[TOKENS][TOKENS] = {
 
 typedef struct demo_state {
     const char *out_directory; /* NULL: no heat maps */
+    const char *picture_format; /* "png" or "svg" */
     int heatmap_count;
     attn_error error;
 } demo_state;
@@ -168,14 +169,22 @@ static attn_options scale_options(float scale) {
     return options;
 }
 
-/* Writes a heat map of weights [rows, columns] into the output folder (values 0..1). */
-static bool heatmap(demo_state *state, const char *name, const float *weights, int rows,
-                    int columns) {
+/* Writes a heat map of weights [panels, rows, columns] (values 0..1), rows and columns
+ * labelled with the tokens, into the output folder as NAME.png (or .svg). */
+static bool heatmap(demo_state *state, const char *name, const char *title, const float *weights,
+                    int panels, int rows, int columns) {
+    static const char *const head_titles[] = {"head 1", "head 2", "head 3", "head 4"};
     if (state->out_directory == NULL) return true;
     char path[1024], message[1200];
-    snprintf(path, sizeof path, "%s/%s", state->out_directory, name);
-    if (cli_write_heatmap_png(path, weights, rows, columns, columns, 0.0f, 1.0f, message,
-                              sizeof message) != 0) {
+    snprintf(path, sizeof path, "%s/%s.%s", state->out_directory, name, state->picture_format);
+    const cli_heatmap map = {
+        .values = weights, .panels = panels, .rows = rows, .columns = columns, .title = title,
+        .row_labels = rows == TOKENS ? token_labels : NULL,
+        .column_labels = columns == TOKENS ? token_labels : NULL,
+        .panel_titles = panels > 1 && panels <= 4 ? head_titles : NULL,
+        .row_axis = "query", .column_axis = "key", .minimum = 0.0f, .maximum = 1.0f,
+    };
+    if (cli_heatmap_write(path, &map, message, sizeof message) != 0) {
         cli_error("demo", "%s", message);
         return false;
     }
@@ -258,7 +267,8 @@ static bool section_self_attention(demo_state *state) {
                  4);
     print_matrix("Y = W·A (each token, now with its context)", y, TOKENS, DIMS, token_labels, "d",
                  4);
-    return heatmap(state, "01_self_attention.png", weights, TOKENS, TOKENS);
+    return heatmap(state, "01_self_attention", "self-attention softmax(A·Aᵀ), one head", weights, 1,
+                   TOKENS, TOKENS);
 }
 
 /* The learnable head's projections, shared by later sections. */
@@ -292,7 +302,8 @@ static bool section_single_head(demo_state *state, head_projections *head) {
         return false;
     print_matrix("P = softmax(Q·Kᵀ / √4)", p, TOKENS, TOKENS, token_labels, NULL, 4);
     print_matrix("Y = P·V", y, TOKENS, DIMS, token_labels, "d", 4);
-    return heatmap(state, "02_single_head.png", p, TOKENS, TOKENS);
+    return heatmap(state, "02_single_head", "layer 1, head 1: softmax(Q·Kᵀ/√4)", p, 1, TOKENS,
+                   TOKENS);
 }
 
 /* Largest softmax gradient entry p_i (1 - p_i) of one row: how much learning signal flows. */
@@ -314,7 +325,8 @@ static bool section_scaling(demo_state *state, const head_projections *head) {
         return false;
     print_matrix("the head of section 4 without scaling: softmax(Q·Kᵀ)", unscaled, TOKENS,
                  TOKENS, token_labels, NULL, 4);
-    if (!heatmap(state, "03_single_head_unscaled.png", unscaled, TOKENS, TOKENS)) return false;
+    if (!heatmap(state, "03_single_head_unscaled", "layer 1, head 1 without √dk: softmax(Q·Kᵀ)",
+                 unscaled, 1, TOKENS, TOKENS)) return false;
 
     enum { WIDE = 512, KEYS = 5 };
     float *q = malloc(WIDE * sizeof(float)), *k = malloc(KEYS * WIDE * sizeof(float));
@@ -397,7 +409,8 @@ static bool section_causal(demo_state *state, const head_projections *head) {
            "  0.0048 round to 0.87 and 0.00; the notes print 0.86 and 0.01 so that the row\n"
            "  adds up to 1.00 (%d of 25 rounded entries differ, none by more than 0.01).\n",
            differing);
-    if (!heatmap(state, "04_causal_notes_example.png", weights, TOKENS, TOKENS)) return false;
+    if (!heatmap(state, "04_causal_notes_example", "the causal mask example: softmax(logits + M)",
+                 weights, 1, TOKENS, TOKENS)) return false;
 
     float p[TOKENS * TOKENS];
     attn_options causal = attn_options_default();
@@ -407,7 +420,8 @@ static bool section_causal(demo_state *state, const head_projections *head) {
         return false;
     print_matrix("the head of section 4, causal: softmax(Q·Kᵀ/√4 + M)", p, TOKENS, TOKENS,
                  token_labels, NULL, 4);
-    return heatmap(state, "05_single_head_causal.png", p, TOKENS, TOKENS);
+    return heatmap(state, "05_single_head_causal", "layer 1, head 1, causal: softmax(Q·Kᵀ/√4 + M)", p,
+                   1, TOKENS, TOKENS);
 }
 
 static bool section_multi_head(demo_state *state, const head_projections *head) {
@@ -428,8 +442,9 @@ static bool section_multi_head(demo_state *state, const head_projections *head) 
     const attn_options options = attn_options_default();
     if (!attention(state, head->q, head->k, head->v, TOKENS, TOKENS, 2, 2, 2, 2, &options, out))
         return false;
+    float heads[2 * TOKENS * TOKENS];
     for (int h = 0; h < 2; ++h) {
-        float q[TOKENS * 2], k[TOKENS * 2], p[TOKENS * TOKENS];
+        float q[TOKENS * 2], k[TOKENS * 2], *p = heads + h * TOKENS * TOKENS;
         for (int t = 0; t < TOKENS; ++t)
             for (int d = 0; d < 2; ++d) {
                 q[t * 2 + d] = head->q[t * DIMS + h * 2 + d];
@@ -439,9 +454,13 @@ static bool section_multi_head(demo_state *state, const head_projections *head) 
         char title[64], name[64];
         snprintf(title, sizeof title, "head %d weights", h + 1);
         print_matrix(title, p, TOKENS, TOKENS, token_labels, NULL, 4);
-        snprintf(name, sizeof name, "06_mha_head%d.png", h + 1);
-        if (!heatmap(state, name, p, TOKENS, TOKENS)) return false;
+        snprintf(title, sizeof title, "layer 1, head %d of 2: softmax(Q·Kᵀ/√2)", h + 1);
+        snprintf(name, sizeof name, "06_mha_head%d", h + 1);
+        if (!heatmap(state, name, title, p, 1, TOKENS, TOKENS)) return false;
     }
+    if (!heatmap(state, "07_mha_layer", "layer 1: both heads (d = 4 split into 2 heads of 2)",
+                 heads, 2, TOKENS, TOKENS))
+        return false;
     print_matrix("Concat(head_1, head_2)  (then ·W^O)", out, TOKENS, DIMS, token_labels, "d", 4);
     return true;
 }
@@ -529,14 +548,16 @@ static void section_kv_cache(void) {
 /* ---- command ------------------------------------------------------------------------------ */
 
 static void print_help(void) {
-    printf("usage: attn demo [--out DIR] [--no-heatmaps]\n\n"
+    printf("usage: attn demo [--out DIR] [--svg] [--no-heatmaps]\n\n"
            "Walks through the worked example of the study notes (我喜欢学注意力机制, 5 tokens x\n"
            "4 dims) with the library: embeddings, sinusoidal positions, plain self-attention,\n"
            "one learnable head, the √dk scaling, the causal mask (the notes' 5x5 example),\n"
            "multi-head attention and its parameter count, GQA, and KV-cache sizes. Prints every\n"
-           "matrix with its shape and writes heat maps of the attention weights.\n\n"
+           "matrix with its shape and writes heat maps of the attention weights, labelled with the\n"
+           "tokens, the weight in each cell and a colour scale.\n\n"
            "options:\n"
-           "  --out DIR        folder for the heat-map PNGs (default ./attn-demo; created)\n"
+           "  --out DIR        folder for the heat maps (default ./attn-demo; created)\n"
+           "  --svg            write SVG pictures instead of PNG\n"
            "  --no-heatmaps    print only, write no files\n");
 }
 
@@ -572,6 +593,7 @@ int cli_demo(int argc, char **argv) {
     demo_state state;
     memset(&state, 0, sizeof state);
     state.out_directory = "attn-demo";
+    state.picture_format = "png";
     for (int i = 1; i < argc; ++i) {
         if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
             print_help();
@@ -582,6 +604,8 @@ int cli_demo(int argc, char **argv) {
                 return 2;
             }
             state.out_directory = argv[++i];
+        } else if (strcmp(argv[i], "--svg") == 0) {
+            state.picture_format = "svg";
         } else if (strcmp(argv[i], "--no-heatmaps") == 0) {
             state.out_directory = NULL;
         } else {
@@ -600,7 +624,7 @@ int cli_demo(int argc, char **argv) {
     if (!ok) return 1;
     section_kv_cache();
     if (state.out_directory != NULL)
-        printf("\n%d heat maps (viridis: dark = 0, yellow = 1) written to %s/\n",
+        printf("\n%d heat maps (viridis: dark purple = 0, yellow = 1) written to %s/\n",
                state.heatmap_count, state.out_directory);
     return 0;
 }

@@ -4,12 +4,13 @@
  *   attn forward --q Q.npy --k K.npy --v V.npy --out O.npy [--lse LSE.npy] [options]
  *
  * Q [B, Tq, Hq, Dk], K [B, Tk, Hkv, Dk], V [B, Tk, Hkv, Dv] float32 C-order; writes
- * O [B, Tq, Hq, Dv] and optionally LSE [B, Hq, Tq]. The files are read straight into the
+ * O [B, Tq, Hq, Dv], optionally LSE [B, Hq, Tq] and, for small calls, the attention
+ * probabilities P [B, Hq, Tq, Tk] (--weights-out, probabilities.h; for `attn heatmap`). The files are read straight into the
  * tensors handed to attn_forward and the outputs are written from the buffers the library
  * filled, so peak memory is the inputs plus the outputs plus the library's O(tile) workspace.
  * On any error: one line on stderr naming the file or option and the bad value, a non-zero
- * exit (2 = usage, 1 = everything else), and no output file (both outputs are written under
- * temporary names and renamed into place only when both are complete).
+ * exit (2 = usage, 1 = everything else), and no output file (the outputs are written under
+ * temporary names and renamed into place only when all are complete).
  */
 #define _POSIX_C_SOURCE 200809L
 
@@ -22,12 +23,13 @@
 #include "arguments.h"
 #include "cli.h"
 #include "npy_tensor.h"
+#include "probabilities.h"
 
 static const char *const command = "forward";
 
 static void print_help(void) {
     printf("usage: attn forward --q Q.npy --k K.npy --v V.npy --out O.npy [--lse LSE.npy] "
-           "[options]\n\n"
+           "[--weights-out W.npy] [options]\n\n"
            "Computes O = softmax(mask(scale * Q K^T)) V exactly (and the row log-sum-exp).\n\n"
            "tensors (float32, C order):\n"
            "  --q Q.npy                  queries [B, Tq, Hq, Dk]\n"
@@ -36,19 +38,22 @@ static void print_help(void) {
            "  --v V.npy                  values  [B, Tk, Hkv, Dv]\n"
            "  --out O.npy                output  [B, Tq, Hq, Dv] (written)\n"
            "  --lse LSE.npy              log-sum-exp [B, Hq, Tq] (written; natural log, -inf for\n"
-           "                             an empty row under --empty-rows zero)\n\n"
+           "                             an empty row under --empty-rows zero)\n"
+           "  --weights-out W.npy        attention probabilities [B, Hq, Tq, Tk] (written; for\n"
+           "                             attn heatmap): exp(logit - lse) with every option\n"
+           "                             applied; refused above B*Hq*Tq*Tk = 2^24 or Tk = %d\n\n"
            "%s\n"
            "On an error attn forward prints one line naming the file or option and the bad\n"
            "value, exits with 1 (2 for a usage error) and writes no output file.\n",
-           cli_attention_options_help);
+           CLI_PROBABILITIES_MAX_KEYS, cli_attention_options_help);
 }
 
 /* The inputs and outputs of one call, freed together. */
 typedef struct forward_files {
-    const char *q_path, *k_path, *v_path, *out_path, *lse_path;
+    const char *q_path, *k_path, *v_path, *out_path, *lse_path, *weights_path;
     attn_npy_array q, k, v;
-    float *out, *lse;
-    char *out_partial, *lse_partial; /* temporary names of the outputs */
+    float *out, *lse, *weights;
+    char *out_partial, *lse_partial, *weights_partial; /* temporary names of the outputs */
 } forward_files;
 
 static void forward_files_free(forward_files *files) {
@@ -57,10 +62,13 @@ static void forward_files_free(forward_files *files) {
     attn_npy_free(&files->v);
     free(files->out);
     free(files->lse);
+    free(files->weights);
     if (files->out_partial) unlink(files->out_partial);
     if (files->lse_partial) unlink(files->lse_partial);
+    if (files->weights_partial) unlink(files->weights_partial);
     free(files->out_partial);
     free(files->lse_partial);
+    free(files->weights_partial);
 }
 
 
@@ -98,6 +106,7 @@ static int parse_arguments(int argc, char **argv, forward_files *files,
     struct { const char *name; const char **target; } paths[] = {
         {"--q", &files->q_path},     {"--k", &files->k_path},     {"--v", &files->v_path},
         {"--out", &files->out_path}, {"--lse", &files->lse_path},
+        {"--weights-out", &files->weights_path},
     };
     for (int i = 1; i < argc; ++i) {
         if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
@@ -133,6 +142,13 @@ static int parse_arguments(int argc, char **argv, forward_files *files,
         cli_error(command, "--lse %s: the same file as --out", files->lse_path);
         return 2;
     }
+    if (files->weights_path != NULL &&
+        (strcmp(files->weights_path, files->out_path) == 0 ||
+         (files->lse_path != NULL && strcmp(files->weights_path, files->lse_path) == 0))) {
+        cli_error(command, "--weights-out %s: the same file as --%s", files->weights_path,
+                  strcmp(files->weights_path, files->out_path) == 0 ? "out" : "lse");
+        return 2;
+    }
     return 0;
 }
 
@@ -146,6 +162,11 @@ static int run_forward(forward_files *files, cli_attention_arguments *arguments)
         return 1;
     const int64_t B = files->q.shape[0], Tq = files->q.shape[1], Hq = files->q.shape[2];
     const int64_t Tk = files->k.shape[1], Dv = files->v.shape[3];
+    char reason[256];
+    if (files->weights_path != NULL && !cli_probabilities_fit(B, Tq, Hq, Tk, reason, sizeof reason)) {
+        cli_error(command, "--weights-out %s: %s", files->weights_path, reason);
+        return 1;
+    }
     if (!cli_attention_arguments_load(arguments, command, B, Tq, Tk, Hq)) return 1;
 
     const int64_t out_shape[4] = {B, Tq, Hq, Dv};
@@ -170,7 +191,26 @@ static int run_forward(forward_files *files, cli_attention_arguments *arguments)
         return 1;
     }
 
-    /* Both outputs complete under temporary names, then renamed into place. */
+    if (files->weights_path != NULL) {
+        const int64_t weights_shape[4] = {B, Hq, Tq, Tk};
+        files->weights = cli_allocate_floats(command, 4, weights_shape, files->weights_path);
+        if (files->weights == NULL) return 1;
+        if (cli_attention_probabilities(&q, &k, &arguments->options, &arguments->execution,
+                                        files->weights, &error) != ATTN_OK) {
+            cli_error(command, "--weights-out %s: %s", files->weights_path, error.message);
+            return 1;
+        }
+        files->weights_partial = cli_partial_name(files->weights_path);
+        if (files->weights_partial == NULL ||
+            attn_npy_write(files->weights_partial, ATTN_DTYPE_F32, 4, weights_shape,
+                           files->weights, &error) != ATTN_OK) {
+            cli_error(command, "--weights-out %s: %s", files->weights_path,
+                      files->weights_partial ? error.message : "out of memory");
+            return 1;
+        }
+    }
+
+    /* The outputs complete under temporary names, then renamed into place. */
     files->out_partial = cli_partial_name(files->out_path);
     if (files->out_partial == NULL ||
         attn_npy_write(files->out_partial, ATTN_DTYPE_F32, 4, out_shape, files->out, &error) !=
@@ -196,10 +236,21 @@ static int run_forward(forward_files *files, cli_attention_arguments *arguments)
         free(files->lse_partial);
         files->lse_partial = NULL;
     }
+    if (files->weights_partial != NULL) {
+        if (rename(files->weights_partial, files->weights_path) != 0) {
+            cli_error(command, "--weights-out %s: cannot rename the finished file into place",
+                      files->weights_path);
+            if (files->lse_path) unlink(files->lse_path);
+            return 1;
+        }
+        free(files->weights_partial);
+        files->weights_partial = NULL;
+    }
     if (rename(files->out_partial, files->out_path) != 0) {
         cli_error(command, "--out %s: cannot rename the finished file into place",
                   files->out_path);
         if (files->lse_path) unlink(files->lse_path);
+        if (files->weights_path) unlink(files->weights_path);
         return 1;
     }
     free(files->out_partial);

@@ -52,7 +52,8 @@ static void print_help(void) {
            "  --threads T           threads for attention (default 1: these problems are tiny;\n"
            "                        0 = OpenMP default); results are identical for any T\n"
            "  --save FILE           write the weights as safetensors (HF-style names)\n"
-           "  --out DIR             write attention heat maps (PNG) of one evaluation sequence\n"
+           "  --out DIR             write attention heat maps of one evaluation sequence (one PNG\n"
+           "                        per layer, a panel per head)\n"
            "  --quiet               no progress bar\n\n"
            "Prints one summary line: task, steps, final training loss, token accuracy on 1024\n"
            "fresh sequences, seconds.\n");
@@ -416,15 +417,15 @@ static int save_model(const train_model *m, const train_options *o, attn_error *
     return attn_safetensors_write(o->save_path, tensors, count, metadata, 6, error) == ATTN_OK;
 }
 
-/* Attention probabilities of sequence 0, every layer and head, as PNG heat maps:
- * P[i][j] = exp(scale * q_i . k_j - lse_i) from the kept activations. */
+/* Attention probabilities of sequence 0, one picture per layer with all its heads:
+ * P[h][i][j] = exp(scale * q_i . k_j - lse_i) from the kept activations. */
 static int write_heatmaps(const train_model *m, const train_options *o, const train_buffers *b) {
     if (mkdir(o->out_dir, 0777) != 0 && errno != EEXIST) {
         fprintf(stderr, "attn %s: --out '%s': cannot create the directory\n", command, o->out_dir);
         return 0;
     }
     int64_t L = o->length, H = o->heads, G = o->kv_heads, dh = o->dim / o->heads;
-    float *map = malloc((size_t)(L * L) * sizeof(float));
+    float *map = malloc((size_t)(H * L * L) * sizeof(float));
     if (map == NULL) return 0;
     double scale = 1.0 / sqrt((double)dh);
     for (int64_t l = 0; l < m->layer_count; ++l) {
@@ -436,16 +437,19 @@ static int write_heatmaps(const train_model *m, const train_options *o, const tr
                     double dot = 0.0;
                     for (int64_t c = 0; c < dh; ++c)
                         dot += (double)a->q[(i * H + h) * dh + c] * a->k[(j * G + kv) * dh + c];
-                    map[i * L + j] = (float)exp(scale * dot - a->lse[h * L + i]);
+                    map[(h * L + i) * L + j] = (float)exp(scale * dot - a->lse[h * L + i]);
                 }
-            char path[4096], message[512];
-            snprintf(path, sizeof path, "%s/attention_layer%lld_head%lld.png", o->out_dir,
-                     (long long)l, (long long)h);
-            if (cli_write_heatmap_png(path, map, L, L, L, 0.0f, 1.0f, message, sizeof message) != 0) {
-                fprintf(stderr, "attn %s: %s\n", command, message);
-                free(map);
-                return 0;
-            }
+        }
+        char path[4096], title[96], message[4200];
+        snprintf(path, sizeof path, "%s/attention_layer%lld.png", o->out_dir, (long long)l);
+        snprintf(title, sizeof title, "layer %lld: attention of evaluation sequence 0", (long long)l);
+        const cli_heatmap picture = {.values = map, .panels = H, .rows = L, .columns = L,
+                                     .title = title, .row_axis = "query", .column_axis = "key",
+                                     .minimum = 0.0f, .maximum = 1.0f};
+        if (cli_heatmap_write(path, &picture, message, sizeof message) != 0) {
+            fprintf(stderr, "attn %s: %s\n", command, message);
+            free(map);
+            return 0;
         }
     }
     free(map);

@@ -1,166 +1,444 @@
 /*
- * heatmap.c — heat-map PNGs (see heatmap.h): layout, the viridis colour map, libpng output.
+ * heatmap.c — the labelled heat maps of heatmap.h: layout (label thinning, rotation, panel
+ * grid), cells and their values, the colour bar, and the SVG description of the labels.
  */
 #define _POSIX_C_SOURCE 200809L
 
 #include "heatmap.h"
 
 #include <math.h>
-#include <png.h>
-#include <setjmp.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
-#define HEATMAP_TARGET_PIXELS 480 /* the longer side of the matrix area, roughly */
-#define HEATMAP_MAX_CELL 64
-#define HEATMAP_MAX_CELLS 4096
-#define HEATMAP_MARGIN 8
-#define HEATMAP_BAR_GAP 12
-#define HEATMAP_BAR_WIDTH 18
+#include "figure.h"
 
-/* viridis sampled at 9 evenly spaced points (matplotlib's table, rounded). */
+enum {
+    MARGIN = 16,       /* around the picture */
+    PANEL_GAP = 28,    /* between panels of a grid */
+    BAR_GAP = 22,      /* map to colour bar */
+    BAR_WIDTH = 18,
+    TICK_LENGTH = 5,
+    LABEL_PAD = 6,     /* label to map */
+    MAX_CELL = 80,     /* pixels per cell side, at most */
+    VECTOR_CELLS = 128 * 128 /* larger matrices are drawn as one scaled image */
+};
+static const double title_size = 18, panel_title_size = 14, label_size = 14, axis_size = 13,
+                    tick_size = 12, value_size_max = 14;
+static const double text_grey = 0.12, nan_grey = 0.62;
+static const double diagonal = 0.70710678118654752; /* sin 45° */
+
+/* viridis sampled at 9 evenly spaced points (matplotlib's table, rounded to 8 bits). */
 static const unsigned char viridis_points[9][3] = {
     {68, 1, 84},    {71, 44, 122},  {59, 81, 139},   {44, 113, 142}, {33, 144, 141},
     {39, 173, 129}, {92, 200, 99},  {170, 220, 50},  {253, 231, 37},
 };
 
-void cli_viridis(float t, unsigned char rgb[3]) {
-    if (!(t > 0.0f)) t = 0.0f; /* also NaN */
-    if (t > 1.0f) t = 1.0f;
-    float position = t * 8.0f;
+void cli_viridis(double t, double rgb[3]) {
+    if (!(t > 0.0)) t = 0.0; /* also NaN */
+    if (t > 1.0) t = 1.0;
+    double position = t * 8.0;
     int segment = (int)position;
     if (segment > 7) segment = 7;
-    float fraction = position - (float)segment;
+    double fraction = position - segment;
     for (int c = 0; c < 3; ++c)
-        rgb[c] = (unsigned char)lrintf((1.0f - fraction) * viridis_points[segment][c] +
-                                       fraction * viridis_points[segment + 1][c]);
+        rgb[c] = ((1.0 - fraction) * viridis_points[segment][c] +
+                  fraction * viridis_points[segment + 1][c]) / 255.0;
 }
 
-/* Geometry of the picture. */
-typedef struct heatmap_layout {
-    int cell;             /* pixels per cell side, grid line included */
-    int grid;             /* 1 when grid lines are drawn */
-    int width, height;    /* whole image */
-    int map_width, map_height;
-    int bar_left;         /* x of the colour bar */
-} heatmap_layout;
+/* Everything the drawing needs to know about sizes, decided before the canvas exists. */
+typedef struct layout {
+    int64_t rows, columns, panels;
+    int grid_rows, grid_columns;
+    double cell, map_width, map_height;
+    double title_height;       /* 0 without a title */
+    double title_width;
+    double panel_title_height; /* 0 for a single panel */
+    double row_axis_width, row_label_width, column_label_height, column_axis_height;
+    double panel_width, panel_height;
+    int row_step, column_step;  /* label every n-th row / column */
+    bool rotate_columns;        /* column labels at 45° */
+    bool show_values;
+    double value_size;
+    const char *value_format;
+    double bar_left, bar_top, bar_height, width, height;
+    double minimum, maximum;
+} layout;
 
-static heatmap_layout layout_for(int64_t rows, int64_t columns) {
-    heatmap_layout l;
-    int64_t longer = rows > columns ? rows : columns;
-    l.cell = (int)(HEATMAP_TARGET_PIXELS / longer);
-    if (l.cell < 1) l.cell = 1;
-    if (l.cell > HEATMAP_MAX_CELL) l.cell = HEATMAP_MAX_CELL;
-    l.grid = l.cell >= 12;
-    l.map_width = (int)columns * l.cell + l.grid;
-    l.map_height = (int)rows * l.cell + l.grid;
-    l.bar_left = HEATMAP_MARGIN + l.map_width + HEATMAP_BAR_GAP;
-    l.width = l.bar_left + HEATMAP_BAR_WIDTH + HEATMAP_MARGIN;
-    l.height = l.map_height + 2 * HEATMAP_MARGIN;
-    return l;
+/* Row or column label n (the caller's, or the index). */
+static const char *label_text(const char *const *labels, int64_t n, char *buffer, size_t capacity) {
+    if (labels) return labels[n];
+    snprintf(buffer, capacity, "%lld", (long long)n);
+    return buffer;
 }
 
-/* Fills one image row y (RGB) of the picture. */
-static void render_row(const heatmap_layout *l, int y, const float *values, int64_t row_stride,
-                       float minimum, float range, unsigned char *row) {
-    static const unsigned char background[3] = {255, 255, 255}, grid[3] = {255, 255, 255},
-                               nan_grey[3] = {150, 150, 150}, frame[3] = {60, 60, 60};
-    for (int x = 0; x < l->width; ++x) memcpy(row + 3 * x, background, 3);
-    int map_y = y - HEATMAP_MARGIN;
-    if (map_y < 0 || map_y >= l->map_height) return;
-    /* The matrix. */
-    bool grid_row = l->grid && map_y % l->cell == 0;
-    int64_t i = map_y / l->cell;
-    if (i * l->cell >= l->map_height - l->grid) i = -1;
-    for (int map_x = 0; map_x < l->map_width; ++map_x) {
-        unsigned char *pixel = row + 3 * (HEATMAP_MARGIN + map_x);
-        bool grid_column = l->grid && map_x % l->cell == 0;
-        int64_t j = map_x / l->cell;
-        if (grid_row || grid_column || i < 0 || j * l->cell >= l->map_width - l->grid) {
-            memcpy(pixel, grid, 3);
-            continue;
+/* The widest label and the text height. */
+static void measure_labels(cairo_t *cr, const char *const *labels, int64_t count, double *width,
+                           double *height) {
+    *width = 0;
+    *height = 0;
+    char buffer[32];
+    for (int64_t n = 0; n < count; ++n) {
+        double w, h;
+        figure_text_size(cr, label_text(labels, n, buffer, sizeof buffer), label_size, 0, &w, &h);
+        if (w > *width) *width = w;
+        if (h > *height) *height = h;
+    }
+}
+
+/* Smallest step from 1, 2, 5, 10, 20, 50, ... that is at least `needed` (index labels). */
+static int nice_step(double needed) {
+    for (int step = 1;; step *= 10) {
+        if (step >= needed) return step;
+        if (2 * step >= needed) return 2 * step;
+        if (5 * step >= needed) return 5 * step;
+    }
+}
+
+static int plain_step(double needed) { return needed <= 1 ? 1 : (int)ceil(needed); }
+
+static void data_range(const cli_heatmap *map, double *minimum, double *maximum) {
+    *minimum = map->minimum;
+    *maximum = map->maximum;
+    if (*minimum < *maximum) return;
+    double low = INFINITY, high = -INFINITY;
+    const int64_t count = map->panels * map->rows * map->columns;
+    for (int64_t n = 0; n < count; ++n)
+        if (isfinite(map->values[n])) {
+            if (map->values[n] < low) low = map->values[n];
+            if (map->values[n] > high) high = map->values[n];
         }
-        float value = values[i * row_stride + j];
-        if (isnan(value)) memcpy(pixel, nan_grey, 3);
-        else cli_viridis((value - minimum) / range, pixel);
+    if (!(low < high)) { /* constant, or no finite value */
+        low = isfinite(low) ? low - 0.5 : 0.0;
+        high = low + 1.0;
     }
-    /* The colour bar: high at the top, with a thin frame. */
-    for (int x = 0; x < HEATMAP_BAR_WIDTH; ++x) {
-        unsigned char *pixel = row + 3 * (l->bar_left + x);
-        if (x == 0 || x == HEATMAP_BAR_WIDTH - 1 || map_y == 0 || map_y == l->map_height - 1)
-            memcpy(pixel, frame, 3);
-        else
-            cli_viridis(1.0f - (float)map_y / (float)(l->map_height - 1), pixel);
-    }
+    *minimum = low;
+    *maximum = high;
 }
 
-/* Encodes the picture into `file`; false when libpng reports an error. No variable of this
- * function changes after setjmp, as longjmp requires. */
-static bool write_png(FILE *file, const heatmap_layout *l, const float *values,
-                      int64_t row_stride, float minimum, float range) {
-    unsigned char *row = malloc((size_t)l->width * 3);
-    png_structp png = png_create_write_struct(PNG_LIBPNG_VER_STRING, NULL, NULL, NULL);
-    png_infop info = png ? png_create_info_struct(png) : NULL;
-    if (row == NULL || png == NULL || info == NULL || setjmp(png_jmpbuf(png))) {
-        /* libpng errors long-jump here. */
-        png_destroy_write_struct(&png, &info);
-        free(row);
-        return false;
+static void compute_layout(cairo_t *cr, const cli_heatmap *map, layout *l) {
+    memset(l, 0, sizeof *l);
+    l->rows = map->rows;
+    l->columns = map->columns;
+    l->panels = map->panels;
+    data_range(map, &l->minimum, &l->maximum);
+    l->grid_rows = (int)floor(sqrt((double)map->panels));
+    l->grid_columns = (int)((map->panels + l->grid_rows - 1) / l->grid_rows);
+
+    /* Cells: a single map about 400 pixels on its longer side, grid panels smaller. */
+    double side = 400;
+    if (l->grid_columns > 1) side = fmax(160, fmin(400, 880.0 / l->grid_columns));
+    const int64_t longer = map->rows > map->columns ? map->rows : map->columns;
+    l->cell = fmin(MAX_CELL, side / (double)longer);
+    if (l->cell < 1 && longer <= 1024) l->cell = 1; /* one pixel per cell up to 1024 */
+    if (l->cell >= 2) l->cell = floor(l->cell);
+    l->map_width = round(l->cell * map->columns);
+    l->map_height = round(l->cell * map->rows);
+
+    double w, h;
+    if (map->title) {
+        figure_text_size(cr, map->title, title_size, 1, &w, &h);
+        l->title_height = h + 12;
+        l->title_width = w;
     }
-    png_init_io(png, file);
-    png_set_IHDR(png, info, (png_uint_32)l->width, (png_uint_32)l->height, 8, PNG_COLOR_TYPE_RGB,
-                 PNG_INTERLACE_NONE, PNG_COMPRESSION_TYPE_DEFAULT, PNG_FILTER_TYPE_DEFAULT);
-    png_write_info(png, info);
-    for (int y = 0; y < l->height; ++y) {
-        render_row(l, y, values, row_stride, minimum, range, row);
-        png_write_row(png, row);
+    if (map->panels > 1) {
+        figure_text_size(cr, "head 0", panel_title_size, 1, &w, &h);
+        l->panel_title_height = h + 6;
     }
-    png_write_end(png, NULL);
-    png_destroy_write_struct(&png, &info);
-    free(row);
-    return true;
+
+    /* Row labels on the left, thinned so that they do not overlap. */
+    double row_width, text_height;
+    measure_labels(cr, map->row_labels, map->rows, &row_width, &text_height);
+    double needed = (text_height + 1) / l->cell;
+    l->row_step = map->row_labels ? plain_step(needed) : nice_step(needed);
+    l->row_label_width = row_width + LABEL_PAD + 2;
+    if (map->row_axis) {
+        figure_text_size(cr, map->row_axis, axis_size, 0, &w, &h);
+        l->row_axis_width = h + 6;
+    }
+
+    /* Column labels below: level when they fit, else at 45° (words) or thinned (indices). */
+    double column_width;
+    measure_labels(cr, map->column_labels, map->columns, &column_width, &text_height);
+    if (column_width + 6 <= l->cell) {
+        l->column_step = 1;
+    } else if (map->column_labels == NULL) {
+        l->column_step = nice_step((column_width + 8) / l->cell);
+    } else {
+        l->rotate_columns = true;
+        l->column_step = plain_step((text_height + 1) / (l->cell * diagonal));
+    }
+    l->column_label_height =
+        LABEL_PAD + (l->rotate_columns ? (column_width + text_height) * diagonal : text_height);
+    if (map->column_axis) {
+        figure_text_size(cr, map->column_axis, axis_size, 0, &w, &h);
+        l->column_axis_height = h + 6;
+    }
+
+    /* Values in the cells of small matrices, when the cells are wide enough. */
+    double largest = fmax(fabs(l->minimum), fabs(l->maximum));
+    l->value_format = largest < 10 ? "%.2f" : largest < 1000 ? "%.1f" : "%.3g";
+    if (map->rows <= CLI_HEATMAP_VALUES_UP_TO && map->columns <= CLI_HEATMAP_VALUES_UP_TO) {
+        char sample[32];
+        snprintf(sample, sizeof sample, l->value_format, -largest);
+        l->value_size = fmin(value_size_max, l->cell * 0.3);
+        figure_text_size(cr, sample, l->value_size, 0, &w, &h);
+        l->show_values = l->value_size >= 8 && w + 4 <= l->cell;
+    }
+
+    l->panel_width = ceil(l->row_axis_width + l->row_label_width + l->map_width);
+    l->panel_height = ceil(l->panel_title_height + l->map_height + l->column_label_height +
+                           l->column_axis_height);
+    const double grid_width = l->grid_columns * l->panel_width + (l->grid_columns - 1) * PANEL_GAP;
+    const double grid_height = l->grid_rows * l->panel_height + (l->grid_rows - 1) * PANEL_GAP;
+
+    /* The colour bar: beside the first row of maps, at least 160 pixels tall. */
+    double tick_width = 0, ticks[32], step;
+    int tick_count = figure_ticks(l->minimum, l->maximum, 5, ticks, 32, &step);
+    for (int t = 0; t < tick_count; ++t) {
+        char text[32];
+        figure_tick_label(ticks[t], step, text, sizeof text);
+        figure_text_size(cr, text, tick_size, 0, &w, &h);
+        if (w > tick_width) tick_width = w;
+    }
+    l->bar_left = MARGIN + grid_width + BAR_GAP;
+    l->bar_top = MARGIN + l->title_height + l->panel_title_height;
+    l->bar_height = fmax(l->map_height, 160);
+    l->width = ceil(fmax(l->bar_left + BAR_WIDTH + TICK_LENGTH + 4 + tick_width + MARGIN,
+                         l->title_width + 2 * MARGIN));
+    l->height = ceil(fmax(MARGIN + l->title_height + grid_height,
+                          l->bar_top + l->bar_height + h) + MARGIN);
 }
 
-int cli_write_heatmap_png(const char *path, const float *values, int64_t rows, int64_t columns,
-                          int64_t row_stride, float minimum, float maximum, char *message,
-                          size_t message_capacity) {
-    if (rows < 1 || columns < 1 || rows > HEATMAP_MAX_CELLS || columns > HEATMAP_MAX_CELLS ||
-        row_stride < columns) {
-        snprintf(message, message_capacity, "%s: a heat map needs 1..%d rows and columns "
-                 "(got %lld x %lld)", path, HEATMAP_MAX_CELLS, (long long)rows,
-                 (long long)columns);
-        return -1;
-    }
-    if (!(minimum < maximum)) {
-        minimum = INFINITY;
-        maximum = -INFINITY;
-        for (int64_t i = 0; i < rows; ++i)
-            for (int64_t j = 0; j < columns; ++j) {
-                float v = values[i * row_stride + j];
-                if (isfinite(v)) {
-                    if (v < minimum) minimum = v;
-                    if (v > maximum) maximum = v;
-                }
+/* The cells of panel p with their top-left corner at (x, y). */
+static void draw_cells(cairo_t *cr, const cli_heatmap *map, const layout *l, int64_t p, double x,
+                       double y) {
+    const float *values = map->values + p * map->rows * map->columns;
+    const double range = l->maximum - l->minimum;
+    double rgb[3];
+    if (map->rows * map->columns <= VECTOR_CELLS) {
+        for (int64_t i = 0; i < map->rows; ++i)
+            for (int64_t j = 0; j < map->columns; ++j) {
+                const float v = values[i * map->columns + j];
+                if (isfinite(v)) cli_viridis((v - l->minimum) / range, rgb);
+                else rgb[0] = rgb[1] = rgb[2] = nan_grey;
+                cairo_set_source_rgb(cr, rgb[0], rgb[1], rgb[2]);
+                cairo_rectangle(cr, x + j * l->cell, y + i * l->cell, l->cell, l->cell);
+                cairo_fill(cr);
             }
-        if (!(minimum < maximum)) { /* constant or no finite values */
-            minimum = isfinite(minimum) ? minimum - 0.5f : 0.0f;
-            maximum = minimum + 1.0f;
+        if (l->cell >= 12) { /* thin white lines between the cells */
+            cairo_set_source_rgb(cr, 1, 1, 1);
+            cairo_set_line_width(cr, 1);
+            for (int64_t i = 1; i < map->rows; ++i) {
+                cairo_move_to(cr, x, y + i * l->cell + 0.5);
+                cairo_line_to(cr, x + l->map_width, y + i * l->cell + 0.5);
+            }
+            for (int64_t j = 1; j < map->columns; ++j) {
+                cairo_move_to(cr, x + j * l->cell + 0.5, y);
+                cairo_line_to(cr, x + j * l->cell + 0.5, y + l->map_height);
+            }
+            cairo_stroke(cr);
+        }
+    } else { /* one pixel per cell, scaled */
+        cairo_surface_t *image = cairo_image_surface_create(CAIRO_FORMAT_RGB24, (int)map->columns,
+                                                            (int)map->rows);
+        if (cairo_surface_status(image) != CAIRO_STATUS_SUCCESS) {
+            cairo_surface_destroy(image);
+            return;
+        }
+        cairo_surface_flush(image);
+        unsigned char *pixels = cairo_image_surface_get_data(image);
+        const int stride = cairo_image_surface_get_stride(image);
+        for (int64_t i = 0; i < map->rows; ++i)
+            for (int64_t j = 0; j < map->columns; ++j) {
+                const float v = values[i * map->columns + j];
+                if (isfinite(v)) cli_viridis((v - l->minimum) / range, rgb);
+                else rgb[0] = rgb[1] = rgb[2] = nan_grey;
+                uint32_t pixel = (uint32_t)lrint(rgb[0] * 255) << 16 |
+                                 (uint32_t)lrint(rgb[1] * 255) << 8 | (uint32_t)lrint(rgb[2] * 255);
+                memcpy(pixels + i * stride + j * 4, &pixel, 4);
+            }
+        cairo_surface_mark_dirty(image);
+        cairo_save(cr);
+        cairo_rectangle(cr, x, y, l->map_width, l->map_height);
+        cairo_clip(cr);
+        cairo_translate(cr, x, y);
+        cairo_scale(cr, l->cell, l->cell);
+        cairo_set_source_surface(cr, image, 0, 0);
+        cairo_pattern_set_filter(cairo_get_source(cr),
+                                 l->cell >= 1 ? CAIRO_FILTER_NEAREST : CAIRO_FILTER_GOOD);
+        cairo_paint(cr);
+        cairo_restore(cr);
+        cairo_surface_destroy(image);
+    }
+    if (l->show_values) {
+        char text[32];
+        for (int64_t i = 0; i < map->rows; ++i)
+            for (int64_t j = 0; j < map->columns; ++j) {
+                const float v = values[i * map->columns + j];
+                if (!isfinite(v)) continue;
+                cli_viridis((v - l->minimum) / range, rgb);
+                const double luminance = 0.2126 * rgb[0] + 0.7152 * rgb[1] + 0.0722 * rgb[2];
+                const double ink = luminance < 0.45 ? 1.0 : text_grey;
+                cairo_set_source_rgb(cr, ink, ink, ink);
+                snprintf(text, sizeof text, l->value_format, v);
+                figure_text(cr, text, x + (j + 0.5) * l->cell, y + (i + 0.5) * l->cell,
+                            l->value_size, 0, 0.5, 0.5, 0);
+            }
+    }
+}
+
+/* Panel p (title, labels, axis names, cells) with its top-left corner at (x, y). */
+static void draw_panel(cairo_t *cr, const cli_heatmap *map, const layout *l, int64_t p, double x,
+                       double y) {
+    char buffer[64];
+    cairo_set_source_rgb(cr, text_grey, text_grey, text_grey);
+    const double map_x = x + l->row_axis_width + l->row_label_width;
+    const double map_y = y + l->panel_title_height;
+    if (map->panels > 1) {
+        const char *title = map->panel_titles ? map->panel_titles[p] : NULL;
+        if (title == NULL) {
+            snprintf(buffer, sizeof buffer, "head %lld", (long long)p);
+            title = buffer;
+        }
+        figure_text(cr, title, map_x + l->map_width / 2, y, panel_title_size, 1, 0.5, 0, 0);
+    }
+    for (int64_t i = 0; i < map->rows; i += l->row_step)
+        figure_text(cr, label_text(map->row_labels, i, buffer, sizeof buffer), map_x - LABEL_PAD,
+                    map_y + (i + 0.5) * l->cell, label_size, 0, 1, 0.5, 0);
+    for (int64_t j = 0; j < map->columns; j += l->column_step) {
+        const char *text = label_text(map->column_labels, j, buffer, sizeof buffer);
+        const double cx = map_x + (j + 0.5) * l->cell, cy = map_y + l->map_height + LABEL_PAD;
+        if (l->rotate_columns) figure_text(cr, text, cx, cy, label_size, 0, 1, 0, -FIGURE_PI / 4);
+        else figure_text(cr, text, cx, cy, label_size, 0, 0.5, 0, 0);
+    }
+    if (map->row_axis)
+        figure_text(cr, map->row_axis, x, map_y + l->map_height / 2, axis_size, 0, 0.5, 0,
+                    -FIGURE_PI / 2);
+    if (map->column_axis)
+        figure_text(cr, map->column_axis, map_x + l->map_width / 2,
+                    map_y + l->map_height + l->column_label_height + 4, axis_size, 0, 0.5, 0, 0);
+    draw_cells(cr, map, l, p, map_x, map_y);
+}
+
+static void draw_colour_bar(cairo_t *cr, const layout *l) {
+    const double x = l->bar_left, y = l->bar_top, h = l->bar_height;
+    cairo_pattern_t *gradient = cairo_pattern_create_linear(0, y + h, 0, y);
+    for (int s = 0; s <= 16; ++s) {
+        double rgb[3];
+        cli_viridis(s / 16.0, rgb);
+        cairo_pattern_add_color_stop_rgb(gradient, s / 16.0, rgb[0], rgb[1], rgb[2]);
+    }
+    cairo_rectangle(cr, x, y, BAR_WIDTH, h);
+    cairo_set_source(cr, gradient);
+    cairo_fill(cr);
+    cairo_pattern_destroy(gradient);
+    cairo_set_source_rgb(cr, text_grey, text_grey, text_grey);
+    cairo_set_line_width(cr, 1);
+    cairo_rectangle(cr, x + 0.5, y + 0.5, BAR_WIDTH - 1, h - 1);
+    cairo_stroke(cr);
+    double ticks[32], step;
+    const int count = figure_ticks(l->minimum, l->maximum, 5, ticks, 32, &step);
+    for (int t = 0; t < count; ++t) {
+        const double ty = round(y + h - (ticks[t] - l->minimum) / (l->maximum - l->minimum) * h) + 0.5;
+        cairo_move_to(cr, x + BAR_WIDTH, ty);
+        cairo_line_to(cr, x + BAR_WIDTH + TICK_LENGTH, ty);
+        cairo_stroke(cr);
+        char text[32];
+        figure_tick_label(ticks[t], step, text, sizeof text);
+        figure_text(cr, text, x + BAR_WIDTH + TICK_LENGTH + 3, ty, tick_size, 0, 0, 0.5, 0);
+    }
+}
+
+/* "rows (query): 我, 喜欢, ...; columns (key): ...": the SVG's <desc>. NULL when out of memory. */
+static char *describe(const cli_heatmap *map, const layout *l) {
+    size_t capacity = 4096, used = 0;
+    char *text = malloc(capacity);
+    if (text == NULL) return NULL;
+    text[0] = '\0';
+    const char *const *lists[2] = {map->row_labels, map->column_labels};
+    const int64_t counts[2] = {map->rows, map->columns};
+    const char *names[2] = {"rows", "columns"}, *axes[2] = {map->row_axis, map->column_axis};
+    for (int a = 0; a < 2; ++a) {
+        char head[128];
+        snprintf(head, sizeof head, "%s%s%s%s (%lld): ", a ? "; " : "", names[a],
+                 axes[a] ? " " : "", axes[a] ? axes[a] : "", (long long)counts[a]);
+        for (int64_t n = -1; n < counts[a] && n < 256; ++n) {
+            char buffer[32];
+            const char *piece = n < 0 ? head : label_text(lists[a], n, buffer, sizeof buffer);
+            size_t length = strlen(piece) + 2;
+            if (used + length + 1 > capacity) {
+                while (used + length + 1 > capacity) capacity *= 2;
+                char *grown = realloc(text, capacity);
+                if (grown == NULL) {
+                    free(text);
+                    return NULL;
+                }
+                text = grown;
+            }
+            used += (size_t)sprintf(text + used, "%s%s", n > 0 ? ", " : "", piece);
         }
     }
-    heatmap_layout l = layout_for(rows, columns);
-    FILE *file = fopen(path, "wb");
-    if (file == NULL) {
-        snprintf(message, message_capacity, "%s: cannot create the heat map file", path);
+    char tail[96];
+    snprintf(tail, sizeof tail, "; panels: %lld; colour scale %g to %g (viridis)",
+             (long long)map->panels, l->minimum, l->maximum);
+    if (used + strlen(tail) + 1 > capacity) {
+        char *grown = realloc(text, used + strlen(tail) + 1);
+        if (grown == NULL) {
+            free(text);
+            return NULL;
+        }
+        text = grown;
+    }
+    strcpy(text + used, tail);
+    return text;
+}
+
+int cli_heatmap_write(const char *path, const cli_heatmap *map, char *message,
+                      size_t message_capacity) {
+    if (map->values == NULL || map->rows < 1 || map->columns < 1 ||
+        map->rows > CLI_HEATMAP_MAX_SIDE || map->columns > CLI_HEATMAP_MAX_SIDE ||
+        map->panels < 1 || map->panels > CLI_HEATMAP_MAX_PANELS) {
+        snprintf(message, message_capacity, "%s: a heat map needs 1..%d rows and columns and "
+                 "1..%d panels (got %lld panels of %lld x %lld)", path, CLI_HEATMAP_MAX_SIDE,
+                 CLI_HEATMAP_MAX_PANELS, (long long)map->panels, (long long)map->rows,
+                 (long long)map->columns);
         return -1;
     }
-    bool written = write_png(file, &l, values, row_stride, minimum, maximum - minimum);
-    if (fclose(file) != 0 || !written) {
-        unlink(path);
-        snprintf(message, message_capacity, "%s: writing the PNG failed", path);
+    if (figure_format_of(path) == FIGURE_FORMAT_UNKNOWN) {
+        snprintf(message, message_capacity, "%s: unknown picture format (the name must end in "
+                 ".png or .svg)", path);
         return -1;
     }
-    return 0;
+    cairo_t *measure = figure_measure_begin();
+    if (measure == NULL) {
+        snprintf(message, message_capacity, "%s: out of memory", path);
+        return -1;
+    }
+    layout l;
+    compute_layout(measure, map, &l);
+    figure_measure_end(measure);
+
+    figure f;
+    if (!figure_open(&f, path, l.width, l.height, message, message_capacity)) return -1;
+    if (map->title) {
+        cairo_set_source_rgb(f.cr, text_grey, text_grey, text_grey);
+        /* Centred over the maps, but never cut off. */
+        const double centre = fmin(fmax((l.bar_left - BAR_GAP + MARGIN) / 2,
+                                        MARGIN + l.title_width / 2),
+                                   l.width - MARGIN - l.title_width / 2);
+        figure_text(f.cr, map->title, centre, MARGIN, title_size, 1, 0.5, 0, 0);
+    }
+    for (int64_t p = 0; p < map->panels; ++p) {
+        const int gr = (int)(p / l.grid_columns), gc = (int)(p % l.grid_columns);
+        draw_panel(f.cr, map, &l, p, MARGIN + gc * (l.panel_width + PANEL_GAP),
+                   MARGIN + l.title_height + gr * (l.panel_height + PANEL_GAP));
+    }
+    draw_colour_bar(f.cr, &l);
+    char *description = describe(map, &l);
+    bool ok = figure_save(&f, path, map->title ? map->title : "heat map", description, message,
+                          message_capacity);
+    free(description);
+    return ok ? 0 : -1;
 }

@@ -1,12 +1,16 @@
 /*
- * heatmap.h — heat-map PNGs of a matrix (attention weights, typically), written with libpng.
- * Used by `attn demo` and available to any command (e.g. `attn train`).
+ * heatmap.h — labelled heat maps of matrices (attention weights, typically) as PNG or SVG,
+ * drawn with cairo and pango (figure.h). Used by `attn demo`, `attn heatmap` and `attn train`.
  *
- * The picture: one square cell per matrix entry, scaled up so that even a 5x5 map is large
- * and clear (about 480 pixels on its longer side, 1..64 pixels per cell), thin grid lines
- * between cells when they are big enough, the perceptually uniform viridis colour map (dark
- * purple = low, yellow = high; NaN = grey), and a colour bar on the right from low (bottom)
- * to high (top).
+ * One picture shows one matrix, or a grid of panels (all heads of a layer) that share one
+ * colour scale:
+ *   - a title on top (e.g. "layer 0, head 1"), a small title over each panel of a grid;
+ *   - row labels (queries) on the left, column labels (keys) below, rotated when they do not
+ *     fit; thinned out to every n-th when the cells are too small for all of them;
+ *   - the viridis colour map (dark purple = low, yellow = high; grey = NaN or infinite);
+ *   - the value printed in each cell when the matrix is small (at most 16 x 16), in white on
+ *     dark cells and black on light ones;
+ *   - a colour bar on the right with ticks and their values.
  */
 #ifndef ATTN_CLI_HEATMAP_H
 #define ATTN_CLI_HEATMAP_H
@@ -14,17 +18,33 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/*
- * Writes values [rows, columns] (element (i, j) at values[i * row_stride + j]) to `path` as
- * a PNG. Colours span [minimum, maximum]; pass minimum >= maximum to use the finite data
- * range instead (attention weights: 0 and 1). rows and columns must be in 1..4096.
- * Returns 0, or -1 with a one-line reason naming the path in `message` (no file is left).
- */
-int cli_write_heatmap_png(const char *path, const float *values, int64_t rows, int64_t columns,
-                          int64_t row_stride, float minimum, float maximum, char *message,
-                          size_t message_capacity);
+#define CLI_HEATMAP_MAX_SIDE 4096   /* rows and columns of one panel */
+#define CLI_HEATMAP_MAX_PANELS 256
+#define CLI_HEATMAP_VALUES_UP_TO 16 /* values are printed in matrices up to 16 x 16 */
 
-/* The viridis colour of t in [0, 1] (clamped) as 8-bit RGB. */
-void cli_viridis(float t, unsigned char rgb[3]);
+typedef struct cli_heatmap {
+    /* values [panels, rows, columns], C order (element (p, i, j) at (p * rows + i) * columns + j). */
+    const float *values;
+    int64_t panels, rows, columns;          /* panels 1..256, rows and columns 1..4096 */
+    const char *title;                      /* over the whole picture; may be NULL */
+    const char *const *panel_titles;        /* [panels] or NULL ("head 0", "head 1", ...) */
+    const char *const *row_labels;          /* [rows] or NULL (indices 0, 1, ...) */
+    const char *const *column_labels;       /* [columns] or NULL (indices) */
+    const char *row_axis, *column_axis;     /* axis names, e.g. "query", "key"; may be NULL */
+    /* Colour range: values at or below `minimum` are darkest, at or above `maximum` lightest.
+       minimum >= maximum: the finite range of the data. */
+    float minimum, maximum;
+} cli_heatmap;
+
+/*
+ * Writes the picture to `path`: PNG or SVG by the extension. Returns 0, or -1 with a one-line
+ * reason naming the path in `message` (bad sizes, unknown extension, a write error); no file
+ * is left behind on error.
+ */
+int cli_heatmap_write(const char *path, const cli_heatmap *map, char *message,
+                      size_t message_capacity);
+
+/* The viridis colour of t in [0, 1] (clamped; NaN = 0) as RGB in [0, 1]. */
+void cli_viridis(double t, double rgb[3]);
 
 #endif /* ATTN_CLI_HEATMAP_H */

@@ -27,9 +27,10 @@ if [ "${ATTN_HARDENING:-1}" != 0 ]; then
   cmake --build build-tsan -j"$jobs"
   (cd build-tsan && ctest --output-on-failure -j"$jobs" -L threaded)
   # (3) valgrind memcheck on the CLI's main paths (demo, forward, error paths) of the release
-  #     build: tests/test_robustness_limits.c runs every CLI call under this wrapper.
+  #     build: tests/test_robustness_limits.c runs every CLI call under this wrapper
+  #     (tests/cli/fonts.supp: fontconfig's own unfreed configuration, nothing of attn's).
   stage "valgrind memcheck on the CLI (build)"
-  ATTN_CLI_WRAPPER="valgrind -q --error-exitcode=99 --leak-check=full --errors-for-leak-kinds=definite" \
+  ATTN_CLI_WRAPPER="valgrind -q --error-exitcode=99 --leak-check=full --errors-for-leak-kinds=definite --suppressions=$PWD/tests/cli/fonts.supp" \
     OMP_NUM_THREADS=2 build/test_robustness_limits
   # (4) every libFuzzer target for ATTN_FUZZ_SECONDS seconds.
   stage "libFuzzer targets, ${ATTN_FUZZ_SECONDS:-60} s each"

@@ -82,9 +82,6 @@ void attn_mask_allowed_row(const attn_mask_context *context, int64_t b, int64_t 
 void attn_mask_additive_row(const attn_mask_context *context, int64_t b, int64_t h, int64_t i,
                             int64_t j0, int64_t j1, float *additive);
 
-/* The logit transform before the additive term: scale, then soft-cap when enabled. */
-static inline float attn_transform_logit(float dot, float scale, float softcap);
-
 typedef enum attn_tile_class {
     ATTN_TILE_EMPTY = 0,   /* no allowed pair: skip */
     ATTN_TILE_FULL = 1,    /* every pair allowed: no per-element predicate needed */
@@ -114,13 +111,5 @@ void attn_mask_candidate_keys(const attn_mask_context *context, int64_t b, int64
 /* Largest |position| accepted in query_positions / key_positions (differences and ALiBi
  * distances stay exact in int64 and double). */
 #define ATTN_MAX_POSITION ((int64_t)1 << 52)
-
-/* ---- inline definitions ---- */
-#include <math.h>
-static inline float attn_transform_logit(float dot, float scale, float softcap) {
-    float x = dot * scale;
-    if (softcap > 0.0f) x = softcap * tanhf(x / softcap);
-    return x;
-}
 
 #endif /* ATTN_MASK_H */

@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # demo.sh — `attn demo` runs with no arguments in about a second, prints the notes' 5x5
 # masked-softmax example with the notes' rounded weights, the parameter counts and the KV-cache
-# sizes, and writes valid heat-map PNGs to the folder it names; `attn demo --help` documents
+# sizes, and writes labelled heat maps (PNG, or SVG with --svg) to the folder it names, with
+# the tokens, the weights in the cells, a title and a colour bar; `attn demo --help` documents
 # its options; an unusable --out is a one-line error.
 # usage: bash demo.sh ATTN_BINARY SOURCE_DIR
 set -uo pipefail
 attn=$1
+source_dir=$2
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 failures=0
@@ -29,32 +31,54 @@ for text in "我" "喜欢" "注意力" "机制" "[5 x 4]" "[5 x 5]" "1,048,576" 
     grep -qF -- "$text" "$work/demo.txt" || fail "demo output lacks '$text'"
 done
 
-# Default folder ./attn-demo with valid PNGs: magic, IHDR, a size that shows a 5x5 map clearly.
+# Default folder ./attn-demo with readable PNGs: valid files of a size that shows a 5x5 map
+# clearly, token labels beside and below the map, the weights in the cells, a title, a colour
+# bar; the notes' causal example's yellow cell (row 我, weight 1.00) is where it should be.
 maps=$(ls "$work"/attn-demo/*.png 2>/dev/null | wc -l)
-[ "$maps" -ge 5 ] || fail "expected at least 5 heat maps in ./attn-demo, found $maps"
-python3 - "$work"/attn-demo/*.png <<'PY' || fail "a heat map is not a valid, large enough PNG"
-import struct, sys, zlib
-for path in sys.argv[1:]:
-    data = open(path, "rb").read()
-    assert data[:8] == b"\x89PNG\r\n\x1a\n", path
-    width, height = struct.unpack(">II", data[16:24])
-    assert width >= 200 and height >= 200, (path, width, height)
-    # Decompress the image data: a real, complete PNG stream.
-    chunks, position = b"", 8
-    while position < len(data):
-        length, kind = struct.unpack(">I4s", data[position:position + 8])
-        if kind == b"IDAT":
-            chunks += data[position + 8:position + 8 + length]
-        position += 12 + length
-    raw = zlib.decompress(chunks)
-    assert len(raw) == height * (1 + 3 * width), path
-print(f"{len(sys.argv) - 1} heat maps are valid PNGs")
+[ "$maps" -ge 8 ] || fail "expected at least 8 heat maps in ./attn-demo, found $maps"
+[ -s "$work/attn-demo/07_mha_layer.png" ] || fail "no picture of both heads of the layer"
+PYTHONPATH="$source_dir/tests/cli" python3 - "$work"/attn-demo <<'PY' || fail "the demo's heat maps are not readable pictures"
+import os, sys
+from pictures import INK, VIRIDIS_HIGH, VIRIDIS_LOW, Png, bounding_box
+folder = sys.argv[1]
+for name in sorted(os.listdir(folder)):
+    png = Png(os.path.join(folder, name))
+    assert png.width >= 400 and png.height >= 350, (name, png.width, png.height)
+png = Png(os.path.join(folder, "04_causal_notes_example.png"))
+cells = [p for p in png.where(VIRIDIS_LOW, 6) + png.where(VIRIDIS_HIGH, 6) if p[0] < png.width - 80]
+x0, y0, x1, y1 = bounding_box(cells)
+cell = (x1 - x0) / 5
+assert 40 <= cell <= 100 and abs((y1 - y0) - (x1 - x0)) <= 2, (x0, y0, x1, y1)
+assert png.pixel(int(x0 + 0.1 * cell), int(y0 + 0.1 * cell)) == VIRIDIS_HIGH, "cell (我, 我)"
+assert png.pixel(int(x0 + 1.1 * cell), int(y0 + 0.1 * cell)) == VIRIDIS_LOW, "cell (我, 喜欢)"
+for what, box, least in (("row labels", (0, y0, x0 - 2, y1), 150),
+                         ("column labels", (x0, y1 + 2, x1, png.height), 150),
+                         ("title", (0, 0, png.width, y0 - 2), 300),
+                         ("values", (x0, y0, x1, y1), 50),
+                         ("colour-bar ticks", (x1 + 30, y0, png.width, y1), 100)):
+    found = len(png.where(INK, 40, box))
+    assert found >= least, f"{what}: {found} ink pixels"
+grid = Png(os.path.join(folder, "07_mha_layer.png"))
+assert grid.width > 1.6 * png.width - 100, ("two heads side by side", grid.width, png.width)
+print("the demo's heat maps are labelled pictures")
 PY
 grep -qF "attn-demo/04_causal_notes_example.png" "$work/demo.txt" || fail "demo does not name its heat-map paths"
 
 # --out chooses the folder (created, nested); --no-heatmaps writes nothing.
 "$attn" demo --out "$work/nested/maps" > /dev/null 2>&1 || fail "attn demo --out failed"
 [ -s "$work/nested/maps/01_self_attention.png" ] || fail "--out did not receive the heat maps"
+# --svg: the same pictures as SVG, their titles naming layer and head, the tokens as text.
+"$attn" demo --svg --out "$work/svg" > /dev/null 2>&1 || fail "attn demo --svg failed"
+PYTHONPATH="$source_dir/tests/cli" python3 - "$work/svg" <<'PY' || fail "the demo's SVGs are not labelled"
+import os, sys
+from pictures import read_svg
+names = sorted(os.listdir(sys.argv[1]))
+assert len(names) >= 8 and all(n.endswith(".svg") for n in names), names
+_, title, desc, glyphs = read_svg(os.path.join(sys.argv[1], "02_single_head.svg"))
+assert "layer 1" in title and "head 1" in title, title
+assert all(t in desc for t in ["我", "喜欢", "学", "注意力", "机制"]), desc
+assert glyphs >= 60, glyphs
+PY
 (cd "$work" && mkdir empty && cd empty && "$attn" demo --no-heatmaps > /dev/null) || fail "--no-heatmaps failed"
 [ -z "$(ls -A "$work/empty")" ] || fail "--no-heatmaps wrote files"
 
@@ -66,7 +90,7 @@ touch "$work/a-file"
 grep -qF -- "'--bogus'" "$work/err.txt" || fail "unknown option message: $(cat "$work/err.txt")"
 
 "$attn" demo --help > "$work/help.txt" || fail "attn demo --help exits non-zero"
-for option in --out --no-heatmaps; do
+for option in --out --svg --no-heatmaps; do
     grep -qE -- "^  $option " "$work/help.txt" || fail "attn demo --help lacks $option"
 done
 

@@ -1,0 +1,42 @@
+/*
+ * probabilities.h — the attention probabilities P of a call, for pictures and inspection
+ * (`attn forward --weights-out`), from the public API only.
+ *
+ * P[b, h, i, j] = exp(x_ij - lse_i), x the logits the options define (scale, soft-cap,
+ * bias, ALiBi, every mask), lse the row's log-sum-exp: exactly the weights the forward
+ * applies to V. They are obtained from attn_forward itself with V = the identity matrix
+ * (value j = the j-th unit vector, so O = P·I = P), so every option means what it means in
+ * the forward, with nothing re-implemented here. Cost: B·Hq·Tq·Tk² multiply-adds; memory:
+ * P and the Tk x Tk identity (broadcast over batch and heads by zero strides).
+ */
+#ifndef ATTN_CLI_PROBABILITIES_H
+#define ATTN_CLI_PROBABILITIES_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "attn.h"
+
+#define CLI_PROBABILITIES_LIMIT (1 << 24) /* B·Hq·Tq·Tk, at most */
+#define CLI_PROBABILITIES_MAX_KEYS 4096   /* Tk, at most (the identity is Tk x Tk) */
+
+/*
+ * Checks the size of P for q [B, Tq, Hq, Dk] and Tk keys against the limits above. Returns
+ * true, or false with a one-line reason in `message` naming the sizes and the limit.
+ */
+bool cli_probabilities_fit(int64_t batch, int64_t query_length, int64_t query_heads,
+                           int64_t key_length, char *message, size_t message_capacity);
+
+/*
+ * probabilities [B, Hq, Tq, Tk] float32, C order (written) for q [B, Tq, Hq, Dk],
+ * k [B, Tk, Hkv, Dk], `options` and `execution` (as for attn_forward; both may be NULL).
+ * Rows the options leave empty are 0 (ATTN_EMPTY_ROWS_ZERO, padded query rows) or NaN
+ * (ATTN_EMPTY_ROWS_NAN). Returns the status of the forward call (ATTN_ERROR_OUT_OF_MEMORY
+ * when the identity cannot be allocated); `error` names the problem.
+ */
+attn_status cli_attention_probabilities(const attn_tensor *q, const attn_tensor *k,
+                                        const attn_options *options,
+                                        const attn_execution *execution, float *probabilities,
+                                        attn_error *error);
+
+#endif /* ATTN_CLI_PROBABILITIES_H */
