@@ -438,11 +438,12 @@ static void check_q8(const attn_kernels *k, int f, int rows, int count, int dim,
                 float largest = 0.0f;
                 for (int d = 0; d < dim; ++d) largest = fmaxf(largest, fabsf(query[d]));
                 const float query_scale = largest / 16383.0f;
+                const float multiplier = largest == 0.0f ? 0.0f : 16383.0f / largest;
                 for (int c = 0; c < count; ++c) {
                     double sum = 0.0, plain = 0.0, size = 1e-30;
                     for (int d = 0; d < dim; ++d) {
                         const double key = (double)(int8_t)stored[c * stride + d];
-                        sum += rintf(query[d] / query_scale) * key;
+                        sum += rintf(query[d] * multiplier) * key;
                         plain += query[d] * key, size += fabs(query[d] * key);
                     }
                     const float want = (key_factor[c] * query_scale) * (float)sum;
@@ -505,10 +506,11 @@ static void check_q8(const attn_kernels *k, int f, int rows, int count, int dim,
                     largest = fmaxf(largest, fabsf(scaled[c]));
                 }
                 const float weight_scale = largest / 32767.0f;
+                const float multiplier = largest == 0.0f ? 0.0f : 32767.0f / largest;
                 for (int e = 0; e < dim; ++e) {
                     double sum = 0.0;
                     for (int c = 0; c < count; ++c)
-                        sum += (weight_scale == 0.0f ? 0.0f : rintf(scaled[c] / weight_scale)) *
+                        sum += rintf(scaled[c] * multiplier) *
                                (double)(int8_t)stored[c * stride + e];
                     const float want =
                         fmaf(weight_scale, (float)sum, rescale[r] * start[(size_t)r * dim + e]);

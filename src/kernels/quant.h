@@ -97,10 +97,11 @@ static inline float attn_quant_decode(attn_dtype dtype, uint8_t stored) {
 /* ---- Q8 decode arithmetic (registry.h: score_chunk_q8 / accumulate_chunk_q8 with Q8) ----
  * The int8 kernels multiply int16 operands by int8 stored elements in integers (exact sums:
  * VPDPWSSD / VPMADDWD), so two more rounding points exist, both far below int8's own:
- *  - each query row, once per call: q16[d] = round(q[d] / s_q), s_q = max_d |q[d]| / 16383
- *    (15 bits: relative error <= 2^-15 of the row's largest element);
- *  - each row's weights of a chunk, w'[c] = p[c] * (key factor c): w16[c] = round(w'[c] / s_w),
- *    s_w = max_c |w'[c]| / 32767.
+ *  - each query row, once per call: with m = max_d |q[d]|, q16[d] = round(q[d] * (16383 / m))
+ *    and s_q = m / 16383 (15 bits: error <= 2^-15 of the row's largest element);
+ *  - each row's weights of a chunk, w'[c] = p[c] * (key factor c): with m = max_c |w'[c]|,
+ *    w16[c] = round(w'[c] * (32767 / m)), s_w = m / 32767.
+ * (m = 0: every operand and the scale are 0; the quotients are one float division each.)
  * Scores are (key factor c * s_q) * float(sum_d q16[d] k[c][d]); the accumulator becomes
  * fma(s_w, float(sum_c w16[c] v[c][e]), rescale * acc). A zero row has scale 0 and gives 0.
  * These inline references are the generic registry's kernels and every SIMD kernel's
@@ -108,14 +109,19 @@ static inline float attn_quant_decode(attn_dtype dtype, uint8_t stored) {
 #define ATTN_Q8_QUERY_LEVELS 16383.0f
 #define ATTN_Q8_WEIGHT_LEVELS 32767.0f
 
-static inline float attn_q8_operand_scale(int count, const float *x, float levels) {
+static inline float attn_q8_largest(int count, const float *x) {
     float largest = 0.0f;
     for (int e = 0; e < count; ++e) largest = fmaxf(largest, fabsf(x[e]));
-    return largest / levels;
+    return largest;
 }
 
-static inline int32_t attn_q8_operand(float x, float scale) {
-    return scale == 0.0f ? 0 : (int32_t)nearbyintf(x / scale);
+/* levels / largest (0 for largest 0): what an operand is multiplied by before rounding. */
+static inline float attn_q8_multiplier(float largest, float levels) {
+    return largest == 0.0f ? 0.0f : levels / largest;
+}
+
+static inline int32_t attn_q8_operand(float x, float multiplier) {
+    return (int32_t)nearbyintf(x * multiplier);
 }
 
 /* scores[r * chunk_stride + c] for int8 keys, exactly as above. */
@@ -125,11 +131,13 @@ static inline void attn_q8_score_exact(int rows, int count, int dim, const float
                                        int chunk_stride) {
     for (int r = 0; r < rows; ++r) {
         const float *query = queries + (int64_t)r * dim;
-        const float query_scale = attn_q8_operand_scale(dim, query, ATTN_Q8_QUERY_LEVELS);
+        const float largest = attn_q8_largest(dim, query);
+        const float query_scale = largest / ATTN_Q8_QUERY_LEVELS;
+        const float multiplier = attn_q8_multiplier(largest, ATTN_Q8_QUERY_LEVELS);
         for (int c = 0; c < count; ++c) {
             int64_t sum = 0;
             for (int d = 0; d < dim; ++d)
-                sum += (int64_t)attn_q8_operand(query[d], query_scale) * keys[c * key_stride + d];
+                sum += (int64_t)attn_q8_operand(query[d], multiplier) * keys[c * key_stride + d];
             const float key_factor = row_scales != NULL ? factor * row_scales[c] : factor;
             scores[r * chunk_stride + c] = (key_factor * query_scale) * (float)sum;
         }
@@ -146,12 +154,14 @@ static inline void attn_q8_accumulate_exact(int rows, int count, int dim, const 
         for (int c = 0; c < count; ++c)
             scaled[c] = weights[r * chunk_stride + c] *
                         (row_scales != NULL ? factor * row_scales[c] : factor);
-        const float weight_scale = attn_q8_operand_scale(count, scaled, ATTN_Q8_WEIGHT_LEVELS);
+        const float largest = attn_q8_largest(count, scaled);
+        const float weight_scale = largest / ATTN_Q8_WEIGHT_LEVELS;
+        const float multiplier = attn_q8_multiplier(largest, ATTN_Q8_WEIGHT_LEVELS);
         float *row = accumulator + (int64_t)r * dim;
         for (int e = 0; e < dim; ++e) {
             int32_t sum = 0;
             for (int c = 0; c < count; ++c)
-                sum += attn_q8_operand(scaled[c], weight_scale) * values[c * value_stride + e];
+                sum += attn_q8_operand(scaled[c], multiplier) * values[c * value_stride + e];
             row[e] = fmaf(weight_scale, (float)sum, rescale[r] * row[e]);
         }
     }

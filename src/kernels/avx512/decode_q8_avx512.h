@@ -164,14 +164,14 @@ static float largest_magnitude(int count, const float *x) {
     return _mm512_reduce_max_ps(largest);
 }
 
-/* target[e] = round(x[e] / scale) as int16 for e < count (scale 0: 0), 0 up to padded. */
-static void round_to_i16(int count, int padded, const float *x, float scale, int16_t *target) {
-    const __m512 divisor = _mm512_set1_ps(scale);
+/* target[e] = round(x[e] * multiplier) as int16 for e < count, 0 up to padded. */
+static void round_to_i16(int count, int padded, const float *x, float multiplier,
+                         int16_t *target) {
+    const __m512 factor = _mm512_set1_ps(multiplier);
     for (int e = 0; e < padded; e += 16) {
         const __mmask16 lanes = vmask_first(count - e);
-        __m512i q = _mm512_setzero_si512();
-        if (scale != 0.0f)
-            q = _mm512_cvtps_epi32(_mm512_div_ps(_mm512_maskz_loadu_ps(lanes, x + e), divisor));
+        const __m512i q =
+            _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_maskz_loadu_ps(lanes, x + e), factor));
         _mm256_storeu_si256((__m256i *)(target + e),
                             _mm512_cvtepi32_epi16(_mm512_maskz_mov_epi32(lanes, q)));
     }
@@ -179,9 +179,9 @@ static void round_to_i16(int count, int padded, const float *x, float scale, int
 
 /* One query row as int16 (quant.h); returns its scale s_q. */
 static float pack_query_i16(int dim, int padded, const float *query, int16_t *target) {
-    const float scale = largest_magnitude(dim, query) / ATTN_Q8_QUERY_LEVELS;
-    round_to_i16(dim, padded, query, scale, target);
-    return scale;
+    const float largest = largest_magnitude(dim, query);
+    round_to_i16(dim, padded, query, attn_q8_multiplier(largest, ATTN_Q8_QUERY_LEVELS), target);
+    return largest / ATTN_Q8_QUERY_LEVELS;
 }
 
 /* Rows r < rows (<= 4) of a chunk's weights times their key factors, as int16 with one scale
@@ -201,8 +201,11 @@ static void pack_weights_i16(int rows, int count, const float *weights, const fl
                 _mm512_mul_ps(_mm512_maskz_loadu_ps(lanes, weights + r * ATTN_DECODE_CHUNK + c),
                               key_factor));
         }
-        scale[r] = largest_magnitude(count, scaled) / ATTN_Q8_WEIGHT_LEVELS;
-        round_to_i16(count, ATTN_Q8_WEIGHT_STRIDE, scaled, scale[r], w16 + r * ATTN_Q8_WEIGHT_STRIDE);
+        const float largest = largest_magnitude(count, scaled);
+        scale[r] = largest / ATTN_Q8_WEIGHT_LEVELS;
+        round_to_i16(count, ATTN_Q8_WEIGHT_STRIDE, scaled,
+                     attn_q8_multiplier(largest, ATTN_Q8_WEIGHT_LEVELS),
+                     w16 + r * ATTN_Q8_WEIGHT_STRIDE);
     }
 }
 
