@@ -22,6 +22,16 @@
 #include "attn.h"
 #include "kernels/half.h"
 
+/* x rounded to the nearest integer, ties to even, for |x| <= 2^22 (adding and subtracting
+ * 1.5 * 2^23 in float rounds there: exact IEEE arithmetic, no libm call, no SSE4.1; the
+ * library is never built with -ffast-math, which would fold it). */
+static inline float attn_round_small(float x) {
+    /* volatile: x arrives rounded (a product feeding it is never contracted into an FMA
+     * with the addition, which would round differently where FMA is enabled) */
+    volatile float rounded_input = x;
+    return (rounded_input + 12582912.0f) - 12582912.0f; /* not folded without -ffast-math */
+}
+
 /* 1 for the 8-bit storage formats. */
 static inline int attn_dtype_is_quantized(attn_dtype dtype) {
     return dtype == ATTN_DTYPE_Q8 || dtype == ATTN_DTYPE_FP8_E4M3 || dtype == ATTN_DTYPE_FP8_E5M2;
@@ -39,7 +49,7 @@ static inline float attn_q8_row_scale(int64_t count, const float *x) {
 
 static inline int8_t attn_q8_encode(float x, float scale) {
     if (scale == 0.0f) return 0;
-    float q = nearbyintf(x / scale); /* default rounding: to nearest, ties to even */
+    float q = attn_round_small(x / scale); /* |x / scale| <= 127 (to nearest, ties even) */
     if (q > 127.0f) q = 127.0f;
     if (q < -127.0f) q = -127.0f;
     return (int8_t)q;
@@ -54,7 +64,7 @@ static inline uint8_t attn_fp8_encode(float x, int mantissa_bits, int bias, uint
     const float smallest_normal = ldexpf(1.0f, 1 - bias);
     uint32_t code;
     if (a < smallest_normal) { /* subnormal: units of 2^(1 - bias - mantissa_bits) */
-        code = (uint32_t)nearbyintf(a * ldexpf(1.0f, bias - 1 + mantissa_bits));
+        code = (uint32_t)attn_round_small(a * ldexpf(1.0f, bias - 1 + mantissa_bits));
         /* code = 2^mantissa_bits is the smallest normal's code: the carry is correct */
     } else {
         uint32_t bits = attn_float_bits(a);
@@ -121,7 +131,7 @@ static inline float attn_q8_multiplier(float largest, float levels) {
 }
 
 static inline int32_t attn_q8_operand(float x, float multiplier) {
-    return (int32_t)nearbyintf(x * multiplier);
+    return (int32_t)attn_round_small(x * multiplier); /* |x * multiplier| <= 32767 */
 }
 
 /* scores[r * chunk_stride + c] for int8 keys, exactly as above. */
