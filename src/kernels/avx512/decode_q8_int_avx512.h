@@ -33,9 +33,9 @@ V_INLINE __m512i Q8I(load_words)(const int8_t *source, __mmask32 elements) {
     return _mm512_cvtepi8_epi16(_mm256_maskz_loadu_epi8(elements, source));
 }
 
-/* out[r * block_keys + k] = sum_d q16[r][d] * key_k[d] (int32, exact). */
-V_INLINE void Q8I(score_block)(const int block_rows, const int block_keys, int dim,
-                               const int16_t *const *row, const int8_t *const *key, int32_t *out) {
+/* Lane r * block_keys + k = sum_d q16[r][d] * key_k[d] (int32, exact). */
+V_INLINE __m512i Q8I(score_block)(const int block_rows, const int block_keys, int dim,
+                                  const int16_t *const *row, const int8_t *const *key) {
     __m512i sums[16];
     for (int a = 0; a < 16; ++a) sums[a] = _mm512_setzero_si512();
     for (int d = 0; d < dim; d += 32) {
@@ -48,7 +48,7 @@ V_INLINE void Q8I(score_block)(const int block_rows, const int block_keys, int d
                 sums[r * block_keys + k] = Q8I(dot_pairs)(sums[r * block_keys + k], query[r], key_words);
         }
     }
-    _mm512_storeu_si512(out, transpose_reduce_i32(sums));
+    return transpose_reduce_i32(sums);
 }
 
 static void Q8I(score_chunk)(int rows, int count, int dim, const float *queries,
@@ -57,6 +57,9 @@ static void Q8I(score_chunk)(int rows, int count, int dim, const float *queries,
     const int padded = (dim + 31) / 32 * 32;
     int16_t rows16[4 * Q8I_MOST_DIM] __attribute__((aligned(64)));
     float query_scale[4];
+    float key_factors[ATTN_DECODE_CHUNK + 4] = {0}; /* factor * row scale of each key */
+    for (int c = 0; c < count; ++c)
+        key_factors[c] = row_scales != NULL ? factor * row_scales[c] : factor;
     const int block_rows = rows >= 3 ? 4 : rows, block_keys = 16 / block_rows;
     for (int r0 = 0; r0 < rows; r0 += block_rows) {
         const int16_t *row[4];
@@ -73,16 +76,38 @@ static void Q8I(score_chunk)(int rows, int count, int dim, const float *queries,
             if (r0 == 0 && rows >= PREFETCH_ROWS)
                 for (int k = 0; k < block_keys; ++k)
                     prefetch_row(keys, c0 + k + Q8_LOOKAHEAD, key_stride, 1, (size_t)dim);
+            if (block_rows == 4) { /* scores = (key factor * query scale) * sum, 16 at once */
+                const __m512 sums = _mm512_cvtepi32_ps(Q8I(score_block)(4, 4, dim, row, key));
+                const __m512 scale = _mm512_mul_ps(
+                    _mm512_broadcast_f32x4(_mm_loadu_ps(key_factors + c0)),
+                    _mm512_setr_ps(query_scale[0], query_scale[0], query_scale[0], query_scale[0],
+                                   query_scale[1], query_scale[1], query_scale[1], query_scale[1],
+                                   query_scale[2], query_scale[2], query_scale[2], query_scale[2],
+                                   query_scale[3], query_scale[3], query_scale[3], query_scale[3]));
+                const __m512 result = _mm512_mul_ps(scale, sums);
+                const __mmask8 keys_left = (__mmask8)vmask_first(count - c0);
+                float *target = scores + r0 * ATTN_DECODE_CHUNK + c0;
+                const int rows_left = rows - r0;
+                _mm_mask_storeu_ps(target, keys_left, _mm512_extractf32x4_ps(result, 0));
+                if (rows_left > 1)
+                    _mm_mask_storeu_ps(target + ATTN_DECODE_CHUNK, keys_left,
+                                       _mm512_extractf32x4_ps(result, 1));
+                if (rows_left > 2)
+                    _mm_mask_storeu_ps(target + 2 * ATTN_DECODE_CHUNK, keys_left,
+                                       _mm512_extractf32x4_ps(result, 2));
+                if (rows_left > 3)
+                    _mm_mask_storeu_ps(target + 3 * ATTN_DECODE_CHUNK, keys_left,
+                                       _mm512_extractf32x4_ps(result, 3));
+                continue;
+            }
             int32_t out[16] __attribute__((aligned(64)));
-            if (block_rows == 4) Q8I(score_block)(4, 4, dim, row, key, out);
-            else if (block_rows == 2) Q8I(score_block)(2, 8, dim, row, key, out);
-            else Q8I(score_block)(1, 16, dim, row, key, out);
+            _mm512_store_si512(out, block_rows == 2 ? Q8I(score_block)(2, 8, dim, row, key)
+                                                    : Q8I(score_block)(1, 16, dim, row, key));
             for (int k = 0; k < block_keys && c0 + k < count; ++k) {
                 const int c = c0 + k;
-                const float key_factor = row_scales != NULL ? factor * row_scales[c] : factor;
                 for (int r = 0; r < block_rows && r0 + r < rows; ++r)
                     scores[(r0 + r) * ATTN_DECODE_CHUNK + c] =
-                        (key_factor * query_scale[r]) * (float)out[r * block_keys + k];
+                        (key_factors[c] * query_scale[r]) * (float)out[r * block_keys + k];
             }
         }
     }
