@@ -7,7 +7,7 @@
  * [s * split_tokens, (s + 1) * split_tokens) of b, clipped to the keys the mask can allow.
  * A task streams its keys chunk by chunk (a chunk never crosses a page), converting stored
  * bf16/fp16 and dequantising 8-bit storage (int8, fp8) to float32 once per chunk into a
- * chunk-sized buffer (bf16 and 8-bit for groups of <= 4 rows: widened in registers by the
+ * chunk-sized buffer (bf16 and fp8 for groups of <= 4 rows, int8 always: read in place by the
  * kernel instead, scales folded into scores and weights), and serves all rows = (Hq / Hkv) * Tq query rows of
  * its group from it: scores, mask, online softmax, value accumulation
  * (docs/attention-math.md §2.1),
@@ -188,8 +188,10 @@ static void run_task(const decode_plan *plan, decode_scratch *scratch, int64_t b
                             kernels->score_chunk_bf16 != NULL && rows <= ATTN_DECODE_FUSED_ROWS;
     /* ... and 8-bit storage likewise, with its scales (key / value head factors: FP8). */
     const attn_dtype dtype = cache->config.dtype;
+    /* (int8: every group; its integer products cost less than float FMAs even when many rows
+     * share a chunk, kernels/quant.h) */
     const bool fused_q8 = attn_dtype_is_quantized(dtype) && kernels->score_chunk_q8 != NULL &&
-                          rows <= ATTN_DECODE_FUSED_ROWS;
+                          (rows <= ATTN_DECODE_FUSED_ROWS || dtype == ATTN_DTYPE_Q8);
     const float key_factor = cache->key_head_scales[kv_head];
     const float value_factor = cache->value_head_scales[kv_head];
     const float *bf16_queries = scratch->queries;

@@ -195,7 +195,8 @@ typedef struct attn_decode_kernels {
                             int64_t stride, const float *row_scales, float factor,
                             float *target);
     /* Optional (NULL = dequantize_rows then score_chunk / accumulate_chunk), read in place,
-     * for small groups (rows <= ATTN_DECODE_FUSED_ROWS):
+     * for any rows; the decode loop uses them for Q8 always, for FP8 when rows <=
+     * ATTN_DECODE_FUSED_ROWS:
      * score_chunk_q8: scores[r * ATTN_DECODE_CHUNK + c] = (factor * row_scales[c]) *
      *                 sum_d queries[r * dim + d] * decode(keys[c * key_stride + d]);
      * accumulate_chunk_q8: accumulator[r * dim + e] = rescale[r] * accumulator[r * dim + e] +
