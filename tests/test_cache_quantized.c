@@ -6,7 +6,8 @@
  *     all codes written here (ties to the even code), saturating; int8 rows against the
  *     documented rule (scale = max|x| / 127, round to nearest even);
  *   - the cache: attn_kv_cache_read returns exactly those dequantised values (paged, with
- *     per-head fp8 scales, MLA's values_in_keys);
+ *     per-head fp8 scales, MLA's values_in_keys); prefix sharing, truncation and re-append
+ *     keep each row's scale with its elements;
  *   - decode, a table of formats x shapes (MHA, GQA, MQA, MLA-shaped) x lengths x kernels:
  *     equal to attn_reference_decode on the same cache (which reads the dequantised floats)
  *     to float rounding, within the documented bound of decode on an fp32 cache, and
@@ -296,6 +297,64 @@ static void test_decode_table(void) {
                formats[fi].name, worst[fi], formats[fi].bound);
 }
 
+/* Prefix sharing (copy on write of a partial page), truncation and re-append keep each row's
+ * elements and its int8 scale together: every sequence reads back what a fresh cache given
+ * the same tokens reads back. */
+static void test_pages_keep_scales(void) {
+    for (int fi = 0; fi < COUNT_OF(formats); ++fi) {
+        attn_kv_cache_config config = attn_kv_cache_config_default();
+        config.sequences = 2, config.kv_heads = 2, config.key_dim = 8, config.value_dim = 6;
+        config.capacity = 16, config.page_size = 4, config.dtype = formats[fi].dtype;
+        attn_kv_cache *cache = NULL, *fresh = NULL;
+        attn_error error;
+        CHECK_STATUS(attn_kv_cache_create(&config, &cache, &error), ATTN_OK, &error, "paged");
+        config.sequences = 1, config.page_size = 0;
+        CHECK_STATUS(attn_kv_cache_create(&config, &fresh, &error), ATTN_OK, &error, "fresh");
+        test_rng rng;
+        test_rng_seed(&rng, 40 + (uint64_t)fi);
+        test_tensor k = test_tensor_new(1, 12, 2, 8, TEST_LAYOUT_BTHD);
+        test_tensor v = test_tensor_new(1, 12, 2, 6, TEST_LAYOUT_BTHD);
+        test_tensor_fill_normal(&k, &rng, 2.0f), test_tensor_fill_normal(&v, &rng, 2.0f);
+        attn_tensor first_k = k.view, first_v = v.view, last_k = k.view, last_v = v.view;
+        first_k.shape[1] = first_v.shape[1] = 10; /* tokens 0..9 */
+        last_k.shape[1] = last_v.shape[1] = 2;    /* tokens 10, 11 */
+        last_k.data = (float *)k.view.data + 10 * k.view.stride[1];
+        last_v.data = (float *)v.view.data + 10 * v.view.stride[1];
+        attn_kv_cache_append(cache, 0, &first_k, &first_v, &error);
+        CHECK_STATUS(attn_kv_cache_share_prefix(cache, 0, 1, 6, &error), ATTN_OK, &error, "share");
+        attn_kv_cache_truncate(cache, 1, 5, &error); /* drop token 5 of the copied page */
+        attn_tensor token5_k = k.view, token5_v = v.view;
+        token5_k.shape[1] = token5_v.shape[1] = 1;
+        token5_k.data = (float *)k.view.data + 5 * k.view.stride[1];
+        token5_v.data = (float *)v.view.data + 5 * v.view.stride[1];
+        attn_kv_cache_append(cache, 1, &token5_k, &token5_v, &error); /* and append it again */
+        attn_kv_cache_append(cache, 1, &last_k, &last_v, &error);     /* 0..5, 10, 11 */
+        attn_kv_cache_append(cache, 0, &last_k, &last_v, &error);     /* 0..11 */
+        attn_kv_cache_append(fresh, 0, &k.view, &v.view, &error);
+        test_tensor want_k, want_v, got_k, got_v;
+        read_back(fresh, 0, 12, 2, 8, 6, &want_k, &want_v);
+        read_back(cache, 0, 12, 2, 8, 6, &got_k, &got_v);
+        int same = test_bitwise_equal(&got_k.view, &want_k.view) &&
+                   test_bitwise_equal(&got_v.view, &want_v.view);
+        test_tensor_free(&got_k), test_tensor_free(&got_v);
+        read_back(cache, 1, 8, 2, 8, 6, &got_k, &got_v);
+        for (int t = 0; t < 8; ++t) {
+            const int source = t < 6 ? t : t + 4;
+            for (int h = 0; h < 2; ++h) {
+                for (int d = 0; d < 8; ++d)
+                    same &= test_get4(&got_k.view, 0, t, h, d) == test_get4(&want_k.view, 0, source, h, d);
+                for (int d = 0; d < 6; ++d)
+                    same &= test_get4(&got_v.view, 0, t, h, d) == test_get4(&want_v.view, 0, source, h, d);
+            }
+        }
+        CHECK(same, "%s: shared prefix, truncate and re-append read back as a fresh cache",
+              formats[fi].name);
+        test_tensor_free(&got_k), test_tensor_free(&got_v), test_tensor_free(&want_k);
+        test_tensor_free(&want_v), test_tensor_free(&k), test_tensor_free(&v);
+        attn_kv_cache_destroy(cache), attn_kv_cache_destroy(fresh);
+    }
+}
+
 /* ---- errors and sizes ---- */
 static void test_errors(void) {
     attn_kv_cache_config config = attn_kv_cache_config_default();
@@ -342,6 +401,7 @@ int main(void) {
     test_fp8_codes(&formats[1]);
     test_fp8_codes(&formats[2]);
     test_int8_rows();
+    test_pages_keep_scales();
     test_decode_table();
     test_errors();
     return test_finish();
