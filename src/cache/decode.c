@@ -223,6 +223,13 @@ static void run_task(const decode_plan *plan, decode_scratch *scratch, int64_t b
                               Dv * element_size);
             const float *key_scales = attn_cache_key_scales(cache, page, kv_head, slot);
             const float *value_scales = attn_cache_value_scales(cache, page, kv_head, slot);
+            if (key_scales != NULL && slot + 2 * count <= cache->page_size) {
+                /* int8: the next chunk's row scales (a short stream of their own that the
+                 * kernels would otherwise wait for at the start of each chunk) */
+                prefetch_rows(key_scales + count, 1, 0, count * (int64_t)sizeof(float));
+                if (cache->value_pool != NULL)
+                    prefetch_rows(value_scales + count, 1, 0, count * (int64_t)sizeof(float));
+            }
             int64_t key_stride = Dk, value_stride = stored_value_stride;
             const float *keys = NULL;
             if (fused_bf16)
