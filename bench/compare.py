@@ -3,7 +3,8 @@
 
 For every configuration of the grid (the same grid and flags as `attn bench`), it times:
   * attn: `attn bench` with the same thread count (its median over --repeats runs),
-  * PyTorch: torch.nn.functional.scaled_dot_product_attention on CPU, float32, with
+  * PyTorch: torch.nn.functional.scaled_dot_product_attention on CPU, in --dtype (float32
+    by default; bf16 / f16 time PyTorch's own 16-bit SDPA against `attn bench --dtype`), with
     torch.set_num_threads(threads); causal uses is_causal=True, the sliding window a boolean
     attn_mask (what a PyTorch user would write); GQA/MQA through enable_gqa=True when the
     installed torch has it, else K/V expanded with repeat_interleave (not timed),
@@ -20,7 +21,8 @@ the threads actually ran; the default is the wall clock.
 GFLOP/s count allowed pairs only: 4*D per pair forward, 10*D backward (see `attn bench --help`).
 
 Usage: python3 bench/compare.py --attn build/attn [--quick] [--t 1024,4096] [--d 64] ...
-       [--threads 2] [--repeats 5] [--markdown results.md] [--backward]
+       [--threads 2] [--repeats 5] [--markdown results.md] [--backward] [--dtype bf16]
+(The naive reference stays float32.)
 """
 import argparse
 import csv
@@ -82,11 +84,14 @@ def torch_time(function, repeats):
     return statistics.median(times)
 
 
-def torch_case(t, hq, hkv, d, mask, window, repeats, backward):
+TORCH_DTYPES = {"f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16}
+
+
+def torch_case(t, hq, hkv, d, mask, window, repeats, backward, dtype="f32"):
     generator = torch.Generator().manual_seed(0)
-    q = torch.rand(1, hq, t, d, generator=generator) * 2 - 1
-    k = torch.rand(1, hkv, t, d, generator=generator) * 2 - 1
-    v = torch.rand(1, hkv, t, d, generator=generator) * 2 - 1
+    q = (torch.rand(1, hq, t, d, generator=generator) * 2 - 1).to(TORCH_DTYPES[dtype])
+    k = (torch.rand(1, hkv, t, d, generator=generator) * 2 - 1).to(TORCH_DTYPES[dtype])
+    v = (torch.rand(1, hkv, t, d, generator=generator) * 2 - 1).to(TORCH_DTYPES[dtype])
     kwargs = {}
     if hq != hkv:
         try:
@@ -105,7 +110,7 @@ def torch_case(t, hq, hkv, d, mask, window, repeats, backward):
         with torch.no_grad():
             return torch_time(lambda: F.scaled_dot_product_attention(q, k, v, **kwargs), repeats)
     q.requires_grad_(True), k.requires_grad_(True), v.requires_grad_(True)
-    dout = torch.rand(q.shape, generator=generator)
+    dout = torch.rand(q.shape, generator=generator).to(q.dtype)
     times = []
     for run in range(repeats + 1):
         out = F.scaled_dot_product_attention(q, k, v, **kwargs)
@@ -133,6 +138,8 @@ def main():
     parser.add_argument("--peak-gflops", type=float, default=0.0)
     parser.add_argument("--backward", action="store_true")
     parser.add_argument("--markdown", help="also write the table to this file")
+    parser.add_argument("--dtype", choices=["f32", "bf16", "f16"], default="f32",
+                        help="type of Q, K, V, O on both sides (attn bench --dtype)")
     parser.add_argument("--clock", choices=["wall", "cpu"], default="wall",
                         help="wall clock, or process CPU time per thread (shared machines)")
     args = parser.parse_args()
@@ -143,7 +150,8 @@ def main():
     torch.set_num_threads(args.threads)
     lengths = parse_list(args.t)
 
-    attn_rows = run_attn(args, ["--backward"] if args.backward else [], lengths)
+    attn_rows = run_attn(args, (["--backward"] if args.backward else []) + ["--dtype", args.dtype],
+                         lengths)
     small = [t for t in lengths if t <= args.reference_max_t]
     reference_rows = run_attn(args, ["--reference"], small) if small else {}
 
@@ -151,7 +159,8 @@ def main():
     command = ("OMP_WAIT_POLICY=" + wait_policy + " " if wait_policy else "") + \
         "python3 " + " ".join(sys.argv)
     lines = [f"Command: `{command}`", "",
-             f"torch {torch.__version__}, {args.threads} threads, {args.clock} clock; attn median of "
+             f"torch {torch.__version__}, {args.dtype}, {args.threads} threads, {args.clock} clock; "
+             f"attn median of "
              f"{args.repeats} runs; ratios > 1 mean attn is faster.", "",
              "| pass | T | Hq | Hkv | D | mask | attn ms | attn GFLOP/s | % peak | torch ms | "
              "torch GFLOP/s | attn vs torch | reference ms | attn vs reference |",
@@ -165,7 +174,7 @@ def main():
             continue
         attn_seconds = float(row["median_seconds"])
         torch_seconds = torch_case(t, hq, hkv, d, mask, args.window, args.repeats,
-                                   passname == "backward")
+                                   passname == "backward", args.dtype)
         flops = (10 if passname == "backward" else 4) * d * allowed_pairs(mask, t, args.window) * hq
         reference = reference_rows.get(("reference", t, hq, hkv, d, mask))
         reference_ms = reference_ratio = ""

@@ -284,8 +284,11 @@ cli_parse_result cli_parse_attention_option(cli_attention_arguments *arguments,
         else if (strcmp(value, "generic") == 0) *kernel = ATTN_KERNEL_GENERIC;
         else if (strcmp(value, "avx2") == 0) *kernel = ATTN_KERNEL_AVX2;
         else if (strcmp(value, "avx512") == 0) *kernel = ATTN_KERNEL_AVX512;
+        else if (strcmp(value, "avx512_bf16") == 0) *kernel = ATTN_KERNEL_AVX512_BF16;
+        else if (strcmp(value, "amx") == 0) *kernel = ATTN_KERNEL_AMX;
         else {
-            cli_error(command, "--kernel '%s': expected auto, generic, avx2 or avx512", value);
+            cli_error(command, "--kernel '%s': expected auto, generic, avx2, avx512, avx512_bf16 "
+                      "or amx", value);
             return CLI_PARSE_ERROR;
         }
     } else if (strcmp(name, "--memory-limit") == 0) {

@@ -24,10 +24,15 @@ static void mask_label(const bench_result *r, char *text, size_t size) {
         snprintf(text, size, "%s", bench_mask_name(r->mask));
 }
 
+/* What the peak of the report is (bench_report_set_peak_name). */
+static const char *peak_name = "fp32 FMA peak";
+
+void bench_report_set_peak_name(const char *name) { peak_name = name; }
+
 void bench_write_markdown(FILE *stream, const bench_result *results, int count, double peak_gflops,
                           double bandwidth_gbs, const char *command_line) {
     if (command_line) fprintf(stream, "Command: `%s`\n\n", command_line);
-    fprintf(stream, "Measured fp32 FMA peak: %.1f GFLOP/s", peak_gflops);
+    fprintf(stream, "Measured %s: %.1f GFLOP/s", peak_name, peak_gflops);
     if (bandwidth_gbs > 0) fprintf(stream, "; memory read bandwidth: %.1f GB/s", bandwidth_gbs);
     fprintf(stream, " (same process, same threads).\n\n");
     fprintf(stream, "| pass | B | T | Hq | Hkv | D | mask | threads | kernel | runs | median ms | "
@@ -109,7 +114,7 @@ int bench_write_plot(const char *path, const bench_result *results, int count, d
         ++series_count;
     }
     char peak_label[64];
-    snprintf(peak_label, sizeof peak_label, "measured FMA peak %.0f GFLOP/s", peak_gflops);
+    snprintf(peak_label, sizeof peak_label, "measured %s %.0f GFLOP/s", peak_name, peak_gflops);
     const int result = bench_plot_write(path, "attn forward: GFLOP/s (allowed pairs) vs T",
                                         "sequence length T (log2 axis)", "GFLOP/s", series,
                                         series_count, peak_gflops, peak_label, reason);

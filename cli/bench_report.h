@@ -27,6 +27,10 @@ typedef struct bench_result {
 
 const char *bench_mask_name(bench_mask mask);
 
+/* What the peak the reports compare with is ("fp32 FMA peak" unless set: the bf16 VDPBF16PS
+ * or AMX peak when bf16 runs on tiles). A string that outlives the reports. */
+void bench_report_set_peak_name(const char *name);
+
 void bench_write_markdown(FILE *stream, const bench_result *results, int count, double peak_gflops,
                           double bandwidth_gbs, const char *command_line);
 void bench_write_csv(FILE *stream, const bench_result *results, int count, double peak_gflops);

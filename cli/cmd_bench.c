@@ -31,6 +31,7 @@ typedef struct bench_settings {
     int64_t batch, window;
     int repeats, threads, backward, peak_only, reference;
     attn_kernel_choice kernel;
+    attn_dtype dtype;   /* --dtype: of q, k, v, out (F32, BF16 or F16) */
     bench_clock clock;  /* --clock wall (default) or cpu */
     double peak_gflops; /* > 0: given with --peak-gflops, no measurement */
     const char *csv_path, *markdown_path, *plot_path;
@@ -39,7 +40,8 @@ typedef struct bench_settings {
 static void print_help(FILE *stream) {
     fprintf(stream,
         "usage: attn bench [options]          time attn_forward on a grid of shapes\n"
-        "       attn bench --peak             print this machine's FMA peak and read bandwidth\n"
+        "       attn bench --peak             print this machine's FMA peak (and bf16 VDPBF16PS /\n"
+        "                                     AMX peaks where present) and read bandwidth\n"
         "       attn bench decode [options]   the decoding benchmark (see attn bench decode --help)\n\n"
         "The default grid (B = 1): T in 512,1024,2048,4096,8192,16384; Hq in 8,32; Hkv = Hq and\n"
         "Hq/4 (--groups 1,4); D in 64,128; masks none, causal and a causal sliding window of 256\n"
@@ -59,7 +61,11 @@ static void print_help(FILE *stream) {
         "                      the warm-up takes > 1 s it counts as a run and 3 are taken\n"
         "                      (over 4 s: 2), to keep the full grid under 10 minutes\n"
         "  --threads N         threads (default: all, as OpenMP decides)\n"
-        "  --kernel NAME       auto, generic, avx2 or avx512 (default auto)\n"
+        "  --kernel NAME       auto, generic, avx2, avx512, avx512_bf16 or amx (default auto)\n"
+        "  --dtype TYPE        f32, bf16 or f16: the type of Q, K, V and O (default f32); 16-bit\n"
+        "                      rows say how they ran (bf16 tiles, or converted to fp32) and\n"
+        "                      compare with the peak of what ran (the backward widens\n"
+        "                      16-bit inputs and runs in fp32)\n"
         "  --backward          also time attn_backward (rows skipped if it is unsupported)\n"
         "  --reference         time attn_reference_forward (the naive oracle) instead\n"
         "  --peak-gflops X     use X as the peak instead of measuring it\n"
@@ -108,6 +114,7 @@ static void default_settings(bench_settings *s) {
     s->window = 256;
     s->repeats = 5;
     s->kernel = ATTN_KERNEL_AUTO;
+    s->dtype = ATTN_DTYPE_F32;
 }
 
 /* Returns 0 to run, 1 to exit successfully (help), 2 on a usage error. */
@@ -127,6 +134,16 @@ static int parse_arguments(int argc, char **argv, bench_settings *s) {
             s->query_heads[0] = 8, s->query_head_count = 1;
         } else if (!strcmp(option, "--peak")) {
             s->peak_only = 1;
+        } else if (!strcmp(option, "--dtype")) {
+            ++i;
+            if (value && !strcmp(value, "f32")) s->dtype = ATTN_DTYPE_F32;
+            else if (value && !strcmp(value, "bf16")) s->dtype = ATTN_DTYPE_BF16;
+            else if (value && !strcmp(value, "f16")) s->dtype = ATTN_DTYPE_F16;
+            else {
+                fprintf(stderr, "attn bench: --dtype '%s': expected f32, bf16 or f16\n",
+                        value ? value : "");
+                return 2;
+            }
         } else if (!strcmp(option, "--backward")) {
             s->backward = 1;
         } else if (!strcmp(option, "--reference")) {
@@ -183,8 +200,10 @@ static int parse_arguments(int argc, char **argv, bench_settings *s) {
             else if (!strcmp(value, "generic")) s->kernel = ATTN_KERNEL_GENERIC;
             else if (!strcmp(value, "avx2")) s->kernel = ATTN_KERNEL_AVX2;
             else if (!strcmp(value, "avx512")) s->kernel = ATTN_KERNEL_AVX512;
+            else if (!strcmp(value, "avx512_bf16")) s->kernel = ATTN_KERNEL_AVX512_BF16;
+            else if (!strcmp(value, "amx")) s->kernel = ATTN_KERNEL_AMX;
             else {
-                fprintf(stderr, "attn bench: --kernel '%s': expected auto, generic, avx2 or avx512\n", value);
+                fprintf(stderr, "attn bench: --kernel '%s': expected auto, generic, avx2, avx512, avx512_bf16 or amx\n", value);
                 return 2;
             }
             ++i;
@@ -278,16 +297,30 @@ static int compare_doubles(const void *a, const void *b) {
 /* The tensors of one configuration (forward; backward ones when asked). */
 typedef struct bench_tensors {
     float *q, *k, *v, *out, *lse, *dout, *dq, *dk, *dv;
+    uint16_t *half[8]; /* --dtype bf16 / f16: q, k, v, out, dout, dq, dk, dv */
     attn_tensor tq, tk, tv, tout, tlse, tdout, tdq, tdk, tdv;
 } bench_tensors;
 
 static void free_tensors(bench_tensors *t) {
     free(t->q), free(t->k), free(t->v), free(t->out), free(t->lse);
     free(t->dout), free(t->dq), free(t->dk), free(t->dv);
+    for (int n = 0; n < 8; ++n) free(t->half[n]);
+}
+
+/* Replaces the fp32 view *view by a `dtype` tensor of its shape: a copy of it (rounded to
+ * nearest) for an input, uninitialised for an output; 0 when out of memory. */
+static int to_half_view(attn_tensor *view, attn_dtype dtype, uint16_t **storage, int input) {
+    const size_t count = (size_t)(view->shape[0] * view->shape[1] * view->shape[2] * view->shape[3]);
+    *storage = malloc(count * sizeof(uint16_t));
+    if (*storage == NULL) return 0;
+    attn_tensor half = attn_tensor_contiguous(*storage, dtype, 4, view->shape);
+    if (input && attn_tensor_convert(view, &half, NULL) != ATTN_OK) return 0; /* [-1, 1] fits */
+    *view = half;
+    return 1;
 }
 
 static int allocate_tensors(bench_tensors *t, int64_t B, int64_t T, int64_t Hq, int64_t Hkv,
-                            int64_t D, int backward) {
+                            int64_t D, int backward, attn_dtype dtype) {
     memset(t, 0, sizeof *t);
     const size_t query_floats = (size_t)(B * T * Hq * D), key_floats = (size_t)(B * T * Hkv * D);
     t->q = malloc(query_floats * 4), t->out = malloc(query_floats * 4);
@@ -314,6 +347,15 @@ static int allocate_tensors(bench_tensors *t, int64_t B, int64_t T, int64_t Hq, 
         t->tdq = attn_tensor_f32_4d(t->dq, B, T, Hq, D);
         t->tdk = attn_tensor_f32_4d(t->dk, B, T, Hkv, D);
         t->tdv = attn_tensor_f32_4d(t->dv, B, T, Hkv, D);
+    }
+    if (dtype != ATTN_DTYPE_F32) {
+        attn_tensor *views[8] = {&t->tq, &t->tk, &t->tv, &t->tout,
+                                 &t->tdout, &t->tdq, &t->tdk, &t->tdv};
+        for (int n = 0; n < (backward ? 8 : 4); ++n)
+            if (!to_half_view(views[n], dtype, &t->half[n], n < 3 || n == 4)) {
+                free_tensors(t);
+                return 0;
+            }
     }
     return 1;
 }
@@ -429,10 +471,22 @@ int cli_bench(int argc, char **argv) {
     const int threads = s.threads > 0 ? s.threads : omp_get_max_threads();
 
     if (s.peak_only) {
-        printf("threads: %d\nfp32 FMA peak: %.1f GFLOP/s%s\nmemory read bandwidth: %.1f GB/s\n",
-               threads, bench_measure_fma_peak(threads, s.clock),
-               s.clock == BENCH_CLOCK_CPU ? " (CPU time)" : "",
-               cli_measure_read_bandwidth_gbs(threads));
+        const char *clock_note = s.clock == BENCH_CLOCK_CPU ? " (CPU time)" : "";
+        printf("threads: %d\nfp32 FMA peak: %.1f GFLOP/s%s\n", threads,
+               bench_measure_fma_peak(threads, s.clock), clock_note);
+        const double bf16_peak = bench_measure_bf16_peak(threads, s.clock);
+        if (bf16_peak > 0)
+            printf("bf16 VDPBF16PS peak: %.1f GFLOP/s%s (16 zmm chains, 64 flops each)\n",
+                   bf16_peak, clock_note);
+        else
+            printf("bf16 VDPBF16PS peak: not available (CPU or build without AVX512-BF16)\n");
+        const double amx_peak = bench_measure_amx_peak(threads, s.clock);
+        if (amx_peak > 0)
+            printf("bf16 AMX TDPBF16PS peak: %.1f GFLOP/s%s (4 accumulator tiles, no loads)\n",
+                   amx_peak, clock_note);
+        else
+            printf("bf16 AMX peak: not available (CPU, OS permission or build without AMX)\n");
+        printf("memory read bandwidth: %.1f GB/s\n", cli_measure_read_bandwidth_gbs(threads));
         return 0;
     }
     const char *kernel_name = attn_kernel_name(s.kernel);
@@ -441,7 +495,24 @@ int cli_bench(int argc, char **argv) {
                 s.kernel == ATTN_KERNEL_AVX2 ? "AVX2" : s.kernel == ATTN_KERNEL_AVX512 ? "AVX-512" : "requested");
         return 1;
     }
-    const double peak = s.peak_gflops > 0 ? s.peak_gflops : bench_measure_fma_peak(threads, s.clock);
+    /* What runs: fp32 kernels (f32, f16, bf16 widened at packing) against the FMA peak, or
+     * bf16 tiles against their own peak. */
+    const char *bf16_tiles = s.dtype == ATTN_DTYPE_BF16 ? attn_kernel_bf16_tiles(s.kernel) : NULL;
+    static char kernel_label[96];
+    if (s.dtype == ATTN_DTYPE_F32)
+        snprintf(kernel_label, sizeof kernel_label, "%s", kernel_name);
+    else if (bf16_tiles != NULL)
+        snprintf(kernel_label, sizeof kernel_label, "%s bf16 tiles (%s)", kernel_name, bf16_tiles);
+    else
+        snprintf(kernel_label, sizeof kernel_label, "%s %s as fp32", kernel_name,
+                 s.dtype == ATTN_DTYPE_BF16 ? "bf16" : "f16");
+    double peak = s.peak_gflops;
+    if (!(peak > 0) && bf16_tiles != NULL) {
+        const int amx = strcmp(bf16_tiles, "amx") == 0;
+        peak = amx ? bench_measure_amx_peak(threads, s.clock) : bench_measure_bf16_peak(threads, s.clock);
+        bench_report_set_peak_name(amx ? "bf16 AMX TDPBF16PS peak" : "bf16 VDPBF16PS peak");
+    }
+    if (!(peak > 0)) peak = bench_measure_fma_peak(threads, s.clock);
 
     /* The command as run, with the OpenMP wait policy when set (it matters for --clock cpu). */
     char command_line[512] = "";
@@ -476,7 +547,7 @@ int cli_bench(int argc, char **argv) {
                             r->kv_heads = s.query_heads[h] / s.groups[g];
                             r->head_dim = s.head_dims[d], r->mask = s.masks[m];
                             r->window = r->mask == BENCH_MASK_WINDOW ? s.window : 0;
-                            r->threads = threads, r->kernel = kernel_name;
+                            r->threads = threads, r->kernel = kernel_label;
                             r->allowed_pairs = allowed_pairs(r->mask, r->length, s.window);
                             draw_progress(count - 1, total, r);
                             if (pass == 1 && !backward_supported) {
@@ -485,7 +556,7 @@ int cli_bench(int argc, char **argv) {
                             }
                             bench_tensors tensors;
                             if (!allocate_tensors(&tensors, r->batch, r->length, r->query_heads,
-                                                  r->kv_heads, r->head_dim, pass)) {
+                                                  r->kv_heads, r->head_dim, pass, s.dtype)) {
                                 r->status = "out-of-memory";
                                 continue;
                             }

@@ -3,9 +3,12 @@
  *
  *   attn forward --q Q.npy --k K.npy --v V.npy --out O.npy [--lse LSE.npy] [options]
  *
- * Q [B, Tq, Hq, Dk], K [B, Tk, Hkv, Dk], V [B, Tk, Hkv, Dv] float32 C-order; writes
- * O [B, Tq, Hq, Dv], optionally LSE [B, Hq, Tq] and, for small calls, the attention
- * probabilities P [B, Hq, Tq, Tk] (--weights-out, probabilities.h; for `attn heatmap`). The files are read straight into the
+ * Q [B, Tq, Hq, Dk], K [B, Tk, Hkv, Dk], V [B, Tk, Hkv, Dv] float32 or float16 C-order;
+ * writes O [B, Tq, Hq, Dv], optionally LSE [B, Hq, Tq] and, for small calls, the attention
+ * probabilities P [B, Hq, Tq, Tk] (--weights-out, probabilities.h; for `attn heatmap`).
+ * --dtype f32|bf16|f16 picks the type attn computes in (inputs converted to it, nearest-even;
+ * O float16 for f16, float32 otherwise — .npy has no bfloat16 — and LSE float32). The files
+ * are read straight into the
  * tensors handed to attn_forward and the outputs are written from the buffers the library
  * filled, so peak memory is the inputs plus the outputs plus the library's O(tile) workspace.
  * On any error: one line on stderr naming the file or option and the bad value, a non-zero
@@ -31,7 +34,7 @@ static void print_help(void) {
     printf("usage: attn forward --q Q.npy --k K.npy --v V.npy --out O.npy [--lse LSE.npy] "
            "[--weights-out W.npy] [options]\n\n"
            "Computes O = softmax(mask(scale * Q K^T)) V exactly (and the row log-sum-exp).\n\n"
-           "tensors (float32, C order):\n"
+           "tensors (float32 or float16, C order):\n"
            "  --q Q.npy                  queries [B, Tq, Hq, Dk]\n"
            "  --k K.npy                  keys    [B, Tk, Hkv, Dk]; Hq must be a multiple of Hkv\n"
            "                             (query head h uses KV head h / (Hq / Hkv))\n"
@@ -39,6 +42,9 @@ static void print_help(void) {
            "  --out O.npy                output  [B, Tq, Hq, Dv] (written)\n"
            "  --lse LSE.npy              log-sum-exp [B, Hq, Tq] (written; natural log, -inf for\n"
            "                             an empty row under --empty-rows zero)\n"
+           "  --dtype f32|bf16|f16       the type of Q, K, V and O inside attn (default f32):\n"
+           "                             inputs are converted to it (nearest-even); O is written\n"
+           "                             as float16 for f16, else float32 (bf16 values widened)\n"
            "  --weights-out W.npy        attention probabilities [B, Hq, Tq, Tk] (written; for\n"
            "                             attn heatmap): exp(logit - lse) with every option\n"
            "                             applied; refused above B*Hq*Tq*Tk = 2^24 or Tk = %d\n\n"
@@ -51,7 +57,11 @@ static void print_help(void) {
 /* The inputs and outputs of one call, freed together. */
 typedef struct forward_files {
     const char *q_path, *k_path, *v_path, *out_path, *lse_path, *weights_path;
+    attn_dtype dtype; /* --dtype: what attn computes in */
     attn_npy_array q, k, v;
+    void *converted[3]; /* q, k, v in `dtype` when the file holds another type */
+    uint16_t *out16;    /* O in a 16-bit dtype */
+    float *widened[2];  /* --weights-out with a 16-bit dtype: q, k widened back to float32 */
     float *out, *lse, *weights;
     char *out_partial, *lse_partial, *weights_partial; /* temporary names of the outputs */
 } forward_files;
@@ -60,6 +70,10 @@ static void forward_files_free(forward_files *files) {
     attn_npy_free(&files->q);
     attn_npy_free(&files->k);
     attn_npy_free(&files->v);
+    for (int n = 0; n < 3; ++n) free(files->converted[n]);
+    free(files->widened[0]);
+    free(files->widened[1]);
+    free(files->out16);
     free(files->out);
     free(files->lse);
     free(files->weights);
@@ -125,6 +139,17 @@ static int parse_arguments(int argc, char **argv, forward_files *files,
                 matched = true;
             }
         if (matched) continue;
+        if (strcmp(argv[i], "--dtype") == 0) {
+            const char *value = i + 1 < argc ? argv[++i] : "";
+            if (strcmp(value, "f32") == 0) files->dtype = ATTN_DTYPE_F32;
+            else if (strcmp(value, "bf16") == 0) files->dtype = ATTN_DTYPE_BF16;
+            else if (strcmp(value, "f16") == 0) files->dtype = ATTN_DTYPE_F16;
+            else {
+                cli_error(command, "--dtype '%s': expected f32, bf16 or f16", value);
+                return 2;
+            }
+            continue;
+        }
         cli_parse_result result = cli_parse_attention_option(arguments, command, argc, argv, &i);
         if (result == CLI_PARSE_ERROR) return 2;
         if (result == CLI_PARSE_NOT_MINE) {
@@ -152,12 +177,34 @@ static int parse_arguments(int argc, char **argv, forward_files *files,
     return 0;
 }
 
+/* The view of a loaded input in the computation's dtype: the file's data, or a converted
+ * copy in *converted; false (message printed) when a value does not fit the dtype. */
+static bool operand_view(const forward_files *files, const char *option, const char *path,
+                         const attn_npy_array *array, void **converted, attn_tensor *view) {
+    *view = cli_tensor_rank4(array);
+    if (array->dtype == files->dtype) return true;
+    size_t count = 1;
+    for (int d = 0; d < 4; ++d) count *= (size_t)view->shape[d];
+    *converted = malloc(count * (files->dtype == ATTN_DTYPE_F32 ? 4 : 2));
+    if (*converted == NULL) {
+        cli_error(command, "%s %s: out of memory converting it", option, path);
+        return false;
+    }
+    attn_tensor destination = attn_tensor_contiguous(*converted, files->dtype, 4, view->shape);
+    attn_error error;
+    if (attn_tensor_convert(view, &destination, &error) != ATTN_OK) {
+        cli_error(command, "%s %s: %s", option, path, error.message);
+        return false;
+    }
+    *view = destination;
+    return true;
+}
+
 /* Runs the call once the arguments are parsed; returns the exit code. */
 static int run_forward(forward_files *files, cli_attention_arguments *arguments) {
-    const char *hint = "(write it with astype(np.float32))";
-    if (!cli_load_npy(command, "--q", files->q_path, ATTN_DTYPE_F32, 4, 4, hint, &files->q) ||
-        !cli_load_npy(command, "--k", files->k_path, ATTN_DTYPE_F32, 4, 4, hint, &files->k) ||
-        !cli_load_npy(command, "--v", files->v_path, ATTN_DTYPE_F32, 4, 4, hint, &files->v) ||
+    if (!cli_load_npy_float(command, "--q", files->q_path, 4, 4, &files->q) ||
+        !cli_load_npy_float(command, "--k", files->k_path, 4, 4, &files->k) ||
+        !cli_load_npy_float(command, "--v", files->v_path, 4, 4, &files->v) ||
         !check_shapes(files))
         return 1;
     const int64_t B = files->q.shape[0], Tq = files->q.shape[1], Hq = files->q.shape[2];
@@ -177,9 +224,20 @@ static int run_forward(forward_files *files, cli_attention_arguments *arguments)
         files->lse = cli_allocate_floats(command, 3, lse_shape, files->lse_path);
         if (files->lse == NULL) return 1;
     }
-    attn_tensor q = cli_tensor_rank4(&files->q), k = cli_tensor_rank4(&files->k),
-                v = cli_tensor_rank4(&files->v);
+    attn_tensor q, k, v;
+    if (!operand_view(files, "--q", files->q_path, &files->q, &files->converted[0], &q) ||
+        !operand_view(files, "--k", files->k_path, &files->k, &files->converted[1], &k) ||
+        !operand_view(files, "--v", files->v_path, &files->v, &files->converted[2], &v))
+        return 1;
     attn_tensor out = attn_tensor_f32_4d(files->out, B, Tq, Hq, Dv);
+    if (files->dtype != ATTN_DTYPE_F32) { /* O in the computation's dtype, written below */
+        files->out16 = malloc((size_t)(B * Tq * Hq * Dv) * sizeof(uint16_t));
+        if (files->out16 == NULL) {
+            cli_error(command, "%s: out of memory", files->out_path);
+            return 1;
+        }
+        out = attn_tensor_contiguous(files->out16, files->dtype, 4, out_shape);
+    }
     attn_tensor lse = attn_tensor_contiguous(files->lse, ATTN_DTYPE_F32, 3, lse_shape);
     attn_error error;
     if (attn_forward(&q, &k, &v, &arguments->options, &out, files->lse ? &lse : NULL,
@@ -191,11 +249,36 @@ static int run_forward(forward_files *files, cli_attention_arguments *arguments)
         return 1;
     }
 
+    /* O as written: float16 for f16, float32 otherwise (bf16 widened exactly). */
+    const attn_dtype out_dtype = files->dtype == ATTN_DTYPE_F16 ? ATTN_DTYPE_F16 : ATTN_DTYPE_F32;
+    if (files->dtype == ATTN_DTYPE_BF16) {
+        attn_tensor widened = attn_tensor_f32_4d(files->out, B, Tq, Hq, Dv);
+        attn_tensor_convert(&out, &widened, NULL); /* exact */
+    }
+    const void *out_data = out_dtype == ATTN_DTYPE_F16 ? (const void *)files->out16 : files->out;
+
     if (files->weights_path != NULL) {
         const int64_t weights_shape[4] = {B, Hq, Tq, Tk};
         files->weights = cli_allocate_floats(command, 4, weights_shape, files->weights_path);
         if (files->weights == NULL) return 1;
-        if (cli_attention_probabilities(&q, &k, &arguments->options, &arguments->execution,
+        /* P of the computation's (rounded) Q and K, in float32 */
+        attn_tensor q32 = q, k32 = k;
+        if (files->dtype != ATTN_DTYPE_F32) {
+            for (int n = 0; n < 2; ++n) {
+                attn_tensor *view = n == 0 ? &q32 : &k32;
+                const int64_t count = view->shape[0] * view->shape[1] * view->shape[2] * view->shape[3];
+                files->widened[n] = malloc((size_t)count * sizeof(float));
+                if (files->widened[n] == NULL) {
+                    cli_error(command, "--weights-out %s: out of memory", files->weights_path);
+                    return 1;
+                }
+                attn_tensor widened = attn_tensor_contiguous(files->widened[n], ATTN_DTYPE_F32, 4,
+                                                             view->shape);
+                attn_tensor_convert(view, &widened, NULL); /* exact */
+                *view = widened;
+            }
+        }
+        if (cli_attention_probabilities(&q32, &k32, &arguments->options, &arguments->execution,
                                         files->weights, &error) != ATTN_OK) {
             cli_error(command, "--weights-out %s: %s", files->weights_path, error.message);
             return 1;
@@ -213,7 +296,7 @@ static int run_forward(forward_files *files, cli_attention_arguments *arguments)
     /* The outputs complete under temporary names, then renamed into place. */
     files->out_partial = cli_partial_name(files->out_path);
     if (files->out_partial == NULL ||
-        attn_npy_write(files->out_partial, ATTN_DTYPE_F32, 4, out_shape, files->out, &error) !=
+        attn_npy_write(files->out_partial, out_dtype, 4, out_shape, out_data, &error) !=
             ATTN_OK) {
         cli_error(command, "--out %s: %s", files->out_path, files->out_partial ? error.message
                                                                               : "out of memory");

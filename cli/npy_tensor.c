@@ -30,8 +30,10 @@ const char *cli_shape_text(int rank, const int64_t *shape, char *buffer, size_t 
     return buffer;
 }
 
-bool cli_load_npy(const char *command, const char *option, const char *path, attn_dtype dtype,
-                  int min_rank, int max_rank, const char *hint, attn_npy_array *array) {
+/* cli_load_npy with `dtype`, or also `other` when other != dtype. */
+static bool load_npy(const char *command, const char *option, const char *path, attn_dtype dtype,
+                     attn_dtype other, int min_rank, int max_rank, const char *hint,
+                     attn_npy_array *array) {
     attn_error error;
     memset(array, 0, sizeof *array);
     if (attn_npy_read(path, 0, array, &error) != ATTN_OK) {
@@ -40,6 +42,7 @@ bool cli_load_npy(const char *command, const char *option, const char *path, att
     }
     static const char *dtype_names[] = {"float32", "bfloat16", "float16", "bool",
                                         "int32",   "int64",    "float64"};
+    if (array->dtype == other) dtype = other;
     if (array->dtype != dtype) {
         cli_error(command, "%s %s: dtype %s, expected %s%s%s", option, path,
                   dtype_names[array->dtype], dtype_names[dtype], hint ? " " : "",
@@ -69,6 +72,17 @@ bool cli_load_npy(const char *command, const char *option, const char *path, att
             return false;
         }
     return true;
+}
+
+bool cli_load_npy(const char *command, const char *option, const char *path, attn_dtype dtype,
+                  int min_rank, int max_rank, const char *hint, attn_npy_array *array) {
+    return load_npy(command, option, path, dtype, dtype, min_rank, max_rank, hint, array);
+}
+
+bool cli_load_npy_float(const char *command, const char *option, const char *path, int min_rank,
+                        int max_rank, attn_npy_array *array) {
+    return load_npy(command, option, path, ATTN_DTYPE_F32, ATTN_DTYPE_F16, min_rank, max_rank,
+                    "or float16 (write it with astype(np.float32))", array);
 }
 
 attn_tensor cli_tensor_rank4(const attn_npy_array *array) {

@@ -37,6 +37,10 @@ float *cli_allocate_floats(const char *command, int rank, const int64_t *dims, c
 bool cli_load_npy(const char *command, const char *option, const char *path, attn_dtype dtype,
                   int min_rank, int max_rank, const char *hint, attn_npy_array *array);
 
+/* cli_load_npy accepting float32 or float16 files (the CLI's attention tensors). */
+bool cli_load_npy_float(const char *command, const char *option, const char *path, int min_rank,
+                        int max_rank, attn_npy_array *array);
+
 /* A contiguous rank-4 view of `array` (rank <= 4): missing leading dimensions become size 1,
  * so a [Tq, Tk] mask is the [1, 1, Tq, Tk] tensor that broadcasts over batch and heads. */
 attn_tensor cli_tensor_rank4(const attn_npy_array *array);

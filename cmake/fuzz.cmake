@@ -25,7 +25,7 @@ if(ATTN_FUZZ)
     message(FATAL_ERROR "ATTN_FUZZ=ON needs CC=clang and -DATTN_SANITIZE=address")
   endif()
   # Coverage instrumentation for everything the fuzzers call into.
-  get_property(attn_fuzz_instrumented DIRECTORY ${CMAKE_SOURCE_DIR} PROPERTY BUILDSYSTEM_TARGETS)
+  get_property(attn_fuzz_instrumented DIRECTORY ${PROJECT_SOURCE_DIR} PROPERTY BUILDSYSTEM_TARGETS)
   foreach(target ${attn_fuzz_instrumented})
     get_target_property(target_type ${target} TYPE)
     if(target_type MATCHES "^(EXECUTABLE|SHARED_LIBRARY|STATIC_LIBRARY|OBJECT_LIBRARY)$")
@@ -38,8 +38,8 @@ if(ATTN_BUILD_TESTS)
   # The property tests build their random calls with the forward fuzzer's case builder.
   foreach(property_test test_property_forward)
     if(TARGET ${property_test})
-      target_sources(${property_test} PRIVATE ${CMAKE_SOURCE_DIR}/fuzz/attention_case.c)
-      target_include_directories(${property_test} PRIVATE ${CMAKE_SOURCE_DIR}/fuzz)
+      target_sources(${property_test} PRIVATE ${PROJECT_SOURCE_DIR}/fuzz/attention_case.c)
+      target_include_directories(${property_test} PRIVATE ${PROJECT_SOURCE_DIR}/fuzz)
     endif()
   endforeach()
 
@@ -56,32 +56,32 @@ if(ATTN_BUILD_TESTS)
     string(REPLACE "," ";" extra "${extra}")
     set(present TRUE)
     foreach(path ${needs})
-      if(NOT EXISTS ${CMAKE_SOURCE_DIR}/${path})
+      if(NOT EXISTS ${PROJECT_SOURCE_DIR}/${path})
         set(present FALSE)
       endif()
     endforeach()
-    if(NOT present OR NOT EXISTS ${CMAKE_SOURCE_DIR}/fuzz/fuzz_${name}.c)
+    if(NOT present OR NOT EXISTS ${PROJECT_SOURCE_DIR}/fuzz/fuzz_${name}.c)
       continue()
     endif()
     set(extra_sources "")
     foreach(path ${extra})
-      list(APPEND extra_sources ${CMAKE_SOURCE_DIR}/${path})
+      list(APPEND extra_sources ${PROJECT_SOURCE_DIR}/${path})
     endforeach()
 
-    add_executable(fuzz_replay_${name} ${CMAKE_SOURCE_DIR}/fuzz/fuzz_${name}.c
-                   ${CMAKE_SOURCE_DIR}/fuzz/replay_main.c ${extra_sources})
-    target_include_directories(fuzz_replay_${name} PRIVATE ${CMAKE_SOURCE_DIR}/src
-                               ${CMAKE_SOURCE_DIR}/cli ${CMAKE_SOURCE_DIR}/fuzz)
+    add_executable(fuzz_replay_${name} ${PROJECT_SOURCE_DIR}/fuzz/fuzz_${name}.c
+                   ${PROJECT_SOURCE_DIR}/fuzz/replay_main.c ${extra_sources})
+    target_include_directories(fuzz_replay_${name} PRIVATE ${PROJECT_SOURCE_DIR}/src
+                               ${PROJECT_SOURCE_DIR}/cli ${PROJECT_SOURCE_DIR}/fuzz)
     target_link_libraries(fuzz_replay_${name} PRIVATE attn_static)
     add_test(NAME fuzz_replay_${name}
-             COMMAND fuzz_replay_${name} ${CMAKE_SOURCE_DIR}/fuzz/corpus/${name}
-                     ${CMAKE_SOURCE_DIR}/fuzz/regressions/${name})
+             COMMAND fuzz_replay_${name} ${PROJECT_SOURCE_DIR}/fuzz/corpus/${name}
+                     ${PROJECT_SOURCE_DIR}/fuzz/regressions/${name})
     set_tests_properties(fuzz_replay_${name} PROPERTIES TIMEOUT 300)
 
     if(ATTN_FUZZ)
-      add_executable(fuzz_${name} ${CMAKE_SOURCE_DIR}/fuzz/fuzz_${name}.c ${extra_sources})
-      target_include_directories(fuzz_${name} PRIVATE ${CMAKE_SOURCE_DIR}/src
-                                 ${CMAKE_SOURCE_DIR}/cli ${CMAKE_SOURCE_DIR}/fuzz)
+      add_executable(fuzz_${name} ${PROJECT_SOURCE_DIR}/fuzz/fuzz_${name}.c ${extra_sources})
+      target_include_directories(fuzz_${name} PRIVATE ${PROJECT_SOURCE_DIR}/src
+                                 ${PROJECT_SOURCE_DIR}/cli ${PROJECT_SOURCE_DIR}/fuzz)
       target_link_libraries(fuzz_${name} PRIVATE attn_static)
       target_compile_options(fuzz_${name} PRIVATE -fsanitize=fuzzer,address,undefined
                              -fno-sanitize-recover=all -g)

@@ -12,27 +12,34 @@ if(NOT MPI_C_FOUND)
   return()
 endif()
 
-file(GLOB ATTN_MPI_SOURCES CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/src/mpi/*.c)
+file(GLOB ATTN_MPI_SOURCES CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/src/mpi/*.c)
 # One set of objects, two libraries: libattn_mpi.so on top of libattn.so for users, and a
 # static one on top of libattn.a for the CLI and the tests, so that no program carries two
 # copies of libattn (which sanitizers rightly report as duplicate globals).
 add_library(attn_mpi_objects OBJECT ${ATTN_MPI_SOURCES})
-target_include_directories(attn_mpi_objects PUBLIC ${CMAKE_SOURCE_DIR}/include
-                                            PRIVATE ${CMAKE_SOURCE_DIR}/src)
+target_include_directories(attn_mpi_objects PUBLIC ${PROJECT_SOURCE_DIR}/include
+                                            PRIVATE ${PROJECT_SOURCE_DIR}/src)
 target_link_libraries(attn_mpi_objects PUBLIC MPI::MPI_C OpenMP::OpenMP_C)
+# attn_mpi.h includes mpi.h, so MPI is a public requirement; OpenMP stays private.
 add_library(attn_mpi SHARED $<TARGET_OBJECTS:attn_mpi_objects>)
-target_link_libraries(attn_mpi PUBLIC attn MPI::MPI_C)
+target_link_libraries(attn_mpi PUBLIC attn MPI::MPI_C PRIVATE OpenMP::OpenMP_C)
 # libattn.so exports only its public API (hidden visibility); the internal helpers the ring
 # uses come from a private, hidden copy of libattn.a's objects (--exclude-libs keeps them out
 # of libattn_mpi.so's exports), and --no-undefined proves nothing is left unresolved.
 target_link_libraries(attn_mpi PRIVATE attn_static)
 target_link_options(attn_mpi PRIVATE -Wl,--exclude-libs,libattn.a -Wl,--no-undefined)
 add_library(attn_mpi_static STATIC $<TARGET_OBJECTS:attn_mpi_objects>)
-target_link_libraries(attn_mpi_static PUBLIC attn_static MPI::MPI_C)
+target_link_libraries(attn_mpi_static PUBLIC attn_static MPI::MPI_C PRIVATE OpenMP::OpenMP_C)
+set_target_properties(attn_mpi PROPERTIES VERSION ${PROJECT_VERSION}
+                                          SOVERSION ${PROJECT_VERSION_MAJOR})
 set_target_properties(attn_mpi_static PROPERTIES OUTPUT_NAME attn_mpi)
 foreach(target attn_mpi attn_mpi_static)
-  target_include_directories(${target} PUBLIC ${CMAKE_SOURCE_DIR}/include)
+  target_include_directories(${target} PUBLIC
+    $<BUILD_INTERFACE:${PROJECT_SOURCE_DIR}/include>
+    $<INSTALL_INTERFACE:${CMAKE_INSTALL_INCLUDEDIR}>)
 endforeach()
+add_library(attn::attn_mpi ALIAS attn_mpi)
+add_library(attn::attn_mpi_static ALIAS attn_mpi_static)
 
 # Open MPI needs --oversubscribe to start more processes than cores (tests use up to 4 on a
 # 2-core machine); MPICH oversubscribes by default and rejects the flag.
@@ -50,17 +57,17 @@ set(ATTN_MPI_TEST_ENVIRONMENT
 
 function(attn_mpi_attach_targets)
   if(TARGET attn_cli)
-    file(GLOB ATTN_MPI_CLI_SOURCES CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/cli/mpi/*.c)
+    file(GLOB ATTN_MPI_CLI_SOURCES CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/cli/mpi/*.c)
     target_sources(attn_cli PRIVATE ${ATTN_MPI_CLI_SOURCES})
     target_compile_definitions(attn_cli PRIVATE ATTN_HAVE_MPI)
     target_link_libraries(attn_cli PRIVATE attn_mpi_static)
   endif()
   if(TARGET attn_test_support)
-    file(GLOB ATTN_MPI_TEST_SOURCES CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/tests/mpi/test_*.c)
+    file(GLOB ATTN_MPI_TEST_SOURCES CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/tests/mpi/test_*.c)
     foreach(source ${ATTN_MPI_TEST_SOURCES})
       get_filename_component(name ${source} NAME_WE)
       add_executable(mpi_${name} ${source})
-      target_include_directories(mpi_${name} PRIVATE ${CMAKE_SOURCE_DIR}/tests/mpi)
+      target_include_directories(mpi_${name} PRIVATE ${PROJECT_SOURCE_DIR}/tests/mpi)
       target_link_libraries(mpi_${name} PRIVATE attn_test_support attn_mpi_static)
       foreach(processes 1 2 3 4)
         add_test(NAME mpi_${name}_np${processes}
@@ -76,11 +83,11 @@ function(attn_mpi_attach_targets)
   # `attn ring` end to end against `attn forward` (the script passes -np itself).
   if(TARGET attn_cli AND ATTN_BUILD_TESTS)
     add_test(NAME mpi_cli_ring
-             COMMAND bash ${CMAKE_SOURCE_DIR}/tests/mpi/cli_ring.sh $<TARGET_FILE:attn_cli>
-                     ${CMAKE_SOURCE_DIR} ${MPIEXEC_EXECUTABLE} ${ATTN_MPIEXEC_OVERSUBSCRIBE}
+             COMMAND bash ${PROJECT_SOURCE_DIR}/tests/mpi/cli_ring.sh $<TARGET_FILE:attn_cli>
+                     ${PROJECT_SOURCE_DIR} ${MPIEXEC_EXECUTABLE} ${ATTN_MPIEXEC_OVERSUBSCRIBE}
                      ${MPIEXEC_PREFLAGS})
     set_tests_properties(mpi_cli_ring PROPERTIES ENVIRONMENT "${ATTN_MPI_TEST_ENVIRONMENT}"
                          PROCESSORS 4 TIMEOUT 180 LABELS mpi)
   endif()
 endfunction()
-cmake_language(DEFER DIRECTORY ${CMAKE_SOURCE_DIR} CALL attn_mpi_attach_targets)
+cmake_language(DEFER DIRECTORY ${PROJECT_SOURCE_DIR} CALL attn_mpi_attach_targets)

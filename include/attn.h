@@ -67,7 +67,8 @@ typedef enum attn_status {
     ATTN_ERROR_NULL_ARGUMENT = 1,     /* a required pointer was NULL */
     ATTN_ERROR_INVALID_ARGUMENT = 2,  /* a value out of range (size <= 0, scale <= 0, ...) */
     ATTN_ERROR_SHAPE_MISMATCH = 3,    /* tensors that must agree do not (B, Tk, heads, dims) */
-    ATTN_ERROR_OVERFLOW = 4,          /* a size product does not fit in int64 / size_t */
+    ATTN_ERROR_OVERFLOW = 4,          /* a size product does not fit in int64 / size_t, or a
+                                         result does not fit a 16-bit output dtype */
     ATTN_ERROR_OUT_OF_MEMORY = 5,     /* an allocation failed */
     ATTN_ERROR_EMPTY_ROW = 6,         /* a query row has no allowed key (default policy) */
     ATTN_ERROR_IO = 7,                /* a file could not be opened, read or written */
@@ -147,6 +148,18 @@ ATTN_API attn_tensor attn_tensor_f32_4d(float *data, int64_t d0, int64_t d1, int
 ATTN_API attn_tensor attn_tensor_f32_bhtd(float *data, int64_t B, int64_t T, int64_t H, int64_t D);
 
 /*
+ * Copies `source` into `destination` element by element, converting between F32, BF16 and
+ * F16 (any strides; both of the same rank 1..4 and shape; the two must not overlap). Widening
+ * is exact; narrowing rounds to nearest, ties to even (subnormals kept), NaN stays NaN and
+ * ±inf stays ±inf. Errors: NULL, a dtype other than the three, rank or shape disagreement
+ * (INVALID_ARGUMENT / SHAPE_MISMATCH), and a finite value that does not fit the destination
+ * type (fp16: |x| >= 65520; ATTN_ERROR_OVERFLOW naming the index and the value) — checked
+ * before anything is written, so on any error `destination` is untouched.
+ */
+attn_status attn_tensor_convert(const attn_tensor *source, attn_tensor *destination,
+                                attn_error *error);
+
+/*
  * Reorders the dimensions of a view: result.shape[i] = t.shape[order[i]] (same for strides).
  * Returns ATTN_ERROR_INVALID_ARGUMENT if `order` is not a permutation of 0..rank-1.
  */
@@ -191,7 +204,15 @@ typedef enum attn_kernel_choice {
     ATTN_KERNEL_AUTO = 0,    /* the fastest this CPU supports */
     ATTN_KERNEL_GENERIC = 1, /* portable C */
     ATTN_KERNEL_AVX2 = 2,    /* AVX2 + FMA; ATTN_ERROR_UNSUPPORTED if the CPU lacks it */
-    ATTN_KERNEL_AVX512 = 3   /* AVX-512F; ATTN_ERROR_UNSUPPORTED if the CPU lacks it */
+    ATTN_KERNEL_AVX512 = 3,  /* AVX-512F; ATTN_ERROR_UNSUPPORTED if the CPU lacks it */
+    ATTN_KERNEL_AVX512_BF16 = 4, /* AVX-512 plus AVX512-BF16 and F16C: bf16 operands run on
+                                    VDPBF16PS tiles when this is asked for by name (AUTO, which
+                                    may select it, widens bf16 to fp32 instead: faster where
+                                    VDPBF16PS issues at half the FMA rate); fp32 and fp16 run
+                                    the AVX512 kernels */
+    ATTN_KERNEL_AMX = 5      /* AVX512_BF16 plus AMX tiles (TDPBF16PS) for bf16 operands
+                                (also under AUTO); ATTN_ERROR_UNSUPPORTED unless CPUID, XCR0
+                                and the OS's XTILEDATA permission allow AMX */
 } attn_kernel_choice;
 
 #define ATTN_OPTIONS_VERSION 1 /* the layout of attn_options below */
@@ -315,12 +336,19 @@ typedef struct attn_execution {
 /* The defaults: every field zero except version = ATTN_EXECUTION_VERSION. */
 ATTN_API attn_execution attn_execution_default(void);
 
-/* The kernel family `choice` selects on this CPU and build ("generic", "avx2", "avx512"; AUTO
- * resolves to the fastest available), or NULL when it is not available here or unknown. */
+/* The kernel family `choice` selects on this CPU and build ("generic", "avx2", "avx512",
+ * "avx512_bf16", "amx"; AUTO resolves to the fastest available), or NULL when it is not
+ * available here or unknown. */
 ATTN_API const char *attn_kernel_name(attn_kernel_choice choice);
 
 /* 1 when this CPU and build can run `choice` (AUTO and GENERIC always), else 0. */
 ATTN_API int attn_kernel_available(attn_kernel_choice choice);
+
+/* How bf16 operands run under `choice` on this CPU: the name of the bf16 tile kernels
+ * ("amx", "avx512bf16") when attn_forward computes bf16 on them, or NULL when it widens bf16
+ * to fp32 at packing and runs the fp32 kernels (fp16 always does; docs/precision.md), or
+ * when `choice` is not available. */
+ATTN_API const char *attn_kernel_bf16_tiles(attn_kernel_choice choice);
 
 /*
  * The standard ALiBi slopes for `num_heads` heads (Press et al.): for n a power of two,
@@ -341,10 +369,16 @@ ATTN_API attn_status attn_alibi_slopes(int num_heads, float *slopes, attn_error 
  * output is bitwise identical for any num_threads and from run to run. K/V rows that no
  * query of the call attends (beyond key_lengths, after the causal diagonal, masked for every
  * row) may hold NaN or inf without affecting the result.
- *   q   [B, Tq, Hq, Dk] F32        k [B, Tk, Hkv, Dk] F32      v [B, Tk, Hkv, Dv] F32
- *   out [B, Tq, Hq, Dv] F32 (written)
+ *   q   [B, Tq, Hq, Dk]        k [B, Tk, Hkv, Dk]      v [B, Tk, Hkv, Dv]
+ *   out [B, Tq, Hq, Dv] (written)
  *   lse [B, Hq, Tq]     F32 (written; may be NULL)
- * Errors: NULL pointers, non-positive sizes, Hq % Hkv != 0, K/V disagreeing on B or Tk,
+ * q, k, v and out are all F32, all BF16 or all F16 (docs/precision.md): 16-bit inputs are
+ * read exactly; scores, softmax, statistics and the accumulator are fp32; P is rounded to the
+ * operand type for P·V (the row sums use the unrounded P); O is rounded once when written. bf16
+ * runs on bf16 tiles where they are faster (AMX; or asked for with ATTN_KERNEL_AVX512_BF16,
+ * attn_kernel_bf16_tiles), else widened to fp32 at packing like fp16.
+ * Errors: NULL pointers, mixed or unsupported dtypes, a finite O beyond the range of a 16-bit
+ * out (ATTN_ERROR_OVERFLOW naming the first such row; the other rows are written), non-positive sizes, Hq % Hkv != 0, K/V disagreeing on B or Tk,
  * options out of range, mask/bias shapes that do not broadcast, overflow, an empty row under
  * ATTN_EMPTY_ROWS_ERROR (the message names the first one in (b, h, i) order), memory limit
  * (the per-thread workspaces exceed execution->memory_limit_bytes), unsupported kernel,
@@ -360,7 +394,7 @@ ATTN_API attn_status attn_forward(const attn_tensor *q, const attn_tensor *k, co
 /*
  * The naive reference: materialises the Tq x Tk logits of one (b, h) at a time and
  * accumulates in double. Same arguments, conventions and errors as attn_forward (options NULL
- * = plain attention), without an execution part: single-threaded, no memory limit. It is the
+ * = plain attention), F32 tensors only, without an execution part: single-threaded, no memory limit. It is the
  * specification a reader can follow line by line and the oracle of the tests; it is slow.
  */
 ATTN_API attn_status attn_reference_forward(const attn_tensor *q, const attn_tensor *k,
@@ -376,8 +410,11 @@ ATTN_API attn_status attn_reference_forward(const attn_tensor *q, const attn_ten
  * the forward's LSE, D = rowsum(dO * O), never a Tq x Tk buffer. Same options as the forward
  * (the call must use the options the forward used; NULL = plain attention). execution: as
  * attn_forward's (NULL = defaults); it may differ from the forward's.
- *   q, k, v, out, lse: as produced/consumed by attn_forward; dout [B, Tq, Hq, Dv] F32
- *   dq [B, Tq, Hq, Dk], dk [B, Tk, Hkv, Dk], dv [B, Tk, Hkv, Dv] F32 (written, overwritten)
+ *   q, k, v, out, lse: as produced/consumed by attn_forward; dout [B, Tq, Hq, Dv]
+ *   dq [B, Tq, Hq, Dk], dk [B, Tk, Hkv, Dk], dv [B, Tk, Hkv, Dv] (written, overwritten)
+ *   q, k, v, out, dout, dq, dk, dv all F32, all BF16 or all F16 (lse, dbias F32): 16-bit
+ *   inputs are widened exactly, the computation is the fp32 one, and dq, dk, dv are rounded
+ *   once; a finite gradient beyond the 16-bit range is ATTN_ERROR_OVERFLOW (docs/precision.md)
  *   dbias: NULL, or (only when options->bias is set) F32 with exactly the bias's shape
  *   [B|1, Hq|1, Tq, Tk] (written; a size-1 dimension sums over B or Hq). ALiBi has no
  *   gradient. Outputs may use any strides but no zero stride on a dimension of size > 1,
@@ -403,8 +440,8 @@ ATTN_API attn_status attn_backward(const attn_tensor *q, const attn_tensor *k, c
 
 /* The naive backward, written as docs/attention-math.md §2.2 states it: dense
  * S, P, dP, dS per (b, h) in double (O(Tq * Tk) memory), single-threaded. Same arguments,
- * conventions and errors as attn_backward (options NULL = plain attention), without an
- * execution part (no memory limit). The tests' oracle; slow. */
+ * conventions and errors as attn_backward (options NULL = plain attention), F32 tensors
+ * only, without an execution part (no memory limit). The tests' oracle; slow. */
 ATTN_API attn_status attn_reference_backward(const attn_tensor *q, const attn_tensor *k,
                                              const attn_tensor *v, const attn_tensor *out,
                                              const attn_tensor *lse, const attn_tensor *dout,
@@ -419,7 +456,8 @@ ATTN_API attn_status attn_reference_backward(const attn_tensor *q, const attn_te
 /*
  * Merges `count` partial results of the same queries over disjoint key sets, exactly:
  *   M = max_s lse_s;  lse = M + log sum_s exp(lse_s - M);  O = sum_s exp(lse_s - lse) O_s
- * outs[s] [B, T, H, Dv] F32, lses[s] [B, H, T] F32; a partial with lse = -inf is empty and
+ * outs[s] [B, T, H, Dv] F32, BF16 or F16 (all of one dtype, out too: summed in double, O
+ * rounded once to nearest-even), lses[s] [B, H, T] F32; a partial with lse = -inf is empty and
  * contributes nothing; when every partial of a row is empty, O = 0 and lse = -inf.
  * out / lse may alias outs[0] / lses[0] (in-place accumulation).
  */
@@ -555,8 +593,11 @@ ATTN_API attn_status attn_kv_cache_read(const attn_kv_cache *cache, int64_t sequ
  * (use alignment ATTN_ALIGN_BOTTOM_RIGHT + causal for generation: query i sits at position
  * length(b) - Tq + i); window, ALiBi, soft-cap, custom scale, query_lengths, masks and biases
  * (logical Tk = the longest sequence's length) all apply.
- *   q   [B, Tq, Hq, Dk] F32 (B = config.sequences, Hq a multiple of Hkv)
- *   out [B, Tq, Hq, Dv] F32 (written);  lse [B, Hq, Tq] F32 (written; may be NULL)
+ *   q   [B, Tq, Hq, Dk] (B = config.sequences, Hq a multiple of Hkv)
+ *   out [B, Tq, Hq, Dv] (written);  lse [B, Hq, Tq] F32 (written; may be NULL)
+ * q and out are both F32, both BF16 or both F16 (any cache dtype): 16-bit queries are widened
+ * exactly, P is rounded to their type for P·V as in attn_forward, O is rounded once, and a
+ * finite O beyond a 16-bit range is ATTN_ERROR_OVERFLOW (docs/precision.md).
  * Split-KV (flash-decoding): each sequence's keys are cut into splits of execution->tile_k
  * tokens, fixed independently of the thread count (0 = automatic: at most 1024 tokens, and
  * fewer when B x Hkv < 16 so that there are about 16 tasks, a multiple of 64 tokens; it
@@ -576,7 +617,7 @@ ATTN_API attn_status attn_decode(const attn_kv_cache *cache, const attn_tensor *
 
 /* The naive oracle of attn_decode: reads each sequence back as float32 (attn_kv_cache_read)
  * and calls attn_reference_forward on it, one sequence at a time (options NULL = plain
- * attention). Slow; for tests. */
+ * attention; F32 q and out only). Slow; for tests. */
 ATTN_API attn_status attn_reference_decode(const attn_kv_cache *cache, const attn_tensor *q,
                                            const attn_options *options, attn_tensor *out,
                                            attn_tensor *lse, attn_error *error);

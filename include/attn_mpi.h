@@ -66,6 +66,12 @@ typedef struct attn_ring_stats {
  *       (attn_ring_shard makes them from global tensors). Any strides.
  *   out [B, n_r, Hq, Dv] F32 (written): this rank's rows of the global attention output.
  *   lse [B, Hq, n_r] F32 (written; may be NULL): the global LSE of those rows.
+ * q, k, v and out may instead all be BF16 or all F16 (the same on every rank; lse F32): K/V
+ * blocks then travel as 16-bit elements (half the bytes), each rank widens them and its
+ * queries exactly, computes and merges in fp32, and rounds O once (a finite O beyond the
+ * type's range is ATTN_ERROR_OVERFLOW): O is the fp32 ring's O on the same values, rounded.
+ * attn_ring_backward takes 16-bit tensors the same way (q, k, v, out, dout, dq, dk, dv of one
+ * type; lse F32; the dK|dV accumulators travel in fp32; gradients rounded once).
  * layout->rank_count must equal the size of comm. Errors: those of attn_forward for the local
  * tensors, a layout that disagrees with comm or with the local lengths, sizes that differ
  * between ranks (SHAPE_MISMATCH naming the rank), unsupported options, an empty row under

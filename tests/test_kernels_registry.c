@@ -131,6 +131,22 @@ static void test_choices(void) {
 #else
         {ATTN_KERNEL_AVX512, "avx512", 0, 0},
 #endif
+#if defined(ATTN_HAVE_AVX512BF16_KERNELS)
+        {ATTN_KERNEL_AVX512_BF16, "avx512_bf16", 1,
+         f->avx512f && f->avx512dq && f->avx512bw && f->avx512vl && f->fma && f->avx512_bf16 &&
+             f->f16c},
+#else
+        {ATTN_KERNEL_AVX512_BF16, "avx512_bf16", 0, 0},
+#endif
+        /* AMX: only where CPUID, XCR0 and the OS's XTILEDATA permission allow it (the flags
+         * are 1 only then); elsewhere UNSUPPORTED and AUTO falls back to the entry above. */
+#if defined(ATTN_HAVE_AMX_KERNELS) && defined(ATTN_HAVE_AVX512BF16_KERNELS)
+        {ATTN_KERNEL_AMX, "amx", 1,
+         f->avx512f && f->avx512dq && f->avx512bw && f->avx512vl && f->fma && f->avx512_bf16 &&
+             f->f16c && f->amx_tile && f->amx_bf16},
+#else
+        {ATTN_KERNEL_AMX, "amx", 0, 0},
+#endif
     };
     const attn_kernels *best = NULL;
     for (size_t c = 0; c < sizeof choices / sizeof choices[0]; ++c) {
@@ -159,6 +175,13 @@ static void test_choices(void) {
         CHECK(strcmp(kernels->name, choices[c].name) == 0, "registry %s is named %s",
               choices[c].name, kernels->name);
         CHECK(complete(kernels), "registry %s fills every mandatory slot", kernels->name);
+        const char *bf16_tiles = choices[c].choice == ATTN_KERNEL_AMX           ? "amx"
+                                 : choices[c].choice == ATTN_KERNEL_AVX512_BF16 ? "avx512bf16"
+                                                                                : "generic";
+        CHECK(kernels->bf16.name && strcmp(kernels->bf16.name, bf16_tiles) == 0 &&
+                  kernels->bf16_native == (choices[c].choice == ATTN_KERNEL_AMX),
+              "registry %s: bf16 tiles %s (native %d)", choices[c].name,
+              kernels->bf16.name ? kernels->bf16.name : "(none)", kernels->bf16_native);
         best = kernels;
     }
     const attn_kernels *automatic = NULL;

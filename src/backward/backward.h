@@ -25,4 +25,14 @@ attn_status attn_backward_validate(const attn_tensor *q, const attn_tensor *k,
                                    const attn_tensor *dbias, attn_problem *problem,
                                    attn_error *error);
 
+/* The same, except that q, k, v, out, dout, dq, dk, dv may be BF16 or F16 (all of q's dtype;
+ * lse and dbias stay F32): the flash backward's check. */
+attn_status attn_backward_validate_typed(const attn_tensor *q, const attn_tensor *k,
+                                         const attn_tensor *v, const attn_tensor *out,
+                                         const attn_tensor *lse, const attn_tensor *dout,
+                                         const attn_options *options, const attn_tensor *dq,
+                                         const attn_tensor *dk, const attn_tensor *dv,
+                                         const attn_tensor *dbias, attn_problem *problem,
+                                         attn_error *error);
+
 #endif /* ATTN_BACKWARD_H */

@@ -20,7 +20,7 @@
 /* Rounds a float count up to a whole number of 64-byte lines. */
 static size_t round_to_line(size_t floats) { return (floats + 15) / 16 * 16; }
 
-enum { WORKSPACE_BUFFERS = 14 };
+enum { WORKSPACE_BUFFERS = 15 };
 
 /* Floats between consecutive packed key blocks of dimension dim (whole 64-byte lines). */
 static size_t packed_block_floats(const backward_plan *plan, int dim) {
@@ -47,6 +47,7 @@ static void workspace_sizes(const backward_plan *plan, size_t sizes[WORKSPACE_BU
     sizes[11] = tk; /* bytes only, counted as floats */
     sizes[12] = tk * (size_t)dk;
     sizes[13] = tk * (size_t)dv;
+    sizes[14] = plan->v->dtype != ATTN_DTYPE_F32 ? tk * (size_t)dv : 0;
 }
 
 size_t backward_workspace_floats(const backward_plan *plan) {
@@ -81,15 +82,21 @@ void backward_workspace_assign(const backward_plan *plan, float *base,
     workspace->allowed_row = (uint8_t *)slots[11];
     workspace->key_accumulator = slots[12];
     workspace->value_accumulator = slots[13];
+    workspace->value_rows = slots[14];
+    workspace->overflowed = 0;
 }
 
-/* target[e] = source[e * stride] for e < count, then zeros up to the padded row length
- * ATTN_BACKWARD_ROW_FLOATS(count). */
-static void copy_row(const float *source, int64_t stride, int64_t count, float *target) {
-    if (stride == 1)
-        memcpy(target, source, (size_t)count * sizeof(float));
-    else
-        for (int64_t e = 0; e < count; ++e) target[e] = source[e * stride];
+/* target[e] = t[a, b, c, e] (widened to fp32) for e < count, then zeros up to the padded
+ * row length ATTN_BACKWARD_ROW_FLOATS(count). */
+static void copy_row(const attn_tensor *t, int64_t a, int64_t b, int64_t c, int64_t count,
+                     float *target) {
+    const int64_t stride = t->stride[3];
+    if (t->dtype == ATTN_DTYPE_F32 && stride == 1)
+        memcpy(target, attn_f32_at4(t, a, b, c, 0), (size_t)count * sizeof(float));
+    else {
+        const int64_t first = backward_offset(t, a, b, c, 0);
+        for (int64_t e = 0; e < count; ++e) target[e] = backward_get(t, first + e * stride);
+    }
     for (int64_t e = count; e < ATTN_BACKWARD_ROW_FLOATS(count); ++e) target[e] = 0.0f;
 }
 
@@ -101,10 +108,8 @@ static void load_query_tile(const backward_plan *plan, backward_workspace *works
     const int64_t Tq = plan->problem.query_length, Hq = plan->problem.query_heads;
     for (int r = 0; r < rows; ++r) {
         const int64_t i = i0 + r;
-        copy_row(attn_f32_at4(plan->q, b, i, h, 0), plan->q->stride[3], Dk,
-                 workspace->query_rows + r * ATTN_BACKWARD_ROW_FLOATS(Dk));
-        copy_row(attn_f32_at4(plan->dout, b, i, h, 0), plan->dout->stride[3], Dv,
-                 workspace->dout_rows + r * ATTN_BACKWARD_ROW_FLOATS(Dv));
+        copy_row(plan->q, b, i, h, Dk, workspace->query_rows + r * ATTN_BACKWARD_ROW_FLOATS(Dk));
+        copy_row(plan->dout, b, i, h, Dv, workspace->dout_rows + r * ATTN_BACKWARD_ROW_FLOATS(Dv));
         workspace->row_lse[r] = *attn_f32_at3(plan->lse, b, h, i);
         workspace->row_dot[r] = plan->row_dot[(b * Hq + h) * Tq + i];
     }
@@ -120,8 +125,27 @@ static void load_key_tile(const backward_plan *plan, backward_workspace *workspa
     const int64_t Dk = plan->problem.key_dim, Dv = plan->problem.value_dim;
     const size_t key_block_floats = packed_block_floats(plan, (int)Dk);
     const size_t value_block_floats = packed_block_floats(plan, (int)Dv);
+    for (int c = 0; c < count; ++c)
+        copy_row(k, b, j0 + c, kv_head, Dk, workspace->key_rows + c * ATTN_BACKWARD_ROW_FLOATS(Dk));
+    /* 16-bit K / V: packed from the widened rows (K: key_rows; V: value_rows). */
+    const bool widened = k->dtype != ATTN_DTYPE_F32;
+    if (widened)
+        for (int c = 0; c < count; ++c) {
+            const int64_t first = backward_offset(v, b, j0 + c, kv_head, 0);
+            for (int64_t e = 0; e < Dv; ++e)
+                workspace->value_rows[c * Dv + e] = backward_get(v, first + e * v->stride[3]);
+        }
     for (int first = 0, block = 0; first < count; first += BACKWARD_KEY_BLOCK, ++block) {
         const int keys = count - first < BACKWARD_KEY_BLOCK ? count - first : BACKWARD_KEY_BLOCK;
+        if (widened) {
+            kernels->pack_keys(keys, (int)Dk,
+                               workspace->key_rows + (size_t)first * ATTN_BACKWARD_ROW_FLOATS(Dk),
+                               ATTN_BACKWARD_ROW_FLOATS(Dk), 1,
+                               workspace->packed_keys + block * key_block_floats);
+            kernels->pack_keys(keys, (int)Dv, workspace->value_rows + (size_t)first * Dv, Dv, 1,
+                               workspace->packed_values_as_keys + block * value_block_floats);
+            continue;
+        }
         kernels->pack_keys(keys, (int)Dk, attn_f32_at4(k, b, j0 + first, kv_head, 0),
                            k->stride[1], k->stride[3],
                            workspace->packed_keys + block * key_block_floats);
@@ -129,9 +153,6 @@ static void load_key_tile(const backward_plan *plan, backward_workspace *workspa
                            v->stride[1], v->stride[3],
                            workspace->packed_values_as_keys + block * value_block_floats);
     }
-    for (int c = 0; c < count; ++c)
-        copy_row(attn_f32_at4(k, b, j0 + c, kv_head, 0), k->stride[3], Dk,
-                 workspace->key_rows + c * ATTN_BACKWARD_ROW_FLOATS(Dk));
 }
 
 /* scores[r][c] = row r of `rows` . key c, for the columns [first_column, first_column +
@@ -285,11 +306,15 @@ void backward_key_tile(const backward_plan *plan, backward_workspace *workspace,
     }
 
     for (int c = 0; c < count; ++c) {
+        const int64_t dk_first = backward_offset(plan->dk, b, j0 + c, kv_head, 0);
+        const int64_t dv_first = backward_offset(plan->dv, b, j0 + c, kv_head, 0);
         for (int d = 0; d < Dk; ++d)
-            *attn_f32_at4(plan->dk, b, j0 + c, kv_head, d) =
-                plan->scale * workspace->key_accumulator[(size_t)c * Dk + d];
+            workspace->overflowed +=
+                backward_put(plan->dk, dk_first + d * plan->dk->stride[3],
+                             plan->scale * workspace->key_accumulator[(size_t)c * Dk + d]);
         for (int e = 0; e < Dv; ++e)
-            *attn_f32_at4(plan->dv, b, j0 + c, kv_head, e) =
-                workspace->value_accumulator[(size_t)c * Dv + e];
+            workspace->overflowed +=
+                backward_put(plan->dv, dv_first + e * plan->dv->stride[3],
+                             workspace->value_accumulator[(size_t)c * Dv + e]);
     }
 }

@@ -1,16 +1,19 @@
 /*
  * backward_validate.c — argument checks of a backward call (attn_backward and
  * attn_reference_backward share them): the forward's checks through attn_validate_call, then
- * the shapes of dout and of the gradient outputs.
+ * the shapes of dout and of the gradient outputs. The flash backward also takes BF16 / F16
+ * tensors (all of one dtype; lse and dbias F32): attn_backward_validate_typed.
  */
 #include "backward.h"
 
 #include "../core/internal.h"
 
-/* Checks that `t` is a F32 rank-4 view of shape {d0, d1, d2, d3}; names each dimension. */
-static attn_status check_shape4(const attn_tensor *t, const char *name, const int64_t expected[4],
-                                const char *const dimension_names[4], attn_error *error) {
-    attn_status status = attn_check_tensor(t, name, ATTN_DTYPE_F32, 4, error);
+/* Checks that `t` is a rank-4 view of `dtype` and shape {d0, d1, d2, d3}; names each
+ * dimension. */
+static attn_status check_shape4(const attn_tensor *t, const char *name, attn_dtype dtype,
+                                const int64_t expected[4], const char *const dimension_names[4],
+                                attn_error *error) {
+    attn_status status = attn_check_tensor(t, name, dtype, 4, error);
     if (status != ATTN_OK) return status;
     for (int d = 0; d < 4; ++d)
         if (t->shape[d] != expected[d])
@@ -31,13 +34,14 @@ static attn_status check_writable(const attn_tensor *t, const char *name, attn_e
     return ATTN_OK;
 }
 
-attn_status attn_backward_validate(const attn_tensor *q, const attn_tensor *k,
-                                   const attn_tensor *v, const attn_tensor *out,
-                                   const attn_tensor *lse, const attn_tensor *dout,
-                                   const attn_options *options, const attn_tensor *dq,
-                                   const attn_tensor *dk, const attn_tensor *dv,
-                                   const attn_tensor *dbias, attn_problem *problem,
-                                   attn_error *error) {
+/* attn_backward_validate with q, k, v, out, dout, dq, dk, dv of one dtype: F32, or with
+ * `typed` the dtype of q when it is BF16 or F16. */
+static attn_status validate(const attn_tensor *q, const attn_tensor *k, const attn_tensor *v,
+                            const attn_tensor *out, const attn_tensor *lse,
+                            const attn_tensor *dout, const attn_options *options,
+                            const attn_tensor *dq, const attn_tensor *dk, const attn_tensor *dv,
+                            const attn_tensor *dbias, attn_problem *problem, bool typed,
+                            attn_error *error) {
     if (options == NULL) return attn_fail(error, ATTN_ERROR_NULL_ARGUMENT, "options is NULL");
     if (out == NULL)
         return attn_fail(error, ATTN_ERROR_NULL_ARGUMENT,
@@ -45,8 +49,10 @@ attn_status attn_backward_validate(const attn_tensor *q, const attn_tensor *k,
     if (lse == NULL)
         return attn_fail(error, ATTN_ERROR_NULL_ARGUMENT,
                          "lse is NULL: the backward needs the forward's log-sum-exp");
-    attn_status status = attn_validate_call(q, k, v, options, out, lse, problem, error);
+    attn_status status = typed ? attn_validate_call_typed(q, k, v, options, out, lse, problem, error)
+                               : attn_validate_call(q, k, v, options, out, lse, problem, error);
     if (status != ATTN_OK) return status;
+    const attn_dtype dtype = q->dtype; /* k, v, out agree (checked above) */
 
     const int64_t B = problem->batch, Tq = problem->query_length, Tk = problem->key_length;
     const int64_t Hq = problem->query_heads, Hkv = problem->kv_heads;
@@ -60,10 +66,10 @@ attn_status attn_backward_validate(const attn_tensor *q, const attn_tensor *k,
     const int64_t dq_shape[4] = {B, Tq, Hq, Dk};
     const int64_t dk_shape[4] = {B, Tk, Hkv, Dk};
     const int64_t dv_shape[4] = {B, Tk, Hkv, Dv};
-    if ((status = check_shape4(dout, "dout", dout_shape, query_names, error)) != ATTN_OK ||
-        (status = check_shape4(dq, "dq", dq_shape, query_key_names, error)) != ATTN_OK ||
-        (status = check_shape4(dk, "dk", dk_shape, key_names, error)) != ATTN_OK ||
-        (status = check_shape4(dv, "dv", dv_shape, value_names, error)) != ATTN_OK ||
+    if ((status = check_shape4(dout, "dout", dtype, dout_shape, query_names, error)) != ATTN_OK ||
+        (status = check_shape4(dq, "dq", dtype, dq_shape, query_key_names, error)) != ATTN_OK ||
+        (status = check_shape4(dk, "dk", dtype, dk_shape, key_names, error)) != ATTN_OK ||
+        (status = check_shape4(dv, "dv", dtype, dv_shape, value_names, error)) != ATTN_OK ||
         (status = check_writable(dq, "dq", error)) != ATTN_OK ||
         (status = check_writable(dk, "dk", error)) != ATTN_OK ||
         (status = check_writable(dv, "dv", error)) != ATTN_OK)
@@ -75,10 +81,30 @@ attn_status attn_backward_validate(const attn_tensor *q, const attn_tensor *k,
                              "dbias is given but options.bias is NULL: there is no bias to "
                              "differentiate");
         static const char *const bias_names[4] = {"B|1", "Hq|1", "Tq", "Tk"};
-        if ((status = check_shape4(dbias, "dbias", options->bias->shape, bias_names, error)) !=
+        if ((status = check_shape4(dbias, "dbias", ATTN_DTYPE_F32, options->bias->shape, bias_names, error)) !=
                 ATTN_OK ||
             (status = check_writable(dbias, "dbias", error)) != ATTN_OK)
             return status;
     }
     return ATTN_OK;
+}
+
+attn_status attn_backward_validate(const attn_tensor *q, const attn_tensor *k,
+                                   const attn_tensor *v, const attn_tensor *out,
+                                   const attn_tensor *lse, const attn_tensor *dout,
+                                   const attn_options *options, const attn_tensor *dq,
+                                   const attn_tensor *dk, const attn_tensor *dv,
+                                   const attn_tensor *dbias, attn_problem *problem,
+                                   attn_error *error) {
+    return validate(q, k, v, out, lse, dout, options, dq, dk, dv, dbias, problem, false, error);
+}
+
+attn_status attn_backward_validate_typed(const attn_tensor *q, const attn_tensor *k,
+                                         const attn_tensor *v, const attn_tensor *out,
+                                         const attn_tensor *lse, const attn_tensor *dout,
+                                         const attn_options *options, const attn_tensor *dq,
+                                         const attn_tensor *dk, const attn_tensor *dv,
+                                         const attn_tensor *dbias, attn_problem *problem,
+                                         attn_error *error) {
+    return validate(q, k, v, out, lse, dout, options, dq, dk, dv, dbias, problem, true, error);
 }

@@ -50,34 +50,45 @@ static void compute_row_dots(const backward_plan *plan, int threads) {
         const int64_t b = bh / Hq, h = bh % Hq;
         const int64_t dout_stride = plan->dout->stride[3], out_stride = plan->out->stride[3];
         for (int64_t i = 0; i < Tq; ++i) {
-            const float *dout = attn_f32_at4(plan->dout, b, i, h, 0);
-            const float *out = attn_f32_at4(plan->out, b, i, h, 0);
             double sum = 0.0;
-            for (int64_t c = 0; c < Dv; ++c)
-                sum += (double)dout[c * dout_stride] * out[c * out_stride];
+            if (plan->out->dtype == ATTN_DTYPE_F32) {
+                const float *dout = attn_f32_at4(plan->dout, b, i, h, 0);
+                const float *out = attn_f32_at4(plan->out, b, i, h, 0);
+                for (int64_t c = 0; c < Dv; ++c)
+                    sum += (double)dout[c * dout_stride] * out[c * out_stride];
+            } else { /* 16-bit dO and O, widened */
+                const int64_t dout_first = backward_offset(plan->dout, b, i, h, 0);
+                const int64_t out_first = backward_offset(plan->out, b, i, h, 0);
+                for (int64_t c = 0; c < Dv; ++c)
+                    sum += (double)backward_get(plan->dout, dout_first + c * dout_stride) *
+                           backward_get(plan->out, out_first + c * out_stride);
+            }
             plan->row_dot[bh * Tq + i] = (float)sum;
         }
     }
 }
 
-/* dq[b, i, h, :] = scale * (partial_0 + partial_1 + ...)[b][h][i][:], chunks in order. */
-static void reduce_query_partials(const backward_plan *plan, int threads) {
+/* dq[b, i, h, :] = scale * (partial_0 + partial_1 + ...)[b][h][i][:], chunks in order.
+ * Returns how many finite values did not fit a 16-bit dq. */
+static int64_t reduce_query_partials(const backward_plan *plan, int threads) {
+    int64_t overflowed = 0;
     const int64_t B = plan->problem.batch, Hq = plan->problem.query_heads;
     const int64_t Tq = plan->problem.query_length, Dk = plan->problem.key_dim;
     const int64_t chunk_floats = B * Hq * Tq * Dk;
-#pragma omp parallel for num_threads(threads) schedule(static)
+#pragma omp parallel for num_threads(threads) schedule(static) reduction(+ : overflowed)
     for (int64_t row = 0; row < B * Hq * Tq; ++row) {
         const int64_t b = row / (Hq * Tq), h = (row / Tq) % Hq, i = row % Tq;
         const float *partial = plan->query_partials + row * Dk;
-        float *dq = attn_f32_at4(plan->dq, b, i, h, 0);
+        const int64_t dq_first = backward_offset(plan->dq, b, i, h, 0);
         const int64_t dq_stride = plan->dq->stride[3];
         for (int64_t d = 0; d < Dk; ++d) {
             float sum = partial[d];
             for (int64_t chunk = 1; chunk < plan->chunks; ++chunk)
                 sum += partial[chunk * chunk_floats + d];
-            dq[d * dq_stride] = plan->scale * sum;
+            overflowed += backward_put(plan->dq, dq_first + d * dq_stride, plan->scale * sum);
         }
     }
+    return overflowed;
 }
 
 /* The work split of pass 1: tasks over (task batch, task KV head, chunk). A task covers every
@@ -188,8 +199,8 @@ attn_status attn_backward_run(attn_call *call, const attn_tensor *q, const attn_
                               const attn_tensor *lse, const attn_tensor *dout, attn_tensor *dq,
                               attn_tensor *dk, attn_tensor *dv, attn_tensor *dbias,
                               attn_error *error) {
-    attn_status status = attn_backward_validate(q, k, v, out, lse, dout, &call->options, dq, dk,
-                                                dv, dbias, &call->problem, error);
+    attn_status status = attn_backward_validate_typed(q, k, v, out, lse, dout, &call->options,
+                                                      dq, dk, dv, dbias, &call->problem, error);
     if (status != ATTN_OK) {
         attn_call_end(call);
         return status;
@@ -253,7 +264,8 @@ attn_status attn_backward_run(attn_call *call, const attn_tensor *q, const attn_
     compute_row_dots(&plan, threads);
 
     const backward_tasks tasks = plan_tasks(&plan);
-#pragma omp parallel num_threads(threads)
+    int64_t key_overflows = 0;
+#pragma omp parallel num_threads(threads) reduction(+ : key_overflows)
     {
         backward_workspace workspace;
         backward_workspace_assign(&plan, attn_call_workspace(call, omp_get_thread_num()),
@@ -261,9 +273,17 @@ attn_status attn_backward_run(attn_call *call, const attn_tensor *q, const attn_
 #pragma omp for schedule(dynamic, 1)
         for (int64_t task = 0; task < tasks.count; ++task)
             run_task(&plan, &tasks, &workspace, task);
+        key_overflows += workspace.overflowed;
     }
-    reduce_query_partials(&plan, threads);
+    const int64_t query_overflows = reduce_query_partials(&plan, threads);
 
     attn_call_end(call);
+    if (key_overflows + query_overflows > 0)
+        return attn_fail(error, ATTN_ERROR_OVERFLOW,
+                         "%lld gradient values (dq: %lld, dk and dv: %lld) do not fit %s (largest "
+                         "%g); use float32 or bfloat16 gradients",
+                         (long long)(key_overflows + query_overflows), (long long)query_overflows,
+                         (long long)key_overflows, attn_dtype_name(dq->dtype),
+                         dq->dtype == ATTN_DTYPE_F16 ? 65504.0 : 3.3895313892515355e38);
     return ATTN_OK;
 }

@@ -8,8 +8,42 @@
 
 #include <stdint.h>
 
+#include "../kernels/half.h"
 #include "../kernels/registry.h"
 #include "../mask/mask.h"
+
+/* 16-bit tensors (q, k, v, out, dout, dq, dk, dv all of one dtype, F32, BF16 or F16): inputs
+ * are widened exactly when read (rows copied, K/V packed from widened rows), every step runs
+ * in fp32 as for F32, and dQ, dK, dV are rounded once (nearest-even) when written; a finite
+ * gradient that does not fit the dtype is counted and reported (docs/precision.md). */
+
+/* Element offset of (a, b, c, d) in a rank-4 view. */
+static inline int64_t backward_offset(const attn_tensor *t, int64_t a, int64_t b, int64_t c,
+                                      int64_t d) {
+    return a * t->stride[0] + b * t->stride[1] + c * t->stride[2] + d * t->stride[3];
+}
+
+/* The element at `offset` of a F32, BF16 or F16 view, as fp32 (exact). */
+static inline float backward_get(const attn_tensor *t, int64_t offset) {
+    switch (t->dtype) {
+    case ATTN_DTYPE_BF16: return attn_bf16_to_float(((const uint16_t *)t->data)[offset]);
+    case ATTN_DTYPE_F16: return attn_f16_to_float(((const uint16_t *)t->data)[offset]);
+    default: return ((const float *)t->data)[offset];
+    }
+}
+
+/* Stores x at `offset`, rounded to the view's dtype; returns 1 when finite x overflowed. */
+static inline int backward_put(attn_tensor *t, int64_t offset, float x) {
+    uint16_t h;
+    switch (t->dtype) {
+    case ATTN_DTYPE_BF16: h = attn_float_to_bf16(x); break;
+    case ATTN_DTYPE_F16: h = attn_float_to_f16(x); break;
+    default: ((float *)t->data)[offset] = x; return 0;
+    }
+    ((uint16_t *)t->data)[offset] = h;
+    const uint16_t infinity = t->dtype == ATTN_DTYPE_BF16 ? 0x7f80u : 0x7c00u;
+    return (h & 0x7fffu) == infinity && x - x == 0.0f;
+}
 
 /* Everything a task needs, read-only during the parallel loops (the buffers it points to are
  * written only where a task owns them). */
@@ -50,6 +84,8 @@ typedef struct backward_workspace {
     uint8_t *allowed_row;         /* [tile_k] mask predicate of one row */
     float *key_accumulator;       /* [tile_k][Dk] unscaled dK of the key tile */
     float *value_accumulator;     /* [tile_k][Dv] dV of the key tile */
+    float *value_rows;            /* [tile_k][Dv] widened V rows (16-bit V only) */
+    int64_t overflowed;           /* dK / dV values that did not fit a 16-bit dtype */
 } backward_workspace;
 
 /* Floats of one workspace (each buffer rounded to 64 bytes), and carving one. */

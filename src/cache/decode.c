@@ -28,6 +28,7 @@
 #include "cache/merge.h"
 #include "call/call.h"
 #include "core/internal.h"
+#include "kernels/half.h"
 #include "mask/logits.h"
 #include "mask/mask.h"
 
@@ -164,10 +165,17 @@ static void run_task(const decode_plan *plan, decode_scratch *scratch, int64_t b
     const attn_decode_kernels *kernels = &plan->kernels->decode;
     const int64_t rows = plan->rows, Tq = plan->query_length, Dk = plan->key_dim,
                   Dv = plan->value_dim;
+    const attn_tensor *q = plan->q;
     for (int64_t r = 0; r < rows; ++r) {
         const int64_t h = kv_head * plan->group_size + r / Tq, i = r % Tq;
-        for (int64_t d = 0; d < Dk; ++d)
-            scratch->queries[r * Dk + d] = *attn_f32_at4(plan->q, b, i, h, d);
+        const int64_t first = b * q->stride[0] + i * q->stride[1] + h * q->stride[2];
+        for (int64_t d = 0; d < Dk; ++d) { /* 16-bit queries widened exactly */
+            const int64_t at = first + d * q->stride[3];
+            scratch->queries[r * Dk + d] =
+                q->dtype == ATTN_DTYPE_BF16  ? attn_bf16_to_float(((const uint16_t *)q->data)[at])
+                : q->dtype == ATTN_DTYPE_F16 ? attn_f16_to_float(((const uint16_t *)q->data)[at])
+                                             : ((const float *)q->data)[at];
+        }
         scratch->row_max[r] = -INFINITY;
         scratch->row_sum[r] = 0.0f;
     }
@@ -257,6 +265,14 @@ static void run_task(const decode_plan *plan, decode_scratch *scratch, int64_t b
             }
             kernels->softmax_chunk((int)rows, count, scale, scratch->scores, scratch->row_max,
                                    scratch->row_sum, scratch->rescale);
+            /* 16-bit queries: P rounded to their type for P·V, as attn_forward does (the row
+             * sums keep the unrounded P). */
+            if (q->dtype == ATTN_DTYPE_BF16)
+                plan->kernels->convert.round_bf16_rows((int)rows, count, scratch->scores,
+                                                       ATTN_DECODE_CHUNK);
+            else if (q->dtype == ATTN_DTYPE_F16)
+                plan->kernels->convert.round_f16_rows((int)rows, count, scratch->scores,
+                                                      ATTN_DECODE_CHUNK);
             if (fused_bf16) {
                 kernels->accumulate_chunk_bf16((int)rows, count, (int)Dv, scratch->scores,
                                                scratch->rescale, stored_values, value_stride,
@@ -298,7 +314,12 @@ static attn_status validate_decode(const attn_kv_cache *cache, const attn_tensor
                                    const attn_tensor *lse, attn_problem *problem,
                                    attn_error *error) {
     if (cache == NULL) return attn_fail(error, ATTN_ERROR_NULL_ARGUMENT, "cache is NULL");
-    attn_status status = attn_check_tensor(q, "q", ATTN_DTYPE_F32, 4, error);
+    /* q and out: F32, BF16 or F16, one dtype (that of q) */
+    const attn_dtype operand = q != NULL && (q->dtype == ATTN_DTYPE_BF16 ||
+                                             q->dtype == ATTN_DTYPE_F16)
+                                   ? q->dtype
+                                   : ATTN_DTYPE_F32;
+    attn_status status = attn_check_tensor(q, "q", operand, 4, error);
     if (status != ATTN_OK) return status;
     const attn_kv_cache_config *config = &cache->config;
     if (q->shape[0] != config->sequences || q->shape[3] != config->key_dim)
@@ -311,7 +332,7 @@ static attn_status validate_decode(const attn_kv_cache *cache, const attn_tensor
         return attn_fail(error, ATTN_ERROR_SHAPE_MISMATCH,
                          "q.shape[2] (Hq) = %lld: must be a multiple of the cache's Hkv = %lld",
                          (long long)q->shape[2], (long long)config->kv_heads);
-    if ((status = attn_check_tensor(out, "out", ATTN_DTYPE_F32, 4, error)) != ATTN_OK)
+    if ((status = attn_check_tensor(out, "out", operand, 4, error)) != ATTN_OK)
         return status;
     const int64_t expected_out[4] = {q->shape[0], q->shape[1], q->shape[2], config->value_dim};
     for (int d = 0; d < 4; ++d)
@@ -364,7 +385,8 @@ static attn_status merge_partials(const decode_plan *plan, const attn_call *call
     const int64_t Tq = plan->query_length, Dv = plan->value_dim, rows = plan->rows;
     const int64_t row_total = B * Hq * Tq;
     int64_t first_empty = row_total; /* linear index b*Hq*Tq + h*Tq + i of the first empty row */
-#pragma omp parallel num_threads(call->threads) reduction(min : first_empty)
+    int64_t first_overflow = row_total; /* the same for a row that does not fit a 16-bit out */
+#pragma omp parallel num_threads(call->threads) reduction(min : first_empty, first_overflow)
     {
         decode_scratch scratch;
         scratch_carve(&scratch, scratch_bytes, attn_call_workspace(call, omp_get_thread_num()));
@@ -391,10 +413,28 @@ static attn_status merge_partials(const decode_plan *plan, const attn_call *call
                     merged_lse = NAN;
                 }
             }
-            for (int64_t e = 0; e < Dv; ++e) *attn_f32_at4(out, b, i, h, e) = row[e];
+            if (out->dtype == ATTN_DTYPE_F32) {
+                for (int64_t e = 0; e < Dv; ++e) *attn_f32_at4(out, b, i, h, e) = row[e];
+            } else { /* rounded once; a finite value beyond the type is an error */
+                uint16_t *o_row = (uint16_t *)out->data + b * out->stride[0] + i * out->stride[1] +
+                                  h * out->stride[2];
+                const int64_t stride = out->stride[3];
+                const int64_t overflowed =
+                    out->dtype == ATTN_DTYPE_BF16
+                        ? plan->kernels->convert.f32_to_bf16(Dv, row, o_row, stride)
+                        : plan->kernels->convert.f32_to_f16(Dv, row, o_row, stride);
+                if (overflowed > 0 && index < first_overflow) first_overflow = index;
+            }
             if (lse != NULL) *attn_f32_at3(lse, b, h, i) = merged_lse;
         }
     }
+    if (first_empty >= row_total && first_overflow < row_total)
+        return attn_fail(error, ATTN_ERROR_OVERFLOW,
+                         "out (%s) at b = %lld, i = %lld, h = %lld: the attention output does not "
+                         "fit (largest %g); use a float32 or bfloat16 out",
+                         attn_dtype_name(out->dtype), (long long)(first_overflow / (Hq * Tq)),
+                         (long long)(first_overflow % Tq), (long long)(first_overflow / Tq % Hq),
+                         out->dtype == ATTN_DTYPE_F16 ? 65504.0 : 3.3895313892515355e38);
     if (first_empty < row_total)
         return attn_fail(error, ATTN_ERROR_EMPTY_ROW,
                          "query row (b = %lld, h = %lld, i = %lld) has no allowed key in the cache",

@@ -10,6 +10,27 @@
 #include <stdlib.h>
 
 #include "core/internal.h"
+#include "kernels/half.h"
+
+/* Element e of row (b, t, h) of a [B, T, H, D] view of dtype F32, BF16 or F16, as a double. */
+static double element(const attn_tensor *t, int64_t b, int64_t i, int64_t h, int64_t e) {
+    const int64_t offset = b * t->stride[0] + i * t->stride[1] + h * t->stride[2] + e * t->stride[3];
+    switch (t->dtype) {
+    case ATTN_DTYPE_BF16: return attn_bf16_to_float(((const uint16_t *)t->data)[offset]);
+    case ATTN_DTYPE_F16: return attn_f16_to_float(((const uint16_t *)t->data)[offset]);
+    default: return ((const float *)t->data)[offset];
+    }
+}
+
+/* Stores x (rounded to nearest-even once) as element e of row (b, t, h). */
+static void store_element(attn_tensor *t, int64_t b, int64_t i, int64_t h, int64_t e, double x) {
+    const int64_t offset = b * t->stride[0] + i * t->stride[1] + h * t->stride[2] + e * t->stride[3];
+    switch (t->dtype) {
+    case ATTN_DTYPE_BF16: ((uint16_t *)t->data)[offset] = attn_float_to_bf16((float)x); break;
+    case ATTN_DTYPE_F16: ((uint16_t *)t->data)[offset] = attn_float_to_f16((float)x); break;
+    default: ((float *)t->data)[offset] = (float)x; break;
+    }
+}
 
 /* The weights exp(lse_s - lse) of every partial of one row; returns lse (-inf if all empty).
  * lses: `count` values at stride lse_stride; weights: double[count] (written). */
@@ -45,12 +66,12 @@ void attn_merge_row(int count, const float *partial_lse, int64_t lse_stride,
     *lse = (float)merged;
 }
 
-/* Checks that `t` is F32 of `rank` with exactly the shape `shape`. */
+/* Checks that `t` is of `dtype` and `rank` with exactly the shape `shape`. */
 static attn_status check_same_shape(const attn_tensor *t, const char *name, int index, int rank,
-                                    const int64_t *shape, attn_error *error) {
+                                    const int64_t *shape, attn_dtype dtype, attn_error *error) {
     char label[48];
     snprintf(label, sizeof label, "%s[%d]", name, index);
-    attn_status status = attn_check_tensor(t, index < 0 ? name : label, ATTN_DTYPE_F32, rank, error);
+    attn_status status = attn_check_tensor(t, index < 0 ? name : label, dtype, rank, error);
     if (status != ATTN_OK) return status;
     for (int d = 0; d < rank; ++d)
         if (t->shape[d] != shape[d])
@@ -67,27 +88,35 @@ attn_status attn_merge(int count, const attn_tensor *const *outs, const attn_ten
         return attn_fail(error, ATTN_ERROR_INVALID_ARGUMENT, "count = %d: must be >= 1", count);
     if (outs == NULL) return attn_fail(error, ATTN_ERROR_NULL_ARGUMENT, "outs is NULL");
     if (lses == NULL) return attn_fail(error, ATTN_ERROR_NULL_ARGUMENT, "lses is NULL");
-    attn_status status = attn_check_tensor(outs[0], "outs[0]", ATTN_DTYPE_F32, 4, error);
+    /* The outputs are F32, BF16 or F16, all of one dtype (that of outs[0]); LSEs are F32. */
+    const attn_dtype dtype = outs[0] != NULL && (outs[0]->dtype == ATTN_DTYPE_BF16 ||
+                                                 outs[0]->dtype == ATTN_DTYPE_F16)
+                                 ? outs[0]->dtype
+                                 : ATTN_DTYPE_F32;
+    attn_status status = attn_check_tensor(outs[0], "outs[0]", dtype, 4, error);
     if (status != ATTN_OK) return status;
     const int64_t *out_shape = outs[0]->shape; /* [B, T, H, Dv] */
     const int64_t lse_shape[3] = {out_shape[0], out_shape[2], out_shape[1]}; /* [B, H, T] */
     for (int s = 0; s < count; ++s) {
-        if ((status = check_same_shape(outs[s], "outs", s, 4, out_shape, error)) != ATTN_OK)
+        if ((status = check_same_shape(outs[s], "outs", s, 4, out_shape, dtype, error)) != ATTN_OK)
             return status;
-        if ((status = check_same_shape(lses[s], "lses", s, 3, lse_shape, error)) != ATTN_OK)
+        if ((status = check_same_shape(lses[s], "lses", s, 3, lse_shape, ATTN_DTYPE_F32, error)) !=
+            ATTN_OK)
             return status;
     }
-    if ((status = check_same_shape(out, "out", -1, 4, out_shape, error)) != ATTN_OK) return status;
-    if ((status = check_same_shape(lse, "lse", -1, 3, lse_shape, error)) != ATTN_OK) return status;
+    if ((status = check_same_shape(out, "out", -1, 4, out_shape, dtype, error)) != ATTN_OK)
+        return status;
+    if ((status = check_same_shape(lse, "lse", -1, 3, lse_shape, ATTN_DTYPE_F32, error)) != ATTN_OK)
+        return status;
 
     size_t weight_bytes;
     if (!attn_mul_size((size_t)count, sizeof(double), &weight_bytes))
         return attn_fail(error, ATTN_ERROR_OVERFLOW, "count = %d: weight buffer overflows", count);
     double *weights = malloc(weight_bytes);
     float *row_lses = malloc((size_t)count * sizeof(float));
-    const float **row_outs = malloc((size_t)count * sizeof(float *));
-    if (weights == NULL || row_lses == NULL || row_outs == NULL) {
-        free(weights), free(row_lses), free(row_outs);
+    double *row = malloc((size_t)(out_shape[3] > 0 ? out_shape[3] : 1) * sizeof(double));
+    if (weights == NULL || row_lses == NULL || row == NULL) {
+        free(weights), free(row_lses), free(row);
         return attn_fail(error, ATTN_ERROR_OUT_OF_MEMORY, "count = %d: no memory for weights",
                          count);
     }
@@ -96,21 +125,18 @@ attn_status attn_merge(int count, const attn_tensor *const *outs, const attn_ten
     for (int64_t b = 0; b < batch; ++b)
         for (int64_t t = 0; t < length; ++t)
             for (int64_t h = 0; h < heads; ++h) {
-                for (int s = 0; s < count; ++s) {
-                    row_lses[s] = *attn_f32_at3(lses[s], b, h, t);
-                    row_outs[s] = attn_f32_at4(outs[s], b, t, h, 0);
-                }
+                for (int s = 0; s < count; ++s) row_lses[s] = *attn_f32_at3(lses[s], b, h, t);
                 double merged = merge_weights(count, row_lses, 1, weights);
-                float *destination = attn_f32_at4(out, b, t, h, 0);
+                /* the whole row first: out may alias outs[0] */
                 for (int64_t e = 0; e < dim; ++e) {
                     double accumulator = 0.0;
                     for (int s = 0; s < count; ++s)
-                        if (weights[s] != 0.0)
-                            accumulator += weights[s] * row_outs[s][e * outs[s]->stride[3]];
-                    destination[e * out->stride[3]] = (float)accumulator;
+                        if (weights[s] != 0.0) accumulator += weights[s] * element(outs[s], b, t, h, e);
+                    row[e] = accumulator;
                 }
+                for (int64_t e = 0; e < dim; ++e) store_element(out, b, t, h, e, row[e]);
                 *attn_f32_at3(lse, b, h, t) = (float)merged;
             }
-    free(weights), free(row_lses), free(row_outs);
+    free(weights), free(row_lses), free(row);
     return ATTN_OK;
 }

@@ -22,7 +22,7 @@ attn_status attn_call_validate_forward(attn_call *call, const attn_tensor *q,
                                        const attn_tensor *k, const attn_tensor *v,
                                        const attn_tensor *out, const attn_tensor *lse,
                                        attn_error *error) {
-    return attn_validate_call(q, k, v, &call->options, out, lse, &call->problem, error);
+    return attn_validate_call_typed(q, k, v, &call->options, out, lse, &call->problem, error);
 }
 
 int attn_call_thread_count(const attn_call *call, int64_t work_items) {

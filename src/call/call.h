@@ -71,7 +71,8 @@ attn_status attn_call_begin(attn_call *call, const attn_options *options,
                             const attn_execution *execution, attn_error *error);
 
 /* Step 2 for attn_forward: q, k, v, out (lse when not NULL) against each other and against
- * the options (attn_validate_call); fills call->problem. */
+ * the options (attn_validate_call_typed: F32, BF16 or F16, one dtype for all four); fills
+ * call->problem. */
 attn_status attn_call_validate_forward(attn_call *call, const attn_tensor *q,
                                        const attn_tensor *k, const attn_tensor *v,
                                        const attn_tensor *out, const attn_tensor *lse,

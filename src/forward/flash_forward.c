@@ -88,8 +88,12 @@ static bool workspace_layout(const forward_plan *plan, size_t part_bytes[WORKSPA
         !attn_mul_size(group_rows, (size_t)plan->accumulator_stride, &floats[2]) ||
         !attn_mul_size(keys, (size_t)dim_v, &floats[6]))
         return false;
+    /* 16-bit K/V: value_staging also stages the conversion of a K or V tile (packed_kv.c). */
+    if (plan->format.dtype != ATTN_DTYPE_F32 && plan->call->problem.key_dim > dim_v &&
+        !attn_mul_size(keys, (size_t)plan->call->problem.key_dim, &floats[6]))
+        return false;
     floats[3] = floats[4] = floats[5] = group_rows;
-    floats[7] = plan->call->kernels->forward.packed_values_floats((int)keys, dim_v);
+    floats[7] = packed_kv_value_floats(&plan->format, (int)keys, dim_v);
     floats[8] = keys;
     *total = 0;
     for (int n = 0; n < 9; ++n) {
@@ -133,7 +137,7 @@ static void workspace_carve(forward_workspace *workspace, const forward_plan *pl
     workspace->head_class = parts[11];
     workspace->segments = parts[12];
     if (plan->packing == PACK_SHARED) return;
-    packed_kv_store_init(&workspace->packed, plan->call->kernels, (int)plan->tile_keys,
+    packed_kv_store_init(&workspace->packed, &plan->format, (int)plan->tile_keys,
                          (int)plan->call->problem.key_dim, (int)plan->call->problem.value_dim,
                          plan->packing == PACK_PER_THREAD ? plan->key_tiles : 1, store_memory);
 }
@@ -151,27 +155,24 @@ static void note_empty_row(forward_workspace *workspace, int64_t b, int64_t h, i
 }
 
 /* Writes one output row and its LSE: O = acc / l, LSE = m + log l, or the empty-row policy
- * (padding rows beyond query_lengths[b] are always O = 0, LSE = -inf). */
+ * (padding rows beyond query_lengths[b] are always O = 0, LSE = -inf). row: the row's
+ * accumulator (overwritten with O), or for padding rows any Dv floats to use as scratch. */
 static void write_row(const forward_plan *plan, forward_workspace *workspace, int64_t b,
-                      int64_t h, int64_t i, const float *accumulator, float row_max,
-                      float row_sum, bool padding) {
-    float *o_row = attn_f32_at4(plan->out, b, i, h, 0);
-    const int64_t o_stride = plan->out->stride[3];
+                      int64_t h, int64_t i, float *row, float row_max, float row_sum,
+                      bool padding) {
+    const int64_t dim_v = plan->call->problem.value_dim;
     float lse_value;
     if (!padding && row_sum != 0.0f) {
-        if (o_stride == 1)
-            for (int64_t e = 0; e < plan->call->problem.value_dim; ++e) o_row[e] = accumulator[e] / row_sum;
-        else
-            for (int64_t e = 0; e < plan->call->problem.value_dim; ++e)
-                o_row[e * o_stride] = accumulator[e] / row_sum;
+        for (int64_t e = 0; e < dim_v; ++e) row[e] = row[e] / row_sum;
         lse_value = row_max + logf(row_sum);
     } else {
         const bool as_nan = !padding && plan->call->options.empty_rows == ATTN_EMPTY_ROWS_NAN;
         if (!padding && plan->call->options.empty_rows == ATTN_EMPTY_ROWS_ERROR)
             note_empty_row(workspace, b, h, i);
-        for (int64_t e = 0; e < plan->call->problem.value_dim; ++e) o_row[e * o_stride] = as_nan ? NAN : 0.0f;
+        for (int64_t e = 0; e < dim_v; ++e) row[e] = as_nan ? NAN : 0.0f;
         lse_value = as_nan ? NAN : -INFINITY;
     }
+    forward_store_output(plan, workspace, b, i, h, row);
     if (plan->lse != NULL) *attn_f32_at3(plan->lse, b, h, i) = lse_value;
 }
 
@@ -191,23 +192,17 @@ static void run_work_item(const forward_plan *plan, forward_workspace *workspace
     /* Padding rows (i >= query_lengths[b]) are O = 0, LSE = -inf. */
     for (int64_t g = 0; g < group_size; ++g)
         for (int64_t i = (i1 > i0 ? i1 : i0); i < tile_end; ++i)
-            write_row(plan, workspace, b, kv_head * group_size + g, i, NULL, 0.0f, 0.0f, true);
+            write_row(plan, workspace, b, kv_head * group_size + g, i, workspace->accumulator,
+                      0.0f, 0.0f, true);
     if (i1 <= i0) return;
     const int64_t rows = i1 - i0;
-    const int dim_k = (int)problem->key_dim;
 
     /* Gather the group's query rows (row g * rows + r = head g, query i0 + r). */
     const float query_factor = plan->prescale_queries ? problem->scale : 1.0f;
-    const int64_t q_dim_stride = plan->q->stride[3];
     for (int64_t g = 0; g < group_size; ++g)
-        for (int64_t r = 0; r < rows; ++r) {
-            const float *source = attn_f32_at4(plan->q, b, i0 + r, kv_head * group_size + g, 0);
-            float *row = workspace->queries + (g * rows + r) * plan->query_stride;
-            if (q_dim_stride == 1)
-                for (int d = 0; d < dim_k; ++d) row[d] = source[d] * query_factor;
-            else
-                for (int d = 0; d < dim_k; ++d) row[d] = source[d * q_dim_stride] * query_factor;
-        }
+        for (int64_t r = 0; r < rows; ++r)
+            forward_gather_query(plan, b, i0 + r, kv_head * group_size + g, query_factor,
+                                 workspace->queries + (g * rows + r) * plan->query_stride);
     const int64_t group_rows = group_size * rows;
     for (int64_t n = 0; n < group_rows; ++n) {
         workspace->row_max[n] = -INFINITY;
@@ -241,7 +236,8 @@ static void run_work_item(const forward_plan *plan, forward_workspace *workspace
         const packed_kv_tile *packed =
             plan->packing == PACK_SHARED
                 ? &plan->shared_packed->slot[key_tile]
-                : packed_kv_get(&workspace->packed, plan->k, plan->v, b, kv_head, key_tile, key_count);
+                : packed_kv_get(&workspace->packed, plan->k, plan->v, b, kv_head, key_tile,
+                                key_count, workspace->value_staging);
         const int count = (int)(j1 - j0) < packed->count ? (int)(j1 - j0) : packed->count;
         tile_step step = {b, kv_head, i0, rows, 0, rows, j0, count, needs_mask_pass, packed};
         if (j1 < key_end || rows <= FORWARD_DIAGONAL_ROWS || !mask->has_structure) {
@@ -315,13 +311,12 @@ static attn_status choose_packing(forward_plan *plan, int thread_count,
                                   size_t *workspace_bytes, size_t *shared_bytes,
                                   attn_error *error) {
     const attn_problem *problem = &plan->call->problem;
-    const attn_kernels *kernels = plan->call->kernels;
     const size_t limit = plan->call->execution.memory_limit_bytes;
     const int tile_keys = (int)plan->tile_keys, dim_k = (int)problem->key_dim,
               dim_v = (int)problem->value_dim;
     size_t parts, one_tile, one_tile_part, one_tile_total;
     if (!workspace_layout(plan, part_bytes, &parts) || !attn_call_round_bytes(parts, &parts) ||
-        !packed_kv_store_bytes(kernels, tile_keys, dim_k, dim_v, 1, &one_tile) ||
+        !packed_kv_store_bytes(&plan->format, tile_keys, dim_k, dim_v, 1, &one_tile) ||
         !attn_add_size(parts, one_tile, &one_tile_part) ||
         !attn_call_round_bytes(one_tile_part, &one_tile_part) ||
         !attn_mul_size(one_tile_part, (size_t)thread_count, &one_tile_total))
@@ -337,7 +332,7 @@ static attn_status choose_packing(forward_plan *plan, int thread_count,
 
     size_t head_store, workspaces, shared_total, per_thread_part, per_thread_total,
         per_thread_stores, key_value_bytes;
-    if (!packed_kv_store_bytes(kernels, tile_keys, dim_k, dim_v, plan->key_tiles, &head_store) ||
+    if (!packed_kv_store_bytes(&plan->format, tile_keys, dim_k, dim_v, plan->key_tiles, &head_store) ||
         !attn_mul_size(parts, (size_t)thread_count, &workspaces) ||
         !attn_add_size(workspaces, head_store, &shared_total) ||
         !attn_add_size(parts, head_store, &per_thread_part) ||
@@ -345,7 +340,8 @@ static attn_status choose_packing(forward_plan *plan, int thread_count,
         !attn_mul_size(per_thread_part, (size_t)thread_count, &per_thread_total) ||
         !attn_mul_size(head_store, (size_t)thread_count, &per_thread_stores) ||
         !attn_mul_size((size_t)(problem->batch * problem->key_length * problem->kv_heads),
-                       (size_t)(dim_k + dim_v) * sizeof(float), &key_value_bytes))
+                       (size_t)(dim_k + dim_v) * attn_dtype_size(plan->format.dtype),
+                       &key_value_bytes))
         return ATTN_OK; /* huge: repack per use */
     const bool per_thread_is_cheap = per_thread_stores <= key_value_bytes / 2 ||
                                      per_thread_stores <= FORWARD_PER_THREAD_PACKING_BYTES;
@@ -380,7 +376,8 @@ static void run_thread(const forward_plan *plan, forward_workspace *workspace,
         const int64_t key_count = attn_mask_key_count(&plan->call->mask, b);
 #pragma omp for schedule(static)
         for (int64_t key_tile = 0; key_tile < plan->key_tiles; ++key_tile)
-            packed_kv_pack_tile(plan->shared_packed, k, v, b, kv_head, key_tile, key_count);
+            packed_kv_pack_tile(plan->shared_packed, k, v, b, kv_head, key_tile, key_count,
+                                workspace->value_staging);
 #pragma omp for schedule(dynamic, 1)
         for (int64_t order = 0; order < plan->query_tiles; ++order)
             run_work_item(plan, workspace, b, kv_head, plan->query_tiles - 1 - order);
@@ -410,6 +407,12 @@ attn_status attn_forward_run(attn_call *call, const attn_tensor *q, const attn_t
     forward_plan plan;
     memset(&plan, 0, sizeof plan);
     plan.call = call;
+    /* bf16 on the registry's bf16 tiles where they beat widening to fp32 (AMX), or when
+     * asked for by name (registry.h: attn_kernels_bf16_on_tiles); fp16 always through fp32. */
+    plan.format.kernels = call->kernels;
+    plan.format.dtype = q->dtype;
+    plan.format.bf16_tiles = q->dtype == ATTN_DTYPE_BF16 &&
+                             attn_kernels_bf16_on_tiles(call->kernels, call->execution.kernel);
     plan.q = q;
     plan.k = k;
     plan.v = v;
@@ -418,8 +421,11 @@ attn_status attn_forward_run(attn_call *call, const attn_tensor *q, const attn_t
     const attn_problem *problem = &call->problem;
     choose_tiles(&plan);
     const float softcap = call->options.softcap;
-    plan.prescale_queries = softcap == 0.0f;
-    plan.loop_transforms = softcap > 0.0f && (call->options.bias != NULL || call->options.alibi);
+    plan.prescale_queries = softcap == 0.0f && !plan.format.bf16_tiles;
+    /* Additive terms need logits first: the loop scales (and soft-caps) them unless the
+     * queries carry the scale (bf16 tiles read the queries as stored). */
+    plan.loop_transforms = (softcap > 0.0f || plan.format.bf16_tiles) &&
+                           (call->options.bias != NULL || call->options.alibi);
 
     int64_t item_count;
     if (!attn_mul_i64(problem->batch, problem->kv_heads, &item_count) ||
@@ -452,7 +458,7 @@ attn_status attn_forward_run(attn_call *call, const attn_tensor *q, const attn_t
                                         call->mask.has_additive};
     packed_kv_store shared_store;
     if (plan.packing == PACK_SHARED) {
-        packed_kv_store_init(&shared_store, call->kernels, (int)plan.tile_keys,
+        packed_kv_store_init(&shared_store, &plan.format, (int)plan.tile_keys,
                              (int)problem->key_dim, (int)problem->value_dim, plan.key_tiles,
                              attn_call_shared(call));
         plan.shared_packed = &shared_store;
@@ -488,6 +494,7 @@ attn_status attn_forward_run(attn_call *call, const attn_tensor *q, const attn_t
                            "(options.empty_rows = ERROR; use ZERO or NAN to accept it)",
                            (long long)first_empty->empty_b, (long long)first_empty->empty_h,
                            (long long)first_empty->empty_i);
+    if (status == ATTN_OK) status = forward_overflow_status(&plan, workspaces, thread_count, error);
 
     free(workspaces);
     attn_call_end(call);

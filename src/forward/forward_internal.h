@@ -33,8 +33,13 @@ typedef struct forward_plan {
     int query_stride;       /* floats between packed query rows (Dk rounded up to 16) */
     int scores_stride;      /* floats between score rows (tile_keys rounded up to 16) */
     int accumulator_stride; /* floats between accumulator rows (Dv rounded up to 16) */
-    bool prescale_queries;  /* no soft-cap: queries carry the scale, scores are logits */
+    bool prescale_queries;  /* no soft-cap, fp32 queries: queries carry the scale */
     bool loop_transforms;   /* soft-cap with additive terms: the loop transforms scores */
+    /* Operand type (forward_dtype.c): q, k, v, out are all `format.dtype`. F32 as always;
+     * BF16 / F16 converted to fp32 exactly (queries when gathered, K/V when packed), P rounded
+     * to the operand type before P·V; or, with format.bf16_tiles, BF16 queries and K/V kept
+     * in bf16 for the registry's bf16 tiles. O is stored in its dtype, with overflow counted. */
+    packed_kv_format format;
 } forward_plan;
 
 /* One thread's buffers (64-byte aligned), carved out of its part of the call's arena. */
@@ -56,6 +61,10 @@ typedef struct forward_workspace {
     /* The first empty row this thread met (for ATTN_EMPTY_ROWS_ERROR). */
     bool has_empty_row;
     int64_t empty_b, empty_h, empty_i;
+    /* The first output row whose value does not fit a 16-bit out dtype (forward_dtype.c). */
+    bool has_overflow;
+    int64_t overflow_b, overflow_h, overflow_i;
+    float overflow_value;
 } forward_workspace;
 
 enum { WORKSPACE_PARTS = 13 }; /* parts of a workspace */
@@ -72,6 +81,21 @@ typedef struct tile_step {
     bool needs_mask_pass;          /* some head PARTIAL, or additive terms / transforms */
     const packed_kv_tile *packed;
 } tile_step;
+
+/* Gathers query row (b, i, h) into row[]: fp32 multiplied by `factor` (F32 / converted), or
+ * with format.bf16_tiles the bf16 elements as they are, zero-padded to
+ * attn_lowp_query_stride(Dk) (row is then read as uint16_t). */
+void forward_gather_query(const forward_plan *plan, int64_t b, int64_t i, int64_t h,
+                          float factor, float *row);
+
+/* Stores output row (b, i, h) = values[0..Dv) in out's dtype; for 16-bit dtypes `values` may
+ * be overwritten. Records the first row that overflows the dtype in `workspace`. */
+void forward_store_output(const forward_plan *plan, forward_workspace *workspace, int64_t b,
+                          int64_t i, int64_t h, float *values);
+
+/* The first overflowed output row over all workspaces as an error (ATTN_OK if none). */
+attn_status forward_overflow_status(const forward_plan *plan, const forward_workspace *workspaces,
+                                    int count, attn_error *error);
 
 /* Scores, mask, online-softmax step and P·V of one key tile for the rows of `step`
  * (forward_tile.c). Updates the rows' max, sum and accumulator in `workspace`. */

@@ -46,16 +46,9 @@ static const float *values_for_tile(const forward_plan *plan, forward_workspace 
     bool some_column_dead = false;
     for (int c = 0; c < count; ++c) some_column_dead |= workspace->column_alive[c] == 0;
     if (!some_column_dead) return packed->values;
-    const int dim_v = (int)plan->call->problem.value_dim;
-    const float *source = attn_f32_at4(plan->v, b, j0, kv_head, 0);
-    const int64_t token_stride = plan->v->stride[1], dim_stride = plan->v->stride[3];
-    for (int c = 0; c < count; ++c) {
-        float *staged = workspace->value_staging + (size_t)c * dim_v;
-        for (int e = 0; e < dim_v; ++e)
-            staged[e] = workspace->column_alive[c] ? source[c * token_stride + e * dim_stride] : 0.0f;
-    }
-    plan->call->kernels->forward.pack_values(count, dim_v, workspace->value_staging, dim_v, 1,
-                               workspace->staged_values);
+    packed_kv_pack_values(&plan->format, plan->v, b, j0, kv_head, count,
+                          (int)plan->call->problem.value_dim, workspace->column_alive,
+                          workspace->value_staging, workspace->staged_values);
     return workspace->staged_values;
 }
 
@@ -93,12 +86,19 @@ void forward_compute_tile(const forward_plan *plan, forward_workspace *workspace
     /* Scores, then the mask and additive terms, for every non-empty head. */
     bool all_columns_alive = !step->needs_mask_pass;
     if (step->needs_mask_pass) memset(workspace->column_alive, 0, (size_t)count);
-    for (int n = 0; n < segment_count; ++n)
-        kernels->score_tile((int)segments[n].count, count, dim_k,
-                            workspace->queries + segments[n].first * plan->query_stride,
-                            plan->query_stride, step->packed->keys,
-                            workspace->scores + segments[n].first * plan->scores_stride,
-                            plan->scores_stride);
+    const bool bf16_tiles = plan->format.bf16_tiles;
+    for (int n = 0; n < segment_count; ++n) {
+        float *queries = workspace->queries + segments[n].first * plan->query_stride;
+        float *scores = workspace->scores + segments[n].first * plan->scores_stride;
+        if (bf16_tiles) /* bf16 query rows in the same buffer (forward_gather_query) */
+            plan->call->kernels->bf16.score_tile((int)segments[n].count, count, dim_k,
+                                           (const uint16_t *)queries, 2 * plan->query_stride,
+                                           (const uint16_t *)step->packed->keys, scores,
+                                           plan->scores_stride);
+        else
+            kernels->score_tile((int)segments[n].count, count, dim_k, queries, plan->query_stride,
+                                step->packed->keys, scores, plan->scores_stride);
+    }
     if (step->needs_mask_pass) {
         for (int64_t g = 0; g < group_size; ++g) {
             const attn_tile_class tile_class = workspace->head_class[g];
@@ -130,13 +130,27 @@ void forward_compute_tile(const forward_plan *plan, forward_workspace *workspace
 
     const float *values = values_for_tile(plan, workspace, step->packed, all_columns_alive,
                                           step->b, step->kv_head, step->j0, count);
+    const attn_lowp_convert *convert = &plan->call->kernels->convert;
     for (int n = 0; n < segment_count; ++n) {
         const int64_t first = segments[n].first;
-        kernels->accumulate_values((int)segments[n].count, count, dim_v,
-                                   workspace->scores + first * plan->scores_stride,
-                                   plan->scores_stride, values,
-                                   workspace->accumulator + first * plan->accumulator_stride,
-                                   plan->accumulator_stride);
+        float *weights = workspace->scores + first * plan->scores_stride;
+        float *accumulator = workspace->accumulator + first * plan->accumulator_stride;
+        const int segment_rows = (int)segments[n].count;
+        if (bf16_tiles) { /* rounds P to bf16 itself */
+            plan->call->kernels->bf16.accumulate_values(segment_rows, count, dim_v, weights,
+                                                  plan->scores_stride,
+                                                  (const uint16_t *)values, accumulator,
+                                                  plan->accumulator_stride);
+            continue;
+        }
+        /* 16-bit operands on fp32 kernels: P rounded to the operand type first (the row
+         * sums already hold the unrounded P). */
+        if (plan->format.dtype == ATTN_DTYPE_BF16)
+            convert->round_bf16_rows(segment_rows, count, weights, plan->scores_stride);
+        else if (plan->format.dtype == ATTN_DTYPE_F16)
+            convert->round_f16_rows(segment_rows, count, weights, plan->scores_stride);
+        kernels->accumulate_values(segment_rows, count, dim_v, weights, plan->scores_stride,
+                                   values, accumulator, plan->accumulator_stride);
     }
 }
 

@@ -23,6 +23,17 @@ static int usable_avx512(const attn_cpu_features *f) {
     return f->avx512f && f->avx512dq && f->avx512bw && f->avx512vl && f->fma;
 }
 #endif
+#if defined(ATTN_HAVE_AVX512BF16_KERNELS)
+static int usable_avx512bf16(const attn_cpu_features *f) {
+    return usable_avx512(f) && f->avx512_bf16 && f->f16c;
+}
+#endif
+#if defined(ATTN_HAVE_AMX_KERNELS) && defined(ATTN_HAVE_AVX512BF16_KERNELS)
+/* amx_tile / amx_bf16 are 1 only with XCR0 tile state and the Linux XTILEDATA permission. */
+static int usable_amx(const attn_cpu_features *f) {
+    return usable_avx512bf16(f) && f->amx_tile && f->amx_bf16;
+}
+#endif
 
 typedef struct isa_entry {
     attn_kernel_choice choice;
@@ -46,6 +57,16 @@ typedef struct isa_entry {
 #else
 #define ISA_AVX512 NULL, NULL
 #endif
+#if defined(ATTN_HAVE_AVX512BF16_KERNELS)
+#define ISA_AVX512BF16 &attn_isa_avx512bf16, usable_avx512bf16
+#else
+#define ISA_AVX512BF16 NULL, NULL
+#endif
+#if defined(ATTN_HAVE_AMX_KERNELS) && defined(ATTN_HAVE_AVX512BF16_KERNELS)
+#define ISA_AMX &attn_isa_amx, usable_amx
+#else
+#define ISA_AMX NULL, NULL
+#endif
 
 /* The one mapping from attn_kernel_choice to a registry, from the portable table up; AUTO
  * takes the last usable entry. A base comes before the ISAs built on it. New choices
@@ -55,6 +76,10 @@ static const isa_entry isas[] = {
     {ATTN_KERNEL_GENERIC, "generic", "GENERIC", ATTN_KERNEL_GENERIC, ISA_GENERIC, ""},
     {ATTN_KERNEL_AVX2, "avx2", "AVX2", ATTN_KERNEL_GENERIC, ISA_AVX2, "AVX2 + FMA"},
     {ATTN_KERNEL_AVX512, "avx512", "AVX512", ATTN_KERNEL_GENERIC, ISA_AVX512, "AVX-512 F/DQ/BW/VL"},
+    {ATTN_KERNEL_AVX512_BF16, "avx512_bf16", "AVX512_BF16", ATTN_KERNEL_AVX512, ISA_AVX512BF16,
+     "AVX-512 F/DQ/BW/VL + AVX512-BF16 + F16C"},
+    {ATTN_KERNEL_AMX, "amx", "AMX", ATTN_KERNEL_AVX512_BF16, ISA_AMX,
+     "AMX-TILE + AMX-BF16 (CPUID, XCR0 tile state and the OS's XTILEDATA permission)"},
 };
 enum { ISA_COUNT = sizeof isas / sizeof isas[0] };
 
@@ -113,6 +138,11 @@ static void apply(attn_kernels *into, const attn_kernel_isa *isa) {
             into->decode.prepare_bf16_queries = isa->decode->prepare_bf16_queries;
         }
     }
+    if (isa->bf16 != NULL) {
+        into->bf16 = *isa->bf16;
+        into->bf16_native = isa->bf16_native;
+    }
+    if (isa->convert != NULL) into->convert = *isa->convert;
 }
 
 static void build(void) {

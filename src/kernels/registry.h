@@ -50,6 +50,7 @@
 #include <stdint.h>
 
 #include "attn.h"
+#include "kernels/lowp.h"
 
 /* ---------------------------------------------------------------- forward part ---------- */
 typedef struct attn_forward_kernels {
@@ -221,6 +222,16 @@ typedef struct attn_kernels {
     attn_forward_kernels forward;
     attn_backward_kernels backward;
     attn_decode_kernels decode;
+    /* Low precision (kernels/lowp.h): bf16 tile kernels (AMX > AVX512-BF16 > generic) and
+     * the 16-bit <-> fp32 conversions. bf16.name says which tiles run. */
+    attn_lowp_kernels bf16;
+    attn_lowp_convert convert;
+    /* 1 when the bf16 tiles beat the fp32 kernels on converted operands (AMX), so that the
+     * forward pass computes bf16 operands on them; 0 when converting bf16 to fp32 at packing
+     * is as fast or faster (VDPBF16PS runs at half the fp32 FMA rate on the Intel CPUs
+     * measured; bench/lowp_kernels.c). ATTN_KERNEL_AVX512_BF16 chosen explicitly runs the
+     * VDPBF16PS tiles regardless. */
+    int bf16_native;
 } attn_kernels;
 
 /*
@@ -237,6 +248,9 @@ typedef struct attn_kernel_isa {
     const attn_forward_kernels *forward;
     const attn_backward_kernels *backward;
     const attn_decode_kernels *decode;
+    const attn_lowp_kernels *bf16;     /* all four slots together (one shared layout) */
+    const attn_lowp_convert *convert;  /* all slots together */
+    int bf16_native;                   /* taken with bf16 */
 } attn_kernel_isa;
 
 extern const attn_kernel_isa attn_isa_generic; /* complete: every slot but the optional ones */
@@ -245,6 +259,12 @@ extern const attn_kernel_isa attn_isa_avx2;
 #endif
 #if defined(ATTN_HAVE_AVX512_KERNELS)
 extern const attn_kernel_isa attn_isa_avx512;
+#endif
+#if defined(ATTN_HAVE_AVX512BF16_KERNELS)
+extern const attn_kernel_isa attn_isa_avx512bf16; /* on top of avx512 */
+#endif
+#if defined(ATTN_HAVE_AMX_KERNELS)
+extern const attn_kernel_isa attn_isa_amx; /* on top of avx512bf16 */
 #endif
 
 /* The registry for `choice` (AUTO = the best this CPU and OS run). Thread-safe; the
@@ -263,7 +283,16 @@ int attn_cpu_supports(attn_kernel_choice choice);
  * the kernel tests, which check every slot of each against the generic registry. */
 int attn_kernels_available(const attn_kernels **list, int capacity);
 
-/* The name of a choice ("auto", "generic", "avx2", "avx512"), or NULL for an unknown value,
+/* Whether the forward pass computes BF16 operands on the registry's bf16 tiles (its
+ * bf16_native, or ATTN_KERNEL_AVX512_BF16 asked for by name) rather than widening them to
+ * fp32 at packing; `choice` is the one `kernels` was selected for. */
+static inline int attn_kernels_bf16_on_tiles(const attn_kernels *kernels,
+                                             attn_kernel_choice choice) {
+    return kernels->bf16_native || choice == ATTN_KERNEL_AVX512_BF16;
+}
+
+/* The name of a choice ("auto", "generic", "avx2", "avx512", "avx512_bf16", "amx"), or NULL
+ * for an unknown value,
  * and the inverse: 1 and *choice set for a known name, 0 (and *choice untouched) otherwise.
  * Built or not, every choice has its name (the CLI's --kernel values). */
 const char *attn_kernel_choice_name(attn_kernel_choice choice);

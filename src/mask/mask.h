@@ -36,6 +36,13 @@ attn_status attn_validate_call(const attn_tensor *q, const attn_tensor *k, const
                                const attn_options *options, const attn_tensor *out,
                                const attn_tensor *lse, attn_problem *problem, attn_error *error);
 
+/* The same, except that q, k, v and out may be F32, BF16 or F16, all four of one dtype (the
+ * operand type; lse stays F32). */
+attn_status attn_validate_call_typed(const attn_tensor *q, const attn_tensor *k,
+                                     const attn_tensor *v, const attn_options *options,
+                                     const attn_tensor *out, const attn_tensor *lse,
+                                     attn_problem *problem, attn_error *error);
+
 /* Checks only the options against a problem's sizes (used by decode and ring, which build
  * their problem themselves). */
 attn_status attn_validate_options(const attn_options *options, const attn_problem *problem,

@@ -236,14 +236,16 @@ attn_status attn_validate_options(const attn_options *options, const attn_proble
     return ATTN_OK;
 }
 
-attn_status attn_validate_call(const attn_tensor *q, const attn_tensor *k, const attn_tensor *v,
-                               const attn_options *options, const attn_tensor *out,
-                               const attn_tensor *lse, attn_problem *problem, attn_error *error) {
+/* attn_validate_call with q, k, v, out of dtype `operand`. */
+static attn_status validate_call(const attn_tensor *q, const attn_tensor *k, const attn_tensor *v,
+                                 const attn_options *options, const attn_tensor *out,
+                                 const attn_tensor *lse, attn_problem *problem, attn_dtype operand,
+                                 attn_error *error) {
     attn_status status;
-    if ((status = attn_check_tensor(q, "q", ATTN_DTYPE_F32, 4, error)) != ATTN_OK) return status;
-    if ((status = attn_check_tensor(k, "k", ATTN_DTYPE_F32, 4, error)) != ATTN_OK) return status;
-    if ((status = attn_check_tensor(v, "v", ATTN_DTYPE_F32, 4, error)) != ATTN_OK) return status;
-    if ((status = attn_check_tensor(out, "out", ATTN_DTYPE_F32, 4, error)) != ATTN_OK)
+    if ((status = attn_check_tensor(q, "q", operand, 4, error)) != ATTN_OK) return status;
+    if ((status = attn_check_tensor(k, "k", operand, 4, error)) != ATTN_OK) return status;
+    if ((status = attn_check_tensor(v, "v", operand, 4, error)) != ATTN_OK) return status;
+    if ((status = attn_check_tensor(out, "out", operand, 4, error)) != ATTN_OK)
         return status;
     if (options == NULL) return attn_fail(error, ATTN_ERROR_NULL_ARGUMENT, "options is NULL");
     if (problem == NULL) return attn_fail(error, ATTN_ERROR_NULL_ARGUMENT, "problem is NULL");
@@ -308,4 +310,20 @@ attn_status attn_validate_call(const attn_tensor *q, const attn_tensor *k, const
     if (status != ATTN_OK) return status;
     *problem = p;
     return ATTN_OK;
+}
+
+attn_status attn_validate_call(const attn_tensor *q, const attn_tensor *k, const attn_tensor *v,
+                               const attn_options *options, const attn_tensor *out,
+                               const attn_tensor *lse, attn_problem *problem, attn_error *error) {
+    return validate_call(q, k, v, options, out, lse, problem, ATTN_DTYPE_F32, error);
+}
+
+attn_status attn_validate_call_typed(const attn_tensor *q, const attn_tensor *k,
+                                     const attn_tensor *v, const attn_options *options,
+                                     const attn_tensor *out, const attn_tensor *lse,
+                                     attn_problem *problem, attn_error *error) {
+    attn_dtype operand = ATTN_DTYPE_F32;
+    if (q != NULL && (q->dtype == ATTN_DTYPE_BF16 || q->dtype == ATTN_DTYPE_F16))
+        operand = q->dtype; /* k, v, out must then match q; any other q dtype: "expected F32" */
+    return validate_call(q, k, v, options, out, lse, problem, operand, error);
 }

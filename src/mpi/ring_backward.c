@@ -10,6 +10,10 @@
  * computes: K|V of block o to r+1 (tag o) and of block o-1 from r-1; the dK|dV accumulator of
  * block o+1 (finished last step) to r+1 (tag P + o+1) and that of block o from r-1 (tag P + o).
  * Accumulators are [dK [B, n_o, Hkv, Dk] | dV [B, n_o, Hkv, Dv]], contiguous.
+ *
+ * BF16 / F16 tensors: K|V messages hold the 16-bit elements as stored (widened on arrival);
+ * q, out, dout are widened once; the accumulators travel in fp32; dQ, dK, dV are rounded once
+ * at the end — the fp32 ring backward on the same values, rounded (docs/precision.md).
  */
 #include "ring_internal.h"
 
@@ -29,13 +33,17 @@ typedef struct backward_buffers {
     float *partial_dq;        /* [B, slab rows, Hq, Dk] */
     float *partial_dk;        /* [B, block columns, Hkv, Dk] */
     float *partial_dv;        /* [B, block columns, Hkv, Dv] */
+    /* 16-bit tensors only: */
+    float *widened;           /* the K|V block being computed, as fp32 */
+    float *queries, *out, *dout; /* this rank's q, out, dout widened */
 } backward_buffers;
 
 static void free_buffers(backward_buffers *buffers) {
     float **all[] = {&buffers->block[0], &buffers->block[1], &buffers->gradient_incoming,
                      &buffers->gradient_own, &buffers->gradient_outgoing,
                      &buffers->query_gradient, &buffers->partial_dq, &buffers->partial_dk,
-                     &buffers->partial_dv};
+                     &buffers->partial_dv, &buffers->widened, &buffers->queries, &buffers->out,
+                     &buffers->dout};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; ++i) {
         attn_aligned_free(*all[i]);
         *all[i] = NULL;
@@ -48,10 +56,18 @@ static attn_status allocate_buffers(const ring_call *call, backward_buffers *buf
     int64_t B = call->batch, Hq = call->query_heads, Hkv = call->kv_heads;
     int64_t n_max = call->max_local_length, n = call->local_length;
     int64_t block_floats = B * n_max * Hkv * (call->key_dim + call->value_dim);
+    int64_t message_floats = ring_message_floats(call, block_floats);
     int64_t slab = ring_slab_rows(n);
     if (slab > n) slab = n;
-    buffers->block[0] = ring_buffer_alloc(block_floats, &buffers->block_capacity_units);
-    buffers->block[1] = ring_buffer_alloc(block_floats, NULL);
+    buffers->block[0] = ring_buffer_alloc(message_floats, &buffers->block_capacity_units);
+    buffers->block[1] = ring_buffer_alloc(message_floats, NULL);
+    const bool half = call->dtype != ATTN_DTYPE_F32;
+    if (half) {
+        buffers->widened = ring_buffer_alloc(block_floats, NULL);
+        buffers->queries = ring_buffer_alloc(B * n * Hq * call->key_dim, NULL);
+        buffers->out = ring_buffer_alloc(B * n * Hq * call->value_dim, NULL);
+        buffers->dout = ring_buffer_alloc(B * n * Hq * call->value_dim, NULL);
+    }
     buffers->gradient_incoming = ring_buffer_alloc(block_floats, &buffers->gradient_capacity_units);
     buffers->gradient_own = ring_buffer_alloc(block_floats, NULL);
     buffers->gradient_outgoing = ring_buffer_alloc(block_floats, NULL);
@@ -61,7 +77,8 @@ static attn_status allocate_buffers(const ring_call *call, backward_buffers *buf
     buffers->partial_dv = ring_buffer_alloc(B * n_max * Hkv * call->value_dim, NULL);
     if (!buffers->block[0] || !buffers->block[1] || !buffers->gradient_incoming ||
         !buffers->gradient_own || !buffers->gradient_outgoing || !buffers->query_gradient ||
-        !buffers->partial_dq || !buffers->partial_dk || !buffers->partial_dv) {
+        !buffers->partial_dq || !buffers->partial_dk || !buffers->partial_dv ||
+        (half && (!buffers->widened || !buffers->queries || !buffers->out || !buffers->dout))) {
         free_buffers(buffers);
         return attn_fail(error, ATTN_ERROR_OUT_OF_MEMORY,
                          "ring backward buffers for blocks of up to %lld tokens", (long long)n_max);
@@ -94,6 +111,11 @@ static attn_status compute_block(ring_call *call, const ring_tensors *tensors, f
     int64_t Dk = call->key_dim, Dv = call->value_dim;
     ring_block_geometry geometry;
     if (!ring_plan_block(call, key_count, stats, &geometry)) return ATTN_OK; /* nothing allowed */
+    if (call->dtype != ATTN_DTYPE_F32) { /* a 16-bit message: compute on its fp32 widening */
+        ring_widen16((const uint16_t *)block, call->dtype, B * key_count * Hkv * (Dk + Dv),
+                     buffers->widened);
+        block = buffers->widened;
+    }
     int64_t column_begin = geometry.column_begin, column_end = geometry.column_end;
     int64_t columns = column_end - column_begin;
     attn_tensor keys = ring_view_rows(block, B, key_count, Hkv, Dk, column_begin, column_end);
@@ -132,10 +154,22 @@ static attn_status compute_block(ring_call *call, const ring_tensors *tensors, f
     return ATTN_OK;
 }
 
-/* Floats of a block's K|V (or dK|dV) message for rank owner's tokens. */
+/* Floats of a block's dK|dV accumulator (fp32) for rank owner's tokens; its K|V message
+ * takes ring_message_floats of that many elements. */
 static int64_t block_floats(const ring_call *call, int owner) {
     return call->batch * ring_local_length_of(call, owner) * call->kv_heads *
            (call->key_dim + call->value_dim);
+}
+
+/* Stores a contiguous fp32 [B, n, H, D] buffer into `view` (any dtype; 16-bit: rounded once,
+ * a finite value beyond the type an error). */
+static attn_status store_gradient(const float *contiguous, attn_tensor *view, attn_error *error) {
+    if (view->dtype == ATTN_DTYPE_F32) {
+        ring_unpack(contiguous, view);
+        return ATTN_OK;
+    }
+    const attn_tensor source = attn_tensor_contiguous((void *)contiguous, ATTN_DTYPE_F32, 4, view->shape);
+    return attn_tensor_convert(&source, view, error);
 }
 
 static attn_status run_ring(ring_call *call, const ring_tensors *tensors,
@@ -144,8 +178,14 @@ static attn_status run_ring(ring_call *call, const ring_tensors *tensors,
     int P = call->rank_count, r = call->rank;
     attn_status compute_status = ATTN_OK, status;
     int current = 0, owner = r;
-    ring_pack(tensors->k, buffers->block[current]);
-    ring_pack(tensors->v, buffers->block[current] + B * call->local_length * Hkv * call->key_dim);
+    if (call->dtype == ATTN_DTYPE_F32) {
+        ring_pack(tensors->k, buffers->block[current]);
+        ring_pack(tensors->v, buffers->block[current] + B * call->local_length * Hkv * call->key_dim);
+    } else {
+        ring_pack16(tensors->k, (uint16_t *)buffers->block[current]);
+        ring_pack16(tensors->v, (uint16_t *)buffers->block[current] +
+                                    B * call->local_length * Hkv * call->key_dim);
+    }
     ring_transfer transfer;
     ring_transfer_reset(&transfer);
     for (int step = 0; step < P; ++step) {
@@ -156,13 +196,14 @@ static attn_status run_ring(ring_call *call, const ring_tensors *tensors,
         status = ATTN_OK;
         if (step + 1 < P) {
             int next_owner = ring_step_owner(r, step + 1, P);
-            status = ring_transfer_receive(call, &transfer, buffers->block[1 - current],
-                                           buffers->block_capacity_units,
-                                           ring_units(block_floats(call, next_owner)), next_owner,
-                                           error);
+            status = ring_transfer_receive(
+                call, &transfer, buffers->block[1 - current], buffers->block_capacity_units,
+                ring_units(ring_message_floats(call, block_floats(call, next_owner))), next_owner,
+                error);
             if (status == ATTN_OK)
                 status = ring_transfer_send(call, &transfer, buffers->block[current],
-                                            ring_units(floats), owner, stats, error);
+                                            ring_units(ring_message_floats(call, floats)), owner,
+                                            stats, error);
         }
         if (step > 0 && status == ATTN_OK) {
             int previous_owner = (owner + 1) % P;
@@ -219,9 +260,11 @@ static attn_status run_ring(ring_call *call, const ring_tensors *tensors,
         own_gradient = buffers->gradient_incoming;
     }
     if (compute_status != ATTN_OK) return compute_status;
-    ring_unpack(buffers->query_gradient, tensors->dq);
-    ring_unpack(own_gradient, tensors->dk);
-    ring_unpack(own_gradient + B * call->local_length * Hkv * call->key_dim, tensors->dv);
+    if ((status = store_gradient(buffers->query_gradient, tensors->dq, error)) != ATTN_OK ||
+        (status = store_gradient(own_gradient, tensors->dk, error)) != ATTN_OK ||
+        (status = store_gradient(own_gradient + B * call->local_length * Hkv * call->key_dim,
+                                 tensors->dv, error)) != ATTN_OK)
+        return status;
     return ATTN_OK;
 }
 
@@ -243,7 +286,19 @@ attn_status attn_ring_backward(MPI_Comm comm, const attn_tensor *q, const attn_t
     status = allocate_buffers(&call, &buffers, &local_error);
     status = ring_agree(&call, status, &local_error, error);
     if (status == ATTN_OK) {
-        status = run_ring(&call, &tensors, &buffers, stats, &local_error);
+        /* 16-bit tensors: the blocks see q, out, dout widened once (exact) */
+        ring_tensors computed = tensors;
+        attn_tensor widened[3];
+        if (call.dtype != ATTN_DTYPE_F32) {
+            const attn_tensor *sources[3] = {q, out, dout};
+            float *targets[3] = {buffers.queries, buffers.out, buffers.dout};
+            for (int i = 0; i < 3; ++i) {
+                widened[i] = attn_tensor_contiguous(targets[i], ATTN_DTYPE_F32, 4, sources[i]->shape);
+                attn_tensor_convert(sources[i], &widened[i], NULL); /* exact */
+            }
+            computed.q = &widened[0], computed.out = &widened[1], computed.dout = &widened[2];
+        }
+        status = run_ring(&call, &computed, &buffers, stats, &local_error);
         status = ring_agree(&call, status, &local_error, error);
     }
     free_buffers(&buffers);

@@ -71,9 +71,9 @@ static attn_status check_supported_options(const attn_options *options, attn_err
 }
 
 /* Checks one rank-4 [B, n, H, D] tensor's shape against expected values (-1 = any). */
-static attn_status check_shape4(const attn_tensor *t, const char *name, int64_t b, int64_t n,
-                                int64_t h, int64_t d, attn_error *error) {
-    attn_status status = attn_check_tensor(t, name, ATTN_DTYPE_F32, 4, error);
+static attn_status check_shape4(const attn_tensor *t, const char *name, attn_dtype dtype,
+                                int64_t b, int64_t n, int64_t h, int64_t d, attn_error *error) {
+    attn_status status = attn_check_tensor(t, name, dtype, 4, error);
     if (status != ATTN_OK) return status;
     const int64_t expected[4] = {b, n, h, d};
     const char *names[4] = {"B", "local tokens", "heads", "head dim"};
@@ -102,7 +102,13 @@ static attn_status check_local(ring_call *call, const ring_tensors *tensors,
     call->layout = *layout;
     if ((status = check_supported_options(&call->prepared.options, error)) != ATTN_OK) return status;
 
-    if ((status = attn_check_tensor(tensors->q, "q", ATTN_DTYPE_F32, 4, error)) != ATTN_OK)
+    /* q, k, v, out (and dout, dq, dk, dv) of one dtype: F32, BF16 or F16; lse F32. */
+    call->dtype = tensors->q != NULL &&
+                          (tensors->q->dtype == ATTN_DTYPE_BF16 || tensors->q->dtype == ATTN_DTYPE_F16)
+                      ? tensors->q->dtype
+                      : ATTN_DTYPE_F32;
+    const attn_dtype dtype = call->dtype;
+    if ((status = attn_check_tensor(tensors->q, "q", dtype, 4, error)) != ATTN_OK)
         return status;
     const attn_tensor *q = tensors->q;
     int64_t B = q->shape[0], n = call->local_length, Hq = q->shape[2], Dk = q->shape[3];
@@ -112,13 +118,13 @@ static attn_status check_local(ring_call *call, const ring_tensors *tensors,
                          "layout",
                          (long long)q->shape[1], call->rank, (long long)n,
                          (long long)layout->sequence_length, attn_ring_layout_name(layout->kind));
-    if ((status = check_shape4(tensors->k, "k", B, n, -1, Dk, error)) != ATTN_OK) return status;
+    if ((status = check_shape4(tensors->k, "k", dtype, B, n, -1, Dk, error)) != ATTN_OK) return status;
     int64_t Hkv = tensors->k->shape[2];
     if (Hq % Hkv != 0)
         return attn_fail(error, ATTN_ERROR_SHAPE_MISMATCH,
                          "k.shape[2] (Hkv) = %lld: must divide q.shape[2] (Hq) = %lld",
                          (long long)Hkv, (long long)Hq);
-    if ((status = check_shape4(tensors->v, "v", B, n, Hkv, -1, error)) != ATTN_OK) return status;
+    if ((status = check_shape4(tensors->v, "v", dtype, B, n, Hkv, -1, error)) != ATTN_OK) return status;
     int64_t Dv = tensors->v->shape[3];
     call->batch = B;
     call->query_heads = Hq;
@@ -127,7 +133,7 @@ static attn_status check_local(ring_call *call, const ring_tensors *tensors,
     call->value_dim = Dv;
 
     /* The output (forward) or the forward's output (backward): the query rows' shapes. */
-    if ((status = check_shape4(tensors->out, "out", B, n, Hq, Dv, error)) != ATTN_OK) return status;
+    if ((status = check_shape4(tensors->out, "out", dtype, B, n, Hq, Dv, error)) != ATTN_OK) return status;
     if (tensors->backward && tensors->lse == NULL)
         return attn_fail(error, ATTN_ERROR_NULL_ARGUMENT, "lse is NULL (the backward needs it)");
     if (tensors->lse != NULL) {
@@ -142,10 +148,10 @@ static attn_status check_local(ring_call *call, const ring_tensors *tensors,
                                  (long long)expected[dim]);
     }
     if (tensors->backward) {
-        if ((status = check_shape4(tensors->dout, "dout", B, n, Hq, Dv, error)) != ATTN_OK ||
-            (status = check_shape4(tensors->dq, "dq", B, n, Hq, Dk, error)) != ATTN_OK ||
-            (status = check_shape4(tensors->dk, "dk", B, n, Hkv, Dk, error)) != ATTN_OK ||
-            (status = check_shape4(tensors->dv, "dv", B, n, Hkv, Dv, error)) != ATTN_OK)
+        if ((status = check_shape4(tensors->dout, "dout", dtype, B, n, Hq, Dv, error)) != ATTN_OK ||
+            (status = check_shape4(tensors->dq, "dq", dtype, B, n, Hq, Dk, error)) != ATTN_OK ||
+            (status = check_shape4(tensors->dk, "dk", dtype, B, n, Hkv, Dk, error)) != ATTN_OK ||
+            (status = check_shape4(tensors->dv, "dv", dtype, B, n, Hkv, Dv, error)) != ATTN_OK)
             return status;
     }
     /* The largest block that can visit, and the buffer sizes it implies, must fit. */
@@ -172,9 +178,9 @@ static attn_status check_local(ring_call *call, const ring_tensors *tensors,
 }
 
 /* The values every rank must agree on, compared with rank 0's. */
-enum { DESCRIPTOR_FIELDS = 15 };
+enum { DESCRIPTOR_FIELDS = 16 };
 static const char *const descriptor_names[DESCRIPTOR_FIELDS] = {
-    "B", "Hq", "Hkv", "Dk", "Dv", "layout.sequence_length", "layout.kind",
+    "B", "Hq", "Hkv", "Dk", "Dv", "q.dtype", "layout.sequence_length", "layout.kind",
     "options.causal", "options.window_left", "options.window_right", "options.alignment",
     "options.alibi", "options.empty_rows", "options.scale (bits)", "options.softcap (bits)"};
 
@@ -186,7 +192,7 @@ static void describe(const ring_call *call, int64_t descriptor[DESCRIPTOR_FIELDS
     memcpy(&softcap_bits, &o->softcap, sizeof softcap_bits);
     int64_t values[DESCRIPTOR_FIELDS] = {
         call->batch, call->query_heads, call->kv_heads, call->key_dim, call->value_dim,
-        call->layout.sequence_length, call->layout.kind, o->causal != 0, o->window_left,
+        call->dtype, call->layout.sequence_length, call->layout.kind, o->causal != 0, o->window_left,
         o->window_right, o->alignment, o->alibi != 0, o->empty_rows, scale_bits, softcap_bits};
     memcpy(descriptor, values, sizeof values);
 }

@@ -3,7 +3,10 @@
  * one block per step, merged by LSE; the next block travels while the current one computes.
  *
  * Message of a block (owner o, n_o tokens): K [B, n_o, Hkv, Dk] then V [B, n_o, Hkv, Dv],
- * contiguous, in one buffer padded to whole units, sent with tag o.
+ * contiguous, in one buffer padded to whole units, sent with tag o. BF16 / F16 tensors: the
+ * message holds the 16-bit elements as stored (half the bytes on the wire); each rank widens
+ * its queries once and every block it computes to fp32 (exact), runs the fp32 blocks and
+ * merges in fp32, and rounds O once at the end (docs/precision.md).
  */
 #include "ring_internal.h"
 
@@ -20,6 +23,10 @@ typedef struct forward_buffers {
     float *partial_out;        /* [B, slab rows, Hq, Dv] */
     float *partial_lse;        /* [B, Hq, slab rows] */
     float *own_lse;            /* [B, Hq, n_r] when the caller passed no lse */
+    /* 16-bit tensors only: */
+    float *widened;            /* the block being computed, widened: K|V as fp32 */
+    float *queries;            /* [B, n_r, Hq, Dk] this rank's queries, widened */
+    float *merged;             /* [B, n_r, Hq, Dv] the running merge of O in fp32 */
 } forward_buffers;
 
 static void free_buffers(forward_buffers *buffers) {
@@ -28,6 +35,9 @@ static void free_buffers(forward_buffers *buffers) {
     attn_aligned_free(buffers->partial_out);
     attn_aligned_free(buffers->partial_lse);
     attn_aligned_free(buffers->own_lse);
+    attn_aligned_free(buffers->widened);
+    attn_aligned_free(buffers->queries);
+    attn_aligned_free(buffers->merged);
     memset(buffers, 0, sizeof *buffers);
 }
 
@@ -35,16 +45,24 @@ static attn_status allocate_buffers(const ring_call *call, bool need_lse, forwar
                                     attn_error *error) {
     memset(buffers, 0, sizeof *buffers);
     int64_t B = call->batch, Hq = call->query_heads, n_max = call->max_local_length;
-    int64_t block_floats = B * n_max * call->kv_heads * (call->key_dim + call->value_dim);
+    int64_t block_elements = B * n_max * call->kv_heads * (call->key_dim + call->value_dim);
+    int64_t block_floats = ring_message_floats(call, block_elements);
     int64_t slab = ring_slab_rows(call->local_length);
     if (slab > call->local_length) slab = call->local_length;
     buffers->block[0] = ring_buffer_alloc(block_floats, &buffers->block_capacity_units);
     buffers->block[1] = ring_buffer_alloc(block_floats, NULL);
+    const bool half = call->dtype != ATTN_DTYPE_F32;
+    if (half) {
+        buffers->widened = ring_buffer_alloc(block_elements, NULL);
+        buffers->queries = ring_buffer_alloc(B * call->local_length * Hq * call->key_dim, NULL);
+        buffers->merged = ring_buffer_alloc(B * call->local_length * Hq * call->value_dim, NULL);
+    }
     buffers->partial_out = ring_buffer_alloc(B * slab * Hq * call->value_dim, NULL);
     buffers->partial_lse = ring_buffer_alloc(B * Hq * slab, NULL);
     if (need_lse) buffers->own_lse = ring_buffer_alloc(B * Hq * call->local_length, NULL);
     if (buffers->block[0] == NULL || buffers->block[1] == NULL || buffers->partial_out == NULL ||
-        buffers->partial_lse == NULL || (need_lse && buffers->own_lse == NULL)) {
+        buffers->partial_lse == NULL || (need_lse && buffers->own_lse == NULL) ||
+        (half && (buffers->widened == NULL || buffers->queries == NULL || buffers->merged == NULL))) {
         free_buffers(buffers);
         return attn_fail(error, ATTN_ERROR_OUT_OF_MEMORY,
                          "ring buffers for blocks of up to %lld tokens", (long long)n_max);
@@ -75,6 +93,11 @@ static attn_status compute_block(ring_call *call, const attn_tensor *q, float *b
     int64_t B = call->batch, Hq = call->query_heads, Hkv = call->kv_heads;
     ring_block_geometry geometry;
     if (!ring_plan_block(call, key_count, stats, &geometry)) return ATTN_OK; /* nothing allowed */
+    if (call->dtype != ATTN_DTYPE_F32) { /* a 16-bit message: compute on its fp32 widening */
+        ring_widen16((const uint16_t *)block, call->dtype,
+                     B * key_count * Hkv * (call->key_dim + call->value_dim), buffers->widened);
+        block = buffers->widened;
+    }
     attn_tensor keys = ring_view_rows(block, B, key_count, Hkv, call->key_dim,
                                       geometry.column_begin, geometry.column_end);
     attn_tensor values = ring_view_rows(block + B * key_count * Hkv * call->key_dim, B, key_count,
@@ -139,10 +162,25 @@ static attn_status run_ring(ring_call *call, const ring_tensors *tensors, attn_t
     int P = call->rank_count, r = call->rank;
     attn_status compute_status = ATTN_OK;
     int current = 0;
-    {   /* The first block is our own: pack K then V. */
+    const int64_t elements_per_token = B * Hkv * (call->key_dim + call->value_dim);
+    {   /* The first block is our own: pack K then V (16-bit: as stored). */
         float *block = buffers->block[current];
-        ring_pack(tensors->k, block);
-        ring_pack(tensors->v, block + B * call->local_length * Hkv * call->key_dim);
+        if (call->dtype == ATTN_DTYPE_F32) {
+            ring_pack(tensors->k, block);
+            ring_pack(tensors->v, block + B * call->local_length * Hkv * call->key_dim);
+        } else {
+            ring_pack16(tensors->k, (uint16_t *)block);
+            ring_pack16(tensors->v, (uint16_t *)block + B * call->local_length * Hkv * call->key_dim);
+        }
+    }
+    /* 16-bit queries, widened once (the blocks are widened as they are computed) */
+    const attn_tensor *queries = tensors->q;
+    attn_tensor widened_queries;
+    if (call->dtype != ATTN_DTYPE_F32) {
+        widened_queries = attn_tensor_f32_4d(buffers->queries, B, call->local_length,
+                                             call->query_heads, call->key_dim);
+        attn_tensor_convert(tensors->q, &widened_queries, NULL); /* exact */
+        queries = &widened_queries;
     }
     clear_accumulator(out, lse);
     ring_transfer transfer;
@@ -154,9 +192,9 @@ static attn_status run_ring(ring_call *call, const ring_tensors *tensors, attn_t
         double start = MPI_Wtime();
         if (step + 1 < P) { /* pass this block on and fetch the next one */
             int next_owner = ring_step_owner(r, step + 1, P);
-            int64_t next_floats = B * ring_local_length_of(call, next_owner) * Hkv *
-                                  (call->key_dim + call->value_dim);
-            int64_t floats = B * key_count * Hkv * (call->key_dim + call->value_dim);
+            int64_t next_floats =
+                ring_message_floats(call, ring_local_length_of(call, next_owner) * elements_per_token);
+            int64_t floats = ring_message_floats(call, key_count * elements_per_token);
             attn_status status = ring_transfer_receive(call, &transfer, buffers->block[1 - current],
                                                        buffers->block_capacity_units,
                                                        ring_units(next_floats), next_owner, error);
@@ -167,7 +205,7 @@ static attn_status run_ring(ring_call *call, const ring_tensors *tensors, attn_t
         }
         if (compute_status == ATTN_OK) {
             ring_load_block_positions(call, owner);
-            compute_status = compute_block(call, tensors->q, buffers->block[current], key_count,
+            compute_status = compute_block(call, queries, buffers->block[current], key_count,
                                            out, lse, buffers, &transfer, stats, error);
         }
         double computed = MPI_Wtime();
@@ -211,8 +249,15 @@ attn_status attn_ring_forward(MPI_Comm comm, const attn_tensor *q, const attn_te
             int64_t shape[3] = {call.batch, call.query_heads, call.local_length};
             own_lse = attn_tensor_contiguous(buffers.own_lse, ATTN_DTYPE_F32, 3, shape);
         }
-        status = run_ring(&call, &tensors, out, lse != NULL ? lse : &own_lse, &buffers, stats,
+        /* 16-bit out: the merge runs in fp32, O is rounded once at the end */
+        attn_tensor merged = *out;
+        if (call.dtype != ATTN_DTYPE_F32)
+            merged = attn_tensor_f32_4d(buffers.merged, call.batch, call.local_length,
+                                        call.query_heads, call.value_dim);
+        status = run_ring(&call, &tensors, &merged, lse != NULL ? lse : &own_lse, &buffers, stats,
                           &local_error);
+        if (status == ATTN_OK && call.dtype != ATTN_DTYPE_F32)
+            status = attn_tensor_convert(&merged, out, &local_error); /* overflow: an error */
         status = ring_agree(&call, status, &local_error, error);
     }
     free_buffers(&buffers);

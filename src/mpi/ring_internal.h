@@ -37,6 +37,8 @@ typedef struct ring_call {
     attn_call prepared;       /* options and execution resolved, kernels selected, once
                                  (call.h); every block runs on a copy of it */
     int64_t batch, query_heads, kv_heads, key_dim, value_dim;
+    attn_dtype dtype;       /* of q, k, v, out (dout, dq, dk, dv): F32, BF16 or F16 (K/V
+                               blocks then travel in it; the compute widens them) */
     int64_t local_length;   /* n_r: this rank's tokens */
     int64_t max_local_length;
     int64_t *local_positions;  /* int64[n_r]: global positions of this rank's tokens */
@@ -113,6 +115,15 @@ static inline int64_t ring_units(int64_t floats) {
 
 /* Copies a rank-4 F32 view into contiguous memory (C order) and back. */
 void ring_pack(const attn_tensor *view, float *contiguous);
+/* The same for a BF16 / F16 view, as 16-bit elements. */
+void ring_pack16(const attn_tensor *view, uint16_t *contiguous);
+/* target[n] = the fp32 value of 16-bit element source[n] of `dtype`, n < count (exact). */
+void ring_widen16(const uint16_t *source, attn_dtype dtype, int64_t count, float *target);
+
+/* Floats of a message of `elements` elements of the call's dtype (two 16-bit ones per float). */
+static inline int64_t ring_message_floats(const ring_call *call, int64_t elements) {
+    return call->dtype == ATTN_DTYPE_F32 ? elements : (elements + 1) / 2;
+}
 void ring_unpack(const float *contiguous, attn_tensor *view);
 
 /* A contiguous [d0, d1, d2, d3] F32 view of `data` restricted to indices [begin, end) of

@@ -7,6 +7,7 @@
 #include "ring_internal.h"
 
 #include "../core/internal.h"
+#include "../kernels/half.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -27,6 +28,23 @@ void ring_pack(const attn_tensor *view, float *contiguous) {
                 const float *row = attn_f32_at4(view, a, b, c, 0);
                 for (int64_t d = 0; d < view->shape[3]; ++d) contiguous[n++] = row[d * view->stride[3]];
             }
+}
+
+void ring_pack16(const attn_tensor *view, uint16_t *contiguous) {
+    int64_t n = 0;
+    for (int64_t a = 0; a < view->shape[0]; ++a)
+        for (int64_t b = 0; b < view->shape[1]; ++b)
+            for (int64_t c = 0; c < view->shape[2]; ++c) {
+                const uint16_t *row = (const uint16_t *)view->data + a * view->stride[0] +
+                                      b * view->stride[1] + c * view->stride[2];
+                for (int64_t d = 0; d < view->shape[3]; ++d) contiguous[n++] = row[d * view->stride[3]];
+            }
+}
+
+void ring_widen16(const uint16_t *source, attn_dtype dtype, int64_t count, float *target) {
+    for (int64_t n = 0; n < count; ++n)
+        target[n] = dtype == ATTN_DTYPE_BF16 ? attn_bf16_to_float(source[n])
+                                             : attn_f16_to_float(source[n]);
 }
 
 void ring_unpack(const float *contiguous, attn_tensor *view) {

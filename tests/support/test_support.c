@@ -207,3 +207,80 @@ int test_bitwise_equal(const attn_tensor *a, const attn_tensor *b) {
     for_each_pair(a, b, visit_bitwise, &equal);
     return equal;
 }
+
+/* ---- 16-bit copies ---- */
+
+double test_half_to_double(uint16_t h, attn_dtype dtype) {
+    const int sign = h >> 15;
+    double magnitude;
+    if (dtype == ATTN_DTYPE_BF16) {
+        const int exponent = (h >> 7) & 0xff, mantissa = h & 0x7f;
+        magnitude = exponent == 0xff ? (mantissa ? NAN : INFINITY)
+                    : exponent == 0  ? ldexp(mantissa, -133)
+                                     : ldexp(128 + mantissa, exponent - 134);
+    } else {
+        const int exponent = (h >> 10) & 31, mantissa = h & 1023;
+        magnitude = exponent == 31 ? (mantissa ? NAN : INFINITY)
+                    : exponent == 0 ? ldexp(mantissa, -24)
+                                    : ldexp(1024 + mantissa, exponent - 25);
+    }
+    return sign ? -magnitude : magnitude;
+}
+
+/* Nearest-even, by exhaustive comparison of the two neighbours: the largest pattern of the
+ * same sign whose value is <= |x| and the next one (test data are finite and in range). */
+uint16_t test_half_from_float(float x, attn_dtype dtype) {
+    if (x != x) return dtype == ATTN_DTYPE_BF16 ? 0x7fc0 : 0x7e00;
+    const uint16_t sign = signbit(x) ? 0x8000 : 0;
+    const double magnitude = fabs((double)x);
+    const uint16_t infinity = dtype == ATTN_DTYPE_BF16 ? 0x7f80 : 0x7c00;
+    uint16_t low = 0, high = infinity; /* binary search: value(low) <= magnitude < value(high) */
+    if (magnitude >= test_half_to_double(infinity - 1, dtype)) {
+        const double top = test_half_to_double(infinity - 1, dtype);
+        const double half_step = (top - test_half_to_double(infinity - 2, dtype)) / 2;
+        return sign | (magnitude < top + half_step ? (uint16_t)(infinity - 1) : infinity);
+    }
+    while (high - low > 1) {
+        const uint16_t middle = (uint16_t)((low + high) / 2);
+        if (test_half_to_double(middle, dtype) <= magnitude) low = middle;
+        else high = middle;
+    }
+    const double below = test_half_to_double(low, dtype), above = test_half_to_double(high, dtype);
+    uint16_t nearest;
+    if (magnitude - below < above - magnitude) nearest = low;
+    else if (magnitude - below > above - magnitude) nearest = high;
+    else nearest = (low & 1) ? high : low;
+    return sign | nearest;
+}
+
+test_half_tensor test_half_round(test_tensor *t, attn_dtype dtype) {
+    test_half_tensor h;
+    h.allocation = malloc((size_t)t->allocation_floats * sizeof(uint16_t) + 2);
+    for (int64_t n = 0; n < t->allocation_floats; ++n) {
+        h.allocation[n] = test_half_from_float(t->allocation[n], dtype);
+        t->allocation[n] = (float)test_half_to_double(h.allocation[n], dtype);
+    }
+    h.view = t->view;
+    h.view.dtype = dtype;
+    h.view.data = h.allocation + ((float *)t->view.data - t->allocation);
+    return h;
+}
+
+test_half_tensor test_half_like(const test_tensor *t, attn_dtype dtype, uint16_t fill) {
+    test_half_tensor h;
+    h.allocation = malloc((size_t)t->allocation_floats * sizeof(uint16_t) + 2);
+    for (int64_t n = 0; n < t->allocation_floats; ++n) h.allocation[n] = fill;
+    h.view = t->view;
+    h.view.dtype = dtype;
+    h.view.data = h.allocation + ((float *)t->view.data - t->allocation);
+    return h;
+}
+
+uint16_t test_half_bits4(const attn_tensor *t, int64_t a, int64_t b, int64_t c, int64_t d) {
+    return ((const uint16_t *)t->data)[a * t->stride[0] + b * t->stride[1] + c * t->stride[2] +
+                                       d * t->stride[3]];
+}
+
+double test_half_get4(const attn_tensor *t, int64_t a, int64_t b, int64_t c, int64_t d) {
+    return test_half_to_double(test_half_bits4(t, a, b, c, d), t->dtype);
+}

@@ -76,4 +76,19 @@ double test_max_relative_error(const attn_tensor *a, const attn_tensor *b);
 /* 1 if the two views hold bitwise identical floats, element for element. */
 int test_bitwise_equal(const attn_tensor *a, const attn_tensor *b);
 
+/* ---- 16-bit copies (bf16 / fp16) of float32 test tensors ---- */
+/* A BF16 or F16 tensor with the shape and strides of a test_tensor (free with free(allocation)). */
+typedef struct test_half_tensor { attn_tensor view; uint16_t *allocation; } test_half_tensor;
+/* Rounds every float of t's allocation to `dtype` (nearest-even) in place and returns a 16-bit
+ * tensor holding the same values with the same layout. */
+test_half_tensor test_half_round(test_tensor *t, attn_dtype dtype);
+/* A 16-bit tensor laid out like t, every element (padding included) set to `fill` bits. */
+test_half_tensor test_half_like(const test_tensor *t, attn_dtype dtype, uint16_t fill);
+/* The raw bits and the value (widened exactly) of element (a, b, c, d) of a rank-4 view. */
+uint16_t test_half_bits4(const attn_tensor *t, int64_t a, int64_t b, int64_t c, int64_t d);
+double test_half_get4(const attn_tensor *t, int64_t a, int64_t b, int64_t c, int64_t d);
+/* Nearest-even bf16 / fp16 bits of x and the value of 16-bit bits (independent of libattn). */
+uint16_t test_half_from_float(float x, attn_dtype dtype);
+double test_half_to_double(uint16_t h, attn_dtype dtype);
+
 #endif /* ATTN_TEST_SUPPORT_H */

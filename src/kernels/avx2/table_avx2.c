@@ -4,5 +4,9 @@
  */
 #include "kernels/simd/parts.h"
 
-const attn_kernel_isa attn_isa_avx2 = {"avx2", &attn_avx2_forward, &attn_avx2_backward,
-                                       &attn_avx2_decode};
+const attn_kernel_isa attn_isa_avx2 = {
+    .name = "avx2",
+    .forward = &attn_avx2_forward,
+    .backward = &attn_avx2_backward,
+    .decode = &attn_avx2_decode,
+};

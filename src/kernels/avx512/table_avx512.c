@@ -5,5 +5,9 @@
  */
 #include "kernels/simd/parts.h"
 
-const attn_kernel_isa attn_isa_avx512 = {"avx512", &attn_avx512_forward, &attn_avx512_backward,
-                                         &attn_avx512_decode};
+const attn_kernel_isa attn_isa_avx512 = {
+    .name = "avx512",
+    .forward = &attn_avx512_forward,
+    .backward = &attn_avx512_backward,
+    .decode = &attn_avx512_decode,
+};

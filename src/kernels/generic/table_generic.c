@@ -8,4 +8,7 @@ const attn_kernel_isa attn_isa_generic = {
     .forward = &attn_generic_forward,
     .backward = &attn_generic_backward,
     .decode = &attn_generic_decode,
+    .bf16 = &attn_lowp_generic,
+    .convert = &attn_lowp_convert_generic,
+    .bf16_native = 0,
 };

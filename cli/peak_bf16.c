@@ -1,0 +1,130 @@
+/*
+ * peak_bf16.c — the bf16 ceilings `attn bench --peak` prints next to the fp32 FMA peak
+ * (peak.c), measured in the calling process on `threads` threads:
+ *  - VDPBF16PS: 16 independent accumulator chains of zmm dot products (each instruction 16
+ *    lanes × 2 multiply-adds = 64 flops), operands in registers;
+ *  - AMX TDPBF16PS: a chain on 4 accumulator tiles (2 × 2 blocks of 16 × 16 fp32) from 2 A
+ *    and 2 B tiles loaded once (each instruction 16 × 16 × 32 × 2 = 16384 flops), i.e. the
+ *    tile unit without loads; only where attn may run AMX (attn_kernel_available: CPUID, XCR0
+ *    and the OS's permission).
+ * Like the FMA peak: a 0.3 s warm-up, a calibration to ≈ 0.1 s per run, best of five.
+ */
+#include <omp.h>
+#include <string.h>
+#include <time.h>
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
+#include "attn.h"
+#include "bench_clock.h"
+
+#define CHAINS 16
+
+typedef float (*chain_function)(long iterations, float seed);
+
+#if defined(__x86_64__) && defined(__GNUC__)
+__attribute__((target("avx512f,avx512bf16"))) static float dpbf16_chains(long iterations,
+                                                                           float seed) {
+    __m512 chain[CHAINS];
+    for (int c = 0; c < CHAINS; ++c) chain[c] = _mm512_set1_ps(seed + (float)c);
+    /* pairs of bf16 1/1024 (0x3a80): each step adds 2^-19 per lane, far from overflow */
+    const __m512bh a = (__m512bh)_mm512_set1_epi32(0x3a803a80), b = a;
+    for (long i = 0; i < iterations; ++i)
+        for (int c = 0; c < CHAINS; ++c) chain[c] = _mm512_dpbf16_ps(chain[c], a, b);
+    __m512 total = chain[0];
+    for (int c = 1; c < CHAINS; ++c) total = _mm512_add_ps(total, chain[c]);
+    return _mm512_reduce_add_ps(total);
+}
+#endif
+
+#if defined(__x86_64__) && defined(__GNUC__)
+__attribute__((target("amx-tile,amx-bf16"))) static float amx_chains(long iterations,
+                                                                       float seed) {
+    uint8_t config[64] __attribute__((aligned(64)));
+    memset(config, 0, sizeof config);
+    config[0] = 1;
+    for (int t = 0; t < 8; ++t) config[16 + 2 * t] = 64, config[48 + t] = 16;
+    static const uint16_t operands[512] __attribute__((aligned(64))); /* zeros */
+    float out[256] __attribute__((aligned(64)));
+    _tile_loadconfig(config);
+    _tile_zero(0);
+    _tile_zero(1);
+    _tile_zero(2);
+    _tile_zero(3);
+    _tile_loadd(4, operands, 64);
+    _tile_loadd(5, operands, 64);
+    _tile_loadd(6, operands, 64);
+    _tile_loadd(7, operands, 64);
+    for (long i = 0; i < iterations; ++i) {
+        _tile_dpbf16ps(0, 4, 6);
+        _tile_dpbf16ps(1, 4, 7);
+        _tile_dpbf16ps(2, 5, 6);
+        _tile_dpbf16ps(3, 5, 7);
+    }
+    _tile_stored(0, out, 64);
+    _tile_release();
+    return out[0] + seed;
+}
+#endif
+
+static volatile float chain_sink;
+
+static double thread_cpu_seconds(void) {
+    struct timespec now;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &now);
+    return (double)now.tv_sec + 1e-9 * (double)now.tv_nsec;
+}
+
+static double time_chains(chain_function run, int threads, long iterations, bench_clock clock) {
+    const double start = omp_get_wtime();
+    double cpu_seconds = 0.0;
+#pragma omp parallel num_threads(threads) reduction(+ : cpu_seconds)
+    {
+        const double thread_start = thread_cpu_seconds();
+        const float result = run(iterations, (float)omp_get_thread_num());
+        if (result == 12345.0f) chain_sink = result;
+        cpu_seconds += thread_cpu_seconds() - thread_start;
+    }
+    return clock == BENCH_CLOCK_CPU ? cpu_seconds / threads : omp_get_wtime() - start;
+}
+
+/* GFLOP/s of `run` on all threads (flops_per_iteration per thread and iteration). */
+static double measure(chain_function run, double flops_per_iteration, int threads,
+                      bench_clock clock) {
+    if (threads <= 0) threads = omp_get_max_threads();
+    long iterations = 20000;
+    for (double elapsed = 0.0; elapsed < 0.3;) {
+        const double seconds = time_chains(run, threads, iterations, clock);
+        elapsed += seconds;
+        if (seconds > 0 && seconds < 0.05) iterations *= 2;
+    }
+    const double calibration = time_chains(run, threads, iterations, clock);
+    if (calibration > 0) iterations = (long)(iterations * 0.1 / calibration) + 1;
+    double best = 0.0;
+    for (int r = 0; r < 5; ++r) {
+        const double seconds = time_chains(run, threads, iterations, clock);
+        const double flops = flops_per_iteration * (double)iterations * threads;
+        if (seconds > 0 && flops / seconds > best) best = flops / seconds;
+    }
+    return best * 1e-9;
+}
+
+double bench_measure_bf16_peak(int threads, bench_clock clock) {
+#if defined(__x86_64__) && defined(__GNUC__)
+    if (attn_kernel_available(ATTN_KERNEL_AVX512_BF16))
+        return measure(dpbf16_chains, 64.0 * CHAINS, threads, clock);
+#endif
+    (void)threads, (void)clock;
+    return 0.0;
+}
+
+double bench_measure_amx_peak(int threads, bench_clock clock) {
+#if defined(__x86_64__) && defined(__GNUC__)
+    if (attn_kernel_available(ATTN_KERNEL_AMX))
+        return measure(amx_chains, 4.0 * 16 * 16 * 32 * 2, threads, clock);
+#endif
+    (void)threads, (void)clock;
+    return 0.0;
+}

@@ -1,0 +1,489 @@
+/*
+ * test_lowp_kernels.c — the bf16 / fp16 kernels of src/kernels/lowp.h, the tables of every
+ * registry this build, CPU and OS run (generic, AVX512_BF16, AMX: kernels/registry.h) plus the AMX tile algorithm on a portable emulation
+ * of the tile operations (so its staging and layouts are tested without AMX), against an
+ * independent double-precision computation on the same bf16 inputs.
+ *
+ * Covered: the packed layouts element by element (zero padding included) from contiguous,
+ * padded and transposed sources; Q·Kᵀ and P·V on tiles whose rows / keys / dims are not
+ * multiples of 2, 16 or 32 (D = 1, odd D, D = 576), prefixes of a packed tile, logits near
+ * 1e30; no writes outside the tile (sentinels); the bf16 rounding of P (nearest-even,
+ * subnormals flushed) by an independent rounding; bf16 / fp16 → fp32 for all 65536 patterns;
+ * fp32 → bf16 / fp16 rounding and the overflow count; P rounded in place.
+ *
+ * Error bound of an fp32 sum of n exact products, added one by one: |s − exact| ≤
+ * n · 2^-24 · Σ|products| (γ_n, n·u < 1); the tests allow (n + 2) · 2^-24 · Σ|·| + 1e-30.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/internal.h"
+#include "kernels/registry.h"
+#include "test_support.h"
+
+/* ---- the AMX tile algorithm on emulated tiles (16 rows × 64 bytes each) ---- */
+static unsigned char emulated_tiles[8][16][64];
+static int emulated_configured;
+static void emulated_load(int t, const void *base, int stride) {
+    for (int r = 0; r < 16; ++r) memcpy(emulated_tiles[t][r], (const char *)base + (size_t)r * stride, 64);
+}
+static void emulated_store(int t, void *base, int stride) {
+    for (int r = 0; r < 16; ++r) memcpy((char *)base + (size_t)r * stride, emulated_tiles[t][r], 64);
+}
+static float bf16_value(const unsigned char *bytes) {
+    uint16_t h;
+    memcpy(&h, bytes, 2);
+    uint32_t bits = (uint32_t)h << 16;
+    float x;
+    memcpy(&x, &bits, 4);
+    return x;
+}
+/* TDPBF16PS as the Intel SDM writes it: for each pair k, even element first, then odd. */
+static void emulated_dpbf16(int c, int a, int b) {
+    for (int m = 0; m < 16; ++m)
+        for (int n = 0; n < 16; ++n) {
+            float sum;
+            memcpy(&sum, &emulated_tiles[c][m][4 * n], 4);
+            for (int k = 0; k < 16; ++k) {
+                sum += bf16_value(&emulated_tiles[a][m][4 * k]) * bf16_value(&emulated_tiles[b][k][4 * n]);
+                sum += bf16_value(&emulated_tiles[a][m][4 * k + 2]) * bf16_value(&emulated_tiles[b][k][4 * n + 2]);
+            }
+            memcpy(&emulated_tiles[c][m][4 * n], &sum, 4);
+        }
+}
+#define AMX_NAME(x) emulated_amx_##x
+#define AMX_CONFIGURE(config) (emulated_configured = ((const uint8_t *)(config))[0])
+#define AMX_RELEASE() (emulated_configured = 0)
+#define AMX_ZERO(t) memset(emulated_tiles[t], 0, sizeof emulated_tiles[t])
+#define AMX_LOAD(t, base, stride) emulated_load(t, base, stride)
+#define AMX_STORE(t, base, stride) emulated_store(t, base, stride)
+#define AMX_DPBF16(c, a, b) emulated_dpbf16(c, a, b)
+#include "kernels/amx/amx_tiles.h"
+
+static const attn_lowp_kernels emulated_amx = {
+    .name = "amx (emulated tiles)",
+    .pack_keys = attn_lowp_generic_pack_keys,
+    .pack_values = attn_lowp_generic_pack_values,
+    .score_tile = emulated_amx_score_tile,
+    .accumulate_values = emulated_amx_accumulate_values,
+};
+
+#if defined(ATTN_HAVE_AVX512BF16_KERNELS)
+/* The same algorithm configured as lowp_amx.c is: AVX512-BF16 packing and rounding of P. */
+#undef AMX_NAME
+#undef AMX_ROUND_ROW
+#define AMX_NAME(x) emulated_amx_avx512_##x
+#define AMX_ROUND_ROW(destination, source, n, padded) \
+    attn_lowp_avx512bf16_round_row(destination, source, n, padded)
+#include "kernels/amx/amx_tiles.h"
+
+static const attn_lowp_kernels emulated_amx_avx512 = {
+    .name = "amx (emulated tiles, AVX512-BF16 packing and rounding)",
+    .pack_keys = attn_lowp_avx512bf16_pack_keys,
+    .pack_values = attn_lowp_avx512bf16_pack_values,
+    .score_tile = emulated_amx_avx512_score_tile,
+    .accumulate_values = emulated_amx_avx512_accumulate_values,
+};
+#endif
+
+/* ---- tables to test: the bf16 tiles and conversions of every registry this CPU runs ---- */
+typedef struct table_list {
+    const attn_lowp_kernels *list[5];
+    const attn_lowp_convert *convert[4];
+    int count, convert_count;
+} table_list;
+
+static table_list tables(void) {
+    table_list t = {{&emulated_amx}, {NULL}, 1, 0};
+    const attn_kernel_choice choices[] = {ATTN_KERNEL_GENERIC, ATTN_KERNEL_AVX512_BF16, ATTN_KERNEL_AMX};
+    for (int c = 0; c < 3; ++c) {
+        const attn_kernels *kernels = NULL;
+        if (attn_kernels_select(choices[c], &kernels, NULL) != ATTN_OK) {
+            printf("registry %s not available here: its tiles are not run\n",
+                   attn_kernel_choice_name(choices[c]));
+            continue;
+        }
+        t.list[t.count++] = &kernels->bf16;
+        if (choices[c] != ATTN_KERNEL_AMX) t.convert[t.convert_count++] = &kernels->convert;
+#if defined(ATTN_HAVE_AVX512BF16_KERNELS)
+        if (choices[c] == ATTN_KERNEL_AVX512_BF16) t.list[t.count++] = &emulated_amx_avx512;
+#endif
+    }
+    return t;
+}
+
+/* ---- independent bf16 helpers (double arithmetic, not the library's bit tricks) ---- */
+static double bf16_bits_to_double(uint16_t h) {
+    const int sign = h >> 15, exponent = (h >> 7) & 0xff, mantissa = h & 0x7f;
+    double magnitude = exponent == 0 ? ldexp(mantissa, -133) : ldexp(128 + mantissa, exponent - 134);
+    return sign ? -magnitude : magnitude;
+}
+/* Nearest-even bf16 of x (finite, |x| < 2^127), with |x| < 2^-126 flushed to 0; as a double. */
+static double bf16_round_reference(double x) {
+    if (fabs(x) < ldexp(1.0, -126)) return 0.0;
+    int exponent;
+    frexp(x, &exponent);                      /* |x| in [2^(exponent-1), 2^exponent) */
+    const double ulp = ldexp(1.0, exponent - 8);
+    return nearbyint(x / ulp) * ulp;          /* default rounding: nearest, ties even */
+}
+static uint16_t double_to_bf16_bits(double x) { /* x representable in bf16 */
+    float f = (float)x;
+    uint32_t bits;
+    memcpy(&bits, &f, 4);
+    return (uint16_t)(bits >> 16);
+}
+static uint16_t random_bf16(test_rng *rng, double scale) {
+    return double_to_bf16_bits(bf16_round_reference(test_rng_normal(rng) * scale));
+}
+
+static void *aligned_fill(size_t bytes, unsigned char fill) {
+    void *p = attn_aligned_alloc(bytes + 64);
+    memset(p, fill, bytes + 64);
+    return p;
+}
+
+/* A [count][dim] logical bf16 matrix stored in one of three layouts. */
+typedef enum layout { CONTIGUOUS, PADDED, TRANSPOSED } layout;
+typedef struct source { uint16_t *data; int64_t token_stride, dim_stride; } source;
+static source make_source(const uint16_t *logical, int count, int dim, layout kind) {
+    source s;
+    const int64_t padded_dim = dim + 3;
+    s.data = aligned_fill((size_t)count * padded_dim * 2 + 2, 0xAB);
+    s.token_stride = kind == CONTIGUOUS ? dim : kind == PADDED ? padded_dim : 1;
+    s.dim_stride = kind == TRANSPOSED ? count : 1;
+    for (int c = 0; c < count; ++c)
+        for (int d = 0; d < dim; ++d)
+            s.data[c * s.token_stride + d * s.dim_stride] = logical[(size_t)c * dim + d];
+    return s;
+}
+
+/* ---- packing: the exact layout of lowp.h ---- */
+static void test_packing(const attn_lowp_kernels *table, test_rng *rng) {
+    static const int counts[] = {1, 2, 15, 16, 17, 33, 64};
+    static const int dims[] = {1, 2, 3, 31, 32, 33, 128};
+    int key_errors = 0, value_errors = 0;
+    for (size_t i = 0; i < sizeof counts / sizeof *counts; ++i)
+        for (size_t j = 0; j < sizeof dims / sizeof *dims; ++j)
+            for (int kind = 0; kind < 3; ++kind) {
+                const int count = counts[i], dim = dims[j];
+                uint16_t *logical = malloc((size_t)count * dim * 2);
+                for (int n = 0; n < count * dim; ++n) logical[n] = random_bf16(rng, 1.0) | 1u;
+                source s = make_source(logical, count, dim, (layout)kind);
+                const size_t key_bytes = attn_lowp_packed_keys_bytes(count, dim);
+                const size_t value_bytes = attn_lowp_packed_values_bytes(count, dim);
+                uint16_t *keys = aligned_fill(key_bytes, 0xCD), *values = aligned_fill(value_bytes, 0xCD);
+                table->pack_keys(count, dim, s.data, s.token_stride, s.dim_stride, keys);
+                table->pack_values(count, dim, s.data, s.token_stride, s.dim_stride, values);
+                const int pairs = (dim + 31) / 32 * 16, dim16 = (dim + 15) / 16 * 16;
+                for (size_t n = 0; n < key_bytes / 2; ++n) { /* n → (key, d) by the formula */
+                    const int block = (int)(n / (32 * (size_t)pairs)), rest = (int)(n % (32 * (size_t)pairs));
+                    const int c = block * 16 + (rest % 32) / 2, d = (rest / 32) * 2 + rest % 2;
+                    const uint16_t expected = c < count && d < dim ? logical[(size_t)c * dim + d] : 0;
+                    key_errors += keys[n] != expected;
+                }
+                for (size_t n = 0; n < value_bytes / 2; ++n) {
+                    const int pair = (int)(n / (2 * (size_t)dim16)), rest = (int)(n % (2 * (size_t)dim16));
+                    const int c = pair * 2 + rest % 2, e = rest / 2;
+                    const uint16_t expected = c < count && e < dim ? logical[(size_t)c * dim + e] : 0;
+                    value_errors += values[n] != expected;
+                }
+                key_errors += keys[key_bytes / 2] != 0xCDCD; /* nothing past the packed size */
+                value_errors += values[value_bytes / 2] != 0xCDCD;
+                attn_aligned_free(keys);
+                attn_aligned_free(values);
+                attn_aligned_free(s.data);
+                free(logical);
+            }
+    CHECK(key_errors == 0, "%s pack_keys: layout of lowp.h, zero padding (%d wrong)", table->name, key_errors);
+    CHECK(value_errors == 0, "%s pack_values: VNNI pair layout, zero padding (%d wrong)", table->name,
+          value_errors);
+}
+
+/* ---- score_tile and accumulate_values against double ---- */
+typedef struct tile_case { int rows, count, dim, packed_count; double scale; layout kind; } tile_case;
+static const tile_case tile_cases[] = {
+    /* rows count dim packed scale layout */
+    {1, 1, 1, 1, 1.0, CONTIGUOUS},     {1, 2, 2, 2, 1.0, CONTIGUOUS},
+    {3, 5, 3, 5, 1.0, PADDED},         {6, 16, 16, 16, 1.0, CONTIGUOUS},
+    {7, 17, 17, 17, 1.0, TRANSPOSED},  {16, 31, 31, 31, 1.0, CONTIGUOUS},
+    {17, 32, 32, 32, 1.0, PADDED},     {31, 33, 33, 33, 1.0, CONTIGUOUS},
+    {33, 64, 64, 64, 1.0, CONTIGUOUS}, {13, 65, 127, 65, 1.0, TRANSPOSED},
+    {32, 256, 128, 256, 1.0, CONTIGUOUS}, {40, 300, 80, 300, 1.0, PADDED},
+    {5, 257, 576, 257, 1.0, CONTIGUOUS},
+    /* prefixes of a packed tile: packed_count > count */
+    {9, 13, 64, 64, 1.0, CONTIGUOUS},  {20, 1, 33, 17, 1.0, PADDED}, {18, 47, 96, 256, 1.0, CONTIGUOUS},
+    /* huge logits: |q|, |k| ~ 1e15 gives scores ~ 1e30 */
+    {6, 40, 64, 40, 1e15, CONTIGUOUS}, {17, 33, 3, 33, 3e18, PADDED},
+};
+
+static void test_tiles(const attn_lowp_kernels *table, test_rng *rng) {
+    int score_failures = 0, value_failures = 0, sentinel_failures = 0;
+    double worst_score = 0.0, worst_value = 0.0;
+    for (size_t n = 0; n < sizeof tile_cases / sizeof *tile_cases; ++n) {
+        const tile_case tc = tile_cases[n];
+        const int rows = tc.rows, count = tc.count, dim = tc.dim, packed_count = tc.packed_count;
+        const int query_stride = attn_lowp_query_stride(dim) + 32; /* wider than needed */
+        const int scores_stride = count + 5, accumulator_stride = dim + 7, weights_stride = count + 3;
+        uint16_t *queries = aligned_fill((size_t)rows * query_stride * 2, 0);
+        uint16_t *keys = malloc((size_t)packed_count * dim * 2), *values = malloc((size_t)packed_count * dim * 2);
+        for (int r = 0; r < rows; ++r)
+            for (int d = 0; d < dim; ++d) queries[(size_t)r * query_stride + d] = random_bf16(rng, tc.scale);
+        for (int i = 0; i < packed_count * dim; ++i) {
+            keys[i] = random_bf16(rng, tc.scale);
+            values[i] = random_bf16(rng, tc.scale);
+        }
+        source ks = make_source(keys, packed_count, dim, tc.kind);
+        source vs = make_source(values, packed_count, dim, tc.kind);
+        uint16_t *packed_keys = aligned_fill(attn_lowp_packed_keys_bytes(packed_count, dim), 0);
+        uint16_t *packed_values = aligned_fill(attn_lowp_packed_values_bytes(packed_count, dim), 0);
+        table->pack_keys(packed_count, dim, ks.data, ks.token_stride, ks.dim_stride, packed_keys);
+        table->pack_values(packed_count, dim, vs.data, vs.token_stride, vs.dim_stride, packed_values);
+
+        /* S = Q·Kᵀ */
+        float *scores = malloc((size_t)(rows + 1) * scores_stride * sizeof(float));
+        for (int i = 0; i < (rows + 1) * scores_stride; ++i) scores[i] = 12345.0f;
+        table->score_tile(rows, count, dim, queries, query_stride, packed_keys, scores, scores_stride);
+        for (int r = 0; r < rows + 1; ++r)
+            for (int c = 0; c < scores_stride; ++c) {
+                const float got = scores[(size_t)r * scores_stride + c];
+                if (r == rows || c >= count) { sentinel_failures += got != 12345.0f; continue; }
+                double exact = 0.0, magnitude = 0.0;
+                for (int d = 0; d < dim; ++d) {
+                    const double p = bf16_bits_to_double(queries[(size_t)r * query_stride + d]) *
+                                     bf16_bits_to_double(keys[(size_t)c * dim + d]);
+                    exact += p;
+                    magnitude += fabs(p);
+                }
+                const double bound = (dim + 2) * ldexp(magnitude, -24) + 1e-30;
+                const double error = fabs(got - exact);
+                if (!(error <= bound)) ++score_failures;
+                if (magnitude > 0 && error / magnitude > worst_score) worst_score = error / magnitude;
+            }
+
+        /* O += P·V with P in [0, 1) (a few exact zeros and tiny values too) */
+        float *weights = malloc((size_t)rows * weights_stride * sizeof(float));
+        float *accumulator = malloc((size_t)(rows + 1) * accumulator_stride * sizeof(float));
+        float *initial = malloc((size_t)(rows + 1) * accumulator_stride * sizeof(float));
+        for (int i = 0; i < rows * weights_stride; ++i) {
+            const double u = test_rng_uniform(rng);
+            weights[i] = u < 0.05 ? 0.0f : u < 0.1 ? (float)ldexp(u, -130) : (float)u;
+        }
+        for (int i = 0; i < (rows + 1) * accumulator_stride; ++i)
+            initial[i] = accumulator[i] = (float)(test_rng_normal(rng) * tc.scale);
+        table->accumulate_values(rows, count, dim, weights, weights_stride, packed_values,
+                                 accumulator, accumulator_stride);
+        for (int r = 0; r < rows + 1; ++r)
+            for (int e = 0; e < accumulator_stride; ++e) {
+                const size_t at = (size_t)r * accumulator_stride + e;
+                if (r == rows || e >= dim) { sentinel_failures += accumulator[at] != initial[at]; continue; }
+                double exact = initial[at], magnitude = fabs(initial[at]);
+                for (int c = 0; c < count; ++c) {
+                    const double p = bf16_round_reference(weights[(size_t)r * weights_stride + c]) *
+                                     bf16_bits_to_double(values[(size_t)c * dim + e]);
+                    exact += p;
+                    magnitude += fabs(p);
+                }
+                const double bound = (count + 2) * ldexp(magnitude, -24) + 1e-30;
+                const double error = fabs(accumulator[at] - exact);
+                if (!(error <= bound)) ++value_failures;
+                if (magnitude > 0 && error / magnitude > worst_value) worst_value = error / magnitude;
+            }
+        free(weights);
+        free(accumulator);
+        free(initial);
+        free(scores);
+        attn_aligned_free(packed_keys);
+        attn_aligned_free(packed_values);
+        attn_aligned_free(ks.data);
+        attn_aligned_free(vs.data);
+        attn_aligned_free(queries);
+        free(keys);
+        free(values);
+    }
+    CHECK(score_failures == 0, "%s score_tile within (D+2)·2^-24·Σ|q·k| of double (%d outside; worst %.3g of Σ|q·k|)",
+          table->name, score_failures, worst_score);
+    CHECK(value_failures == 0,
+          "%s accumulate_values with P rounded to bf16 within (n+2)·2^-24·Σ|p·v| (%d outside; worst %.3g)",
+          table->name, value_failures, worst_value);
+    CHECK(sentinel_failures == 0, "%s writes nothing outside the tile (%d writes)", table->name,
+          sentinel_failures);
+}
+
+/* ---- the library's scalar bf16 rounding (used by the generic and AMX tables) ---- */
+static void test_bf16_rounding(test_rng *rng) {
+    int failures = 0;
+    const float special[] = {0.0f, -0.0f, 1.0f, 1.00390625f, 1.01171875f, 1.0f + 0x1p-8f + 0x1p-20f,
+                             3.3895313e38f, 0x1p-126f, 0x1.fffffep-127f, -0x1p-140f, 65504.0f};
+    for (size_t i = 0; i < sizeof special / sizeof *special; ++i)
+        failures += bf16_bits_to_double(attn_lowp_bf16_round(special[i])) != bf16_round_reference(special[i]);
+    for (int i = 0; i < 100000; ++i) {
+        const float x = (float)(test_rng_normal(rng) * ldexp(1.0, (int)test_rng_range(rng, -140, 120)));
+        failures += bf16_bits_to_double(attn_lowp_bf16_round(x)) != bf16_round_reference(x);
+    }
+    CHECK(failures == 0, "bf16 rounding: nearest-even, subnormals flushed (%d wrong of 100011)", failures);
+    CHECK(isnan(attn_lowp_bf16_to_float(attn_lowp_bf16_round(NAN))), "bf16 rounding keeps NaN");
+    CHECK(isinf(attn_lowp_bf16_to_float(attn_lowp_bf16_round(INFINITY))), "bf16 rounding keeps inf");
+}
+
+#if defined(ATTN_HAVE_AVX512BF16_KERNELS)
+/* attn_lowp_avx512bf16_round_row: the rounding of P of the AMX table. */
+static void test_round_row(test_rng *rng) {
+    int failures = 0;
+    float source[80];
+    uint16_t destination[96];
+    for (int n = 0; n <= 70; n += 7)
+        for (int padded = (n + 31) / 32 * 32; padded <= 64; padded += 32) {
+            for (int c = 0; c < 80; ++c)
+                source[c] = (float)(test_rng_uniform(rng) * ldexp(1.0, (int)test_rng_range(rng, -135, 0)));
+            for (int c = 0; c < 96; ++c) destination[c] = 0xABCD;
+            attn_lowp_avx512bf16_round_row(destination, source, n, padded);
+            for (int c = 0; c < 96; ++c) {
+                const double expected = c < n ? bf16_round_reference(source[c]) : 0.0;
+                if (c >= padded) failures += destination[c] != 0xABCD;
+                else failures += bf16_bits_to_double(destination[c]) != expected;
+            }
+        }
+    CHECK(failures == 0, "AVX512-BF16 round_row: P rounded, zero-padded, nothing past `padded` (%d wrong)",
+          failures);
+}
+#endif
+
+/* ---- conversions ---- */
+static double f16_reference(uint16_t h) {
+    const int sign = h >> 15, exponent = (h >> 10) & 31, mantissa = h & 1023;
+    double magnitude = exponent == 0 ? ldexp(mantissa, -24)
+                       : exponent == 31 ? (mantissa ? NAN : INFINITY)
+                                        : ldexp(1024 + mantissa, exponent - 25);
+    return sign ? -magnitude : magnitude;
+}
+static double bf16_reference(uint16_t h) {
+    const int exponent = (h >> 7) & 0xff;
+    if (exponent == 0xff) return (h & 0x7f) ? NAN : (h >> 15) ? -INFINITY : INFINITY;
+    return bf16_bits_to_double(h);
+}
+/* Whether `got` (a 16-bit pattern decoded by `decode`) is the nearest-even value of x among
+ * the format's values (fp16: subnormals kept; bf16: |x| < 2^-126 gives 0). */
+static int rounds_correctly(double x, uint16_t bits, int is_f16) {
+    const double got = is_f16 ? f16_reference(bits) : bf16_reference(bits);
+    if (isnan(x)) return isnan(got);
+    if (isinf(x)) return got == x;
+    const double largest = is_f16 ? 65504.0 : ldexp(255.0, 120), half_step = is_f16 ? 16.0 : ldexp(1.0, 119);
+    if (fabs(x) >= largest + half_step) return isinf(got) && (got > 0) == (x > 0);
+    if (!is_f16) return got == bf16_round_reference(x);
+    const double step = fabs(got) < ldexp(1.0, -14) ? ldexp(1.0, -24)
+                                                    : ldexp(1.0, ilogb(got != 0 ? got : 1.0) - 10);
+    const double error = fabs(got - x);
+    return error < step / 2 || (error == step / 2 && !(bits & 1));
+}
+
+static void test_convert(const attn_lowp_convert *convert, test_rng *rng) {
+    uint16_t *all = malloc(65536 * 2);
+    float *out = malloc(65536 * sizeof(float));
+    for (int i = 0; i < 65536; ++i) all[i] = (uint16_t)i;
+    for (int is_f16 = 0; is_f16 < 2; ++is_f16) {
+        const char *type = is_f16 ? "fp16" : "bf16";
+        void (*to_f32)(int, int, const uint16_t *, int64_t, int64_t, float *, int64_t) =
+            is_f16 ? convert->f16_to_f32_rows : convert->bf16_to_f32_rows;
+        int failures = 0;
+        for (int transposed = 0; transposed < 2; ++transposed) { /* as [256][256] both ways */
+            for (int i = 0; i < 65536; ++i) out[i] = 0.0f;
+            to_f32(255, 253, all, transposed ? 1 : 256, transposed ? 256 : 1, out, 256);
+            for (int c = 0; c < 256; ++c)
+                for (int d = 0; d < 256; ++d) {
+                    const float got = out[c * 256 + d];
+                    if (c >= 255 || d >= 253) { failures += got != 0.0f; continue; }
+                    const uint16_t h = (uint16_t)(transposed ? d * 256 + c : c * 256 + d);
+                    const double expected = is_f16 ? f16_reference(h) : bf16_reference(h);
+                    failures += isnan(expected) ? !isnan(got) : (double)got != expected;
+                }
+        }
+        CHECK(failures == 0, "%s %s -> fp32: every pattern, contiguous and strided, nothing past the rows (%d wrong)",
+              convert->name, type, failures);
+
+        enum { N = 20003 };
+        float *source = malloc(N * sizeof(float)), *rounded = malloc(N * sizeof(float));
+        uint16_t *half = malloc(2 * N * 2);
+        const int low = is_f16 ? -26 : -140, high = is_f16 ? 14 : 126;
+        for (int i = 0; i < N; ++i)
+            source[i] = (float)(test_rng_normal(rng) * ldexp(1.0, (int)test_rng_range(rng, low, high)));
+        const float edges[] = {65504.0f, 65519.99f, 65520.0f, -65520.0f, 3.4028235e38f, INFINITY,
+                               0x1p-25f, 0x1.8p-24f, 0x1p-24f + 0x1p-40f, -0.0f, NAN, -3.3962e38f,
+                               3.3963e38f, 0x1p-127f, 1.00390625f, 1.01171875f};
+        for (int i = 0; i < 16; ++i) source[i] = edges[i];
+        int64_t expected_overflows = 0;
+        for (int i = 0; i < N; ++i)
+            expected_overflows += isfinite(source[i]) &&
+                                  fabs(source[i]) >= (is_f16 ? 65520.0 : ldexp(255.0, 120) + ldexp(1.0, 119));
+        const int64_t overflowed = (is_f16 ? convert->f32_to_f16 : convert->f32_to_bf16)(N, source, half, 2);
+        failures = 0;
+        for (int i = 0; i < N; ++i) failures += !rounds_correctly(source[i], half[2 * i], is_f16);
+        CHECK(failures == 0, "%s fp32 -> %s nearest-even, strided store (%d wrong of %d)", convert->name,
+              type, failures, N);
+        CHECK(overflowed == expected_overflows && expected_overflows >= 3,
+              "%s fp32 -> %s counts the finite values that overflow (got %lld, expected %lld)",
+              convert->name, type, (long long)overflowed, (long long)expected_overflows);
+
+        /* in-place rounding of P rows: [N / 103 rows][100 used of stride 103] */
+        memcpy(rounded, source, N * sizeof(float));
+        const int rows = N / 103;
+        (is_f16 ? convert->round_f16_rows : convert->round_bf16_rows)(rows, 100, rounded, 103);
+        failures = 0;
+        for (int i = 0; i < N; ++i) {
+            if (i >= rows * 103 || i % 103 >= 100) {
+                failures += memcmp(&rounded[i], &source[i], sizeof(float)) != 0;
+                continue;
+            }
+            const double x = source[i], got = rounded[i];
+            uint16_t h;
+            if (is_f16) {
+                /* got must be an fp16 value: find its pattern through the library-free route */
+                const float g = (float)got;
+                h = 0;
+                int found = isinf(g) || isnan(g);
+                if (!found) { /* fp16 values are integers times 2^-24 below 65536 */
+                    const double units = fabs(got) * 16777216.0;
+                    found = units == floor(units) && fabs(got) <= 65504.0;
+                }
+                failures += !found;
+                if (!found || isnan(g)) { failures += isnan(g) != isnan(x); continue; }
+                if (isinf(g)) { failures += !rounds_correctly(x, (uint16_t)(g > 0 ? 0x7c00 : 0xfc00), 1); continue; }
+                /* rebuild the pattern from the value */
+                const double a = fabs(got);
+                if (a < ldexp(1.0, -14)) h = (uint16_t)(a * 16777216.0);
+                else {
+                    const int e = ilogb(a);
+                    h = (uint16_t)(((e + 15) << 10) | (int)(ldexp(a, 10 - e) - 1024));
+                }
+                if (got < 0 || (got == 0 && signbit(got))) h |= 0x8000;
+                failures += !rounds_correctly(x, h, 1);
+            } else {
+                failures += isnan(x) ? !isnan(got) : got != bf16_round_reference(x) && !(isinf(got) && fabs(x) > 3.3e38);
+            }
+        }
+        CHECK(failures == 0, "%s rounds P rows to %s in place, nothing past the rows (%d wrong)",
+              convert->name, type, failures);
+        free(source);
+        free(rounded);
+        free(half);
+    }
+    free(all);
+    free(out);
+}
+
+int main(void) {
+    test_rng rng;
+    test_rng_seed(&rng, 11);
+    test_bf16_rounding(&rng);
+    const table_list list = tables();
+    for (int t = 0; t < list.count; ++t) {
+        test_packing(list.list[t], &rng);
+        test_tiles(list.list[t], &rng);
+    }
+    CHECK(emulated_configured == 0, "AMX algorithm releases the tiles it configured");
+    for (int t = 0; t < list.convert_count; ++t) test_convert(list.convert[t], &rng);
+#if defined(ATTN_HAVE_AVX512BF16_KERNELS)
+    if (attn_cpu_supports(ATTN_KERNEL_AVX512_BF16)) test_round_row(&rng);
+#endif
+    return test_finish();
+}
