@@ -221,8 +221,9 @@ static attn_kv_cache *new_cache(const shape_case *s, attn_dtype dtype, const flo
 }
 
 static void test_decode_table(void) {
-    const attn_kernel_choice kernels[] = {ATTN_KERNEL_GENERIC, ATTN_KERNEL_AVX2, ATTN_KERNEL_AVX512,
-                                          ATTN_KERNEL_AUTO};
+    const attn_kernel_choice kernels[] = {ATTN_KERNEL_GENERIC,     ATTN_KERNEL_AVX2,
+                                          ATTN_KERNEL_AVX512,      ATTN_KERNEL_AVX512_BF16,
+                                          ATTN_KERNEL_AMX,         ATTN_KERNEL_AUTO};
     double worst[COUNT_OF(formats)] = {0};
     for (int si = 0; si < COUNT_OF(shapes); ++si)
         for (int li = 0; li < COUNT_OF(lengths); ++li) {
