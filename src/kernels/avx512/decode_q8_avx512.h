@@ -236,12 +236,9 @@ V_INLINE void add_unpacked_sums(float *row, int valid, __m512i low, __m512i high
 #define Q8I_VNNI 0
 #include "kernels/avx512/decode_q8_int_avx512.h"
 #undef Q8I_VNNI
-#pragma GCC push_options
-#pragma GCC target("avx512vnni")
 #define Q8I_VNNI 1
 #include "kernels/avx512/decode_q8_int_avx512.h"
 #undef Q8I_VNNI
-#pragma GCC pop_options
 
 /* VPDPWSSD where the CPU has it (decided once), else VPMADDWD: the same integers. */
 static int have_vnni(void) {

@@ -2,8 +2,8 @@
  * decode_q8_int_avx512.h — int8 KV decode in integers (quant.h "Q8 decode arithmetic"):
  * queries and weights rounded to int16, products with the stored int8 elements summed
  * exactly in int32 lanes, so the results equal attn_q8_score_exact / _accumulate_exact bit
- * for bit. Included twice by decode_q8_avx512.h: Q8I_VNNI 1 (inside a target("avx512vnni")
- * region: VPDPWSSD, one instruction per 32 products) and 0 (AVX512-BW: VPMADDWD + VPADDD).
+ * for bit. Included twice by decode_q8_avx512.h: Q8I_VNNI 1 (functions marked
+ * target("avx512vnni"): VPDPWSSD, one instruction per 32 products) and 0 (AVX512-BW: VPMADDWD + VPADDD).
  * Q8I(name) gives the variant's names.
  *
  * Scores: pairs of dimensions (2d, 2d + 1) are the int16 pair of a 32-bit lane on both sides
@@ -18,23 +18,25 @@
 
 #if Q8I_VNNI
 #define Q8I(name) name##_vnni
-V_INLINE __m512i Q8I(dot_pairs)(__m512i sum, __m512i a, __m512i b) {
+#define Q8I_TARGET __attribute__((target("avx512vnni")))
+Q8I_TARGET V_INLINE __m512i Q8I(dot_pairs)(__m512i sum, __m512i a, __m512i b) {
     return _mm512_dpwssd_epi32(sum, a, b);
 }
 #else
 #define Q8I(name) name##_bw
-V_INLINE __m512i Q8I(dot_pairs)(__m512i sum, __m512i a, __m512i b) {
+#define Q8I_TARGET
+Q8I_TARGET V_INLINE __m512i Q8I(dot_pairs)(__m512i sum, __m512i a, __m512i b) {
     return _mm512_add_epi32(sum, _mm512_madd_epi16(a, b));
 }
 #endif
 
 /* 32 int8 elements source[0 .. 32) (past `elements`: 0) as 32 int16 words. */
-V_INLINE __m512i Q8I(load_words)(const int8_t *source, __mmask32 elements) {
+Q8I_TARGET V_INLINE __m512i Q8I(load_words)(const int8_t *source, __mmask32 elements) {
     return _mm512_cvtepi8_epi16(_mm256_maskz_loadu_epi8(elements, source));
 }
 
 /* Lane r * block_keys + k = sum_d q16[r][d] * key_k[d] (int32, exact). */
-V_INLINE __m512i Q8I(score_block)(const int block_rows, const int block_keys, int dim,
+Q8I_TARGET V_INLINE __m512i Q8I(score_block)(const int block_rows, const int block_keys, int dim,
                                   const int16_t *const *row, const int8_t *const *key) {
     __m512i sums[16];
     for (int a = 0; a < 16; ++a) sums[a] = _mm512_setzero_si512();
@@ -51,7 +53,7 @@ V_INLINE __m512i Q8I(score_block)(const int block_rows, const int block_keys, in
     return transpose_reduce_i32(sums);
 }
 
-static void Q8I(score_chunk)(int rows, int count, int dim, const float *queries,
+Q8I_TARGET static void Q8I(score_chunk)(int rows, int count, int dim, const float *queries,
                              const int8_t *keys, int64_t key_stride, const float *row_scales,
                              float factor, float *scores) {
     const int padded = (dim + 31) / 32 * 32;
@@ -115,7 +117,7 @@ static void Q8I(score_chunk)(int rows, int count, int dim, const float *queries,
 
 /* Rows [0, block_rows) (<= 4) of the value accumulation over columns [e0, e0 + width),
  * width <= 32 * segments; w16[r][c] int16 weights (c padded to even with 0). */
-V_INLINE void Q8I(accumulate_block)(const int block_rows, const int segments, int count, int e0,
+Q8I_TARGET V_INLINE void Q8I(accumulate_block)(const int block_rows, const int segments, int count, int e0,
                                     int width, int dim, const int16_t *w16, const float *scale,
                                     const float *rescale, const int8_t *values,
                                     int64_t value_stride, float *accumulator, int prefetch) {
@@ -158,7 +160,7 @@ V_INLINE void Q8I(accumulate_block)(const int block_rows, const int segments, in
     }
 }
 
-static void Q8I(accumulate_chunk)(int rows, int count, int dim, const float *weights,
+Q8I_TARGET static void Q8I(accumulate_chunk)(int rows, int count, int dim, const float *weights,
                                   const float *rescale, const int8_t *values,
                                   int64_t value_stride, const float *row_scales, float factor,
                                   float *accumulator) {
@@ -193,3 +195,4 @@ static void Q8I(accumulate_chunk)(int rows, int count, int dim, const float *wei
 }
 
 #undef Q8I
+#undef Q8I_TARGET
