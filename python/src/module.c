@@ -1,0 +1,504 @@
+/*
+ * module.c — attn._attn, the CPython extension under the Python package `attn`.
+ *
+ * A thin layer: Python (python/attn/_tensors.py) turns NumPy arrays and PyTorch tensors into
+ * tensor descriptors, and this module turns descriptors into attn_tensor views, calls libattn
+ * with the GIL released, and turns an attn_status into a Python exception carrying attn's
+ * message. It allocates nothing the caller sees and never copies tensor data.
+ *
+ * A tensor descriptor is the tuple (data: int, dtype: int, shape: tuple, strides: tuple):
+ * the address of element [0, ..., 0], an attn_dtype value, and rank 1..4 sizes and strides
+ * in elements (as attn_tensor). None stands for "no tensor" where an argument is optional.
+ * The descriptors are trusted to describe memory the caller keeps alive for the call: this
+ * module is private (attn._attn); the public functions in attn/__init__.py build them.
+ *
+ * Options are the tuple built by attn/_options.py (fields in the order parsed below).
+ * Built against the Python limited API (abi3): one wheel per platform for every CPython.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include <string.h>
+
+#include "attn.h"
+
+/* ---- errors ------------------------------------------------------------------------------ */
+
+/* Raises the Python exception for a failed attn call: ValueError for bad arguments,
+ * MemoryError for memory (allocation, limit, cache capacity), NotImplementedError for
+ * a combination this build cannot serve, OSError for I/O. Returns NULL. */
+static PyObject *raise_status(attn_status status, const attn_error *error) {
+    PyObject *type = PyExc_ValueError;
+    switch (status) {
+    case ATTN_ERROR_OUT_OF_MEMORY:
+    case ATTN_ERROR_MEMORY_LIMIT:
+    case ATTN_ERROR_CAPACITY: type = PyExc_MemoryError; break;
+    case ATTN_ERROR_UNSUPPORTED: type = PyExc_NotImplementedError; break;
+    case ATTN_ERROR_IO: type = PyExc_OSError; break;
+    case ATTN_ERROR_COMMUNICATION: type = PyExc_RuntimeError; break;
+    default: break;
+    }
+    const char *message = error->message[0] ? error->message : "(no message)";
+    PyErr_Format(type, "%s [%s]", message, attn_status_name(status));
+    return NULL;
+}
+
+/* ---- descriptors --------------------------------------------------------------------------- */
+
+static int parse_int64_tuple(PyObject *tuple, int rank, int64_t *values, const char *name,
+                             const char *what) {
+    if (!PyTuple_Check(tuple) || PyTuple_Size(tuple) != rank) {
+        PyErr_Format(PyExc_TypeError, "%s: %s must be a tuple of %d ints", name, what, rank);
+        return -1;
+    }
+    for (int d = 0; d < rank; ++d) {
+        long long value = PyLong_AsLongLong(PyTuple_GetItem(tuple, d));
+        if (value == -1 && PyErr_Occurred()) return -1;
+        values[d] = (int64_t)value;
+    }
+    return 0;
+}
+
+/* Fills `t` from a descriptor. Returns 1 for a tensor, 0 for None (when allowed), -1 on
+ * error (a Python exception is set). */
+static int parse_tensor(PyObject *object, attn_tensor *t, const char *name, int optional) {
+    memset(t, 0, sizeof *t);
+    if (object == Py_None) {
+        if (optional) return 0;
+        PyErr_Format(PyExc_TypeError, "%s is required", name);
+        return -1;
+    }
+    if (!PyTuple_Check(object) || PyTuple_Size(object) != 4) {
+        PyErr_Format(PyExc_TypeError, "%s: expected a tensor descriptor", name);
+        return -1;
+    }
+    t->data = PyLong_AsVoidPtr(PyTuple_GetItem(object, 0));
+    if (PyErr_Occurred()) return -1;
+    long dtype = PyLong_AsLong(PyTuple_GetItem(object, 1));
+    if (dtype == -1 && PyErr_Occurred()) return -1;
+    t->dtype = (attn_dtype)dtype;
+    PyObject *shape = PyTuple_GetItem(object, 2);
+    Py_ssize_t rank = PyTuple_Check(shape) ? PyTuple_Size(shape) : -1;
+    if (rank < 1 || rank > ATTN_MAX_RANK) {
+        PyErr_Format(PyExc_ValueError, "%s: rank must be 1..%d", name, ATTN_MAX_RANK);
+        return -1;
+    }
+    t->rank = (int)rank;
+    if (parse_int64_tuple(shape, t->rank, t->shape, name, "shape") ||
+        parse_int64_tuple(PyTuple_GetItem(object, 3), t->rank, t->stride, name, "strides"))
+        return -1;
+    return 1;
+}
+
+/* An optional pointer passed as an int (0 = NULL). */
+static int parse_pointer(PyObject *object, const void **pointer) {
+    *pointer = NULL;
+    if (object == Py_None) return 0;
+    *pointer = PyLong_AsVoidPtr(object);
+    return PyErr_Occurred() ? -1 : 0;
+}
+
+/* ---- options ------------------------------------------------------------------------------- */
+
+/* Tensors an options tuple points at; they must outlive the call. */
+typedef struct option_tensors {
+    attn_tensor mask, bias;
+} option_tensors;
+
+/*
+ * The options tuple (attn/_options.py builds it, in this order):
+ *   (scale: float or None, alignment: int, causal: bool, window: (left, right) or None,
+ *    mask: descriptor or None, bias: descriptor or None,
+ *    query_lengths: int pointer or None, key_lengths: int pointer or None,
+ *    alibi: bool, alibi_slopes: float pointer or None, softcap: float, empty_rows: int)
+ */
+static int parse_options(PyObject *tuple, attn_options *options, option_tensors *tensors) {
+    *options = attn_options_default();
+    if (!PyTuple_Check(tuple) || PyTuple_Size(tuple) != 12) {
+        PyErr_SetString(PyExc_TypeError, "options: expected a 12-tuple");
+        return -1;
+    }
+    PyObject *scale = PyTuple_GetItem(tuple, 0);
+    if (scale != Py_None) {
+        options->custom_scale = 1;
+        options->scale = (float)PyFloat_AsDouble(scale);
+        if (PyErr_Occurred()) return -1;
+    }
+    long alignment = PyLong_AsLong(PyTuple_GetItem(tuple, 1));
+    if (alignment == -1 && PyErr_Occurred()) return -1;
+    options->alignment = (attn_alignment)alignment;
+    options->causal = PyObject_IsTrue(PyTuple_GetItem(tuple, 2));
+    if (options->causal < 0) return -1;
+    PyObject *window = PyTuple_GetItem(tuple, 3);
+    if (window != Py_None) {
+        int64_t sides[2];
+        if (parse_int64_tuple(window, 2, sides, "window", "(left, right)")) return -1;
+        options->window = 1;
+        options->window_left = sides[0];
+        options->window_right = sides[1];
+    }
+    int has;
+    if ((has = parse_tensor(PyTuple_GetItem(tuple, 4), &tensors->mask, "mask", 1)) < 0) return -1;
+    if (has) options->mask = &tensors->mask;
+    if ((has = parse_tensor(PyTuple_GetItem(tuple, 5), &tensors->bias, "bias", 1)) < 0) return -1;
+    if (has) options->bias = &tensors->bias;
+    const void *pointer;
+    if (parse_pointer(PyTuple_GetItem(tuple, 6), &pointer)) return -1;
+    options->query_lengths = pointer;
+    if (parse_pointer(PyTuple_GetItem(tuple, 7), &pointer)) return -1;
+    options->key_lengths = pointer;
+    options->alibi = PyObject_IsTrue(PyTuple_GetItem(tuple, 8));
+    if (options->alibi < 0) return -1;
+    if (parse_pointer(PyTuple_GetItem(tuple, 9), &pointer)) return -1;
+    options->alibi_slopes = pointer;
+    options->softcap = (float)PyFloat_AsDouble(PyTuple_GetItem(tuple, 10));
+    if (PyErr_Occurred()) return -1;
+    long empty_rows = PyLong_AsLong(PyTuple_GetItem(tuple, 11));
+    if (empty_rows == -1 && PyErr_Occurred()) return -1;
+    options->empty_rows = (attn_empty_rows)empty_rows;
+    return 0;
+}
+
+/* The execution tuple: (threads: int, memory_limit_bytes: int, kernel: attn_kernel_choice);
+ * 0 = default / no limit / AUTO. */
+static int parse_execution(PyObject *tuple, attn_execution *execution) {
+    *execution = attn_execution_default();
+    int threads, kernel;
+    unsigned long long limit;
+    if (!PyArg_ParseTuple(tuple, "iKi", &threads, &limit, &kernel)) return -1;
+    execution->num_threads = threads;
+    execution->memory_limit_bytes = (size_t)limit;
+    execution->kernel = (attn_kernel_choice)kernel;
+    return 0;
+}
+
+/* ---- forward, backward, merge -------------------------------------------------------------- */
+
+/* forward(q, k, v, out, lse | None, options, execution) */
+static PyObject *py_forward(PyObject *self, PyObject *args) {
+    PyObject *qo, *ko, *vo, *outo, *lseo, *optionso, *executiono;
+    if (!PyArg_ParseTuple(args, "OOOOOOO", &qo, &ko, &vo, &outo, &lseo, &optionso, &executiono))
+        return NULL;
+    attn_tensor q, k, v, out, lse;
+    option_tensors tensors;
+    attn_options options;
+    attn_execution execution;
+    int has_lse;
+    if (parse_tensor(qo, &q, "q", 0) < 0 || parse_tensor(ko, &k, "k", 0) < 0 ||
+        parse_tensor(vo, &v, "v", 0) < 0 || parse_tensor(outo, &out, "out", 0) < 0 ||
+        (has_lse = parse_tensor(lseo, &lse, "lse", 1)) < 0 ||
+        parse_options(optionso, &options, &tensors) || parse_execution(executiono, &execution))
+        return NULL;
+    attn_error error;
+    memset(&error, 0, sizeof error);
+    attn_status status;
+    Py_BEGIN_ALLOW_THREADS
+    status = attn_forward(&q, &k, &v, &options, &out, has_lse ? &lse : NULL, &execution, &error);
+    Py_END_ALLOW_THREADS
+    if (status != ATTN_OK) return raise_status(status, &error);
+    Py_RETURN_NONE;
+}
+
+/* backward(q, k, v, out, lse, dout, options, dq, dk, dv, dbias | None, execution) */
+static PyObject *py_backward(PyObject *self, PyObject *args) {
+    PyObject *o[12];
+    if (!PyArg_ParseTuple(args, "OOOOOOOOOOOO", &o[0], &o[1], &o[2], &o[3], &o[4], &o[5], &o[6],
+                          &o[7], &o[8], &o[9], &o[10], &o[11]))
+        return NULL;
+    attn_tensor q, k, v, out, lse, dout, dq, dk, dv, dbias;
+    option_tensors tensors;
+    attn_options options;
+    attn_execution execution;
+    int has_dbias;
+    if (parse_tensor(o[0], &q, "q", 0) < 0 || parse_tensor(o[1], &k, "k", 0) < 0 ||
+        parse_tensor(o[2], &v, "v", 0) < 0 || parse_tensor(o[3], &out, "out", 0) < 0 ||
+        parse_tensor(o[4], &lse, "lse", 0) < 0 || parse_tensor(o[5], &dout, "dout", 0) < 0 ||
+        parse_options(o[6], &options, &tensors) || parse_tensor(o[7], &dq, "dq", 0) < 0 ||
+        parse_tensor(o[8], &dk, "dk", 0) < 0 || parse_tensor(o[9], &dv, "dv", 0) < 0 ||
+        (has_dbias = parse_tensor(o[10], &dbias, "dbias", 1)) < 0 ||
+        parse_execution(o[11], &execution))
+        return NULL;
+    attn_error error;
+    memset(&error, 0, sizeof error);
+    attn_status status;
+    Py_BEGIN_ALLOW_THREADS
+    status = attn_backward(&q, &k, &v, &out, &lse, &dout, &options, &dq, &dk, &dv,
+                           has_dbias ? &dbias : NULL, &execution, &error);
+    Py_END_ALLOW_THREADS
+    if (status != ATTN_OK) return raise_status(status, &error);
+    Py_RETURN_NONE;
+}
+
+#define MERGE_MAX_PARTS 4096
+
+/* merge(outs: list of descriptors, lses: list of descriptors, out, lse) */
+static PyObject *py_merge(PyObject *self, PyObject *args) {
+    PyObject *outs_list, *lses_list, *outo, *lseo;
+    if (!PyArg_ParseTuple(args, "OOOO", &outs_list, &lses_list, &outo, &lseo)) return NULL;
+    if (!PyList_Check(outs_list) || !PyList_Check(lses_list) ||
+        PyList_Size(outs_list) != PyList_Size(lses_list)) {
+        PyErr_SetString(PyExc_TypeError, "merge: outs and lses must be lists of equal length");
+        return NULL;
+    }
+    Py_ssize_t count = PyList_Size(outs_list);
+    if (count < 1 || count > MERGE_MAX_PARTS) {
+        PyErr_Format(PyExc_ValueError, "merge: number of partial results = %zd (1..%d)", count,
+                     MERGE_MAX_PARTS);
+        return NULL;
+    }
+    attn_tensor *views = PyMem_Malloc(sizeof(attn_tensor) * 2 * (size_t)count);
+    const attn_tensor **pointers = PyMem_Malloc(sizeof(attn_tensor *) * 2 * (size_t)count);
+    PyObject *result = NULL;
+    attn_tensor out, lse;
+    if (!views || !pointers) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (Py_ssize_t s = 0; s < count; ++s) {
+        if (parse_tensor(PyList_GetItem(outs_list, s), &views[s], "outs[s]", 0) < 0 ||
+            parse_tensor(PyList_GetItem(lses_list, s), &views[count + s], "lses[s]", 0) < 0)
+            goto done;
+        pointers[s] = &views[s];
+        pointers[count + s] = &views[count + s];
+    }
+    if (parse_tensor(outo, &out, "out", 0) < 0 || parse_tensor(lseo, &lse, "lse", 0) < 0)
+        goto done;
+    attn_error error;
+    memset(&error, 0, sizeof error);
+    attn_status status;
+    Py_BEGIN_ALLOW_THREADS
+    status = attn_merge((int)count, pointers, pointers + count, &out, &lse, &error);
+    Py_END_ALLOW_THREADS
+    if (status != ATTN_OK) {
+        raise_status(status, &error);
+        goto done;
+    }
+    result = Py_None;
+    Py_INCREF(result);
+done:
+    PyMem_Free(views);
+    PyMem_Free((void *)pointers);
+    return result;
+}
+
+/* ---- KV cache ------------------------------------------------------------------------------- */
+
+static const char *CACHE_CAPSULE = "attn._attn.kv_cache";
+
+static void cache_capsule_destroy(PyObject *capsule) {
+    attn_kv_cache *cache = PyCapsule_GetPointer(capsule, CACHE_CAPSULE);
+    if (cache) attn_kv_cache_destroy(cache);
+    else PyErr_Clear();
+}
+
+static attn_kv_cache *get_cache(PyObject *capsule) {
+    return PyCapsule_GetPointer(capsule, CACHE_CAPSULE);
+}
+
+/* cache_create(sequences, kv_heads, key_dim, value_dim, values_in_keys, dtype, capacity,
+ *              page_size, page_count, rope_dim, rope_layout, rope_base) -> capsule */
+static PyObject *py_cache_create(PyObject *self, PyObject *args) {
+    attn_kv_cache_config config = attn_kv_cache_config_default();
+    long long sequences, kv_heads, key_dim, value_dim, capacity, page_size, page_count, rope_dim;
+    int values_in_keys, dtype, rope_layout;
+    double rope_base;
+    if (!PyArg_ParseTuple(args, "LLLLpiLLLLid", &sequences, &kv_heads, &key_dim, &value_dim,
+                          &values_in_keys, &dtype, &capacity, &page_size, &page_count, &rope_dim,
+                          &rope_layout, &rope_base))
+        return NULL;
+    config.sequences = sequences;
+    config.kv_heads = kv_heads;
+    config.key_dim = key_dim;
+    config.value_dim = value_dim;
+    config.values_in_keys = values_in_keys;
+    config.dtype = (attn_dtype)dtype;
+    config.capacity = capacity;
+    config.page_size = page_size;
+    config.page_count = page_count;
+    config.rope_dim = rope_dim;
+    config.rope_layout = (attn_rope_layout)rope_layout;
+    config.rope_base = rope_base;
+    attn_kv_cache *cache = NULL;
+    attn_error error;
+    memset(&error, 0, sizeof error);
+    attn_status status;
+    Py_BEGIN_ALLOW_THREADS
+    status = attn_kv_cache_create(&config, &cache, &error);
+    Py_END_ALLOW_THREADS
+    if (status != ATTN_OK) return raise_status(status, &error);
+    PyObject *capsule = PyCapsule_New(cache, CACHE_CAPSULE, cache_capsule_destroy);
+    if (!capsule) attn_kv_cache_destroy(cache);
+    return capsule;
+}
+
+/* cache_append(capsule, first_sequence, k, v | None) */
+static PyObject *py_cache_append(PyObject *self, PyObject *args) {
+    PyObject *capsule, *ko, *vo;
+    long long first;
+    if (!PyArg_ParseTuple(args, "OLOO", &capsule, &first, &ko, &vo)) return NULL;
+    attn_kv_cache *cache = get_cache(capsule);
+    attn_tensor k, v;
+    int has_v;
+    if (!cache || parse_tensor(ko, &k, "k", 0) < 0 || (has_v = parse_tensor(vo, &v, "v", 1)) < 0)
+        return NULL;
+    attn_error error;
+    memset(&error, 0, sizeof error);
+    attn_status status;
+    Py_BEGIN_ALLOW_THREADS
+    status = attn_kv_cache_append(cache, first, &k, has_v ? &v : NULL, &error);
+    Py_END_ALLOW_THREADS
+    if (status != ATTN_OK) return raise_status(status, &error);
+    Py_RETURN_NONE;
+}
+
+/* cache_read(capsule, sequence, first_token, k, v | None) */
+static PyObject *py_cache_read(PyObject *self, PyObject *args) {
+    PyObject *capsule, *ko, *vo;
+    long long sequence, first;
+    if (!PyArg_ParseTuple(args, "OLLOO", &capsule, &sequence, &first, &ko, &vo)) return NULL;
+    attn_kv_cache *cache = get_cache(capsule);
+    attn_tensor k, v;
+    int has_v;
+    if (!cache || parse_tensor(ko, &k, "k", 0) < 0 || (has_v = parse_tensor(vo, &v, "v", 1)) < 0)
+        return NULL;
+    attn_error error;
+    memset(&error, 0, sizeof error);
+    attn_status status = attn_kv_cache_read(cache, sequence, first, &k, has_v ? &v : NULL, &error);
+    if (status != ATTN_OK) return raise_status(status, &error);
+    Py_RETURN_NONE;
+}
+
+/* cache_truncate(capsule, sequence, length) */
+static PyObject *py_cache_truncate(PyObject *self, PyObject *args) {
+    PyObject *capsule;
+    long long sequence, length;
+    if (!PyArg_ParseTuple(args, "OLL", &capsule, &sequence, &length)) return NULL;
+    attn_kv_cache *cache = get_cache(capsule);
+    if (!cache) return NULL;
+    attn_error error;
+    memset(&error, 0, sizeof error);
+    attn_status status = attn_kv_cache_truncate(cache, sequence, length, &error);
+    if (status != ATTN_OK) return raise_status(status, &error);
+    Py_RETURN_NONE;
+}
+
+/* cache_share_prefix(capsule, source, destination, length) */
+static PyObject *py_cache_share_prefix(PyObject *self, PyObject *args) {
+    PyObject *capsule;
+    long long source, destination, length;
+    if (!PyArg_ParseTuple(args, "OLLL", &capsule, &source, &destination, &length)) return NULL;
+    attn_kv_cache *cache = get_cache(capsule);
+    if (!cache) return NULL;
+    attn_error error;
+    memset(&error, 0, sizeof error);
+    attn_status status = attn_kv_cache_share_prefix(cache, source, destination, length, &error);
+    if (status != ATTN_OK) return raise_status(status, &error);
+    Py_RETURN_NONE;
+}
+
+/* cache_reset(capsule) */
+static PyObject *py_cache_reset(PyObject *self, PyObject *capsule) {
+    attn_kv_cache *cache = get_cache(capsule);
+    if (!cache) return NULL;
+    attn_kv_cache_reset(cache);
+    Py_RETURN_NONE;
+}
+
+/* cache_length(capsule, sequence) -> int (-1 when out of range) */
+static PyObject *py_cache_length(PyObject *self, PyObject *args) {
+    PyObject *capsule;
+    long long sequence;
+    if (!PyArg_ParseTuple(args, "OL", &capsule, &sequence)) return NULL;
+    attn_kv_cache *cache = get_cache(capsule);
+    if (!cache) return NULL;
+    return PyLong_FromLongLong(attn_kv_cache_length(cache, sequence));
+}
+
+/* cache_stats(capsule) -> (free_pages, footprint_bytes) */
+static PyObject *py_cache_stats(PyObject *self, PyObject *capsule) {
+    attn_kv_cache *cache = get_cache(capsule);
+    if (!cache) return NULL;
+    return Py_BuildValue("(LK)", (long long)attn_kv_cache_free_pages(cache),
+                         (unsigned long long)attn_kv_cache_footprint_bytes(cache));
+}
+
+/* decode(capsule, q, out, lse | None, options, execution) */
+static PyObject *py_decode(PyObject *self, PyObject *args) {
+    PyObject *capsule, *qo, *outo, *lseo, *optionso, *executiono;
+    if (!PyArg_ParseTuple(args, "OOOOOO", &capsule, &qo, &outo, &lseo, &optionso, &executiono))
+        return NULL;
+    attn_kv_cache *cache = get_cache(capsule);
+    attn_tensor q, out, lse;
+    option_tensors tensors;
+    attn_options options;
+    attn_execution execution;
+    int has_lse;
+    if (!cache || parse_tensor(qo, &q, "q", 0) < 0 || parse_tensor(outo, &out, "out", 0) < 0 ||
+        (has_lse = parse_tensor(lseo, &lse, "lse", 1)) < 0 ||
+        parse_options(optionso, &options, &tensors) || parse_execution(executiono, &execution))
+        return NULL;
+    attn_error error;
+    memset(&error, 0, sizeof error);
+    attn_status status;
+    Py_BEGIN_ALLOW_THREADS
+    status = attn_decode(cache, &q, &options, &out, has_lse ? &lse : NULL, &execution, &error);
+    Py_END_ALLOW_THREADS
+    if (status != ATTN_OK) return raise_status(status, &error);
+    Py_RETURN_NONE;
+}
+
+/* ---- misc ----------------------------------------------------------------------------------- */
+
+static PyObject *py_version(PyObject *self, PyObject *unused) {
+    return PyUnicode_FromString(attn_version());
+}
+
+/* alibi_slopes(num_heads, slopes_pointer): fills float[num_heads]. */
+static PyObject *py_alibi_slopes(PyObject *self, PyObject *args) {
+    int heads;
+    PyObject *pointer_object;
+    if (!PyArg_ParseTuple(args, "iO", &heads, &pointer_object)) return NULL;
+    const void *pointer;
+    if (parse_pointer(pointer_object, &pointer)) return NULL;
+    attn_error error;
+    memset(&error, 0, sizeof error);
+    attn_status status = attn_alibi_slopes(heads, (float *)pointer, &error);
+    if (status != ATTN_OK) return raise_status(status, &error);
+    Py_RETURN_NONE;
+}
+
+/* kernel_name(choice) -> the kernel family it selects here, or None when unavailable. */
+static PyObject *py_kernel_name(PyObject *self, PyObject *args) {
+    int choice;
+    if (!PyArg_ParseTuple(args, "i", &choice)) return NULL;
+    const char *name = attn_kernel_name((attn_kernel_choice)choice);
+    if (!name) Py_RETURN_NONE;
+    return PyUnicode_FromString(name);
+}
+
+static PyMethodDef methods[] = {
+    {"kernel_name", py_kernel_name, METH_VARARGS, "attn_kernel_name (private)."},
+    {"version", py_version, METH_NOARGS, "libattn's version, \"MAJOR.MINOR.PATCH\"."},
+    {"forward", py_forward, METH_VARARGS, "attn_forward on descriptors (private)."},
+    {"backward", py_backward, METH_VARARGS, "attn_backward on descriptors (private)."},
+    {"merge", py_merge, METH_VARARGS, "attn_merge on descriptors (private)."},
+    {"decode", py_decode, METH_VARARGS, "attn_decode on descriptors (private)."},
+    {"alibi_slopes", py_alibi_slopes, METH_VARARGS, "attn_alibi_slopes (private)."},
+    {"cache_create", py_cache_create, METH_VARARGS, "attn_kv_cache_create (private)."},
+    {"cache_append", py_cache_append, METH_VARARGS, "attn_kv_cache_append (private)."},
+    {"cache_read", py_cache_read, METH_VARARGS, "attn_kv_cache_read (private)."},
+    {"cache_truncate", py_cache_truncate, METH_VARARGS, "attn_kv_cache_truncate (private)."},
+    {"cache_share_prefix", py_cache_share_prefix, METH_VARARGS,
+     "attn_kv_cache_share_prefix (private)."},
+    {"cache_reset", py_cache_reset, METH_O, "attn_kv_cache_reset (private)."},
+    {"cache_length", py_cache_length, METH_VARARGS, "attn_kv_cache_length (private)."},
+    {"cache_stats", py_cache_stats, METH_O, "(free pages, footprint bytes) (private)."},
+    {NULL, NULL, 0, NULL}};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_attn",
+                                    "Private C layer of the attn package.", -1, methods,
+                                    NULL, NULL, NULL, NULL};
+
+PyMODINIT_FUNC PyInit__attn(void) {
+    return PyModule_Create(&module);
+}
