@@ -14,6 +14,16 @@ typedef enum bench_clock { BENCH_CLOCK_WALL = 0, BENCH_CLOCK_CPU = 1 } bench_clo
 /* Seconds on `clock`: wall time, or process CPU time divided by `threads`. */
 double bench_clock_seconds(bench_clock clock, int threads);
 
+/* One thread's share of a peak measurement: `iterations` steps of independent chains started
+ * from `seed`, returning a value derived from every chain (so no step can be dropped). */
+typedef float (*bench_chain_function)(long iterations, float seed);
+
+/* GFLOP/s of `run` on all `threads` threads (flops_per_iteration per thread and iteration),
+ * timed on `clock`: a ≈ 0.3 s warm-up from first_iterations, a calibration to ≈ 0.1 s per
+ * run, the best of five runs (peak.c). */
+double bench_best_gflops(bench_chain_function run, double flops_per_iteration,
+                         long first_iterations, int threads, bench_clock clock);
+
 /* The fp32 FMA peak (GFLOP/s, all `threads` threads) timed on `clock` (peak.c). */
 double bench_measure_fma_peak(int threads, bench_clock clock);
 

@@ -4,6 +4,7 @@
  * MHA. Sizes come from the library (attn_kv_cache_bytes_per_token on the config each layer
  * would create; MLA through attn_mla_cache_config), not from a formula repeated here.
  */
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -33,6 +34,18 @@ static void human(double bytes, char *text, size_t size) {
     snprintf(text, size, "%.2f %s", bytes, units[unit]);
 }
 
+/* Parses the value of a count option (--context, --batch): an integer >= 1. On failure
+ * prints one line naming the option and the value and returns false. */
+static bool parse_count(const char *option, const char *value, int64_t *count) {
+    char *end;
+    *count = strtoll(value, &end, 10);
+    if (*end || *count < 1) {
+        fprintf(stderr, "attn kv-size: %s %s: expected an integer >= 1\n", option, value);
+        return false;
+    }
+    return true;
+}
+
 int cli_kv_size(int argc, char **argv) {
     int64_t context = 4096, batch = 1;
     attn_dtype dtype = ATTN_DTYPE_BF16;
@@ -43,20 +56,10 @@ int cli_kv_size(int argc, char **argv) {
             usage(stdout);
             return 0;
         } else if (strcmp(argv[i], "--context") == 0 && value) {
-            char *end;
-            context = strtoll(value, &end, 10);
-            if (*end || context < 1) {
-                fprintf(stderr, "attn kv-size: --context %s: expected an integer >= 1\n", value);
-                return 2;
-            }
+            if (!parse_count(argv[i], value, &context)) return 2;
             ++i;
         } else if (strcmp(argv[i], "--batch") == 0 && value) {
-            char *end;
-            batch = strtoll(value, &end, 10);
-            if (*end || batch < 1) {
-                fprintf(stderr, "attn kv-size: --batch %s: expected an integer >= 1\n", value);
-                return 2;
-            }
+            if (!parse_count(argv[i], value, &batch)) return 2;
             ++i;
         } else if (strcmp(argv[i], "--dtype") == 0 && value) {
             if (strcmp(value, "f32") == 0) dtype = ATTN_DTYPE_F32;

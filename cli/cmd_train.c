@@ -407,13 +407,13 @@ static int save_model(const train_model *m, const train_options *o, attn_error *
     attn_safetensors_metadata metadata[6];
     const char *keys[6] = {"format", "task", "length", "vocab", "heads", "kv_heads"};
     long long values[6] = {0, 0, o->length, o->vocab, o->heads, o->kv_heads};
+    char texts[6][24];
     for (int i = 0; i < 6; ++i) {
-        snprintf(metadata[i].key, sizeof metadata[i].key, "%s", keys[i]);
-        snprintf(metadata[i].value, sizeof metadata[i].value, "%lld", values[i]);
+        snprintf(texts[i], sizeof texts[i], "%lld", values[i]);
+        metadata[i] = (attn_safetensors_metadata){keys[i], texts[i]};
     }
-    snprintf(metadata[0].value, sizeof metadata[0].value, "pt");
-    snprintf(metadata[1].value, sizeof metadata[1].value, "%s",
-             o->task == TASK_REVERSE ? "reverse" : "copy");
+    metadata[0].value = "pt";
+    metadata[1].value = o->task == TASK_REVERSE ? "reverse" : "copy";
     return attn_safetensors_write(o->save_path, tensors, count, metadata, 6, error) == ATTN_OK;
 }
 

@@ -20,6 +20,7 @@ static const command commands[] = {
     {"bench", cli_bench, "benchmark against this machine's measured peak (bench decode: decoding)"},
     {"heatmap", cli_heatmap_command, "draw attention weights (.npy) as a labelled heat map, PNG or SVG"},
     {"kv-size", cli_kv_size, "KV-cache bytes per token for MHA, GQA, MQA and MLA"},
+    {"inspect", cli_inspect, "what a .npy, .safetensors or checkpoint folder holds; attention layers found"},
 #ifdef ATTN_HAVE_MPI
     {"ring", cli_ring, "ring attention across MPI processes (run under mpirun)"},
 #endif

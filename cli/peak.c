@@ -70,7 +70,7 @@ static int fma_lanes(void) {
     return 1;
 }
 
-static volatile float fma_sink;
+static volatile float chain_sink;
 
 /* Seconds of the calling thread's own CPU time. */
 static double thread_cpu_seconds(void) {
@@ -92,56 +92,61 @@ double bench_clock_seconds(bench_clock clock, int threads) {
     return total / threads;
 }
 
-/* Seconds for every one of `threads` threads to run `iterations` steps of the chains: wall
- * time, or (BENCH_CLOCK_CPU) the mean over threads of each thread's own CPU time for its
+/* Seconds for every one of `threads` threads to run `iterations` steps of `run`'s chains:
+ * wall time, or (BENCH_CLOCK_CPU) the mean over threads of each thread's own CPU time for its
  * chains, so time spent descheduled or waiting for a preempted sibling is not counted. */
-static double time_fma(int threads, int lanes, long iterations, bench_clock clock) {
+static double time_chains(bench_chain_function run, int threads, long iterations,
+                          bench_clock clock) {
     const double start = omp_get_wtime();
     double cpu_seconds = 0.0;
 #pragma omp parallel num_threads(threads) reduction(+ : cpu_seconds)
     {
-        const float seed = (float)omp_get_thread_num();
         const double thread_start = thread_cpu_seconds();
-        float result;
-#if defined(__x86_64__)
-        if (lanes == 16) result = fma_chains_avx512(iterations, seed);
-        else if (lanes == 8) result = fma_chains_avx2(iterations, seed);
-        else
-#endif
-            result = fma_chains_scalar(iterations, seed);
-        if (result == 12345.0f) fma_sink = result;
+        const float result = run(iterations, (float)omp_get_thread_num());
+        if (result == 12345.0f) chain_sink = result;
         cpu_seconds += thread_cpu_seconds() - thread_start;
     }
     return clock == BENCH_CLOCK_CPU ? cpu_seconds / threads : omp_get_wtime() - start;
+}
+
+/* Warm up for ≈ 0.3 s first: the first fraction of a second of a process sometimes runs at
+ * well under half speed here (threads waking, clocks ramping), which used to make the
+ * measured peak, and so every "% of peak", wrong by 2.5x. Then calibrate to ≈ 0.1 s per run
+ * and keep the best of five. */
+double bench_best_gflops(bench_chain_function run, double flops_per_iteration,
+                         long first_iterations, int threads, bench_clock clock) {
+    if (threads <= 0) threads = omp_get_max_threads();
+    long iterations = first_iterations;
+    for (double elapsed = 0.0; elapsed < 0.3;) {
+        const double seconds = time_chains(run, threads, iterations, clock);
+        elapsed += seconds;
+        if (seconds > 0 && seconds < 0.05) iterations *= 2;
+    }
+    const double calibration = time_chains(run, threads, iterations, clock);
+    if (calibration > 0) iterations = (long)(iterations * 0.1 / calibration) + 1;
+    double best = 0.0;
+    for (int r = 0; r < 5; ++r) {
+        const double seconds = time_chains(run, threads, iterations, clock);
+        const double flops = flops_per_iteration * (double)iterations * threads;
+        if (seconds > 0 && flops / seconds > best) best = flops / seconds;
+    }
+    return best * 1e-9;
+}
+
+double bench_measure_fma_peak(int threads, bench_clock clock) {
+    const int lanes = fma_lanes();
+    bench_chain_function run = fma_chains_scalar;
+#if defined(__x86_64__)
+    if (lanes == 16) run = fma_chains_avx512;
+    else if (lanes == 8) run = fma_chains_avx2;
+#endif
+    return bench_best_gflops(run, 2.0 * CHAINS * lanes, 200000, threads, clock);
 }
 
 double cli_measure_fma_peak_gflops(int threads) {
     return bench_measure_fma_peak(threads, BENCH_CLOCK_WALL);
 }
 
-double bench_measure_fma_peak(int threads, bench_clock clock) {
-    if (threads <= 0) threads = omp_get_max_threads();
-    const int lanes = fma_lanes();
-    /* Warm up for ≈ 0.3 s first: the first fraction of a second of a process sometimes runs
-     * at well under half speed here (threads waking, clocks ramping), which used to make the
-     * measured peak, and so every "% of peak", wrong by 2.5x. Then calibrate to ≈ 0.1 s per
-     * run and keep the best of five. */
-    long iterations = 200000;
-    for (double elapsed = 0.0; elapsed < 0.3;) {
-        const double seconds = time_fma(threads, lanes, iterations, clock);
-        elapsed += seconds;
-        if (seconds > 0 && seconds < 0.05) iterations *= 2;
-    }
-    const double calibration = time_fma(threads, lanes, iterations, clock);
-    if (calibration > 0) iterations = (long)(iterations * 0.1 / calibration) + 1;
-    double best = 0.0;
-    for (int run = 0; run < 5; ++run) {
-        const double seconds = time_fma(threads, lanes, iterations, clock);
-        const double flops = 2.0 * CHAINS * lanes * (double)iterations * threads;
-        if (seconds > 0 && flops / seconds > best) best = flops / seconds;
-    }
-    return best * 1e-9;
-}
 
 static volatile double bandwidth_sink;
 

@@ -7,11 +7,10 @@
  *    and 2 B tiles loaded once (each instruction 16 × 16 × 32 × 2 = 16384 flops), i.e. the
  *    tile unit without loads; only where attn may run AMX (attn_kernel_available: CPUID, XCR0
  *    and the OS's permission).
- * Like the FMA peak: a 0.3 s warm-up, a calibration to ≈ 0.1 s per run, best of five.
+ * Timed like the FMA peak, by bench_best_gflops (peak.c): a 0.3 s warm-up, a calibration to
+ * ≈ 0.1 s per run, best of five.
  */
-#include <omp.h>
 #include <string.h>
-#include <time.h>
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -21,8 +20,6 @@
 #include "bench_clock.h"
 
 #define CHAINS 16
-
-typedef float (*chain_function)(long iterations, float seed);
 
 #if defined(__x86_64__) && defined(__GNUC__)
 __attribute__((target("avx512f,avx512bf16"))) static float dpbf16_chains(long iterations,
@@ -69,52 +66,10 @@ __attribute__((target("amx-tile,amx-bf16"))) static float amx_chains(long iterat
 }
 #endif
 
-static volatile float chain_sink;
-
-static double thread_cpu_seconds(void) {
-    struct timespec now;
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &now);
-    return (double)now.tv_sec + 1e-9 * (double)now.tv_nsec;
-}
-
-static double time_chains(chain_function run, int threads, long iterations, bench_clock clock) {
-    const double start = omp_get_wtime();
-    double cpu_seconds = 0.0;
-#pragma omp parallel num_threads(threads) reduction(+ : cpu_seconds)
-    {
-        const double thread_start = thread_cpu_seconds();
-        const float result = run(iterations, (float)omp_get_thread_num());
-        if (result == 12345.0f) chain_sink = result;
-        cpu_seconds += thread_cpu_seconds() - thread_start;
-    }
-    return clock == BENCH_CLOCK_CPU ? cpu_seconds / threads : omp_get_wtime() - start;
-}
-
-/* GFLOP/s of `run` on all threads (flops_per_iteration per thread and iteration). */
-static double measure(chain_function run, double flops_per_iteration, int threads,
-                      bench_clock clock) {
-    if (threads <= 0) threads = omp_get_max_threads();
-    long iterations = 20000;
-    for (double elapsed = 0.0; elapsed < 0.3;) {
-        const double seconds = time_chains(run, threads, iterations, clock);
-        elapsed += seconds;
-        if (seconds > 0 && seconds < 0.05) iterations *= 2;
-    }
-    const double calibration = time_chains(run, threads, iterations, clock);
-    if (calibration > 0) iterations = (long)(iterations * 0.1 / calibration) + 1;
-    double best = 0.0;
-    for (int r = 0; r < 5; ++r) {
-        const double seconds = time_chains(run, threads, iterations, clock);
-        const double flops = flops_per_iteration * (double)iterations * threads;
-        if (seconds > 0 && flops / seconds > best) best = flops / seconds;
-    }
-    return best * 1e-9;
-}
-
 double bench_measure_bf16_peak(int threads, bench_clock clock) {
 #if defined(__x86_64__) && defined(__GNUC__)
     if (attn_kernel_available(ATTN_KERNEL_AVX512_BF16))
-        return measure(dpbf16_chains, 64.0 * CHAINS, threads, clock);
+        return bench_best_gflops(dpbf16_chains, 64.0 * CHAINS, 20000, threads, clock);
 #endif
     (void)threads, (void)clock;
     return 0.0;
@@ -123,7 +78,7 @@ double bench_measure_bf16_peak(int threads, bench_clock clock) {
 double bench_measure_amx_peak(int threads, bench_clock clock) {
 #if defined(__x86_64__) && defined(__GNUC__)
     if (attn_kernel_available(ATTN_KERNEL_AMX))
-        return measure(amx_chains, 4.0 * 16 * 16 * 32 * 2, threads, clock);
+        return bench_best_gflops(amx_chains, 4.0 * 16 * 16 * 32 * 2, 20000, threads, clock);
 #endif
     (void)threads, (void)clock;
     return 0.0;

@@ -313,6 +313,7 @@ typedef struct attn_options {
 ATTN_API attn_options attn_options_default(void);
 
 #define ATTN_EXECUTION_VERSION 1 /* the layout of attn_execution below */
+#define ATTN_MAX_THREADS 1024     /* the most threads a call may ask for */
 
 /*
  * How a call runs; never changes what it computes beyond float rounding. NULL, or a
@@ -322,7 +323,7 @@ ATTN_API attn_options attn_options_default(void);
  */
 typedef struct attn_execution {
     int version;     /* 0 or ATTN_EXECUTION_VERSION (other values: INVALID_ARGUMENT) */
-    int num_threads; /* 0 = the OpenMP default (omp_get_max_threads), else >= 1 */
+    int num_threads; /* 0 = the OpenMP default (omp_get_max_threads), else 1..ATTN_MAX_THREADS */
     /* Tiles: 0 = tuned default, else 1..4096: tile_q query rows per head, tile_k keys per
        tile. For attn_decode tile_k is the split-KV split size in tokens (0 = automatic). */
     int tile_q;

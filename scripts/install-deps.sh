@@ -2,7 +2,7 @@
 # install-deps.sh — installs the Debian packages attn needs to build and test (idempotent:
 # only missing packages are fetched). Used by scripts/demo.sh and scripts/test.sh.
 set -euo pipefail
-packages=(cmake make gcc clang pkg-config libcairo2-dev libpango1.0-dev fonts-wqy-microhei
+packages=(cmake make gcc clang pkg-config libcjson-dev libcairo2-dev libpango1.0-dev fonts-wqy-microhei
           libomp-dev libopenblas-dev libopenmpi-dev openmpi-bin
           libclang-rt-14-dev valgrind)
 missing=()

@@ -4,7 +4,7 @@
  * or NULL attn_execution meaning the defaults, at every entry point: attn_forward,
  * attn_reference_forward, attn_backward, attn_reference_backward, attn_decode and
  * attn_reference_decode. Each result is checked against an independent double-precision
- * computation written here:
+ * computation (test_plain_attention in tests/support):
  *   S = Q Kᵀ / sqrt(Dk),  P = softmax_rows(S),  O = P V,  LSE = log Σ_j exp(S_ij)
  *   dV = Pᵀ dO,  dP = dO Vᵀ,  dS = P ∘ (dP − rowsum(dO ∘ O)),  dQ = dS K / sqrt(Dk),
  *   dK = dSᵀ Q / sqrt(Dk)
@@ -29,53 +29,16 @@ typedef struct problem {
     double dq[B * TQ * HQ * DK], dk[B * TK * HKV * DK], dv[B * TK * HKV * DV];
 } problem;
 
-/* Plain attention of batch b's Tq queries over its first `keys` keys, in double: O, LSE and
- * (when dout is given) the gradients, accumulated into dq / dk / dv (zeroed by the caller). */
+/* Plain attention of batch b's Tq queries over its first `keys` keys, in double
+ * (test_plain_attention): O, LSE and the gradients, accumulated into dq / dk / dv (zeroed by
+ * the caller). */
 static void oracle(problem *p, int64_t b, int64_t keys) {
-    const double scale = 1.0 / sqrt((double)DK);
-    const float *q = p->q + b * TQ * HQ * DK, *k = p->k + b * TK * HKV * DK;
-    const float *v = p->v + b * TK * HKV * DV, *dout = p->dout + b * TQ * HQ * DV;
-    double *out = p->out + b * TQ * HQ * DV, *lse = p->lse + b * HQ * TQ;
-    double *dq = p->dq + b * TQ * HQ * DK, *dk = p->dk + b * TK * HKV * DK;
-    double *dv = p->dv + b * TK * HKV * DV;
-    for (int64_t h = 0; h < HQ; ++h) {
-        const int64_t g = h / GROUP;
-        for (int64_t i = 0; i < TQ; ++i) {
-            double s[TK], m = -INFINITY, sum = 0.0;
-            for (int64_t j = 0; j < keys; ++j) {
-                double dot = 0.0;
-                for (int64_t d = 0; d < DK; ++d)
-                    dot += (double)q[AT(i, h, d, TQ, HQ, DK)] * (double)k[AT(j, g, d, TK, HKV, DK)];
-                s[j] = dot * scale;
-                if (s[j] > m) m = s[j];
-            }
-            for (int64_t j = 0; j < keys; ++j) sum += exp(s[j] - m);
-            lse[h * TQ + i] = m + log(sum);
-            double pr[TK];
-            for (int64_t j = 0; j < keys; ++j) pr[j] = exp(s[j] - m) / sum;
-            for (int64_t e = 0; e < DV; ++e) {
-                double o = 0.0;
-                for (int64_t j = 0; j < keys; ++j) o += pr[j] * (double)v[AT(j, g, e, TK, HKV, DV)];
-                out[AT(i, h, e, TQ, HQ, DV)] = o;
-            }
-            /* Gradients of the row. */
-            double row_dot = 0.0;
-            for (int64_t e = 0; e < DV; ++e)
-                row_dot += (double)dout[AT(i, h, e, TQ, HQ, DV)] * out[AT(i, h, e, TQ, HQ, DV)];
-            for (int64_t j = 0; j < keys; ++j) {
-                double dp = 0.0;
-                for (int64_t e = 0; e < DV; ++e) {
-                    dp += (double)dout[AT(i, h, e, TQ, HQ, DV)] * (double)v[AT(j, g, e, TK, HKV, DV)];
-                    dv[AT(j, g, e, TK, HKV, DV)] += pr[j] * (double)dout[AT(i, h, e, TQ, HQ, DV)];
-                }
-                const double ds = pr[j] * (dp - row_dot);
-                for (int64_t d = 0; d < DK; ++d) {
-                    dq[AT(i, h, d, TQ, HQ, DK)] += ds * (double)k[AT(j, g, d, TK, HKV, DK)] * scale;
-                    dk[AT(j, g, d, TK, HKV, DK)] += ds * (double)q[AT(i, h, d, TQ, HQ, DK)] * scale;
-                }
-            }
-        }
-    }
+    static const test_plain_shape shape = {TQ, TK, HQ, HKV, DK, DV};
+    test_plain_attention(&shape, keys, p->q + b * TQ * HQ * DK, p->k + b * TK * HKV * DK,
+                         p->v + b * TK * HKV * DV, p->dout + b * TQ * HQ * DV,
+                         p->out + b * TQ * HQ * DV, p->lse + b * HQ * TQ,
+                         p->dq + b * TQ * HQ * DK, p->dk + b * TK * HKV * DK,
+                         p->dv + b * TK * HKV * DV);
 }
 
 /* max |actual - expected| / (1 + |expected|) over n values. */
@@ -86,6 +49,21 @@ static double worst_error(const float *actual, const double *expected, int64_t n
         if (!(e <= worst)) worst = e; /* NaN counts as the worst */
     }
     return worst;
+}
+
+/* Sets every float of a static array to NaN (so that an unwritten element fails). */
+#define FILL_NAN(array)                                                                       \
+    for (size_t x_ = 0; x_ < sizeof(array) / sizeof((array)[0]); ++x_) (array)[x_] = NAN
+
+/* O [B, Tq, Hq, Dv] and LSE [B, Hq, Tq] of one run against the oracle's, 1e-5 each (the
+ * oracle's LSE is [b][h][i] like the library's). */
+static void check_out_lse(const float *out, const float *lse, const problem *p,
+                          const char *entry, const char *which, const char *name) {
+    const double out_error = worst_error(out, p->out, B * TQ * HQ * DV);
+    const double lse_error = worst_error(lse, p->lse, B * HQ * TQ);
+    CHECK(out_error <= 1e-5 && lse_error <= 1e-5,
+          "%s (%s), %s: plain attention (O error %.3g, LSE error %.3g)", entry, which, name,
+          out_error, lse_error);
 }
 
 /* The option / execution pairs that must all mean "plain attention, defaults". */
@@ -136,24 +114,19 @@ static void test_forward_and_backward(problem *p) {
         for (int reference = 0; reference < 2; ++reference) {
             const char *which = reference ? "reference" : "tiled";
             attn_error error;
-            for (size_t x = 0; x < sizeof out / sizeof out[0]; ++x) out[x] = NAN;
-            for (size_t x = 0; x < sizeof lse / sizeof lse[0]; ++x) lse[x] = NAN;
+            FILL_NAN(out);
+            FILL_NAN(lse);
             attn_status status =
                 reference ? attn_reference_forward(&q_view, &k_view, &v_view, w->options,
                                                    &out_view, &lse_view, &error)
                           : attn_forward(&q_view, &k_view, &v_view, w->options, &out_view,
                                          &lse_view, w->execution, &error);
             CHECK_STATUS(status, ATTN_OK, &error, "forward (%s), %s", which, w->name);
-            const double out_error = worst_error(out, p->out, B * TQ * HQ * DV);
-            /* The oracle's LSE is [b][h][i] like the library's. */
-            const double lse_error = worst_error(lse, p->lse, B * HQ * TQ);
-            CHECK(out_error <= 1e-5 && lse_error <= 1e-5,
-                  "forward (%s), %s: plain attention (O error %.3g, LSE error %.3g)", which,
-                  w->name, out_error, lse_error);
+            check_out_lse(out, lse, p, "forward", which, w->name);
 
-            for (size_t x = 0; x < sizeof dq / sizeof dq[0]; ++x) dq[x] = NAN;
-            for (size_t x = 0; x < sizeof dk / sizeof dk[0]; ++x) dk[x] = NAN;
-            for (size_t x = 0; x < sizeof dv / sizeof dv[0]; ++x) dv[x] = NAN;
+            FILL_NAN(dq);
+            FILL_NAN(dk);
+            FILL_NAN(dv);
             status = reference
                          ? attn_reference_backward(&q_view, &k_view, &v_view, &out_view,
                                                    &lse_view, &dout_view, w->options, &dq_view,
@@ -205,19 +178,15 @@ static void test_decode(problem *p) {
         const variant *w = &table[n];
         for (int reference = 0; reference < 2; ++reference) {
             const char *which = reference ? "reference" : "split-KV";
-            for (size_t x = 0; x < sizeof out / sizeof out[0]; ++x) out[x] = NAN;
-            for (size_t x = 0; x < sizeof lse / sizeof lse[0]; ++x) lse[x] = NAN;
+            FILL_NAN(out);
+            FILL_NAN(lse);
             attn_status status =
                 reference ? attn_reference_decode(cache, &q_view, w->options, &out_view,
                                                   &lse_view, &error)
                           : attn_decode(cache, &q_view, w->options, &out_view, &lse_view,
                                         w->execution, &error);
             CHECK_STATUS(status, ATTN_OK, &error, "decode (%s), %s", which, w->name);
-            const double out_error = worst_error(out, p->out, B * TQ * HQ * DV);
-            const double lse_error = worst_error(lse, p->lse, B * HQ * TQ);
-            CHECK(out_error <= 1e-5 && lse_error <= 1e-5,
-                  "decode (%s), %s: plain attention over the cache (O %.3g, LSE %.3g)", which,
-                  w->name, out_error, lse_error);
+            check_out_lse(out, lse, p, "decode", which, w->name);
         }
     }
     attn_kv_cache_destroy(cache);

@@ -134,39 +134,34 @@ static void test_grouped_equals_expanded(void) {
     }
 }
 
-/* max over rows of |sum_j dbias[b][h][i][j]| / (1 + sum_j |dbias|); and likewise for
- * sum over keys of dK[b][j][g][d]. */
-static double bias_row_sum_error(const attn_tensor *dbias) {
+/* max over the lines along `axis` of a rank-4 view of |sum of the line| / (1 + sum of |line|):
+ * axis 3 of dbias [B][H][Tq][Tk] (each row of dbias sums to 0), axis 1 of dK [B][Tk][Hkv][Dk]
+ * (the keys' gradients sum to 0). Lines are visited in index order of the other three axes. */
+static double axis_sum_error(const attn_tensor *t, int axis) {
+    int64_t outer[4];
+    for (int a = 0; a < 4; ++a) outer[a] = a == axis ? 1 : t->shape[a];
     double worst = 0;
-    for (int64_t b = 0; b < dbias->shape[0]; ++b)
-        for (int64_t h = 0; h < dbias->shape[1]; ++h)
-            for (int64_t i = 0; i < dbias->shape[2]; ++i) {
-                double sum = 0, magnitude = 0;
-                for (int64_t j = 0; j < dbias->shape[3]; ++j) {
-                    sum += test_get4(dbias, b, h, i, j);
-                    magnitude += fabs(test_get4(dbias, b, h, i, j));
+    for (int64_t i0 = 0; i0 < outer[0]; ++i0)
+        for (int64_t i1 = 0; i1 < outer[1]; ++i1)
+            for (int64_t i2 = 0; i2 < outer[2]; ++i2)
+                for (int64_t i3 = 0; i3 < outer[3]; ++i3) {
+                    int64_t at[4] = {i0, i1, i2, i3};
+                    double sum = 0, magnitude = 0;
+                    for (int64_t j = 0; j < t->shape[axis]; ++j) {
+                        at[axis] = j;
+                        const float x = test_get4(t, at[0], at[1], at[2], at[3]);
+                        sum += x;
+                        magnitude += fabs(x);
+                    }
+                    const double error = fabs(sum) / (1 + magnitude);
+                    if (!(error <= worst)) worst = error;
                 }
-                const double error = fabs(sum) / (1 + magnitude);
-                if (!(error <= worst)) worst = error;
-            }
     return worst;
 }
 
-static double key_sum_error(const attn_tensor *dk) {
-    double worst = 0;
-    for (int64_t b = 0; b < dk->shape[0]; ++b)
-        for (int64_t g = 0; g < dk->shape[2]; ++g)
-            for (int64_t d = 0; d < dk->shape[3]; ++d) {
-                double sum = 0, magnitude = 0;
-                for (int64_t j = 0; j < dk->shape[1]; ++j) {
-                    sum += test_get4(dk, b, j, g, d);
-                    magnitude += fabs(test_get4(dk, b, j, g, d));
-                }
-                const double error = fabs(sum) / (1 + magnitude);
-                if (!(error <= worst)) worst = error;
-            }
-    return worst;
-}
+static double bias_row_sum_error(const attn_tensor *dbias) { return axis_sum_error(dbias, 3); }
+
+static double key_sum_error(const attn_tensor *dk) { return axis_sum_error(dk, 1); }
 
 static void test_row_dot_identity(void) {
     const backward_case config = {"identity: causal GQA full bias", SIZES(2, 70, 66, 4, 2, 16, 8),

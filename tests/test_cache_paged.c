@@ -38,6 +38,13 @@ static attn_tensor sequence_rows(const attn_tensor *t, int64_t s, int64_t first,
     return view;
 }
 
+/* A contiguous float32 [B, T, H, D] tensor of N(0, 1) values drawn from rng. */
+static test_tensor random_tensor(test_rng *rng, int64_t batch, int64_t T, int64_t H, int64_t D) {
+    test_tensor t = test_tensor_new(batch, T, H, D, TEST_LAYOUT_BTHD);
+    test_tensor_fill_normal(&t, rng, 1.0f);
+    return t;
+}
+
 static attn_options decode_options(void) {
     attn_options options = attn_options_default();
     options.causal = 1;
@@ -88,12 +95,9 @@ static void fill_interleaved(attn_kv_cache **caches, int cache_count, const attn
 static void test_paged_equals_contiguous(void) {
     test_rng rng;
     test_rng_seed(&rng, 5);
-    test_tensor k = test_tensor_new(B, CAPACITY, HKV, DK, TEST_LAYOUT_BTHD);
-    test_tensor v = test_tensor_new(B, CAPACITY, HKV, DV, TEST_LAYOUT_BTHD);
-    test_tensor q = test_tensor_new(B, 2, HQ, DK, TEST_LAYOUT_BTHD);
-    test_tensor_fill_normal(&k, &rng, 1.0f);
-    test_tensor_fill_normal(&v, &rng, 1.0f);
-    test_tensor_fill_normal(&q, &rng, 1.0f);
+    test_tensor k = random_tensor(&rng, B, CAPACITY, HKV, DK);
+    test_tensor v = random_tensor(&rng, B, CAPACITY, HKV, DV);
+    test_tensor q = random_tensor(&rng, B, 2, HQ, DK);
     attn_options options = decode_options();
     attn_execution execution = decode_execution(ATTN_KERNEL_AUTO);
     attn_error error;
@@ -144,10 +148,8 @@ static void test_paged_equals_contiguous(void) {
 static void test_free_slots_are_nan(void) {
     test_rng rng;
     test_rng_seed(&rng, 8);
-    test_tensor k = test_tensor_new(1, 40, HKV, DK, TEST_LAYOUT_BTHD);
-    test_tensor v = test_tensor_new(1, 40, HKV, DV, TEST_LAYOUT_BTHD);
-    test_tensor_fill_normal(&k, &rng, 1.0f);
-    test_tensor_fill_normal(&v, &rng, 1.0f);
+    test_tensor k = random_tensor(&rng, 1, 40, HKV, DK);
+    test_tensor v = random_tensor(&rng, 1, 40, HKV, DV);
     attn_kv_cache *cache = new_cache(16, 0, ATTN_DTYPE_F32);
     attn_error error;
     attn_kv_cache_append(cache, 0, &k.view, &v.view, &error);
@@ -174,10 +176,8 @@ static void test_free_slots_are_nan(void) {
 static void test_prefix_sharing(void) {
     test_rng rng;
     test_rng_seed(&rng, 9);
-    test_tensor k = test_tensor_new(B, 80, HKV, DK, TEST_LAYOUT_BTHD);
-    test_tensor v = test_tensor_new(B, 80, HKV, DV, TEST_LAYOUT_BTHD);
-    test_tensor_fill_normal(&k, &rng, 1.0f);
-    test_tensor_fill_normal(&v, &rng, 1.0f);
+    test_tensor k = random_tensor(&rng, B, 80, HKV, DK);
+    test_tensor v = random_tensor(&rng, B, 80, HKV, DV);
     attn_kv_cache *cache = new_cache(16, 12, ATTN_DTYPE_F32);
     attn_error error;
     attn_tensor prompt_k = sequence_rows(&k.view, 0, 0, 40), prompt_v = sequence_rows(&v.view, 0, 0, 40);
@@ -209,8 +209,7 @@ static void test_prefix_sharing(void) {
     CHECK(table0[0] == table1[0] && table0[1] != table1[1], "page 1 was copied on write");
 
     /* Decoding over the shared pages = the reference on the same contents. */
-    test_tensor q = test_tensor_new(B, 1, HQ, DK, TEST_LAYOUT_BTHD);
-    test_tensor_fill_normal(&q, &rng, 1.0f);
+    test_tensor q = random_tensor(&rng, B, 1, HQ, DK);
     attn_options options = decode_options();
     attn_execution execution = decode_execution(ATTN_KERNEL_AUTO);
     options.empty_rows = ATTN_EMPTY_ROWS_ZERO; /* sequence 2 is empty */
@@ -283,12 +282,9 @@ static void test_storage_dtypes(void) {
     const double bounds[2] = {5e-3, 1e-3}; /* documented in docs/inference.md */
     test_rng rng;
     test_rng_seed(&rng, 10);
-    test_tensor k = test_tensor_new(B, 200, HKV, DK, TEST_LAYOUT_BTHD);
-    test_tensor v = test_tensor_new(B, 200, HKV, DV, TEST_LAYOUT_BTHD);
-    test_tensor q = test_tensor_new(B, 1, HQ, DK, TEST_LAYOUT_BTHD);
-    test_tensor_fill_normal(&k, &rng, 1.0f);
-    test_tensor_fill_normal(&v, &rng, 1.0f);
-    test_tensor_fill_normal(&q, &rng, 1.0f);
+    test_tensor k = random_tensor(&rng, B, 200, HKV, DK);
+    test_tensor v = random_tensor(&rng, B, 200, HKV, DV);
+    test_tensor q = random_tensor(&rng, B, 1, HQ, DK);
     attn_options options = decode_options();
     attn_execution execution = decode_execution(ATTN_KERNEL_AUTO);
     attn_error error;
@@ -337,10 +333,8 @@ static void test_rope_at_append(void) {
     CHECK_STATUS(attn_kv_cache_create(&config, &cache, &error), ATTN_OK, &error, "rope cache");
     test_rng rng;
     test_rng_seed(&rng, 12);
-    test_tensor k = test_tensor_new(1, 20, 1, 8, TEST_LAYOUT_BTHD);
-    test_tensor v = test_tensor_new(1, 20, 1, 4, TEST_LAYOUT_BTHD);
-    test_tensor_fill_normal(&k, &rng, 1.0f);
-    test_tensor_fill_normal(&v, &rng, 1.0f);
+    test_tensor k = random_tensor(&rng, 1, 20, 1, 8);
+    test_tensor v = random_tensor(&rng, 1, 20, 1, 4);
     attn_tensor first_k = sequence_rows(&k.view, 0, 0, 7), first_v = sequence_rows(&v.view, 0, 0, 7);
     attn_tensor rest_k = sequence_rows(&k.view, 0, 7, 13), rest_v = sequence_rows(&v.view, 0, 7, 13);
     attn_kv_cache_append(cache, 0, &first_k, &first_v, &error);

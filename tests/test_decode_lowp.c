@@ -80,17 +80,7 @@ static void run_case(const decode_case *c, attn_dtype dtype, uint64_t seed) {
                                         &absolute.view, NULL, &error),
                  ATTN_OK, &error, "%s: reference on |V|", c->name);
     const double scale = 1.0 / sqrt((double)c->Dk);
-    double largest_sum = 0.0;
-    for (int64_t b = 0; b < c->B; ++b)
-        for (int64_t i = 0; i < c->Tq; ++i)
-            for (int64_t h = 0; h < c->Hq; ++h)
-                for (int64_t j = 0; j < c->T; ++j) {
-                    double sum = 0.0;
-                    for (int64_t d = 0; d < c->Dk; ++d)
-                        sum += fabs(test_get4(&q.view, b, i, h, d) *
-                                    test_get4(&k.view, b, j, h / (c->Hq / c->Hkv), d));
-                    largest_sum = fmax(largest_sum, sum);
-                }
+    const double largest_sum = test_largest_abs_dot(&q.view, &k.view);
     const double logit_error = (c->Dk + 2) * ldexp(scale * largest_sum, -24) +
                                ldexp(scale * largest_sum, -22);
     const double subnormal_p = dtype == ATTN_DTYPE_F16 ? c->T * ldexp(v_max, -25) : 0.0;

@@ -130,6 +130,7 @@ CASE(layout_shape, { c->options.block_layout = &c->layout; c->options.block_q = 
 CASE(alibi_slope_nan, { c->options.alignment = ATTN_ALIGN_TOP_LEFT; c->options.alibi = 1; c->slopes[3] = NAN; c->options.alibi_slopes = c->slopes; })
 CASE(empty_rows_unknown, c->options.empty_rows = (attn_empty_rows)5)
 CASE(threads_negative, c->execution.num_threads = -3)
+CASE(threads_too_many, c->execution.num_threads = ATTN_MAX_THREADS + 1)
 CASE(tile_q_negative, c->execution.tile_q = -1)
 CASE(tile_k_huge, c->execution.tile_k = 1 << 20)
 CASE(kernel_unknown, c->execution.kernel = (attn_kernel_choice)42)
@@ -194,6 +195,7 @@ static const error_case cases[] = {
     {"slope NaN", alibi_slope_nan, ATTN_ERROR_INVALID_ARGUMENT, "options.alibi_slopes[3] = nan", 0},
     {"empty_rows 5", empty_rows_unknown, ATTN_ERROR_INVALID_ARGUMENT, "options.empty_rows = 5", 0},
     {"threads -3", threads_negative, ATTN_ERROR_INVALID_ARGUMENT, "execution.num_threads = -3", 1},
+    {"threads 1025", threads_too_many, ATTN_ERROR_INVALID_ARGUMENT, "execution.num_threads = 1025", 1},
     {"tile_q -1", tile_q_negative, ATTN_ERROR_INVALID_ARGUMENT, "execution.tile_q = -1", 1},
     {"tile_k 2^20", tile_k_huge, ATTN_ERROR_INVALID_ARGUMENT, "execution.tile_k = 1048576", 1},
     {"kernel 42", kernel_unknown, ATTN_ERROR_INVALID_ARGUMENT, "execution.kernel = 42", 1},

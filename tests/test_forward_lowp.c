@@ -66,17 +66,7 @@ static const attn_kernel_choice kernel_choices[] = {ATTN_KERNEL_AUTO, ATTN_KERNE
 
 /* Bound L on the fp32 error of one logit of the case (header comment). */
 static double logit_error_bound(const forward_instance *x, const forward_case *c, double scale) {
-    double largest_sum = 0.0;
-    for (int64_t b = 0; b < c->B; ++b)
-        for (int64_t h = 0; h < c->Hq; ++h)
-            for (int64_t i = 0; i < c->Tq; ++i)
-                for (int64_t j = 0; j < c->Tk; ++j) {
-                    double sum = 0.0;
-                    for (int64_t d = 0; d < c->Dk; ++d)
-                        sum += fabs(test_get4(&x->q.view, b, i, h, d) *
-                                    test_get4(&x->k.view, b, j, h / (c->Hq / c->Hkv), d));
-                    if (sum > largest_sum) largest_sum = sum;
-                }
+    const double largest_sum = test_largest_abs_dot(&x->q.view, &x->k.view);
     double largest_logit = scale * largest_sum + (c->bias != HARNESS_NONE ? 8.0 : 0.0);
     if (c->softcap > 0 && largest_logit > c->softcap) largest_logit = c->softcap + 8.0;
     return (c->Dk + 2) * ldexp(1.0, -24) * scale * largest_sum + ldexp(largest_logit, -22);

@@ -1,13 +1,15 @@
 /*
  * test_safetensors_format.c — the safetensors reader and writer: round trip (F32, BF16, F16,
  * I64, BOOL, rank 0, metadata, escaped names), BF16/F16 -> F32 conversion against exact
- * values, malformed images (truncated, bad JSON, offsets out of range, overlapping, holes,
- * wrong dtype, duplicate names, unknown fields, rank 5, trailing bytes), every truncation
- * and many byte mutations of a valid image (must fail cleanly, never crash), the layer's
- * Hugging Face names, and a file written by the Python safetensors package.
- */
-#include "attn_layers.h"
+ * values, a table of malformed images (truncated, bad JSON with its byte, offsets out of
+ * range, overlapping, holes, wrong dtype, duplicate names, unknown fields, rank 5, trailing
+ * bytes, numbers with signs / fractions / exponents / leading zeros / above 2^53, \u0000,
+ * invalid UTF-8, metadata that is not strings or repeats a key, a 256-byte name, a header
+ * above the 100 MiB limit) whose messages name the byte, tensor or field, every truncation
+ * and many byte mutations of a valid image (must fail cleanly, never crash), and the
+ * layer's Hugging Face names. */
 #include "test_support.h"
+#include "attn_layers.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -33,16 +35,17 @@ typedef struct malformed_case {
 } malformed_case;
 
 static const malformed_case malformed_cases[] = {
-    {"not an object", "[1, 2]", 0, "expected '{'"},
-    {"truncated JSON", "{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}", 4, "expected '}'"},
-    {"bad JSON token", "{\"a\":{\"dtype\":F32,\"shape\":[1],\"data_offsets\":[0,4]}}", 4, "expected '\"'"},
+    {"not an object", "[1, 2]", 0, "does not start with '{'"},
+    {"truncated JSON", "{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}", 4, "malformed JSON at byte 53"},
+    {"bad JSON token", "{\"a\":{\"dtype\":F32,\"shape\":[1],\"data_offsets\":[0,4]}}", 4, "malformed JSON at byte 14"},
     {"offsets out of range", "{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}", 4, "outside the data buffer"},
     {"offsets reversed", "{\"a\":{\"dtype\":\"F32\",\"shape\":[0],\"data_offsets\":[4,0]}}", 4, "outside"},
     {"size disagrees with shape", "{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,4]}}", 4, "need 8"},
     {"overlapping", "{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},\"b\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[4,12]}}", 12, "overlap"},
     {"hole", "{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,8]}}", 8, "hole"},
     {"bytes not covered", "{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}", 8, "cover"},
-    {"unknown dtype", "{\"w\":{\"dtype\":\"F8_E4M3\",\"shape\":[1],\"data_offsets\":[0,1]}}", 1, "'w': dtype 'F8_E4M3'"},
+    {"unknown dtype", "{\"w\":{\"dtype\":\"F4\",\"shape\":[1],\"data_offsets\":[0,1]}}", 1, "'w': dtype 'F4' not supported"},
+    {"size of an other dtype", "{\"w\":{\"dtype\":\"U16\",\"shape\":[2],\"data_offsets\":[0,2]}}", 2, "'w': data_offsets span 2 bytes, dtype and shape need 4"},
     {"duplicate names", "{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]},\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,8]}}", 8, "duplicate tensor 'a'"},
     {"unknown field", "{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4],\"x\":1}}", 4, "unknown or repeated field 'x'"},
     {"repeated field", "{\"a\":{\"dtype\":\"F32\",\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}", 4, "repeated field"},
@@ -54,10 +57,28 @@ static const malformed_case malformed_cases[] = {
     {"overflowing product", "{\"a\":{\"dtype\":\"F32\",\"shape\":[4294967296,4294967296],\"data_offsets\":[0,4]}}", 4, "overflows"},
     {"trailing garbage", "{}x", 0, "trailing bytes"},
     {"unterminated string", "{\"abc", 0, "unterminated string"},
-    {"bad escape", "{\"a\\q\":{}}", 0, "unknown escape"},
-    {"lone surrogate", "{\"\\ud800\":{}}", 0, "surrogate"},
-    {"metadata not strings", "{\"__metadata__\":{\"k\":1}}", 0, "expected '\"'"},
+    {"bad escape", "{\"a\\q\":{}}", 0, "malformed JSON at byte"},
+    {"lone surrogate", "{\"\\ud800\":{}}", 0, "malformed JSON at byte"},
+    {"metadata not strings", "{\"__metadata__\":{\"k\":1}}", 0, "__metadata__ 'k': the value is not a string"},
     {"control character", "{\"a\tb\":{}}", 0, "control character"},
+    {"leading zero", "{\"a\":{\"dtype\":\"F32\",\"shape\":[01],\"data_offsets\":[0,4]}}", 4, "byte 29: integer with a leading zero"},
+    {"exponent", "{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4e0]}}", 4, "fraction or exponent"},
+    {"17 digits", "{\"a\":{\"dtype\":\"F32\",\"shape\":[10000000000000000],\"data_offsets\":[0,4]}}", 4, "2^53"},
+    {"above 2^53", "{\"a\":{\"dtype\":\"F32\",\"shape\":[9999999999999999],\"data_offsets\":[0,4]}}", 4, "'a': shape[0] is not a non-negative integer <= 2^53"},
+    {"boolean dim", "{\"a\":{\"dtype\":\"F32\",\"shape\":[1,true],\"data_offsets\":[0,4]}}", 4, "'a': shape[1] is not"},
+    {"NUL in a name", "{\"a\\u0000b\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}", 4, "\\u0000"},
+    {"invalid UTF-8", "{\"a\xff\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}", 4, "byte 3: invalid UTF-8"},
+    {"overlong UTF-8", "{\"a\xc0\xaf\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}", 4, "invalid UTF-8"},
+    {"UTF-8 surrogate", "{\"a\xed\xa0\x80\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}", 4, "invalid UTF-8"},
+    {"entry not an object", "{\"a\":[0,4]}", 4, "'a': entry is not a JSON object"},
+    {"dtype not a string", "{\"a\":{\"dtype\":1,\"shape\":[1],\"data_offsets\":[0,4]}}", 4, "'a': dtype is not a string"},
+    {"shape not an array", "{\"a\":{\"dtype\":\"F32\",\"shape\":1,\"data_offsets\":[0,4]}}", 4, "'a': shape is not an array"},
+    {"three offsets", "{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4,8]}}", 4, "'a': data_offsets is not [begin, end]"},
+    {"offsets as strings", "{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[\"0\",\"4\"]}}", 4, "'a': data_offsets is not"},
+    {"metadata not an object", "{\"__metadata__\":[\"k\"]}", 0, "__metadata__ is not an object"},
+    {"repeated metadata", "{\"__metadata__\":{},\"__metadata__\":{}}", 0, "repeated __metadata__"},
+    {"duplicate metadata key", "{\"__metadata__\":{\"k\":\"1\",\"j\":\"2\",\"k\":\"3\"}}", 0, "duplicate key 'k'"},
+    {"two JSON values", "{} {}", 0, "trailing bytes after the JSON value at byte 3"},
 };
 
 static void test_malformed(void) {
@@ -74,6 +95,43 @@ static void test_malformed(void) {
               mc->what, error.message, mc->message_part);
         CHECK(file.tensors == NULL && file.tensor_count == 0, "%s: file left empty", mc->what);
         free(image);
+    }
+    /* A 256-byte name (the limit is 255) names its length. */
+    char long_name[400];
+    memset(long_name, 0, sizeof long_name);
+    strcpy(long_name, "{\"");
+    memset(long_name + 2, 'n', 256);
+    strcat(long_name, "\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}");
+    {
+        size_t length;
+        unsigned char *image = make_image(long_name, zeros, 4, &length);
+        attn_safetensors_file file;
+        attn_error error = {0};
+        CHECK_STATUS(attn_safetensors_parse(image, length, 0, &file, &error), ATTN_ERROR_FORMAT,
+                     &error, "256-byte name");
+        CHECK(strstr(error.message, "name of 256 bytes, longer than 255") != NULL, "message: %s",
+              error.message);
+        long_name[2 + 255] = '\0';
+        strcat(long_name, "\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}");
+        free(image);
+        image = make_image(long_name, zeros, 4, &length);
+        CHECK_STATUS(attn_safetensors_parse(image, length, 0, &file, &error), ATTN_OK, &error,
+                     "255-byte name");
+        CHECK(file.tensor_count == 1 && strlen(file.tensors[0].name) == 255, "255-byte name kept");
+        attn_safetensors_free(&file);
+        free(image);
+    }
+    /* The header limit: a length just above 100 MiB is refused before anything is read. */
+    {
+        unsigned char big[16] = {0, 0, 0, 0, 0, 0, 0, 0, '{', '}'};
+        uint64_t over = ATTN_SAFETENSORS_MAX_HEADER_BYTES + 1;
+        for (int i = 0; i < 8; ++i) big[i] = (unsigned char)(over >> (8 * i));
+        attn_safetensors_file file;
+        attn_error error = {0};
+        CHECK_STATUS(attn_safetensors_parse(big, sizeof big, 0, &file, &error), ATTN_ERROR_FORMAT,
+                     &error, "header above the limit");
+        CHECK(strstr(error.message, "exceeds the limit of 104857600 bytes") != NULL,
+              "limit message: %s", error.message);
     }
     /* Header length beyond the image, and images shorter than 8 bytes. */
     unsigned char short_image[12] = {200, 0, 0, 0, 0, 0, 0, 0, '{', '}', ' ', ' '};
@@ -116,9 +174,7 @@ static void test_round_trip_and_mutations(void) {
         tensors[i].shape[1] = specs[i].s1;
         tensors[i].data = specs[i].data;
     }
-    attn_safetensors_metadata metadata[1];
-    strcpy(metadata[0].key, "format");
-    strcpy(metadata[0].value, "pt");
+    attn_safetensors_metadata metadata[1] = {{"format", "pt"}};
     char path[] = "/tmp/attn_test_safetensors_XXXXXX";
     int fd = mkstemp(path);
     close(fd);

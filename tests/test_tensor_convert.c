@@ -10,30 +10,12 @@
 
 #include "test_support.h"
 
-/* Value of a 16-bit pattern, computed independently of the library. */
-static double decode(uint16_t h, attn_dtype dtype) {
-    const int sign = h >> 15;
-    double magnitude;
-    if (dtype == ATTN_DTYPE_BF16) {
-        const int exponent = (h >> 7) & 0xff, mantissa = h & 0x7f;
-        magnitude = exponent == 0xff ? (mantissa ? NAN : INFINITY)
-                    : exponent == 0  ? ldexp(mantissa, -133)
-                                     : ldexp(128 + mantissa, exponent - 134);
-    } else {
-        const int exponent = (h >> 10) & 31, mantissa = h & 1023;
-        magnitude = exponent == 31 ? (mantissa ? NAN : INFINITY)
-                    : exponent == 0 ? ldexp(mantissa, -24)
-                                    : ldexp(1024 + mantissa, exponent - 25);
-    }
-    return sign ? -magnitude : magnitude;
-}
-
 /* Whether h is the nearest-even 16-bit value of finite x (precision p bits, smallest normal
  * exponent e_min, subnormals kept). */
 static int nearest_even(double x, uint16_t h, attn_dtype dtype) {
     const int precision = dtype == ATTN_DTYPE_BF16 ? 8 : 11;
     const int minimum_exponent = dtype == ATTN_DTYPE_BF16 ? -126 : -14;
-    const double got = decode(h, dtype);
+    const double got = test_half_to_double(h, dtype);
     if (x == 0) return got == 0;
     int exponent = ilogb(fabs(x));
     if (exponent < minimum_exponent) exponent = minimum_exponent;
@@ -56,7 +38,7 @@ static void test_widening(attn_dtype dtype) {
     int wrong = 0;
     for (int r = 0; r < 256; ++r)
         for (int c = 0; c < 256; ++c) {
-            const double expected = decode((uint16_t)(r * 256 + c), dtype);
+            const double expected = test_half_to_double((uint16_t)(r * 256 + c), dtype);
             const float got = out[c * 256 + r];
             wrong += isnan(expected) ? !isnan(got) : (double)got != expected;
         }
@@ -84,8 +66,8 @@ static void test_narrowing(attn_dtype dtype, test_rng *rng) {
     int wrong = 0;
     for (int i = 0; i < N; ++i) {
         const uint16_t h = out[2 * i];
-        if (isnan(source[i])) wrong += !isnan(decode(h, dtype));
-        else if (isinf(source[i])) wrong += decode(h, dtype) != source[i];
+        if (isnan(source[i])) wrong += !isnan(test_half_to_double(h, dtype));
+        else if (isinf(source[i])) wrong += test_half_to_double(h, dtype) != source[i];
         else wrong += !nearest_even(source[i], h, dtype);
         wrong += out[2 * i + 1] != 0x1234;
     }

@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "attn_mpi.h"
+#include "mpi_test_finish.h"
 #include "test_support.h"
 
 typedef struct ring_case {
@@ -222,11 +223,5 @@ int main(int argc, char **argv) {
     MPI_Comm_size(MPI_COMM_WORLD, &rank_count);
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; ++i)
         if (cases[i].T >= rank_count) run_case(i, &cases[i]);
-    /* Every rank must pass: combine the verdicts so each rank's exit code reflects all. */
-    int failed = test_failed_count, any_failed = 0;
-    MPI_Allreduce(&failed, &any_failed, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
-    if (rank == 0) printf("ranks: %d, failures over all ranks: %d\n", rank_count, any_failed);
-    int code = test_finish();
-    MPI_Finalize();
-    return code;
+    return mpi_test_finish(rank, rank_count);
 }

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "attn_mpi.h"
+#include "mpi_test_finish.h"
 #include "test_support.h"
 
 typedef struct ring_case {
@@ -152,10 +153,5 @@ int main(int argc, char **argv) {
             run_case(i, &cases[i], ATTN_DTYPE_BF16);
             run_case(i, &cases[i], ATTN_DTYPE_F16);
         }
-    int failed = test_failed_count, any_failed = 0;
-    MPI_Allreduce(&failed, &any_failed, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
-    if (rank == 0) printf("ranks: %d, failures over all ranks: %d\n", rank_count, any_failed);
-    int code = test_finish();
-    MPI_Finalize();
-    return code;
+    return mpi_test_finish(rank, rank_count);
 }

@@ -4,7 +4,8 @@
  * NULL options, and a zero-initialised or NULL attn_execution, compute plain scaled
  * dot-product attention over the whole sequence, for every token layout. Every rank checks its
  * rows of O, LSE, dQ and its tokens' dK, dV against an independent double-precision oracle
- * of the whole sequence written here (every rank computes it from the same seed):
+ * of the whole sequence (test_plain_attention in tests/support; every rank computes it from
+ * the same seed):
  *   S = Q Kᵀ / sqrt(Dk), P = softmax_rows(S), O = P V, LSE = log Σ_j exp(S_ij),
  *   dS = P ∘ (dO Vᵀ − rowsum(dO ∘ O)), dQ = dS K / sqrt(Dk), dK = dSᵀ Q / sqrt(Dk), dV = Pᵀ dO
  * (GQA: query head h reads KV head h / (Hq / Hkv); KV gradients sum over the group).
@@ -16,9 +17,10 @@
 #include <string.h>
 
 #include "attn_mpi.h"
+#include "mpi_test_finish.h"
 #include "test_support.h"
 
-enum { B = 1, T = 13, HQ = 4, HKV = 2, DK = 8, DV = 6, GROUP = HQ / HKV };
+enum { B = 1, T = 13, HQ = 4, HKV = 2, DK = 8, DV = 6 };
 
 /* Global tensors, contiguous [B][T][H][D], and the oracle's results. */
 static float q[B * T * HQ * DK], k[B * T * HKV * DK], v[B * T * HKV * DV], dout[B * T * HQ * DV];
@@ -27,45 +29,15 @@ static double dq[B * T * HQ * DK], dk[B * T * HKV * DK], dv[B * T * HKV * DV];
 
 #define AT(b, t, h, d, H, D) (((((int64_t)(b)) * T + (t)) * (H) + (h)) * (D) + (d))
 
+/* The whole sequence's O, LSE and gradients in double (test_plain_attention). */
 static void oracle(void) {
-    const double scale = 1.0 / sqrt((double)DK);
+    static const test_plain_shape shape = {T, T, HQ, HKV, DK, DV};
     memset(dq, 0, sizeof dq), memset(dk, 0, sizeof dk), memset(dv, 0, sizeof dv);
     for (int64_t b = 0; b < B; ++b)
-        for (int64_t h = 0; h < HQ; ++h) {
-            const int64_t g = h / GROUP;
-            for (int64_t i = 0; i < T; ++i) {
-                double s[T], p[T], m = -INFINITY, sum = 0.0;
-                for (int64_t j = 0; j < T; ++j) {
-                    double dot = 0.0;
-                    for (int64_t d = 0; d < DK; ++d)
-                        dot += (double)q[AT(b, i, h, d, HQ, DK)] * (double)k[AT(b, j, g, d, HKV, DK)];
-                    s[j] = dot * scale;
-                    if (s[j] > m) m = s[j];
-                }
-                for (int64_t j = 0; j < T; ++j) sum += exp(s[j] - m);
-                lse[(b * HQ + h) * T + i] = m + log(sum);
-                for (int64_t j = 0; j < T; ++j) p[j] = exp(s[j] - m) / sum;
-                double row_dot = 0.0;
-                for (int64_t e = 0; e < DV; ++e) {
-                    double o = 0.0;
-                    for (int64_t j = 0; j < T; ++j) o += p[j] * (double)v[AT(b, j, g, e, HKV, DV)];
-                    out[AT(b, i, h, e, HQ, DV)] = o;
-                    row_dot += (double)dout[AT(b, i, h, e, HQ, DV)] * o;
-                }
-                for (int64_t j = 0; j < T; ++j) {
-                    double dp = 0.0;
-                    for (int64_t e = 0; e < DV; ++e) {
-                        dp += (double)dout[AT(b, i, h, e, HQ, DV)] * (double)v[AT(b, j, g, e, HKV, DV)];
-                        dv[AT(b, j, g, e, HKV, DV)] += p[j] * (double)dout[AT(b, i, h, e, HQ, DV)];
-                    }
-                    const double ds = p[j] * (dp - row_dot);
-                    for (int64_t d = 0; d < DK; ++d) {
-                        dq[AT(b, i, h, d, HQ, DK)] += ds * (double)k[AT(b, j, g, d, HKV, DK)] * scale;
-                        dk[AT(b, j, g, d, HKV, DK)] += ds * (double)q[AT(b, i, h, d, HQ, DK)] * scale;
-                    }
-                }
-            }
-        }
+        test_plain_attention(&shape, T, q + b * T * HQ * DK, k + b * T * HKV * DK,
+                             v + b * T * HKV * DV, dout + b * T * HQ * DV, out + b * T * HQ * DV,
+                             lse + b * HQ * T, dq + b * T * HQ * DK, dk + b * T * HKV * DK,
+                             dv + b * T * HKV * DV);
 }
 
 /* max |local - oracle| / (1 + |oracle|) over a rank's tokens: local [B][n][H][D] holds the
@@ -182,11 +154,5 @@ int main(int argc, char **argv) {
     for (size_t n = 0; n < sizeof kinds / sizeof kinds[0]; ++n)
         if (kinds[n] != ATTN_RING_LAYOUT_ZIGZAG || T >= 2 * rank_count)
             run_layout(kinds[n], rank, rank_count);
-    /* Every rank must pass: combine the verdicts so each rank's exit code reflects all. */
-    int failed = test_failed_count, any_failed = 0;
-    MPI_Allreduce(&failed, &any_failed, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
-    if (rank == 0) printf("ranks: %d, failures over all ranks: %d\n", rank_count, any_failed);
-    int code = test_finish();
-    MPI_Finalize();
-    return any_failed > 0 && code == 0 ? 1 : code;
+    return mpi_test_finish(rank, rank_count);
 }

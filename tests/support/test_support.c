@@ -186,6 +186,71 @@ static void visit_relative(float x, float y, void *state) {
     if (e > *worst) *worst = e;
 }
 
+void test_plain_attention(const test_plain_shape *shape, int64_t keys, const float *q,
+                          const float *k, const float *v, const float *dout, double *out,
+                          double *lse, double *dq, double *dk, double *dv) {
+    const int64_t Tq = shape->Tq, Hq = shape->Hq, Hkv = shape->Hkv;
+    const int64_t Dk = shape->Dk, Dv = shape->Dv, group = Hq / Hkv;
+    const double scale = 1.0 / sqrt((double)Dk);
+    /* contiguous [T][H][D] index */
+#define PLAIN_AT(t, h, d, H, D) (((int64_t)(t) * (H) + (h)) * (D) + (d))
+    double *s = malloc(2 * (size_t)(keys > 0 ? keys : 1) * sizeof(double));
+    if (s == NULL) abort(); /* a test helper: no memory is the end of the test */
+    double *p = s + keys;
+    for (int64_t h = 0; h < Hq; ++h) {
+        const int64_t g = h / group;
+        for (int64_t i = 0; i < Tq; ++i) {
+            double m = -INFINITY, sum = 0.0;
+            for (int64_t j = 0; j < keys; ++j) {
+                double dot = 0.0;
+                for (int64_t d = 0; d < Dk; ++d)
+                    dot += (double)q[PLAIN_AT(i, h, d, Hq, Dk)] * (double)k[PLAIN_AT(j, g, d, Hkv, Dk)];
+                s[j] = dot * scale;
+                if (s[j] > m) m = s[j];
+            }
+            for (int64_t j = 0; j < keys; ++j) sum += exp(s[j] - m);
+            lse[h * Tq + i] = m + log(sum);
+            for (int64_t j = 0; j < keys; ++j) p[j] = exp(s[j] - m) / sum;
+            double row_dot = 0.0;
+            for (int64_t e = 0; e < Dv; ++e) {
+                double o = 0.0;
+                for (int64_t j = 0; j < keys; ++j) o += p[j] * (double)v[PLAIN_AT(j, g, e, Hkv, Dv)];
+                out[PLAIN_AT(i, h, e, Hq, Dv)] = o;
+                row_dot += (double)dout[PLAIN_AT(i, h, e, Hq, Dv)] * o;
+            }
+            for (int64_t j = 0; j < keys; ++j) {
+                double dp = 0.0;
+                for (int64_t e = 0; e < Dv; ++e) {
+                    dp += (double)dout[PLAIN_AT(i, h, e, Hq, Dv)] * (double)v[PLAIN_AT(j, g, e, Hkv, Dv)];
+                    dv[PLAIN_AT(j, g, e, Hkv, Dv)] += p[j] * (double)dout[PLAIN_AT(i, h, e, Hq, Dv)];
+                }
+                const double ds = p[j] * (dp - row_dot);
+                for (int64_t d = 0; d < Dk; ++d) {
+                    dq[PLAIN_AT(i, h, d, Hq, Dk)] += ds * (double)k[PLAIN_AT(j, g, d, Hkv, Dk)] * scale;
+                    dk[PLAIN_AT(j, g, d, Hkv, Dk)] += ds * (double)q[PLAIN_AT(i, h, d, Hq, Dk)] * scale;
+                }
+            }
+        }
+    }
+#undef PLAIN_AT
+    free(s);
+}
+
+double test_largest_abs_dot(const attn_tensor *q, const attn_tensor *k) {
+    const int64_t group = q->shape[2] / k->shape[2];
+    double largest = 0.0;
+    for (int64_t b = 0; b < q->shape[0]; ++b)
+        for (int64_t h = 0; h < q->shape[2]; ++h)
+            for (int64_t i = 0; i < q->shape[1]; ++i)
+                for (int64_t j = 0; j < k->shape[1]; ++j) {
+                    double sum = 0.0;
+                    for (int64_t d = 0; d < q->shape[3]; ++d)
+                        sum += fabs(test_get4(q, b, i, h, d) * test_get4(k, b, j, h / group, d));
+                    if (sum > largest) largest = sum;
+                }
+    return largest;
+}
+
 double test_max_relative_error(const attn_tensor *a, const attn_tensor *b) {
     if (a->rank != b->rank) return INFINITY;
     for (int d = 0; d < a->rank; ++d)

@@ -69,6 +69,29 @@ void test_tensor_free(test_tensor *t);
 float test_get4(const attn_tensor *t, int64_t a, int64_t b, int64_t c, int64_t d);
 float test_get3(const attn_tensor *t, int64_t a, int64_t b, int64_t c);
 
+/* max over b, i, h, j of sum_d |q[b,i,h,d] k[b,j,h/(Hq/Hkv),d]| for float32 views q
+ * [B, Tq, Hq, Dk] and k [B, Tk, Hkv, Dk]: the largest unscaled |logit| any kernel can sum,
+ * the base of the tests' bounds on the fp32 error of one logit. */
+double test_largest_abs_dot(const attn_tensor *q, const attn_tensor *k);
+
+/* The shape of one sequence for test_plain_attention: Tq queries of Hq heads, Tk keys of Hkv
+ * heads, head dims Dk (queries, keys) and Dv (values). */
+typedef struct test_plain_shape {
+    int64_t Tq, Tk, Hq, Hkv, Dk, Dv;
+} test_plain_shape;
+
+/* Plain scaled dot-product attention of one sequence, in double, on contiguous float inputs
+ * q [Tq][Hq][Dk], k [Tk][Hkv][Dk], v [Tk][Hkv][Dv], dout [Tq][Hq][Dv]; the queries attend
+ * to the first `keys` keys (keys <= Tk), query head h reads KV head h / (Hq / Hkv):
+ *   S = Q Kᵀ / sqrt(Dk), P = softmax_rows(S), O = P V, LSE = log Σ_j exp(S_ij),
+ *   dS = P ∘ (dO Vᵀ − rowsum(dO ∘ O)), dQ = dS K / sqrt(Dk), dK = dSᵀ Q / sqrt(Dk), dV = Pᵀ dO.
+ * Writes out [Tq][Hq][Dv] and lse [Hq][Tq]; adds the gradients into dq [Tq][Hq][Dk],
+ * dk [Tk][Hkv][Dk] and dv [Tk][Hkv][Dv] (zeroed by the caller; KV gradients sum over the
+ * group). Independent of libattn: the oracle of the zero-options tests. */
+void test_plain_attention(const test_plain_shape *shape, int64_t keys, const float *q,
+                          const float *k, const float *v, const float *dout, double *out,
+                          double *lse, double *dq, double *dk, double *dv);
+
 /* ---- comparisons ---- */
 /* max over elements of |a - b| / (1 + |b|) for two rank-4 (or rank-3) views of equal shape.
  * NaN in exactly one of them counts as +inf; equal infinities count as 0. */

@@ -26,8 +26,20 @@ static inline __m512 bf16_to_f32(__m256i h) {
     return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
 }
 
-static void bf16_to_f32_rows(int count, int dim, const uint16_t *source, int64_t token_stride,
-                             int64_t dim_stride, float *destination, int64_t destination_stride) {
+/* The two 16-bit formats of this file: each conversion below is written once over `bf16`
+ * (1: bfloat16, 0: IEEE half), a constant at every call so that it folds away. */
+static inline __m512 widen16(__m256i h, int bf16) {
+    return bf16 ? bf16_to_f32(h) : _mm512_cvtph_ps(h);
+}
+
+static inline __m256i narrow16(__m512 x, int bf16) {
+    return bf16 ? (__m256i)_mm512_cvtneps_pbh(x)
+                : _mm512_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+}
+
+static inline void widen_rows(int count, int dim, const uint16_t *source, int64_t token_stride,
+                              int64_t dim_stride, float *destination,
+                              int64_t destination_stride, int bf16) {
     for (int c = 0; c < count; ++c) {
         const uint16_t *row = source + (int64_t)c * token_stride;
         float *out = destination + (int64_t)c * destination_stride;
@@ -36,24 +48,19 @@ static void bf16_to_f32_rows(int count, int dim, const uint16_t *source, int64_t
             const __m256i h = dim_stride == 1 ? _mm256_maskz_loadu_epi16(mask, row + d)
                                               : load_strided16(row + (int64_t)d * dim_stride, dim_stride,
                                                                dim - d < LANES ? dim - d : LANES);
-            _mm512_mask_storeu_ps(out + d, mask, bf16_to_f32(h));
+            _mm512_mask_storeu_ps(out + d, mask, widen16(h, bf16));
         }
     }
 }
 
+static void bf16_to_f32_rows(int count, int dim, const uint16_t *source, int64_t token_stride,
+                             int64_t dim_stride, float *destination, int64_t destination_stride) {
+    widen_rows(count, dim, source, token_stride, dim_stride, destination, destination_stride, 1);
+}
+
 static void f16_to_f32_rows(int count, int dim, const uint16_t *source, int64_t token_stride,
                             int64_t dim_stride, float *destination, int64_t destination_stride) {
-    for (int c = 0; c < count; ++c) {
-        const uint16_t *row = source + (int64_t)c * token_stride;
-        float *out = destination + (int64_t)c * destination_stride;
-        for (int d = 0; d < dim; d += LANES) {
-            const __mmask16 mask = tail_mask(dim - d);
-            const __m256i h = dim_stride == 1 ? _mm256_maskz_loadu_epi16(mask, row + d)
-                                              : load_strided16(row + (int64_t)d * dim_stride, dim_stride,
-                                                               dim - d < LANES ? dim - d : LANES);
-            _mm512_mask_storeu_ps(out + d, mask, _mm512_cvtph_ps(h));
-        }
-    }
+    widen_rows(count, dim, source, token_stride, dim_stride, destination, destination_stride, 0);
 }
 
 /* Stores 16-bit lanes `h` (mask) to destination[e*stride]. */
@@ -77,53 +84,49 @@ static inline int overflow_count(__m512 x, __m256i h, uint16_t inf, __mmask16 ma
     return __builtin_popcount((unsigned)(finite & infinite & mask));
 }
 
-static int64_t f32_to_bf16(int64_t count, const float *source, uint16_t *destination,
-                           int64_t stride) {
+/* Narrows count floats to destination[e*stride]; returns how many finite ones became ±inf. */
+static inline int64_t narrow(int64_t count, const float *source, uint16_t *destination,
+                             int64_t stride, int bf16) {
+    const uint16_t inf = bf16 ? 0x7f80 : 0x7c00;
     int64_t overflowed = 0;
     for (int64_t e = 0; e < count; e += LANES) {
         const __mmask16 mask = tail_mask(count - e);
         const __m512 x = _mm512_maskz_loadu_ps(mask, source + e);
-        const __m256i h = (__m256i)_mm512_cvtneps_pbh(x);
-        overflowed += overflow_count(x, h, 0x7f80, mask);
+        const __m256i h = narrow16(x, bf16);
+        overflowed += overflow_count(x, h, inf, mask);
         store16(destination + e * stride, stride, h, mask, count - e < LANES ? (int)(count - e) : LANES);
     }
     return overflowed;
+}
+
+static int64_t f32_to_bf16(int64_t count, const float *source, uint16_t *destination,
+                           int64_t stride) {
+    return narrow(count, source, destination, stride, 1);
 }
 
 static int64_t f32_to_f16(int64_t count, const float *source, uint16_t *destination,
                           int64_t stride) {
-    int64_t overflowed = 0;
-    for (int64_t e = 0; e < count; e += LANES) {
-        const __mmask16 mask = tail_mask(count - e);
-        const __m512 x = _mm512_maskz_loadu_ps(mask, source + e);
-        const __m256i h = _mm512_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-        overflowed += overflow_count(x, h, 0x7c00, mask);
-        store16(destination + e * stride, stride, h, mask, count - e < LANES ? (int)(count - e) : LANES);
+    return narrow(count, source, destination, stride, 0);
+}
+
+/* Rounds rows of floats in place to the 16-bit format (narrow, then widen). */
+static inline void round_rows(int rows, int count, float *values, int stride, int bf16) {
+    for (int r = 0; r < rows; ++r) {
+        float *row = values + (size_t)r * stride;
+        for (int c = 0; c < count; c += LANES) {
+            const __mmask16 mask = tail_mask(count - c);
+            const __m512 x = _mm512_maskz_loadu_ps(mask, row + c);
+            _mm512_mask_storeu_ps(row + c, mask, widen16(narrow16(x, bf16), bf16));
+        }
     }
-    return overflowed;
 }
 
 static void round_bf16_rows(int rows, int count, float *values, int stride) {
-    for (int r = 0; r < rows; ++r) {
-        float *row = values + (size_t)r * stride;
-        for (int c = 0; c < count; c += LANES) {
-            const __mmask16 mask = tail_mask(count - c);
-            const __m512 x = _mm512_maskz_loadu_ps(mask, row + c);
-            _mm512_mask_storeu_ps(row + c, mask, bf16_to_f32((__m256i)_mm512_cvtneps_pbh(x)));
-        }
-    }
+    round_rows(rows, count, values, stride, 1);
 }
 
 static void round_f16_rows(int rows, int count, float *values, int stride) {
-    for (int r = 0; r < rows; ++r) {
-        float *row = values + (size_t)r * stride;
-        for (int c = 0; c < count; c += LANES) {
-            const __mmask16 mask = tail_mask(count - c);
-            const __m512 x = _mm512_maskz_loadu_ps(mask, row + c);
-            const __m256i h = _mm512_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-            _mm512_mask_storeu_ps(row + c, mask, _mm512_cvtph_ps(h));
-        }
-    }
+    round_rows(rows, count, values, stride, 0);
 }
 
 const attn_lowp_convert attn_lowp_convert_avx512 = {

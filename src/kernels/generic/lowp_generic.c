@@ -89,22 +89,35 @@ const attn_lowp_kernels attn_lowp_generic = {
     .accumulate_values = attn_lowp_generic_accumulate_values,
 };
 
+/* The two 16-bit formats: each conversion below is written once over `bf16` (1: bfloat16,
+ * 0: IEEE half), a constant at every call so that it folds away. */
+static inline float widen16(uint16_t h, int bf16) {
+    return bf16 ? attn_lowp_bf16_to_float(h) : attn_f16_to_float(h);
+}
+
+static inline uint16_t narrow16(float x, int bf16) {
+    return bf16 ? attn_lowp_bf16_round(x) : attn_float_to_f16(x);
+}
+
+static inline void widen_rows(int count, int dim, const uint16_t *source, int64_t token_stride,
+                              int64_t dim_stride, float *destination,
+                              int64_t destination_stride, int bf16) {
+    for (int c = 0; c < count; ++c)
+        for (int d = 0; d < dim; ++d)
+            destination[(int64_t)c * destination_stride + d] =
+                widen16(source[(int64_t)c * token_stride + (int64_t)d * dim_stride], bf16);
+}
+
 static void generic_bf16_to_f32_rows(int count, int dim, const uint16_t *source,
                                      int64_t token_stride, int64_t dim_stride,
                                      float *destination, int64_t destination_stride) {
-    for (int c = 0; c < count; ++c)
-        for (int d = 0; d < dim; ++d)
-            destination[(int64_t)c * destination_stride + d] = attn_lowp_bf16_to_float(
-                source[(int64_t)c * token_stride + (int64_t)d * dim_stride]);
+    widen_rows(count, dim, source, token_stride, dim_stride, destination, destination_stride, 1);
 }
 
 static void generic_f16_to_f32_rows(int count, int dim, const uint16_t *source,
                                     int64_t token_stride, int64_t dim_stride, float *destination,
                                     int64_t destination_stride) {
-    for (int c = 0; c < count; ++c)
-        for (int d = 0; d < dim; ++d)
-            destination[(int64_t)c * destination_stride + d] =
-                attn_f16_to_float(source[(int64_t)c * token_stride + (int64_t)d * dim_stride]);
+    widen_rows(count, dim, source, token_stride, dim_stride, destination, destination_stride, 0);
 }
 
 /* Whether x is finite (exponent bits not all ones). */
@@ -114,42 +127,44 @@ static inline int is_finite_bits(float x) {
     return (bits & 0x7f800000u) != 0x7f800000u;
 }
 
-static int64_t generic_f32_to_bf16(int64_t count, const float *source, uint16_t *destination,
-                                   int64_t stride) {
+/* Narrows count floats to destination[e*stride]; returns how many finite ones became ±inf. */
+static inline int64_t narrow(int64_t count, const float *source, uint16_t *destination,
+                             int64_t stride, int bf16) {
+    const uint16_t inf = bf16 ? 0x7f80u : 0x7c00u;
     int64_t overflowed = 0;
     for (int64_t e = 0; e < count; ++e) {
-        const uint16_t h = attn_lowp_bf16_round(source[e]);
-        overflowed += (h & 0x7fffu) == 0x7f80u && is_finite_bits(source[e]);
+        const uint16_t h = narrow16(source[e], bf16);
+        overflowed += (h & 0x7fffu) == inf && is_finite_bits(source[e]);
         destination[e * stride] = h;
     }
     return overflowed;
+}
+
+static int64_t generic_f32_to_bf16(int64_t count, const float *source, uint16_t *destination,
+                                   int64_t stride) {
+    return narrow(count, source, destination, stride, 1);
 }
 
 static int64_t generic_f32_to_f16(int64_t count, const float *source, uint16_t *destination,
                                   int64_t stride) {
-    int64_t overflowed = 0;
-    for (int64_t e = 0; e < count; ++e) {
-        const uint16_t h = attn_float_to_f16(source[e]);
-        overflowed += (h & 0x7fffu) == 0x7c00u && is_finite_bits(source[e]);
-        destination[e * stride] = h;
-    }
-    return overflowed;
+    return narrow(count, source, destination, stride, 0);
+}
+
+/* Rounds rows of floats in place to the 16-bit format (narrow, then widen). */
+static inline void round_rows(int rows, int count, float *values, int stride, int bf16) {
+    for (int r = 0; r < rows; ++r)
+        for (int c = 0; c < count; ++c) {
+            float *x = values + (size_t)r * stride + c;
+            *x = widen16(narrow16(*x, bf16), bf16);
+        }
 }
 
 static void generic_round_bf16_rows(int rows, int count, float *values, int stride) {
-    for (int r = 0; r < rows; ++r)
-        for (int c = 0; c < count; ++c) {
-            float *x = values + (size_t)r * stride + c;
-            *x = attn_lowp_bf16_to_float(attn_lowp_bf16_round(*x));
-        }
+    round_rows(rows, count, values, stride, 1);
 }
 
 static void generic_round_f16_rows(int rows, int count, float *values, int stride) {
-    for (int r = 0; r < rows; ++r)
-        for (int c = 0; c < count; ++c) {
-            float *x = values + (size_t)r * stride + c;
-            *x = attn_f16_to_float(attn_float_to_f16(*x));
-        }
+    round_rows(rows, count, values, stride, 0);
 }
 
 const attn_lowp_convert attn_lowp_convert_generic = {
