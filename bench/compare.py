@@ -8,6 +8,10 @@ For every configuration of the grid (the same grid and flags as `attn bench`), i
     torch.set_num_threads(threads); causal uses is_causal=True, the sliding window a boolean
     attn_mask (what a PyTorch user would write); GQA/MQA through enable_gqa=True when the
     installed torch has it, else K/V expanded with repeat_interleave (not timed),
+  * PyTorch FlexAttention (torch.nn.attention.flex_attention) for the causal and window rows,
+    with a block mask built from the mask_mod (so blocks outside the band are skipped),
+    compiled by torch.compile when that works on this machine, else eager (the header line
+    says which; --no-flex skips it; compiling takes a while per shape),
   * the naive reference (`attn bench --reference`: attn_reference_forward, T x T in double)
     for T <= --reference-max-t only,
 and prints one Markdown table of medians and ratios. With --backward it also times
@@ -122,6 +126,68 @@ def torch_case(t, hq, hkv, d, mask, window, repeats, backward, dtype="f32"):
     return statistics.median(times)
 
 
+FLEX = {}
+
+
+def flex_setup(enabled):
+    """FlexAttention (torch.nn.attention.flex_attention) compiled by torch.compile when that
+    works here (tried once on a small causal case), else eager; None when unavailable."""
+    if not enabled:
+        return None
+    try:
+        from torch.nn.attention.flex_attention import flex_attention, create_block_mask
+    except ImportError:
+        return None
+    FLEX["create_block_mask"] = create_block_mask
+    try:
+        compiled = torch.compile(flex_attention)
+        x = torch.rand(1, 1, 128, 16)
+        mask = create_block_mask(lambda b, h, q, k: q >= k, None, None, 128, 128, device="cpu")
+        with torch.no_grad():
+            compiled(x, x, x, block_mask=mask)
+        FLEX["function"], FLEX["mode"] = compiled, "compiled (torch.compile)"
+    except Exception as error:  # no compiler toolchain, unsupported backend...
+        FLEX["function"] = flex_attention
+        FLEX["mode"] = f"eager (torch.compile failed: {type(error).__name__})"
+    return FLEX["mode"]
+
+
+def flex_case(t, hq, hkv, d, mask, window, repeats, backward, dtype="f32"):
+    """FlexAttention time for the causal and window rows (a block mask from the mask_mod, so
+    blocks outside the band are skipped), or None for other masks."""
+    if "function" not in FLEX or mask not in ("causal", "window"):
+        return None
+    generator = torch.Generator().manual_seed(0)
+    q = (torch.rand(1, hq, t, d, generator=generator) * 2 - 1).to(TORCH_DTYPES[dtype])
+    k = (torch.rand(1, hkv, t, d, generator=generator) * 2 - 1).to(TORCH_DTYPES[dtype])
+    v = (torch.rand(1, hkv, t, d, generator=generator) * 2 - 1).to(TORCH_DTYPES[dtype])
+    if mask == "causal":
+        def mask_mod(b, h, q_index, k_index):
+            return q_index >= k_index
+    else:
+        def mask_mod(b, h, q_index, k_index):
+            return (q_index >= k_index) & (q_index - k_index < window)
+    block_mask = FLEX["create_block_mask"](mask_mod, None, None, t, t, device="cpu")
+    kwargs = {"block_mask": block_mask}
+    if hq != hkv:
+        kwargs["enable_gqa"] = True
+    function = FLEX["function"]
+    if not backward:
+        with torch.no_grad():
+            return torch_time(lambda: function(q, k, v, **kwargs), repeats)
+    q.requires_grad_(True), k.requires_grad_(True), v.requires_grad_(True)
+    dout = torch.rand(q.shape, generator=generator).to(q.dtype)
+    times = []
+    for run in range(repeats + 1):
+        out = function(q, k, v, **kwargs)
+        start = now()
+        out.backward(dout)
+        if run > 0:
+            times.append(now() - start)
+        q.grad = k.grad = v.grad = None
+    return statistics.median(times)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--attn", default="build/attn", help="path to the attn binary")
@@ -142,6 +208,8 @@ def main():
                         help="type of Q, K, V, O on both sides (attn bench --dtype)")
     parser.add_argument("--clock", choices=["wall", "cpu"], default="wall",
                         help="wall clock, or process CPU time per thread (shared machines)")
+    parser.add_argument("--no-flex", action="store_true",
+                        help="skip FlexAttention (timed for the causal and window rows)")
     args = parser.parse_args()
     CLOCK["now"] = (time.perf_counter if args.clock == "wall"
                     else lambda: time.process_time() / args.threads)
@@ -149,6 +217,8 @@ def main():
         args.t, args.heads = "512,1024,2048,4096", "8"
     torch.set_num_threads(args.threads)
     lengths = parse_list(args.t)
+    flex_mode = flex_setup(not args.no_flex and any(
+        m in ("causal", "window") for m in args.masks.split(",")))
 
     attn_rows = run_attn(args, (["--backward"] if args.backward else []) + ["--dtype", args.dtype],
                          lengths)
@@ -161,21 +231,29 @@ def main():
     lines = [f"Command: `{command}`", "",
              f"torch {torch.__version__}, {args.dtype}, {args.threads} threads, {args.clock} clock; "
              f"attn median of "
-             f"{args.repeats} runs; ratios > 1 mean attn is faster.", "",
+             f"{args.repeats} runs; ratios > 1 mean attn is faster. FlexAttention (causal and "
+             f"window rows, block mask): {flex_mode or 'not run'}.", "",
              "| pass | T | Hq | Hkv | D | mask | attn ms | attn GFLOP/s | % peak | torch ms | "
-             "torch GFLOP/s | attn vs torch | reference ms | attn vs reference |",
-             "|---|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+             "torch GFLOP/s | attn vs torch | flex ms | flex GFLOP/s | attn vs flex | "
+             "reference ms | attn vs reference |",
+             "|---|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for key in sorted(attn_rows, key=lambda k: (k[0], k[2], -k[3], k[4], k[5], k[1])):
         passname, t, hq, hkv, d, mask = key
         row = attn_rows[key]
         if row["status"] != "ok":
             lines.append(f"| {passname} | {t} | {hq} | {hkv} | {d} | {mask} | {row['status']} "
-                         "| | | | | | | |")
+                         "| | | | | | | | | | |")
             continue
         attn_seconds = float(row["median_seconds"])
         torch_seconds = torch_case(t, hq, hkv, d, mask, args.window, args.repeats,
                                    passname == "backward", args.dtype)
         flops = (10 if passname == "backward" else 4) * d * allowed_pairs(mask, t, args.window) * hq
+        flex_seconds = flex_case(t, hq, hkv, d, mask, args.window, args.repeats,
+                                 passname == "backward", args.dtype)
+        flex_columns = "| | |"
+        if flex_seconds:
+            flex_columns = (f"{flex_seconds * 1e3:.2f} | {flops / flex_seconds * 1e-9:.1f} | "
+                            f"{flex_seconds / attn_seconds:.2f}x |")
         reference = reference_rows.get(("reference", t, hq, hkv, d, mask))
         reference_ms = reference_ratio = ""
         if reference and reference["status"] == "ok" and passname == "forward":
@@ -186,7 +264,8 @@ def main():
             f"| {passname} | {t} | {hq} | {hkv} | {d} | {mask} | {attn_seconds * 1e3:.2f} | "
             f"{float(row['gflops']):.1f} | {float(row['peak_fraction']) * 100:.1f}% | "
             f"{torch_seconds * 1e3:.2f} | {flops / torch_seconds * 1e-9:.1f} | "
-            f"{torch_seconds / attn_seconds:.2f}x | {reference_ms} | {reference_ratio} |")
+            f"{torch_seconds / attn_seconds:.2f}x | {flex_columns} {reference_ms} | "
+            f"{reference_ratio} |")
         print(lines[-1], file=sys.stderr, flush=True)
     text = "\n".join(lines) + "\n"
     print(text)

@@ -223,7 +223,7 @@ static int bench_row(const char *label, attn_kv_cache_config config, int64_t que
 /* One MLA layer decode step (V2-Lite dims) after a prefill of `context` tokens, naive vs
  * absorbed: what weight absorption buys. */
 static int bench_mla_layer(int64_t context, const bench_settings *s) {
-    attn_mla_config config = {2048, 16, 0, 512, 128, 64, 128, 0.0, 0.0f, 0.0f};
+    attn_mla_config config = {2048, 16, 0, 512, 128, 64, 128, 0.0, 0.0f, 0.0f, {0}};
     const int64_t d = config.hidden, H = config.heads;
     const size_t sizes[5] = {(size_t)(H * 192 * d), (size_t)(576 * d), 512, (size_t)(H * 256 * 512),
                              (size_t)(d * H * 128)};
@@ -364,7 +364,7 @@ int cli_bench_decode(int argc, char **argv) {
             }
     }
     if (s.mla) {
-        attn_mla_config v2 = {5120, 128, 1536, 512, 128, 64, 128, 0.0, 0.0f, 0.0f};
+        attn_mla_config v2 = {5120, 128, 1536, 512, 128, 64, 128, 0.0, 0.0f, 0.0f, {0}};
         for (int dt = 0; dt < (int)STORAGE_TYPES; ++dt) {
             if (!(s.dtypes & (1 << dt))) continue;
             for (int c = 0; c < context_count; ++c) {

@@ -93,7 +93,7 @@ int cli_kv_size(int argc, char **argv) {
         attn_kv_cache_config config = attn_kv_cache_config_default();
         attn_error error;
         if (rows[r].mla == 1) {
-            attn_mla_config mla = {5120, 128, 1536, 512, 128, 64, 128, 0.0, 0.0f, 0.0f};
+            attn_mla_config mla = {5120, 128, 1536, 512, 128, 64, 128, 0.0, 0.0f, 0.0f, {0}};
             if (attn_mla_cache_config(&mla, 1, 1, dtype, 0, &config, &error) != ATTN_OK) {
                 fprintf(stderr, "attn kv-size: %s\n", error.message);
                 return 1;
@@ -117,7 +117,7 @@ int cli_kv_size(int argc, char **argv) {
                100.0 * per_token / mha_bytes);
     }
     attn_kv_cache_config mla_config;
-    attn_mla_config mla = {5120, 128, 1536, 512, 128, 64, 128, 0.0, 0.0f, 0.0f};
+    attn_mla_config mla = {5120, 128, 1536, 512, 128, 64, 128, 0.0, 0.0f, 0.0f, {0}};
     attn_mla_cache_config(&mla, 1, 1, dtype, 0, &mla_config, NULL);
     const double mla_bytes = (double)attn_kv_cache_bytes_per_token(&mla_config);
     printf("\nMLA stores %.0f values/token/layer (= GQA with %.2f groups of dh = 128);\n"

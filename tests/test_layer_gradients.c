@@ -3,8 +3,10 @@
  * both layouts with partial rotary dims; causal; self- and cross-attention, Tq != Tk) against
  * an independent double-precision transcription of the whole layer: the forward output, and
  * every parameter and input gradient against central finite differences of that double
- * reference (loss = Σ out ∘ G). Also: parameter counts (4n² for n = 512, Llama-2-70B-like
- * 150,994,944), deterministic Xavier init within its bound, argument errors.
+ * reference (loss = Σ out ∘ G), also with per-projection biases (Qwen2: q, k, v only) and
+ * RoPE at explicit position ids per batch row with YaRN scaling (cos/sin magnitude != 1).
+ * Also: parameter counts (4n² for n = 512, Llama-2-70B-like 150,994,944), deterministic
+ * Xavier init within its bound, argument errors.
  */
 #include "attn_layers.h"
 #include "test_support.h"
@@ -22,16 +24,47 @@ typedef struct layer_case {
     int causal;
     int cross; /* nonzero: x_key_value is a separate input of length Tk */
     int64_t B, Tq, Tk;
+    unsigned bias_mask; /* nonzero: biases on these projections only (1 q, 2 k, 4 v, 8 o) */
+    int positions;      /* nonzero: gapped position ids per batch row (attn_layer_forward_at) */
+    int yarn;           /* nonzero: YaRN scaling, factor 4 over 4 trained positions */
 } layer_case;
 
 static const layer_case layer_cases[] = {
-    {"single head", 6, 1, 1, 4, 0, 0, ATTN_ROPE_HALF, 0, 0, 0, 1, 5, 5},
-    {"MHA causal bias", 8, 2, 2, 4, 1, 0, ATTN_ROPE_HALF, 0, 1, 0, 2, 4, 4},
-    {"GQA rope half", 8, 4, 2, 4, 1, 1, ATTN_ROPE_HALF, 4, 1, 0, 1, 6, 6},
-    {"MQA rope interleaved partial", 5, 3, 1, 6, 0, 1, ATTN_ROPE_INTERLEAVED, 4, 0, 0, 2, 3, 3},
-    {"cross GQA Tq<Tk causal", 7, 4, 2, 3, 1, 0, ATTN_ROPE_HALF, 0, 1, 1, 1, 3, 5},
-    {"cross MHA Tq>Tk rope", 6, 2, 2, 4, 0, 1, ATTN_ROPE_HALF, 2, 0, 1, 2, 4, 2},
+    {"single head", 6, 1, 1, 4, 0, 0, ATTN_ROPE_HALF, 0, 0, 0, 1, 5, 5, 0, 0, 0},
+    {"MHA causal bias", 8, 2, 2, 4, 1, 0, ATTN_ROPE_HALF, 0, 1, 0, 2, 4, 4, 0, 0, 0},
+    {"GQA rope half", 8, 4, 2, 4, 1, 1, ATTN_ROPE_HALF, 4, 1, 0, 1, 6, 6, 0, 0, 0},
+    {"MQA rope interleaved partial", 5, 3, 1, 6, 0, 1, ATTN_ROPE_INTERLEAVED, 4, 0, 0, 2, 3, 3,
+     0, 0, 0},
+    {"cross GQA Tq<Tk causal", 7, 4, 2, 3, 1, 0, ATTN_ROPE_HALF, 0, 1, 1, 1, 3, 5, 0, 0, 0},
+    {"cross MHA Tq>Tk rope", 6, 2, 2, 4, 0, 1, ATTN_ROPE_HALF, 2, 0, 1, 2, 4, 2, 0, 0, 0},
+    {"GQA qkv biases, ids, YaRN", 8, 4, 2, 4, 0, 1, ATTN_ROPE_HALF, 4, 1, 0, 2, 5, 5, 7, 1, 1},
+    {"MHA o bias only, ids", 6, 2, 2, 4, 0, 1, ATTN_ROPE_INTERLEAVED, 2, 0, 0, 2, 4, 4, 8, 1, 0},
+    {"cross k bias, ids, YaRN", 6, 2, 1, 4, 0, 1, ATTN_ROPE_HALF, 4, 0, 1, 2, 3, 4, 2, 1, 1},
 };
+
+/* The gapped position ids of a case (row b: b * 7 + 3 t + (t > 1)), at most 2 rows x 6. */
+static const int64_t *case_positions(const layer_case *lc, int keys, int64_t *storage) {
+    if (!lc->positions) return NULL;
+    int64_t T = keys ? lc->Tk : lc->Tq;
+    for (int64_t b = 0; b < lc->B; ++b)
+        for (int64_t t = 0; t < T; ++t) storage[b * T + t] = b * 7 + 3 * t + (t > 1) + keys;
+    return storage;
+}
+
+static int case_has_bias(const layer_case *lc, int projection) {
+    return lc->bias_mask ? (int)((lc->bias_mask >> projection) & 1u) : lc->bias;
+}
+
+/* The RoPE of a case (YaRN scaling when asked). */
+static attn_rope_config case_rope(const layer_case *lc) {
+    attn_rope_config rope = {.layout = lc->rope_layout,
+                             .rotary_dim = lc->rope_dim ? lc->rope_dim : lc->dh,
+                             .base = 10000.0};
+    if (lc->yarn)
+        rope.scaling = (attn_rope_scaling){.type = ATTN_ROPE_SCALING_YARN, .factor = 4.0,
+                                           .original_max_positions = 4};
+    return rope;
+}
 
 /* ---- the double-precision reference layer ---- */
 
@@ -46,21 +79,26 @@ static void linear_double(const double *x, int64_t rows, int64_t in, const doubl
         }
 }
 
-/* RoPE on [B][T][heads][dh] double, positions t. */
+/* RoPE on [B][T][heads][dh] double at positions[b][t] (NULL: t), frequencies f[i] (NULL:
+ * 10000^(-2i/rotary_dim)), cos/sin times `magnitude`. */
 static void rope_double(double *x, int64_t B, int64_t T, int64_t heads, int64_t dh,
-                        attn_rope_layout layout, int64_t rotary_dim) {
+                        attn_rope_layout layout, int64_t rotary_dim, const int64_t *positions,
+                        const double *frequencies, double magnitude) {
     int64_t half = rotary_dim / 2;
     for (int64_t b = 0; b < B; ++b)
         for (int64_t t = 0; t < T; ++t)
             for (int64_t h = 0; h < heads; ++h) {
                 double *v = x + ((b * T + t) * heads + h) * dh;
+                double position = positions ? (double)positions[b * T + t] : (double)t;
                 for (int64_t i = 0; i < half; ++i) {
-                    double angle = (double)t * pow(10000.0, -2.0 * (double)i / (double)rotary_dim);
+                    double f = frequencies ? frequencies[i]
+                                           : pow(10000.0, -2.0 * (double)i / (double)rotary_dim);
+                    double angle = position * f;
                     int64_t p = layout == ATTN_ROPE_INTERLEAVED ? 2 * i : i;
                     int64_t q = layout == ATTN_ROPE_INTERLEAVED ? 2 * i + 1 : i + half;
                     double a = v[p], c = v[q];
-                    v[p] = a * cos(angle) - c * sin(angle);
-                    v[q] = a * sin(angle) + c * cos(angle);
+                    v[p] = magnitude * (a * cos(angle) - c * sin(angle));
+                    v[q] = magnitude * (a * sin(angle) + c * cos(angle));
                 }
             }
 }
@@ -78,12 +116,10 @@ static double_layer double_layer_view(double *parameters, const layer_case *lc) 
     p.k_weight = cursor; cursor += kw * lc->d;
     p.v_weight = cursor; cursor += kw * lc->d;
     p.o_weight = cursor; cursor += lc->d * qw;
-    if (lc->bias) {
-        p.q_bias = cursor; cursor += qw;
-        p.k_bias = cursor; cursor += kw;
-        p.v_bias = cursor; cursor += kw;
-        p.o_bias = cursor;
-    }
+    if (case_has_bias(lc, 0)) { p.q_bias = cursor; cursor += qw; }
+    if (case_has_bias(lc, 1)) { p.k_bias = cursor; cursor += kw; }
+    if (case_has_bias(lc, 2)) { p.v_bias = cursor; cursor += kw; }
+    if (case_has_bias(lc, 3)) p.o_bias = cursor;
     return p;
 }
 
@@ -101,9 +137,20 @@ static void layer_forward_double(const layer_case *lc, const double *parameters,
     linear_double(x_kv, B * Tk, lc->d, p.k_weight, p.k_bias, kw, k);
     linear_double(x_kv, B * Tk, lc->d, p.v_weight, p.v_bias, kw, v);
     if (lc->rope) {
-        int64_t rotary = lc->rope_dim ? lc->rope_dim : lc->dh;
-        rope_double(q, B, Tq, lc->h, lc->dh, lc->rope_layout, rotary);
-        rope_double(k, B, Tk, lc->g, lc->dh, lc->rope_layout, rotary);
+        /* Scaled frequencies and magnitude from attn_rope_frequencies (checked against
+           transformers in test_positional_rope_scaling); NULL = the plain formula here. */
+        attn_rope_config rope = case_rope(lc);
+        int64_t rotary = rope.rotary_dim, query_ids[12], key_ids[12];
+        double frequencies[8], magnitude = 1.0;
+        attn_error error;
+        if (lc->yarn) attn_rope_frequencies(&rope, 64, frequencies, &magnitude, &error);
+        const int64_t *query_positions = case_positions(lc, 0, query_ids);
+        const int64_t *key_positions = lc->cross ? case_positions(lc, 1, key_ids)
+                                                 : query_positions;
+        rope_double(q, B, Tq, lc->h, lc->dh, lc->rope_layout, rotary, query_positions,
+                    lc->yarn ? frequencies : NULL, magnitude);
+        rope_double(k, B, Tk, lc->g, lc->dh, lc->rope_layout, rotary, key_positions,
+                    lc->yarn ? frequencies : NULL, magnitude);
     }
     double scale = 1.0 / sqrt((double)lc->dh);
     for (int64_t b = 0; b < B; ++b)
@@ -175,15 +222,25 @@ static void test_layer_case(const layer_case *lc, test_rng *rng) {
     config.rope = lc->rope;
     config.rope_layout = lc->rope_layout;
     config.rope_dim = lc->rope_dim;
+    if (lc->bias_mask) {
+        config.bias_q = lc->bias_mask & 1u;
+        config.bias_k = (lc->bias_mask >> 1) & 1u;
+        config.bias_v = (lc->bias_mask >> 2) & 1u;
+        config.bias_o = (lc->bias_mask >> 3) & 1u;
+    }
+    config.rope_scaling = case_rope(lc).scaling;
     attn_layer layer, gradients;
     attn_error error;
     CHECK_STATUS(attn_layer_create(&config, &layer, &error), ATTN_OK, &error, "%s", lc->name);
     CHECK_STATUS(attn_layer_create(&config, &gradients, &error), ATTN_OK, &error, "%s", lc->name);
     CHECK_STATUS(attn_layer_init_xavier(&layer, 1234, &error), ATTN_OK, &error, "%s", lc->name);
     /* Non-zero biases so their paths are exercised. */
-    if (lc->bias) {
-        int64_t bias_count = lc->h * lc->dh + 2 * lc->g * lc->dh + lc->d;
-        test_fill_normal(rng, layer.q_bias, bias_count, 0.3f);
+    float *biases[4] = {layer.q_bias, layer.k_bias, layer.v_bias, layer.o_bias};
+    const int64_t bias_sizes[4] = {lc->h * lc->dh, lc->g * lc->dh, lc->g * lc->dh, lc->d};
+    for (int p = 0; p < 4; ++p) {
+        CHECK((biases[p] != NULL) == case_has_bias(lc, p), "%s: bias %d present as configured",
+              lc->name, p);
+        if (biases[p] != NULL) test_fill_normal(rng, biases[p], bias_sizes[p], 0.3f);
     }
     int64_t n_query = lc->B * lc->Tq * lc->d, n_kv = lc->B * lc->Tk * lc->d;
     float *x_query = malloc((size_t)n_query * sizeof(float));
@@ -202,8 +259,11 @@ static void test_layer_case(const layer_case *lc, test_rng *rng) {
         options.alignment = ATTN_ALIGN_BOTTOM_RIGHT;
     }
     attn_layer_activations activations = {0};
-    attn_status status = attn_layer_forward(&layer, lc->B, lc->Tq, x_query, lc->Tk, x_kv,
-                                            &options, &activations, out, NULL, &error);
+    int64_t query_ids[12], key_ids[12];
+    attn_status status = attn_layer_forward_at(
+        &layer, lc->B, lc->Tq, x_query, case_positions(lc, 0, query_ids), lc->Tk, x_kv,
+        lc->cross ? case_positions(lc, 1, key_ids) : NULL, &options, &activations, out, NULL,
+        &error);
     CHECK_STATUS(status, ATTN_OK, &error, "%s forward", lc->name);
     if (status == ATTN_OK) {
         status = attn_layer_backward(&layer, lc->B, lc->Tq, x_query, lc->Tk, x_kv, &options,

@@ -100,9 +100,19 @@ static void oracle_mla(const mla_model *m, int64_t T, const float *x, double *ou
         }
         double inverse = 1.0 / sqrt(squares / dc + 1e-6);
         for (int64_t r = 0; r < dc; ++r) kv[t * (dc + dr) + r] *= inverse * m->kv_norm[r];
-        /* Interleaved RoPE at position t on k_R and every head's q_R. */
+        /* Interleaved RoPE at position t on k_R and every head's q_R; with rope_scaling, the
+           frequencies and magnitude of attn_rope_frequencies (checked against transformers
+           in test_positional_rope_scaling). */
+        double frequencies[64], magnitude = 1.0;
+        attn_rope_config rope = {.layout = ATTN_ROPE_INTERLEAVED, .rotary_dim = dr,
+                                 .base = 10000.0, .scaling = c->rope_scaling};
+        attn_error error;
+        if (c->rope_scaling.type != ATTN_ROPE_SCALING_NONE)
+            attn_rope_frequencies(&rope, T, frequencies, &magnitude, &error);
         for (int64_t pair = 0; pair < dr / 2; ++pair) {
-            double angle = t * pow(10000.0, -2.0 * pair / dr), cs = cos(angle), sn = sin(angle);
+            double f = c->rope_scaling.type != ATTN_ROPE_SCALING_NONE
+                           ? frequencies[pair] : pow(10000.0, -2.0 * pair / dr);
+            double angle = t * f, cs = magnitude * cos(angle), sn = magnitude * sin(angle);
             for (int64_t h = -1; h < H; ++h) {
                 double *v = h < 0 ? kv + t * (dc + dr) + dc : q + (t * H + h) * qh + dn;
                 double a = v[2 * pair], b = v[2 * pair + 1];
@@ -243,15 +253,21 @@ static void compare_paths(const char *name, const attn_mla_config *config, int64
 
 int main(void) {
     /* Small DeepSeek-V2-like: query compression, and none (V2-Lite style). */
-    attn_mla_config small = {32, 4, 16, 12, 8, 4, 6, 0.0, 0.0f, 0.0f};
+    attn_mla_config small = {32, 4, 16, 12, 8, 4, 6, 0.0, 0.0f, 0.0f, {0}};
     compare_paths("small, q_lora_rank 16", &small, 1, 7, 5, 1, 1);
     compare_paths("small, q_lora_rank 16, B = 3", &small, 3, 6, 4, 0, 2);
     attn_mla_config lite_small = small;
     lite_small.q_lora_rank = 0;
     compare_paths("small, q_lora_rank 0", &lite_small, 1, 9, 3, 1, 3);
+    /* DeepSeek-V2's YaRN on the RoPE dims (magnitude m(4, 1) / m(4, 0.5) != 1). */
+    attn_mla_config yarn = small;
+    yarn.rope_scaling = (attn_rope_scaling){.type = ATTN_ROPE_SCALING_YARN, .factor = 4.0,
+                                            .original_max_positions = 4, .mscale = 1.0,
+                                            .mscale_all_dim = 0.5};
+    compare_paths("small, YaRN", &yarn, 1, 8, 4, 1, 5);
 
     /* The real DeepSeek-V2-Lite attention dimensions, a few tokens. */
-    attn_mla_config lite = {2048, 16, 0, 512, 128, 64, 128, 0.0, 0.0f, 0.0f};
+    attn_mla_config lite = {2048, 16, 0, 512, 128, 64, 128, 0.0, 0.0f, 0.0f, {0}};
     compare_paths("V2-Lite dims", &lite, 1, 3, 2, 0, 4);
 
     /* Errors: a missing weight names it; a cache of the wrong layout. */

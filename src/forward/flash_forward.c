@@ -9,7 +9,11 @@
  *   FULL tile:             scores, softmax step, accumulate; no per-element mask work
  *   PARTIAL tile:          the mask applied row by row (an interval for causal / window)
  * The item's last key tile (the causal diagonal) is done in chunks of rows, each only up to
- * the last key those rows may attend. Finally O = acc / l and LSE = m + log l. All arithmetic on tiles goes through the kernel
+ * the last key those rows may attend. A sliding window over a pure band (lengths, causal,
+ * window: each row's keys are one interval) takes the band path instead: chunks of 16 rows,
+ * each over only the key tiles its rows' intervals touch, with one softmax step per span of
+ * keys and the mask applied as two bounds per row (forward_compute_span, forward_tile.c).
+ * Finally O = acc / l and LSE = m + log l. All arithmetic on tiles goes through the kernel
  * registry (kernels/registry.h); one tile step is forward_tile.c.
  *
  * K and V are packed once per (b, KV head) into a store of packed tiles (packed_kv.h) that
@@ -25,7 +29,10 @@
  *   PACK_ONE_TILE: under a tight execution.memory_limit_bytes, each thread repacks one tile
  *     per use.
  * Items (b, KV head, query tile) are handed out dynamically in order, query tiles of a head
- * last-first (causal: the longest rows first), so the threads get equal work. Each output
+ * last-first (causal: the longest rows first), so the threads get equal work. The band path
+ * hands out runs of consecutive query tiles instead, from one region per thread, so that a
+ * thread packs only the keys near its rows; with per-thread packing it keeps a ring of
+ * packed tiles per KV head and takes items in (b, query tile, KV head) order. Each output
  * row is produced by exactly one item, whose arithmetic does not depend on which thread runs
  * it, so the result is bitwise identical for any thread count. Working memory: O(tile) per
  * thread plus the packed K/V above; nothing of size Tq x Tk is ever allocated.
@@ -70,7 +77,12 @@ enum {
     FORWARD_BANDED_KEYS = 64,     /* keys per tile under causal / window */
     /* The last key tile of an item (the causal diagonal) is computed in row chunks of this
      * many rows, each only up to the last key its rows may attend. */
-    FORWARD_DIAGONAL_ROWS = 16
+    FORWARD_DIAGONAL_ROWS = 16,
+    /* The band path (forward_internal.h): keys per packed tile, rows per chunk, most keys of
+     * one step. */
+    FORWARD_SPAN_TILE_KEYS = 32,
+    FORWARD_SPAN_ROWS = 16,
+    FORWARD_SPAN_KEYS = 1024
 };
 
 static size_t round_up_floats(size_t floats) { return (floats + 15) / 16 * 16; }
@@ -83,6 +95,11 @@ static bool workspace_layout(const forward_plan *plan, size_t part_bytes[WORKSPA
     const size_t keys = (size_t)plan->tile_keys;
     const int dim_v = (int)plan->call->problem.value_dim;
     size_t floats[9];
+    size_t span_scores = 0;
+    if (plan->span_path &&
+        !attn_mul_size((size_t)plan->call->problem.group_size * (size_t)plan->span_rows,
+                       (size_t)plan->span_stride, &span_scores))
+        return false;
     if (!attn_mul_size(group_rows, (size_t)plan->query_stride, &floats[0]) ||
         !attn_mul_size(group_rows, (size_t)plan->scores_stride, &floats[1]) ||
         !attn_mul_size(group_rows, (size_t)plan->accumulator_stride, &floats[2]) ||
@@ -92,17 +109,18 @@ static bool workspace_layout(const forward_plan *plan, size_t part_bytes[WORKSPA
     if (plan->format.dtype != ATTN_DTYPE_F32 && plan->call->problem.key_dim > dim_v &&
         !attn_mul_size(keys, (size_t)plan->call->problem.key_dim, &floats[6]))
         return false;
+    if (span_scores > floats[1]) floats[1] = span_scores;
     floats[3] = floats[4] = floats[5] = group_rows;
     floats[7] = packed_kv_value_floats(&plan->format, (int)keys, dim_v);
-    floats[8] = keys;
+    floats[8] = (size_t)plan->step_keys;
     *total = 0;
     for (int n = 0; n < 9; ++n) {
         size_t bytes;
         if (!attn_mul_size(round_up_floats(floats[n]), sizeof(float), &bytes)) return false;
         part_bytes[n] = bytes;
     }
-    part_bytes[9] = round_up_floats(keys);                                    /* row_allowed */
-    part_bytes[10] = round_up_floats(keys);                                   /* column_alive */
+    part_bytes[9] = round_up_floats((size_t)plan->step_keys);                 /* row_allowed */
+    part_bytes[10] = round_up_floats((size_t)plan->step_keys);                /* column_alive */
     part_bytes[11] = round_up_floats((size_t)plan->call->problem.group_size * sizeof(attn_tile_class));
     part_bytes[12] = round_up_floats((size_t)plan->call->problem.group_size * sizeof(row_segment));
     for (int n = 0; n < WORKSPACE_PARTS; ++n)
@@ -116,7 +134,9 @@ static bool workspace_layout(const forward_plan *plan, size_t part_bytes[WORKSPA
 static void workspace_carve(forward_workspace *workspace, const forward_plan *plan,
                             const size_t part_bytes[WORKSPACE_PARTS], size_t store_offset,
                             char *base) {
+    packed_kv_store *head_stores = workspace->head_stores; /* set by the caller */
     memset(workspace, 0, sizeof *workspace);
+    workspace->head_stores = head_stores;
     char *store_memory = base + store_offset;
     void *parts[WORKSPACE_PARTS];
     for (int n = 0; n < WORKSPACE_PARTS; ++n) {
@@ -137,6 +157,14 @@ static void workspace_carve(forward_workspace *workspace, const forward_plan *pl
     workspace->head_class = parts[11];
     workspace->segments = parts[12];
     if (plan->packing == PACK_SHARED) return;
+    if (plan->span_ring > 0) {
+        for (int64_t h = 0; h < plan->call->problem.kv_heads; ++h)
+            packed_kv_store_init(&workspace->head_stores[h], &plan->format, (int)plan->tile_keys,
+                                 (int)plan->call->problem.key_dim,
+                                 (int)plan->call->problem.value_dim, plan->span_ring,
+                                 store_memory + (size_t)h * plan->span_ring_bytes);
+        return;
+    }
     packed_kv_store_init(&workspace->packed, &plan->format, (int)plan->tile_keys,
                          (int)plan->call->problem.key_dim, (int)plan->call->problem.value_dim,
                          plan->packing == PACK_PER_THREAD ? plan->key_tiles : 1, store_memory);
@@ -216,6 +244,26 @@ static void run_work_item(const forward_plan *plan, forward_workspace *workspace
     attn_mask_candidate_keys(mask, b, i0, i1, &key_begin, &key_end);
     attn_tile_class *classes = workspace->head_class;
 
+    if (plan->span_path) {
+        /* Row chunks; each walks the key tiles its rows' intervals touch, span_keys at a
+         * time (forward_compute_span). */
+        for (int64_t r0 = 0; r0 < rows; r0 += plan->span_rows) {
+            const int64_t r1 = r0 + plan->span_rows < rows ? r0 + plan->span_rows : rows;
+            int64_t chunk_begin, chunk_end;
+            attn_mask_candidate_keys(mask, b, i0 + r0, i0 + r1, &chunk_begin, &chunk_end);
+            const int64_t tiles_per_step = plan->span_keys / plan->tile_keys;
+            for (int64_t tile = chunk_begin / plan->tile_keys; tile * plan->tile_keys < chunk_end;
+                 tile += tiles_per_step) {
+                int64_t last = tile + tiles_per_step - 1;
+                if ((last + 1) * plan->tile_keys > chunk_end)
+                    last = (chunk_end - 1) / plan->tile_keys;
+                const span_step step = {b, kv_head, i0, rows, r0, r1, tile, last, chunk_end};
+                forward_compute_span(plan, workspace, &step);
+            }
+        }
+        key_end = key_begin; /* done: skip the tile loop */
+    }
+
     for (int64_t key_tile = key_begin / plan->tile_keys; key_tile * plan->tile_keys < key_end;
          ++key_tile) {
         const int64_t j0 = key_tile * plan->tile_keys;
@@ -288,13 +336,39 @@ static void choose_tiles(forward_plan *plan) {
     const bool banded = options->causal ||
                         (options->window_left >= 0 && options->window_left < longest) ||
                         (options->window_right >= 0 && options->window_right < longest);
+    /* The band path: a pure band (lengths, causal, window) with a window narrower than the
+     * sequences. */
+    const bool windowed = (options->window_left >= 0 && options->window_left < longest) ||
+                          (options->window_right >= 0 && options->window_right < longest);
+    plan->span_path = windowed && attn_mask_is_band(options);
     plan->tile_rows = clamp_tile(execution->tile_q, default_rows, problem->query_length);
-    plan->tile_keys = clamp_tile(execution->tile_k, banded ? FORWARD_BANDED_KEYS : FORWARD_KEYS,
+    plan->tile_keys = clamp_tile(execution->tile_k,
+                                 plan->span_path ? FORWARD_SPAN_TILE_KEYS
+                                 : banded        ? FORWARD_BANDED_KEYS
+                                                 : FORWARD_KEYS,
                                  problem->key_length);
     plan->query_tiles = (problem->query_length + plan->tile_rows - 1) / plan->tile_rows;
     plan->key_tiles = (problem->key_length + plan->tile_keys - 1) / plan->tile_keys;
     plan->query_stride = (int)round_up_floats((size_t)problem->key_dim);
     plan->scores_stride = (int)round_up_floats((size_t)plan->tile_keys);
+    plan->step_keys = plan->tile_keys;
+    if (plan->span_path) {
+        plan->span_rows = plan->tile_rows < FORWARD_SPAN_ROWS ? plan->tile_rows : FORWARD_SPAN_ROWS;
+        /* The band of a chunk: its rows' window plus the chunk and a tile of slack. */
+        const int64_t left = options->window_left >= 0 && options->window_left < longest
+                                 ? options->window_left : longest;
+        const int64_t right = options->causal ? 0
+                              : options->window_right >= 0 && options->window_right < longest
+                                  ? options->window_right : longest;
+        int64_t band = left + right + 1 + plan->span_rows + plan->tile_keys;
+        if (band > FORWARD_SPAN_KEYS) band = FORWARD_SPAN_KEYS;
+        int64_t tiles = (band + plan->tile_keys - 1) / plan->tile_keys;
+        if (tiles > FORWARD_SPAN_TILES) tiles = FORWARD_SPAN_TILES;
+        if (tiles > plan->key_tiles) tiles = plan->key_tiles;
+        plan->span_keys = tiles * plan->tile_keys;
+        plan->span_stride = (int)round_up_floats((size_t)plan->span_keys);
+        plan->step_keys = plan->span_keys;
+    }
     plan->accumulator_stride = (int)round_up_floats((size_t)problem->value_dim);
 }
 
@@ -348,6 +422,20 @@ static attn_status choose_packing(forward_plan *plan, int thread_count,
     if (per_thread_is_cheap && (limit == 0 || per_thread_total <= limit)) {
         plan->packing = PACK_PER_THREAD;
         *workspace_bytes = per_thread_part;
+        /* The span path: rings of tiles per KV head instead, when they take less. */
+        const int64_t ring = plan->span_keys / plan->tile_keys + plan->tile_rows / plan->tile_keys + 2;
+        size_t ring_bytes, rings, ring_part, ring_total;
+        if (plan->span_path && ring < plan->key_tiles &&
+            packed_kv_store_bytes(&plan->format, tile_keys, dim_k, dim_v, ring, &ring_bytes) &&
+            attn_call_round_bytes(ring_bytes, &ring_bytes) &&
+            attn_mul_size(ring_bytes, (size_t)problem->kv_heads, &rings) && rings <= head_store &&
+            attn_add_size(parts, rings, &ring_part) &&
+            attn_mul_size(ring_part, (size_t)thread_count, &ring_total) &&
+            (limit == 0 || ring_total <= limit)) {
+            plan->span_ring = ring;
+            plan->span_ring_bytes = ring_bytes;
+            *workspace_bytes = ring_part;
+        }
     } else if (limit == 0 || shared_total <= limit) {
         plan->packing = PACK_SHARED;
         *workspace_bytes = parts;
@@ -361,6 +449,36 @@ static void run_thread(const forward_plan *plan, forward_workspace *workspace,
                        const attn_tensor *k, const attn_tensor *v) {
     const attn_problem *problem = &plan->call->problem;
     const int64_t head_count = problem->batch * problem->kv_heads;
+    if (plan->packing != PACK_SHARED && plan->span_path) {
+        /* The band path: runs of consecutive query tiles of a head, ascending, so that a
+         * thread packs only the key tiles near its own rows (threads taking alternate tiles
+         * would each pack the whole head). The work of a tile is about constant here. */
+        const int64_t item_count = head_count * plan->query_tiles;
+        const int64_t kv_heads = problem->kv_heads, tiles = plan->query_tiles;
+        /* The items are cut into one region per thread, each region into runs; run c is run
+         * c / threads of region c % threads, so that while the threads keep pace each walks
+         * its own region in order (its ring still holds the band: nothing is repacked), and
+         * a thread that falls behind has runs of its region taken by the others. */
+        const int64_t regions = plan->call->threads;
+        const int64_t region_items = (item_count + regions - 1) / regions;
+        const int64_t run = plan->items_per_chunk;
+        const int64_t region_runs = (region_items + run - 1) / run;
+#pragma omp for schedule(dynamic, 1)
+        for (int64_t chunk = 0; chunk < regions * region_runs; ++chunk) {
+            const int64_t region = chunk % regions, region_end = (region + 1) * region_items;
+            const int64_t first = region * region_items + chunk / regions * run;
+            for (int64_t item = first;
+                 item < first + run && item < region_end && item < item_count; ++item) {
+                if (plan->span_ring > 0) /* (b, tile, KV head) */
+                    run_work_item(plan, workspace, item / (tiles * kv_heads), item % kv_heads,
+                                  item / kv_heads % tiles);
+                else /* (b, KV head, tile) */
+                    run_work_item(plan, workspace, item / tiles / kv_heads,
+                                  item / tiles % kv_heads, item % tiles);
+            }
+        }
+        return;
+    }
     if (plan->packing != PACK_SHARED) {
         const int64_t item_count = head_count * plan->query_tiles;
 #pragma omp for schedule(dynamic, 1)
@@ -439,15 +557,32 @@ attn_status attn_forward_run(attn_call *call, const attn_tensor *q, const attn_t
     size_t part_bytes[WORKSPACE_PARTS], parts_bytes = 0, workspace_bytes = 0, shared_bytes = 0;
     status = choose_packing(&plan, thread_count, part_bytes, &parts_bytes, &workspace_bytes,
                             &shared_bytes, error);
+    if (plan.span_path) {
+        /* Runs of about 2 bands of rows (a run that does not follow its thread's previous
+         * one packs the band before its first row again: alternating runs of 8 query tiles
+         * at T = 4096, H = 8 cost 25% of the window's time). */
+        const int64_t band_tiles = (plan.span_keys + plan.tile_rows - 1) / plan.tile_rows;
+        const int64_t run = 2 * band_tiles * (plan.span_ring > 0 ? problem->kv_heads : 1);
+        plan.items_per_chunk = run < 1 ? 1 : run;
+    }
     if (status == ATTN_OK)
         status = attn_call_reserve(call, thread_count, workspace_bytes, shared_bytes,
                                    "attn_forward", error);
     forward_workspace *workspaces =
         status == ATTN_OK ? calloc((size_t)thread_count, sizeof *workspaces) : NULL;
+    packed_kv_store *head_stores =
+        status == ATTN_OK && plan.span_ring > 0
+            ? calloc((size_t)thread_count * (size_t)problem->kv_heads, sizeof *head_stores)
+            : NULL;
+    if (status == ATTN_OK && plan.span_ring > 0 && head_stores == NULL) {
+        free(workspaces);
+        workspaces = NULL;
+    }
     if (status == ATTN_OK && workspaces == NULL)
         status = attn_fail(error, ATTN_ERROR_OUT_OF_MEMORY, "attn_forward: %d workspaces",
                            thread_count);
     if (status != ATTN_OK) {
+        free(head_stores);
         attn_call_end(call);
         return status;
     }
@@ -463,9 +598,11 @@ attn_status attn_forward_run(attn_call *call, const attn_tensor *q, const attn_t
                              attn_call_shared(call));
         plan.shared_packed = &shared_store;
     }
-    for (int t = 0; t < thread_count; ++t)
+    for (int t = 0; t < thread_count; ++t) {
+        if (head_stores != NULL) workspaces[t].head_stores = head_stores + (size_t)t * problem->kv_heads;
         workspace_carve(&workspaces[t], &plan, part_bytes, parts_bytes,
                         attn_call_workspace(call, t));
+    }
 
 #pragma omp parallel num_threads(thread_count)
     {
@@ -496,6 +633,7 @@ attn_status attn_forward_run(attn_call *call, const attn_tensor *q, const attn_t
                            (long long)first_empty->empty_i);
     if (status == ATTN_OK) status = forward_overflow_status(&plan, workspaces, thread_count, error);
 
+    free(head_stores);
     free(workspaces);
     attn_call_end(call);
     return status;

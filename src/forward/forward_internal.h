@@ -35,6 +35,23 @@ typedef struct forward_plan {
     int accumulator_stride; /* floats between accumulator rows (Dv rounded up to 16) */
     bool prescale_queries;  /* no soft-cap, fp32 queries: queries carry the scale */
     bool loop_transforms;   /* soft-cap with additive terms: the loop transforms scores */
+    /* The band path (forward_tile.c, forward_compute_span), for a pure band with a window
+     * (attn_mask_is_band): an item's rows go in chunks of span_rows rows per head; each chunk
+     * computes only the key tiles that the union of its rows' intervals touches, up to
+     * span_keys keys per step (one softmax step over them all), and masks each row by its
+     * two interval bounds. */
+    bool span_path;
+    int64_t span_rows;      /* rows per head of one chunk */
+    int64_t span_keys;      /* most keys of one step (a multiple of tile_keys) */
+    int span_stride;        /* floats between score rows of a span step */
+    int64_t step_keys;      /* max(tile_keys, span_keys when span_path): row buffers */
+    int64_t items_per_chunk; /* span path: consecutive items one thread takes at once */
+    /* Span path with per-thread packing, when > 0: each thread keeps one ring of span_ring
+     * packed tiles per KV head (head_stores), of span_ring_bytes each, and takes items in the
+     * order (b, query tile, KV head), so that the rows of every head at the same tokens (one
+     * page of a [B, T, H, D] tensor) are read together. */
+    int64_t span_ring;
+    size_t span_ring_bytes;
     /* Operand type (forward_dtype.c): q, k, v, out are all `format.dtype`. F32 as always;
      * BF16 / F16 converted to fp32 exactly (queries when gathered, K/V when packed), P rounded
      * to the operand type before P·V; or, with format.bf16_tiles, BF16 queries and K/V kept
@@ -58,6 +75,7 @@ typedef struct forward_workspace {
     attn_tile_class *head_class; /* [group_size] */
     struct row_segment *segments; /* [group_size] */
     packed_kv_store packed;      /* PACK_PER_THREAD / PACK_ONE_TILE: this thread's store */
+    packed_kv_store *head_stores; /* [kv_heads] when plan->span_ring > 0 */
     /* The first empty row this thread met (for ATTN_EMPTY_ROWS_ERROR). */
     bool has_empty_row;
     int64_t empty_b, empty_h, empty_i;
@@ -81,6 +99,23 @@ typedef struct tile_step {
     bool needs_mask_pass;          /* some head PARTIAL, or additive terms / transforms */
     const packed_kv_tile *packed;
 } tile_step;
+
+/* One span step (the band path): rows [first_row, end_row) of every head of an item against
+ * key tiles [first_tile, last_tile] (keys [first_tile * tile_keys, key_end)), each row masked
+ * to its interval. */
+enum { FORWARD_SPAN_TILES = 64 }; /* most key tiles of one span step */
+
+typedef struct span_step {
+    int64_t b, kv_head, i0, rows;
+    int64_t first_row, end_row;
+    int64_t first_tile, last_tile;
+    int64_t key_end;               /* one past the last key any row of the step attends */
+} span_step;
+
+/* Scores, per-row interval mask, one online-softmax step and P·V of a span step
+ * (forward_tile.c). */
+void forward_compute_span(const forward_plan *plan, forward_workspace *workspace,
+                          const span_step *step);
 
 /* Gathers query row (b, i, h) into row[]: fp32 multiplied by `factor` (F32 / converted), or
  * with format.bf16_tiles the bf16 elements as they are, zero-padded to

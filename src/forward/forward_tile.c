@@ -41,13 +41,14 @@ static int64_t next_head_run(const attn_tile_class *classes, int64_t group_size,
  * 0 * NaN. */
 static const float *values_for_tile(const forward_plan *plan, forward_workspace *workspace,
                                     const packed_kv_tile *packed, bool all_columns_alive,
-                                    int64_t b, int64_t kv_head, int64_t j0, int count) {
+                                    const uint8_t *alive, int64_t b, int64_t kv_head,
+                                    int64_t j0, int count) {
     if (packed->values_finite || all_columns_alive) return packed->values;
     bool some_column_dead = false;
-    for (int c = 0; c < count; ++c) some_column_dead |= workspace->column_alive[c] == 0;
+    for (int c = 0; c < count; ++c) some_column_dead |= alive[c] == 0;
     if (!some_column_dead) return packed->values;
     packed_kv_pack_values(&plan->format, plan->v, b, j0, kv_head, count,
-                          (int)plan->call->problem.value_dim, workspace->column_alive,
+                          (int)plan->call->problem.value_dim, alive,
                           workspace->value_staging, workspace->staged_values);
     return workspace->staged_values;
 }
@@ -129,7 +130,7 @@ void forward_compute_tile(const forward_plan *plan, forward_workspace *workspace
     }
 
     const float *values = values_for_tile(plan, workspace, step->packed, all_columns_alive,
-                                          step->b, step->kv_head, step->j0, count);
+                                          workspace->column_alive, step->b, step->kv_head, step->j0, count);
     const attn_lowp_convert *convert = &plan->call->kernels->convert;
     for (int n = 0; n < segment_count; ++n) {
         const int64_t first = segments[n].first;
@@ -154,3 +155,128 @@ void forward_compute_tile(const forward_plan *plan, forward_workspace *workspace
     }
 }
 
+
+/* The packed tile `tile` of the step's (b, KV head): the shared store's, or this thread's
+ * (packed on first use, or repacked into its one slot under a tight memory limit). */
+static const packed_kv_tile *span_tile(const forward_plan *plan, forward_workspace *workspace,
+                                       int64_t b, int64_t kv_head, int64_t tile) {
+    if (plan->packing == PACK_SHARED) return &plan->shared_packed->slot[tile];
+    packed_kv_store *store = plan->span_ring > 0 ? &workspace->head_stores[kv_head]
+                                                 : &workspace->packed;
+    return packed_kv_get(store, plan->k, plan->v, b, kv_head, tile,
+                         attn_mask_key_count(&plan->call->mask, b), workspace->value_staging);
+}
+
+void forward_compute_span(const forward_plan *plan, forward_workspace *workspace,
+                          const span_step *step) {
+    const attn_forward_kernels *kernels = &plan->call->kernels->forward;
+    const attn_kernels *registry = plan->call->kernels;
+    const attn_mask_context *mask = &plan->call->mask;
+    const attn_problem *problem = &plan->call->problem;
+    const int64_t group_size = problem->group_size;
+    const int dim_k = (int)problem->key_dim, dim_v = (int)problem->value_dim;
+    const int64_t tile_keys = plan->tile_keys, stride = plan->span_stride;
+    const int64_t first_key = step->first_tile * tile_keys;
+    const int64_t rows = step->end_row - step->first_row;
+    const float step_scale = plan->prescale_queries || plan->loop_transforms ? 1.0f : problem->scale;
+    const float step_softcap = plan->loop_transforms ? 0.0f : plan->call->options.softcap;
+    const bool bf16_tiles = plan->format.bf16_tiles;
+    const bool transform = attn_logits_needed(&plan->logits, ATTN_TILE_FULL);
+
+    /* The step's tiles and their key counts; columns = keys from first_key to the last one
+     * the step uses. */
+    int counts[FORWARD_SPAN_TILES];
+    const int64_t tile_count = step->last_tile - step->first_tile + 1;
+    int64_t columns = 0;
+
+    /* Scores of each head's rows, tile by tile, into one row of `columns` scores. A tile is
+     * asked for again for P·V below: with one slot (a tight memory limit) it is repacked. */
+    for (int64_t t = 0; t < tile_count; ++t) {
+        const packed_kv_tile *tile =
+            span_tile(plan, workspace, step->b, step->kv_head, step->first_tile + t);
+        const int64_t start = (step->first_tile + t) * tile_keys;
+        int64_t count = step->key_end - start < tile_keys ? step->key_end - start : tile_keys;
+        if (count > tile->count) count = tile->count;
+        counts[t] = (int)count;
+        columns = start - first_key + count;
+        for (int64_t g = 0; g < group_size; ++g) {
+            const float *queries =
+                workspace->queries + (g * step->rows + step->first_row) * plan->query_stride;
+            float *target = workspace->scores + g * plan->span_rows * stride + t * tile_keys;
+            if (bf16_tiles)
+                registry->bf16.score_tile((int)rows, (int)count, dim_k, (const uint16_t *)queries,
+                                          2 * plan->query_stride, (const uint16_t *)tile->keys,
+                                          target, (int)stride);
+            else
+                kernels->score_tile((int)rows, (int)count, dim_k, queries, plan->query_stride,
+                                    tile->keys, target, (int)stride);
+        }
+    }
+
+    /* Each row masked to its interval [begin, end) (the band; -inf outside), with the logit
+     * pipeline (additive terms, loop transforms) on the interval only. */
+    uint8_t *alive = workspace->column_alive;
+    memset(alive, 0, (size_t)columns);
+    const attn_logit_buffers buffers = {workspace->row_allowed, workspace->row_additive, NULL,
+                                        NULL};
+    for (int64_t r = 0; r < rows; ++r) {
+        const int64_t i = step->i0 + step->first_row + r;
+        int64_t begin, end;
+        attn_mask_band_row(mask, step->b, i, &begin, &end);
+        begin = begin < first_key ? 0 : begin - first_key;
+        end = end - first_key > columns ? columns : end - first_key;
+        if (end < begin) end = begin;
+        for (int64_t g = 0; g < group_size; ++g) {
+            float *row = workspace->scores + (g * plan->span_rows + r) * stride;
+            for (int64_t c = 0; c < begin; ++c) row[c] = -INFINITY;
+            for (int64_t c = end; c < columns; ++c) row[c] = -INFINITY;
+            if (end == begin) continue;
+            if (transform) {
+                attn_logit_buffers row_buffers = buffers;
+                row_buffers.live = alive + begin;
+                attn_logits_row(mask, &plan->logits, ATTN_TILE_FULL, step->b,
+                                step->kv_head * group_size + g, i, first_key + begin,
+                                end - begin, row + begin, &row_buffers);
+            } else {
+                memset(alive + begin, 1, (size_t)(end - begin));
+            }
+        }
+    }
+
+    /* One online-softmax step over the whole span, then P·V tile by tile. */
+    const attn_lowp_convert *convert = &registry->convert;
+    for (int64_t g = 0; g < group_size; ++g) {
+        const int64_t first = g * step->rows + step->first_row;
+        float *scores = workspace->scores + g * plan->span_rows * stride;
+        float *accumulator = workspace->accumulator + first * plan->accumulator_stride;
+        kernels->softmax_step((int)rows, (int)columns, scores, (int)stride, step_scale,
+                              step_softcap, workspace->row_max + first,
+                              workspace->row_sum + first, workspace->rescale + first);
+        kernels->scale_rows((int)rows, dim_v, workspace->rescale + first, accumulator,
+                            plan->accumulator_stride);
+        if (!bf16_tiles && plan->format.dtype == ATTN_DTYPE_BF16)
+            convert->round_bf16_rows((int)rows, (int)columns, scores, (int)stride);
+        else if (!bf16_tiles && plan->format.dtype == ATTN_DTYPE_F16)
+            convert->round_f16_rows((int)rows, (int)columns, scores, (int)stride);
+    }
+    for (int64_t t = 0; t < tile_count; ++t) {
+        const int64_t offset = t * tile_keys;
+        const packed_kv_tile *tile =
+            span_tile(plan, workspace, step->b, step->kv_head, step->first_tile + t);
+        const float *values = values_for_tile(plan, workspace, tile, false, alive + offset,
+                                              step->b, step->kv_head, first_key + offset,
+                                              counts[t]);
+        for (int64_t g = 0; g < group_size; ++g) {
+            const int64_t first = g * step->rows + step->first_row;
+            const float *weights = workspace->scores + g * plan->span_rows * stride + offset;
+            float *accumulator = workspace->accumulator + first * plan->accumulator_stride;
+            if (bf16_tiles)
+                registry->bf16.accumulate_values((int)rows, counts[t], dim_v, weights,
+                                                 (int)stride, (const uint16_t *)values,
+                                                 accumulator, plan->accumulator_stride);
+            else
+                kernels->accumulate_values((int)rows, counts[t], dim_v, weights, (int)stride,
+                                           values, accumulator, plan->accumulator_stride);
+        }
+    }
+}

@@ -70,15 +70,16 @@ static void convert(attn_dtype from, const unsigned char *source, size_t count, 
     }
 }
 
-attn_status attn_safetensors_get(const attn_safetensors_file *file, const char *name,
-                                 attn_dtype dtype, int rank, const int64_t *shape, void *out,
-                                 attn_error *error) {
-    if (file == NULL || name == NULL || out == NULL || (rank > 0 && shape == NULL))
-        return attn_fail(error, ATTN_ERROR_NULL_ARGUMENT, "file, name, shape or out = NULL");
+/* The tensor `name` of the given shape, checked to be convertible to `dtype` (F32, BF16 or
+ * F16 both ways); `verb` says in the message what the caller does with it. */
+static attn_status find_convertible(const attn_safetensors_file *file, const char *name,
+                                    attn_dtype dtype, int rank, const int64_t *shape,
+                                    const char *verb, const attn_safetensors_tensor **found,
+                                    attn_error *error) {
     if (!is_float_dtype(dtype))
         return attn_fail(error, ATTN_ERROR_INVALID_ARGUMENT,
-                         "dtype = %s: tensors are converted to F32, BF16 or F16 only",
-                         attn_dtype_name(dtype));
+                         "dtype = %s: tensors are %s F32, BF16 or F16 only",
+                         attn_dtype_name(dtype), verb);
     if (rank < 0 || rank > ATTN_MAX_RANK)
         return attn_fail(error, ATTN_ERROR_INVALID_ARGUMENT, "rank = %d (0..%d)", rank,
                          ATTN_MAX_RANK);
@@ -90,6 +91,19 @@ attn_status attn_safetensors_get(const attn_safetensors_file *file, const char *
                          "safetensors tensor '%s': dtype %s cannot be converted to %s (F32, "
                          "BF16 or F16 are)",
                          name, t->stored_dtype, attn_safetensors_dtype_name(dtype));
+    *found = t;
+    return ATTN_OK;
+}
+
+attn_status attn_safetensors_get(const attn_safetensors_file *file, const char *name,
+                                 attn_dtype dtype, int rank, const int64_t *shape, void *out,
+                                 attn_error *error) {
+    if (file == NULL || name == NULL || out == NULL || (rank > 0 && shape == NULL))
+        return attn_fail(error, ATTN_ERROR_NULL_ARGUMENT, "file, name, shape or out = NULL");
+    const attn_safetensors_tensor *t = NULL;
+    attn_status status = find_convertible(file, name, dtype, rank, shape, "converted to", &t,
+                                          error);
+    if (status != ATTN_OK) return status;
     convert(t->dtype, t->data, t->byte_count / attn_dtype_size(t->dtype), dtype, out);
     return ATTN_OK;
 }
@@ -144,21 +158,10 @@ attn_status attn_safetensors_tensor_as(const attn_safetensors_file *file, const 
         (rank > 0 && shape == NULL))
         return attn_fail(error, ATTN_ERROR_NULL_ARGUMENT,
                          "file, name, shape, out or owned = NULL");
-    if (!is_float_dtype(dtype))
-        return attn_fail(error, ATTN_ERROR_INVALID_ARGUMENT,
-                         "dtype = %s: tensors are loaded as F32, BF16 or F16 only",
-                         attn_dtype_name(dtype));
-    if (rank < 0 || rank > ATTN_MAX_RANK)
-        return attn_fail(error, ATTN_ERROR_INVALID_ARGUMENT, "rank = %d (0..%d)", rank,
-                         ATTN_MAX_RANK);
     const attn_safetensors_tensor *t = NULL;
-    attn_status status = find_shaped(file, name, rank, shape, &t, error);
+    attn_status status = find_convertible(file, name, dtype, rank, shape, "loaded as", &t,
+                                          error);
     if (status != ATTN_OK) return status;
-    if (!is_float_dtype(t->dtype))
-        return attn_fail(error, ATTN_ERROR_FORMAT,
-                         "safetensors tensor '%s': dtype %s cannot be converted to %s (F32, "
-                         "BF16 or F16 are)",
-                         name, t->stored_dtype, attn_safetensors_dtype_name(dtype));
     size_t element = attn_dtype_size(dtype);
     if (t->dtype == dtype && t->byte_count > 0 && (uintptr_t)t->data % element == 0) {
         *out = view_of(t, (void *)(uintptr_t)t->data, dtype);

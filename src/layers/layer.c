@@ -17,6 +17,29 @@ double layer_rope_base(const attn_layer_config *config) {
     return config->rope_base == 0.0 ? 10000.0 : config->rope_base;
 }
 
+attn_rope_config layer_rope_config(const attn_layer_config *config) {
+    attn_rope_config rope = {.layout = config->rope_layout, .rotary_dim = layer_rope_dim(config),
+                             .base = layer_rope_base(config), .scaling = config->rope_scaling};
+    return rope;
+}
+
+int layer_has_bias(const attn_layer_config *config, layer_projection projection) {
+    const int own[4] = {config->bias_q, config->bias_k, config->bias_v, config->bias_o};
+    return config->bias || own[projection];
+}
+
+attn_status layer_rope(const attn_layer_config *config, attn_tensor *x, const int64_t *positions,
+                       int inverse, attn_error *error) {
+    attn_rope_config rope = layer_rope_config(config);
+    attn_tensor ids = {0}, *ids_view = NULL;
+    if (positions != NULL) {
+        int64_t shape[2] = {x->shape[0], x->shape[1]};
+        ids = attn_tensor_contiguous((void *)positions, ATTN_DTYPE_I64, 2, shape);
+        ids_view = &ids;
+    }
+    return attn_rope_apply_ids(x, &rope, ids_view, inverse, error);
+}
+
 /* Checks every field; the message names the field and its value. */
 static attn_status check_config(const attn_layer_config *config, attn_error *error) {
     if (config == NULL) return attn_fail(error, ATTN_ERROR_NULL_ARGUMENT, "config = NULL");
@@ -47,6 +70,11 @@ static attn_status check_config(const attn_layer_config *config, attn_error *err
         if (!(base > 1.0) || !isfinite(base))
             return attn_fail(error, ATTN_ERROR_INVALID_ARGUMENT,
                              "config.rope_base = %g: must be finite and > 1", base);
+        double frequency, magnitude;
+        attn_rope_config rope = layer_rope_config(config);
+        rope.rotary_dim = 2; /* scaling fields only: one frequency is enough */
+        attn_status status = attn_rope_frequencies(&rope, 1, &frequency, &magnitude, error);
+        if (status != ATTN_OK) return status;
     }
     return ATTN_OK;
 }
@@ -58,19 +86,21 @@ attn_status attn_layer_parameter_count(const attn_layer_config *config, int64_t 
     if (count == NULL) return attn_fail(error, ATTN_ERROR_NULL_ARGUMENT, "count = NULL");
     int64_t d = config->model_dim, h = config->query_heads, g = config->kv_heads,
             dh = config->head_dim;
-    /* 2·d·dh·(h + g) weights, + h·dh + 2·g·dh + d biases. */
-    int64_t heads, weights, total, query_width, kv_width, biases;
+    /* 2·d·dh·(h + g) weights, + h·dh, g·dh, g·dh, d for the biases present. */
+    int64_t heads, weights, total, query_width, kv_width;
     bool ok = attn_add_i64(h, g, &heads) && attn_mul_i64(2 * d, dh, &weights) &&
               attn_mul_i64(weights, heads, &weights) && attn_mul_i64(h, dh, &query_width) &&
-              attn_mul_i64(2 * g, dh, &kv_width) && attn_add_i64(query_width, kv_width, &biases) &&
-              attn_add_i64(biases, d, &biases);
+              attn_mul_i64(g, dh, &kv_width);
     if (!ok || d > INT64_MAX / 2 || g > INT64_MAX / 2)
         return attn_fail(error, ATTN_ERROR_OVERFLOW,
                          "config (d = %lld, h = %lld, g = %lld, dh = %lld): parameter count "
                          "overflows", (long long)d, (long long)h, (long long)g, (long long)dh);
     total = weights;
-    if (config->bias && !attn_add_i64(total, biases, &total))
-        return attn_fail(error, ATTN_ERROR_OVERFLOW, "parameter count with biases overflows");
+    const int64_t bias_sizes[4] = {query_width, kv_width, kv_width, d};
+    for (int p = 0; p < 4; ++p)
+        if (layer_has_bias(config, (layer_projection)p) &&
+            !attn_add_i64(total, bias_sizes[p], &total))
+            return attn_fail(error, ATTN_ERROR_OVERFLOW, "parameter count with biases overflows");
     *count = total;
     return ATTN_OK;
 }
@@ -99,12 +129,13 @@ attn_status attn_layer_create(const attn_layer_config *config, attn_layer *layer
     layer->k_weight = cursor; cursor += kv_width * d;
     layer->v_weight = cursor; cursor += kv_width * d;
     layer->o_weight = cursor; cursor += d * query_width;
-    if (config->bias) {
-        layer->q_bias = cursor; cursor += query_width;
-        layer->k_bias = cursor; cursor += kv_width;
-        layer->v_bias = cursor; cursor += kv_width;
-        layer->o_bias = cursor;
-    }
+    float **biases[4] = {&layer->q_bias, &layer->k_bias, &layer->v_bias, &layer->o_bias};
+    const int64_t bias_sizes[4] = {query_width, kv_width, kv_width, d};
+    for (int p = 0; p < 4; ++p)
+        if (layer_has_bias(config, (layer_projection)p)) {
+            *biases[p] = cursor;
+            cursor += bias_sizes[p];
+        }
     return ATTN_OK;
 }
 
@@ -167,6 +198,8 @@ void attn_layer_destroy(attn_layer *layer) {
 void attn_layer_activations_free(attn_layer_activations *activations) {
     if (activations == NULL) return;
     attn_aligned_free(activations->allocation);
+    free(activations->query_positions);
+    free(activations->key_positions);
     memset(activations, 0, sizeof *activations);
 }
 

@@ -43,7 +43,11 @@ attn_status attn_layer_backward(const attn_layer *layer, int64_t batch, int64_t 
     const attn_layer_config *c = &layer->config;
     const attn_layer_config *g = &gradients->config;
     if (g->model_dim != c->model_dim || g->query_heads != c->query_heads ||
-        g->kv_heads != c->kv_heads || g->head_dim != c->head_dim || !g->bias != !c->bias)
+        g->kv_heads != c->kv_heads || g->head_dim != c->head_dim ||
+        layer_has_bias(g, LAYER_Q) != layer_has_bias(c, LAYER_Q) ||
+        layer_has_bias(g, LAYER_K) != layer_has_bias(c, LAYER_K) ||
+        layer_has_bias(g, LAYER_V) != layer_has_bias(c, LAYER_V) ||
+        layer_has_bias(g, LAYER_O) != layer_has_bias(c, LAYER_O))
         return attn_fail(error, ATTN_ERROR_SHAPE_MISMATCH,
                          "gradients: config differs from the layer's (create it with the same "
                          "config)");
@@ -97,13 +101,10 @@ attn_status attn_layer_backward(const attn_layer *layer, int64_t batch, int64_t 
                            error);
     if (status != ATTN_OK) goto done;
 
-    /* RoPE is a rotation: its gradient is the inverse rotation at the same positions. */
+    /* RoPE is a (scaled) rotation: its gradient is the transpose at the same positions. */
     if (c->rope) {
-        status = attn_rope_apply(&d_q, c->rope_layout, layer_rope_dim(c), layer_rope_base(c),
-                                 NULL, 0, 1, error);
-        if (status == ATTN_OK)
-            status = attn_rope_apply(&d_k, c->rope_layout, layer_rope_dim(c),
-                                     layer_rope_base(c), NULL, 0, 1, error);
+        status = layer_rope(c, &d_q, activations->query_positions, 1, error);
+        if (status == ATTN_OK) status = layer_rope(c, &d_k, activations->key_positions, 1, error);
         if (status != ATTN_OK) goto done;
     }
 

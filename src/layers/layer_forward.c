@@ -5,11 +5,41 @@
  */
 #include "layers/layer_internal.h"
 
+#include <stdlib.h>
+#include <string.h>
+
+/* Keeps a copy of `positions` (int64[count], or NULL) in *kept, reusing or freeing it. */
+static attn_status keep_positions(int64_t **kept, const int64_t *positions, int64_t count,
+                                  attn_error *error) {
+    free(*kept);
+    *kept = NULL;
+    if (positions == NULL) return ATTN_OK;
+    size_t bytes;
+    if (!attn_mul_size((size_t)count, sizeof(int64_t), &bytes))
+        return attn_fail(error, ATTN_ERROR_OVERFLOW, "position ids: size overflows");
+    *kept = malloc(bytes);
+    if (*kept == NULL)
+        return attn_fail(error, ATTN_ERROR_OUT_OF_MEMORY,
+                         "activations: cannot allocate %zu bytes of position ids", bytes);
+    memcpy(*kept, positions, bytes);
+    return ATTN_OK;
+}
+
 attn_status attn_layer_forward(const attn_layer *layer, int64_t batch, int64_t query_length,
                                const float *x_query, int64_t key_length,
                                const float *x_key_value, const attn_options *options,
                                attn_layer_activations *activations, float *out,
                                const attn_execution *execution, attn_error *error) {
+    return attn_layer_forward_at(layer, batch, query_length, x_query, NULL, key_length,
+                                 x_key_value, NULL, options, activations, out, execution, error);
+}
+
+attn_status attn_layer_forward_at(const attn_layer *layer, int64_t batch, int64_t query_length,
+                                  const float *x_query, const int64_t *query_positions,
+                                  int64_t key_length, const float *x_key_value,
+                                  const int64_t *key_positions, const attn_options *options,
+                                  attn_layer_activations *activations, float *out,
+                                  const attn_execution *execution, attn_error *error) {
     if (x_query == NULL) return attn_fail(error, ATTN_ERROR_NULL_ARGUMENT, "x_query = NULL");
     if (out == NULL) return attn_fail(error, ATTN_ERROR_NULL_ARGUMENT, "out = NULL");
     if (x_key_value == NULL && key_length != query_length)
@@ -28,6 +58,14 @@ attn_status attn_layer_forward(const attn_layer *layer, int64_t batch, int64_t q
     attn_layer_activations *kept = activations != NULL ? activations : &local;
     status = layer_activations_reserve(kept, c, &sizes, error);
     if (status != ATTN_OK) goto done;
+    if (x_key_value == NULL && key_positions == NULL) key_positions = query_positions;
+    if (!c->rope) query_positions = key_positions = NULL;
+    if (activations != NULL) {
+        status = keep_positions(&kept->query_positions, query_positions, sizes.query_rows, error);
+        if (status == ATTN_OK)
+            status = keep_positions(&kept->key_positions, key_positions, sizes.key_rows, error);
+        if (status != ATTN_OK) goto done;
+    }
 
     /* Projections: [B*T, d] -> [B*T, heads*dh], i.e. [B, T, heads, dh] contiguous. */
     status = attn_linear_forward(x_query, sizes.query_rows, c->model_dim, layer->q_weight,
@@ -49,11 +87,8 @@ attn_status attn_layer_forward(const attn_layer *layer, int64_t batch, int64_t q
     attn_tensor lse = attn_tensor_contiguous(kept->lse, ATTN_DTYPE_F32, 3, lse_shape);
 
     if (c->rope) {
-        status = attn_rope_apply(&q, c->rope_layout, layer_rope_dim(c), layer_rope_base(c), NULL,
-                                 0, 0, error);
-        if (status == ATTN_OK)
-            status = attn_rope_apply(&k, c->rope_layout, layer_rope_dim(c), layer_rope_base(c),
-                                     NULL, 0, 0, error);
+        status = layer_rope(c, &q, query_positions, 0, error);
+        if (status == ATTN_OK) status = layer_rope(c, &k, key_positions, 0, error);
         if (status != ATTN_OK) goto done;
     }
 

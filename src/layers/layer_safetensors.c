@@ -26,8 +26,10 @@ static int layer_tensor_specs(const attn_layer *layer, layer_tensor_spec specs[8
         {"q_proj.bias", layer->q_bias, qw, 0},     {"k_proj.bias", layer->k_bias, kw, 0},
         {"v_proj.bias", layer->v_bias, kw, 0},     {"o_proj.bias", layer->o_bias, d, 0},
     };
-    int count = c->bias ? 8 : 4;
-    memcpy(specs, all, (size_t)count * sizeof *specs);
+    int count = 4;
+    memcpy(specs, all, 4 * sizeof *specs);
+    for (int p = 4; p < 8; ++p) /* a bias is present when its pointer is */
+        if (all[p].data != NULL) specs[count++] = all[p];
     return count;
 }
 
@@ -79,14 +81,18 @@ attn_status attn_layer_load_safetensors(attn_layer *layer, const char *prefix,
     for (int i = 0; status == ATTN_OK && i < count; ++i)
         status = attn_safetensors_get_f32(file, entries[i].name, entries[i].rank,
                                           entries[i].shape, (float *)entries[i].data, error);
-    if (status == ATTN_OK && !layer->config.bias) {
-        /* A file with biases for a layer without them is a mismatch, not something to drop. */
+    /* A file with a bias the layer lacks is a mismatch, not something to drop. */
+    const char *projections[4] = {"q", "k", "v", "o"};
+    const float *biases[4] = {layer->q_bias, layer->k_bias, layer->v_bias, layer->o_bias};
+    for (int p = 0; status == ATTN_OK && p < 4; ++p) {
+        if (biases[p] != NULL) continue;
         char name[ATTN_SAFETENSORS_NAME_CAPACITY];
-        snprintf(name, sizeof name, "%sq_proj.bias", prefix ? prefix : "");
+        snprintf(name, sizeof name, "%s%s_proj.bias", prefix ? prefix : "", projections[p]);
         if (attn_safetensors_find(file, name) != NULL)
             return attn_fail(error, ATTN_ERROR_SHAPE_MISMATCH,
-                             "safetensors tensor '%s' present but the layer has no biases "
-                             "(config.bias = 0)", name);
+                             "safetensors tensor '%s' present but the layer has no %s bias "
+                             "(config.bias = 0, config.bias_%s = 0)", name, projections[p],
+                             projections[p]);
     }
     return status;
 }

@@ -311,3 +311,27 @@ void attn_mask_candidate_keys(const attn_mask_context *context, int64_t b, int64
     *key_begin = begin;
     *key_end = end;
 }
+
+bool attn_mask_is_band(const attn_options *options) {
+    return options->key_positions == NULL && options->pattern == ATTN_PATTERN_NONE &&
+           options->mask == NULL && options->block_layout == NULL &&
+           !(options->global_token_count > 0 && options->global_tokens != NULL);
+}
+
+void attn_mask_band_row(const attn_mask_context *context, int64_t b, int64_t i,
+                        int64_t *key_begin, int64_t *key_end) {
+    const attn_options *options = context->options;
+    int64_t begin = 0, end = key_count_of(context, b);
+    if (i >= query_count_of(context, b)) end = 0;
+    const int64_t query_position = query_position_of(context, b, i);
+    /* pk = j: causal is j <= pq, the window pq - left <= j <= pq + right. */
+    if (options->causal && query_position + 1 < end) end = query_position + 1;
+    if (options->window_left >= 0 && query_position - options->window_left > begin)
+        begin = query_position - options->window_left;
+    if (options->window_right >= 0 && query_position + options->window_right + 1 < end)
+        end = query_position + options->window_right + 1;
+    if (end < 0) end = 0;
+    if (begin > end) begin = end;
+    *key_begin = begin;
+    *key_end = end;
+}

@@ -115,6 +115,19 @@ bool attn_mask_local_allowed(const attn_mask_context *context, int64_t query_pos
 void attn_mask_candidate_keys(const attn_mask_context *context, int64_t b, int64_t i0,
                               int64_t i1, int64_t *key_begin, int64_t *key_end);
 
+/* Whether the predicate of (resolved) options is a pure band: valid lengths AND causal AND window only (implicit
+ * key positions pk = j; no pattern, bool mask, block layout or global tokens; query
+ * positions implicit, aligned, or explicit). Then the allowed keys of each query row form one
+ * interval, attn_mask_band_row, and the tiled loops may skip whole columns and apply the mask
+ * per row as two bounds instead of a predicate per key. */
+bool attn_mask_is_band(const attn_options *options);
+
+/* For a pure band (attn_mask_is_band): the allowed keys of query row i of batch b are exactly
+ * [*key_begin, *key_end) (empty: *key_begin == *key_end; rows past query_lengths[b] are
+ * empty). Additive terms are not part of it. */
+void attn_mask_band_row(const attn_mask_context *context, int64_t b, int64_t i,
+                        int64_t *key_begin, int64_t *key_end);
+
 /* Largest |position| accepted in query_positions / key_positions (differences and ALiBi
  * distances stay exact in int64 and double). */
 #define ATTN_MAX_POSITION ((int64_t)1 << 52)

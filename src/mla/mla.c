@@ -304,19 +304,27 @@ attn_status attn_mla_forward(const attn_mla_config *config, const attn_mla_weigh
         status = attn_rms_norm(latents + n * key_row, 1, z.latent, weights->kv_norm,
                                config->norm_eps > 0 ? config->norm_eps : 1e-6f,
                                latents + n * key_row, error);
-    /* RoPE (interleaved) on q_R and k_R at each token's absolute position. */
-    const double base = config->rope_base > 0 ? config->rope_base : 10000.0;
+    /* RoPE (interleaved, scaled as config->rope_scaling says) on q_R and k_R at each token's
+       absolute position. */
+    const attn_rope_config rope = {.layout = ATTN_ROPE_INTERLEAVED, .rotary_dim = z.rope,
+                                   .base = config->rope_base > 0 ? config->rope_base : 10000.0,
+                                   .scaling = config->rope_scaling};
+    int64_t *positions = status == ATTN_OK ? malloc((size_t)z.T * sizeof(int64_t)) : NULL;
+    if (status == ATTN_OK && positions == NULL)
+        status = attn_fail(error, ATTN_ERROR_OUT_OF_MEMORY, "mla: %lld position ids",
+                           (long long)z.T);
     for (int64_t b = 0; b < z.B && status == ATTN_OK; ++b) {
         attn_tensor q_rope = {queries + b * z.T * query_width + z.nope, ATTN_DTYPE_F32, 4,
                               {1, z.T, z.heads, z.rope}, {0, query_width, z.query_head, 1}};
         attn_tensor k_rope = {latents + b * z.T * key_row + z.latent, ATTN_DTYPE_F32, 4,
                               {1, z.T, 1, z.rope}, {0, key_row, key_row, 1}};
-        status = attn_rope_apply(&q_rope, ATTN_ROPE_INTERLEAVED, z.rope, base, NULL,
-                                 attn_kv_cache_length(cache, b), 0, error);
-        if (status == ATTN_OK)
-            status = attn_rope_apply(&k_rope, ATTN_ROPE_INTERLEAVED, z.rope, base, NULL,
-                                     attn_kv_cache_length(cache, b), 0, error);
+        for (int64_t t = 0; t < z.T; ++t) positions[t] = attn_kv_cache_length(cache, b) + t;
+        const int64_t id_shape[2] = {1, z.T};
+        attn_tensor ids = attn_tensor_contiguous(positions, ATTN_DTYPE_I64, 2, id_shape);
+        status = attn_rope_apply_ids(&q_rope, &rope, &ids, 0, error);
+        if (status == ATTN_OK) status = attn_rope_apply_ids(&k_rope, &rope, &ids, 0, error);
     }
+    free(positions);
     if (status == ATTN_OK) {
         attn_tensor new_latents = attn_tensor_f32_4d(latents, z.B, z.T, 1, key_row);
         status = attn_kv_cache_append(cache, 0, &new_latents, NULL, error);
