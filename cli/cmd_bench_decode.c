@@ -1,8 +1,8 @@
 /*
  * cmd_bench_decode.c — `attn bench decode`: single-token decoding against a KV cache, the
  * memory-bound case. For Hq = 32, Hkv in {32, 8, 1}, D = 128, contexts {4096, 32768, 131072}
- * and fp32 / bf16 storage it reports decode steps per second and the GB/s of K/V actually
- * read (Hkv x context x (Dk + Dv) x element size per step), against the read bandwidth
+ * and fp32 / bf16 / int8 / fp8 storage (--dtype) it reports decode steps per second and the GB/s of K/V actually
+ * read (attn_kv_cache_bytes_per_token x context per step: int8 counts its scales), against the read bandwidth
  * measured in the same run right after each row's timing, so that a machine shared with
  * other jobs compares like with like; then MLA absorbed decoding on a DeepSeek-V2 latent
  * cache (128 heads, Dk = 576, Dv = 512), and one MLA layer step naive vs absorbed at a short
@@ -23,16 +23,20 @@
 typedef struct bench_settings {
     int quick, threads, mla;
     int64_t only_context;  /* 0 = the standard list */
-    int dtypes;            /* bit 0: f32, bit 1: bf16 */
+    int dtypes;            /* bit n: storage_types[n] */
+    int64_t only_kv_heads; /* 0 = 32, 8 and 1 */
     double max_gib;        /* skip caches larger than this */
     bench_clock clock;     /* --clock wall (default) or cpu */
 } bench_settings;
 
 static void usage(FILE *stream) {
     fprintf(stream,
-            "usage: attn bench decode [--quick] [--context N] [--dtype f32|bf16|both]\n"
+            "usage: attn bench decode [--quick] [--context N] [--dtype LIST] [--kv-heads N]\n"
             "                         [--threads N] [--no-mla] [--max-gib G] [--clock wall|cpu]\n"
             "  --quick      contexts 4096 and 32768 only, shorter timing\n"
+            "  --dtype LIST storage types, comma-separated: f32, bf16, int8, fp8_e4m3, fp8_e5m2\n"
+            "               (or both = f32,bf16, the default; all = every one)\n"
+            "  --kv-heads N only the rows with Hkv = N (32, 8 or 1)\n"
             "  --max-gib G  skip caches larger than G GiB (default 4.5; memory stays < 8 GB)\n"
             "  --clock cpu  time decode steps and the read bandwidth in the threads' CPU time\n"
             "               (leaves out time spent waiting for a core; default: wall)\n"
@@ -41,6 +45,37 @@ static void usage(FILE *stream) {
 }
 
 enum { LAYER_STEPS = 5 };
+
+/* The storage types the table can show, in its order. */
+static const struct {
+    const char *name, *label;
+    attn_dtype dtype;
+} storage_types[] = {
+    {"f32", "fp32", ATTN_DTYPE_F32},          {"bf16", "bf16", ATTN_DTYPE_BF16},
+    {"int8", "int8", ATTN_DTYPE_Q8},          {"fp8_e4m3", "fp8 e4m3", ATTN_DTYPE_FP8_E4M3},
+    {"fp8_e5m2", "fp8 e5m2", ATTN_DTYPE_FP8_E5M2},
+};
+enum { STORAGE_TYPES = sizeof storage_types / sizeof storage_types[0] };
+
+/* The bit set of a --dtype list, 0 when a name is unknown. */
+static int parse_dtypes(const char *list) {
+    if (strcmp(list, "both") == 0) return 3;
+    if (strcmp(list, "all") == 0) return (1 << STORAGE_TYPES) - 1;
+    int bits = 0;
+    while (*list != '\0') {
+        const char *end = strchr(list, ',');
+        const size_t length = end != NULL ? (size_t)(end - list) : strlen(list);
+        int found = 0;
+        for (int n = 0; n < (int)STORAGE_TYPES; ++n)
+            if (strlen(storage_types[n].name) == length &&
+                strncmp(storage_types[n].name, list, length) == 0)
+                bits |= 1 << n, found = 1;
+        if (!found) return 0;
+        list += length;
+        if (*list == ',') ++list;
+    }
+    return bits;
+}
 
 /* Median of `count` (<= 64) times. */
 static double median_seconds(const double *times, int count) {
@@ -144,7 +179,7 @@ static int bench_row(const char *label, attn_kv_cache_config config, int64_t que
     config.capacity = context;
     const double bytes_per_step = (double)attn_kv_cache_bytes_per_token(&config) * (double)context;
     if (bytes_per_step / (1024.0 * 1024.0 * 1024.0) > s->max_gib) {
-        printf("%-34s %8lld   skipped (cache %.1f GiB > --max-gib %.1f)\n", label,
+        printf("%-38s %8lld   skipped (cache %.1f GiB > --max-gib %.1f)\n", label,
                (long long)context, bytes_per_step / (1024.0 * 1024.0 * 1024.0), s->max_gib);
         return 0;
     }
@@ -176,7 +211,7 @@ static int bench_row(const char *label, attn_kv_cache_config config, int64_t que
         fprintf(stderr, "attn bench decode: %s\n", error.message);
     } else {
         double gbs = bytes_per_step / seconds / 1e9;
-        printf("%-34s %8lld %10.1f %9.3f %9.1f %9.1f %7.0f%%\n", label, (long long)context,
+        printf("%-38s %8lld %10.1f %9.3f %9.1f %9.1f %7.0f%%\n", label, (long long)context,
                1.0 / seconds, seconds * 1e3, gbs, bandwidth, 100.0 * gbs / bandwidth);
     }
     fflush(stdout);
@@ -243,7 +278,7 @@ static int bench_mla_layer(int64_t context, const bench_settings *s) {
 }
 
 int cli_bench_decode(int argc, char **argv) {
-    bench_settings s = {0, 0, 1, 0, 3, 4.5, BENCH_CLOCK_WALL};
+    bench_settings s = {0, 0, 1, 0, 3, 0, 4.5, BENCH_CLOCK_WALL};
     for (int i = 1; i < argc; ++i) {
         const char *value = i + 1 < argc ? argv[i + 1] : NULL;
         if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
@@ -279,14 +314,21 @@ int cli_bench_decode(int argc, char **argv) {
             s.clock = strcmp(value, "cpu") == 0 ? BENCH_CLOCK_CPU : BENCH_CLOCK_WALL;
             ++i;
         } else if (strcmp(argv[i], "--dtype") == 0 && value) {
-            s.dtypes = strcmp(value, "f32") == 0 ? 1 : strcmp(value, "bf16") == 0 ? 2
-                       : strcmp(value, "both") == 0 ? 3 : 0;
+            s.dtypes = parse_dtypes(value);
             if (s.dtypes == 0) {
-                fprintf(stderr, "attn bench decode: --dtype %s: expected f32, bf16 or both\n",
+                fprintf(stderr,
+                        "attn bench decode: --dtype %s: expected a comma-separated list of f32, "
+                        "bf16, int8, fp8_e4m3, fp8_e5m2 (or both, all)\n",
                         value);
                 return 2;
             }
             ++i;
+        } else if (strcmp(argv[i], "--kv-heads") == 0 && value) {
+            s.only_kv_heads = atoll(value), ++i;
+            if (s.only_kv_heads != 32 && s.only_kv_heads != 8 && s.only_kv_heads != 1) {
+                fprintf(stderr, "attn bench decode: --kv-heads %s: expected 32, 8 or 1\n", value);
+                return 2;
+            }
         } else {
             fprintf(stderr, "attn bench decode: unknown option or missing value: %s\n", argv[i]);
             usage(stderr);
@@ -299,38 +341,38 @@ int cli_bench_decode(int argc, char **argv) {
            threads, s.clock == BENCH_CLOCK_CPU ? "CPU-time" : "wall");
     printf("measured read bandwidth: %.1f GB/s (and again after each row: \"read GB/s\")\n\n",
            bandwidth);
-    printf("%-34s %8s %10s %9s %9s %9s %8s\n", "configuration", "context", "tokens/s",
+    printf("%-38s %8s %10s %9s %9s %9s %8s\n", "configuration", "context", "tokens/s",
            "ms/token", "K/V GB/s", "read GB/s", "of read");
     int64_t contexts[3] = {4096, 32768, 131072};
     int context_count = s.quick ? 2 : 3;
     if (s.only_context) contexts[0] = s.only_context, context_count = 1;
     const int64_t kv_head_options[3] = {32, 8, 1};
     int failed = 0;
-    for (int dt = 0; dt < 2; ++dt) {
+    for (int dt = 0; dt < (int)STORAGE_TYPES; ++dt) {
         if (!(s.dtypes & (1 << dt))) continue;
         for (int h = 0; h < 3; ++h)
             for (int c = 0; c < context_count; ++c) {
+                if (s.only_kv_heads && s.only_kv_heads != kv_head_options[h]) continue;
                 attn_kv_cache_config config = attn_kv_cache_config_default();
                 config.sequences = 1, config.kv_heads = kv_head_options[h];
                 config.key_dim = config.value_dim = 128;
-                config.dtype = dt == 0 ? ATTN_DTYPE_F32 : ATTN_DTYPE_BF16;
+                config.dtype = storage_types[dt].dtype;
                 char label[64];
-                snprintf(label, sizeof label, "%s Hq=32 Hkv=%lld", dt == 0 ? "fp32" : "bf16",
+                snprintf(label, sizeof label, "%s Hq=32 Hkv=%lld", storage_types[dt].label,
                          (long long)kv_head_options[h]);
                 failed |= bench_row(label, config, 32, contexts[c], 0.0f, threads, &s);
             }
     }
     if (s.mla) {
         attn_mla_config v2 = {5120, 128, 1536, 512, 128, 64, 128, 0.0, 0.0f, 0.0f, {0}};
-        for (int dt = 0; dt < 2; ++dt) {
+        for (int dt = 0; dt < (int)STORAGE_TYPES; ++dt) {
             if (!(s.dtypes & (1 << dt))) continue;
             for (int c = 0; c < context_count; ++c) {
                 attn_kv_cache_config config;
-                attn_mla_cache_config(&v2, 1, 1, dt == 0 ? ATTN_DTYPE_F32 : ATTN_DTYPE_BF16, 0,
-                                      &config, NULL);
+                attn_mla_cache_config(&v2, 1, 1, storage_types[dt].dtype, 0, &config, NULL);
                 char label[64];
                 snprintf(label, sizeof label, "%s MLA absorbed (V2, 128 heads)",
-                         dt == 0 ? "fp32" : "bf16");
+                         storage_types[dt].label);
                 failed |= bench_row(label, config, 128, contexts[c], 1.0f / sqrtf(192.0f),
                                     threads, &s);
             }

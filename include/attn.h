@@ -104,7 +104,15 @@ typedef enum attn_dtype {
     ATTN_DTYPE_BOOL = 3, /* uint8_t, nonzero = true */
     ATTN_DTYPE_I32 = 4,  /* int32_t */
     ATTN_DTYPE_I64 = 5,  /* int64_t */
-    ATTN_DTYPE_F64 = 6   /* IEEE float64 */
+    ATTN_DTYPE_F64 = 6,  /* IEEE float64 */
+    /* KV cache storage only (attn_kv_cache_config.dtype), never a tensor's dtype; see
+     * docs/inference.md "Quantized KV cache" for the rounding and the error they cost: */
+    ATTN_DTYPE_Q8 = 7,       /* int8, symmetric, one float32 scale per (token, KV head):
+                                x ~ scale * q, scale = max|x| / 127, q = round(x / scale) */
+    ATTN_DTYPE_FP8_E4M3 = 8, /* 8-bit float, 4 exponent / 3 mantissa bits, bias 7, no
+                                infinities (the "e4m3fn" format), largest 448; saturating */
+    ATTN_DTYPE_FP8_E5M2 = 9  /* 8-bit float, 5 exponent / 2 mantissa bits, bias 15 (the top
+                                byte of an IEEE half), largest finite 57344; saturating */
 } attn_dtype;
 
 #define ATTN_MAX_RANK 4
@@ -488,7 +496,9 @@ typedef struct attn_kv_cache_config {
     /* Nonzero: values are not stored; the value of a token is the first Dv (<= Dk) elements
        of its key. This is MLA's latent cache (key = [c_KV ; k_R], value = c_KV). */
     int values_in_keys;
-    attn_dtype dtype;  /* ATTN_DTYPE_F32, ATTN_DTYPE_BF16 or ATTN_DTYPE_F16 */
+    /* ATTN_DTYPE_F32, BF16 or F16, or a quantized format: Q8, FP8_E4M3, FP8_E5M2 (rounded
+       on append, dequantised inside the decode kernels; docs/inference.md) */
+    attn_dtype dtype;
     int64_t capacity;  /* most tokens one sequence may hold, >= 1 */
     int64_t page_size; /* tokens per page, >= 1; 0 = contiguous (page_size = capacity) */
     /* Pages in the pool; 0 = enough for every sequence at full capacity,
@@ -500,6 +510,12 @@ typedef struct attn_kv_cache_config {
     int64_t rope_dim;
     attn_rope_layout rope_layout;
     double rope_base;  /* 0 = 10000 */
+    /* FP8 storage only (NULL otherwise, and NULL = 1): per-KV-head float32 scales [Hkv] of
+       keys and values, copied at creation; a key element x is stored as fp8(x / scale[h])
+       and read back as scale[h] * fp8 (vLLM's k_scale / v_scale, one per head). Each must
+       be finite and > 0. value_scales is ignored with values_in_keys. */
+    const float *fp8_key_scales;
+    const float *fp8_value_scales;
 } attn_kv_cache_config;
 
 /* A config with every size 0 (to be filled in), F32 storage, contiguous layout, no RoPE. */
@@ -555,7 +571,8 @@ ATTN_API attn_status attn_kv_cache_block_table(const attn_kv_cache *cache, int64
 ATTN_API int64_t attn_kv_cache_free_pages(const attn_kv_cache *cache);
 
 /* Bytes of K/V storage per token (all Hkv heads of one sequence, this layer):
- * Hkv * (Dk + (values_in_keys ? 0 : Dv)) * sizeof(dtype). 0 for an invalid config. */
+ * Hkv * (Dk + (values_in_keys ? 0 : Dv)) * sizeof(dtype), plus for Q8 its float32 scales,
+ * Hkv * (values_in_keys ? 1 : 2) * 4. 0 for an invalid config. */
 ATTN_API size_t attn_kv_cache_bytes_per_token(const attn_kv_cache_config *config);
 
 /* Total bytes the cache holds allocated: the page pool plus its tables. */

@@ -13,6 +13,10 @@
  *     wider than the dim whose gaps hold NaN (never read into the result);
  *   - where a registry has them, score_chunk_bf16 (after prepare_bf16_queries when given)
  *     and accumulate_chunk_bf16 against the same products on the widened bfloat16 values;
+ *   - the 8-bit storage slots (int8 with row scales, fp8 E4M3 / E5M2 with a head factor):
+ *     dequantize_rows exact against a decoding of the bytes written here, score_chunk_q8
+ *     and accumulate_chunk_q8 against double and the generic registry, strides wider than
+ *     the dim whose gaps hold bytes that would poison the result;
  *   - a second call on the same inputs gives the same bits.
  */
 #include <math.h>
@@ -29,6 +33,7 @@
 static const int group_rows[] = {1, 2, 3, 4, 5, 8, 17};
 static const int chunk_counts[] = {1, 5, 15, 16, 17, 40, 63, 64};
 static const int head_dims[] = {1, 7, 16, 33, 64, 100, 128, 576};
+static const int q8_dims[] = {1, 7, 16, 33, 64, 100, 128, 576, 1025}; /* 1025: the wide fallback */
 
 static const attn_kernels *generic_registry(void) {
     const attn_kernels *generic = NULL;
@@ -339,6 +344,189 @@ static void check_accumulate(const attn_kernels *k, int rows, int count, int dim
     free(weights), free(rescale), free(values), free(values_bf16), free(start), free(masked);
 }
 
+/* ---- 8-bit storage ---- */
+static const attn_dtype q8_formats[] = {ATTN_DTYPE_Q8, ATTN_DTYPE_FP8_E4M3, ATTN_DTYPE_FP8_E5M2};
+static const char *const q8_names[] = {"int8", "fp8_e4m3", "fp8_e5m2"};
+
+/* The value of a stored byte, decoded here from the format's definition (attn.h). */
+static double q8_value(attn_dtype format, uint8_t code) {
+    if (format == ATTN_DTYPE_Q8) return (double)(int8_t)code;
+    const int sign = code >> 7;
+    const int exponent_bits = format == ATTN_DTYPE_FP8_E4M3 ? 4 : 5;
+    const int mantissa_bits = 7 - exponent_bits, bias = format == ATTN_DTYPE_FP8_E4M3 ? 7 : 15;
+    const int exponent = (code & 0x7f) >> mantissa_bits, mantissa = code & ((1 << mantissa_bits) - 1);
+    const double value = exponent == 0
+                             ? ldexp(mantissa, 1 - bias - mantissa_bits)
+                             : ldexp((1 << mantissa_bits) + mantissa, exponent - bias - mantissa_bits);
+    return sign ? -value : value;
+}
+
+/* A random stored byte of the format: int8 in [-127, 127], fp8 any finite code. */
+static uint8_t q8_random(attn_dtype format, test_rng *rng) {
+    for (;;) {
+        const uint8_t code = (uint8_t)test_rng_range(rng, 0, 255);
+        if (format == ATTN_DTYPE_Q8 && code == 0x80) continue;
+        if (format == ATTN_DTYPE_FP8_E4M3 && (code & 0x7f) == 0x7f) continue;
+        if (format == ATTN_DTYPE_FP8_E5M2 && (code & 0x7c) == 0x7c) continue;
+        return code;
+    }
+}
+
+/* dequantize_rows, score_chunk_q8, accumulate_chunk_q8 for one format and shape. */
+static void check_q8(const attn_kernels *k, int f, int rows, int count, int dim, test_rng *rng) {
+    const attn_dtype format = q8_formats[f];
+    const int64_t stride = dim + 7;
+    uint8_t *stored = malloc((size_t)count * stride);
+    for (int64_t i = 0; i < count * stride; ++i)
+        stored[i] = i % stride < dim ? q8_random(format, rng) : 0x7f; /* gaps: 127, 448, NaN */
+    float *row_scales = floats((size_t)count, 0.0f);
+    for (int c = 0; c < count; ++c) row_scales[c] = (float)(0.001 + 0.02 * test_rng_uniform(rng));
+    const int with_rows = format == ATTN_DTYPE_Q8; /* fp8: a head factor only */
+    const float factor = with_rows ? 1.0f : (float)(0.5 + test_rng_uniform(rng));
+    const float *scales = with_rows ? row_scales : NULL;
+    float *key_factor = floats((size_t)count, 0.0f); /* (factor * row scale) as a float */
+    for (int c = 0; c < count; ++c) key_factor[c] = with_rows ? factor * row_scales[c] : factor;
+
+    /* dequantize_rows: exactly (factor * scale) * value */
+    float *target = floats((size_t)count * dim, SENTINEL);
+    k->decode.dequantize_rows(format, count, dim, stored, stride, scales, factor, target);
+    int exact = target[(size_t)count * dim] == SENTINEL;
+    for (int c = 0; c < count; ++c)
+        for (int e = 0; e < dim; ++e)
+            exact &= target[(size_t)c * dim + e] ==
+                     (float)((double)key_factor[c] * q8_value(format, stored[c * stride + e]));
+    CHECK(exact, "%s dequantize_rows %s %dx%d: exact, nothing past", k->name, q8_names[f], count,
+          dim);
+
+    if (k->decode.score_chunk_q8 != NULL) {
+        float *queries = floats((size_t)rows * dim, 0.0f);
+        test_fill_normal(rng, queries, (int64_t)rows * dim, 1.0f);
+        float *scores = floats((size_t)rows * ATTN_DECODE_CHUNK, SENTINEL);
+        float *generic = floats((size_t)rows * ATTN_DECODE_CHUNK, SENTINEL);
+        k->decode.score_chunk_q8(format, rows, count, dim, queries, stored, stride, scales, factor,
+                                 scores);
+        generic_registry()->decode.score_chunk_q8(format, rows, count, dim, queries, stored,
+                                                  stride, scales, factor, generic);
+        double worst = 0.0;
+        int untouched = 1;
+        for (int r = 0; r < rows; ++r) {
+            for (int c = 0; c < count; ++c) {
+                double sum = 0.0, size = 1e-30;
+                for (int d = 0; d < dim; ++d) {
+                    const double term =
+                        (double)queries[(size_t)r * dim + d] * q8_value(format, stored[c * stride + d]);
+                    sum += term, size += fabs(term);
+                }
+                sum *= key_factor[c], size *= key_factor[c];
+                const float got = scores[r * ATTN_DECODE_CHUNK + c];
+                const double error = fabs(got - sum) / size;
+                const double difference = fabs(got - generic[r * ATTN_DECODE_CHUNK + c]) / size;
+                if (!(error <= worst)) worst = error;
+                if (!(difference <= worst)) worst = difference;
+            }
+            for (int c = count; c < ATTN_DECODE_CHUNK; ++c)
+                untouched &= scores[r * ATTN_DECODE_CHUNK + c] == SENTINEL;
+        }
+        CHECK((format == ATTN_DTYPE_Q8 || worst <= DOT_TOLERANCE) && untouched,
+              "%s score_chunk_q8 %s %dx%d D=%d: error %.3g (double and generic), untouched %d",
+              k->name, q8_names[f], rows, count, dim, worst, untouched);
+        if (format == ATTN_DTYPE_Q8) { /* int16 queries, exact integer sums: these bits */
+            int same = 1;
+            double rounding = 0.0;
+            for (int r = 0; r < rows; ++r) {
+                const float *query = queries + (size_t)r * dim;
+                float largest = 0.0f;
+                for (int d = 0; d < dim; ++d) largest = fmaxf(largest, fabsf(query[d]));
+                const float query_scale = largest / 16383.0f;
+                const float multiplier = largest == 0.0f ? 0.0f : 16383.0f / largest;
+                for (int c = 0; c < count; ++c) {
+                    double sum = 0.0, plain = 0.0, size = 1e-30;
+                    for (int d = 0; d < dim; ++d) {
+                        const double key = (double)(int8_t)stored[c * stride + d];
+                        sum += rintf(query[d] * multiplier) * key;
+                        plain += query[d] * key, size += fabs(query[d] * key);
+                    }
+                    const float want = (key_factor[c] * query_scale) * (float)sum;
+                    same &= scores[r * ATTN_DECODE_CHUNK + c] == want &&
+                            generic[r * ATTN_DECODE_CHUNK + c] == want;
+                    rounding = fmax(rounding, fabs(want - plain * key_factor[c]) /
+                                                  (size * key_factor[c]));
+                }
+            }
+            CHECK(same && rounding <= 1e-4,
+                  "%s score_chunk_q8 int8 %dx%d D=%d: the int16-query sums bit for bit "
+                  "(generic too); their rounding %.3g <= 1e-4 of sum |q k|",
+                  k->name, rows, count, dim, rounding);
+        }
+
+        float *weights = floats((size_t)rows * ATTN_DECODE_CHUNK, NAN);
+        float *rescale = floats((size_t)rows, 0.0f);
+        float *start = floats((size_t)rows * dim, 0.0f);
+        test_fill_normal(rng, start, (int64_t)rows * dim, 1.0f);
+        for (int r = 0; r < rows; ++r) {
+            rescale[r] = r % 3 == 0 ? 1.0f : (float)test_rng_uniform(rng);
+            for (int c = 0; c < count; ++c)
+                weights[r * ATTN_DECODE_CHUNK + c] =
+                    test_rng_uniform(rng) < 0.2 ? 0.0f : (float)test_rng_uniform(rng);
+        }
+        float *accumulator = floats((size_t)rows * dim, 0.0f);
+        float *generic_accumulator = floats((size_t)rows * dim, 0.0f);
+        memcpy(accumulator, start, sizeof(float) * (size_t)rows * dim);
+        memcpy(generic_accumulator, start, sizeof(float) * (size_t)rows * dim);
+        k->decode.accumulate_chunk_q8(format, rows, count, dim, weights, rescale, stored, stride,
+                                      scales, factor, accumulator);
+        generic_registry()->decode.accumulate_chunk_q8(format, rows, count, dim, weights, rescale,
+                                                       stored, stride, scales, factor,
+                                                       generic_accumulator);
+        worst = 0.0;
+        for (int r = 0; r < rows; ++r)
+            for (int e = 0; e < dim; ++e) {
+                double want = (double)rescale[r] * start[(size_t)r * dim + e];
+                double size = fabs(want) + 1e-30;
+                for (int c = 0; c < count; ++c) {
+                    const double term = (double)weights[r * ATTN_DECODE_CHUNK + c] * key_factor[c] *
+                                        q8_value(format, stored[c * stride + e]);
+                    want += term, size += fabs(term);
+                }
+                const float got = accumulator[(size_t)r * dim + e];
+                const double error = fabs(got - want) / size;
+                const double difference = fabs(got - generic_accumulator[(size_t)r * dim + e]) / size;
+                if (!(error <= worst)) worst = error;
+                if (!(difference <= worst)) worst = difference;
+            }
+        CHECK(worst <= (format == ATTN_DTYPE_Q8 ? 1e-4 : DOT_TOLERANCE),
+              "%s accumulate_chunk_q8 %s %dx%d D=%d: error %.3g", k->name, q8_names[f], rows,
+              count, dim, worst);
+        if (format == ATTN_DTYPE_Q8) { /* int16 weights, exact integer sums: these bits */
+            int same = 1;
+            for (int r = 0; r < rows; ++r) {
+                float scaled[ATTN_DECODE_CHUNK], largest = 0.0f;
+                for (int c = 0; c < count; ++c) {
+                    scaled[c] = weights[r * ATTN_DECODE_CHUNK + c] * key_factor[c];
+                    largest = fmaxf(largest, fabsf(scaled[c]));
+                }
+                const float weight_scale = largest / 32767.0f;
+                const float multiplier = largest == 0.0f ? 0.0f : 32767.0f / largest;
+                for (int e = 0; e < dim; ++e) {
+                    double sum = 0.0;
+                    for (int c = 0; c < count; ++c)
+                        sum += rintf(scaled[c] * multiplier) *
+                               (double)(int8_t)stored[c * stride + e];
+                    const float want =
+                        fmaf(weight_scale, (float)sum, rescale[r] * start[(size_t)r * dim + e]);
+                    same &= accumulator[(size_t)r * dim + e] == want &&
+                            generic_accumulator[(size_t)r * dim + e] == want;
+                }
+            }
+            CHECK(same, "%s accumulate_chunk_q8 int8 %dx%d D=%d: the int16-weight sums bit for bit",
+                  k->name, rows, count, dim);
+        }
+        free(queries), free(scores), free(generic), free(weights), free(rescale), free(start);
+        free(accumulator), free(generic_accumulator);
+    }
+    free(stored), free(row_scales), free(key_factor), free(target);
+}
+
 int main(void) {
     const attn_kernels *registries[8];
     const int count = attn_kernels_available(registries, 8);
@@ -367,6 +555,14 @@ int main(void) {
             check_accumulate(k, 3, 64, head_dims[n], &rng);
             check_accumulate(k, 2, 33, head_dims[n], &rng);
         }
+        CHECK(d->dequantize_rows != NULL, "registry %s has dequantize_rows", k->name);
+        for (int f = 0; f < COUNT_OF(q8_formats); ++f)
+            for (int rows = 1; rows <= ATTN_DECODE_FUSED_ROWS; ++rows)
+                for (int c = 0; c < COUNT_OF(chunk_counts); c += 2)
+                    check_q8(k, f, rows, chunk_counts[c],
+                             head_dims[(rows + c + f) % COUNT_OF(head_dims)], &rng);
+        for (int f = 0; f < COUNT_OF(q8_formats); ++f)
+            for (int n = 0; n < COUNT_OF(q8_dims); ++n) check_q8(k, f, 4, 64, q8_dims[n], &rng);
     }
     return test_finish();
 }

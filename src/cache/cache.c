@@ -14,6 +14,7 @@
 #include "cache/cache.h"
 #include "cache/cache_internal.h"
 #include "kernels/half.h"
+#include "kernels/quant.h"
 #include "core/internal.h"
 #include "attn_layers.h"
 
@@ -46,10 +47,23 @@ static void *pool_alloc(size_t bytes) {
 
 /* ---- element storage ---- */
 
-/* Stores count floats into the cache's dtype at `destination`. */
+/* Stores count floats into the cache's dtype at `destination`. Q8: *row_scale receives the
+ * row's scale; FP8: the elements are divided by head_scale first (kernels/quant.h). */
 static void store_elements(attn_dtype dtype, const float *source, int64_t count,
-                           void *destination) {
-    if (dtype == ATTN_DTYPE_F32) {
+                           void *destination, float *row_scale, float head_scale) {
+    if (dtype == ATTN_DTYPE_Q8) {
+        int8_t *target = destination;
+        const float scale = attn_q8_row_scale(count, source);
+        for (int64_t e = 0; e < count; ++e) target[e] = attn_q8_encode(source[e], scale);
+        *row_scale = scale;
+    } else if (dtype == ATTN_DTYPE_FP8_E4M3 || dtype == ATTN_DTYPE_FP8_E5M2) {
+        uint8_t *target = destination;
+        for (int64_t e = 0; e < count; ++e) {
+            const float x = source[e] / head_scale;
+            target[e] = dtype == ATTN_DTYPE_FP8_E4M3 ? attn_fp8_e4m3_encode(x)
+                                                     : attn_fp8_e5m2_encode(x);
+        }
+    } else if (dtype == ATTN_DTYPE_F32) {
         memcpy(destination, source, (size_t)count * sizeof(float));
     } else if (dtype == ATTN_DTYPE_BF16) {
         uint16_t *target = destination;
@@ -60,9 +74,16 @@ static void store_elements(attn_dtype dtype, const float *source, int64_t count,
     }
 }
 
-/* Loads count stored elements as floats. */
-static void load_elements(attn_dtype dtype, const void *source, int64_t count, float *target) {
-    if (dtype == ATTN_DTYPE_F32) {
+/* Loads count stored elements as floats; quantized ones read back as
+ * head_scale * row_scale * decode(q) (row_scale: Q8 only, else 1). */
+static void load_elements(attn_dtype dtype, const void *source, int64_t count, float *target,
+                          float row_scale, float head_scale) {
+    if (attn_dtype_is_quantized(dtype)) {
+        const uint8_t *stored = source;
+        const float factor = head_scale * row_scale;
+        for (int64_t e = 0; e < count; ++e)
+            target[e] = factor * attn_quant_decode(dtype, stored[e]);
+    } else if (dtype == ATTN_DTYPE_F32) {
         memcpy(target, source, (size_t)count * sizeof(float));
     } else if (dtype == ATTN_DTYPE_BF16) {
         const uint16_t *stored = source;
@@ -78,6 +99,8 @@ static void poison_elements(attn_dtype dtype, int64_t count, void *destination) 
     if (dtype == ATTN_DTYPE_F32) {
         float *target = destination;
         for (int64_t e = 0; e < count; ++e) target[e] = NAN;
+    } else if (attn_dtype_is_quantized(dtype)) { /* Q8: 0 (its scale is NaN); FP8: NaN */
+        memset(destination, dtype == ATTN_DTYPE_Q8 ? 0 : 0x7f, (size_t)count);
     } else {
         uint16_t nan_bits = dtype == ATTN_DTYPE_BF16 ? 0x7fc0u : 0x7e00u;
         uint16_t *target = destination;
@@ -93,6 +116,22 @@ static void *value_slot(attn_kv_cache *cache, int64_t page, int64_t head, int64_
     return (void *)attn_cache_value_address(cache, page, head, slot);
 }
 
+/* Q8 row scales of a slot (NULL for other dtypes). */
+static float *key_scale_slot(attn_kv_cache *cache, int64_t page, int64_t head, int64_t slot) {
+    return (float *)attn_cache_key_scales(cache, page, head, slot);
+}
+
+static float *value_scale_slot(attn_kv_cache *cache, int64_t page, int64_t head, int64_t slot) {
+    return cache->value_scale_pool == NULL ? NULL
+                                           : (float *)attn_cache_value_scales(cache, page, head, slot);
+}
+
+/* Sets `slots` row scales (NULL = none) to `value`. */
+static void fill_scales(float *scales, int64_t slots, float value) {
+    if (scales != NULL)
+        for (int64_t e = 0; e < slots; ++e) scales[e] = value;
+}
+
 /* NaN-fills slots [first_slot, page_size) of every head of `page`. */
 static void poison_page_tail(attn_kv_cache *cache, int64_t page, int64_t first_slot) {
     const int64_t slots = cache->page_size - first_slot;
@@ -103,6 +142,8 @@ static void poison_page_tail(attn_kv_cache *cache, int64_t page, int64_t first_s
         if (cache->value_pool != NULL)
             poison_elements(cache->config.dtype, slots * cache->config.value_dim,
                             value_slot(cache, page, head, first_slot));
+        fill_scales(key_scale_slot(cache, page, head, first_slot), slots, NAN);
+        fill_scales(value_scale_slot(cache, page, head, first_slot), slots, NAN);
     }
 }
 
@@ -129,6 +170,12 @@ static void copy_page_prefix(attn_kv_cache *cache, int32_t from, int32_t to, int
         if (cache->value_pool != NULL)
             memcpy(value_slot(cache, to, head, 0), value_slot(cache, from, head, 0),
                    (size_t)(slots * cache->config.value_dim) * cache->element_size);
+        if (cache->key_scale_pool != NULL)
+            memcpy(key_scale_slot(cache, to, head, 0), key_scale_slot(cache, from, head, 0),
+                   (size_t)slots * sizeof(float));
+        if (cache->value_scale_pool != NULL)
+            memcpy(value_scale_slot(cache, to, head, 0), value_scale_slot(cache, from, head, 0),
+                   (size_t)slots * sizeof(float));
     }
 }
 
@@ -167,10 +214,31 @@ static attn_status check_config(const attn_kv_cache_config *config, attn_error *
                          "config.sequences = %lld, config.kv_heads = %lld: must fit in int32",
                          (long long)config->sequences, (long long)config->kv_heads);
     if (config->dtype != ATTN_DTYPE_F32 && config->dtype != ATTN_DTYPE_BF16 &&
-        config->dtype != ATTN_DTYPE_F16)
+        config->dtype != ATTN_DTYPE_F16 && !attn_dtype_is_quantized(config->dtype))
         return attn_fail(error, ATTN_ERROR_INVALID_ARGUMENT,
-                         "config.dtype = %s: the cache stores float32, bfloat16 or float16",
+                         "config.dtype = %s: the cache stores float32, bfloat16, float16, "
+                         "int8 (Q8), float8_e4m3 or float8_e5m2",
                          attn_dtype_name(config->dtype));
+    const bool fp8 = config->dtype == ATTN_DTYPE_FP8_E4M3 || config->dtype == ATTN_DTYPE_FP8_E5M2;
+    const struct { const char *name; const float *scales; } head_scales[] = {
+        {"config.fp8_key_scales", config->fp8_key_scales},
+        {"config.fp8_value_scales", config->values_in_keys ? NULL : config->fp8_value_scales},
+    };
+    for (int n = 0; n < 2; ++n) {
+        if (head_scales[n].scales == NULL) continue;
+        if (!fp8)
+            return attn_fail(error, ATTN_ERROR_INVALID_ARGUMENT,
+                             "%s is set: per-head scales are for the fp8 dtypes only (dtype %s)",
+                             head_scales[n].name, attn_dtype_name(config->dtype));
+        if (config->kv_heads > INT32_MAX) break; /* reported below */
+        for (int64_t h = 0; h < config->kv_heads; ++h) {
+            const float scale = head_scales[n].scales[h];
+            if (!(scale > 0.0f) || isinf(scale))
+                return attn_fail(error, ATTN_ERROR_INVALID_ARGUMENT,
+                                 "%s[%lld] = %g: must be finite and > 0", head_scales[n].name,
+                                 (long long)h, (double)scale);
+        }
+    }
     if (config->values_in_keys && config->value_dim > config->key_dim)
         return attn_fail(error, ATTN_ERROR_INVALID_ARGUMENT,
                          "config.value_dim = %lld: must be <= key_dim = %lld with values_in_keys",
@@ -207,6 +275,8 @@ size_t attn_kv_cache_bytes_per_token(const attn_kv_cache_config *config) {
     if (!attn_mul_size((size_t)config->kv_heads, (size_t)elements, &bytes) ||
         !attn_mul_size(bytes, attn_dtype_size(config->dtype), &bytes))
         return 0;
+    if (config->dtype == ATTN_DTYPE_Q8) /* one float32 scale per stored row */
+        bytes += (size_t)config->kv_heads * (config->values_in_keys ? 1 : 2) * sizeof(float);
     return bytes;
 }
 
@@ -263,9 +333,30 @@ attn_status attn_kv_cache_create(const attn_kv_cache_config *config, attn_kv_cac
     created->free_pages = malloc((size_t)created->page_count * sizeof(int32_t));
     created->block_tables = malloc((size_t)table_entries * sizeof(int32_t));
     created->lengths = calloc((size_t)config->sequences, sizeof(int64_t));
+    /* Q8 row scales: page_count * Hkv * page_size floats each (<= the element pool's count) */
+    const size_t scale_floats = (size_t)(created->page_count * config->kv_heads) *
+                                (size_t)created->page_size;
+    const bool q8 = config->dtype == ATTN_DTYPE_Q8;
+    if (q8) created->key_scale_pool = pool_alloc(scale_floats * sizeof(float));
+    if (q8 && value_pool_elements > 0)
+        created->value_scale_pool = pool_alloc(scale_floats * sizeof(float));
+    created->key_head_scales = malloc((size_t)config->kv_heads * sizeof(float));
+    created->value_head_scales = malloc((size_t)config->kv_heads * sizeof(float));
+    if (created->key_head_scales != NULL && created->value_head_scales != NULL)
+        for (int64_t h = 0; h < config->kv_heads; ++h) {
+            const float *keys = config->fp8_key_scales, *values = config->fp8_value_scales;
+            if (config->values_in_keys) values = keys;
+            created->key_head_scales[h] = keys != NULL ? keys[h] : 1.0f;
+            created->value_head_scales[h] = values != NULL ? values[h] : 1.0f;
+        }
+    created->config.fp8_key_scales = NULL; /* copied: the caller's arrays are not kept */
+    created->config.fp8_value_scales = NULL;
     if (created->key_pool == NULL || (value_pool_elements > 0 && created->value_pool == NULL) ||
         created->reference_counts == NULL || created->free_pages == NULL ||
-        created->block_tables == NULL || created->lengths == NULL) {
+        created->block_tables == NULL || created->lengths == NULL ||
+        (q8 && created->key_scale_pool == NULL) ||
+        (q8 && value_pool_elements > 0 && created->value_scale_pool == NULL) ||
+        created->key_head_scales == NULL || created->value_head_scales == NULL) {
         attn_kv_cache_destroy(created);
         return attn_fail(error, ATTN_ERROR_OUT_OF_MEMORY,
                          "config: no memory for a pool of %lld pages of %lld tokens",
@@ -279,6 +370,8 @@ attn_status attn_kv_cache_create(const attn_kv_cache_config *config, attn_kv_cac
     poison_elements(config->dtype, key_pool_elements, created->key_pool);
     if (created->value_pool != NULL)
         poison_elements(config->dtype, value_pool_elements, created->value_pool);
+    fill_scales(created->key_scale_pool, (int64_t)scale_floats, NAN);
+    fill_scales(created->value_scale_pool, (int64_t)scale_floats, NAN);
     *cache = created;
     return ATTN_OK;
 }
@@ -291,6 +384,10 @@ void attn_kv_cache_destroy(attn_kv_cache *cache) {
     free(cache->free_pages);
     free(cache->block_tables);
     free(cache->lengths);
+    attn_aligned_free(cache->key_scale_pool);
+    attn_aligned_free(cache->value_scale_pool);
+    free(cache->key_head_scales);
+    free(cache->value_head_scales);
     free(cache);
 }
 
@@ -318,7 +415,12 @@ size_t attn_kv_cache_footprint_bytes(const attn_kv_cache *cache) {
                     (size_t)(cache->config.sequences * cache->pages_per_sequence) *
                         sizeof(int32_t) +
                     (size_t)cache->config.sequences * sizeof(int64_t);
-    return pool + tables + sizeof *cache;
+    const size_t scale_pool = (size_t)(cache->page_count * cache->config.kv_heads *
+                                       cache->page_size) * sizeof(float);
+    size_t scales = 2 * (size_t)cache->config.kv_heads * sizeof(float);
+    if (cache->key_scale_pool != NULL) scales += scale_pool;
+    if (cache->value_scale_pool != NULL) scales += scale_pool;
+    return pool + tables + scales + sizeof *cache;
 }
 
 static attn_status check_sequence(const attn_kv_cache *cache, int64_t sequence, const char *name,
@@ -396,6 +498,26 @@ attn_status attn_kv_cache_append(attn_kv_cache *cache, int64_t first_sequence,
                              (long long)tokens, (long long)config->kv_heads,
                              (long long)config->value_dim);
     }
+    /* The 8-bit formats hold finite values only (kernels/quant.h): refuse others first. */
+    if (attn_dtype_is_quantized(config->dtype)) {
+        const attn_tensor *inputs[2] = {k, config->values_in_keys ? NULL : v};
+        for (int n = 0; n < 2; ++n) {
+            const attn_tensor *x = inputs[n];
+            if (x == NULL) continue;
+            for (int64_t a = 0; a < x->shape[0]; ++a)
+                for (int64_t t = 0; t < x->shape[1]; ++t)
+                    for (int64_t h = 0; h < x->shape[2]; ++h)
+                        for (int64_t d = 0; d < x->shape[3]; ++d)
+                            if (!isfinite(*attn_f32_at4(x, a, t, h, d)))
+                                return attn_fail(
+                                    error, ATTN_ERROR_INVALID_ARGUMENT,
+                                    "%s[%lld, %lld, %lld, %lld] = %g: a %s cache stores finite "
+                                    "values only",
+                                    n == 0 ? "k" : "v", (long long)a, (long long)t, (long long)h,
+                                    (long long)d, (double)*attn_f32_at4(x, a, t, h, d),
+                                    attn_dtype_name(config->dtype));
+        }
+    }
     /* All or nothing: check every sequence's capacity and the pool before writing. */
     int64_t pages = 0;
     for (int64_t n = 0; n < count; ++n) {
@@ -449,13 +571,18 @@ attn_status attn_kv_cache_append(attn_kv_cache *cache, int64_t first_sequence,
             const int32_t page = writable_page(cache, sequence, token);
             const int64_t slot = token % cache->page_size;
             for (int64_t head = 0; head < config->kv_heads; ++head) {
+                float scale = 1.0f; /* Q8's row scale */
                 for (int64_t d = 0; d < key_dim; ++d) row[d] = *attn_f32_at4(&keys, 0, t, head, d);
-                store_elements(config->dtype, row, key_dim, key_slot(cache, page, head, slot));
+                store_elements(config->dtype, row, key_dim, key_slot(cache, page, head, slot),
+                               &scale, cache->key_head_scales[head]);
+                fill_scales(key_scale_slot(cache, page, head, slot), 1, scale);
                 if (!config->values_in_keys) {
                     for (int64_t d = 0; d < value_dim; ++d)
                         row[d] = *attn_f32_at4(v, n, t, head, d);
                     store_elements(config->dtype, row, value_dim,
-                                   value_slot(cache, page, head, slot));
+                                   value_slot(cache, page, head, slot), &scale,
+                                   cache->value_head_scales[head]);
+                    fill_scales(value_scale_slot(cache, page, head, slot), 1, scale);
                 }
             }
             cache->lengths[sequence] = token + 1;
@@ -569,12 +696,16 @@ attn_status attn_kv_cache_read(const attn_kv_cache *cache, int64_t sequence, int
         const int32_t page = table[token / cache->page_size];
         const int64_t slot = token % cache->page_size;
         for (int64_t head = 0; head < config->kv_heads; ++head) {
+            const float *key_scale = attn_cache_key_scales(cache, page, head, slot);
+            const float *value_scale = attn_cache_value_scales(cache, page, head, slot);
             load_elements(config->dtype, attn_cache_key_address(cache, page, head, slot),
-                          config->key_dim, row);
+                          config->key_dim, row, key_scale != NULL ? *key_scale : 1.0f,
+                          cache->key_head_scales[head]);
             for (int64_t d = 0; d < config->key_dim; ++d) *attn_f32_at4(k, 0, t, head, d) = row[d];
             if (v == NULL) continue;
             load_elements(config->dtype, attn_cache_value_address(cache, page, head, slot),
-                          config->value_dim, row);
+                          config->value_dim, row, value_scale != NULL ? *value_scale : 1.0f,
+                          cache->value_head_scales[head]);
             for (int64_t d = 0; d < config->value_dim; ++d)
                 *attn_f32_at4(v, 0, t, head, d) = row[d];
         }

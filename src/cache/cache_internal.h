@@ -12,6 +12,13 @@
  * prefix) is copied before any of them writes into it. Every slot that holds no token is NaN.
  * When values_in_keys is set there is no value pool: the value of a token is the first Dv
  * elements of its key (MLA's latent cache).
+ * Quantized storage (kernels/quant.h): elements are 1 byte. Q8 keeps one float32 scale per
+ * stored row beside the pools, page-major like them: key_scale_pool + p * Hkv * page_size,
+ * [Hkv][page_size] (values likewise; with values_in_keys a value uses its key's scale). FP8
+ * keeps one float32 scale per KV head (head_scales, 1 when none was given). A stored element
+ * q of row (token, head) reads back as head_scale[head] * row_scale * decode(q), with the
+ * factors that do not apply equal to 1. Empty slots of a Q8 cache hold NaN scales and 0
+ * elements; of an FP8 cache the NaN code 0x7f.
  */
 #ifndef ATTN_CACHE_INTERNAL_H
 #define ATTN_CACHE_INTERNAL_H
@@ -36,6 +43,10 @@ struct attn_kv_cache {
     int64_t free_count;
     int32_t *block_tables;       /* [sequences][pages_per_sequence] */
     int64_t *lengths;            /* [sequences] tokens held */
+    float *key_scale_pool;       /* Q8: [page_count][Hkv][page_size] row scales, else NULL */
+    float *value_scale_pool;     /* Q8 without values_in_keys: the same for values */
+    float *key_head_scales;      /* [Hkv] FP8 per-head scales (1 for other dtypes) */
+    float *value_head_scales;    /* [Hkv] (the key ones with values_in_keys) */
     /* Element strides inside a page: between the slots of one head and between heads. The
        library's own pages are head-major (token stride Dk, head stride page_size * Dk); a
        cache the caller owns (attn_forward_with_kvcache, kvcache_external.c) is described by
@@ -59,6 +70,21 @@ static inline const void *attn_cache_value_address(const struct attn_kv_cache *c
     int64_t element = page * cache->value_page_elements + head * cache->value_head_stride +
                       slot * cache->value_token_stride;
     return cache->value_pool + (size_t)element * cache->element_size;
+}
+
+/* The Q8 row scales of slots slot, slot + 1, ... of `head` in `page` (contiguous within the
+ * page), or NULL for other dtypes. */
+static inline const float *attn_cache_key_scales(const struct attn_kv_cache *cache,
+                                                 int64_t page, int64_t head, int64_t slot) {
+    if (cache->key_scale_pool == NULL) return NULL;
+    return cache->key_scale_pool + (page * cache->config.kv_heads + head) * cache->page_size + slot;
+}
+
+static inline const float *attn_cache_value_scales(const struct attn_kv_cache *cache,
+                                                   int64_t page, int64_t head, int64_t slot) {
+    if (cache->value_scale_pool == NULL) return attn_cache_key_scales(cache, page, head, slot);
+    return cache->value_scale_pool + (page * cache->config.kv_heads + head) * cache->page_size +
+           slot;
 }
 
 /* Row stride (in elements) between consecutive tokens of one head's values (keys:

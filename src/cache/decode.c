@@ -6,8 +6,9 @@
  * Work: one task per (sequence b, KV head, split s), where split s covers tokens
  * [s * split_tokens, (s + 1) * split_tokens) of b, clipped to the keys the mask can allow.
  * A task streams its keys chunk by chunk (a chunk never crosses a page), converting stored
- * bf16/fp16 to float32 once per chunk (bf16 for groups of <= 4 rows: widened in registers
- * by the kernel instead), and serves all rows = (Hq / Hkv) * Tq query rows of
+ * bf16/fp16 and dequantising 8-bit storage (int8, fp8) to float32 once per chunk into a
+ * chunk-sized buffer (bf16 and fp8 for groups of <= 4 rows, int8 always: read in place by the
+ * kernel instead, scales folded into scores and weights), and serves all rows = (Hq / Hkv) * Tq query rows of
  * its group from it: scores, mask, online softmax, value accumulation
  * (docs/attention-math.md §2.1),
  * each step a call into the kernel registry (kernels/registry.h, decode part: generic, AVX2
@@ -22,6 +23,7 @@
 #include <string.h>
 
 #include "cache/cache_internal.h"
+#include "kernels/quant.h"
 #include "kernels/registry.h"
 #include "cache/merge.h"
 #include "call/call.h"
@@ -114,13 +116,21 @@ static void scratch_carve(decode_scratch *scratch, const size_t bytes[SCRATCH_PA
 }
 
 /* Pointer to `count` float32 rows of keys (values) of tokens [token, token + count) of one
- * head, all in one page: the stored rows themselves for F32, else converted into `buffer`. */
-static const float *chunk_rows(const decode_plan *plan, const void *stored, int64_t count,
+ * head, all in one page: the stored rows themselves for F32, else converted into `buffer`
+ * (8-bit formats: dequantised with their row scales and head factor, kernels/quant.h). */
+static const float *chunk_rows(const decode_plan *plan, const void *stored,
+                               const float *row_scales, float factor, int64_t count,
                                int64_t dim, int64_t row_stride, float *buffer, int64_t *stride) {
     const attn_kv_cache *cache = plan->cache;
     if (cache->config.dtype == ATTN_DTYPE_F32) {
         *stride = row_stride;
         return stored;
+    }
+    *stride = dim;
+    if (attn_dtype_is_quantized(cache->config.dtype)) {
+        plan->kernels->decode.dequantize_rows(cache->config.dtype, (int)count, (int)dim, stored,
+                                              row_stride, row_scales, factor, buffer);
+        return buffer;
     }
     const uint16_t *source = stored;
     void (*convert)(int64_t, const uint16_t *, float *) = cache->config.dtype == ATTN_DTYPE_BF16
@@ -184,6 +194,14 @@ static void run_task(const decode_plan *plan, decode_scratch *scratch, int64_t b
     /* Small groups read bf16 storage directly (kernels/registry.h, ATTN_DECODE_FUSED_ROWS). */
     const bool fused_bf16 = cache->config.dtype == ATTN_DTYPE_BF16 &&
                             kernels->score_chunk_bf16 != NULL && rows <= ATTN_DECODE_FUSED_ROWS;
+    /* ... and 8-bit storage likewise, with its scales (key / value head factors: FP8). */
+    const attn_dtype dtype = cache->config.dtype;
+    /* (int8: every group; its integer products cost less than float FMAs even when many rows
+     * share a chunk, kernels/quant.h) */
+    const bool fused_q8 = attn_dtype_is_quantized(dtype) && kernels->score_chunk_q8 != NULL &&
+                          (rows <= ATTN_DECODE_FUSED_ROWS || dtype == ATTN_DTYPE_Q8);
+    const float key_factor = cache->key_head_scales[kv_head];
+    const float value_factor = cache->value_head_scales[kv_head];
     const float *bf16_queries = scratch->queries;
     if (fused_bf16 && kernels->prepare_bf16_queries != NULL) {
         kernels->prepare_bf16_queries((int)rows, (int)Dk, scratch->queries, scratch->prepared);
@@ -211,13 +229,27 @@ static void run_task(const decode_plan *plan, decode_scratch *scratch, int64_t b
             if (rows >= 2 && cache->value_pool != NULL) /* one row: a stream the hardware follows */
                 prefetch_rows(stored_values, count, stored_value_stride * element_size,
                               Dv * element_size);
+            const float *key_scales = attn_cache_key_scales(cache, page, kv_head, slot);
+            const float *value_scales = attn_cache_value_scales(cache, page, kv_head, slot);
+            if (key_scales != NULL && slot + 2 * count <= cache->page_size) {
+                /* int8: the next chunk's row scales (a short stream of their own that the
+                 * kernels would otherwise wait for at the start of each chunk) */
+                prefetch_rows(key_scales + count, 1, 0, count * (int64_t)sizeof(float));
+                if (cache->value_pool != NULL)
+                    prefetch_rows(value_scales + count, 1, 0, count * (int64_t)sizeof(float));
+            }
             int64_t key_stride = Dk, value_stride = stored_value_stride;
             const float *keys = NULL;
             if (fused_bf16)
                 kernels->score_chunk_bf16((int)rows, count, (int)Dk, bf16_queries, stored_keys,
                                           cache->key_token_stride, scratch->scores);
+            else if (fused_q8)
+                kernels->score_chunk_q8(dtype, (int)rows, count, (int)Dk, scratch->queries,
+                                        stored_keys, cache->key_token_stride, key_scales,
+                                        key_factor, scratch->scores);
             else {
-                keys = chunk_rows(plan, stored_keys, count, Dk, cache->key_token_stride,
+                keys = chunk_rows(plan, stored_keys, key_scales, key_factor, count, Dk,
+                                  cache->key_token_stride,
                                   scratch->keys, &key_stride);
                 kernels->score_chunk((int)rows, count, (int)Dk, scratch->queries, keys,
                                      key_stride, scratch->scores);
@@ -247,14 +279,18 @@ static void run_task(const decode_plan *plan, decode_scratch *scratch, int64_t b
                 kernels->accumulate_chunk_bf16((int)rows, count, (int)Dv, scratch->scores,
                                                scratch->rescale, stored_values, value_stride,
                                                scratch->accumulator);
+            } else if (fused_q8) {
+                kernels->accumulate_chunk_q8(dtype, (int)rows, count, (int)Dv, scratch->scores,
+                                             scratch->rescale, stored_values, value_stride,
+                                             value_scales, value_factor, scratch->accumulator);
             } else {
                 /* With values_in_keys (MLA) a value is the start of its key row: reuse the
                  * converted keys. */
                 const float *values = keys;
                 value_stride = key_stride;
                 if (cache->value_pool != NULL)
-                    values = chunk_rows(plan, stored_values, count, Dv, stored_value_stride,
-                                        scratch->values, &value_stride);
+                    values = chunk_rows(plan, stored_values, value_scales, value_factor, count,
+                                        Dv, stored_value_stride, scratch->values, &value_stride);
                 kernels->accumulate_chunk((int)rows, count, (int)Dv, scratch->scores,
                                           scratch->rescale, values, value_stride,
                                           scratch->accumulator);

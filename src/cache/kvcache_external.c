@@ -489,7 +489,7 @@ static attn_status prefill(const external_plan *plan, const attn_tensor *q,
 static attn_status decode(const external_plan *plan, const attn_tensor *q,
                           const attn_options *options, attn_tensor *out, attn_tensor *lse,
                           const attn_execution *execution, int32_t *tables, int64_t *lengths,
-                          attn_error *error) {
+                          float *head_factors, attn_error *error) {
     struct attn_kv_cache view;
     memset(&view, 0, sizeof view);
     view.config = attn_kv_cache_config_default();
@@ -521,6 +521,7 @@ static attn_status decode(const external_plan *plan, const attn_tensor *q,
     }
     view.block_tables = tables;
     view.lengths = lengths;
+    view.key_head_scales = view.value_head_scales = head_factors; /* no 8-bit storage here */
     return attn_decode(&view, q, options, out, lse, execution, error);
 }
 
@@ -552,8 +553,10 @@ attn_status attn_forward_with_kvcache(const attn_tensor *q, const attn_kv_cache_
     bytes[2] = (size_t)(plan.Dk > plan.Dv ? plan.Dk : plan.Dv) * sizeof(float); /* a row */
     if (use_decode) {
         int64_t entries;
+        /* lengths int64[B], head factors float[Hkv] (1: no 8-bit scales), tables int32[B][max_pages] */
         fits = fits && attn_mul_i64(plan.B, plan.max_pages, &entries) &&
-               attn_mul_size((size_t)entries, sizeof(int32_t) + sizeof(int64_t), &bytes[3]);
+               attn_mul_size((size_t)entries, sizeof(int32_t) + sizeof(int64_t), &bytes[3]) &&
+               attn_add_size(bytes[3], (size_t)plan.Hkv * sizeof(float) + 8, &bytes[3]);
     }
     if (gather) {
         int64_t elements;
@@ -604,9 +607,12 @@ attn_status attn_forward_with_kvcache(const attn_tensor *q, const attn_kv_cache_
     }
     if (status == ATTN_OK) {
         if (use_decode) {
-            int64_t *lengths = buffers[3]; /* [B] int64, then [B][max_pages] int32 */
-            int32_t *tables = (int32_t *)(lengths + plan.B);
-            status = decode(&plan, &rotated_q, options, out, lse, execution, tables, lengths, error);
+            int64_t *lengths = buffers[3]; /* [B] int64, [Hkv] float, [B][max_pages] int32 */
+            float *head_factors = (float *)(lengths + plan.B);
+            for (int64_t h = 0; h < plan.Hkv; ++h) head_factors[h] = 1.0f;
+            int32_t *tables = (int32_t *)(head_factors + plan.Hkv);
+            status = decode(&plan, &rotated_q, options, out, lse, execution, tables, lengths,
+                            head_factors, error);
         } else {
             status = prefill(&plan, &rotated_q, options, out, lse, execution, buffers[4], error);
         }

@@ -14,6 +14,9 @@ size_t attn_dtype_size(attn_dtype dtype) {
     case ATTN_DTYPE_I32: return 4;
     case ATTN_DTYPE_I64: return 8;
     case ATTN_DTYPE_F64: return 8;
+    case ATTN_DTYPE_Q8: return 1; /* plus its scales, held apart */
+    case ATTN_DTYPE_FP8_E4M3: return 1;
+    case ATTN_DTYPE_FP8_E5M2: return 1;
     }
     return 0;
 }
@@ -27,6 +30,9 @@ const char *attn_dtype_name(attn_dtype dtype) {
     case ATTN_DTYPE_I32: return "int32";
     case ATTN_DTYPE_I64: return "int64";
     case ATTN_DTYPE_F64: return "float64";
+    case ATTN_DTYPE_Q8: return "int8 (scaled)";
+    case ATTN_DTYPE_FP8_E4M3: return "float8_e4m3";
+    case ATTN_DTYPE_FP8_E5M2: return "float8_e5m2";
     }
     return "unknown";
 }

@@ -53,9 +53,9 @@ static void detect(void) {
     if (!__get_cpuid(1, &a, &b, &c, &d)) { detected = f; return; }
     const int fma = bit(c, 12), osxsave = bit(c, 27), avx = bit(c, 28), f16c = bit(c, 29);
     uint32_t max_leaf = __get_cpuid_max(0, 0);
-    uint32_t b7 = 0, d7 = 0, a71 = 0;
+    uint32_t b7 = 0, c7 = 0, d7 = 0, a71 = 0;
     if (max_leaf >= 7) {
-        uint32_t a7, c7;
+        uint32_t a7;
         __cpuid_count(7, 0, a7, b7, c7, d7);
         if (a7 >= 1) {
             uint32_t b71, c71, d71;
@@ -76,6 +76,7 @@ static void detect(void) {
     f.avx512vl = os_avx512 && bit(b7, 31);
     f.avx512_bf16 = f.avx512f && bit(a71, 5);
     f.avx512_fp16 = f.avx512f && bit(d7, 23);
+    f.avx512_vnni = f.avx512f && bit(c7, 11);
 
     const int amx_tile = bit(d7, 24);
     if (amx_tile && os_amx) {

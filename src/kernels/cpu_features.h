@@ -19,6 +19,7 @@ typedef struct attn_cpu_features {
     int avx2, fma, f16c;
     int avx512f, avx512bw, avx512dq, avx512vl;
     int avx512_bf16, avx512_fp16;
+    int avx512_vnni; /* VPDPWSSD (int8 KV decode, kernels/avx512/decode_q8_avx512.h) */
     int amx_tile, amx_bf16, amx_fp16;
     /* What the detection saw, for logs: XCR0 (0 without OSXSAVE), and whether the Linux AMX
      * permission request was made (1) and granted (1). */

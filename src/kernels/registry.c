@@ -128,6 +128,11 @@ static void apply(attn_kernels *into, const attn_kernel_isa *isa) {
         TAKE(decode, softmax_chunk);
         TAKE(decode, accumulate_chunk);
         TAKE(decode, accumulate_chunk_bf16);
+        TAKE(decode, dequantize_rows);
+        if (isa->decode->score_chunk_q8 != NULL) {
+            into->decode.score_chunk_q8 = isa->decode->score_chunk_q8;
+            into->decode.accumulate_chunk_q8 = isa->decode->accumulate_chunk_q8;
+        }
         if (isa->decode->score_chunk_bf16 != NULL) {
             into->decode.score_chunk_bf16 = isa->decode->score_chunk_bf16;
             into->decode.prepare_bf16_queries = isa->decode->prepare_bf16_queries;

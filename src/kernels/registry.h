@@ -184,6 +184,36 @@ typedef struct attn_decode_kernels {
      * prepared[rows][ATTN_DECODE_PREPARED_DIM(dim)] (for instance even and odd dimensions
      * apart, matching bfloat16 pairs widened without a shuffle; padding is 0). */
     void (*prepare_bf16_queries)(int rows, int dim, const float *queries, float *prepared);
+
+    /* 8-bit storage (attn_dtype Q8, FP8_E4M3, FP8_E5M2; kernels/quant.h). A stored row c
+     * (elements source[c * stride + e], one byte each) stands for the floats
+     *     x_c[e] = factor * row_scales[c] * decode(dtype, source[c * stride + e])
+     * (row_scales: Q8's per-token scales, NULL = 1; factor: FP8's per-head scale, else 1).
+     * Pointers, strides and scales only, no cache: the same slots serve any cache layout.
+     * dequantize_rows: target[c * dim + e] = x_c[e] for c < count, e < dim, rounded as
+     * (factor * row_scales[c]) * decode (the scales' product first). Required. */
+    void (*dequantize_rows)(attn_dtype dtype, int count, int dim, const uint8_t *source,
+                            int64_t stride, const float *row_scales, float factor,
+                            float *target);
+    /* Optional (NULL = dequantize_rows then score_chunk / accumulate_chunk), read in place,
+     * for any rows; the decode loop uses them for Q8 always, for FP8 when rows <=
+     * ATTN_DECODE_FUSED_ROWS:
+     * score_chunk_q8: scores[r * ATTN_DECODE_CHUNK + c] = (factor * row_scales[c]) *
+     *                 sum_d queries[r * dim + d] * decode(keys[c * key_stride + d]);
+     * accumulate_chunk_q8: accumulator[r * dim + e] = rescale[r] * accumulator[r * dim + e] +
+     *     sum_c (weights[r * ATTN_DECODE_CHUNK + c] * (factor * row_scales[c])) *
+     *           decode(values[c * value_stride + e]).
+     * (The scale folds into the dot product's result and into the weight: one multiply per
+     * key instead of one per element.) For Q8 the products are exact integer sums of int16
+     * queries / weights by the int8 elements, rounded as quant.h "Q8 decode arithmetic"
+     * states; every registry gives the same bits there. */
+    void (*score_chunk_q8)(attn_dtype dtype, int rows, int count, int dim, const float *queries,
+                           const uint8_t *keys, int64_t key_stride, const float *row_scales,
+                           float factor, float *scores);
+    void (*accumulate_chunk_q8)(attn_dtype dtype, int rows, int count, int dim,
+                                const float *weights, const float *rescale,
+                                const uint8_t *values, int64_t value_stride,
+                                const float *row_scales, float factor, float *accumulator);
 } attn_decode_kernels;
 
 /* ---------------------------------------------------------------- the registry ---------- */
@@ -210,7 +240,8 @@ typedef struct attn_kernels {
  * layout, taken together when the first is given, whatever the others hold):
  *   forward {pack_keys, packed_keys_floats, score_tile},
  *   forward {pack_values, packed_values_floats, accumulate_values},
- *   decode  {score_chunk_bf16, prepare_bf16_queries}.
+ *   decode  {score_chunk_bf16, prepare_bf16_queries},
+ *   decode  {score_chunk_q8, accumulate_chunk_q8}.
  */
 typedef struct attn_kernel_isa {
     const char *name;

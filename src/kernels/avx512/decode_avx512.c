@@ -6,6 +6,7 @@
  * Used for groups of <= ATTN_DECODE_FUSED_ROWS rows, where each stored element is read once
  * or twice (see "bfloat16 read in place" below: one integer operation per 16 widened floats);
  * larger groups convert each chunk once into a float32 buffer read by every row block.
+ * The 8-bit storage kernels (int8, fp8) are in decode_q8_avx512.h, part of this file.
  */
 #define ATTN_VEC_WIDTH 16
 #include "kernels/simd/decode_body.h"
@@ -220,6 +221,11 @@ static void avx512_accumulate_chunk_bf16(int rows, int count, int dim, const flo
                              tail, tail_prefetch);
 }
 
+/* ---- 8-bit storage (Q8, FP8), read in place ---- */
+#include "kernels/cpu_features.h"
+#include "kernels/quant.h"
+#include "kernels/avx512/decode_q8_avx512.h"
+
 const attn_decode_kernels attn_avx512_decode = {
     .bf16_to_f32 = bf16_to_f32,
     .f16_to_f32 = f16_to_f32,
@@ -229,4 +235,7 @@ const attn_decode_kernels attn_avx512_decode = {
     .score_chunk_bf16 = avx512_score_chunk_bf16,
     .accumulate_chunk_bf16 = avx512_accumulate_chunk_bf16,
     .prepare_bf16_queries = avx512_prepare_bf16_queries,
+    .dequantize_rows = avx512_dequantize_rows,
+    .score_chunk_q8 = avx512_score_chunk_q8,
+    .accumulate_chunk_q8 = avx512_accumulate_chunk_q8,
 };

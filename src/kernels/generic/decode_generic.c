@@ -8,6 +8,7 @@
 #include <math.h>
 
 #include "kernels/half.h"
+#include "kernels/quant.h"
 #include "kernels/generic/generic.h"
 
 static void generic_bf16_to_f32(int64_t count, const uint16_t *source, float *target) {
@@ -63,12 +64,85 @@ static void generic_accumulate_chunk(int rows, int count, int dim, const float *
     }
 }
 
+/* ---- 8-bit storage (registry.h): decode each element, scales applied per row ---- */
+
+static float row_factor(const float *row_scales, int c, float factor) {
+    return row_scales != NULL ? factor * row_scales[c] : factor;
+}
+
+static void generic_dequantize_rows(attn_dtype dtype, int count, int dim, const uint8_t *source,
+                                    int64_t stride, const float *row_scales, float factor,
+                                    float *target) {
+    for (int c = 0; c < count; ++c) {
+        const float scale = row_factor(row_scales, c, factor);
+        for (int e = 0; e < dim; ++e)
+            target[(int64_t)c * dim + e] = scale * attn_quant_decode(dtype, source[c * stride + e]);
+    }
+}
+
+/* dot_product (above) against a stored 8-bit key, decoded element by element. */
+static float dot_product_q8(int dim, const float *a, attn_dtype dtype, const uint8_t *b) {
+    float partial[LANES] = {0};
+    int d = 0;
+    for (; d + LANES <= dim; d += LANES)
+        for (int lane = 0; lane < LANES; ++lane)
+            partial[lane] += a[d + lane] * attn_quant_decode(dtype, b[d + lane]);
+    for (int lane = 0; d < dim; ++d, ++lane) partial[lane] += a[d] * attn_quant_decode(dtype, b[d]);
+    for (int width = LANES / 2; width > 0; width /= 2)
+        for (int lane = 0; lane < width; ++lane) partial[lane] += partial[lane + width];
+    return partial[0];
+}
+
+static void generic_score_chunk_q8(attn_dtype dtype, int rows, int count, int dim,
+                                   const float *queries, const uint8_t *keys, int64_t key_stride,
+                                   const float *row_scales, float factor, float *scores) {
+    if (dtype == ATTN_DTYPE_Q8) { /* int16 queries, exact integer sums (quant.h) */
+        attn_q8_score_exact(rows, count, dim, queries, (const int8_t *)keys, key_stride,
+                            row_scales, factor, scores, ATTN_DECODE_CHUNK);
+        return;
+    }
+    for (int c = 0; c < count; ++c) {
+        const float scale = row_factor(row_scales, c, factor);
+        for (int r = 0; r < rows; ++r)
+            scores[r * ATTN_DECODE_CHUNK + c] =
+                scale * dot_product_q8(dim, queries + (int64_t)r * dim, dtype, keys + c * key_stride);
+    }
+}
+
+static void generic_accumulate_chunk_q8(attn_dtype dtype, int rows, int count, int dim,
+                                        const float *weights, const float *rescale,
+                                        const uint8_t *values, int64_t value_stride,
+                                        const float *row_scales, float factor,
+                                        float *accumulator) {
+    if (dtype == ATTN_DTYPE_Q8) { /* int16 weights, exact integer sums (quant.h) */
+        attn_q8_accumulate_exact(rows, count, dim, weights, rescale, (const int8_t *)values,
+                                 value_stride, row_scales, factor, accumulator,
+                                 ATTN_DECODE_CHUNK);
+        return;
+    }
+    for (int r = 0; r < rows; ++r) {
+        float *row = accumulator + (int64_t)r * dim;
+        if (rescale[r] != 1.0f)
+            for (int e = 0; e < dim; ++e) row[e] *= rescale[r];
+        for (int c = 0; c < count; ++c) {
+            const float weight =
+                weights[r * ATTN_DECODE_CHUNK + c] * row_factor(row_scales, c, factor);
+            if (weight == 0.0f) continue; /* masked key: its value is never read */
+            const uint8_t *value = values + c * value_stride;
+            for (int e = 0; e < dim; ++e) row[e] += weight * attn_quant_decode(dtype, value[e]);
+        }
+    }
+}
+
 const attn_decode_kernels attn_generic_decode = {
     .bf16_to_f32 = generic_bf16_to_f32,
     .f16_to_f32 = generic_f16_to_f32,
     .score_chunk = generic_score_chunk,
     .softmax_chunk = generic_softmax_chunk,
     .accumulate_chunk = generic_accumulate_chunk,
+    .dequantize_rows = generic_dequantize_rows,
+    .score_chunk_q8 = generic_score_chunk_q8,
+    .accumulate_chunk_q8 = generic_accumulate_chunk_q8,
     /* score_chunk_bf16, accumulate_chunk_bf16, prepare_bf16_queries: NULL, bf16 is
      * converted to float32 first */
 };

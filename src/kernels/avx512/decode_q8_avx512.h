@@ -1,0 +1,391 @@
+/*
+ * decode_q8_avx512.h — the AVX-512 decode kernels for 8-bit KV storage (registry.h:
+ * dequantize_rows, score_chunk_q8, accumulate_chunk_q8; formats in kernels/quant.h). Part
+ * of decode_avx512.c's translation unit (included there, after decode_body.h, whose
+ * transpose_reduce, prefetch_row and LOOKAHEAD it uses).
+ *
+ * int8 scores and values are computed in integers (quant.h "Q8 decode arithmetic"; the
+ * kernels in decode_q8_int_avx512.h, VPDPWSSD where AVX512-VNNI is present); below, the
+ * float kernels of fp8, and dequantize_rows of every format.
+ * Widening 16 stored bytes to 16 floats, in registers:
+ *   Q8:       vpmovsxbd + vcvtdq2ps (exact; dequantize_rows);
+ *   FP8 E5M2: zero-extend to 16 bits, shift left 8 = the IEEE half with the same value,
+ *             vcvtph2ps (exact);
+ *   FP8 E4M3: sign-extend to 16 bits, shift left 7, clear bit 14: the half whose value is
+ *             the E4M3 value / 256 (subnormals included), vcvtph2ps; the 256 is folded into
+ *             the per-key scale (a power of two: the same rounding as the generic kernels).
+ * The per-key scale multiplies each dot product once (scores) and each weight once
+ * (values), never an element. Blocks as in decode_body.h: scores in 16-dot blocks reduced
+ * by one transpose-and-add tree (4 rows x 4 keys dimension-major, 2 x 8 and 1 x 16 key
+ * after key); values in blocks whose accumulators fit the registers (4 rows x 64 floats,
+ * 3, 2, 1 rows x 128), each stored byte widened once per row block. The format is a
+ * compile-time constant inside each block (the switch is outside the loops).
+ */
+
+/* Prefetch distance in rows for 1-byte rows (LOOKAHEAD is tuned for 2- and 4-byte ones):
+ * 64 measured a few percent faster than 16 and 32 for GQA int8, 128 no different. */
+#ifndef Q8_LOOKAHEAD
+#define Q8_LOOKAHEAD 64
+#endif
+
+/* The scale folded into a key's factor for `format` (see above). */
+static inline float q8_format_factor(attn_dtype format) {
+    return format == ATTN_DTYPE_FP8_E4M3 ? ATTN_FP8_E4M3_HALF_FACTOR : 1.0f;
+}
+
+/* 16 stored elements source[0 .. 16) (lanes outside `lanes` read as 0) as floats (E4M3:
+ * value / 256). */
+V_INLINE __m512 load_q8(const attn_dtype format, const uint8_t *source, __mmask16 lanes) {
+    const __m128i bytes = _mm_maskz_loadu_epi8(lanes, source);
+    if (format == ATTN_DTYPE_Q8) return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(bytes));
+    if (format == ATTN_DTYPE_FP8_E5M2)
+        return _mm512_cvtph_ps(_mm256_slli_epi16(_mm256_cvtepu8_epi16(bytes), 8));
+    const __m256i half = _mm256_slli_epi16(_mm256_cvtepi8_epi16(bytes), 7);
+    return _mm512_cvtph_ps(_mm256_and_si256(half, _mm256_set1_epi16((short)0xbfff)));
+}
+
+static void dequantize_rows_as(const attn_dtype format, int count, int dim,
+                               const uint8_t *source, int64_t stride, const float *row_scales,
+                               float factor, float *target) {
+    for (int c = 0; c < count; ++c) {
+        const float scale = row_scales != NULL ? factor * row_scales[c] : factor;
+        const __m512 scale_vector = _mm512_set1_ps(scale * q8_format_factor(format));
+        for (int e = 0; e < dim; e += 16) {
+            const __mmask16 lanes = vmask_first(dim - e);
+            _mm512_mask_storeu_ps(target + (int64_t)c * dim + e, lanes,
+                                  _mm512_mul_ps(scale_vector,
+                                                load_q8(format, source + c * stride + e, lanes)));
+        }
+    }
+}
+
+static void avx512_dequantize_rows(attn_dtype dtype, int count, int dim, const uint8_t *source,
+                                   int64_t stride, const float *row_scales, float factor,
+                                   float *target) {
+    if (dtype == ATTN_DTYPE_Q8)
+        dequantize_rows_as(ATTN_DTYPE_Q8, count, dim, source, stride, row_scales, factor, target);
+    else if (dtype == ATTN_DTYPE_FP8_E4M3)
+        dequantize_rows_as(ATTN_DTYPE_FP8_E4M3, count, dim, source, stride, row_scales, factor,
+                           target);
+    else
+        dequantize_rows_as(ATTN_DTYPE_FP8_E5M2, count, dim, source, stride, row_scales, factor,
+                           target);
+}
+
+/* As score_block (decode_body.h) for 8-bit keys: out[r * block_keys + k] = row[r] . key[k]
+ * (unscaled; E4M3 / 256). */
+V_INLINE void score_block_q8(const attn_dtype format, const int block_rows, const int block_keys,
+                             const int key_major, int dim, const float *const *row,
+                             const uint8_t *const *key, float *out) {
+    __m512 sums[16];
+    for (int a = 0; a < 16; ++a) sums[a] = _mm512_setzero_ps();
+    if (key_major) {
+        for (int k = 0; k < block_keys; ++k)
+            for (int d = 0; d < dim; d += 16) {
+                const __mmask16 lanes = vmask_first(dim - d);
+                const __m512 key_vector = load_q8(format, key[k] + d, lanes);
+                for (int r = 0; r < block_rows; ++r)
+                    sums[r * block_keys + k] = _mm512_fmadd_ps(
+                        _mm512_maskz_loadu_ps(lanes, row[r] + d), key_vector, sums[r * block_keys + k]);
+            }
+    } else {
+        for (int d = 0; d < dim; d += 16) {
+            const __mmask16 lanes = vmask_first(dim - d);
+            __m512 query[4];
+            for (int r = 0; r < block_rows; ++r) query[r] = _mm512_maskz_loadu_ps(lanes, row[r] + d);
+            for (int k = 0; k < block_keys; ++k) {
+                const __m512 key_vector = load_q8(format, key[k] + d, lanes);
+                for (int r = 0; r < block_rows; ++r)
+                    sums[r * block_keys + k] =
+                        _mm512_fmadd_ps(query[r], key_vector, sums[r * block_keys + k]);
+            }
+        }
+    }
+    _mm512_storeu_ps(out, transpose_reduce(sums));
+}
+
+static void score_chunk_q8_as(const attn_dtype format, int rows, int count, int dim,
+                              const float *queries, const uint8_t *keys, int64_t key_stride,
+                              const float *row_scales, float factor, float *scores) {
+    const int block_rows = rows >= 3 ? 4 : rows, block_keys = 16 / block_rows;
+    const float format_factor = q8_format_factor(format);
+    for (int r0 = 0; r0 < rows; r0 += block_rows)
+        for (int c0 = 0; c0 < count; c0 += block_keys) {
+            const float *row[4];
+            const uint8_t *key[16];
+            for (int r = 0; r < block_rows; ++r)
+                row[r] = queries + (int64_t)(r0 + r < rows ? r0 + r : rows - 1) * dim;
+            for (int k = 0; k < block_keys; ++k)
+                key[k] = keys + (c0 + k < count ? c0 + k : count - 1) * key_stride;
+            if (r0 == 0 && rows >= PREFETCH_ROWS)
+                for (int k = 0; k < block_keys; ++k)
+                    prefetch_row(keys, c0 + k + Q8_LOOKAHEAD, key_stride, 1, (size_t)dim);
+            float out[16];
+            if (block_rows == 4) score_block_q8(format, 4, 4, 0, dim, row, key, out);
+            else if (block_rows == 2) score_block_q8(format, 2, 8, 1, dim, row, key, out);
+            else score_block_q8(format, 1, 16, 1, dim, row, key, out);
+            for (int k = 0; k < block_keys && c0 + k < count; ++k) {
+                const int c = c0 + k;
+                const float scale =
+                    (row_scales != NULL ? factor * row_scales[c] : factor) * format_factor;
+                for (int r = 0; r < block_rows && r0 + r < rows; ++r)
+                    scores[(r0 + r) * ATTN_DECODE_CHUNK + c] = scale * out[r * block_keys + k];
+            }
+        }
+}
+
+/* ---- int8 in integers (quant.h "Q8 decode arithmetic"; decode_q8_int_avx512.h) ---- */
+
+/* Widest head dimension the int32 score lanes hold without overflow (|q16| <= 16383,
+ * |k| <= 128: 2^21 per product); wider heads take attn_q8_score_exact. */
+#define Q8I_MOST_DIM 1024
+/* int16 weights of a row: a chunk padded to an even count. */
+#define ATTN_Q8_WEIGHT_STRIDE ATTN_DECODE_CHUNK
+
+/* transpose_reduce (decode_body.h) on int32 lanes: lane a = sum of the lanes of v[a]. */
+V_INLINE __m512i transpose_reduce_i32(const __m512i v[16]) {
+    __m512i w[16], halves[8], quarters[4];
+    for (int i = 0; i < 16; ++i) w[i] = v[(i % 4) * 4 + i / 4];
+    for (int i = 0; i < 8; ++i)
+        halves[i] = _mm512_add_epi32(_mm512_shuffle_i32x4(w[2 * i], w[2 * i + 1], 0x44),
+                                     _mm512_shuffle_i32x4(w[2 * i], w[2 * i + 1], 0xEE));
+    for (int i = 0; i < 4; ++i)
+        quarters[i] = _mm512_add_epi32(_mm512_shuffle_i32x4(halves[2 * i], halves[2 * i + 1], 0x88),
+                                       _mm512_shuffle_i32x4(halves[2 * i], halves[2 * i + 1], 0xDD));
+    const __m512i pair01 = _mm512_add_epi32(_mm512_unpacklo_epi32(quarters[0], quarters[1]),
+                                            _mm512_unpackhi_epi32(quarters[0], quarters[1]));
+    const __m512i pair23 = _mm512_add_epi32(_mm512_unpacklo_epi32(quarters[2], quarters[3]),
+                                            _mm512_unpackhi_epi32(quarters[2], quarters[3]));
+    return _mm512_add_epi32(_mm512_unpacklo_epi64(pair01, pair23),
+                            _mm512_unpackhi_epi64(pair01, pair23));
+}
+
+/* Largest |x[e]|, e < count (exact, any order). */
+static float largest_magnitude(int count, const float *x) {
+    __m512 largest = _mm512_setzero_ps();
+    for (int e = 0; e < count; e += 16)
+        largest = _mm512_max_ps(largest, vf_abs(_mm512_maskz_loadu_ps(vmask_first(count - e), x + e)));
+    return _mm512_reduce_max_ps(largest);
+}
+
+/* target[e] = round(x[e] * multiplier) as int16 for e < count, 0 up to padded. */
+static void round_to_i16(int count, int padded, const float *x, float multiplier,
+                         int16_t *target) {
+    const __m512 factor = _mm512_set1_ps(multiplier);
+    for (int e = 0; e < padded; e += 16) {
+        const __mmask16 lanes = vmask_first(count - e);
+        const __m512i q =
+            _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_maskz_loadu_ps(lanes, x + e), factor));
+        _mm256_storeu_si256((__m256i *)(target + e),
+                            _mm512_cvtepi32_epi16(_mm512_maskz_mov_epi32(lanes, q)));
+    }
+}
+
+/* One query row as int16 (quant.h); returns its scale s_q. */
+static float pack_query_i16(int dim, int padded, const float *query, int16_t *target) {
+    const float largest = largest_magnitude(dim, query);
+    round_to_i16(dim, padded, query, attn_q8_multiplier(largest, ATTN_Q8_QUERY_LEVELS), target);
+    return largest / ATTN_Q8_QUERY_LEVELS;
+}
+
+/* Rows r < rows (<= 4) of a chunk's weights times their key factors, as int16 with one scale
+ * per row (quant.h): w16 [4][ATTN_Q8_WEIGHT_STRIDE], 0 past count. */
+static void pack_weights_i16(int rows, int count, const float *weights, const float *row_scales,
+                             float factor, int16_t *w16, float *scale) {
+    float scaled[ATTN_DECODE_CHUNK] __attribute__((aligned(64)));
+    for (int r = 0; r < rows; ++r) {
+        for (int c = 0; c < count; c += 16) {
+            const __mmask16 lanes = vmask_first(count - c);
+            const __m512 key_factor =
+                row_scales != NULL
+                    ? _mm512_mul_ps(_mm512_set1_ps(factor), _mm512_maskz_loadu_ps(lanes, row_scales + c))
+                    : _mm512_set1_ps(factor);
+            _mm512_mask_storeu_ps(
+                scaled + c, lanes,
+                _mm512_mul_ps(_mm512_maskz_loadu_ps(lanes, weights + r * ATTN_DECODE_CHUNK + c),
+                              key_factor));
+        }
+        const float largest = largest_magnitude(count, scaled);
+        scale[r] = largest / ATTN_Q8_WEIGHT_LEVELS;
+        round_to_i16(count, ATTN_Q8_WEIGHT_STRIDE, scaled,
+                     attn_q8_multiplier(largest, ATTN_Q8_WEIGHT_LEVELS),
+                     w16 + r * ATTN_Q8_WEIGHT_STRIDE);
+    }
+}
+
+/* row[0 .. valid) = fma(weight_scale, float(sums in natural order), factor * row), where
+ * low / high hold dimensions (8L + j) / (8L + 4 + j) in lane 4L + j (the unpack order). */
+V_INLINE void add_unpacked_sums(float *row, int valid, __m512i low, __m512i high,
+                                __m512 weight_scale, __m512 factor) {
+    const __m512i first_index =
+        _mm512_setr_epi32(0, 1, 2, 3, 16, 17, 18, 19, 4, 5, 6, 7, 20, 21, 22, 23);
+    const __m512i second_index =
+        _mm512_setr_epi32(8, 9, 10, 11, 24, 25, 26, 27, 12, 13, 14, 15, 28, 29, 30, 31);
+    const __m512 low_f = _mm512_cvtepi32_ps(low), high_f = _mm512_cvtepi32_ps(high);
+    const __m512 halves[2] = {_mm512_permutex2var_ps(low_f, first_index, high_f),
+                              _mm512_permutex2var_ps(low_f, second_index, high_f)};
+    for (int x = 0; x < 2; ++x) {
+        const __mmask16 lanes = vmask_first(valid - 16 * x);
+        const __m512 old = _mm512_maskz_loadu_ps(lanes, row + 16 * x);
+        _mm512_mask_storeu_ps(row + 16 * x, lanes,
+                              _mm512_fmadd_ps(weight_scale, halves[x], _mm512_mul_ps(factor, old)));
+    }
+}
+
+#include <string.h>
+#define Q8I_VNNI 0
+#include "kernels/avx512/decode_q8_int_avx512.h"
+#undef Q8I_VNNI
+#define Q8I_VNNI 1
+#include "kernels/avx512/decode_q8_int_avx512.h"
+#undef Q8I_VNNI
+
+/* VPDPWSSD where the CPU has it (decided once), else VPMADDWD: the same integers. */
+static int have_vnni(void) {
+    static int known = -1;
+    int value = __atomic_load_n(&known, __ATOMIC_RELAXED);
+    if (value < 0) {
+        value = attn_cpu_features_get()->avx512_vnni;
+        __atomic_store_n(&known, value, __ATOMIC_RELAXED);
+    }
+    return value;
+}
+
+static void avx512_score_chunk_q8(attn_dtype dtype, int rows, int count, int dim,
+                                  const float *queries, const uint8_t *keys, int64_t key_stride,
+                                  const float *row_scales, float factor, float *scores) {
+    if (dtype == ATTN_DTYPE_Q8 && dim > Q8I_MOST_DIM)
+        attn_q8_score_exact(rows, count, dim, queries, (const int8_t *)keys, key_stride,
+                            row_scales, factor, scores, ATTN_DECODE_CHUNK);
+    else if (dtype == ATTN_DTYPE_Q8 && have_vnni())
+        score_chunk_vnni(rows, count, dim, queries, (const int8_t *)keys, key_stride, row_scales,
+                         factor, scores);
+    else if (dtype == ATTN_DTYPE_Q8)
+        score_chunk_bw(rows, count, dim, queries, (const int8_t *)keys, key_stride, row_scales,
+                       factor, scores);
+    else if (dtype == ATTN_DTYPE_FP8_E4M3)
+        score_chunk_q8_as(ATTN_DTYPE_FP8_E4M3, rows, count, dim, queries, keys, key_stride,
+                          row_scales, factor, scores);
+    else
+        score_chunk_q8_as(ATTN_DTYPE_FP8_E5M2, rows, count, dim, queries, keys, key_stride,
+                          row_scales, factor, scores);
+}
+
+/* Accumulator rows [block_rows][dim], columns [e0, e0 + width), width <= 16 * vectors:
+ * acc = rescale * acc + sum_c weight[r][c] * value_c, 8-bit values, the weights already
+ * multiplied by their key's factor (scale_weights). */
+V_INLINE void accumulate_block_q8(const attn_dtype format, const int block_rows,
+                                  const int vectors, int count, int e0, int width, int dim,
+                                  const float *weights, const float *rescale,
+                                  const uint8_t *values, int64_t value_stride,
+                                  float *accumulator, int prefetch) {
+    __mmask16 masks[8];
+    for (int x = 0; x < vectors; ++x) masks[x] = vmask_first(width - 16 * x);
+    __m512 sums[4][8];
+    for (int r = 0; r < block_rows; ++r) {
+        const __m512 scale = _mm512_set1_ps(rescale[r]);
+        const float *row = accumulator + (int64_t)r * dim + e0;
+        for (int x = 0; x < vectors; ++x)
+            sums[r][x] = _mm512_mul_ps(scale, _mm512_maskz_loadu_ps(masks[x], row + 16 * x));
+    }
+    for (int c = 0; c < count; ++c) {
+        /* weights arrive scaled (accumulate_chunk_q8_as): a broadcast from memory */
+        __m512 weight[4];
+        for (int r = 0; r < block_rows; ++r)
+            weight[r] = _mm512_set1_ps(weights[r * ATTN_DECODE_CHUNK + c]);
+        const uint8_t *value = values + c * value_stride + e0;
+        if (prefetch) prefetch_row(values, c + Q8_LOOKAHEAD, value_stride, 1, (size_t)dim);
+        for (int x = 0; x < vectors; ++x) {
+            const __m512 value_vector = load_q8(format, value + 16 * x, masks[x]);
+            for (int r = 0; r < block_rows; ++r)
+                sums[r][x] = _mm512_fmadd_ps(weight[r], value_vector, sums[r][x]);
+        }
+    }
+    for (int r = 0; r < block_rows; ++r) {
+        float *row = accumulator + (int64_t)r * dim + e0;
+        for (int x = 0; x < vectors; ++x)
+            _mm512_mask_storeu_ps(row + 16 * x, masks[x], sums[r][x]);
+    }
+}
+
+/* Rows [0, block_rows) over all of dim in column blocks of 16 * vectors floats. */
+V_INLINE void accumulate_rows_q8(const attn_dtype format, const int block_rows,
+                                 const int vectors, int count, int dim, const float *weights,
+                                 const float *rescale, const uint8_t *values,
+                                 int64_t value_stride, float *accumulator, int prefetch) {
+    for (int e0 = 0; e0 < dim; e0 += 16 * vectors) {
+        const int width = dim - e0 < 16 * vectors ? dim - e0 : 16 * vectors;
+        accumulate_block_q8(format, block_rows, vectors, count, e0, width, dim, weights, rescale,
+                            values, value_stride, accumulator, prefetch && e0 == 0);
+    }
+}
+
+/* scaled[r][c] = weights[r][c] * (factor * row_scales[c] * format factor), r < rows (<= 4):
+ * the per-key scale applied once per weight, vectorised. */
+static void scale_weights(const attn_dtype format, int rows, int count, const float *weights,
+                          const float *row_scales, float factor, float *scaled) {
+    const float key_factor = factor * q8_format_factor(format);
+    for (int c0 = 0; c0 < count; c0 += 16) {
+        const __mmask16 lanes = vmask_first(count - c0);
+        /* (factor * row_scale) first, then the power of two: as the generic kernel rounds */
+        const __m512 scale =
+            row_scales != NULL
+                ? _mm512_mul_ps(_mm512_mul_ps(_mm512_set1_ps(factor),
+                                              _mm512_maskz_loadu_ps(lanes, row_scales + c0)),
+                                _mm512_set1_ps(q8_format_factor(format)))
+                : _mm512_set1_ps(key_factor);
+        for (int r = 0; r < rows; ++r)
+            _mm512_mask_storeu_ps(
+                scaled + r * ATTN_DECODE_CHUNK + c0, lanes,
+                _mm512_mul_ps(_mm512_maskz_loadu_ps(lanes, weights + r * ATTN_DECODE_CHUNK + c0),
+                              scale));
+    }
+}
+
+static void accumulate_chunk_q8_as(const attn_dtype format, int rows, int count, int dim,
+                                   const float *weights, const float *rescale,
+                                   const uint8_t *values, int64_t value_stride,
+                                   const float *row_scales, float factor, float *accumulator) {
+    const int prefetch = rows >= PREFETCH_ROWS;
+    float scaled[4 * ATTN_DECODE_CHUNK];
+    int r = 0;
+    for (; r + 4 <= rows; r += 4) {
+        scale_weights(format, 4, count, weights + r * ATTN_DECODE_CHUNK, row_scales, factor,
+                      scaled);
+        accumulate_rows_q8(format, 4, 4, count, dim, scaled, rescale + r, values, value_stride,
+                           accumulator + (int64_t)r * dim, prefetch && r == 0);
+    }
+    scale_weights(format, rows - r, count, weights + r * ATTN_DECODE_CHUNK, row_scales, factor,
+                  scaled);
+    const float *tail_weights = scaled;
+    float *tail = accumulator + (int64_t)r * dim;
+    const int tail_prefetch = prefetch && r == 0;
+    if (rows - r == 3)
+        accumulate_rows_q8(format, 3, 8, count, dim, tail_weights, rescale + r, values,
+                           value_stride, tail, tail_prefetch);
+    else if (rows - r == 2)
+        accumulate_rows_q8(format, 2, 8, count, dim, tail_weights, rescale + r, values,
+                           value_stride, tail, tail_prefetch);
+    else if (rows - r == 1)
+        accumulate_rows_q8(format, 1, 8, count, dim, tail_weights, rescale + r, values,
+                           value_stride, tail, tail_prefetch);
+}
+
+static void avx512_accumulate_chunk_q8(attn_dtype dtype, int rows, int count, int dim,
+                                       const float *weights, const float *rescale,
+                                       const uint8_t *values, int64_t value_stride,
+                                       const float *row_scales, float factor,
+                                       float *accumulator) {
+    if (dtype == ATTN_DTYPE_Q8 && have_vnni())
+        accumulate_chunk_vnni(rows, count, dim, weights, rescale, (const int8_t *)values,
+                              value_stride, row_scales, factor, accumulator);
+    else if (dtype == ATTN_DTYPE_Q8)
+        accumulate_chunk_bw(rows, count, dim, weights, rescale, (const int8_t *)values,
+                            value_stride, row_scales, factor, accumulator);
+    else if (dtype == ATTN_DTYPE_FP8_E4M3)
+        accumulate_chunk_q8_as(ATTN_DTYPE_FP8_E4M3, rows, count, dim, weights, rescale, values,
+                               value_stride, row_scales, factor, accumulator);
+    else
+        accumulate_chunk_q8_as(ATTN_DTYPE_FP8_E5M2, rows, count, dim, weights, rescale, values,
+                               value_stride, row_scales, factor, accumulator);
+}

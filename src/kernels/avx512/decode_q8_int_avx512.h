@@ -1,0 +1,198 @@
+/*
+ * decode_q8_int_avx512.h — int8 KV decode in integers (quant.h "Q8 decode arithmetic"):
+ * queries and weights rounded to int16, products with the stored int8 elements summed
+ * exactly in int32 lanes, so the results equal attn_q8_score_exact / _accumulate_exact bit
+ * for bit. Included twice by decode_q8_avx512.h: Q8I_VNNI 1 (functions marked
+ * target("avx512vnni"): VPDPWSSD, one instruction per 32 products) and 0 (AVX512-BW: VPMADDWD + VPADDD).
+ * Q8I(name) gives the variant's names.
+ *
+ * Scores: pairs of dimensions (2d, 2d + 1) are the int16 pair of a 32-bit lane on both sides
+ * (queries packed once per call, keys sign-extended byte -> word, one instruction per 32),
+ * blocks of 4 rows x 4 keys (2 x 8, 1 x 16) reduced by the transpose tree in integers.
+ * Values: pairs of keys (c, c + 1): the words of rows c and c + 1 interleaved (unpack) so
+ * that lane e holds (v[c][e'], v[c + 1][e']) against the broadcast weight pair (w[c],
+ * w[c + 1]); the unpack permutes dimensions inside 32-dimension blocks, undone once per
+ * chunk when the int32 sums are added to the float accumulator. An odd last key pairs with
+ * itself at weight 0 (nothing is read past the chunk).
+ */
+
+#if Q8I_VNNI
+#define Q8I(name) name##_vnni
+#define Q8I_TARGET __attribute__((target("avx512vnni")))
+Q8I_TARGET V_INLINE __m512i Q8I(dot_pairs)(__m512i sum, __m512i a, __m512i b) {
+    return _mm512_dpwssd_epi32(sum, a, b);
+}
+#else
+#define Q8I(name) name##_bw
+#define Q8I_TARGET
+Q8I_TARGET V_INLINE __m512i Q8I(dot_pairs)(__m512i sum, __m512i a, __m512i b) {
+    return _mm512_add_epi32(sum, _mm512_madd_epi16(a, b));
+}
+#endif
+
+/* 32 int8 elements source[0 .. 32) (past `elements`: 0) as 32 int16 words. */
+Q8I_TARGET V_INLINE __m512i Q8I(load_words)(const int8_t *source, __mmask32 elements) {
+    return _mm512_cvtepi8_epi16(_mm256_maskz_loadu_epi8(elements, source));
+}
+
+/* Lane r * block_keys + k = sum_d q16[r][d] * key_k[d] (int32, exact). */
+Q8I_TARGET V_INLINE __m512i Q8I(score_block)(const int block_rows, const int block_keys, int dim,
+                                  const int16_t *const *row, const int8_t *const *key) {
+    __m512i sums[16];
+    for (int a = 0; a < 16; ++a) sums[a] = _mm512_setzero_si512();
+    for (int d = 0; d < dim; d += 32) {
+        const __mmask32 elements = element_mask(dim - d);
+        __m512i query[4];
+        for (int r = 0; r < block_rows; ++r) query[r] = _mm512_loadu_si512(row[r] + d);
+        for (int k = 0; k < block_keys; ++k) {
+            const __m512i key_words = Q8I(load_words)(key[k] + d, elements);
+            for (int r = 0; r < block_rows; ++r)
+                sums[r * block_keys + k] = Q8I(dot_pairs)(sums[r * block_keys + k], query[r], key_words);
+        }
+    }
+    return transpose_reduce_i32(sums);
+}
+
+Q8I_TARGET static void Q8I(score_chunk)(int rows, int count, int dim, const float *queries,
+                             const int8_t *keys, int64_t key_stride, const float *row_scales,
+                             float factor, float *scores) {
+    const int padded = (dim + 31) / 32 * 32;
+    int16_t rows16[4 * Q8I_MOST_DIM] __attribute__((aligned(64)));
+    float query_scale[4];
+    float key_factors[ATTN_DECODE_CHUNK + 4] = {0}; /* factor * row scale of each key */
+    for (int c = 0; c < count; ++c)
+        key_factors[c] = row_scales != NULL ? factor * row_scales[c] : factor;
+    const int block_rows = rows >= 3 ? 4 : rows, block_keys = 16 / block_rows;
+    for (int r0 = 0; r0 < rows; r0 += block_rows) {
+        const int16_t *row[4];
+        for (int r = 0; r < block_rows; ++r) {
+            const int source = r0 + r < rows ? r0 + r : rows - 1;
+            query_scale[r] = pack_query_i16(dim, padded, queries + (int64_t)source * dim,
+                                            rows16 + r * padded);
+            row[r] = rows16 + r * padded;
+        }
+        for (int c0 = 0; c0 < count; c0 += block_keys) {
+            const int8_t *key[16];
+            for (int k = 0; k < block_keys; ++k)
+                key[k] = keys + (c0 + k < count ? c0 + k : count - 1) * key_stride;
+            if (r0 == 0 && rows >= PREFETCH_ROWS)
+                for (int k = 0; k < block_keys; ++k)
+                    prefetch_row(keys, c0 + k + Q8_LOOKAHEAD, key_stride, 1, (size_t)dim);
+            if (block_rows == 4) { /* scores = (key factor * query scale) * sum, 16 at once */
+                const __m512 sums = _mm512_cvtepi32_ps(Q8I(score_block)(4, 4, dim, row, key));
+                const __m512 scale = _mm512_mul_ps(
+                    _mm512_broadcast_f32x4(_mm_loadu_ps(key_factors + c0)),
+                    _mm512_setr_ps(query_scale[0], query_scale[0], query_scale[0], query_scale[0],
+                                   query_scale[1], query_scale[1], query_scale[1], query_scale[1],
+                                   query_scale[2], query_scale[2], query_scale[2], query_scale[2],
+                                   query_scale[3], query_scale[3], query_scale[3], query_scale[3]));
+                const __m512 result = _mm512_mul_ps(scale, sums);
+                const __mmask8 keys_left = (__mmask8)vmask_first(count - c0);
+                float *target = scores + r0 * ATTN_DECODE_CHUNK + c0;
+                const int rows_left = rows - r0;
+                _mm_mask_storeu_ps(target, keys_left, _mm512_extractf32x4_ps(result, 0));
+                if (rows_left > 1)
+                    _mm_mask_storeu_ps(target + ATTN_DECODE_CHUNK, keys_left,
+                                       _mm512_extractf32x4_ps(result, 1));
+                if (rows_left > 2)
+                    _mm_mask_storeu_ps(target + 2 * ATTN_DECODE_CHUNK, keys_left,
+                                       _mm512_extractf32x4_ps(result, 2));
+                if (rows_left > 3)
+                    _mm_mask_storeu_ps(target + 3 * ATTN_DECODE_CHUNK, keys_left,
+                                       _mm512_extractf32x4_ps(result, 3));
+                continue;
+            }
+            int32_t out[16] __attribute__((aligned(64)));
+            _mm512_store_si512(out, block_rows == 2 ? Q8I(score_block)(2, 8, dim, row, key)
+                                                    : Q8I(score_block)(1, 16, dim, row, key));
+            for (int k = 0; k < block_keys && c0 + k < count; ++k) {
+                const int c = c0 + k;
+                for (int r = 0; r < block_rows && r0 + r < rows; ++r)
+                    scores[(r0 + r) * ATTN_DECODE_CHUNK + c] =
+                        (key_factors[c] * query_scale[r]) * (float)out[r * block_keys + k];
+            }
+        }
+    }
+}
+
+/* Rows [0, block_rows) (<= 4) of the value accumulation over columns [e0, e0 + width),
+ * width <= 32 * segments; w16[r][c] int16 weights (c padded to even with 0). */
+Q8I_TARGET V_INLINE void Q8I(accumulate_block)(const int block_rows, const int segments, int count, int e0,
+                                    int width, int dim, const int16_t *w16, const float *scale,
+                                    const float *rescale, const int8_t *values,
+                                    int64_t value_stride, float *accumulator, int prefetch) {
+    __mmask32 elements[2];
+    for (int x = 0; x < segments; ++x) elements[x] = element_mask(width - 32 * x);
+    __m512i low[4][2], high[4][2];
+    for (int r = 0; r < block_rows; ++r)
+        for (int x = 0; x < segments; ++x)
+            low[r][x] = high[r][x] = _mm512_setzero_si512();
+    for (int c = 0; c < count; c += 2) {
+        const int8_t *first = values + c * value_stride + e0;
+        const int8_t *second = c + 1 < count ? first + value_stride : first;
+        if (prefetch) {
+            prefetch_row(values, c + Q8_LOOKAHEAD, value_stride, 1, (size_t)dim);
+            prefetch_row(values, c + 1 + Q8_LOOKAHEAD, value_stride, 1, (size_t)dim);
+        }
+        __m512i weight[4];
+        for (int r = 0; r < block_rows; ++r) {
+            int32_t pair;
+            memcpy(&pair, w16 + r * ATTN_Q8_WEIGHT_STRIDE + c, sizeof pair);
+            weight[r] = _mm512_set1_epi32(pair);
+        }
+        for (int x = 0; x < segments; ++x) {
+            const __m512i a = Q8I(load_words)(first + 32 * x, elements[x]);
+            const __m512i b = Q8I(load_words)(second + 32 * x, elements[x]);
+            const __m512i pairs_low = _mm512_unpacklo_epi16(a, b);
+            const __m512i pairs_high = _mm512_unpackhi_epi16(a, b);
+            for (int r = 0; r < block_rows; ++r) {
+                low[r][x] = Q8I(dot_pairs)(low[r][x], pairs_low, weight[r]);
+                high[r][x] = Q8I(dot_pairs)(high[r][x], pairs_high, weight[r]);
+            }
+        }
+    }
+    for (int r = 0; r < block_rows; ++r) {
+        const __m512 weight_scale = _mm512_set1_ps(scale[r]), factor = _mm512_set1_ps(rescale[r]);
+        float *row = accumulator + (int64_t)r * dim + e0;
+        for (int x = 0; x < segments; ++x)
+            add_unpacked_sums(row + 32 * x, width - 32 * x, low[r][x], high[r][x], weight_scale,
+                              factor);
+    }
+}
+
+Q8I_TARGET static void Q8I(accumulate_chunk)(int rows, int count, int dim, const float *weights,
+                                  const float *rescale, const int8_t *values,
+                                  int64_t value_stride, const float *row_scales, float factor,
+                                  float *accumulator) {
+    const int prefetch = rows >= PREFETCH_ROWS;
+    int16_t w16[4 * ATTN_Q8_WEIGHT_STRIDE] __attribute__((aligned(64)));
+    float scale[4];
+    for (int r0 = 0; r0 < rows; r0 += 4) {
+        const int block_rows = rows - r0 < 4 ? rows - r0 : 4;
+        pack_weights_i16(block_rows, count, weights + r0 * ATTN_DECODE_CHUNK, row_scales, factor,
+                         w16, scale);
+        const int segments = 2;
+        for (int e0 = 0; e0 < dim; e0 += 32 * segments) {
+            const int width = dim - e0 < 32 * segments ? dim - e0 : 32 * segments;
+            if (block_rows == 4)
+                Q8I(accumulate_block)(4, 2, count, e0, width, dim, w16, scale, rescale + r0,
+                                      values, value_stride, accumulator + (int64_t)r0 * dim,
+                                      prefetch && r0 == 0 && e0 == 0);
+            else if (block_rows == 3)
+                Q8I(accumulate_block)(3, 2, count, e0, width, dim, w16, scale, rescale + r0,
+                                      values, value_stride, accumulator + (int64_t)r0 * dim,
+                                      prefetch && r0 == 0 && e0 == 0);
+            else if (block_rows == 2)
+                Q8I(accumulate_block)(2, 2, count, e0, width, dim, w16, scale, rescale + r0,
+                                      values, value_stride, accumulator + (int64_t)r0 * dim,
+                                      prefetch && r0 == 0 && e0 == 0);
+            else
+                Q8I(accumulate_block)(1, 2, count, e0, width, dim, w16, scale, rescale + r0,
+                                      values, value_stride, accumulator + (int64_t)r0 * dim,
+                                      prefetch && r0 == 0 && e0 == 0);
+        }
+    }
+}
+
+#undef Q8I
+#undef Q8I_TARGET
