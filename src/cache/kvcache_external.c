@@ -146,15 +146,7 @@ static attn_status check_cache_tensor(const attn_tensor *t, const char *name, at
 }
 
 static attn_status check_options(const attn_options *options, attn_error *error) {
-    const char *name = options->mask != NULL              ? "mask"
-                       : options->bias != NULL            ? "bias"
-                       : options->query_lengths != NULL   ? "query_lengths"
-                       : options->key_lengths != NULL     ? "key_lengths"
-                       : options->query_positions != NULL ? "query_positions"
-                       : options->key_positions != NULL   ? "key_positions"
-                       : options->global_tokens != NULL   ? "global_tokens"
-                       : options->block_layout != NULL    ? "block_layout"
-                                                          : NULL;
+    const char *name = attn_options_padded_batch_field(options);
     if (name != NULL)
         return attn_fail(error, ATTN_ERROR_INVALID_ARGUMENT,
                          "options.%s is set: attn_forward_with_kvcache takes its lengths and "

@@ -48,6 +48,12 @@ attn_status attn_options_resolve(const attn_options *options, attn_options *reso
 attn_status attn_execution_resolve(const attn_execution *execution, attn_execution *resolved,
                                    attn_error *error);
 
+/* The name of the first option that only means something on a padded batch (mask, bias,
+ * query/key lengths, explicit positions, global tokens, block layout) set in *options, or NULL
+ * when none is. Entry points whose sequences define their own lengths and positions (packed
+ * varlen batches, caller-owned caches) refuse such options by this name. */
+const char *attn_options_padded_batch_field(const attn_options *options);
+
 /* One prepared call. Fields are filled in the order of the steps above; read-only during the
  * parallel loops, so every thread shares it. Not copyable once the mask context exists (the
  * context points at `options`). */

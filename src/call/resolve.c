@@ -76,3 +76,15 @@ attn_status attn_execution_resolve(const attn_execution *execution, attn_executi
     resolved->version = ATTN_EXECUTION_VERSION;
     return ATTN_OK;
 }
+
+const char *attn_options_padded_batch_field(const attn_options *options) {
+    return options->mask != NULL              ? "mask"
+           : options->bias != NULL            ? "bias"
+           : options->query_lengths != NULL   ? "query_lengths"
+           : options->key_lengths != NULL     ? "key_lengths"
+           : options->query_positions != NULL ? "query_positions"
+           : options->key_positions != NULL   ? "key_positions"
+           : options->global_tokens != NULL   ? "global_tokens"
+           : options->block_layout != NULL    ? "block_layout"
+                                              : NULL;
+}
