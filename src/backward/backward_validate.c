@@ -94,17 +94,8 @@ attn_status attn_backward_validate(const attn_tensor *q, const attn_tensor *k,
                                    const attn_tensor *lse, const attn_tensor *dout,
                                    const attn_options *options, const attn_tensor *dq,
                                    const attn_tensor *dk, const attn_tensor *dv,
-                                   const attn_tensor *dbias, attn_problem *problem,
-                                   attn_error *error) {
-    return validate(q, k, v, out, lse, dout, options, dq, dk, dv, dbias, problem, false, error);
-}
-
-attn_status attn_backward_validate_typed(const attn_tensor *q, const attn_tensor *k,
-                                         const attn_tensor *v, const attn_tensor *out,
-                                         const attn_tensor *lse, const attn_tensor *dout,
-                                         const attn_options *options, const attn_tensor *dq,
-                                         const attn_tensor *dk, const attn_tensor *dv,
-                                         const attn_tensor *dbias, attn_problem *problem,
-                                         attn_error *error) {
-    return validate(q, k, v, out, lse, dout, options, dq, dk, dv, dbias, problem, true, error);
+                                   const attn_tensor *dbias, bool allow_16bit,
+                                   attn_problem *problem, attn_error *error) {
+    return validate(q, k, v, out, lse, dout, options, dq, dk, dv, dbias, problem, allow_16bit,
+                    error);
 }

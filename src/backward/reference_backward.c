@@ -140,8 +140,8 @@ attn_status attn_reference_backward(const attn_tensor *q, const attn_tensor *k,
     if (status != ATTN_OK) return status;
     const attn_options *options = &resolved;
     attn_problem problem;
-    status = attn_backward_validate(q, k, v, out, lse, dout, options, dq, dk, dv,
-                                                dbias, &problem, error);
+    status = attn_backward_validate(q, k, v, out, lse, dout, options, dq, dk, dv, dbias,
+                                    false, &problem, error);
     if (status != ATTN_OK) return status;
     attn_mask_context context;
     status = attn_mask_context_init(&context, options, &problem, error);
