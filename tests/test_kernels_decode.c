@@ -118,6 +118,30 @@ static void exact_scores(int rows, int count, int dim, const float *queries, con
 }
 
 /* score_chunk (and the bf16 form) for one shape: worst error against double and generic. */
+
+/* Scores [rows][ATTN_DECODE_CHUNK] (count valid columns) against the exact dot products and
+ * the generic registry's, relative to magnitude (both [rows][count]): the worst errors, and
+ * whether every column past count still holds SENTINEL (returned). */
+static int compare_scores(int rows, int count, const float *scores, const float *generic,
+                          const double *exact, const double *magnitude, double *worst,
+                          double *worst_generic) {
+    int untouched = 1;
+    *worst = *worst_generic = 0.0;
+    for (int r = 0; r < rows; ++r) {
+        for (int c = 0; c < count; ++c) {
+            const float got = scores[r * ATTN_DECODE_CHUNK + c];
+            const double error = fabs(got - exact[r * count + c]) / magnitude[r * count + c];
+            const double difference =
+                fabs(got - generic[r * ATTN_DECODE_CHUNK + c]) / magnitude[r * count + c];
+            if (!(error <= *worst)) *worst = error;
+            if (!(difference <= *worst_generic)) *worst_generic = difference;
+        }
+        for (int c = count; c < ATTN_DECODE_CHUNK; ++c)
+            untouched &= scores[r * ATTN_DECODE_CHUNK + c] == SENTINEL;
+    }
+    return untouched;
+}
+
 static void check_scores(const attn_kernels *k, int rows, int count, int dim, test_rng *rng) {
     const int64_t key_stride = dim + 3;
     float *queries = floats((size_t)rows * dim, 0.0f);
@@ -144,20 +168,9 @@ static void check_scores(const attn_kernels *k, int rows, int count, int dim, te
     k->decode.score_chunk(rows, count, dim, queries, keys, key_stride, scores);
     k->decode.score_chunk(rows, count, dim, queries, keys, key_stride, again);
     generic_registry()->decode.score_chunk(rows, count, dim, queries, keys, key_stride, generic);
-    double worst = 0.0, worst_generic = 0.0;
-    int untouched = 1;
-    for (int r = 0; r < rows; ++r) {
-        for (int c = 0; c < count; ++c) {
-            const float got = scores[r * ATTN_DECODE_CHUNK + c];
-            const double error = fabs(got - exact[r * count + c]) / magnitude[r * count + c];
-            const double difference =
-                fabs(got - generic[r * ATTN_DECODE_CHUNK + c]) / magnitude[r * count + c];
-            if (!(error <= worst)) worst = error;
-            if (!(difference <= worst_generic)) worst_generic = difference;
-        }
-        for (int c = count; c < ATTN_DECODE_CHUNK; ++c)
-            untouched &= scores[r * ATTN_DECODE_CHUNK + c] == SENTINEL;
-    }
+    double worst, worst_generic;
+    int untouched = compare_scores(rows, count, scores, generic, exact, magnitude, &worst,
+                                   &worst_generic);
     CHECK(worst <= DOT_TOLERANCE && worst_generic <= DOT_TOLERANCE && untouched &&
               memcmp(scores, again, sizeof(float) * (size_t)rows * ATTN_DECODE_CHUNK) == 0,
           "%s score_chunk %dx%d D=%d: error %.3g, vs generic %.3g, past count untouched %d, "
@@ -179,20 +192,8 @@ static void check_scores(const attn_kernels *k, int rows, int count, int dim, te
         }
         for (int i = 0; i < rows * ATTN_DECODE_CHUNK; ++i) scores[i] = SENTINEL;
         k->decode.score_chunk_bf16(rows, count, dim, bf16_queries, keys_bf16, key_stride, scores);
-        worst = worst_generic = 0.0;
-        untouched = 1;
-        for (int r = 0; r < rows; ++r) {
-            for (int c = 0; c < count; ++c) {
-                const float got = scores[r * ATTN_DECODE_CHUNK + c];
-                const double error = fabs(got - exact[r * count + c]) / magnitude[r * count + c];
-                const double difference =
-                    fabs(got - generic[r * ATTN_DECODE_CHUNK + c]) / magnitude[r * count + c];
-                if (!(error <= worst)) worst = error;
-                if (!(difference <= worst_generic)) worst_generic = difference;
-            }
-            for (int c = count; c < ATTN_DECODE_CHUNK; ++c)
-                untouched &= scores[r * ATTN_DECODE_CHUNK + c] == SENTINEL;
-        }
+        untouched = compare_scores(rows, count, scores, generic, exact, magnitude, &worst,
+                                   &worst_generic);
         CHECK(worst <= DOT_TOLERANCE && worst_generic <= DOT_TOLERANCE && untouched,
               "%s score_chunk_bf16 %dx%d D=%d: error %.3g, vs generic %.3g, untouched %d",
               k->name, rows, count, dim, worst, worst_generic, untouched);
