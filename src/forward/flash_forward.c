@@ -419,23 +419,25 @@ static attn_status choose_packing(forward_plan *plan, int thread_count,
         return ATTN_OK; /* huge: repack per use */
     const bool per_thread_is_cheap = per_thread_stores <= key_value_bytes / 2 ||
                                      per_thread_stores <= FORWARD_PER_THREAD_PACKING_BYTES;
-    if (per_thread_is_cheap && (limit == 0 || per_thread_total <= limit)) {
+    /* The span path: a ring of tiles per KV head and thread, whenever the rings take less
+     * than one head's store (they hold a band, not a head: small whatever Tk and the thread
+     * count, so they are preferred to a shared store as well). */
+    const int64_t ring = plan->span_keys / plan->tile_keys + plan->tile_rows / plan->tile_keys + 2;
+    size_t ring_bytes, rings, ring_part, ring_total;
+    if (plan->span_path && ring < plan->key_tiles &&
+        packed_kv_store_bytes(&plan->format, tile_keys, dim_k, dim_v, ring, &ring_bytes) &&
+        attn_call_round_bytes(ring_bytes, &ring_bytes) &&
+        attn_mul_size(ring_bytes, (size_t)problem->kv_heads, &rings) && rings <= head_store &&
+        attn_add_size(parts, rings, &ring_part) &&
+        attn_mul_size(ring_part, (size_t)thread_count, &ring_total) &&
+        (limit == 0 || ring_total <= limit)) {
+        plan->packing = PACK_PER_THREAD;
+        plan->span_ring = ring;
+        plan->span_ring_bytes = ring_bytes;
+        *workspace_bytes = ring_part;
+    } else if (per_thread_is_cheap && (limit == 0 || per_thread_total <= limit)) {
         plan->packing = PACK_PER_THREAD;
         *workspace_bytes = per_thread_part;
-        /* The span path: rings of tiles per KV head instead, when they take less. */
-        const int64_t ring = plan->span_keys / plan->tile_keys + plan->tile_rows / plan->tile_keys + 2;
-        size_t ring_bytes, rings, ring_part, ring_total;
-        if (plan->span_path && ring < plan->key_tiles &&
-            packed_kv_store_bytes(&plan->format, tile_keys, dim_k, dim_v, ring, &ring_bytes) &&
-            attn_call_round_bytes(ring_bytes, &ring_bytes) &&
-            attn_mul_size(ring_bytes, (size_t)problem->kv_heads, &rings) && rings <= head_store &&
-            attn_add_size(parts, rings, &ring_part) &&
-            attn_mul_size(ring_part, (size_t)thread_count, &ring_total) &&
-            (limit == 0 || ring_total <= limit)) {
-            plan->span_ring = ring;
-            plan->span_ring_bytes = ring_bytes;
-            *workspace_bytes = ring_part;
-        }
     } else if (limit == 0 || shared_total <= limit) {
         plan->packing = PACK_SHARED;
         *workspace_bytes = parts;
