@@ -446,40 +446,80 @@ static attn_status choose_packing(forward_plan *plan, int thread_count,
     return ATTN_OK;
 }
 
+/* A work item: query tile `tile` of batch b, every query head of KV head kv_head. */
+typedef struct work_item { int64_t b, kv_head, tile; } work_item;
+
+/* Item number `item` of the band path's order: (b, query tile, KV head) with rings of
+ * packed tiles per KV head (the rows of every head at the same tokens, one page of a
+ * [B, T, H, D] tensor, are read together), else (b, KV head, query tile). */
+static work_item span_item(const forward_plan *plan, int64_t item) {
+    const int64_t kv_heads = plan->call->problem.kv_heads, tiles = plan->query_tiles;
+    if (plan->span_ring > 0)
+        return (work_item){item / (tiles * kv_heads), item % kv_heads, item / kv_heads % tiles};
+    return (work_item){item / tiles / kv_heads, item / tiles % kv_heads, item % tiles};
+}
+
+/* The band path's next run for thread `self` (see run_thread): items [*first, *end) of its
+ * own region's front, or else of the back of the region with the most items left; an empty
+ * run when every region is done. The regions' bounds are shared (plan->span_regions), so
+ * they change under one lock; which thread runs an item never changes its result. */
+static void span_take(const forward_plan *plan, int64_t self, int64_t *first, int64_t *end) {
+    int64_t(*regions)[2] = plan->span_regions;
+    const int64_t count = plan->call->threads;
+#ifdef _OPENMP
+#pragma omp critical(attn_forward_span_regions)
+#endif
+    {
+        int64_t *own = regions[self];
+        if (own[0] < own[1]) {
+            *first = own[0];
+            *end = own[1] - own[0] > plan->items_per_chunk ? own[0] + plan->items_per_chunk
+                                                           : own[1];
+            own[0] = *end;
+        } else {
+            int64_t fullest = -1, most = 0;
+            for (int64_t r = 0; r < count; ++r)
+                if (regions[r][1] - regions[r][0] > most) {
+                    most = regions[r][1] - regions[r][0];
+                    fullest = r;
+                }
+            if (fullest >= 0) {
+                const int64_t taken = most / 2 > 0 ? most / 2 : 1;
+                *end = regions[fullest][1];
+                *first = *end - taken;
+                regions[fullest][1] = *first;
+            }
+        }
+    }
+}
+
 /* One thread's part of the parallel loops (see the top of the file). */
 static void run_thread(const forward_plan *plan, forward_workspace *workspace,
                        const attn_tensor *k, const attn_tensor *v) {
     const attn_problem *problem = &plan->call->problem;
     const int64_t head_count = problem->batch * problem->kv_heads;
     if (plan->packing != PACK_SHARED && plan->span_path) {
-        /* The band path: runs of consecutive query tiles of a head, ascending, so that a
-         * thread packs only the key tiles near its own rows (threads taking alternate tiles
-         * would each pack the whole head). The work of a tile is about constant here. */
-        const int64_t item_count = head_count * plan->query_tiles;
-        const int64_t kv_heads = problem->kv_heads, tiles = plan->query_tiles;
-        /* The items are cut into one region per thread, each region into runs; run c is run
-         * c / threads of region c % threads, so that while the threads keep pace each walks
-         * its own region in order (its ring still holds the band: nothing is repacked), and
-         * a thread that falls behind has runs of its region taken by the others. */
-        const int64_t regions = plan->call->threads;
-        const int64_t region_items = (item_count + regions - 1) / regions;
-        const int64_t run = plan->items_per_chunk;
-        const int64_t region_runs = (region_items + run - 1) / run;
-#pragma omp for schedule(dynamic, 1)
-        for (int64_t chunk = 0; chunk < regions * region_runs; ++chunk) {
-            const int64_t region = chunk % regions, region_end = (region + 1) * region_items;
-            const int64_t first = region * region_items + chunk / regions * run;
-            for (int64_t item = first;
-                 item < first + run && item < region_end && item < item_count; ++item) {
-                if (plan->span_ring > 0) /* (b, tile, KV head) */
-                    run_work_item(plan, workspace, item / (tiles * kv_heads), item % kv_heads,
-                                  item / kv_heads % tiles);
-                else /* (b, KV head, tile) */
-                    run_work_item(plan, workspace, item / tiles / kv_heads,
-                                  item / tiles % kv_heads, item % tiles);
+        /* The band path: runs of consecutive items, ascending, so that a thread packs only
+         * the key tiles near its own rows (threads taking alternate tiles would each pack the
+         * whole head). The items are cut into one region per thread; each thread walks its
+         * own region from the front, plan->items_per_chunk items at a time (its rings still
+         * hold the band: nothing is repacked), and when it is done takes half of what is left
+         * of the fullest region from its back, until nothing is left. The work of an item is
+         * about constant here, so the threads end within about one item of each other. */
+#ifdef _OPENMP
+        const int64_t self = omp_get_thread_num();
+#else
+        const int64_t self = 0;
+#endif
+        for (;;) {
+            int64_t first = 0, end = 0;
+            span_take(plan, self, &first, &end);
+            if (first >= end) return;
+            for (int64_t item = first; item < end; ++item) {
+                const work_item this_one = span_item(plan, item);
+                run_work_item(plan, workspace, this_one.b, this_one.kv_head, this_one.tile);
             }
         }
-        return;
     }
     if (plan->packing != PACK_SHARED) {
         const int64_t item_count = head_count * plan->query_tiles;
@@ -560,9 +600,11 @@ attn_status attn_forward_run(attn_call *call, const attn_tensor *q, const attn_t
     status = choose_packing(&plan, thread_count, part_bytes, &parts_bytes, &workspace_bytes,
                             &shared_bytes, error);
     if (plan.span_path) {
-        /* Runs of about 2 bands of rows (a run that does not follow its thread's previous
-         * one packs the band before its first row again: alternating runs of 8 query tiles
-         * at T = 4096, H = 8 cost 25% of the window's time). */
+        /* A thread takes about 2 bands of rows of its own region at a time (its runs follow
+         * one another, so the size sets only how often it takes the lock; a run that did not
+         * follow the thread's previous one would pack the band before its first row again:
+         * alternating runs of 8 query tiles at T = 4096, H = 8 cost 25% of the window's
+         * time). */
         const int64_t band_tiles = (plan.span_keys + plan.tile_rows - 1) / plan.tile_rows;
         const int64_t run = 2 * band_tiles * (plan.span_ring > 0 ? problem->kv_heads : 1);
         plan.items_per_chunk = run < 1 ? 1 : run;
@@ -576,7 +618,11 @@ attn_status attn_forward_run(attn_call *call, const attn_tensor *q, const attn_t
         status == ATTN_OK && plan.span_ring > 0
             ? calloc((size_t)thread_count * (size_t)problem->kv_heads, sizeof *head_stores)
             : NULL;
-    if (status == ATTN_OK && plan.span_ring > 0 && head_stores == NULL) {
+    int64_t(*span_regions)[2] =
+        status == ATTN_OK && plan.span_path ? calloc((size_t)thread_count, sizeof *span_regions)
+                                            : NULL;
+    if (status == ATTN_OK && ((plan.span_ring > 0 && head_stores == NULL) ||
+                              (plan.span_path && span_regions == NULL))) {
         free(workspaces);
         workspaces = NULL;
     }
@@ -584,9 +630,20 @@ attn_status attn_forward_run(attn_call *call, const attn_tensor *q, const attn_t
         status = attn_fail(error, ATTN_ERROR_OUT_OF_MEMORY, "attn_forward: %d workspaces",
                            thread_count);
     if (status != ATTN_OK) {
+        free(span_regions);
         free(head_stores);
         attn_call_end(call);
         return status;
+    }
+    /* The band path's regions: one per thread, consecutive items (run_thread). */
+    if (plan.span_path) {
+        const int64_t region_items = (item_count + thread_count - 1) / thread_count;
+        for (int t = 0; t < thread_count; ++t) {
+            span_regions[t][0] = t * region_items < item_count ? t * region_items : item_count;
+            span_regions[t][1] =
+                (t + 1) * region_items < item_count ? (t + 1) * region_items : item_count;
+        }
+        plan.span_regions = span_regions;
     }
     /* Soft-cap with additive terms: the loop transforms the scores (scale, cap, add, mask);
      * otherwise the loop only adds and masks (queries prescaled, or the kernel caps). */
@@ -635,6 +692,7 @@ attn_status attn_forward_run(attn_call *call, const attn_tensor *q, const attn_t
                            (long long)first_empty->empty_i);
     if (status == ATTN_OK) status = forward_overflow_status(&plan, workspaces, thread_count, error);
 
+    free(span_regions);
     free(head_stores);
     free(workspaces);
     attn_call_end(call);

@@ -46,6 +46,9 @@ typedef struct forward_plan {
     int span_stride;        /* floats between score rows of a span step */
     int64_t step_keys;      /* max(tile_keys, span_keys when span_path): row buffers */
     int64_t items_per_chunk; /* span path: consecutive items one thread takes at once */
+    /* Span path with per-thread packing: [threads][2], the items [front, back) left in each
+     * thread's region (changed under a lock only: flash_forward.c, span_take). */
+    int64_t (*span_regions)[2];
     /* Span path with per-thread packing, when > 0: each thread keeps one ring of span_ring
      * packed tiles per KV head (head_stores), of span_ring_bytes each, and takes items in the
      * order (b, query tile, KV head), so that the rows of every head at the same tokens (one
