@@ -260,7 +260,6 @@ static void reachable_columns(const backward_plan *plan, int64_t b, int64_t i0, 
 void backward_key_tile(const backward_plan *plan, backward_workspace *workspace, int64_t b,
                        int64_t kv_head, int64_t j0, int count, int64_t chunk) {
     const attn_backward_kernels *products = &plan->kernels->backward;
-    const int64_t B = plan->problem.batch, Hq = plan->problem.query_heads;
     const int64_t Tq = plan->problem.query_length, G = plan->problem.group_size;
     const int Dk = (int)plan->problem.key_dim, Dv = (int)plan->problem.value_dim;
     const int key_row = ATTN_BACKWARD_ROW_FLOATS(Dk), value_row = ATTN_BACKWARD_ROW_FLOATS(Dv);
@@ -271,8 +270,9 @@ void backward_key_tile(const backward_plan *plan, backward_workspace *workspace,
     load_key_tile(plan, workspace, b, kv_head, j0, count);
 
     for (int64_t h = kv_head * G; h < (kv_head + 1) * G; ++h) {
-        float *query_partial = plan->query_partials + ((chunk * B + b) * Hq + h) * Tq * Dk;
-        for (int64_t i0 = 0; i0 < Tq; i0 += plan->tile_q) {
+        /* Only the query tiles the chunk keeps partials for can reach its keys. */
+        for (int64_t i0 = plan->chunk_rows_first[chunk]; i0 < plan->chunk_rows_end[chunk];
+             i0 += plan->tile_q) {
             const int rows = (int)(Tq - i0 < plan->tile_q ? Tq - i0 : plan->tile_q);
             int first, columns;
             reachable_columns(plan, b, i0, i0 + rows, j0, count, &first, &columns);
@@ -301,13 +301,23 @@ void backward_key_tile(const backward_plan *plan, backward_workspace *workspace,
                                             Dk);
             products->accumulate(rows, columns, Dk, score_gradient, stride,
                                  workspace->key_rows + (size_t)first * key_row, key_row,
-                                 query_partial + i0 * Dk, Dk);
+                                 backward_query_partial(plan, chunk, b, h, i0), Dk);
         }
     }
 
     for (int c = 0; c < count; ++c) {
         const int64_t dk_first = backward_offset(plan->dk, b, j0 + c, kv_head, 0);
         const int64_t dv_first = backward_offset(plan->dv, b, j0 + c, kv_head, 0);
+        if (plan->dk->dtype == ATTN_DTYPE_F32 && plan->dk->stride[3] == 1 &&
+            plan->dv->stride[3] == 1) { /* the same, vectorised */
+            float *dk_row = (float *)plan->dk->data + dk_first;
+            float *dv_row = (float *)plan->dv->data + dv_first;
+            const float *key_sums = workspace->key_accumulator + (size_t)c * Dk;
+            const float *value_sums = workspace->value_accumulator + (size_t)c * Dv;
+            for (int d = 0; d < Dk; ++d) dk_row[d] = plan->scale * key_sums[d];
+            memcpy(dv_row, value_sums, (size_t)Dv * sizeof(float));
+            continue;
+        }
         for (int d = 0; d < Dk; ++d)
             workspace->overflowed +=
                 backward_put(plan->dk, dk_first + d * plan->dk->stride[3],

@@ -40,18 +40,40 @@
  * most chunks (each costs |dQ| floats of partial sums). */
 #define TARGET_TASKS 16
 #define MAX_CHUNKS 4
+#define BAND_TARGET_TASKS 32
 
-/* row_dot[b][h][i] = sum_c dO[b,i,h,c] * O[b,i,h,c], summed in double. */
+/* Lanes of the double sums of compute_row_dots (element c goes to lane c % DOT_LANES; the
+ * lanes are added in order at the end: a fixed order the compiler can vectorise). */
+enum { DOT_LANES = 8 };
+
+/* sum_c a[c] * b[c] for c < count, unit-stride fp32 rows, in double (lanes as above). */
+static double dot_unit_stride(const float *a, const float *b, int64_t count) {
+    double lanes[DOT_LANES] = {0};
+    int64_t c = 0;
+    for (; c + DOT_LANES <= count; c += DOT_LANES)
+        for (int l = 0; l < DOT_LANES; ++l) lanes[l] += (double)a[c + l] * b[c + l];
+    for (int l = 0; c + l < count; ++l) lanes[l] += (double)a[c + l] * b[c + l];
+    double sum = 0.0;
+    for (int l = 0; l < DOT_LANES; ++l) sum += lanes[l];
+    return sum;
+}
+
+/* row_dot[b][h][i] = sum_c dO[b,i,h,c] * O[b,i,h,c], summed in double. Rows are taken in
+ * memory order, (b, i) then h: the rows of one head are Hq * Dv elements apart, a page or
+ * more, where the hardware prefetchers do not follow. */
 static void compute_row_dots(const backward_plan *plan, int threads) {
     const int64_t B = plan->problem.batch, Hq = plan->problem.query_heads;
     const int64_t Tq = plan->problem.query_length, Dv = plan->problem.value_dim;
 #pragma omp parallel for num_threads(threads) schedule(static)
-    for (int64_t bh = 0; bh < B * Hq; ++bh) {
-        const int64_t b = bh / Hq, h = bh % Hq;
+    for (int64_t bi = 0; bi < B * Tq; ++bi) {
+        const int64_t b = bi / Tq, i = bi % Tq;
         const int64_t dout_stride = plan->dout->stride[3], out_stride = plan->out->stride[3];
-        for (int64_t i = 0; i < Tq; ++i) {
+        for (int64_t h = 0; h < Hq; ++h) {
             double sum = 0.0;
-            if (plan->out->dtype == ATTN_DTYPE_F32) {
+            if (plan->out->dtype == ATTN_DTYPE_F32 && dout_stride == 1 && out_stride == 1) {
+                sum = dot_unit_stride(attn_f32_at4(plan->dout, b, i, h, 0),
+                                      attn_f32_at4(plan->out, b, i, h, 0), Dv);
+            } else if (plan->out->dtype == ATTN_DTYPE_F32) {
                 const float *dout = attn_f32_at4(plan->dout, b, i, h, 0);
                 const float *out = attn_f32_at4(plan->out, b, i, h, 0);
                 for (int64_t c = 0; c < Dv; ++c)
@@ -63,30 +85,61 @@ static void compute_row_dots(const backward_plan *plan, int threads) {
                     sum += (double)backward_get(plan->dout, dout_first + c * dout_stride) *
                            backward_get(plan->out, out_first + c * out_stride);
             }
-            plan->row_dot[bh * Tq + i] = (float)sum;
+            plan->row_dot[(b * Hq + h) * Tq + i] = (float)sum;
         }
     }
 }
 
-/* dq[b, i, h, :] = scale * (partial_0 + partial_1 + ...)[b][h][i][:], chunks in order.
- * Returns how many finite values did not fit a 16-bit dq. */
+/* Query rows per block of reduce_query_partials. */
+enum { REDUCE_ROWS = 16 };
+
+/* dq[b, i, h, :] = scale * (the sum of the partial rows (b, h, i) of the chunks that keep
+ * row i, in chunk order; 0 when none does). Blocks of REDUCE_ROWS rows of every head, so that
+ * both the partials (rows of a head consecutive) and dq (heads of a row consecutive) are read
+ * and written in runs of several lines, not one row per page. Returns how many finite values
+ * did not fit a 16-bit dq. */
 static int64_t reduce_query_partials(const backward_plan *plan, int threads) {
     int64_t overflowed = 0;
     const int64_t B = plan->problem.batch, Hq = plan->problem.query_heads;
     const int64_t Tq = plan->problem.query_length, Dk = plan->problem.key_dim;
-    const int64_t chunk_floats = B * Hq * Tq * Dk;
+    const int64_t blocks = (Tq + REDUCE_ROWS - 1) / REDUCE_ROWS;
 #pragma omp parallel for num_threads(threads) schedule(static) reduction(+ : overflowed)
-    for (int64_t row = 0; row < B * Hq * Tq; ++row) {
-        const int64_t b = row / (Hq * Tq), h = (row / Tq) % Hq, i = row % Tq;
-        const float *partial = plan->query_partials + row * Dk;
-        const int64_t dq_first = backward_offset(plan->dq, b, i, h, 0);
-        const int64_t dq_stride = plan->dq->stride[3];
-        for (int64_t d = 0; d < Dk; ++d) {
-            float sum = partial[d];
-            for (int64_t chunk = 1; chunk < plan->chunks; ++chunk)
-                sum += partial[chunk * chunk_floats + d];
-            overflowed += backward_put(plan->dq, dq_first + d * dq_stride, plan->scale * sum);
-        }
+    for (int64_t block = 0; block < B * blocks; ++block) {
+        const int64_t b = block / blocks, i0 = block % blocks * REDUCE_ROWS;
+        const int64_t i1 = i0 + REDUCE_ROWS < Tq ? i0 + REDUCE_ROWS : Tq;
+        float sums[256];
+        for (int64_t h = 0; h < Hq; ++h)
+            for (int64_t i = i0; i < i1; ++i) {
+                const int64_t dq_first = backward_offset(plan->dq, b, i, h, 0);
+                const int64_t dq_stride = plan->dq->stride[3];
+                /* The sum goes straight into an F32 unit-stride dq row, else through `sums`
+                 * in pieces of up to 256 floats. */
+                const bool direct = plan->dq->dtype == ATTN_DTYPE_F32 && dq_stride == 1;
+                for (int64_t d0 = 0; d0 < Dk; d0 += direct ? Dk : 256) {
+                    const int64_t n = direct ? Dk : (Dk - d0 < 256 ? Dk - d0 : 256);
+                    float *row_sum = direct ? (float *)plan->dq->data + dq_first : sums;
+                    bool any = false;
+                    for (int64_t chunk = 0; chunk < plan->chunks; ++chunk) {
+                        if (i < plan->chunk_rows_first[chunk] || i >= plan->chunk_rows_end[chunk])
+                            continue;
+                        const float *partial = backward_query_partial(plan, chunk, b, h, i) + d0;
+                        if (!any)
+                            for (int64_t d = 0; d < n; ++d) row_sum[d] = partial[d];
+                        else
+                            for (int64_t d = 0; d < n; ++d) row_sum[d] += partial[d];
+                        any = true;
+                    }
+                    if (!any)
+                        for (int64_t d = 0; d < n; ++d) row_sum[d] = 0.0f;
+                    if (direct) {
+                        for (int64_t d = 0; d < n; ++d) row_sum[d] *= plan->scale;
+                        continue;
+                    }
+                    for (int64_t d = 0; d < n; ++d)
+                        overflowed += backward_put(plan->dq, dq_first + (d0 + d) * dq_stride,
+                                                   plan->scale * row_sum[d]);
+                }
+            }
     }
     return overflowed;
 }
@@ -113,18 +166,35 @@ static backward_tasks plan_tasks(const backward_plan *plan) {
     return tasks;
 }
 
-/* Zeroes what task (task_b, task_kv, chunk) accumulates into: its dQ partials (all rows of
- * its query heads) and its d bias columns. */
+/* The key tiles of chunk `chunk`: tiles first, first + step, ... below end (see
+ * backward_plan). */
+static void chunk_tiles(const backward_plan *plan, int64_t key_tiles, int64_t chunk,
+                        int64_t *first, int64_t *end, int64_t *step) {
+    if (plan->contiguous_chunks) {
+        *first = chunk * key_tiles / plan->chunks;
+        *end = (chunk + 1) * key_tiles / plan->chunks;
+        *step = 1;
+    } else {
+        *first = chunk;
+        *end = key_tiles;
+        *step = plan->chunks;
+    }
+}
+
+/* Zeroes what task (task_b, task_kv, chunk) accumulates into: its dQ partials (the rows the
+ * chunk keeps, of its query heads) and its d bias columns. */
 static void zero_task_outputs(const backward_plan *plan, const backward_tasks *tasks,
                               int64_t task_b, int64_t task_kv, int64_t chunk) {
-    const int64_t B = plan->problem.batch, Hq = plan->problem.query_heads;
     const int64_t Tq = plan->problem.query_length, Tk = plan->problem.key_length;
     const int64_t Dk = plan->problem.key_dim, G = plan->problem.group_size;
     const int64_t b_first = task_b * tasks->batch_span;
     const int64_t h_first = task_kv * tasks->kv_span * G, h_count = tasks->kv_span * G;
-    for (int64_t b = b_first; b < b_first + tasks->batch_span; ++b)
-        memset(plan->query_partials + ((chunk * B + b) * Hq + h_first) * Tq * Dk, 0,
-               (size_t)(h_count * Tq * Dk) * sizeof(float));
+    const int64_t rows = plan->chunk_rows_end[chunk] - plan->chunk_rows_first[chunk];
+    for (int64_t b = b_first; b < b_first + tasks->batch_span && rows > 0; ++b)
+        memset(backward_query_partial(plan, chunk, b, h_first, plan->chunk_rows_first[chunk]), 0,
+               (size_t)(h_count * rows * Dk) * sizeof(float));
+    int64_t tile_first, tile_end, tile_step;
+    chunk_tiles(plan, tasks->key_tiles, chunk, &tile_first, &tile_end, &tile_step);
     const attn_tensor *dbias = plan->dbias;
     if (dbias == NULL) return;
     const int64_t bias_b_first = dbias->shape[0] == 1 ? 0 : b_first;
@@ -134,7 +204,7 @@ static void zero_task_outputs(const backward_plan *plan, const backward_tasks *t
     for (int64_t bb = bias_b_first; bb < bias_b_first + bias_b_count; ++bb)
         for (int64_t bh = bias_h_first; bh < bias_h_first + bias_h_count; ++bh)
             for (int64_t i = 0; i < Tq; ++i)
-                for (int64_t tile = chunk; tile < tasks->key_tiles; tile += plan->chunks)
+                for (int64_t tile = tile_first; tile < tile_end; tile += tile_step)
                     for (int64_t j = tile * plan->tile_k;
                          j < Tk && j < (tile + 1) * plan->tile_k; ++j)
                         *attn_f32_at4(dbias, bb, bh, i, j) = 0.0f;
@@ -148,34 +218,90 @@ static void run_task(const backward_plan *plan, const backward_tasks *tasks,
     const int64_t task_b = task / (plan->chunks * tasks->kv_heads);
     const int64_t Tk = plan->problem.key_length;
     zero_task_outputs(plan, tasks, task_b, task_kv, chunk);
+    int64_t tile_first, tile_end, tile_step;
+    chunk_tiles(plan, tasks->key_tiles, chunk, &tile_first, &tile_end, &tile_step);
     for (int64_t b = task_b * tasks->batch_span; b < (task_b + 1) * tasks->batch_span; ++b)
         for (int64_t kv = task_kv * tasks->kv_span; kv < (task_kv + 1) * tasks->kv_span; ++kv)
-            for (int64_t tile = chunk; tile < tasks->key_tiles; tile += plan->chunks) {
+            for (int64_t tile = tile_first; tile < tile_end; tile += tile_step) {
                 const int64_t j0 = tile * plan->tile_k;
                 const int count = (int)(Tk - j0 < plan->tile_k ? Tk - j0 : plan->tile_k);
                 backward_key_tile(plan, workspace, b, kv, j0, count, chunk);
             }
 }
 
-/* The number of dQ chunks: from the shape only, never the thread count (B * Hkv * chunks
- * should reach TARGET_TASKS; at most MAX_CHUNKS and the number of key tiles), fewer while
- * the partial sums and D would take more than half of execution->memory_limit_bytes.
- * partial_floats: B*Hq*Tq*Dk (one chunk). */
-static int64_t choose_chunks(backward_plan *plan, const attn_execution *execution,
-                             size_t partial_floats, size_t row_dot_floats) {
+/* Fills the chunks' kept query rows and their offsets (backward_plan) for plan->chunks
+ * chunks: all rows for dealt chunks; for contiguous ones, the query tiles whose candidate
+ * keys (over every batch) meet the chunk's keys. *floats: the floats of all partial sums;
+ * false on overflow. */
+static bool plan_chunk_rows(backward_plan *plan, const attn_mask_context *mask,
+                            size_t *floats) {
+    const int64_t B = plan->problem.batch, Hq = plan->problem.query_heads;
+    const int64_t Tq = plan->problem.query_length, Tk = plan->problem.key_length;
+    const int64_t key_tiles = (Tk + plan->tile_k - 1) / plan->tile_k;
+    size_t total = 0;
+    for (int64_t chunk = 0; chunk < plan->chunks; ++chunk) {
+        int64_t first = 0, end = Tq;
+        if (plan->contiguous_chunks) {
+            int64_t tile_first, tile_end, tile_step;
+            chunk_tiles(plan, key_tiles, chunk, &tile_first, &tile_end, &tile_step);
+            const int64_t j_first = tile_first * plan->tile_k;
+            const int64_t j_end = tile_end * plan->tile_k < Tk ? tile_end * plan->tile_k : Tk;
+            first = Tq, end = 0;
+            for (int64_t b = 0; b < B; ++b)
+                for (int64_t i0 = 0; i0 < Tq; i0 += plan->tile_q) {
+                    const int64_t i1 = i0 + plan->tile_q < Tq ? i0 + plan->tile_q : Tq;
+                    int64_t key_begin, key_end;
+                    attn_mask_candidate_keys(mask, b, i0, i1, &key_begin, &key_end);
+                    if (key_begin >= key_end || key_end <= j_first || key_begin >= j_end)
+                        continue;
+                    if (i0 < first) first = i0;
+                    if (i1 > end) end = i1;
+                }
+            if (end <= first) first = end = 0; /* reaches no row */
+        }
+        plan->chunk_rows_first[chunk] = first;
+        plan->chunk_rows_end[chunk] = end;
+        plan->chunk_offset[chunk] = total;
+        size_t chunk_floats;
+        if (!attn_mul_size((size_t)(B * Hq), (size_t)(end - first), &chunk_floats) ||
+            !attn_mul_size(chunk_floats, (size_t)plan->problem.key_dim, &chunk_floats) ||
+            !attn_add_size(total, chunk_floats, &total))
+            return false;
+    }
+    *floats = total;
+    return true;
+}
+
+/* The number of dQ chunks and their rows (plan_chunk_rows): from the shape only, never the
+ * thread count (B * Hkv * chunks should reach TARGET_TASKS, or BAND_TARGET_TASKS for
+ * contiguous chunks, whose partial sums cost little more than one |dQ|; at most MAX_CHUNKS
+ * (BACKWARD_MAX_CHUNKS) and the number of key tiles), fewer while the partial sums and D
+ * would take more than half of execution->memory_limit_bytes. *partial_floats: the partial
+ * sums' floats; false on overflow. */
+static bool choose_chunks(backward_plan *plan, const attn_execution *execution,
+                          const attn_mask_context *mask, size_t row_dot_floats,
+                          size_t *partial_floats) {
     plan->chunks = 1;
     const backward_tasks unchunked = plan_tasks(plan);
     const int64_t base_tasks = unchunked.batches * unchunked.kv_heads;
-    int64_t chunks = (TARGET_TASKS + base_tasks - 1) / base_tasks;
-    if (chunks > MAX_CHUNKS) chunks = MAX_CHUNKS;
+    const int64_t target = plan->contiguous_chunks ? BAND_TARGET_TASKS : TARGET_TASKS;
+    int64_t chunks = (target + base_tasks - 1) / base_tasks;
+    const int64_t most = plan->contiguous_chunks ? BACKWARD_MAX_CHUNKS : MAX_CHUNKS;
+    if (chunks > most) chunks = most;
     if (chunks > unchunked.key_tiles) chunks = unchunked.key_tiles;
     const size_t half_limit_floats = execution->memory_limit_bytes / sizeof(float) / 2;
-    size_t floats;
-    while (chunks > 1 && execution->memory_limit_bytes > 0 &&
-           (!attn_mul_size(partial_floats, (size_t)chunks, &floats) ||
-            !attn_add_size(floats, row_dot_floats, &floats) || floats > half_limit_floats))
-        chunks -= 1;
-    return chunks;
+    for (;; --chunks) {
+        plan->chunks = chunks;
+        size_t floats;
+        if (!plan_chunk_rows(plan, mask, partial_floats)) {
+            if (chunks == 1) return false;
+            continue;
+        }
+        if (chunks == 1 || execution->memory_limit_bytes == 0 ||
+            (attn_add_size(*partial_floats, row_dot_floats, &floats) &&
+             floats <= half_limit_floats))
+            return true;
+    }
 }
 
 /* ---- the public entry point ------------------------------------------------------------- */
@@ -231,8 +357,21 @@ attn_status attn_backward_run(attn_call *call, const attn_tensor *q, const attn_
                          (long long)largest_dim, (long long)largest_tile);
     }
 
-    /* Working memory: one workspace per thread, then the shared D [B][Hq][Tq] and chunks x
-     * dQ partials [B][Hq][Tq][Dk], all overflow-checked and reserved at once. */
+    /* A windowed pure band: chunks of consecutive key tiles (backward_plan). Their rows come
+     * from the mask, whose context the reserve below sets up: a copy of it answers first. */
+    plan.contiguous_chunks =
+        attn_mask_is_band(&call->options) && attn_mask_window_narrows(&call->options, Tq, Tk);
+    attn_mask_context rows_mask;
+    if (plan.contiguous_chunks) {
+        status = attn_mask_context_init(&rows_mask, &call->options, &call->problem, error);
+        if (status != ATTN_OK) {
+            attn_call_end(call);
+            return status;
+        }
+    }
+
+    /* Working memory: one workspace per thread, then the shared D [B][Hq][Tq] and the
+     * chunks' dQ partials, all overflow-checked and reserved at once. */
     int64_t row_dot_count, partial_count;
     bool fits = attn_mul_i64(B * Hq, Tq, &row_dot_count) &&
                 attn_mul_i64(row_dot_count, Dk, &partial_count);
@@ -240,12 +379,13 @@ attn_status attn_backward_run(attn_call *call, const attn_tensor *q, const attn_
     size_t fixed_floats = 0, shared_bytes = 0;
     if (fits) {
         const size_t row_dot_floats = (size_t)row_dot_count + 16; /* + partials' alignment */
-        plan.chunks = choose_chunks(&plan, &call->execution, (size_t)partial_count,
-                                    row_dot_floats);
-        fits = attn_mul_size((size_t)partial_count, (size_t)plan.chunks, &fixed_floats) &&
-               attn_add_size(fixed_floats, row_dot_floats, &fixed_floats) &&
+        size_t partial_floats = 0;
+        fits = choose_chunks(&plan, &call->execution, plan.contiguous_chunks ? &rows_mask : NULL,
+                             row_dot_floats, &partial_floats) &&
+               attn_add_size(partial_floats, row_dot_floats, &fixed_floats) &&
                attn_mul_size(fixed_floats, sizeof(float), &shared_bytes);
     }
+    if (plan.contiguous_chunks) attn_mask_context_free(&rows_mask);
     if (!fits) {
         attn_call_end(call);
         return attn_fail(error, ATTN_ERROR_OVERFLOW,

@@ -6,6 +6,7 @@
 #ifndef ATTN_FLASH_BACKWARD_H
 #define ATTN_FLASH_BACKWARD_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "../kernels/half.h"
@@ -45,6 +46,9 @@ static inline int backward_put(attn_tensor *t, int64_t offset, float x) {
     return (h & 0x7fffu) == infinity && x - x == 0.0f;
 }
 
+/* Most chunks of the key tiles of a (b, KV head) (see backward_plan). */
+#define BACKWARD_MAX_CHUNKS 16
+
 /* Everything a task needs, read-only during the parallel loops (the buffers it points to are
  * written only where a task owns them). */
 typedef struct backward_plan {
@@ -57,10 +61,29 @@ typedef struct backward_plan {
     float scale;
     float softcap;
     int tile_q, tile_k;     /* tiles of tile_q query rows x tile_k keys */
-    int64_t chunks;         /* key tiles of a (b, KV head) are dealt to this many chunks */
+    /* The key tiles of a (b, KV head) are dealt to `chunks` chunks: every chunks-th tile to
+     * each (tile t to chunk t % chunks: equal work under a causal mask), or, for a windowed
+     * band (contiguous_chunks), consecutive runs of tiles, so that each chunk reaches only
+     * the query rows near its keys. Chunk c keeps unscaled dQ partial sums for the query
+     * rows [chunk_rows_first[c], chunk_rows_end[c]) only (whole query tiles: every row that
+     * any of its key tiles can reach, over all batches), at query_partials + chunk_offset[c]
+     * as [B][Hq][rows][Dk]; backward_query_partial addresses a row. */
+    bool contiguous_chunks;
+    int64_t chunks;
+    int64_t chunk_rows_first[BACKWARD_MAX_CHUNKS], chunk_rows_end[BACKWARD_MAX_CHUNKS];
+    size_t chunk_offset[BACKWARD_MAX_CHUNKS];
     float *row_dot;         /* D [B][Hq][Tq] */
-    float *query_partials;  /* unscaled dQ partial sums [chunks][B][Hq][Tq][Dk] */
+    float *query_partials;  /* the chunks' dQ partial sums, above */
 } backward_plan;
+
+/* The dQ partial row i of (b, h) of chunk `chunk` (a row the chunk keeps). */
+static inline float *backward_query_partial(const backward_plan *plan, int64_t chunk, int64_t b,
+                                            int64_t h, int64_t i) {
+    const int64_t first = plan->chunk_rows_first[chunk];
+    const int64_t rows = plan->chunk_rows_end[chunk] - first;
+    return plan->query_partials + plan->chunk_offset[chunk] +
+           ((b * plan->problem.query_heads + h) * rows + (i - first)) * plan->problem.key_dim;
+}
 
 /* A key tile is packed in blocks of this many keys, each packed on its own, so that a query
  * tile can compute S and dP for only the blocks its causal / window band reaches. */
@@ -96,7 +119,7 @@ void backward_workspace_assign(const backward_plan *plan, float *base,
 /*
  * dK and dV of keys [j0, j0 + count) of (b, kv_head), summed over the query heads of the
  * group (ascending) and their query tiles (ascending), written to plan->dk / plan->dv; adds
- * dS · K of those keys into chunk `chunk`'s dQ partials of every query row, and (with
+ * dS · K of those keys into chunk `chunk`'s dQ partials of the query rows, and (with
  * plan->dbias) dS into the d bias entries of those keys (at batch 0 / head 0 where the bias
  * broadcasts). The caller has zeroed the partials and d bias entries it owns.
  */

@@ -333,13 +333,11 @@ static void choose_tiles(forward_plan *plan) {
     /* A window narrows the band only when it is shorter than every possible distance. */
     const int64_t longest = (problem->query_length > problem->key_length ? problem->query_length
                                                                          : problem->key_length) - 1;
-    const bool banded = options->causal ||
-                        (options->window_left >= 0 && options->window_left < longest) ||
-                        (options->window_right >= 0 && options->window_right < longest);
+    const bool windowed =
+        attn_mask_window_narrows(options, problem->query_length, problem->key_length);
+    const bool banded = options->causal || windowed;
     /* The band path: a pure band (lengths, causal, window) with a window narrower than the
      * sequences. */
-    const bool windowed = (options->window_left >= 0 && options->window_left < longest) ||
-                          (options->window_right >= 0 && options->window_right < longest);
     plan->span_path = windowed && attn_mask_is_band(options);
     plan->tile_rows = clamp_tile(execution->tile_q, default_rows, problem->query_length);
     plan->tile_keys = clamp_tile(execution->tile_k,

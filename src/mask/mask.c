@@ -318,6 +318,13 @@ bool attn_mask_is_band(const attn_options *options) {
            !(options->global_token_count > 0 && options->global_tokens != NULL);
 }
 
+bool attn_mask_window_narrows(const attn_options *options, int64_t query_length,
+                              int64_t key_length) {
+    const int64_t longest = (query_length > key_length ? query_length : key_length) - 1;
+    return (options->window_left >= 0 && options->window_left < longest) ||
+           (options->window_right >= 0 && options->window_right < longest);
+}
+
 void attn_mask_band_row(const attn_mask_context *context, int64_t b, int64_t i,
                         int64_t *key_begin, int64_t *key_end) {
     const attn_options *options = context->options;

@@ -122,6 +122,12 @@ void attn_mask_candidate_keys(const attn_mask_context *context, int64_t b, int64
  * per row as two bounds instead of a predicate per key. */
 bool attn_mask_is_band(const attn_options *options);
 
+/* Whether the window of (resolved) options narrows the band, i.e. one of its sides is
+ * shorter than the longest possible distance max(Tq, Tk) - 1 (then the tiled loops take
+ * their band paths: forward_compute_span, the backward's contiguous chunks). */
+bool attn_mask_window_narrows(const attn_options *options, int64_t query_length,
+                              int64_t key_length);
+
 /* For a pure band (attn_mask_is_band): the allowed keys of query row i of batch b are exactly
  * [*key_begin, *key_end) (empty: *key_begin == *key_end; rows past query_lengths[b] are
  * empty). Additive terms are not part of it. */
