@@ -36,6 +36,16 @@ static const backward_case cases[] = {
      .pattern = ATTN_PATTERN_FIXED, .empty_rows_zero = 1},
     {"dilated pattern", SIZES(1, 70, 75, 2, 2, 8, 8), .alignment = ATTN_ALIGN_TOP_LEFT,
      .pattern = ATTN_PATTERN_DILATED, .empty_rows_zero = 1},
+    /* Windowed bands (chunks of consecutive key tiles, flash_backward.c): narrower and wider
+     * than a tile, starting mid-tile, T = 1, odd D, GQA, lengths. */
+    {"Tq=1 Tk=100 window 5", SIZES(1, 1, 100, 1, 1, 8, 8), WINDOW(5, 0),
+     .alignment = ATTN_ALIGN_BOTTOM_RIGHT},
+    {"causal window 20 lengths GQA", SIZES(2, 150, 150, 4, 2, 16, 16), CAUSAL(BOTTOM_RIGHT),
+     WINDOW(20, 0), .lengths = 1, .empty_rows_zero = 1},
+    {"Tq=400 Tk=333 window 70 odd D", SIZES(1, 400, 333, 2, 1, 13, 7), WINDOW(70, 70),
+     .alignment = ATTN_ALIGN_TOP_LEFT, .empty_rows_zero = 1},
+    {"window 300 > tile GQA 4", SIZES(1, 600, 600, 4, 1, 8, 8), CAUSAL(BOTTOM_RIGHT),
+     WINDOW(300, 0)},
     {"global token + window", SIZES(1, 70, 70, 2, 2, 8, 8), WINDOW(5, 5),
      .alignment = ATTN_ALIGN_BOTTOM_RIGHT, .global_tokens = 1},
     {"block layout", SIZES(2, 70, 71, 2, 2, 8, 8), .block_layout = 1, .empty_rows_zero = 1},

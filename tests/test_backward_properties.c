@@ -41,6 +41,8 @@ static void test_thread_invariance(void) {
          .bias = BIAS_PER_HEAD, .empty_rows_zero = 1},
         {"threads: 3 key tiles, window GQA", SIZES(1, 200, 700, 4, 2, 16, 16), WINDOW(300, 40),
          .alignment = ATTN_ALIGN_BOTTOM_RIGHT},
+        {"threads: causal window 50, lengths, 3 chunks", SIZES(2, 600, 600, 2, 1, 8, 8),
+         CAUSAL(BOTTOM_RIGHT), WINDOW(50, 0), .lengths = 1, .empty_rows_zero = 1},
     };
     for (size_t t = 0; t < sizeof cases / sizeof cases[0]; ++t) {
         backward_setup one, other;

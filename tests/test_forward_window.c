@@ -58,6 +58,13 @@ static const window_case cases[] = {
     /* Bigger: one span step over more tiles than the default window fits, and GQA. */
     {W("window 700 GQA", 1, 1100, 1100, 4, 1, 16, 700, 0), .causal = 1, .alignment = BR}},
     {W("window 256 D=128", 1, 700, 700, 2, 2, 128, 255, 0), .causal = 1, .alignment = BR}},
+    /* Windows narrower than a key tile, bands that start mid-tile, odd D, GQA 4, one query
+     * row; long enough that the packed-tile rings hold less than a head and the threads take
+     * rows from each other's regions. */
+    {W("window 3 odd D GQA 4", 2, 390, 390, 4, 1, 13, 3, 0), .causal = 1, .alignment = BR}},
+    {W("window 40 mid-tile TL Tq>Tk tiles 24x40", 1, 333, 200, 2, 2, 16, 40, 40), .alignment = TL}, .tile_q = 24, .tile_k = 40},
+    {W("Tq=1 window 5", 1, 1, 100, 2, 1, 8, 5, 0), .causal = 1, .alignment = BR}},
+    {W("window 300 > tiles GQA 4 lengths", 2, 900, 900, 8, 2, 24, 300, 0), .causal = 1, .alignment = BR, .lengths = 1}},
     /* Rings of packed tiles per KV head (long sequences, several KV heads and batches). */
     {W("rings GQA B=2", 2, 1200, 1200, 4, 2, 16, 40, 0), .causal = 1, .alignment = BR}},
     {W("rings lengths (W1,W2)", 3, 900, 1000, 3, 3, 8, 30, 9), .alignment = BR, .lengths = 1}},
