@@ -24,7 +24,7 @@ enum { WORKSPACE_BUFFERS = 15 };
 
 /* Floats between consecutive packed key blocks of dimension dim (whole 64-byte lines). */
 static size_t packed_block_floats(const backward_plan *plan, int dim) {
-    const int block = plan->tile_k < BACKWARD_KEY_BLOCK ? plan->tile_k : BACKWARD_KEY_BLOCK;
+    const int block = plan->tile_k < plan->key_block ? plan->tile_k : plan->key_block;
     return round_to_line(plan->kernels->forward.packed_keys_floats(block, dim));
 }
 
@@ -37,7 +37,7 @@ static void workspace_sizes(const backward_plan *plan, size_t sizes[WORKSPACE_BU
     sizes[2] = tk * ATTN_BACKWARD_ROW_FLOATS((size_t)dk);
     sizes[3] = tq;
     sizes[4] = tq;
-    const size_t key_blocks = (tk + BACKWARD_KEY_BLOCK - 1) / BACKWARD_KEY_BLOCK;
+    const size_t key_blocks = (tk + plan->key_block - 1) / plan->key_block;
     sizes[5] = key_blocks * packed_block_floats(plan, dk);
     sizes[6] = key_blocks * packed_block_floats(plan, dv);
     sizes[7] = tq * tk;
@@ -116,7 +116,7 @@ static void load_query_tile(const backward_plan *plan, backward_workspace *works
 }
 
 /* Packs keys [j0, j0 + count) of KV head kv_head as "keys" for score_tile (K for S, V for
- * dP), block by block of BACKWARD_KEY_BLOCK keys, and copies the K rows to padded rows (for
+ * dP), block by block of plan->key_block keys, and copies the K rows to padded rows (for
  * dQ += dS K). */
 static void load_key_tile(const backward_plan *plan, backward_workspace *workspace, int64_t b,
                           int64_t kv_head, int64_t j0, int count) {
@@ -135,8 +135,8 @@ static void load_key_tile(const backward_plan *plan, backward_workspace *workspa
             for (int64_t e = 0; e < Dv; ++e)
                 workspace->value_rows[c * Dv + e] = backward_get(v, first + e * v->stride[3]);
         }
-    for (int first = 0, block = 0; first < count; first += BACKWARD_KEY_BLOCK, ++block) {
-        const int keys = count - first < BACKWARD_KEY_BLOCK ? count - first : BACKWARD_KEY_BLOCK;
+    for (int first = 0, block = 0; first < count; first += plan->key_block, ++block) {
+        const int keys = count - first < plan->key_block ? count - first : plan->key_block;
         if (widened) {
             kernels->pack_keys(keys, (int)Dk,
                                workspace->key_rows + (size_t)first * ATTN_BACKWARD_ROW_FLOATS(Dk),
@@ -164,10 +164,10 @@ static void score_columns(const backward_plan *plan, int rows, int first_column,
                           const float *packed_blocks, float *scores) {
     const size_t block_floats = packed_block_floats(plan, dim);
     const int end = first_column + columns;
-    for (int first = first_column; first < end; first += BACKWARD_KEY_BLOCK) {
-        const int keys = end - first < BACKWARD_KEY_BLOCK ? end - first : BACKWARD_KEY_BLOCK;
+    for (int first = first_column; first < end; first += plan->key_block) {
+        const int keys = end - first < plan->key_block ? end - first : plan->key_block;
         plan->kernels->forward.score_tile(rows, keys, dim, row_data, row_stride,
-                                  packed_blocks + (first / BACKWARD_KEY_BLOCK) * block_floats,
+                                  packed_blocks + (first / plan->key_block) * block_floats,
                                   scores + first, plan->tile_k);
     }
 }
@@ -250,8 +250,8 @@ static void reachable_columns(const backward_plan *plan, int64_t b, int64_t i0, 
     attn_mask_candidate_keys(plan->mask, b, i0, i1, &key_begin, &key_end);
     int64_t first = key_begin - j0 < 0 ? 0 : key_begin - j0;
     int64_t end = key_end - j0 > count ? count : key_end - j0;
-    first = first / BACKWARD_KEY_BLOCK * BACKWARD_KEY_BLOCK;
-    end = (end + BACKWARD_KEY_BLOCK - 1) / BACKWARD_KEY_BLOCK * BACKWARD_KEY_BLOCK;
+    first = first / plan->key_block * plan->key_block;
+    end = (end + plan->key_block - 1) / plan->key_block * plan->key_block;
     if (end > count) end = count;
     *first_column = (int)first;
     *columns = end > first ? (int)(end - first) : 0;

@@ -35,6 +35,7 @@
  * docs/backward.md. */
 #define BACKWARD_TILE_Q 64
 #define BACKWARD_TILE_K 256
+#define BACKWARD_BAND_TILE_Q 32
 
 /* Tasks per call the chunking aims at (enough for dynamic balancing on a few cores), and the
  * most chunks (each costs |dQ| floats of partial sums). */
@@ -339,10 +340,17 @@ attn_status attn_backward_run(attn_call *call, const attn_tensor *q, const attn_
     plan.dq = dq, plan.dk = dk, plan.dv = dv, plan.dbias = dbias;
     plan.scale = plan.problem.scale;
     plan.softcap = call->options.softcap;
-    plan.tile_q = call->execution.tile_q > 0 ? call->execution.tile_q : BACKWARD_TILE_Q;
-    plan.tile_k = call->execution.tile_k > 0 ? call->execution.tile_k : BACKWARD_TILE_K;
     const int64_t B = plan.problem.batch, Tq = plan.problem.query_length;
     const int64_t Tk = plan.problem.key_length, Hq = plan.problem.query_heads;
+    /* A windowed pure band: chunks of consecutive key tiles (backward_plan) and finer tiles
+     * (flash_backward.h). */
+    plan.contiguous_chunks =
+        attn_mask_is_band(&call->options) && attn_mask_window_narrows(&call->options, Tq, Tk);
+    plan.key_block = plan.contiguous_chunks ? BACKWARD_BAND_KEY_BLOCK : BACKWARD_KEY_BLOCK;
+    plan.tile_q = call->execution.tile_q > 0 ? call->execution.tile_q
+                  : plan.contiguous_chunks   ? BACKWARD_BAND_TILE_Q
+                                             : BACKWARD_TILE_Q;
+    plan.tile_k = call->execution.tile_k > 0 ? call->execution.tile_k : BACKWARD_TILE_K;
     const int64_t Dk = plan.problem.key_dim;
     if (plan.tile_q > Tq) plan.tile_q = (int)Tq;
     if (plan.tile_k > Tk) plan.tile_k = (int)Tk;
@@ -357,10 +365,8 @@ attn_status attn_backward_run(attn_call *call, const attn_tensor *q, const attn_
                          (long long)largest_dim, (long long)largest_tile);
     }
 
-    /* A windowed pure band: chunks of consecutive key tiles (backward_plan). Their rows come
-     * from the mask, whose context the reserve below sets up: a copy of it answers first. */
-    plan.contiguous_chunks =
-        attn_mask_is_band(&call->options) && attn_mask_window_narrows(&call->options, Tq, Tk);
+    /* The rows of contiguous chunks come from the mask, whose context the reserve below sets
+     * up: a copy of it answers first. */
     attn_mask_context rows_mask;
     if (plan.contiguous_chunks) {
         status = attn_mask_context_init(&rows_mask, &call->options, &call->problem, error);
