@@ -20,7 +20,7 @@
 /* Rounds a float count up to a whole number of 64-byte lines. */
 static size_t round_to_line(size_t floats) { return (floats + 15) / 16 * 16; }
 
-enum { WORKSPACE_BUFFERS = 15 };
+enum { WORKSPACE_BUFFERS = 16 };
 
 /* Floats between consecutive packed key blocks of dimension dim (whole 64-byte lines). */
 static size_t packed_block_floats(const backward_plan *plan, int dim) {
@@ -32,11 +32,12 @@ static size_t packed_block_floats(const backward_plan *plan, int dim) {
 static void workspace_sizes(const backward_plan *plan, size_t sizes[WORKSPACE_BUFFERS]) {
     const size_t tq = (size_t)plan->tile_q, tk = (size_t)plan->tile_k;
     const int dk = (int)plan->problem.key_dim, dv = (int)plan->problem.value_dim;
-    sizes[0] = tq * ATTN_BACKWARD_ROW_FLOATS((size_t)dk);
-    sizes[1] = tq * ATTN_BACKWARD_ROW_FLOATS((size_t)dv);
+    const size_t slots = (size_t)plan->query_tile_slots * (size_t)plan->problem.group_size;
+    sizes[0] = slots * tq * ATTN_BACKWARD_ROW_FLOATS((size_t)dk);
+    sizes[1] = slots * tq * ATTN_BACKWARD_ROW_FLOATS((size_t)dv);
     sizes[2] = tk * ATTN_BACKWARD_ROW_FLOATS((size_t)dk);
-    sizes[3] = tq;
-    sizes[4] = tq;
+    sizes[3] = slots * tq;
+    sizes[4] = slots * tq;
     const size_t key_blocks = (tk + plan->key_block - 1) / plan->key_block;
     sizes[5] = key_blocks * packed_block_floats(plan, dk);
     sizes[6] = key_blocks * packed_block_floats(plan, dv);
@@ -48,6 +49,7 @@ static void workspace_sizes(const backward_plan *plan, size_t sizes[WORKSPACE_BU
     sizes[12] = tk * (size_t)dk;
     sizes[13] = tk * (size_t)dv;
     sizes[14] = plan->v->dtype != ATTN_DTYPE_F32 ? tk * (size_t)dv : 0;
+    sizes[15] = slots * 3 * sizeof(int64_t) / sizeof(float); /* the slots' tags */
 }
 
 size_t backward_workspace_floats(const backward_plan *plan) {
@@ -68,11 +70,14 @@ void backward_workspace_assign(const backward_plan *plan, float *base,
         slots[s] = base + offset;
         offset += round_to_line(sizes[s]);
     }
-    workspace->query_rows = slots[0];
-    workspace->dout_rows = slots[1];
+    workspace->query_rows = workspace->slot_queries = slots[0];
+    workspace->dout_rows = workspace->slot_douts = slots[1];
     workspace->key_rows = slots[2];
-    workspace->row_lse = slots[3];
-    workspace->row_dot = slots[4];
+    workspace->row_lse = workspace->slot_lse = slots[3];
+    workspace->row_dot = workspace->slot_dots = slots[4];
+    workspace->slot_tags = (int64_t *)slots[15];
+    for (int64_t n = 0; n < plan->query_tile_slots * plan->problem.group_size; ++n)
+        workspace->slot_tags[3 * n] = -1;
     workspace->packed_keys = slots[5];
     workspace->packed_values_as_keys = slots[6];
     workspace->probabilities = slots[7];
@@ -100,12 +105,23 @@ static void copy_row(const attn_tensor *t, int64_t a, int64_t b, int64_t c, int6
     for (int64_t e = count; e < ATTN_BACKWARD_ROW_FLOATS(count); ++e) target[e] = 0.0f;
 }
 
-/* Copies rows [i0, i0 + rows) of query head h of Q and dO to padded rows
- * (ATTN_BACKWARD_ROW_FLOATS(D) apart) and loads their LSE and D. */
+/* Points the workspace at the copies of rows [i0, i0 + rows) of query head h: Q and dO in
+ * padded rows (ATTN_BACKWARD_ROW_FLOATS(D) apart), their LSE and D; copies them into their
+ * slot unless it holds them already (backward_workspace). */
 static void load_query_tile(const backward_plan *plan, backward_workspace *workspace, int64_t b,
                             int64_t h, int64_t i0, int rows) {
     const int64_t Dk = plan->problem.key_dim, Dv = plan->problem.value_dim;
     const int64_t Tq = plan->problem.query_length, Hq = plan->problem.query_heads;
+    const int64_t slot = h % plan->problem.group_size * plan->query_tile_slots +
+                         i0 / plan->tile_q % plan->query_tile_slots;
+    const size_t tile_q = (size_t)plan->tile_q;
+    workspace->query_rows = workspace->slot_queries + slot * tile_q * ATTN_BACKWARD_ROW_FLOATS(Dk);
+    workspace->dout_rows = workspace->slot_douts + slot * tile_q * ATTN_BACKWARD_ROW_FLOATS(Dv);
+    workspace->row_lse = workspace->slot_lse + slot * tile_q;
+    workspace->row_dot = workspace->slot_dots + slot * tile_q;
+    int64_t *tag = workspace->slot_tags + 3 * slot;
+    if (tag[0] == b && tag[1] == h && tag[2] == i0) return;
+    tag[0] = b, tag[1] = h, tag[2] = i0;
     for (int r = 0; r < rows; ++r) {
         const int64_t i = i0 + r;
         copy_row(plan->q, b, i, h, Dk, workspace->query_rows + r * ATTN_BACKWARD_ROW_FLOATS(Dk));

@@ -43,6 +43,9 @@
 #define MAX_CHUNKS 4
 #define BAND_TARGET_TASKS 32
 
+/* Most bytes of one thread's kept query tiles (band_query_tile_slots). */
+#define BACKWARD_QUERY_SLOT_BYTES ((double)(8 << 20))
+
 /* Lanes of the double sums of compute_row_dots (element c goes to lane c % DOT_LANES; the
  * lanes are added in order at the end: a fixed order the compiler can vectorise). */
 enum { DOT_LANES = 8 };
@@ -305,6 +308,28 @@ static bool choose_chunks(backward_plan *plan, const attn_execution *execution,
     }
 }
 
+/* Query tiles kept per head for a windowed band (backward_workspace): those one key tile
+ * reaches, rows [j0 - right, j0 + tile_k + left) for aligned positions, and two more, so
+ * that the next key tile of the chunk finds the ones they share; at most all query tiles,
+ * and 1 when the copies of a group would pass BACKWARD_QUERY_SLOT_BYTES (a wide window). */
+static int64_t band_query_tile_slots(const backward_plan *plan, const attn_options *options) {
+    const int64_t Tq = plan->problem.query_length, Tk = plan->problem.key_length;
+    const int64_t longest = (Tq > Tk ? Tq : Tk) - 1;
+    const int64_t left = options->window_left >= 0 && options->window_left < longest
+                             ? options->window_left : longest;
+    const int64_t right = options->causal ? 0
+                          : options->window_right >= 0 && options->window_right < longest
+                              ? options->window_right : longest;
+    const int64_t query_tiles = (Tq + plan->tile_q - 1) / plan->tile_q;
+    int64_t slots = (plan->tile_k + left + right + plan->tile_q - 1) / plan->tile_q + 2;
+    if (slots > query_tiles) slots = query_tiles;
+    const double bytes = (double)slots * (double)plan->problem.group_size * plan->tile_q *
+                         (double)(ATTN_BACKWARD_ROW_FLOATS(plan->problem.key_dim) +
+                                  ATTN_BACKWARD_ROW_FLOATS(plan->problem.value_dim) + 2) *
+                         sizeof(float);
+    return bytes <= BACKWARD_QUERY_SLOT_BYTES ? slots : 1;
+}
+
 /* ---- the public entry point ------------------------------------------------------------- */
 
 attn_status attn_backward(const attn_tensor *q, const attn_tensor *k, const attn_tensor *v,
@@ -351,9 +376,11 @@ attn_status attn_backward_run(attn_call *call, const attn_tensor *q, const attn_
                   : plan.contiguous_chunks   ? BACKWARD_BAND_TILE_Q
                                              : BACKWARD_TILE_Q;
     plan.tile_k = call->execution.tile_k > 0 ? call->execution.tile_k : BACKWARD_TILE_K;
+    plan.query_tile_slots = 1;
     const int64_t Dk = plan.problem.key_dim;
     if (plan.tile_q > Tq) plan.tile_q = (int)Tq;
     if (plan.tile_k > Tk) plan.tile_k = (int)Tk;
+    if (plan.contiguous_chunks) plan.query_tile_slots = band_query_tile_slots(&plan, &call->options);
     const int threads = attn_call_thread_count(call, 0);
     /* The kernels index tiles with int: a tile of the largest dimension must fit. */
     const int64_t largest_dim = Dk > plan.problem.value_dim ? Dk : plan.problem.value_dim;

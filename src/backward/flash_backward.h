@@ -62,6 +62,9 @@ typedef struct backward_plan {
     float softcap;
     int tile_q, tile_k;     /* tiles of tile_q query rows x tile_k keys */
     int key_block;          /* keys per packed block of a key tile (above) */
+    /* Query tiles a thread keeps copied per query head of the group (backward_workspace),
+     * 1 unless a windowed band makes consecutive key tiles of a chunk reach the same ones. */
+    int64_t query_tile_slots;
     /* The key tiles of a (b, KV head) are dealt to `chunks` chunks: every chunks-th tile to
      * each (tile t to chunk t % chunks: equal work under a causal mask), or, for a windowed
      * band (contiguous_chunks), consecutive runs of tiles, so that each chunk reaches only
@@ -96,13 +99,18 @@ static inline float *backward_query_partial(const backward_plan *plan, int64_t c
 
 /* One thread's tile buffers (64-byte aligned, carved from one allocation). The Q, dO and K
  * rows are always copied to contiguous rows: the products then stream unit-stride rows
- * instead of rows Hq * D floats apart (which alias in L1 when that is a multiple of 4 KiB). */
+ * instead of rows Hq * D floats apart (which alias in L1 when that is a multiple of 4 KiB).
+ * The copies of a query tile (Q, dO, LSE, D rows) are kept in slot (h % G) * S + (i0 /
+ * tile_q) % S of S = plan->query_tile_slots per head and reused while their tag
+ * (b, h, i0) stands. */
 typedef struct backward_workspace {
-    float *query_rows;            /* [tile_q][Dk] Q rows of the current query tile */
+    float *query_rows;            /* [tile_q][Dk] Q rows of the current query tile (a slot) */
     float *dout_rows;             /* [tile_q][Dv] dO rows */
     float *key_rows;              /* [tile_k][Dk] K rows of the current key tile (for dQ) */
     float *row_lse;               /* [tile_q] */
     float *row_dot;               /* [tile_q] */
+    float *slot_queries, *slot_douts, *slot_lse, *slot_dots; /* the slots of the above */
+    int64_t *slot_tags;           /* [slots][3]: (b, h, i0) held, b = -1: none */
     float *packed_keys;           /* K tile packed as keys (for S), per key block */
     float *packed_values_as_keys; /* V tile packed as keys (for dP), per key block */
     float *probabilities;         /* P [tile_q][tile_k] */
