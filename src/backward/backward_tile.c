@@ -91,18 +91,25 @@ void backward_workspace_assign(const backward_plan *plan, float *base,
     workspace->overflowed = 0;
 }
 
-/* target[e] = t[a, b, c, e] (widened to fp32) for e < count, then zeros up to the padded
- * row length ATTN_BACKWARD_ROW_FLOATS(count). */
-static void copy_row(const attn_tensor *t, int64_t a, int64_t b, int64_t c, int64_t count,
-                     float *target) {
+/* target[e] = t[a, b, c, e] (widened to fp32, exactly: the registry's conversions) for
+ * e < count, then zeros up to `padded` floats. */
+static void copy_row(const backward_plan *plan, const attn_tensor *t, int64_t a, int64_t b,
+                     int64_t c, int64_t count, int64_t padded, float *target) {
     const int64_t stride = t->stride[3];
-    if (t->dtype == ATTN_DTYPE_F32 && stride == 1)
+    if (t->dtype == ATTN_DTYPE_F32 && stride == 1) {
         memcpy(target, attn_f32_at4(t, a, b, c, 0), (size_t)count * sizeof(float));
-    else {
-        const int64_t first = backward_offset(t, a, b, c, 0);
-        for (int64_t e = 0; e < count; ++e) target[e] = backward_get(t, first + e * stride);
+    } else if (t->dtype == ATTN_DTYPE_F32) {
+        const float *source = attn_f32_at4(t, a, b, c, 0);
+        for (int64_t e = 0; e < count; ++e) target[e] = source[e * stride];
+    } else {
+        const uint16_t *source = (const uint16_t *)t->data + backward_offset(t, a, b, c, 0);
+        const attn_lowp_convert *convert = &plan->kernels->convert;
+        if (t->dtype == ATTN_DTYPE_BF16)
+            convert->bf16_to_f32_rows(1, (int)count, source, 0, stride, target, 0);
+        else
+            convert->f16_to_f32_rows(1, (int)count, source, 0, stride, target, 0);
     }
-    for (int64_t e = count; e < ATTN_BACKWARD_ROW_FLOATS(count); ++e) target[e] = 0.0f;
+    for (int64_t e = count; e < padded; ++e) target[e] = 0.0f;
 }
 
 /* Points the workspace at the copies of rows [i0, i0 + rows) of query head h: Q and dO in
@@ -124,8 +131,10 @@ static void load_query_tile(const backward_plan *plan, backward_workspace *works
     tag[0] = b, tag[1] = h, tag[2] = i0;
     for (int r = 0; r < rows; ++r) {
         const int64_t i = i0 + r;
-        copy_row(plan->q, b, i, h, Dk, workspace->query_rows + r * ATTN_BACKWARD_ROW_FLOATS(Dk));
-        copy_row(plan->dout, b, i, h, Dv, workspace->dout_rows + r * ATTN_BACKWARD_ROW_FLOATS(Dv));
+        copy_row(plan, plan->q, b, i, h, Dk, ATTN_BACKWARD_ROW_FLOATS(Dk),
+                 workspace->query_rows + r * ATTN_BACKWARD_ROW_FLOATS(Dk));
+        copy_row(plan, plan->dout, b, i, h, Dv, ATTN_BACKWARD_ROW_FLOATS(Dv),
+                 workspace->dout_rows + r * ATTN_BACKWARD_ROW_FLOATS(Dv));
         workspace->row_lse[r] = *attn_f32_at3(plan->lse, b, h, i);
         workspace->row_dot[r] = plan->row_dot[(b * Hq + h) * Tq + i];
     }
@@ -142,15 +151,13 @@ static void load_key_tile(const backward_plan *plan, backward_workspace *workspa
     const size_t key_block_floats = packed_block_floats(plan, (int)Dk);
     const size_t value_block_floats = packed_block_floats(plan, (int)Dv);
     for (int c = 0; c < count; ++c)
-        copy_row(k, b, j0 + c, kv_head, Dk, workspace->key_rows + c * ATTN_BACKWARD_ROW_FLOATS(Dk));
+        copy_row(plan, k, b, j0 + c, kv_head, Dk, ATTN_BACKWARD_ROW_FLOATS(Dk),
+                 workspace->key_rows + c * ATTN_BACKWARD_ROW_FLOATS(Dk));
     /* 16-bit K / V: packed from the widened rows (K: key_rows; V: value_rows). */
     const bool widened = k->dtype != ATTN_DTYPE_F32;
     if (widened)
-        for (int c = 0; c < count; ++c) {
-            const int64_t first = backward_offset(v, b, j0 + c, kv_head, 0);
-            for (int64_t e = 0; e < Dv; ++e)
-                workspace->value_rows[c * Dv + e] = backward_get(v, first + e * v->stride[3]);
-        }
+        for (int c = 0; c < count; ++c)
+            copy_row(plan, v, b, j0 + c, kv_head, Dv, Dv, workspace->value_rows + c * Dv);
     for (int first = 0, block = 0; first < count; first += plan->key_block, ++block) {
         const int keys = count - first < plan->key_block ? count - first : plan->key_block;
         if (widened) {

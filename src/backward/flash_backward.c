@@ -313,13 +313,9 @@ static bool choose_chunks(backward_plan *plan, const attn_execution *execution,
  * that the next key tile of the chunk finds the ones they share; at most all query tiles,
  * and 1 when the copies of a group would pass BACKWARD_QUERY_SLOT_BYTES (a wide window). */
 static int64_t band_query_tile_slots(const backward_plan *plan, const attn_options *options) {
-    const int64_t Tq = plan->problem.query_length, Tk = plan->problem.key_length;
-    const int64_t longest = (Tq > Tk ? Tq : Tk) - 1;
-    const int64_t left = options->window_left >= 0 && options->window_left < longest
-                             ? options->window_left : longest;
-    const int64_t right = options->causal ? 0
-                          : options->window_right >= 0 && options->window_right < longest
-                              ? options->window_right : longest;
+    const int64_t Tq = plan->problem.query_length;
+    int64_t left, right;
+    attn_mask_band_sides(options, Tq, plan->problem.key_length, &left, &right);
     const int64_t query_tiles = (Tq + plan->tile_q - 1) / plan->tile_q;
     int64_t slots = (plan->tile_k + left + right + plan->tile_q - 1) / plan->tile_q + 2;
     if (slots > query_tiles) slots = query_tiles;

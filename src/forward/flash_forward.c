@@ -331,8 +331,6 @@ static void choose_tiles(forward_plan *plan) {
     if (default_rows < FORWARD_MIN_ROWS) default_rows = FORWARD_MIN_ROWS;
     if (default_rows > FORWARD_MAX_ROWS) default_rows = FORWARD_MAX_ROWS;
     /* A window narrows the band only when it is shorter than every possible distance. */
-    const int64_t longest = (problem->query_length > problem->key_length ? problem->query_length
-                                                                         : problem->key_length) - 1;
     const bool windowed =
         attn_mask_window_narrows(options, problem->query_length, problem->key_length);
     const bool banded = options->causal || windowed;
@@ -353,11 +351,8 @@ static void choose_tiles(forward_plan *plan) {
     if (plan->span_path) {
         plan->span_rows = plan->tile_rows < FORWARD_SPAN_ROWS ? plan->tile_rows : FORWARD_SPAN_ROWS;
         /* The band of a chunk: its rows' window plus the chunk and a tile of slack. */
-        const int64_t left = options->window_left >= 0 && options->window_left < longest
-                                 ? options->window_left : longest;
-        const int64_t right = options->causal ? 0
-                              : options->window_right >= 0 && options->window_right < longest
-                                  ? options->window_right : longest;
+        int64_t left, right;
+        attn_mask_band_sides(options, problem->query_length, problem->key_length, &left, &right);
         int64_t band = left + right + 1 + plan->span_rows + plan->tile_keys;
         if (band > FORWARD_SPAN_KEYS) band = FORWARD_SPAN_KEYS;
         int64_t tiles = (band + plan->tile_keys - 1) / plan->tile_keys;

@@ -325,6 +325,17 @@ bool attn_mask_window_narrows(const attn_options *options, int64_t query_length,
            (options->window_right >= 0 && options->window_right < longest);
 }
 
+void attn_mask_band_sides(const attn_options *options, int64_t query_length, int64_t key_length,
+                          int64_t *left, int64_t *right) {
+    const int64_t longest = (query_length > key_length ? query_length : key_length) - 1;
+    *left = options->window_left >= 0 && options->window_left < longest ? options->window_left
+                                                                          : longest;
+    *right = options->causal ? 0
+             : options->window_right >= 0 && options->window_right < longest
+                 ? options->window_right
+                 : longest;
+}
+
 void attn_mask_band_row(const attn_mask_context *context, int64_t b, int64_t i,
                         int64_t *key_begin, int64_t *key_end) {
     const attn_options *options = context->options;

@@ -128,6 +128,11 @@ bool attn_mask_is_band(const attn_options *options);
 bool attn_mask_window_narrows(const attn_options *options, int64_t query_length,
                               int64_t key_length);
 
+/* How far a row's band reaches (resolved options, aligned positions): at most *left keys
+ * before its position and *right after it (causal: 0; no window side: max(Tq, Tk) - 1). */
+void attn_mask_band_sides(const attn_options *options, int64_t query_length, int64_t key_length,
+                          int64_t *left, int64_t *right);
+
 /* For a pure band (attn_mask_is_band): the allowed keys of query row i of batch b are exactly
  * [*key_begin, *key_end) (empty: *key_begin == *key_end; rows past query_lengths[b] are
  * empty). Additive terms are not part of it. */
