@@ -112,7 +112,7 @@ static void fuzz_kvcache(reader *r) {
     const int64_t ps[4] = {pages, slots, Hkv, D}, ts[2] = {B, max_pages};
     attn_tensor kt = attn_tensor_contiguous(kp, dtype, 4, ps), vt = attn_tensor_contiguous(vp, dtype, 4, ps);
     attn_tensor tt = attn_tensor_contiguous(table, ATTN_DTYPE_I32, 2, ts);
-    attn_kv_cache_view view = {0, &kt, &vt, paged ? &tt : NULL, seqlens};
+    attn_kv_cache_view view = {0, &kt, &vt, paged ? &tt : NULL, seqlens, NULL, NULL};
     float *q = malloc((size_t)(B * Tq * Hq * D) * 4), *o = malloc((size_t)(B * Tq * Hq * D) * 4);
     const int64_t new_count = Tnew > 0 ? Tnew : 1;
     float *kn = malloc((size_t)(B * new_count * Hkv * D) * 4), *vn = malloc((size_t)(B * new_count * Hkv * D) * 4);
