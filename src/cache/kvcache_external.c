@@ -38,7 +38,8 @@
 /* The call's sizes, checked. */
 typedef struct external_plan {
     const attn_tensor *q, *k_cache, *v_cache, *block_table;
-    const attn_tensor *k_scale, *v_scale; /* 8-bit storage's scales (NULL otherwise) */
+    const attn_tensor *k_scale, *v_scale; /* Q8's row scales (NULL otherwise) */
+    const attn_tensor *k_head, *v_head;   /* FP8's per-head scales (NULL otherwise: 1) */
     const attn_kv_append *append; /* NULL-free copy of the caller's (fields may be NULL) */
     const int32_t *cache_seqlens;
     int64_t B, Tq, Hq, Hkv, Dk, Dv, Tnew;
@@ -232,8 +233,11 @@ static attn_status check_arguments(external_plan *plan, const attn_tensor *q,
                                                         : "[B, S_max, Hkv]",
                                             error)) != ATTN_OK)
         return status;
-    plan->k_scale = has_scales ? cache->k_scale : NULL;
-    plan->v_scale = has_scales ? cache->v_scale : NULL;
+    const int fp8 = attn_dtype_is_quantized(plan->dtype) && plan->dtype != ATTN_DTYPE_Q8;
+    plan->k_scale = plan->dtype == ATTN_DTYPE_Q8 ? cache->k_scale : NULL;
+    plan->v_scale = plan->dtype == ATTN_DTYPE_Q8 ? cache->v_scale : NULL;
+    plan->k_head = fp8 ? cache->k_scale : NULL;
+    plan->v_head = fp8 ? cache->v_scale : NULL;
     if (!attn_mul_i64(plan->max_pages, plan->page_size, &plan->capacity))
         return attn_fail(error, ATTN_ERROR_OVERFLOW, "max_pages x page_size overflows int64");
     if (plan->page_count > INT32_MAX)
@@ -428,13 +432,13 @@ static void append_tokens(const external_plan *plan, float *rows) {
                 if (plan->rotary_dim > 0) rotate(rows, plan, position);
                 attn_cache_store_elements(plan->dtype, rows, plan->Dk,
                                           stored_row(plan, plan->k_cache, b, position, h),
-                                          &row_scale, attn_kv_view_head_scale(plan->k_scale, h));
+                                          &row_scale, attn_kv_view_head_scale(plan->k_head, h));
                 if (plan->dtype == ATTN_DTYPE_Q8)
                     *scale_slot(plan, plan->k_scale, b, position, h) = row_scale;
                 load_row(vn->dtype, value, vn->stride[3], plan->Dv, rows);
                 attn_cache_store_elements(plan->dtype, rows, plan->Dv,
                                           stored_row(plan, plan->v_cache, b, position, h),
-                                          &row_scale, attn_kv_view_head_scale(plan->v_scale, h));
+                                          &row_scale, attn_kv_view_head_scale(plan->v_head, h));
                 if (plan->dtype == ATTN_DTYPE_Q8)
                     *scale_slot(plan, plan->v_scale, b, position, h) = row_scale;
             }
@@ -499,11 +503,11 @@ static attn_status prefill(const external_plan *plan, const attn_tensor *q,
                     const int q8 = plan->dtype == ATTN_DTYPE_Q8;
                     convert_row(plan->dtype, stored_row(plan, plan->k_cache, b, t, h),
                                 q8 ? *scale_slot(plan, plan->k_scale, b, t, h) : 1.0f,
-                                attn_kv_view_head_scale(plan->k_scale, h), operand, Dk,
+                                attn_kv_view_head_scale(plan->k_head, h), operand, Dk,
                                 keys + (size_t)((t * Hkv + h) * Dk) * operand_size);
                     convert_row(plan->dtype, stored_row(plan, plan->v_cache, b, t, h),
                                 q8 ? *scale_slot(plan, plan->v_scale, b, t, h) : 1.0f,
-                                attn_kv_view_head_scale(plan->v_scale, h), operand, Dv,
+                                attn_kv_view_head_scale(plan->v_head, h), operand, Dv,
                                 values + (size_t)((t * Hkv + h) * Dv) * operand_size);
                 }
             const int64_t kshape[4] = {1, total, Hkv, Dk}, vshape[4] = {1, total, Hkv, Dv};
@@ -562,8 +566,8 @@ static attn_status decode(const external_plan *plan, const attn_tensor *q,
     view.block_tables = tables;
     view.lengths = lengths;
     for (int64_t h = 0; h < plan->Hkv; ++h) {
-        head_factors[h] = attn_kv_view_head_scale(plan->k_scale, h);
-        head_factors[plan->Hkv + h] = attn_kv_view_head_scale(plan->v_scale, h);
+        head_factors[h] = attn_kv_view_head_scale(plan->k_head, h);
+        head_factors[plan->Hkv + h] = attn_kv_view_head_scale(plan->v_head, h);
     }
     view.key_head_scales = head_factors;
     view.value_head_scales = head_factors + plan->Hkv;

@@ -104,7 +104,7 @@ attn_status attn_kv_check_finite_input(const attn_tensor *x, const char *name, a
                                                        h * x->stride[2] + d * x->stride[3]);
                     if (!isfinite(value))
                         return attn_fail(error, ATTN_ERROR_INVALID_ARGUMENT,
-                                         "%s[%lld, %lld, %lld, %lld] = %g: a %s cache stores "
+                                         "%s[%lld, %lld, %lld, %lld] = %g: %s storage holds "
                                          "finite values only",
                                          name, (long long)a, (long long)t, (long long)h,
                                          (long long)d, (double)value, attn_dtype_name(storage));
