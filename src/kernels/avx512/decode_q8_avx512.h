@@ -127,6 +127,21 @@ static void score_chunk_q8_as(const attn_dtype format, int rows, int count, int 
             else if (block_rows == 4) score_block_q8(format, 4, 4, 0, 0, dim, row, key, out);
             else if (block_rows == 2) score_block_q8(format, 2, 8, 1, 0, dim, row, key, out);
             else score_block_q8(format, 1, 16, 1, 0, dim, row, key, out);
+            if (block_rows == 4) { /* lane 4r + k: row r, key k; the scalar rounding below */
+                const int valid = count - c0 < 4 ? count - c0 : 4;
+                const __mmask8 lanes = (__mmask8)((1u << valid) - 1u);
+                const __m128 key_factor =
+                    row_scales != NULL
+                        ? _mm_mul_ps(_mm_set1_ps(factor), _mm_maskz_loadu_ps(lanes, row_scales + c0))
+                        : _mm_set1_ps(factor);
+                _mm512_storeu_ps(out, _mm512_mul_ps(_mm512_broadcast_f32x4(_mm_mul_ps(
+                                                        key_factor, _mm_set1_ps(format_factor))),
+                                                    _mm512_loadu_ps(out)));
+                for (int r = 0; r < 4 && r0 + r < rows; ++r)
+                    _mm_mask_storeu_ps(scores + (r0 + r) * ATTN_DECODE_CHUNK + c0, lanes,
+                                       _mm_loadu_ps(out + 4 * r));
+                continue;
+            }
             for (int k = 0; k < block_keys && c0 + k < count; ++k) {
                 const int c = c0 + k;
                 const float scale =
