@@ -41,14 +41,14 @@ __attribute__((target("avx512f,avx512bf16"))) static float dpbf16_chains(long it
 #endif
 
 #if defined(__x86_64__) && defined(__GNUC__)
-__attribute__((target("amx-tile,amx-bf16"))) static float amx_chains(long iterations,
-                                                                       float seed) {
+/* The chains' setup: 8 tiles of 16 rows × 64 bytes, accumulators 0-3 zero, operand tiles 4-7
+ * loaded (zeros). */
+__attribute__((target("amx-tile"))) static void amx_chains_begin(void) {
     uint8_t config[64] __attribute__((aligned(64)));
     memset(config, 0, sizeof config);
     config[0] = 1;
     for (int t = 0; t < 8; ++t) config[16 + 2 * t] = 64, config[48 + t] = 16;
     static const uint16_t operands[512] __attribute__((aligned(64))); /* zeros */
-    float out[256] __attribute__((aligned(64)));
     _tile_loadconfig(config);
     _tile_zero(0);
     _tile_zero(1);
@@ -58,19 +58,29 @@ __attribute__((target("amx-tile,amx-bf16"))) static float amx_chains(long iterat
     _tile_loadd(5, operands, 64);
     _tile_loadd(6, operands, 64);
     _tile_loadd(7, operands, 64);
+    __asm__ volatile("" ::: "memory");
+}
+
+/* Stores accumulator 0, releases the tiles; a result that depends on the chains. */
+__attribute__((target("amx-tile"))) static float amx_chains_end(float seed) {
+    float out[256] __attribute__((aligned(64)));
+    _tile_stored(0, out, 64);
+    _tile_release();
+    return out[0] + seed;
+}
+
+__attribute__((target("amx-tile,amx-bf16"))) static float amx_chains(long iterations,
+                                                                       float seed) {
+    amx_chains_begin();
     for (long i = 0; i < iterations; ++i) {
         _tile_dpbf16ps(0, 4, 6);
         _tile_dpbf16ps(1, 4, 7);
         _tile_dpbf16ps(2, 5, 6);
         _tile_dpbf16ps(3, 5, 7);
     }
-    _tile_stored(0, out, 64);
-    _tile_release();
-    return out[0] + seed;
+    return amx_chains_end(seed);
 }
-#endif
 
-#if defined(__x86_64__) && defined(__GNUC__)
 /* tmm0 += tmm4·tmm6, tmm1 += tmm4·tmm7, tmm2 += tmm5·tmm6, tmm3 += tmm5·tmm7 on fp16 pairs. */
 #define TDPFP16PS_2X2                                                                       \
     ".byte 0xc4, 0xe2, 0x4b, 0x5c, 0xc4\n\t" /* tdpfp16ps tmm0, tmm4, tmm6 */               \
@@ -79,25 +89,9 @@ __attribute__((target("amx-tile,amx-bf16"))) static float amx_chains(long iterat
     ".byte 0xc4, 0xe2, 0x43, 0x5c, 0xdd\n\t" /* tdpfp16ps tmm3, tmm5, tmm7 */
 
 __attribute__((target("amx-tile"))) static float amx_fp16_chains(long iterations, float seed) {
-    uint8_t config[64] __attribute__((aligned(64)));
-    memset(config, 0, sizeof config);
-    config[0] = 1;
-    for (int t = 0; t < 8; ++t) config[16 + 2 * t] = 64, config[48 + t] = 16;
-    static const uint16_t operands[512] __attribute__((aligned(64))); /* zeros */
-    float out[256] __attribute__((aligned(64)));
-    _tile_loadconfig(config);
-    _tile_zero(0);
-    _tile_zero(1);
-    _tile_zero(2);
-    _tile_zero(3);
-    _tile_loadd(4, operands, 64);
-    _tile_loadd(5, operands, 64);
-    _tile_loadd(6, operands, 64);
-    _tile_loadd(7, operands, 64);
+    amx_chains_begin();
     for (long i = 0; i < iterations; ++i) __asm__ volatile(TDPFP16PS_2X2 ::: "memory");
-    _tile_stored(0, out, 64);
-    _tile_release();
-    return out[0] + seed;
+    return amx_chains_end(seed);
 }
 #endif
 
