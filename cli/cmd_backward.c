@@ -159,6 +159,10 @@ static int parse_arguments(int argc, char **argv, backward_files *files,
                   files->output_paths[OUTPUT_DBIAS]);
         return 2;
     }
+    for (int p = 0; p < INPUT_COUNT; ++p)
+        if (files->input_paths[p] != NULL &&
+            !cli_location_valid(command, input_options[p], files->input_paths[p]))
+            return 2;
     cli_output outputs[OUTPUT_COUNT];
     describe_outputs(files, outputs);
     return cli_outputs_distinct(command, outputs, OUTPUT_COUNT) ? 0 : 2;

@@ -165,6 +165,8 @@ static int parse_arguments(int argc, char **argv, forward_files *files,
                       "[--lse LSE] [options])", paths[p].name);
             return 2;
         }
+    for (int n = 0; n < INPUT_COUNT; ++n)
+        if (!cli_location_valid(command, input_options[n], files->input_paths[n])) return 2;
     cli_output outputs[OUTPUT_COUNT];
     describe_outputs(files, outputs);
     return cli_outputs_distinct(command, outputs, OUTPUT_COUNT) ? 0 : 2;

@@ -58,6 +58,13 @@ void cli_location_free(cli_location *location) {
     memset(location, 0, sizeof *location);
 }
 
+bool cli_location_valid(const char *command, const char *option, const char *argument) {
+    cli_location location;
+    bool ok = cli_location_parse(command, option, argument, "default", &location);
+    cli_location_free(&location);
+    return ok;
+}
+
 bool cli_parse_compute_dtype(const char *command, const char *value, attn_dtype *dtype) {
     if (strcmp(value, "f32") == 0) *dtype = ATTN_DTYPE_F32;
     else if (strcmp(value, "bf16") == 0) *dtype = ATTN_DTYPE_BF16;

@@ -31,6 +31,9 @@ bool cli_location_parse(const char *command, const char *option, const char *arg
                         const char *default_name, cli_location *location);
 void cli_location_free(cli_location *location);
 
+/* Usage check of an input's argument before any work (cli_location_parse's checks). */
+bool cli_location_valid(const char *command, const char *option, const char *argument);
+
 /* A loaded input: the file's data (or a copy) and, after cli_input_as, its view in the
  * computation's dtype. */
 typedef struct cli_input {
