@@ -54,7 +54,7 @@ static void print_help(void) {
            "  --dtype f32|bf16|f16       the type of Q, K, V, O, dO and dQ, dK, dV inside attn\n"
            "                             (default f32): inputs converted to it (nearest-even);\n"
            "                             the gradients are computed in fp32, rounded once to it\n"
-           "                             and written in it (see below)\n"
+           "                             and written in it (see below)\n\n"
            "%s\n"
            "%s\n"
            "The options must be those of the forward that produced --o and --lse.\n"

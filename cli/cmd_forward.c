@@ -50,7 +50,7 @@ static void print_help(void) {
            "  --weights-out W            attention probabilities [B, Hq, Tq, Tk] (written,\n"
            "                             float32; for attn heatmap): exp(logit - lse) with every\n"
            "                             option applied; refused above B*Hq*Tq*Tk = 2^24 or\n"
-           "                             Tk = %d; default name weights\n"
+           "                             Tk = %d; default name weights\n\n"
            "%s\n"
            "%s\n"
            "On an error attn forward prints one line naming the file or option and the bad\n"
