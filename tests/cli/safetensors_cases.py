@@ -18,7 +18,7 @@ import sys
 
 import numpy as np
 
-ATTN, WORK = sys.argv[1], sys.argv[2]
+ATTN, WORK = os.path.abspath(sys.argv[1]), sys.argv[2]
 os.chdir(WORK)
 failures = []
 
