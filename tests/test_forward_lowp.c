@@ -2,7 +2,7 @@
  * test_forward_lowp.c — attn_forward with BF16 and F16 q, k, v, out against the float64
  * reference (attn_reference_forward) on the same inputs (the 16-bit values widened to fp32),
  * for every registry this CPU runs (AUTO, GENERIC, AVX512_BF16 = bf16 tiles, AMX where the OS
- * allows it) and, for fp16, the AMX-FP16 tile algorithm on emulated tiles, across masks, GQA, Tq != Tk, strided layouts; bitwise identical for 1 and 2
+ * allows it) and the AMX / AMX-FP16 tile algorithms on emulated tiles, across masks, GQA, Tq != Tk, strided layouts; bitwise identical for 1 and 2
  * threads and for every way of holding packed K/V (per thread, shared, one tile at a time
  * under execution.memory_limit_bytes); an fp16 output that overflows is ATTN_ERROR_OVERFLOW;
  * mixed dtypes are refused; attn_merge of 16-bit partials over two key halves; NaN / inf in
@@ -63,40 +63,49 @@ static const forward_case cases[] = {
      .Dv = 64, .input_stddev = 4.0f},
 };
 
-/* ---- fp16 on AMX-FP16 tiles, emulated (tests/support/amx_emulation.h): the forward pass as
- * it runs on a CPU with AMX-FP16, on any CPU. The runners below are the kernel choices plus
- * EMULATED_AMX_FP16: the AUTO registry with its f16 part replaced by the AMX-FP16 algorithm
- * (configured as lowp_amx.c is where this CPU has AVX512-BF16) and f16_native set, run
- * through attn_call_begin / attn_forward_run with the call's registry swapped. ---- */
-enum { EMULATED_AMX_FP16 = -1 };
+/* ---- bf16 / fp16 on AMX tiles, emulated (tests/support/amx_emulation.h): the forward pass
+ * as it runs on a CPU with AMX (AMX-FP16), on any CPU. The runners below are the kernel
+ * choices plus EMULATED_AMX (bf16 operands) and EMULATED_AMX_FP16 (fp16 operands): the AUTO
+ * registry with its bf16 (f16) part replaced by the AMX tile algorithm (configured as
+ * lowp_amx.c is where this CPU has AVX512-BF16) and bf16_native (f16_native) set, run through
+ * attn_call_begin / attn_forward_run with the call's registry swapped. ---- */
+enum { EMULATED_AMX = -1, EMULATED_AMX_FP16 = -2 };
 static const int runners[] = {ATTN_KERNEL_AUTO, ATTN_KERNEL_GENERIC, ATTN_KERNEL_AVX512_BF16,
-                              ATTN_KERNEL_AMX, EMULATED_AMX_FP16};
+                              ATTN_KERNEL_AMX, EMULATED_AMX, EMULATED_AMX_FP16};
 enum { RUNNER_COUNT = sizeof runners / sizeof runners[0] };
 
 static int runner_available(int runner, attn_dtype dtype) {
+    if (runner == EMULATED_AMX) return dtype == ATTN_DTYPE_BF16;
     if (runner == EMULATED_AMX_FP16) return dtype == ATTN_DTYPE_F16;
     return attn_cpu_supports((attn_kernel_choice)runner);
 }
 static const char *runner_name(int runner) {
-    return runner == EMULATED_AMX_FP16 ? "amx_fp16 (emulated)"
-                                       : attn_kernel_choice_name((attn_kernel_choice)runner);
+    return runner == EMULATED_AMX        ? "amx (emulated)"
+           : runner == EMULATED_AMX_FP16 ? "amx_fp16 (emulated)"
+                                         : attn_kernel_choice_name((attn_kernel_choice)runner);
 }
 
-static const attn_kernels *emulated_amx_fp16_registry(void) {
-    static attn_kernels registry;
+/* The AUTO registry with emulated AMX tiles for bf16 (f16 = 0) or fp16 (f16 = 1). */
+static const attn_kernels *emulated_registry(int f16) {
+    static attn_kernels registry[2];
     static int built;
     if (!built) { /* main thread only */
         const attn_kernels *automatic = NULL;
         attn_kernels_select(ATTN_KERNEL_AUTO, &automatic, NULL);
-        registry = *automatic;
-        registry.f16 = emulated_amx_f16;
+        registry[0] = registry[1] = *automatic;
+        registry[0].bf16 = emulated_amx;
+        registry[1].f16 = emulated_amx_f16;
 #if defined(ATTN_HAVE_AVX512BF16_KERNELS)
-        if (attn_cpu_supports(ATTN_KERNEL_AVX512_BF16)) registry.f16 = emulated_amx_f16_avx512;
+        if (attn_cpu_supports(ATTN_KERNEL_AVX512_BF16)) {
+            registry[0].bf16 = emulated_amx_avx512;
+            registry[1].f16 = emulated_amx_f16_avx512;
+        }
 #endif
-        registry.f16_native = 1;
+        registry[0].bf16_native = 1;
+        registry[1].f16_native = 1;
         built = 1;
     }
-    return &registry;
+    return &registry[f16];
 }
 
 /* attn_forward under `runner` (execution->kernel is set from it). */
@@ -104,9 +113,10 @@ static attn_status forward_with(int runner, const attn_tensor *q, const attn_ten
                                 const attn_tensor *v, const attn_options *options,
                                 attn_tensor *out, attn_tensor *lse, attn_execution execution,
                                 attn_error *error) {
-    execution.kernel = runner == EMULATED_AMX_FP16 ? ATTN_KERNEL_AUTO : (attn_kernel_choice)runner;
-    if (runner != EMULATED_AMX_FP16) return attn_forward(q, k, v, options, out, lse, &execution, error);
-    const attn_kernels *registry = emulated_amx_fp16_registry();
+    const int emulated = runner == EMULATED_AMX || runner == EMULATED_AMX_FP16;
+    execution.kernel = emulated ? ATTN_KERNEL_AUTO : (attn_kernel_choice)runner;
+    if (!emulated) return attn_forward(q, k, v, options, out, lse, &execution, error);
+    const attn_kernels *registry = emulated_registry(runner == EMULATED_AMX_FP16);
     attn_call call;
     const attn_status status = attn_call_begin(&call, options, &execution, error);
     if (status != ATTN_OK) {
