@@ -14,7 +14,8 @@
  *    the float32 K/V;
  *  - errors (missing, misshapen or invalid scales, scales for 16-bit storage, a
  *    non-finite new token, a version-1 view, capacity) leave the cache and its scales
- *    byte for byte as they were, with a message naming the argument and the value.
+ *    byte for byte as they were, with a message naming the argument and the value; a
+ *    version-1 view (no scale fields) of float32 storage is still accepted, its fields unread.
  */
 #include <math.h>
 #include <stdio.h>
@@ -512,6 +513,28 @@ static void test_errors(void) {
     }
 }
 
+/* A version-1 view (the layout before k_scale / v_scale) of float32 storage still works, and
+ * its scale fields are never read: here they hold a tensor that version 2 would refuse. */
+static void test_version_1_view(void) {
+    const int64_t B = 1, H = 1, D = 4, S = 8;
+    float k_pool[8 * 4], v_pool[8 * 4], q_data[4] = {1, 0, 0, 0}, out_data[4];
+    for (int e = 0; e < 32; ++e) k_pool[e] = 0.1f * (float)(e % 5), v_pool[e] = 2.0f;
+    attn_tensor kc = attn_tensor_f32_4d(k_pool, B, S, H, D), vc = attn_tensor_f32_4d(v_pool, B, S, H, D);
+    attn_tensor q = attn_tensor_f32_4d(q_data, B, 1, H, D), out = attn_tensor_f32_4d(out_data, B, 1, H, D);
+    attn_tensor not_read = kc; /* rank 4: never a valid scale */
+    int32_t seqlens[1] = {5};
+    attn_kv_cache_view view = {1, &kc, &vc, NULL, seqlens, &not_read, &not_read};
+    attn_error error;
+    CHECK_STATUS(attn_forward_with_kvcache(&q, &view, NULL, NULL, &out, NULL, NULL, &error), ATTN_OK, &error,
+                 "a version-1 view of float32 storage");
+    CHECK(fabsf(out_data[0] - 2.0f) <= 1e-6f && fabsf(out_data[3] - 2.0f) <= 1e-6f,
+          "version-1 view: every value 2, output 2 (%.9g, %.9g)", out_data[0], out_data[3]);
+    view.version = 2;
+    CHECK(attn_forward_with_kvcache(&q, &view, NULL, NULL, &out, NULL, NULL, &error) == ATTN_ERROR_INVALID_ARGUMENT &&
+              strstr(error.message, "cache->k_scale is set") != NULL,
+          "the same view as version 2 reads the scale fields: \"%s\"", error.message);
+}
+
 /* One fp8 scale for every head ([1]) = the same scale given per head ([Hkv]), bitwise. */
 static void test_broadcast_head_scale(void) {
     test_rng rng;
@@ -551,6 +574,7 @@ int main(void) {
                "storage %.3g (rows with >= 64 keys) and %.3g (every row)\n",
                formats[fi].name, worst[fi][0], worst[fi][1], worst[fi][2]);
     test_errors();
+    test_version_1_view();
     test_broadcast_head_scale();
     return test_finish();
 }
