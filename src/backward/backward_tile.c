@@ -20,7 +20,7 @@
 /* Rounds a float count up to a whole number of 64-byte lines. */
 static size_t round_to_line(size_t floats) { return (floats + 15) / 16 * 16; }
 
-enum { WORKSPACE_BUFFERS = 16 };
+enum { WORKSPACE_BUFFERS = 17 };
 
 /* Floats between consecutive packed key blocks of dimension dim (whole 64-byte lines). */
 static size_t packed_block_floats(const backward_plan *plan, int dim) {
@@ -50,6 +50,9 @@ static void workspace_sizes(const backward_plan *plan, size_t sizes[WORKSPACE_BU
     sizes[13] = tk * (size_t)dv;
     sizes[14] = plan->v->dtype != ATTN_DTYPE_F32 ? tk * (size_t)dv : 0;
     sizes[15] = slots * 3 * sizeof(int64_t) / sizeof(float); /* the slots' tags */
+    sizes[16] = plan->task_partials ? (size_t)plan->problem.group_size *
+                                          (size_t)plan->task_partial_rows * (size_t)dk
+                                    : 0;
 }
 
 size_t backward_workspace_floats(const backward_plan *plan) {
@@ -88,7 +91,9 @@ void backward_workspace_assign(const backward_plan *plan, float *base,
     workspace->key_accumulator = slots[12];
     workspace->value_accumulator = slots[13];
     workspace->value_rows = slots[14];
+    workspace->task_partials = slots[16];
     workspace->overflowed = 0;
+    workspace->query_overflowed = 0;
 }
 
 /* target[e] = t[a, b, c, e] (widened to fp32, exactly: the registry's conversions) for
@@ -324,7 +329,12 @@ void backward_key_tile(const backward_plan *plan, backward_workspace *workspace,
                                             Dk);
             products->accumulate(rows, columns, Dk, score_gradient, stride,
                                  workspace->key_rows + (size_t)first * key_row, key_row,
-                                 backward_query_partial(plan, chunk, b, h, i0), Dk);
+                                 plan->task_partials
+                                     ? workspace->task_partials +
+                                           ((h - kv_head * G) * plan->task_partial_rows + i0 -
+                                            plan->chunk_rows_first[chunk]) * Dk
+                                     : backward_query_partial(plan, chunk, b, h, i0),
+                                 Dk);
         }
     }
 

@@ -114,6 +114,8 @@ static int64_t reduce_query_partials(const backward_plan *plan, int threads) {
         float sums[256];
         for (int64_t h = 0; h < Hq; ++h)
             for (int64_t i = i0; i < i1; ++i) {
+                /* With task partials, the one chunk that keeps a row has written it. */
+                if (plan->task_partials && backward_row_keepers(plan, i) == 1) continue;
                 const int64_t dq_first = backward_offset(plan->dq, b, i, h, 0);
                 const int64_t dq_stride = plan->dq->stride[3];
                 /* The sum goes straight into an F32 unit-stride dq row, else through `sums`
@@ -194,7 +196,8 @@ static void zero_task_outputs(const backward_plan *plan, const backward_tasks *t
     const int64_t b_first = task_b * tasks->batch_span;
     const int64_t h_first = task_kv * tasks->kv_span * G, h_count = tasks->kv_span * G;
     const int64_t rows = plan->chunk_rows_end[chunk] - plan->chunk_rows_first[chunk];
-    for (int64_t b = b_first; b < b_first + tasks->batch_span && rows > 0; ++b)
+    for (int64_t b = b_first; b < b_first + tasks->batch_span && rows > 0 && !plan->task_partials;
+         ++b)
         memset(backward_query_partial(plan, chunk, b, h_first, plan->chunk_rows_first[chunk]), 0,
                (size_t)(h_count * rows * Dk) * sizeof(float));
     int64_t tile_first, tile_end, tile_step;
@@ -214,6 +217,38 @@ static void zero_task_outputs(const backward_plan *plan, const backward_tasks *t
                         *attn_f32_at4(dbias, bb, bh, i, j) = 0.0f;
 }
 
+/* The end of a task with plan->task_partials (b, KV head kv_head, chunk): for each row the
+ * chunk keeps, of each head of the group, dQ = scale * partial when no other chunk keeps the
+ * row (what pass 2 would compute from one partial), else the partial row copied to
+ * query_partials for pass 2. */
+static void flush_task_partials(const backward_plan *plan, backward_workspace *workspace,
+                                int64_t b, int64_t kv_head, int64_t chunk) {
+    const int64_t G = plan->problem.group_size, Dk = plan->problem.key_dim;
+    const int64_t first = plan->chunk_rows_first[chunk], end = plan->chunk_rows_end[chunk];
+    for (int64_t g = 0; g < G; ++g) {
+        const int64_t h = kv_head * G + g;
+        for (int64_t i = first; i < end; ++i) {
+            const float *partial =
+                workspace->task_partials + (g * plan->task_partial_rows + i - first) * Dk;
+            if (backward_row_keepers(plan, i) > 1) {
+                memcpy(backward_query_partial(plan, chunk, b, h, i), partial,
+                       (size_t)Dk * sizeof(float));
+                continue;
+            }
+            const int64_t dq_first = backward_offset(plan->dq, b, i, h, 0);
+            const int64_t dq_stride = plan->dq->stride[3];
+            if (plan->dq->dtype == ATTN_DTYPE_F32 && dq_stride == 1) {
+                float *dq_row = (float *)plan->dq->data + dq_first;
+                for (int64_t d = 0; d < Dk; ++d) dq_row[d] = plan->scale * partial[d];
+                continue;
+            }
+            for (int64_t d = 0; d < Dk; ++d)
+                workspace->query_overflowed += backward_put(
+                    plan->dq, dq_first + d * dq_stride, plan->scale * partial[d]);
+        }
+    }
+}
+
 /* Runs task (task_b, task_kv, chunk): its batches, KV heads, and key tiles in order. */
 static void run_task(const backward_plan *plan, const backward_tasks *tasks,
                      backward_workspace *workspace, int64_t task) {
@@ -224,13 +259,20 @@ static void run_task(const backward_plan *plan, const backward_tasks *tasks,
     zero_task_outputs(plan, tasks, task_b, task_kv, chunk);
     int64_t tile_first, tile_end, tile_step;
     chunk_tiles(plan, tasks->key_tiles, chunk, &tile_first, &tile_end, &tile_step);
+    const int64_t kept = plan->chunk_rows_end[chunk] - plan->chunk_rows_first[chunk];
     for (int64_t b = task_b * tasks->batch_span; b < (task_b + 1) * tasks->batch_span; ++b)
-        for (int64_t kv = task_kv * tasks->kv_span; kv < (task_kv + 1) * tasks->kv_span; ++kv)
+        for (int64_t kv = task_kv * tasks->kv_span; kv < (task_kv + 1) * tasks->kv_span; ++kv) {
+            if (plan->task_partials) /* one (b, KV head) per task: see backward_plan */
+                memset(workspace->task_partials, 0,
+                       (size_t)(plan->problem.group_size * plan->task_partial_rows *
+                                plan->problem.key_dim) * sizeof(float));
             for (int64_t tile = tile_first; tile < tile_end; tile += tile_step) {
                 const int64_t j0 = tile * plan->tile_k;
                 const int count = (int)(Tk - j0 < plan->tile_k ? Tk - j0 : plan->tile_k);
                 backward_key_tile(plan, workspace, b, kv, j0, count, chunk);
             }
+            if (plan->task_partials && kept > 0) flush_task_partials(plan, workspace, b, kv, chunk);
+        }
 }
 
 /* Fills the chunks' kept query rows and their offsets (backward_plan) for plan->chunks
@@ -404,7 +446,6 @@ attn_status attn_backward_run(attn_call *call, const attn_tensor *q, const attn_
     int64_t row_dot_count, partial_count;
     bool fits = attn_mul_i64(B * Hq, Tq, &row_dot_count) &&
                 attn_mul_i64(row_dot_count, Dk, &partial_count);
-    const size_t workspace_floats = backward_workspace_floats(&plan);
     size_t fixed_floats = 0, shared_bytes = 0;
     if (fits) {
         const size_t row_dot_floats = (size_t)row_dot_count + 16; /* + partials' alignment */
@@ -415,6 +456,21 @@ attn_status attn_backward_run(attn_call *call, const attn_tensor *q, const attn_
                attn_mul_size(fixed_floats, sizeof(float), &shared_bytes);
     }
     if (plan.contiguous_chunks) attn_mask_context_free(&rows_mask);
+    /* Task partials (backward_plan) where each task covers one (b, KV head) and the extra
+     * workspace fits the memory limit. */
+    const backward_tasks chunked = plan_tasks(&plan);
+    plan.task_partials = fits && plan.contiguous_chunks && chunked.batch_span == 1 &&
+                         chunked.kv_span == 1;
+    for (int64_t c = 0; c < plan.chunks && plan.task_partials; ++c)
+        if (plan.chunk_rows_end[c] - plan.chunk_rows_first[c] > plan.task_partial_rows)
+            plan.task_partial_rows = plan.chunk_rows_end[c] - plan.chunk_rows_first[c];
+    size_t workspace_floats = backward_workspace_floats(&plan);
+    const size_t limit = call->execution.memory_limit_bytes;
+    if (plan.task_partials && limit > 0 &&
+        (double)workspace_floats * sizeof(float) * threads + (double)shared_bytes > (double)limit) {
+        plan.task_partials = false;
+        workspace_floats = backward_workspace_floats(&plan);
+    }
     if (!fits) {
         attn_call_end(call);
         return attn_fail(error, ATTN_ERROR_OVERFLOW,
@@ -433,8 +489,8 @@ attn_status attn_backward_run(attn_call *call, const attn_tensor *q, const attn_
     compute_row_dots(&plan, threads);
 
     const backward_tasks tasks = plan_tasks(&plan);
-    int64_t key_overflows = 0;
-#pragma omp parallel num_threads(threads) reduction(+ : key_overflows)
+    int64_t key_overflows = 0, task_query_overflows = 0;
+#pragma omp parallel num_threads(threads) reduction(+ : key_overflows, task_query_overflows)
     {
         backward_workspace workspace;
         backward_workspace_assign(&plan, attn_call_workspace(call, omp_get_thread_num()),
@@ -443,8 +499,9 @@ attn_status attn_backward_run(attn_call *call, const attn_tensor *q, const attn_
         for (int64_t task = 0; task < tasks.count; ++task)
             run_task(&plan, &tasks, &workspace, task);
         key_overflows += workspace.overflowed;
+        task_query_overflows += workspace.query_overflowed;
     }
-    const int64_t query_overflows = reduce_query_partials(&plan, threads);
+    const int64_t query_overflows = reduce_query_partials(&plan, threads) + task_query_overflows;
 
     attn_call_end(call);
     if (key_overflows + query_overflows > 0)

@@ -76,6 +76,13 @@ typedef struct backward_plan {
     int64_t chunks;
     int64_t chunk_rows_first[BACKWARD_MAX_CHUNKS], chunk_rows_end[BACKWARD_MAX_CHUNKS];
     size_t chunk_offset[BACKWARD_MAX_CHUNKS];
+    /* Contiguous chunks whose tasks cover one (b, KV head) (no broadcast d bias): a task sums
+     * its dQ partials in its thread's workspace (backward_workspace.task_partials, rows
+     * [chunk_rows_first, chunk_rows_end) of each head of the group) and at its end writes dQ
+     * itself for the rows no other chunk keeps, and copies only the rows others keep too into
+     * query_partials (whose other pages are never touched). */
+    bool task_partials;
+    int64_t task_partial_rows; /* most rows a chunk keeps */
     float *row_dot;         /* D [B][Hq][Tq] */
     float *query_partials;  /* the chunks' dQ partial sums, above */
 } backward_plan;
@@ -121,7 +128,9 @@ typedef struct backward_workspace {
     float *key_accumulator;       /* [tile_k][Dk] unscaled dK of the key tile */
     float *value_accumulator;     /* [tile_k][Dv] dV of the key tile */
     float *value_rows;            /* [tile_k][Dv] widened V rows (16-bit V only) */
+    float *task_partials;         /* [G][task_partial_rows][Dk] (plan->task_partials) */
     int64_t overflowed;           /* dK / dV values that did not fit a 16-bit dtype */
+    int64_t query_overflowed;     /* dQ values the tasks wrote that did not fit */
 } backward_workspace;
 
 /* Floats of one workspace (each buffer rounded to 64 bytes), and carving one. */
@@ -132,11 +141,20 @@ void backward_workspace_assign(const backward_plan *plan, float *base,
 /*
  * dK and dV of keys [j0, j0 + count) of (b, kv_head), summed over the query heads of the
  * group (ascending) and their query tiles (ascending), written to plan->dk / plan->dv; adds
- * dS · K of those keys into chunk `chunk`'s dQ partials of the query rows, and (with
+ * dS · K of those keys into chunk `chunk`'s dQ partials of the query rows (the workspace's
+ * task_partials with plan->task_partials, else query_partials), and (with
  * plan->dbias) dS into the d bias entries of those keys (at batch 0 / head 0 where the bias
  * broadcasts). The caller has zeroed the partials and d bias entries it owns.
  */
 void backward_key_tile(const backward_plan *plan, backward_workspace *workspace, int64_t b,
                        int64_t kv_head, int64_t j0, int count, int64_t chunk);
+
+/* How many chunks keep query row i (0 to plan->chunks). */
+static inline int backward_row_keepers(const backward_plan *plan, int64_t i) {
+    int keepers = 0;
+    for (int64_t c = 0; c < plan->chunks; ++c)
+        keepers += i >= plan->chunk_rows_first[c] && i < plan->chunk_rows_end[c];
+    return keepers;
+}
 
 #endif /* ATTN_FLASH_BACKWARD_H */
