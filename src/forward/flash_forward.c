@@ -30,9 +30,11 @@
  *     per use.
  * Items (b, KV head, query tile) are handed out dynamically in order, query tiles of a head
  * last-first (causal: the longest rows first), so the threads get equal work. The band path
- * hands out runs of consecutive query tiles instead, from one region per thread, so that a
- * thread packs only the keys near its rows; with per-thread packing it keeps a ring of
- * packed tiles per KV head and takes items in (b, query tile, KV head) order. Each output
+ * gives each thread a region of consecutive items instead, walked from its front, so that a
+ * thread packs only the keys near its rows, and a thread whose region is done takes half of
+ * the fullest region's rest from its back; with per-thread packing it keeps a ring of
+ * packed tiles per KV head (whenever the rings are smaller than one head's store) and takes
+ * items in (b, query tile, KV head) order. Each output
  * row is produced by exactly one item, whose arithmetic does not depend on which thread runs
  * it, so the result is bitwise identical for any thread count. Working memory: O(tile) per
  * thread plus the packed K/V above; nothing of size Tq x Tk is ever allocated.
