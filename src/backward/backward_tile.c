@@ -341,23 +341,9 @@ void backward_key_tile(const backward_plan *plan, backward_workspace *workspace,
     for (int c = 0; c < count; ++c) {
         const int64_t dk_first = backward_offset(plan->dk, b, j0 + c, kv_head, 0);
         const int64_t dv_first = backward_offset(plan->dv, b, j0 + c, kv_head, 0);
-        if (plan->dk->dtype == ATTN_DTYPE_F32 && plan->dk->stride[3] == 1 &&
-            plan->dv->stride[3] == 1) { /* the same, vectorised */
-            float *dk_row = (float *)plan->dk->data + dk_first;
-            float *dv_row = (float *)plan->dv->data + dv_first;
-            const float *key_sums = workspace->key_accumulator + (size_t)c * Dk;
-            const float *value_sums = workspace->value_accumulator + (size_t)c * Dv;
-            for (int d = 0; d < Dk; ++d) dk_row[d] = plan->scale * key_sums[d];
-            memcpy(dv_row, value_sums, (size_t)Dv * sizeof(float));
-            continue;
-        }
-        for (int d = 0; d < Dk; ++d)
-            workspace->overflowed +=
-                backward_put(plan->dk, dk_first + d * plan->dk->stride[3],
-                             plan->scale * workspace->key_accumulator[(size_t)c * Dk + d]);
-        for (int e = 0; e < Dv; ++e)
-            workspace->overflowed +=
-                backward_put(plan->dv, dv_first + e * plan->dv->stride[3],
-                             workspace->value_accumulator[(size_t)c * Dv + e]);
+        workspace->overflowed += backward_store_row(
+            plan->dk, dk_first, Dk, workspace->key_accumulator + (size_t)c * Dk, plan->scale);
+        workspace->overflowed += backward_store_row(
+            plan->dv, dv_first, Dv, workspace->value_accumulator + (size_t)c * Dv, 1.0f);
     }
 }

@@ -141,9 +141,8 @@ static int64_t reduce_query_partials(const backward_plan *plan, int threads) {
                         for (int64_t d = 0; d < n; ++d) row_sum[d] *= plan->scale;
                         continue;
                     }
-                    for (int64_t d = 0; d < n; ++d)
-                        overflowed += backward_put(plan->dq, dq_first + (d0 + d) * dq_stride,
-                                                   plan->scale * row_sum[d]);
+                    overflowed += backward_store_row(plan->dq, dq_first + d0 * dq_stride, n,
+                                                     row_sum, plan->scale);
                 }
             }
     }
@@ -235,16 +234,8 @@ static void flush_task_partials(const backward_plan *plan, backward_workspace *w
                        (size_t)Dk * sizeof(float));
                 continue;
             }
-            const int64_t dq_first = backward_offset(plan->dq, b, i, h, 0);
-            const int64_t dq_stride = plan->dq->stride[3];
-            if (plan->dq->dtype == ATTN_DTYPE_F32 && dq_stride == 1) {
-                float *dq_row = (float *)plan->dq->data + dq_first;
-                for (int64_t d = 0; d < Dk; ++d) dq_row[d] = plan->scale * partial[d];
-                continue;
-            }
-            for (int64_t d = 0; d < Dk; ++d)
-                workspace->query_overflowed += backward_put(
-                    plan->dq, dq_first + d * dq_stride, plan->scale * partial[d]);
+            workspace->query_overflowed += backward_store_row(
+                plan->dq, backward_offset(plan->dq, b, i, h, 0), Dk, partial, plan->scale);
         }
     }
 }

@@ -49,6 +49,30 @@ static inline int backward_put(attn_tensor *t, int64_t offset, float x) {
 /* Most chunks of the key tiles of a (b, KV head) (see backward_plan). */
 #define BACKWARD_MAX_CHUNKS 16
 
+/* Stores factor * values[e] at t's elements first + e * t->stride[3], e < count, rounded to
+ * the view's dtype as backward_put does (one loop per dtype, so that it vectorises); returns
+ * how many finite values overflowed a 16-bit dtype. */
+static inline int64_t backward_store_row(attn_tensor *t, int64_t first, int64_t count,
+                                         const float *values, float factor) {
+    const int64_t stride = t->stride[3];
+    int64_t overflowed = 0;
+    if (t->dtype == ATTN_DTYPE_F32) {
+        float *row = (float *)t->data + first;
+        for (int64_t e = 0; e < count; ++e) row[e * stride] = factor * values[e];
+        return 0;
+    }
+    uint16_t *row = (uint16_t *)t->data + first;
+    const bool bf16 = t->dtype == ATTN_DTYPE_BF16;
+    const uint16_t infinity = bf16 ? 0x7f80u : 0x7c00u;
+    for (int64_t e = 0; e < count; ++e) {
+        const float x = factor * values[e];
+        const uint16_t h = bf16 ? attn_float_to_bf16(x) : attn_float_to_f16(x);
+        row[e * stride] = h;
+        overflowed += (h & 0x7fffu) == infinity && x - x == 0.0f;
+    }
+    return overflowed;
+}
+
 /* Everything a task needs, read-only during the parallel loops (the buffers it points to are
  * written only where a task owns them). */
 typedef struct backward_plan {
