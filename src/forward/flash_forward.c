@@ -462,7 +462,7 @@ static void span_take(const forward_plan *plan, int64_t self, int64_t *first, in
     int64_t(*regions)[2] = plan->span_regions;
     const int64_t count = plan->call->threads;
 #ifdef _OPENMP
-#pragma omp critical(attn_forward_span_regions)
+    omp_set_lock((omp_lock_t *)plan->span_lock);
 #endif
     {
         int64_t *own = regions[self];
@@ -486,6 +486,9 @@ static void span_take(const forward_plan *plan, int64_t self, int64_t *first, in
             }
         }
     }
+#ifdef _OPENMP
+    omp_unset_lock((omp_lock_t *)plan->span_lock);
+#endif
 }
 
 /* One thread's part of the parallel loops (see the top of the file). */
@@ -644,6 +647,13 @@ attn_status attn_forward_run(attn_call *call, const attn_tensor *q, const attn_t
         }
         plan.span_regions = span_regions;
     }
+#ifdef _OPENMP
+    omp_lock_t span_lock; /* guards span_regions (span_take) */
+    if (plan.span_path) {
+        omp_init_lock(&span_lock);
+        plan.span_lock = &span_lock;
+    }
+#endif
     /* Soft-cap with additive terms: the loop transforms the scores (scale, cap, add, mask);
      * otherwise the loop only adds and masks (queries prescaled, or the kernel caps). */
     plan.logits = (attn_logit_pipeline){plan.loop_transforms ? problem->scale : 1.0f,
@@ -691,6 +701,9 @@ attn_status attn_forward_run(attn_call *call, const attn_tensor *q, const attn_t
                            (long long)first_empty->empty_i);
     if (status == ATTN_OK) status = forward_overflow_status(&plan, workspaces, thread_count, error);
 
+#ifdef _OPENMP
+    if (plan.span_path) omp_destroy_lock(&span_lock);
+#endif
     free(span_regions);
     free(head_stores);
     free(workspaces);
