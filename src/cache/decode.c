@@ -61,9 +61,10 @@ typedef struct decode_plan {
  * the call's arena. */
 typedef struct decode_scratch {
     float *queries;     /* [rows][Dk] */
-    float *prepared;    /* [rows][ATTN_DECODE_PREPARED_DIM(Dk)]: as score_chunk_bf16 reads them */
+    float *prepared;    /* [rows][ATTN_DECODE_PREPARED_DIM(Dk)]: as score_chunk_bf16 reads them,
+                           or [Dk][ATTN_DECODE_GROUP_STRIDE(rows)]: as score_chunk_group does */
     float *scores;      /* [rows][ATTN_DECODE_CHUNK] */
-    float *accumulator; /* [rows][Dv] */
+    float *accumulator; /* [rows][Dv], or [Dv][ATTN_DECODE_GROUP_STRIDE(rows)] for a large group */
     float *row_max;     /* [rows] */
     float *row_sum;     /* [rows] */
     float *rescale;     /* [rows] factor of each accumulator row at the current chunk */
@@ -84,9 +85,13 @@ static bool scratch_layout(const decode_plan *plan, int64_t most_splits,
                            size_t bytes[SCRATCH_PARTS], size_t *total) {
     const size_t rows = (size_t)plan->rows, dk = (size_t)plan->key_dim, dv = (size_t)plan->value_dim;
     const size_t f = sizeof(float), chunk = ATTN_DECODE_CHUNK;
-    const size_t prepared_dim = (size_t)ATTN_DECODE_PREPARED_DIM(plan->key_dim);
+    /* prepared queries: for score_chunk_bf16 or for score_chunk_group, whichever runs */
+    size_t prepared = rows * (size_t)ATTN_DECODE_PREPARED_DIM(plan->key_dim);
+    const size_t group_prepared = dk * (size_t)ATTN_DECODE_GROUP_STRIDE(plan->rows);
+    if (group_prepared > prepared) prepared = group_prepared;
+    const size_t accumulator = dv * (size_t)ATTN_DECODE_GROUP_STRIDE(plan->rows); /* >= rows*dv */
     const size_t counts[SCRATCH_PARTS][2] = {
-        {rows * dk, f}, {rows * prepared_dim, f}, {rows * chunk, f}, {rows * dv, f},
+        {rows * dk, f}, {prepared, f}, {rows * chunk, f}, {accumulator, f},
         {rows, f},      {rows, f},                {rows, f},         {chunk * dk, f},
         {chunk * dv, f}, {chunk, f},              {chunk, 1},        {(size_t)plan->group_size, 1},
         {(size_t)most_splits, sizeof(double)},    {dv, f}};
@@ -132,15 +137,9 @@ static const float *chunk_rows(const decode_plan *plan, const void *stored,
                                               row_stride, row_scales, factor, buffer);
         return buffer;
     }
-    const uint16_t *source = stored;
-    void (*convert)(int64_t, const uint16_t *, float *) = cache->config.dtype == ATTN_DTYPE_BF16
-                                                              ? plan->kernels->decode.bf16_to_f32
-                                                              : plan->kernels->decode.f16_to_f32;
-    if (row_stride == dim) /* contiguous rows: one call */
-        convert(count * dim, source, buffer);
-    else
-        for (int64_t c = 0; c < count; ++c) convert(dim, source + c * row_stride, buffer + c * dim);
-    *stride = dim;
+    /* one call per chunk, strided (token-major pages) or not */
+    plan->kernels->decode.widen_rows(cache->config.dtype, (int)count, (int)dim, stored,
+                                     row_stride, buffer);
     return buffer;
 }
 
@@ -153,6 +152,27 @@ static void prefetch_rows(const void *first_row, int count, int64_t stride_bytes
     for (int c = 0; c < count; ++c)
         for (int64_t offset = 0; offset < row_bytes; offset += 64)
             __builtin_prefetch((const char *)first_row + c * stride_bytes + offset, 0, 2);
+}
+
+/* Requests the stored keys (and values) of tokens [first, min(first + chunk, key_end, the
+ * end of first's page)) of head kv_head: the chunk after the one a large group computes
+ * next. A large group spends many FMAs per key (32 rows: about 5 us per chunk on one core),
+ * so the next chunk arrives during that arithmetic; measured faster than the kernels'
+ * lookahead of LOOKAHEAD rows, which for 16-bit storage would prefetch the widened copy. */
+static void prefetch_chunk(const attn_kv_cache *cache, const int32_t *table, int64_t kv_head,
+                           int64_t first, int64_t key_end) {
+    if (first >= key_end) return;
+    const int64_t page = table[first / cache->page_size], slot = first % cache->page_size;
+    int64_t count = cache->page_size - slot;
+    if (count > ATTN_DECODE_CHUNK) count = ATTN_DECODE_CHUNK;
+    if (count > key_end - first) count = key_end - first;
+    const int64_t element_size = (int64_t)attn_dtype_size(cache->config.dtype);
+    prefetch_rows(attn_cache_key_address(cache, page, kv_head, slot), (int)count,
+                  cache->key_token_stride * element_size, cache->config.key_dim * element_size);
+    if (cache->value_pool != NULL)
+        prefetch_rows(attn_cache_value_address(cache, page, kv_head, slot), (int)count,
+                      attn_cache_value_row_stride(cache) * element_size,
+                      cache->config.value_dim * element_size);
 }
 
 /* One task: sequence b, KV head kv_head, split `split`; writes its partial (O, LSE).
@@ -179,7 +199,8 @@ static void run_task(const decode_plan *plan, decode_scratch *scratch, int64_t b
         scratch->row_max[r] = -INFINITY;
         scratch->row_sum[r] = 0.0f;
     }
-    memset(scratch->accumulator, 0, (size_t)(rows * Dv) * sizeof(float));
+    memset(scratch->accumulator, 0,
+           (size_t)(Dv * ATTN_DECODE_GROUP_STRIDE(rows)) * sizeof(float)); /* either layout */
 
     int64_t key_begin, key_end;
     attn_mask_candidate_keys(plan->mask, b, 0, Tq, &key_begin, &key_end);
@@ -207,6 +228,12 @@ static void run_task(const decode_plan *plan, decode_scratch *scratch, int64_t b
         kernels->prepare_bf16_queries((int)rows, (int)Dk, scratch->queries, scratch->prepared);
         bf16_queries = scratch->prepared;
     }
+    /* Large groups (MQA, MLA): scores from queries prepared once per task for
+     * score_chunk_group, keys widened or dequantised once per chunk (registry.h). */
+    const bool group = !fused_bf16 && !fused_q8 && kernels->score_chunk_group != NULL &&
+                       rows >= ATTN_DECODE_GROUP_ROWS;
+    if (group)
+        kernels->prepare_group_queries((int)rows, (int)Dk, scratch->queries, scratch->prepared);
 
     for (int64_t first = key_begin; first < key_end;) {
         const int64_t page_end = (first / cache->page_size + 1) * cache->page_size;
@@ -226,7 +253,9 @@ static void run_task(const decode_plan *plan, decode_scratch *scratch, int64_t b
             const void *stored_keys = attn_cache_key_address(cache, page, kv_head, slot);
             const void *stored_values = attn_cache_value_address(cache, page, kv_head, slot);
             const int64_t stored_value_stride = attn_cache_value_row_stride(cache);
-            if (rows >= 2 && cache->value_pool != NULL) /* one row: a stream the hardware follows */
+            if (group)
+                prefetch_chunk(cache, table, kv_head, last, key_end);
+            else if (rows >= 2 && cache->value_pool != NULL) /* one row: a stream the hardware follows */
                 prefetch_rows(stored_values, count, stored_value_stride * element_size,
                               Dv * element_size);
             const float *key_scales = attn_cache_key_scales(cache, page, kv_head, slot);
@@ -251,8 +280,12 @@ static void run_task(const decode_plan *plan, decode_scratch *scratch, int64_t b
                 keys = chunk_rows(plan, stored_keys, key_scales, key_factor, count, Dk,
                                   cache->key_token_stride,
                                   scratch->keys, &key_stride);
-                kernels->score_chunk((int)rows, count, (int)Dk, scratch->queries, keys,
-                                     key_stride, scratch->scores);
+                if (group)
+                    kernels->score_chunk_group((int)rows, count, (int)Dk, scratch->prepared, keys,
+                                               key_stride, scratch->scores);
+                else
+                    kernels->score_chunk((int)rows, count, (int)Dk, scratch->queries, keys,
+                                         key_stride, scratch->scores);
             }
             float scale = plan->scale;
             if (transform || !all_full) { /* the logit pipeline, then a softmax at scale 1 */
@@ -291,9 +324,9 @@ static void run_task(const decode_plan *plan, decode_scratch *scratch, int64_t b
                 if (cache->value_pool != NULL)
                     values = chunk_rows(plan, stored_values, value_scales, value_factor, count,
                                         Dv, stored_value_stride, scratch->values, &value_stride);
-                kernels->accumulate_chunk((int)rows, count, (int)Dv, scratch->scores,
-                                          scratch->rescale, values, value_stride,
-                                          scratch->accumulator);
+                (group ? kernels->accumulate_chunk_group : kernels->accumulate_chunk)(
+                    (int)rows, count, (int)Dv, scratch->scores, scratch->rescale, values,
+                    value_stride, scratch->accumulator);
             }
         }
         first = last;
@@ -301,11 +334,13 @@ static void run_task(const decode_plan *plan, decode_scratch *scratch, int64_t b
 
     float *out = plan->partial_out + task * rows * Dv;
     float *lse = plan->partial_lse + task * rows;
+    /* accumulator element (r, e): [r][Dv], or transposed for a large group */
+    const int64_t row_step = group ? 1 : Dv, dim_step = group ? ATTN_DECODE_GROUP_STRIDE(rows) : 1;
     for (int64_t r = 0; r < rows; ++r) {
         const float sum = scratch->row_sum[r];
         const float inverse = sum > 0.0f ? 1.0f / sum : 0.0f;
         for (int64_t e = 0; e < Dv; ++e)
-            out[r * Dv + e] = scratch->accumulator[r * Dv + e] * inverse;
+            out[r * Dv + e] = scratch->accumulator[r * row_step + e * dim_step] * inverse;
         lse[r] = sum > 0.0f ? scratch->row_max[r] + logf(sum) : -INFINITY;
     }
 }

@@ -229,7 +229,11 @@ static void avx512_accumulate_chunk_bf16(int rows, int count, int dim, const flo
 const attn_decode_kernels attn_avx512_decode = {
     .bf16_to_f32 = bf16_to_f32,
     .f16_to_f32 = f16_to_f32,
+    .widen_rows = widen_rows,
     .score_chunk = score_chunk,
+    .prepare_group_queries = prepare_group_queries,
+    .score_chunk_group = score_chunk_group,
+    .accumulate_chunk_group = accumulate_chunk_group,
     .softmax_chunk = softmax_chunk,
     .accumulate_chunk = accumulate_chunk,
     .score_chunk_bf16 = avx512_score_chunk_bf16,
