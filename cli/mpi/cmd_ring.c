@@ -1,6 +1,7 @@
 /*
- * cmd_ring.c — `attn ring`: ring attention across MPI processes, on the same .npy files and
- * options as `attn forward`, so the two outputs can be compared directly.
+ * cmd_ring.c — `attn ring`: ring attention across MPI processes, on the same files (.npy, or
+ * float32 FILE.safetensors[:NAME] tensors: ../tensor_files.h) and options as `attn forward`,
+ * so the two outputs can be compared directly.
  *
  *   mpirun -np P attn ring --q Q.npy --k K.npy --v V.npy --out O.npy [--lse LSE.npy]
  *                          [--layout contiguous|zigzag|striped] [--repeat N] [--backward]
@@ -8,7 +9,8 @@
  *
  * Rank 0 reads Q, K, V (self-attention: Tq = Tk), cuts them into each rank's share under the
  * layout and sends each rank only its share; the ring runs; rank 0 gathers O (and LSE) back
- * into global order and writes them (under temporary names, renamed when complete). --stats
+ * into global order and writes them (under temporary names, all renamed when all are
+ * complete). --stats
  * prints per-rank timings, work and bytes sent; --compare also times the single-process
  * attn_forward on rank 0 and prints the largest difference; --backward also times the ring
  * backward (with dO = 1) for benchmarks. Errors: one line on rank 0's stderr, every rank exits
@@ -21,12 +23,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "attn_io.h"
 #include "../arguments.h"
 #include "../cli.h"
 #include "../npy_tensor.h"
+#include "../tensor_files.h"
 #include "attn_mpi.h"
 
 static const char *const command = "ring";
@@ -37,7 +39,10 @@ static void print_help(void) {
            "Ring attention over P MPI processes: each process keeps its share of the queries and\n"
            "passes key/value blocks around the ring, merging partial results by log-sum-exp.\n"
            "The result equals `attn forward` on the same files (self-attention, Tq = Tk).\n\n"
-           "tensors (float32, C order; read and written by rank 0):\n"
+           "tensors (float32, C order; read and written by rank 0): Q.npy, or a float32 (F32)\n"
+           "tensor of a safetensors file, FILE.safetensors:NAME (FILE.safetensors alone: the\n"
+           "tensor named after the option: q, k, v, o, lse); outputs naming one safetensors\n"
+           "file are written into it together\n"
            "  --q Q.npy                  queries [B, T, Hq, Dk]\n"
            "  --k K.npy                  keys    [B, T, Hkv, Dk]\n"
            "  --v V.npy                  values  [B, T, Hkv, Dv]\n"
@@ -152,11 +157,10 @@ static void receive_floats(float *data, int64_t count, int source, MPI_Comm comm
 /* Sizes rank 0 found in the files, broadcast to everyone: ok, B, T, Hq, Hkv, Dk, Dv. */
 enum { SIZE_OK, SIZE_B, SIZE_T, SIZE_HQ, SIZE_HKV, SIZE_DK, SIZE_DV, SIZE_COUNT };
 
-static bool load_inputs(const ring_arguments *ring, attn_npy_array arrays[3], int64_t sizes[SIZE_COUNT]) {
-    const char *hint = "(write it with astype(np.float32))";
-    if (!cli_load_npy(command, "--q", ring->q_path, ATTN_DTYPE_F32, 4, 4, hint, &arrays[0]) ||
-        !cli_load_npy(command, "--k", ring->k_path, ATTN_DTYPE_F32, 4, 4, hint, &arrays[1]) ||
-        !cli_load_npy(command, "--v", ring->v_path, ATTN_DTYPE_F32, 4, 4, hint, &arrays[2]))
+static bool load_inputs(const ring_arguments *ring, cli_input arrays[3], int64_t sizes[SIZE_COUNT]) {
+    if (!cli_input_load(command, "--q", ring->q_path, "q", 4, 4, false, &arrays[0]) ||
+        !cli_input_load(command, "--k", ring->k_path, "k", 4, 4, false, &arrays[1]) ||
+        !cli_input_load(command, "--v", ring->v_path, "v", 4, 4, false, &arrays[2]))
         return false;
     const int64_t *q = arrays[0].shape, *k = arrays[1].shape, *v = arrays[2].shape;
     if (k[0] != q[0] || k[1] != q[1] || k[3] != q[3]) {
@@ -183,29 +187,16 @@ static bool all_ranks(bool ok) {
     return all != 0;
 }
 
-/* "PATH.partial-PID", written then renamed into place. */
-static bool write_output(const char *option, const char *path, int rank_of_tensor,
-                         const int64_t *shape, const float *data) {
-    size_t length = strlen(path) + 32;
-    char *partial = malloc(length);
-    if (partial == NULL) return false;
-    snprintf(partial, length, "%s.partial-%ld", path, (long)getpid());
-    attn_error error;
-    bool ok = attn_npy_write(partial, ATTN_DTYPE_F32, rank_of_tensor, shape, data, &error) == ATTN_OK;
-    if (!ok) cli_error(command, "%s %s: %s", option, path, error.message);
-    if (ok && rename(partial, path) != 0) {
-        cli_error(command, "%s %s: cannot rename the finished file into place", option, path);
-        ok = false;
-    }
-    if (!ok) unlink(partial);
-    free(partial);
-    return ok;
+/* O and LSE as the writer sees them (data NULL until gathered). */
+static void describe_outputs(const ring_arguments *ring, cli_output outputs[2]) {
+    outputs[0] = (cli_output){"--out", ring->out_path, "o", ATTN_DTYPE_F32, 4, {0}, NULL};
+    outputs[1] = (cli_output){"--lse", ring->lse_path, "lse", ATTN_DTYPE_F32, 3, {0}, NULL};
 }
 
 /* The whole command after parsing; every rank runs it. Returns the exit code. */
 static int run_ring(const ring_arguments *ring, cli_attention_arguments *arguments, int rank,
                     int rank_count) {
-    attn_npy_array inputs[3];
+    cli_input inputs[3];
     memset(inputs, 0, sizeof inputs);
     int64_t sizes[SIZE_COUNT] = {0};
     if (rank == 0 && !load_inputs(ring, inputs, sizes)) sizes[SIZE_OK] = 0;
@@ -246,7 +237,7 @@ static int run_ring(const ring_arguments *ring, cli_attention_arguments *argumen
             int64_t length = 0;
             attn_ring_layout_local_length(&layout, r, &length, NULL);
             for (int i = 0; i < 3; ++i) {
-                attn_tensor global = cli_tensor_rank4(&inputs[i]);
+                attn_tensor global = inputs[i].stored;
                 float *share = r == 0 ? local[i] : malloc((size_t)(B * length * heads[i] * dims[i]) * sizeof(float));
                 if (share == NULL) { /* cannot happen twice: the same size succeeded above */
                     cli_error(command, "cannot allocate rank %d's share", r);
@@ -378,8 +369,7 @@ static int run_ring(const ring_arguments *ring, cli_attention_arguments *argumen
     if (rank == 0 && ring->compare) {
         float *single = malloc((size_t)(B * T * Hq * Dv) * sizeof(float));
         if (single != NULL) {
-            attn_tensor q = cli_tensor_rank4(&inputs[0]), k = cli_tensor_rank4(&inputs[1]),
-                        v = cli_tensor_rank4(&inputs[2]);
+            attn_tensor q = inputs[0].stored, k = inputs[1].stored, v = inputs[2].stored;
             attn_tensor single_out = attn_tensor_f32_4d(single, B, T, Hq, Dv);
             double best_seconds = 0;
             attn_status status = ATTN_OK;
@@ -406,13 +396,18 @@ static int run_ring(const ring_arguments *ring, cli_attention_arguments *argumen
     }
 
     code = 0;
-    if (rank == 0 && (!write_output("--out", ring->out_path, 4, out_shape, global_out) ||
-                      (ring->lse_path != NULL &&
-                       !write_output("--lse", ring->lse_path, 3, global_lse_shape, global_lse))))
-        code = 1;
+    if (rank == 0) {
+        cli_output outputs[2];
+        describe_outputs(ring, outputs);
+        memcpy(outputs[0].shape, out_shape, sizeof out_shape);
+        outputs[0].data = global_out;
+        memcpy(outputs[1].shape, global_lse_shape, sizeof global_lse_shape);
+        outputs[1].data = global_lse;
+        if (!cli_outputs_write(command, outputs, 2)) code = 1;
+    }
     if (!all_ranks(code == 0)) code = 1;
 done:
-    for (int i = 0; i < 3; ++i) attn_npy_free(&inputs[i]);
+    for (int i = 0; i < 3; ++i) cli_input_free(&inputs[i]);
     for (int i = 0; i < 5; ++i) free(local[i]);
     for (int i = 0; i < 4; ++i) free(gradients[i]);
     free(global_out);
@@ -436,8 +431,12 @@ int cli_ring(int argc, char **argv) {
     bool done = false;
     int code = parse_arguments(argc, argv, rank, &ring, &arguments, &done);
     if (code == 0 && !done) {
-        if (ring.lse_path != NULL && strcmp(ring.lse_path, ring.out_path) == 0) {
-            if (rank == 0) cli_error(command, "--lse %s: the same file as --out", ring.lse_path);
+        cli_output outputs[2];
+        describe_outputs(&ring, outputs);
+        const char *inputs[3][2] = {{"--q", ring.q_path}, {"--k", ring.k_path}, {"--v", ring.v_path}};
+        bool valid = cli_outputs_distinct(command, outputs, 2);
+        for (int i = 0; i < 3 && valid; ++i) valid = cli_location_valid(command, inputs[i][0], inputs[i][1]);
+        if (!valid) { /* every rank agrees; only rank 0's stderr is open */
             code = 2;
         } else {
             code = run_ring(&ring, &arguments, rank, rank_count);

@@ -2,7 +2,8 @@
 # cli_ring.sh — end-to-end check of `attn ring` under mpiexec: on random .npy inputs (GQA,
 # T = 29, not a multiple of any P used), the gathered O and LSE equal `attn forward` on the
 # same files within 1e-5 for every layout and for 2, 3 and 4 processes, causal, windowed and
-# full attention;
+# full attention; the same with Q, K, V read from a safetensors file and O, LSE written into one
+# (F32, checked with struct/json);
 # errors (a K file that disagrees with Q, T < P) exit with 1 on every rank, say why in one
 # line and write no output.
 # usage: bash cli_ring.sh ATTN_BINARY SOURCE_DIR MPIEXEC [MPIEXEC FLAGS...]
@@ -22,6 +23,20 @@ for name, heads in (("q", Hq), ("k", Hkv), ("v", Hkv)):
     np.save(f"{name}.npy", rng.standard_normal((B, T, heads, D)).astype(np.float32))
 np.save("k_wrong.npy", rng.standard_normal((B, T, Hkv, D + 1)).astype(np.float32))
 np.save("q_short.npy", rng.standard_normal((B, 2, Hq, D)).astype(np.float32))
+# q, k, v as F32 tensors of one safetensors file (by hand: 8-byte length, JSON, data), and q
+# once more as BF16 (the ring computes in float32 only: refused)
+import json, struct
+def write(path, tensors):
+    header, blobs, offset = {}, [], 0
+    for name, dtype, blob, shape in tensors:
+        header[name] = {"dtype": dtype, "shape": list(shape), "data_offsets": [offset, offset + len(blob)]}
+        blobs.append(blob); offset += len(blob)
+    text = json.dumps(header).encode(); text += b" " * (-len(text) % 8)
+    open(path, "wb").write(struct.pack("<Q", len(text)) + text + b"".join(blobs))
+arrays = {n: np.load(f"{n}.npy") for n in ("q", "k", "v")}
+write("qkv.safetensors", [(n, "F32", a.astype("<f4").tobytes(), a.shape) for n, a in arrays.items()])
+bf16 = (arrays["q"].view(np.uint32) >> 16).astype("<u2").tobytes()
+write("q_bf16.safetensors", [("q", "BF16", bf16, arrays["q"].shape)])
 EOF
 
 compare() { # compare EXPECTED ACTUAL LABEL
@@ -60,6 +75,31 @@ for run in "${runs[@]}"; do
   compare single_lse.npy ring_lse.npy "LSE $label" || { echo "FAIL: LSE ($label)"; failures=$((failures + 1)); }
 done
 
+# safetensors in and out: the same O and LSE as `attn forward` on the .npy files
+rm -f ring.safetensors
+"$attn" forward --q q.npy --k k.npy --v v.npy --out single_o.npy --lse single_lse.npy --causal bottom-right
+if "${mpiexec[@]}" -np 3 "$attn" ring --q qkv.safetensors --k qkv.safetensors:k --v qkv.safetensors \
+     --out ring.safetensors --lse ring.safetensors:lse --causal bottom-right; then
+  python3 - <<'EOF' || { echo "FAIL: ring safetensors output"; failures=$((failures + 1)); }
+import json, struct, sys
+import numpy as np
+data = open("ring.safetensors", "rb").read()
+(n,) = struct.unpack("<Q", data[:8])
+header = json.loads(data[8:8 + n])
+bad = sorted(header) != ["lse", "o"]
+for name, single in (("o", "single_o.npy"), ("lse", "single_lse.npy")):
+    entry, expected = header[name], np.load(single)
+    begin, end = entry["data_offsets"]
+    actual = np.frombuffer(data[8 + n + begin:8 + n + end], "<f4").reshape(entry["shape"])
+    error = float(np.max(np.abs(expected - actual) / (1 + np.abs(expected))))
+    print(f"safetensors {name}: {entry['dtype']} {entry['shape']}, max relative error {error:.2e}")
+    bad |= entry["dtype"] != "F32" or actual.shape != expected.shape or not error <= 1e-5
+sys.exit(1 if bad else 0)
+EOF
+else
+  echo "FAIL: attn ring on safetensors failed"; failures=$((failures + 1))
+fi
+
 expect_error() { # expect_error LABEL EXPECTED_TEXT ARGS...
   local label=$1 text=$2
   shift 2
@@ -73,6 +113,8 @@ expect_error() { # expect_error LABEL EXPECTED_TEXT ARGS...
   if [ -e ring_o.npy ]; then echo "FAIL: $label: wrote an output"; failures=$((failures + 1)); fi
   echo "$label: $(grep -m1 'attn ring' stderr.txt || true)"
 }
+expect_error "BF16 safetensors Q" "dtype BF16, expected F32" -np 2 "$attn" ring \
+  --q q_bf16.safetensors --k k.npy --v v.npy --out ring_o.npy
 expect_error "K disagrees with Q" "k_wrong.npy" -np 3 "$attn" ring --q q.npy --k k_wrong.npy \
   --v v.npy --out ring_o.npy --causal bottom-right
 expect_error "T = 2 < P = 3" "sequence_length = 2" -np 3 "$attn" ring --q q_short.npy \
