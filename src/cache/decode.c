@@ -9,7 +9,9 @@
  * bf16/fp16 and dequantising 8-bit storage (int8, fp8) to float32 once per chunk into a
  * chunk-sized buffer (bf16 and fp8 for groups of <= 4 rows, int8 always: read in place by the
  * kernel instead, scales folded into scores and weights), and serves all rows = (Hq / Hkv) * Tq query rows of
- * its group from it: scores, mask, online softmax, value accumulation
+ * its group from it (groups of >= ATTN_DECODE_GROUP_ROWS through the large-group kernels,
+ * with the queries prepared and the accumulator kept transposed for the whole task): scores,
+ * mask, online softmax, value accumulation
  * (docs/attention-math.md §2.1),
  * each step a call into the kernel registry (kernels/registry.h, decode part: generic, AVX2
  * or AVX-512).

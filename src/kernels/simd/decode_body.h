@@ -23,6 +23,10 @@
  *  - at 16 lanes, software prefetch of the keys and values LOOKAHEAD rows ahead for groups
  *    of >= 2 rows (see LOOKAHEAD): without it the core waits on memory during most of its
  *    arithmetic. (Not measured at 8 lanes, where it stays off.)
+ *  - large groups (>= ATTN_DECODE_GROUP_ROWS: MQA, MLA) take the *_group kernels at the end
+ *    of this file instead: the query rows as vector lanes, so a block of rows x keys (or
+ *    rows x value dimensions) needs no reduction tree and reads each key / value once per
+ *    48 rows; widen_rows converts a chunk of 16-bit rows for them in one call.
  * Deterministic: a fixed operation order for any input and thread count.
  */
 #include <math.h>
