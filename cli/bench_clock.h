@@ -27,9 +27,11 @@ double bench_best_gflops(bench_chain_function run, double flops_per_iteration,
 /* The fp32 FMA peak (GFLOP/s, all `threads` threads) timed on `clock` (peak.c). */
 double bench_measure_fma_peak(int threads, bench_clock clock);
 
-/* The bf16 peaks (GFLOP/s, all `threads` threads, peak_bf16.c): VDPBF16PS on zmm chains, and
- * AMX TDPBF16PS on 4 accumulator tiles; 0 where the CPU, OS or build lacks them. */
+/* The bf16 / fp16 peaks (GFLOP/s, all `threads` threads, peak_bf16.c): VDPBF16PS on zmm
+ * chains, AMX TDPBF16PS and AMX-FP16 TDPFP16PS on 4 accumulator tiles; 0 where the CPU, OS
+ * or build lacks them. */
 double bench_measure_bf16_peak(int threads, bench_clock clock);
 double bench_measure_amx_peak(int threads, bench_clock clock);
+double bench_measure_amx_fp16_peak(int threads, bench_clock clock);
 
 #endif /* ATTN_BENCH_CLOCK_H */

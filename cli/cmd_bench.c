@@ -42,7 +42,8 @@ static void print_help(FILE *stream) {
     fprintf(stream,
         "usage: attn bench [options]          time attn_forward on a grid of shapes\n"
         "       attn bench --peak             print this machine's FMA peak (and bf16 VDPBF16PS /\n"
-        "                                     AMX peaks where present) and read bandwidth\n"
+        "                                     AMX / fp16 AMX-FP16 peaks where present) and read\n"
+        "                                     bandwidth\n"
         "       attn bench decode [options]   the decoding benchmark (see attn bench decode --help)\n"
         "       attn bench serve [options]    continuous-batching step mix (see attn bench serve --help)\n\n"
         "The default grid (B = 1): T in 512,1024,2048,4096,8192,16384; Hq in 8,32; Hkv = Hq and\n"
@@ -65,8 +66,8 @@ static void print_help(FILE *stream) {
         "  --threads N         threads (default: all, as OpenMP decides)\n"
         "  --kernel NAME       auto, generic, avx2, avx512, avx512_bf16 or amx (default auto)\n"
         "  --dtype TYPE        f32, bf16 or f16: the type of Q, K, V and O (default f32); 16-bit\n"
-        "                      rows say how they ran (bf16 tiles, or converted to fp32) and\n"
-        "                      compare with the peak of what ran (the backward widens\n"
+        "                      rows say how they ran (bf16 / f16 tiles, or converted to fp32)\n"
+        "                      and compare with the peak of what ran (the backward widens\n"
         "                      16-bit inputs and runs in fp32)\n"
         "  --backward          also time attn_backward (rows skipped if it is unsupported)\n"
         "  --reference         time attn_reference_forward (the naive oracle) instead\n"
@@ -489,6 +490,12 @@ int cli_bench(int argc, char **argv) {
                    amx_peak, clock_note);
         else
             printf("bf16 AMX peak: not available (CPU, OS permission or build without AMX)\n");
+        const double amx_fp16_peak = bench_measure_amx_fp16_peak(threads, s.clock);
+        if (amx_fp16_peak > 0)
+            printf("fp16 AMX-FP16 TDPFP16PS peak: %.1f GFLOP/s%s (4 accumulator tiles, no loads)\n",
+                   amx_fp16_peak, clock_note);
+        else
+            printf("fp16 AMX-FP16 peak: not available (CPU without AMX-FP16, OS permission or build)\n");
         printf("memory read bandwidth: %.1f GB/s\n", cli_measure_read_bandwidth_gbs(threads));
         return 0;
     }
@@ -498,14 +505,17 @@ int cli_bench(int argc, char **argv) {
                 s.kernel == ATTN_KERNEL_AVX2 ? "AVX2" : s.kernel == ATTN_KERNEL_AVX512 ? "AVX-512" : "requested");
         return 1;
     }
-    /* What runs: fp32 kernels (f32, f16, bf16 widened at packing) against the FMA peak, or
-     * bf16 tiles against their own peak. */
+    /* What runs: fp32 kernels (f32, f16 / bf16 widened at packing) against the FMA peak, or
+     * bf16 / fp16 tiles against their own peak. */
     const char *bf16_tiles = s.dtype == ATTN_DTYPE_BF16 ? attn_kernel_bf16_tiles(s.kernel) : NULL;
+    const char *f16_tiles = s.dtype == ATTN_DTYPE_F16 ? attn_kernel_f16_tiles(s.kernel) : NULL;
     static char kernel_label[96];
     if (s.dtype == ATTN_DTYPE_F32)
         snprintf(kernel_label, sizeof kernel_label, "%s", kernel_name);
     else if (bf16_tiles != NULL)
         snprintf(kernel_label, sizeof kernel_label, "%s bf16 tiles (%s)", kernel_name, bf16_tiles);
+    else if (f16_tiles != NULL)
+        snprintf(kernel_label, sizeof kernel_label, "%s f16 tiles (%s)", kernel_name, f16_tiles);
     else
         snprintf(kernel_label, sizeof kernel_label, "%s %s as fp32", kernel_name,
                  s.dtype == ATTN_DTYPE_BF16 ? "bf16" : "f16");
@@ -514,6 +524,9 @@ int cli_bench(int argc, char **argv) {
         const int amx = strcmp(bf16_tiles, "amx") == 0;
         peak = amx ? bench_measure_amx_peak(threads, s.clock) : bench_measure_bf16_peak(threads, s.clock);
         bench_report_set_peak_name(amx ? "bf16 AMX TDPBF16PS peak" : "bf16 VDPBF16PS peak");
+    } else if (!(peak > 0) && f16_tiles != NULL) {
+        peak = bench_measure_amx_fp16_peak(threads, s.clock);
+        bench_report_set_peak_name("fp16 AMX-FP16 TDPFP16PS peak");
     }
     if (!(peak > 0)) peak = bench_measure_fma_peak(threads, s.clock);
 

@@ -347,9 +347,16 @@ ATTN_API int attn_kernel_available(attn_kernel_choice choice);
 
 /* How bf16 operands run under `choice` on this CPU: the name of the bf16 tile kernels
  * ("amx", "avx512bf16") when attn_forward computes bf16 on them, or NULL when it widens bf16
- * to fp32 at packing and runs the fp32 kernels (fp16 always does; docs/precision.md), or
+ * to fp32 at packing and runs the fp32 kernels (docs/precision.md), or
  * when `choice` is not available. */
 ATTN_API const char *attn_kernel_bf16_tiles(attn_kernel_choice choice);
+
+/* How fp16 operands run under `choice` on this CPU: "amx_fp16" when attn_forward computes
+ * fp16 on the AMX-FP16 tiles (TDPFP16PS: the CPU has AMX-FP16, CPUID.(EAX=7,ECX=1):EAX bit
+ * 21, Granite Rapids and later, and `choice` is AMX or AUTO resolving to it), or NULL when it
+ * widens fp16 to fp32 at packing and runs the fp32 kernels, or when `choice` is not
+ * available. */
+ATTN_API const char *attn_kernel_f16_tiles(attn_kernel_choice choice);
 
 /*
  * The standard ALiBi slopes for `num_heads` heads (Press et al.): for n a power of two,
@@ -377,7 +384,8 @@ ATTN_API attn_status attn_alibi_slopes(int num_heads, float *slopes, attn_error 
  * read exactly; scores, softmax, statistics and the accumulator are fp32; P is rounded to the
  * operand type for P·V (the row sums use the unrounded P); O is rounded once when written. bf16
  * runs on bf16 tiles where they are faster (AMX; or asked for with ATTN_KERNEL_AVX512_BF16,
- * attn_kernel_bf16_tiles), else widened to fp32 at packing like fp16.
+ * attn_kernel_bf16_tiles), else widened to fp32 at packing; fp16 runs on the AMX-FP16 tiles
+ * where the CPU has them (attn_kernel_f16_tiles), else widened the same way.
  * Errors: NULL pointers, mixed or unsupported dtypes, a finite O beyond the range of a 16-bit
  * out (ATTN_ERROR_OVERFLOW naming the first such row; the other rows are written), non-positive sizes, Hq % Hkv != 0, K/V disagreeing on B or Tk,
  * options out of range, mask/bias shapes that do not broadcast, overflow, an empty row under

@@ -2,7 +2,7 @@
  * test_forward_lowp.c — attn_forward with BF16 and F16 q, k, v, out against the float64
  * reference (attn_reference_forward) on the same inputs (the 16-bit values widened to fp32),
  * for every registry this CPU runs (AUTO, GENERIC, AVX512_BF16 = bf16 tiles, AMX where the OS
- * allows it), across masks, GQA, Tq != Tk, strided layouts; bitwise identical for 1 and 2
+ * allows it) and the AMX / AMX-FP16 tile algorithms on emulated tiles, across masks, GQA, Tq != Tk, strided layouts; bitwise identical for 1 and 2
  * threads and for every way of holding packed K/V (per thread, shared, one tile at a time
  * under execution.memory_limit_bytes); an fp16 output that overflows is ATTN_ERROR_OVERFLOW;
  * mixed dtypes are refused; attn_merge of 16-bit partials over two key halves; NaN / inf in
@@ -22,8 +22,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "call/call.h"
 #include "kernels/registry.h"
 
+#include "amx_emulation.h"
 #include "test_forward_harness.h"
 
 static uint16_t f16_bits(float x) { return test_half_from_float(x, ATTN_DTYPE_F16); }
@@ -61,8 +63,69 @@ static const forward_case cases[] = {
      .Dv = 64, .input_stddev = 4.0f},
 };
 
-static const attn_kernel_choice kernel_choices[] = {ATTN_KERNEL_AUTO, ATTN_KERNEL_GENERIC,
-                                                    ATTN_KERNEL_AVX512_BF16, ATTN_KERNEL_AMX};
+/* ---- bf16 / fp16 on AMX tiles, emulated (tests/support/amx_emulation.h): the forward pass
+ * as it runs on a CPU with AMX (AMX-FP16), on any CPU. The runners below are the kernel
+ * choices plus EMULATED_AMX (bf16 operands) and EMULATED_AMX_FP16 (fp16 operands): the AUTO
+ * registry with its bf16 (f16) part replaced by the AMX tile algorithm (configured as
+ * lowp_amx.c is where this CPU has AVX512-BF16) and bf16_native (f16_native) set, run through
+ * attn_call_begin / attn_forward_run with the call's registry swapped. ---- */
+enum { EMULATED_AMX = -1, EMULATED_AMX_FP16 = -2 };
+static const int runners[] = {ATTN_KERNEL_AUTO, ATTN_KERNEL_GENERIC, ATTN_KERNEL_AVX512_BF16,
+                              ATTN_KERNEL_AMX, EMULATED_AMX, EMULATED_AMX_FP16};
+enum { RUNNER_COUNT = sizeof runners / sizeof runners[0] };
+
+static int runner_available(int runner, attn_dtype dtype) {
+    if (runner == EMULATED_AMX) return dtype == ATTN_DTYPE_BF16;
+    if (runner == EMULATED_AMX_FP16) return dtype == ATTN_DTYPE_F16;
+    return attn_cpu_supports((attn_kernel_choice)runner);
+}
+static const char *runner_name(int runner) {
+    return runner == EMULATED_AMX        ? "amx (emulated)"
+           : runner == EMULATED_AMX_FP16 ? "amx_fp16 (emulated)"
+                                         : attn_kernel_choice_name((attn_kernel_choice)runner);
+}
+
+/* The AUTO registry with emulated AMX tiles for bf16 (f16 = 0) or fp16 (f16 = 1). */
+static const attn_kernels *emulated_registry(int f16) {
+    static attn_kernels registry[2];
+    static int built;
+    if (!built) { /* main thread only */
+        const attn_kernels *automatic = NULL;
+        attn_kernels_select(ATTN_KERNEL_AUTO, &automatic, NULL);
+        registry[0] = registry[1] = *automatic;
+        registry[0].bf16 = emulated_amx;
+        registry[1].f16 = emulated_amx_f16;
+#if defined(ATTN_HAVE_AVX512BF16_KERNELS)
+        if (attn_cpu_supports(ATTN_KERNEL_AVX512_BF16)) {
+            registry[0].bf16 = emulated_amx_avx512;
+            registry[1].f16 = emulated_amx_f16_avx512;
+        }
+#endif
+        registry[0].bf16_native = 1;
+        registry[1].f16_native = 1;
+        built = 1;
+    }
+    return &registry[f16];
+}
+
+/* attn_forward under `runner` (execution->kernel is set from it). */
+static attn_status forward_with(int runner, const attn_tensor *q, const attn_tensor *k,
+                                const attn_tensor *v, const attn_options *options,
+                                attn_tensor *out, attn_tensor *lse, attn_execution execution,
+                                attn_error *error) {
+    const int emulated = runner == EMULATED_AMX || runner == EMULATED_AMX_FP16;
+    execution.kernel = emulated ? ATTN_KERNEL_AUTO : (attn_kernel_choice)runner;
+    if (!emulated) return attn_forward(q, k, v, options, out, lse, &execution, error);
+    const attn_kernels *registry = emulated_registry(runner == EMULATED_AMX_FP16);
+    attn_call call;
+    const attn_status status = attn_call_begin(&call, options, &execution, error);
+    if (status != ATTN_OK) {
+        attn_call_end(&call);
+        return status;
+    }
+    call.kernels = registry;
+    return attn_forward_run(&call, q, k, v, out, lse, error);
+}
 
 /* Bound L on the fp32 error of one logit of the case (header comment). */
 static double logit_error_bound(const forward_instance *x, const forward_case *c, double scale) {
@@ -100,9 +163,9 @@ static void run_case(const forward_case *c, attn_dtype dtype, uint64_t seed) {
                                     &absolute_out.view, NULL, &error);
     CHECK_STATUS(status, ATTN_OK, &error, "%s %s: reference on |V|", c->name, type);
 
-    for (size_t kc = 0; kc < sizeof kernel_choices / sizeof *kernel_choices; ++kc) {
-        const attn_kernel_choice kernel = kernel_choices[kc];
-        if (!attn_cpu_supports(kernel)) continue;
+    for (int rc = 0; rc < RUNNER_COUNT; ++rc) {
+        const int runner = runners[rc];
+        if (!runner_available(runner, dtype)) continue;
         test_half_tensor out[2];
         test_tensor lse[2];
         const int64_t lse_shape[3] = {c->B, c->Hq, c->Tq};
@@ -111,12 +174,11 @@ static void run_case(const forward_case *c, attn_dtype dtype, uint64_t seed) {
             lse[t] = test_tensor_new_shape(3, lse_shape);
             attn_options options = x.options;
             attn_execution execution = x.execution;
-            execution.kernel = kernel;
             execution.num_threads = t + 1;
-            status = attn_forward(&q.view, &k.view, &v.view, &options, &out[t].view, &lse[t].view,
-                                  &execution, &error);
+            status = forward_with(runner, &q.view, &k.view, &v.view, &options, &out[t].view,
+                                  &lse[t].view, execution, &error);
             CHECK_STATUS(status, ATTN_OK, &error, "%s %s kernel %s threads %d", c->name, type,
-                         attn_kernel_choice_name(kernel), t + 1);
+                         runner_name(runner), t + 1);
         }
         double worst = 0.0, worst_lse = 0.0;
         int out_failures = 0, lse_failures = 0, thread_differences = 0;
@@ -147,14 +209,14 @@ static void run_case(const forward_case *c, attn_dtype dtype, uint64_t seed) {
                     if (error_l > worst_lse) worst_lse = error_l;
                 }
         printf("%-30s %s %-12s O error <= %.2f of its bound, LSE error %.3g (bound %.3g)\n",
-               c->name, type, attn_kernel_choice_name(kernel), worst, worst_lse, logit_error + 1e-5);
+               c->name, type, runner_name(runner), worst, worst_lse, logit_error + 1e-5);
         CHECK(out_failures == 0,
               "%s %s [%s]: O within u|O| + (u + 2.1L)A of float64 (worst %.2f of the bound, %d outside)",
-              c->name, type, attn_kernel_choice_name(kernel), worst, out_failures);
+              c->name, type, runner_name(runner), worst, out_failures);
         CHECK(lse_failures == 0, "%s %s [%s]: LSE from unrounded P within the logit bound (worst %.3g)",
-              c->name, type, attn_kernel_choice_name(kernel), worst_lse);
+              c->name, type, runner_name(runner), worst_lse);
         CHECK(thread_differences == 0, "%s %s [%s]: bitwise identical for 1 and 2 threads (%d differ)",
-              c->name, type, attn_kernel_choice_name(kernel), thread_differences);
+              c->name, type, runner_name(runner), thread_differences);
         /* nothing written outside the view (padding of strided layouts) */
         int outside = 0;
         if (c->layout == TEST_LAYOUT_PADDED) {
@@ -163,7 +225,7 @@ static void run_case(const forward_case *c, attn_dtype dtype, uint64_t seed) {
                     for (int64_t h = 0; h < c->Hq; ++h)
                         outside += test_half_bits4(&out[0].view, b, i, h, c->Dv) != 0x7bcd;
             CHECK(outside == 0, "%s %s [%s]: row padding untouched", c->name, type,
-                  attn_kernel_choice_name(kernel));
+                  runner_name(runner));
         }
         for (int t = 0; t < 2; ++t) {
             free(out[t].allocation);
@@ -229,21 +291,20 @@ found:
     attn_tensor k = attn_tensor_contiguous(k16, ATTN_DTYPE_F16, 4, k_shape);
     attn_tensor v = attn_tensor_contiguous(v16, ATTN_DTYPE_F16, 4, k_shape);
     attn_tensor out = attn_tensor_contiguous(o16, ATTN_DTYPE_F16, 4, q_shape);
-    for (size_t kc = 0; kc < sizeof kernel_choices / sizeof *kernel_choices; ++kc) {
-        if (!attn_cpu_supports(kernel_choices[kc])) continue;
-        const char *name = attn_kernel_choice_name(kernel_choices[kc]);
+    for (int rc = 0; rc < RUNNER_COUNT; ++rc) {
+        if (!runner_available(runners[rc], ATTN_DTYPE_F16)) continue;
+        const char *name = runner_name(runners[rc]);
         attn_options options = attn_options_default();
         attn_execution execution = attn_execution_default();
         options.custom_scale = 1;
         options.scale = 1.0f;
-        execution.kernel = kernel_choices[kc];
         attn_error error = {0};
-        attn_status status = attn_forward(&q, &k, &v, &options, &out, NULL, &execution, &error);
+        attn_status status = forward_with(runners[rc], &q, &k, &v, &options, &out, NULL, execution, &error);
         CHECK_STATUS(status, ATTN_ERROR_OVERFLOW, &error, "[%s] fp16 output 65536 is an error", name);
         CHECK(strstr(error.message, "b = 0, i = 0, h = 0") != NULL && strstr(error.message, "65504"),
               "[%s] message names the row and the limit: %s", name, error.message);
         for (int j = 0; j < T; ++j) k16[j] = f16_bits(0.0f);
-        status = attn_forward(&q, &k, &v, &options, &out, NULL, &execution, &error);
+        status = forward_with(runners[rc], &q, &k, &v, &options, &out, NULL, execution, &error);
         CHECK_STATUS(status, ATTN_OK, &error, "[%s] fp16 output 65504 fits", name);
         CHECK(o16[0] == f16_bits(65504.0f), "[%s] O = 65504 exactly", name);
         for (int j = 1; j < T; ++j) k16[j] = key;
@@ -261,22 +322,21 @@ static void test_packing_modes(attn_dtype dtype) {
     forward_instance_build(&x, &c, 77);
     test_half_tensor q = test_half_round(&x.q, dtype), k = test_half_round(&x.k, dtype),
                 v = test_half_round(&x.v, dtype);
-    for (size_t kc = 0; kc < sizeof kernel_choices / sizeof *kernel_choices; ++kc) {
-        if (!attn_cpu_supports(kernel_choices[kc])) continue;
-        const char *name = attn_kernel_choice_name(kernel_choices[kc]);
+    for (int rc = 0; rc < RUNNER_COUNT; ++rc) {
+        if (!runner_available(runners[rc], dtype)) continue;
+        const char *name = runner_name(runners[rc]);
         test_half_tensor unlimited = test_half_like(&x.out, dtype, 0x7bcd), limited = test_half_like(&x.out, dtype, 0x7bcd);
         attn_options options = x.options;
         attn_execution execution = x.execution;
-        execution.kernel = kernel_choices[kc];
         execution.num_threads = 2;
         attn_error error = {0};
-        CHECK_STATUS(attn_forward(&q.view, &k.view, &v.view, &options, &unlimited.view, NULL, &execution, &error),
+        CHECK_STATUS(forward_with(runners[rc], &q.view, &k.view, &v.view, &options, &unlimited.view, NULL, execution, &error),
                      ATTN_OK, &error, "limits %d [%s]: no limit", (int)dtype, name);
         size_t low = 1, high = (size_t)1 << 30;
         while (low < high) {
             const size_t middle = low + (high - low) / 2;
             execution.memory_limit_bytes = middle;
-            if (attn_forward(&q.view, &k.view, &v.view, &options, &limited.view, NULL, &execution, NULL) == ATTN_OK)
+            if (forward_with(runners[rc], &q.view, &k.view, &v.view, &options, &limited.view, NULL, execution, NULL) == ATTN_OK)
                 high = middle;
             else
                 low = middle + 1;
@@ -285,7 +345,7 @@ static void test_packing_modes(attn_dtype dtype) {
         for (size_t limit = low; limit < ((size_t)64 << 20); limit += limit / 2 + 1, ++runs) {
             execution.memory_limit_bytes = limit;
             const attn_status status =
-                attn_forward(&q.view, &k.view, &v.view, &options, &limited.view, NULL, &execution, &error);
+                forward_with(runners[rc], &q.view, &k.view, &v.view, &options, &limited.view, NULL, execution, &error);
             CHECK_STATUS(status, ATTN_OK, &error, "limits [%s]: limit %zu", name, limit);
             differences += memcmp(limited.allocation, unlimited.allocation,
                                   (size_t)x.out.allocation_floats * sizeof(uint16_t)) != 0;
@@ -404,26 +464,25 @@ static void test_dead_values(attn_dtype dtype) {
     attn_tensor bias_view = attn_tensor_contiguous(bias, ATTN_DTYPE_F32, 4, pair_shape);
     const uint16_t poison[2] = {dtype == ATTN_DTYPE_BF16 ? 0x7fc0 : 0x7e00,
                                 dtype == ATTN_DTYPE_BF16 ? 0x7f80 : 0x7c00}; /* NaN, inf */
-    for (size_t kc = 0; kc < sizeof kernel_choices / sizeof *kernel_choices; ++kc) {
-        if (!attn_cpu_supports(kernel_choices[kc])) continue;
-        const char *name = attn_kernel_choice_name(kernel_choices[kc]);
+    for (int rc = 0; rc < RUNNER_COUNT; ++rc) {
+        if (!runner_available(runners[rc], dtype)) continue;
+        const char *name = runner_name(runners[rc]);
         for (int by_bias = 0; by_bias < 2; ++by_bias) {
             attn_options options = x.options;
             attn_execution execution = x.execution;
-            execution.kernel = kernel_choices[kc];
             if (by_bias) options.bias = &bias_view;
             else options.mask = &mask_view;
             test_half_tensor clean = test_half_like(&x.out, dtype, 0x7bcd), poisoned = test_half_like(&x.out, dtype, 0x7bcd);
             attn_error error = {0};
             for (int e = 0; e < D; ++e) ((uint16_t *)v.view.data)[DEAD * v.view.stride[1] + e] = 0;
-            CHECK_STATUS(attn_forward(&q.view, &k.view, &v.view, &options, &clean.view, NULL, &execution, &error),
+            CHECK_STATUS(forward_with(runners[rc], &q.view, &k.view, &v.view, &options, &clean.view, NULL, execution, &error),
                          ATTN_OK, &error, "dead %s [%s]: zero values", type, name);
             int differences = 0;
             for (int p = 0; p < 2; ++p) {
                 for (int e = 0; e < D; ++e)
                     ((uint16_t *)v.view.data)[DEAD * v.view.stride[1] + e] = poison[(e + p) % 2];
-                CHECK_STATUS(attn_forward(&q.view, &k.view, &v.view, &options, &poisoned.view, NULL,
-                                          &execution, &error),
+                CHECK_STATUS(forward_with(runners[rc], &q.view, &k.view, &v.view, &options, &poisoned.view, NULL,
+                                          execution, &error),
                              ATTN_OK, &error, "dead %s [%s]: poisoned values", type, name);
                 differences += memcmp(clean.allocation, poisoned.allocation,
                                       (size_t)x.out.allocation_floats * sizeof(uint16_t)) != 0;

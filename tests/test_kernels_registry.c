@@ -108,7 +108,11 @@ static int complete(const attn_kernels *k) {
            b->score_gradient && d->bf16_to_f32 && d->f16_to_f32 && d->score_chunk &&
            d->softmax_chunk && d->accumulate_chunk &&
            /* the optional bf16 pair comes together (accumulate may exist alone) */
-           (d->prepare_bf16_queries == NULL || d->score_chunk_bf16 != NULL);
+           (d->prepare_bf16_queries == NULL || d->score_chunk_bf16 != NULL) &&
+           /* the 16-bit tile parts, each complete */
+           k->bf16.name && k->bf16.pack_keys && k->bf16.pack_values && k->bf16.score_tile &&
+           k->bf16.accumulate_values && k->f16.name && k->f16.pack_keys && k->f16.pack_values &&
+           k->f16.score_tile && k->f16.accumulate_values;
 }
 
 static void test_choices(void) {
@@ -182,6 +186,19 @@ static void test_choices(void) {
                   kernels->bf16_native == (choices[c].choice == ATTN_KERNEL_AMX),
               "registry %s: bf16 tiles %s (native %d)", choices[c].name,
               kernels->bf16.name ? kernels->bf16.name : "(none)", kernels->bf16_native);
+        /* fp16 on tiles only in the AMX registry, and there only with AMX-FP16 (CPUID 7.1 EAX
+         * bit 21); everywhere else the generic fp16 tiles, unused by the forward pass. */
+        const int f16_tiles = choices[c].choice == ATTN_KERNEL_AMX && f->amx_fp16;
+        CHECK(kernels->f16.name && strcmp(kernels->f16.name, f16_tiles ? "amx_fp16" : "generic") == 0 &&
+                  kernels->f16_native == f16_tiles && attn_kernels_f16_on_tiles(kernels) == f16_tiles,
+              "registry %s: fp16 tiles %s (native %d)", choices[c].name,
+              kernels->f16.name ? kernels->f16.name : "(none)", kernels->f16_native);
+        const char *query = attn_kernel_f16_tiles(choices[c].choice);
+        CHECK(f16_tiles ? query != NULL && strcmp(query, "amx_fp16") == 0 : query == NULL,
+              "attn_kernel_f16_tiles(%s) = %s", choices[c].name, query ? query : "NULL");
+        CHECK(attn_kernels_tiles16(kernels, ATTN_DTYPE_F16) == &kernels->f16 &&
+                  attn_kernels_tiles16(kernels, ATTN_DTYPE_BF16) == &kernels->bf16,
+              "registry %s: the tile table of each 16-bit dtype", choices[c].name);
         best = kernels;
     }
     const attn_kernels *automatic = NULL;

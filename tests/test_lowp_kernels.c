@@ -15,87 +15,30 @@
  * n · 2^-24 · Σ|products| (γ_n, n·u < 1); the tests allow (n + 2) · 2^-24 · Σ|·| + 1e-30.
  */
 #include <math.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/internal.h"
+#include "kernels/amx/amx_fp16.h"
+#include "kernels/half.h"
 #include "kernels/registry.h"
 #include "test_support.h"
+#include "amx_emulation.h"
 
-/* ---- the AMX tile algorithm on emulated tiles (16 rows × 64 bytes each) ---- */
-static unsigned char emulated_tiles[8][16][64];
-static int emulated_configured;
-static void emulated_load(int t, const void *base, int stride) {
-    for (int r = 0; r < 16; ++r) memcpy(emulated_tiles[t][r], (const char *)base + (size_t)r * stride, 64);
-}
-static void emulated_store(int t, void *base, int stride) {
-    for (int r = 0; r < 16; ++r) memcpy((char *)base + (size_t)r * stride, emulated_tiles[t][r], 64);
-}
-static float bf16_value(const unsigned char *bytes) {
-    uint16_t h;
-    memcpy(&h, bytes, 2);
-    uint32_t bits = (uint32_t)h << 16;
-    float x;
-    memcpy(&x, &bits, 4);
-    return x;
-}
-/* TDPBF16PS as the Intel SDM writes it: for each pair k, even element first, then odd. */
-static void emulated_dpbf16(int c, int a, int b) {
-    for (int m = 0; m < 16; ++m)
-        for (int n = 0; n < 16; ++n) {
-            float sum;
-            memcpy(&sum, &emulated_tiles[c][m][4 * n], 4);
-            for (int k = 0; k < 16; ++k) {
-                sum += bf16_value(&emulated_tiles[a][m][4 * k]) * bf16_value(&emulated_tiles[b][k][4 * n]);
-                sum += bf16_value(&emulated_tiles[a][m][4 * k + 2]) * bf16_value(&emulated_tiles[b][k][4 * n + 2]);
-            }
-            memcpy(&emulated_tiles[c][m][4 * n], &sum, 4);
-        }
-}
-#define AMX_NAME(x) emulated_amx_##x
-#define AMX_CONFIGURE(config) (emulated_configured = ((const uint8_t *)(config))[0])
-#define AMX_RELEASE() (emulated_configured = 0)
-#define AMX_ZERO(t) memset(emulated_tiles[t], 0, sizeof emulated_tiles[t])
-#define AMX_LOAD(t, base, stride) emulated_load(t, base, stride)
-#define AMX_STORE(t, base, stride) emulated_store(t, base, stride)
-#define AMX_DPBF16(c, a, b) emulated_dpbf16(c, a, b)
-#include "kernels/amx/amx_tiles.h"
+/* The AMX tile algorithms on emulated tiles: tests/support/amx_emulation.h. */
+static double f16_reference(uint16_t h);
 
-static const attn_lowp_kernels emulated_amx = {
-    .name = "amx (emulated tiles)",
-    .pack_keys = attn_lowp_generic_pack_keys,
-    .pack_values = attn_lowp_generic_pack_values,
-    .score_tile = emulated_amx_score_tile,
-    .accumulate_values = emulated_amx_accumulate_values,
-};
-
-#if defined(ATTN_HAVE_AVX512BF16_KERNELS)
-/* The same algorithm configured as lowp_amx.c is: AVX512-BF16 packing and rounding of P. */
-#undef AMX_NAME
-#undef AMX_ROUND_ROW
-#define AMX_NAME(x) emulated_amx_avx512_##x
-#define AMX_ROUND_ROW(destination, source, n, padded) \
-    attn_lowp_avx512bf16_round_row(destination, source, n, padded)
-#include "kernels/amx/amx_tiles.h"
-
-static const attn_lowp_kernels emulated_amx_avx512 = {
-    .name = "amx (emulated tiles, AVX512-BF16 packing and rounding)",
-    .pack_keys = attn_lowp_avx512bf16_pack_keys,
-    .pack_values = attn_lowp_avx512bf16_pack_values,
-    .score_tile = emulated_amx_avx512_score_tile,
-    .accumulate_values = emulated_amx_avx512_accumulate_values,
-};
-#endif
-
-/* ---- tables to test: the bf16 tiles and conversions of every registry this CPU runs ---- */
+/* ---- tables to test: the tiles and conversions of every registry this CPU runs ---- */
 typedef struct table_list {
-    const attn_lowp_kernels *list[5];
+    const attn_lowp_kernels *list[8]; /* bf16 tiles */
+    const attn_lowp_kernels *f16[8];  /* fp16 tiles */
     const attn_lowp_convert *convert[4];
-    int count, convert_count;
+    int count, f16_count, convert_count;
 } table_list;
 
 static table_list tables(void) {
-    table_list t = {{&emulated_amx}, {NULL}, 1, 0};
+    table_list t = {{&emulated_amx}, {&emulated_amx_f16}, {NULL}, 1, 1, 0};
     const attn_kernel_choice choices[] = {ATTN_KERNEL_GENERIC, ATTN_KERNEL_AVX512_BF16, ATTN_KERNEL_AMX};
     for (int c = 0; c < 3; ++c) {
         const attn_kernels *kernels = NULL;
@@ -105,9 +48,15 @@ static table_list tables(void) {
             continue;
         }
         t.list[t.count++] = &kernels->bf16;
+        /* the generic fp16 tiles once, and every other (AMX-FP16 where present) */
+        if (choices[c] == ATTN_KERNEL_GENERIC || strcmp(kernels->f16.name, "generic") != 0)
+            t.f16[t.f16_count++] = &kernels->f16;
         if (choices[c] != ATTN_KERNEL_AMX) t.convert[t.convert_count++] = &kernels->convert;
 #if defined(ATTN_HAVE_AVX512BF16_KERNELS)
-        if (choices[c] == ATTN_KERNEL_AVX512_BF16) t.list[t.count++] = &emulated_amx_avx512;
+        if (choices[c] == ATTN_KERNEL_AVX512_BF16) {
+            t.list[t.count++] = &emulated_amx_avx512;
+            t.f16[t.f16_count++] = &emulated_amx_f16_avx512;
+        }
 #endif
     }
     return t;
@@ -136,6 +85,28 @@ static uint16_t double_to_bf16_bits(double x) { /* x representable in bf16 */
 static uint16_t random_bf16(test_rng *rng, double scale) {
     return double_to_bf16_bits(bf16_round_reference(test_rng_normal(rng) * scale));
 }
+
+/* Nearest-even fp16 of x (finite, |x| < 65504), subnormals kept (unit 2^-24); as a double. */
+static double f16_round_reference(double x) {
+    if (x == 0.0) return 0.0;
+    const int exponent = ilogb(x) < -14 ? -14 : ilogb(x); /* |x| in [2^e, 2^(e+1)) or subnormal */
+    const double ulp = ldexp(1.0, exponent - 10);
+    return nearbyint(x / ulp) * ulp;
+}
+static uint16_t random_f16(test_rng *rng, double scale) {
+    return attn_float_to_f16((float)f16_round_reference(test_rng_normal(rng) * scale)); /* exact */
+}
+
+/* The operand type of a tile table: random values, their exact value, the rounding of P. */
+typedef struct operand_type {
+    const char *name;
+    uint16_t (*random)(test_rng *rng, double scale);
+    double (*value)(uint16_t bits);
+    double (*round)(double x);
+    double largest_scale; /* inputs drawn at most this large (fp16 tops out at 65504) */
+} operand_type;
+static const operand_type bf16_type = {"bf16", random_bf16, bf16_bits_to_double, bf16_round_reference, 1e300};
+static const operand_type f16_type = {"fp16", random_f16, f16_reference, f16_round_reference, 100.0};
 
 static void *aligned_fill(size_t bytes, unsigned char fill) {
     void *p = attn_aligned_alloc(bytes + 64);
@@ -217,21 +188,22 @@ static const tile_case tile_cases[] = {
     {6, 40, 64, 40, 1e15, CONTIGUOUS}, {17, 33, 3, 33, 3e18, PADDED},
 };
 
-static void test_tiles(const attn_lowp_kernels *table, test_rng *rng) {
+static void test_tiles(const attn_lowp_kernels *table, const operand_type *type, test_rng *rng) {
     int score_failures = 0, value_failures = 0, sentinel_failures = 0;
     double worst_score = 0.0, worst_value = 0.0;
     for (size_t n = 0; n < sizeof tile_cases / sizeof *tile_cases; ++n) {
         const tile_case tc = tile_cases[n];
         const int rows = tc.rows, count = tc.count, dim = tc.dim, packed_count = tc.packed_count;
+        const double scale = tc.scale < type->largest_scale ? tc.scale : type->largest_scale;
         const int query_stride = attn_lowp_query_stride(dim) + 32; /* wider than needed */
         const int scores_stride = count + 5, accumulator_stride = dim + 7, weights_stride = count + 3;
         uint16_t *queries = aligned_fill((size_t)rows * query_stride * 2, 0);
         uint16_t *keys = malloc((size_t)packed_count * dim * 2), *values = malloc((size_t)packed_count * dim * 2);
         for (int r = 0; r < rows; ++r)
-            for (int d = 0; d < dim; ++d) queries[(size_t)r * query_stride + d] = random_bf16(rng, tc.scale);
+            for (int d = 0; d < dim; ++d) queries[(size_t)r * query_stride + d] = type->random(rng, scale);
         for (int i = 0; i < packed_count * dim; ++i) {
-            keys[i] = random_bf16(rng, tc.scale);
-            values[i] = random_bf16(rng, tc.scale);
+            keys[i] = type->random(rng, scale);
+            values[i] = type->random(rng, scale);
         }
         source ks = make_source(keys, packed_count, dim, tc.kind);
         source vs = make_source(values, packed_count, dim, tc.kind);
@@ -250,8 +222,8 @@ static void test_tiles(const attn_lowp_kernels *table, test_rng *rng) {
                 if (r == rows || c >= count) { sentinel_failures += got != 12345.0f; continue; }
                 double exact = 0.0, magnitude = 0.0;
                 for (int d = 0; d < dim; ++d) {
-                    const double p = bf16_bits_to_double(queries[(size_t)r * query_stride + d]) *
-                                     bf16_bits_to_double(keys[(size_t)c * dim + d]);
+                    const double p = type->value(queries[(size_t)r * query_stride + d]) *
+                                     type->value(keys[(size_t)c * dim + d]);
                     exact += p;
                     magnitude += fabs(p);
                 }
@@ -267,10 +239,12 @@ static void test_tiles(const attn_lowp_kernels *table, test_rng *rng) {
         float *initial = malloc((size_t)(rows + 1) * accumulator_stride * sizeof(float));
         for (int i = 0; i < rows * weights_stride; ++i) {
             const double u = test_rng_uniform(rng);
-            weights[i] = u < 0.05 ? 0.0f : u < 0.1 ? (float)ldexp(u, -130) : (float)u;
+            weights[i] = u < 0.05 ? 0.0f : u < 0.1 ? (float)ldexp(u, -130)
+                                           : u < 0.15 ? (float)ldexp(u, -18) /* fp16 subnormal */
+                                                      : (float)u;
         }
         for (int i = 0; i < (rows + 1) * accumulator_stride; ++i)
-            initial[i] = accumulator[i] = (float)(test_rng_normal(rng) * tc.scale);
+            initial[i] = accumulator[i] = (float)(test_rng_normal(rng) * scale);
         table->accumulate_values(rows, count, dim, weights, weights_stride, packed_values,
                                  accumulator, accumulator_stride);
         for (int r = 0; r < rows + 1; ++r)
@@ -279,8 +253,8 @@ static void test_tiles(const attn_lowp_kernels *table, test_rng *rng) {
                 if (r == rows || e >= dim) { sentinel_failures += accumulator[at] != initial[at]; continue; }
                 double exact = initial[at], magnitude = fabs(initial[at]);
                 for (int c = 0; c < count; ++c) {
-                    const double p = bf16_round_reference(weights[(size_t)r * weights_stride + c]) *
-                                     bf16_bits_to_double(values[(size_t)c * dim + e]);
+                    const double p = type->round(weights[(size_t)r * weights_stride + c]) *
+                                     type->value(values[(size_t)c * dim + e]);
                     exact += p;
                     magnitude += fabs(p);
                 }
@@ -301,13 +275,243 @@ static void test_tiles(const attn_lowp_kernels *table, test_rng *rng) {
         free(keys);
         free(values);
     }
-    CHECK(score_failures == 0, "%s score_tile within (D+2)·2^-24·Σ|q·k| of double (%d outside; worst %.3g of Σ|q·k|)",
-          table->name, score_failures, worst_score);
+    CHECK(score_failures == 0, "%s %s score_tile within (D+2)·2^-24·Σ|q·k| of double (%d outside; worst %.3g of Σ|q·k|)",
+          table->name, type->name, score_failures, worst_score);
     CHECK(value_failures == 0,
-          "%s accumulate_values with P rounded to bf16 within (n+2)·2^-24·Σ|p·v| (%d outside; worst %.3g)",
-          table->name, value_failures, worst_value);
-    CHECK(sentinel_failures == 0, "%s writes nothing outside the tile (%d writes)", table->name,
-          sentinel_failures);
+          "%s accumulate_values with P rounded to %s within (n+2)·2^-24·Σ|p·v| (%d outside; worst %.3g)",
+          table->name, type->name, value_failures, worst_value);
+    CHECK(sentinel_failures == 0, "%s %s writes nothing outside the tile (%d writes)", table->name,
+          type->name, sentinel_failures);
+}
+
+/* ---- tables that must agree bit for bit: the AMX-FP16 algorithm and the generic fp16 tiles
+ * add the same exact products in the same order (TDPFP16PS's: lowp.h) ---- */
+static void test_same_bits(const attn_lowp_kernels *a, const attn_lowp_kernels *b,
+                           const operand_type *type, test_rng *rng) {
+    int packing = 0, differing = 0, compared = 0;
+    for (size_t n = 0; n < sizeof tile_cases / sizeof *tile_cases; ++n) {
+        const tile_case tc = tile_cases[n];
+        const int rows = tc.rows, count = tc.count, dim = tc.dim, packed_count = tc.packed_count;
+        const double scale = tc.scale < type->largest_scale ? tc.scale : type->largest_scale;
+        const int query_stride = attn_lowp_query_stride(dim);
+        uint16_t *queries = aligned_fill((size_t)rows * query_stride * 2, 0);
+        uint16_t *rows_k = malloc((size_t)packed_count * dim * 2), *rows_v = malloc((size_t)packed_count * dim * 2);
+        for (int r = 0; r < rows; ++r)
+            for (int d = 0; d < dim; ++d) queries[(size_t)r * query_stride + d] = type->random(rng, scale);
+        for (int i = 0; i < packed_count * dim; ++i) {
+            rows_k[i] = type->random(rng, scale);
+            rows_v[i] = type->random(rng, scale);
+        }
+        const size_t key_bytes = attn_lowp_packed_keys_bytes(packed_count, dim);
+        const size_t value_bytes = attn_lowp_packed_values_bytes(packed_count, dim);
+        uint16_t *packed[2][2]; /* [table][keys, values] */
+        float *scores[2], *accumulator[2];
+        float *weights = malloc((size_t)rows * count * sizeof(float));
+        for (int i = 0; i < rows * count; ++i) {
+            const double u = test_rng_uniform(rng);
+            weights[i] = u < 0.1 ? (float)ldexp(u, -18) : (float)u;
+        }
+        for (int t = 0; t < 2; ++t) {
+            const attn_lowp_kernels *table = t ? b : a;
+            packed[t][0] = aligned_fill(key_bytes, 0);
+            packed[t][1] = aligned_fill(value_bytes, 0);
+            table->pack_keys(packed_count, dim, rows_k, dim, 1, packed[t][0]);
+            table->pack_values(packed_count, dim, rows_v, dim, 1, packed[t][1]);
+            scores[t] = malloc((size_t)rows * count * sizeof(float));
+            accumulator[t] = malloc((size_t)rows * dim * sizeof(float));
+            table->score_tile(rows, count, dim, queries, query_stride, packed[t][0], scores[t], count);
+            test_rng copy = *rng; /* the same initial accumulator for both */
+            for (int i = 0; i < rows * dim; ++i) accumulator[t][i] = (float)(test_rng_normal(&copy) * scale);
+            table->accumulate_values(rows, count, dim, weights, count, packed[t][1], accumulator[t], dim);
+        }
+        packing += memcmp(packed[0][0], packed[1][0], key_bytes) != 0;
+        packing += memcmp(packed[0][1], packed[1][1], value_bytes) != 0;
+        for (int i = 0; i < rows * count; ++i) differing += scores[0][i] != scores[1][i];
+        for (int i = 0; i < rows * dim; ++i) differing += accumulator[0][i] != accumulator[1][i];
+        compared += rows * count + rows * dim;
+        for (int t = 0; t < 2; ++t) {
+            attn_aligned_free(packed[t][0]);
+            attn_aligned_free(packed[t][1]);
+            free(scores[t]);
+            free(accumulator[t]);
+        }
+        free(weights);
+        free(rows_k);
+        free(rows_v);
+        attn_aligned_free(queries);
+    }
+    CHECK(packing == 0 && differing == 0,
+          "%s and %s (%s): the same packed bytes and the same scores and P·V bit for bit (%d packings, %d of %d results differ)",
+          a->name, b->name, type->name, packing, differing, compared);
+}
+
+/* ---- the tile configuration: loaded per thread exactly when the thread's differs ---- */
+enum { CONFIG_ROWS = 21, CONFIG_KEYS = 40, CONFIG_DIM = 72 };
+typedef struct config_inputs {
+    uint16_t *queries[2];               /* bf16, fp16: [CONFIG_ROWS][query stride] */
+    uint16_t *keys[2], *values[2];       /* packed */
+    float weights[CONFIG_ROWS * CONFIG_KEYS];
+} config_inputs;
+typedef struct config_outputs {
+    float scores[2][CONFIG_ROWS * CONFIG_KEYS];
+    float accumulator[2][CONFIG_ROWS * CONFIG_DIM];
+} config_outputs;
+typedef struct config_report {
+    int steps, wrong_loads, differing, faults;
+} config_report;
+
+/* The four AMX kernels (bf16 and fp16 Q·Kᵀ and P·V) on the inputs. */
+static void config_run(const config_inputs *in, config_outputs *out) {
+    const attn_lowp_kernels *table[2] = {&emulated_amx, &emulated_amx_f16};
+    const int query_stride = attn_lowp_query_stride(CONFIG_DIM);
+    for (int t = 0; t < 2; ++t) {
+        table[t]->score_tile(CONFIG_ROWS, CONFIG_KEYS, CONFIG_DIM, in->queries[t], query_stride,
+                             in->keys[t], out->scores[t], CONFIG_KEYS);
+        for (int i = 0; i < CONFIG_ROWS * CONFIG_DIM; ++i) out->accumulator[t][i] = (float)(i % 7) - 3.0f;
+        table[t]->accumulate_values(CONFIG_ROWS, CONFIG_KEYS, CONFIG_DIM, in->weights, CONFIG_KEYS,
+                                    in->values[t], out->accumulator[t], CONFIG_DIM);
+    }
+}
+
+/* One run of the kernels on this thread: it must load the configuration once if the
+ * thread's differed from the kernels' before, else never, and give the expected bits. */
+static void config_step(const config_inputs *in, const config_outputs *expected, config_report *report) {
+    config_outputs *out = malloc(sizeof *out);
+    const int needed = memcmp(emulated_config, amx_tiles_config, 64) != 0;
+    const int before = emulated_config_loads;
+    config_run(in, out);
+    report->wrong_loads += emulated_config_loads - before != needed;
+    report->differing += memcmp(out, expected, sizeof *out) != 0;
+    report->steps += 1;
+    free(out);
+}
+
+/* A thread's whole story: first use, reuse, another library's configurations, a release. */
+typedef struct config_task { const config_inputs *in; const config_outputs *expected; config_report report; } config_task;
+static void *config_sequence(void *argument) {
+    config_task *task = argument;
+    const int faults = emulated_faults;
+    config_step(task->in, task->expected, &task->report); /* first use on this thread */
+    config_step(task->in, task->expected, &task->report); /* reuse */
+    uint8_t foreign[64];
+    memcpy(foreign, amx_tiles_config, 64);
+    foreign[48 + 7] = 8; /* one tile of 8 rows: differs in one byte */
+    emulated_configure(foreign);
+    config_step(task->in, task->expected, &task->report);
+    memset(foreign, 0, 64);
+    foreign[0] = 1;
+    for (int t = 0; t < 16; ++t) foreign[16 + 2 * t] = 32, foreign[48 + t] = 4; /* other shapes */
+    emulated_configure(foreign);
+    config_step(task->in, task->expected, &task->report);
+    emulated_release();
+    config_step(task->in, task->expected, &task->report);
+    config_step(task->in, task->expected, &task->report);
+    task->report.faults = emulated_faults - faults;
+    return NULL;
+}
+
+static void test_tile_configuration(test_rng *rng) {
+    config_inputs in;
+    const int query_stride = attn_lowp_query_stride(CONFIG_DIM);
+    const operand_type *types[2] = {&bf16_type, &f16_type};
+    for (int t = 0; t < 2; ++t) {
+        uint16_t *k = malloc(CONFIG_KEYS * CONFIG_DIM * 2), *v = malloc(CONFIG_KEYS * CONFIG_DIM * 2);
+        in.queries[t] = aligned_fill((size_t)CONFIG_ROWS * query_stride * 2, 0);
+        for (int r = 0; r < CONFIG_ROWS; ++r)
+            for (int d = 0; d < CONFIG_DIM; ++d) in.queries[t][r * query_stride + d] = types[t]->random(rng, 1.0);
+        for (int i = 0; i < CONFIG_KEYS * CONFIG_DIM; ++i) k[i] = types[t]->random(rng, 1.0), v[i] = types[t]->random(rng, 1.0);
+        in.keys[t] = aligned_fill(attn_lowp_packed_keys_bytes(CONFIG_KEYS, CONFIG_DIM), 0);
+        in.values[t] = aligned_fill(attn_lowp_packed_values_bytes(CONFIG_KEYS, CONFIG_DIM), 0);
+        attn_lowp_generic_pack_keys(CONFIG_KEYS, CONFIG_DIM, k, CONFIG_DIM, 1, in.keys[t]);
+        attn_lowp_generic_pack_values(CONFIG_KEYS, CONFIG_DIM, v, CONFIG_DIM, 1, in.values[t]);
+        free(k);
+        free(v);
+    }
+    for (int i = 0; i < CONFIG_ROWS * CONFIG_KEYS; ++i) in.weights[i] = (float)test_rng_uniform(rng);
+    /* The expected bits: the generic tables on the same packed bytes agree with the emulated
+     * fp16 tiles bit for bit (test_same_bits); the bf16 ones are checked against double by
+     * test_tiles, so here the reference is the first run on a released (INIT) thread. */
+    config_outputs *expected = malloc(sizeof *expected);
+    emulated_release();
+    config_run(&in, expected);
+
+    /* The emulation catches what real tiles would refuse: a tile load with nothing configured. */
+    emulated_release();
+    const int faults = emulated_faults;
+    emulated_load(4, in.queries[0], 64);
+    CHECK(emulated_faults == faults + 1, "emulated tiles: a tile load after TILERELEASE is a fault");
+
+    /* The calling (user) thread, then four user threads at once, each with its own state. */
+    config_task main_task = {&in, expected, {0}};
+    config_sequence(&main_task);
+    CHECK(main_task.report.wrong_loads == 0 && main_task.report.differing == 0 &&
+              main_task.report.faults == 0 && main_task.report.steps == 6,
+          "calling thread: LDTILECFG exactly when the thread's configuration differs (%d wrong of %d steps), "
+          "results identical (%d differ), no tile used unconfigured (%d faults)",
+          main_task.report.wrong_loads, main_task.report.steps, main_task.report.differing,
+          main_task.report.faults);
+    CHECK(memcmp(emulated_config, amx_tiles_config, 64) == 0,
+          "the kernels leave their configuration loaded on the thread (no TILERELEASE on return)");
+    enum { USERS = 4 };
+    config_task tasks[USERS];
+    pthread_t threads[USERS];
+    int started = 0;
+    for (int u = 0; u < USERS; ++u) {
+        tasks[u] = (config_task){&in, expected, {0}};
+        started += pthread_create(&threads[u], NULL, config_sequence, &tasks[u]) == 0;
+    }
+    config_report users = {0};
+    for (int u = 0; u < started; ++u) {
+        pthread_join(threads[u], NULL);
+        users.steps += tasks[u].report.steps, users.wrong_loads += tasks[u].report.wrong_loads;
+        users.differing += tasks[u].report.differing, users.faults += tasks[u].report.faults;
+    }
+    CHECK(started == USERS && users.steps == 6 * USERS && users.wrong_loads == 0 && users.differing == 0 &&
+              users.faults == 0,
+          "%d user threads at once: each loads its own configuration exactly when needed (%d wrong of %d), "
+          "identical results (%d differ), no faults (%d)",
+          started, users.wrong_loads, users.steps, users.differing, users.faults);
+
+    /* OpenMP: two parallel regions; the pool's threads keep their configuration between them. */
+    config_report pool[2] = {{0}, {0}};
+    int reused[2] = {0, 0};
+    for (int region = 0; region < 2; ++region) {
+#pragma omp parallel num_threads(4) reduction(+ : reused[region])
+        {
+            config_report mine = {0};
+            reused[region] += memcmp(emulated_config, amx_tiles_config, 64) == 0;
+            const int faults_before = emulated_faults;
+            config_step(&in, expected, &mine);
+            config_step(&in, expected, &mine);
+            mine.faults = emulated_faults - faults_before;
+#pragma omp critical
+            {
+                pool[region].steps += mine.steps, pool[region].wrong_loads += mine.wrong_loads;
+                pool[region].differing += mine.differing, pool[region].faults += mine.faults;
+            }
+        }
+        CHECK(pool[region].steps >= 2 && pool[region].wrong_loads == 0 && pool[region].differing == 0 &&
+                  pool[region].faults == 0,
+              "OpenMP region %d: LDTILECFG exactly when a pool thread's configuration differs (%d wrong of %d), "
+              "identical results (%d differ), no faults (%d); %d threads found it loaded already",
+              region + 1, pool[region].wrong_loads, pool[region].steps, pool[region].differing,
+              pool[region].faults, reused[region]);
+    }
+    free(expected);
+    for (int t = 0; t < 2; ++t) {
+        attn_aligned_free(in.queries[t]);
+        attn_aligned_free(in.keys[t]);
+        attn_aligned_free(in.values[t]);
+    }
+}
+
+/* ---- TDPFP16PS written as bytes (kernels/amx/amx_fp16.h): binutils 2.40's encodings ---- */
+static void test_tdpfp16ps_bytes(void) {
+    /* `tdpfp16ps %tmm6, %tmm4, %tmm0` = c4 e2 4b 5c c4; `tdpfp16ps %tmm7, %tmm5, %tmm3` =
+     * c4 e2 43 5c dd (objdump of GNU as 2.40); TDPBF16PS differs only in pp (4a / 42). */
+    CHECK(ATTN_TDPFP16PS_VEX2(6) == 0x4b && ATTN_TDPFP16PS_MODRM(0, 4) == 0xc4 &&
+              ATTN_TDPFP16PS_VEX2(7) == 0x43 && ATTN_TDPFP16PS_MODRM(3, 5) == 0xdd,
+          "TDPFP16PS bytes: VEX vvvv/pp and ModRM as the assembler encodes them");
 }
 
 /* ---- the library's scalar bf16 rounding (used by the generic and AMX tables) ---- */
@@ -327,25 +531,32 @@ static void test_bf16_rounding(test_rng *rng) {
 }
 
 #if defined(ATTN_HAVE_AVX512BF16_KERNELS)
-/* attn_lowp_avx512bf16_round_row: the rounding of P of the AMX table. */
+/* attn_lowp_avx512bf16_round_row / attn_lowp_avx512_round_row_f16: the rounding of P of the
+ * AMX tables (bf16; fp16 with its subnormals). */
 static void test_round_row(test_rng *rng) {
-    int failures = 0;
-    float source[80];
-    uint16_t destination[96];
-    for (int n = 0; n <= 70; n += 7)
-        for (int padded = (n + 31) / 32 * 32; padded <= 64; padded += 32) {
-            for (int c = 0; c < 80; ++c)
-                source[c] = (float)(test_rng_uniform(rng) * ldexp(1.0, (int)test_rng_range(rng, -135, 0)));
-            for (int c = 0; c < 96; ++c) destination[c] = 0xABCD;
-            attn_lowp_avx512bf16_round_row(destination, source, n, padded);
-            for (int c = 0; c < 96; ++c) {
-                const double expected = c < n ? bf16_round_reference(source[c]) : 0.0;
-                if (c >= padded) failures += destination[c] != 0xABCD;
-                else failures += bf16_bits_to_double(destination[c]) != expected;
+    for (int f16 = 0; f16 < 2; ++f16) {
+        int failures = 0;
+        float source[80];
+        uint16_t destination[96];
+        for (int n = 0; n <= 70; n += 7)
+            for (int padded = (n + 31) / 32 * 32; padded <= 64; padded += 32) {
+                for (int c = 0; c < 80; ++c)
+                    source[c] = (float)(test_rng_uniform(rng) *
+                                        ldexp(1.0, (int)test_rng_range(rng, f16 ? -28 : -135, 0)));
+                for (int c = 0; c < 96; ++c) destination[c] = 0xABCD;
+                (f16 ? attn_lowp_avx512_round_row_f16 : attn_lowp_avx512bf16_round_row)(destination, source, n,
+                                                                                     padded);
+                for (int c = 0; c < 96; ++c) {
+                    const double expected = c >= n ? 0.0 : f16 ? f16_round_reference(source[c])
+                                                               : bf16_round_reference(source[c]);
+                    if (c >= padded) failures += destination[c] != 0xABCD;
+                    else failures += (f16 ? f16_reference(destination[c]) : bf16_bits_to_double(destination[c])) !=
+                                     expected;
+                }
             }
-        }
-    CHECK(failures == 0, "AVX512-BF16 round_row: P rounded, zero-padded, nothing past `padded` (%d wrong)",
-          failures);
+        CHECK(failures == 0, "AVX-512 round_row %s: P rounded, zero-padded, nothing past `padded` (%d wrong)",
+              f16 ? "fp16" : "bf16", failures);
+    }
 }
 #endif
 
@@ -478,9 +689,18 @@ int main(void) {
     const table_list list = tables();
     for (int t = 0; t < list.count; ++t) {
         test_packing(list.list[t], &rng);
-        test_tiles(list.list[t], &rng);
+        test_tiles(list.list[t], &bf16_type, &rng);
     }
-    CHECK(emulated_configured == 0, "AMX algorithm releases the tiles it configured");
+    for (int t = 0; t < list.f16_count; ++t) {
+        test_packing(list.f16[t], &rng);
+        test_tiles(list.f16[t], &f16_type, &rng);
+        if (list.f16[t] != &attn_lowp_generic_f16 && strcmp(list.f16[t]->name, "generic") != 0)
+            test_same_bits(&attn_lowp_generic_f16, list.f16[t], &f16_type, &rng);
+    }
+    CHECK(emulated_faults == 0, "emulated tiles: the kernels never used a tile not configured (%d faults)",
+          emulated_faults);
+    test_tile_configuration(&rng);
+    test_tdpfp16ps_bytes();
     for (int t = 0; t < list.convert_count; ++t) test_convert(list.convert[t], &rng);
 #if defined(ATTN_HAVE_AVX512BF16_KERNELS)
     if (attn_cpu_supports(ATTN_KERNEL_AVX512_BF16)) test_round_row(&rng);

@@ -526,11 +526,15 @@ attn_status attn_forward_run(attn_call *call, const attn_tensor *q, const attn_t
     memset(&plan, 0, sizeof plan);
     plan.call = call;
     /* bf16 on the registry's bf16 tiles where they beat widening to fp32 (AMX), or when
-     * asked for by name (registry.h: attn_kernels_bf16_on_tiles); fp16 always through fp32. */
+     * asked for by name (registry.h: attn_kernels_bf16_on_tiles); fp16 on the f16 tiles where
+     * the CPU has AMX-FP16 (attn_kernels_f16_on_tiles), else through fp32. format.bf16_tiles
+     * means "16-bit tiles": the tile table is attn_kernels_tiles16(kernels, dtype). */
     plan.format.kernels = call->kernels;
     plan.format.dtype = q->dtype;
-    plan.format.bf16_tiles = q->dtype == ATTN_DTYPE_BF16 &&
-                             attn_kernels_bf16_on_tiles(call->kernels, call->execution.kernel);
+    plan.format.bf16_tiles =
+        (q->dtype == ATTN_DTYPE_BF16 &&
+         attn_kernels_bf16_on_tiles(call->kernels, call->execution.kernel)) ||
+        (q->dtype == ATTN_DTYPE_F16 && attn_kernels_f16_on_tiles(call->kernels));
     plan.q = q;
     plan.k = k;
     plan.v = v;

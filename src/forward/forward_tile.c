@@ -92,7 +92,7 @@ void forward_compute_tile(const forward_plan *plan, forward_workspace *workspace
         float *queries = workspace->queries + segments[n].first * plan->query_stride;
         float *scores = workspace->scores + segments[n].first * plan->scores_stride;
         if (bf16_tiles) /* bf16 query rows in the same buffer (forward_gather_query) */
-            plan->call->kernels->bf16.score_tile((int)segments[n].count, count, dim_k,
+            attn_kernels_tiles16(plan->call->kernels, plan->format.dtype)->score_tile((int)segments[n].count, count, dim_k,
                                            (const uint16_t *)queries, 2 * plan->query_stride,
                                            (const uint16_t *)step->packed->keys, scores,
                                            plan->scores_stride);
@@ -138,7 +138,7 @@ void forward_compute_tile(const forward_plan *plan, forward_workspace *workspace
         float *accumulator = workspace->accumulator + first * plan->accumulator_stride;
         const int segment_rows = (int)segments[n].count;
         if (bf16_tiles) { /* rounds P to bf16 itself */
-            plan->call->kernels->bf16.accumulate_values(segment_rows, count, dim_v, weights,
+            attn_kernels_tiles16(plan->call->kernels, plan->format.dtype)->accumulate_values(segment_rows, count, dim_v, weights,
                                                   plan->scores_stride,
                                                   (const uint16_t *)values, accumulator,
                                                   plan->accumulator_stride);
@@ -204,7 +204,7 @@ void forward_compute_span(const forward_plan *plan, forward_workspace *workspace
                 workspace->queries + (g * step->rows + step->first_row) * plan->query_stride;
             float *target = workspace->scores + g * plan->span_rows * stride + t * tile_keys;
             if (bf16_tiles)
-                registry->bf16.score_tile((int)rows, (int)count, dim_k, (const uint16_t *)queries,
+                attn_kernels_tiles16(registry, plan->format.dtype)->score_tile((int)rows, (int)count, dim_k, (const uint16_t *)queries,
                                           2 * plan->query_stride, (const uint16_t *)tile->keys,
                                           target, (int)stride);
             else
@@ -271,7 +271,7 @@ void forward_compute_span(const forward_plan *plan, forward_workspace *workspace
             const float *weights = workspace->scores + g * plan->span_rows * stride + offset;
             float *accumulator = workspace->accumulator + first * plan->accumulator_stride;
             if (bf16_tiles)
-                registry->bf16.accumulate_values((int)rows, counts[t], dim_v, weights,
+                attn_kernels_tiles16(registry, plan->format.dtype)->accumulate_values((int)rows, counts[t], dim_v, weights,
                                                  (int)stride, (const uint16_t *)values,
                                                  accumulator, plan->accumulator_stride);
             else

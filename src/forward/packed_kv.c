@@ -100,7 +100,7 @@ static void pack_keys(const packed_kv_format *format, const attn_tensor *k, int6
         kernels->forward.pack_keys(count, dim, attn_f32_at4(k, b, j0, kv_head, 0), k->stride[1],
                                    k->stride[3], packed);
     } else if (format->bf16_tiles) {
-        kernels->bf16.pack_keys(count, dim, u16_at4(k, b, j0, kv_head), k->stride[1],
+        attn_kernels_tiles16(kernels, format->dtype)->pack_keys(count, dim, u16_at4(k, b, j0, kv_head), k->stride[1],
                                 k->stride[3], (uint16_t *)packed);
     } else {
         convert_rows(format, count, dim, u16_at4(k, b, j0, kv_head), k->stride[1], k->stride[3],
@@ -121,7 +121,7 @@ void packed_kv_pack_values(const packed_kv_format *format, const attn_tensor *v,
     if (format->bf16_tiles) {
         const uint16_t *source = u16_at4(v, b, j0, kv_head);
         if (alive == NULL) {
-            kernels->bf16.pack_values(count, dim, source, v->stride[1], v->stride[3],
+            attn_kernels_tiles16(kernels, format->dtype)->pack_values(count, dim, source, v->stride[1], v->stride[3],
                                       (uint16_t *)packed);
             return;
         }
@@ -130,7 +130,7 @@ void packed_kv_pack_values(const packed_kv_format *format, const attn_tensor *v,
             for (int e = 0; e < dim; ++e)
                 rows[(size_t)c * dim + e] =
                     alive[c] ? source[c * v->stride[1] + e * v->stride[3]] : 0;
-        kernels->bf16.pack_values(count, dim, rows, dim, 1, (uint16_t *)packed);
+        attn_kernels_tiles16(kernels, format->dtype)->pack_values(count, dim, rows, dim, 1, (uint16_t *)packed);
         return;
     }
     if (format->dtype == ATTN_DTYPE_F32) {

@@ -11,10 +11,15 @@
  *   avx512bf16/lowp_avx512bf16.c  VDPBF16PS on zmm registers (AVX512-BF16 + AVX512F/BW/VL)
  *   amx/lowp_amx.c              TDPBF16PS on AMX tiles (AMX-TILE + AMX-BF16), needs the OS
  *                               permission for tile data (cpu_features)
- * fp16 storage has no kernels of its own (without AMX-FP16): it is converted to fp32 when
- * packed (attn_lowp_convert below) and the fp32 kernels of kernel.h run on it, with P
- * rounded to fp16 before P·V. bf16 can run the same way (where VDPBF16PS is slower than
- * two fp32 FMAs per cycle, as measured on some CPUs: bench/lowp_kernels.c).
+ * and for fp16 operands, on the same packed bytes (the layouts move 16-bit elements as they
+ * are, whatever they encode):
+ *   generic/lowp_generic.c      attn_lowp_generic_f16: portable C, the reference
+ *   amx/lowp_amx.c              attn_lowp_amx_fp16: TDPFP16PS (AMX-FP16, Granite Rapids on)
+ * Without AMX-FP16, fp16 storage is converted to fp32 when packed (attn_lowp_convert below)
+ * and the fp32 kernels of kernel.h run on it, with P rounded to fp16 before P·V (no fp16 dot
+ * product instruction beats that: AVX512-FP16's VFMADDPH accumulates in fp16). bf16 can run
+ * the same way (where VDPBF16PS is slower than two fp32 FMAs per cycle, as measured on some
+ * CPUs: bench/lowp_kernels.c).
  *
  * Where rounding happens (bf16): Q, K, V are bf16 already (copied, never rounded). Each
  * product of two bf16 numbers is exact in fp32; the reduction adds the products in index
@@ -24,6 +29,14 @@
  * VCVTNE2PS2BF16 does), right before P·V; the row sum l of the softmax uses the fp32 P.
  * Hardware additionally treats bf16 subnormal inputs as zero and flushes subnormal fp32
  * results (differences below 2^-126 in absolute value); the generic table does not.
+ *
+ * Where rounding happens (fp16 tiles): Q, K, V are fp16 already. Each product of two fp16
+ * numbers is exact in fp32 (11-bit significands, exponents within fp32's range); the
+ * reduction adds them in index order into one fp32 sum, rounding to nearest-even after every
+ * addition, pair element 2p first, then 2p+1 (TDPFP16PS's order, the reverse of the bf16
+ * tables). P is rounded to fp16, nearest-even, fp16 subnormals kept (VCVTPS2PH), right before
+ * P·V; l uses the fp32 P. TDPFP16PS reads fp16 subnormal inputs as they are (unlike the bf16
+ * instructions) and flushes subnormal fp32 results; the generic fp16 table does not flush.
  *
  * Packed layouts (shared by every table; all bytes 64-byte aligned, padding zero):
  *   keys:    blocks of 16 keys; block b = [key_pairs][16 keys][2], key_pairs =
@@ -51,7 +64,7 @@
 #include <string.h>
 
 typedef struct attn_lowp_kernels {
-    const char *name; /* "generic", "avx512bf16", "amx" */
+    const char *name; /* "generic", "avx512bf16", "amx" (bf16); "generic", "amx_fp16" (fp16) */
 
     /* Packs `count` keys (values) of `dim` bf16 elements: element (c, d) at
      * source[c*token_stride + d*dim_stride]; packed: attn_lowp_packed_*_bytes bytes. */
@@ -106,8 +119,10 @@ extern const attn_lowp_convert attn_lowp_convert_generic;
 extern const attn_lowp_kernels attn_lowp_avx512bf16;
 extern const attn_lowp_convert attn_lowp_convert_avx512; /* + F16C, AVX512-BF16 */
 #endif
+extern const attn_lowp_kernels attn_lowp_generic_f16; /* fp16 operands */
 #if defined(ATTN_HAVE_AMX_KERNELS)
 extern const attn_lowp_kernels attn_lowp_amx;
+extern const attn_lowp_kernels attn_lowp_amx_fp16; /* fp16 operands, AMX-FP16 */
 #endif
 
 /* The packing functions of the tables (also used by other tables on the same layout). */
@@ -124,6 +139,10 @@ void attn_lowp_avx512bf16_pack_values(int count, int dim, const uint16_t *source
 /* destination[c] = bf16(source[c]) (attn_lowp_bf16_round) for c < n, 0 for n <= c < padded;
  * VCVTNE2PS2BF16, 32 at a time (the AMX table's rounding of P). */
 void attn_lowp_avx512bf16_round_row(uint16_t *destination, const float *source, int n,
+                                    int padded);
+/* The same rounding to fp16 (nearest-even, fp16 subnormals kept: attn_float_to_f16), 16 at
+ * a time with VCVTPS2PH (the AMX-FP16 table's rounding of P). */
+void attn_lowp_avx512_round_row_f16(uint16_t *destination, const float *source, int n,
                                     int padded);
 
 /* ---- layout sizes (shared by every table) ---- */

@@ -33,6 +33,8 @@ static int usable_avx512bf16(const attn_cpu_features *f) {
 static int usable_amx(const attn_cpu_features *f) {
     return usable_avx512bf16(f) && f->amx_tile && f->amx_bf16;
 }
+/* amx_fp16 (CPUID.(EAX=7,ECX=1):EAX bit 21) is 1 only when amx_tile is. */
+static int usable_amx_fp16(const attn_cpu_features *f) { return usable_amx(f) && f->amx_fp16; }
 #endif
 
 typedef struct isa_entry {
@@ -43,6 +45,10 @@ typedef struct isa_entry {
     const attn_kernel_isa *isa; /* NULL: not compiled into this build */
     int (*usable)(const attn_cpu_features *features);
     const char *requirement; /* for the error message */
+    /* Optional: slots added to this same registry where one more feature is present (the
+     * AMX-FP16 tiles on AMX); NULL = none. */
+    const attn_kernel_isa *extra;
+    int (*extra_usable)(const attn_cpu_features *features);
 } isa_entry;
 
 /* What this build compiled in: an ISA's table and its usable() predicate, or nothing. */
@@ -64,22 +70,26 @@ typedef struct isa_entry {
 #endif
 #if defined(ATTN_HAVE_AMX_KERNELS) && defined(ATTN_HAVE_AVX512BF16_KERNELS)
 #define ISA_AMX &attn_isa_amx, usable_amx
+#define ISA_AMX_FP16 &attn_isa_amx_fp16, usable_amx_fp16
 #else
 #define ISA_AMX NULL, NULL
+#define ISA_AMX_FP16 NULL, NULL
 #endif
+#define NO_EXTRA NULL, NULL
 
 /* The one mapping from attn_kernel_choice to a registry, from the portable table up; AUTO
  * takes the last usable entry. A base comes before the ISAs built on it. New choices
  * (AVX512_BF16, AMX, ...) are one line each, with their ISA_ macro above. */
 static const isa_entry isas[] = {
-    /* choice, name, label, base, table + usable, what it needs */
-    {ATTN_KERNEL_GENERIC, "generic", "GENERIC", ATTN_KERNEL_GENERIC, ISA_GENERIC, ""},
-    {ATTN_KERNEL_AVX2, "avx2", "AVX2", ATTN_KERNEL_GENERIC, ISA_AVX2, "AVX2 + FMA"},
-    {ATTN_KERNEL_AVX512, "avx512", "AVX512", ATTN_KERNEL_GENERIC, ISA_AVX512, "AVX-512 F/DQ/BW/VL"},
+    /* choice, name, label, base, table + usable, what it needs[, extra table + usable] */
+    {ATTN_KERNEL_GENERIC, "generic", "GENERIC", ATTN_KERNEL_GENERIC, ISA_GENERIC, "", NO_EXTRA},
+    {ATTN_KERNEL_AVX2, "avx2", "AVX2", ATTN_KERNEL_GENERIC, ISA_AVX2, "AVX2 + FMA", NO_EXTRA},
+    {ATTN_KERNEL_AVX512, "avx512", "AVX512", ATTN_KERNEL_GENERIC, ISA_AVX512, "AVX-512 F/DQ/BW/VL", NO_EXTRA},
     {ATTN_KERNEL_AVX512_BF16, "avx512_bf16", "AVX512_BF16", ATTN_KERNEL_AVX512, ISA_AVX512BF16,
-     "AVX-512 F/DQ/BW/VL + AVX512-BF16 + F16C"},
+     "AVX-512 F/DQ/BW/VL + AVX512-BF16 + F16C", NO_EXTRA},
     {ATTN_KERNEL_AMX, "amx", "AMX", ATTN_KERNEL_AVX512_BF16, ISA_AMX,
-     "AMX-TILE + AMX-BF16 (CPUID, XCR0 tile state and the OS's XTILEDATA permission)"},
+     "AMX-TILE + AMX-BF16 (CPUID, XCR0 tile state and the OS's XTILEDATA permission)",
+     ISA_AMX_FP16},
 };
 enum { ISA_COUNT = sizeof isas / sizeof isas[0] };
 
@@ -142,6 +152,10 @@ static void apply(attn_kernels *into, const attn_kernel_isa *isa) {
         into->bf16 = *isa->bf16;
         into->bf16_native = isa->bf16_native;
     }
+    if (isa->f16 != NULL) {
+        into->f16 = *isa->f16;
+        into->f16_native = isa->f16_native;
+    }
     if (isa->convert != NULL) into->convert = *isa->convert;
 }
 
@@ -155,6 +169,8 @@ static void build(void) {
             continue;
         if (base < i) registries[i] = registries[base];
         apply(&registries[i], entry->isa);
+        if (entry->extra != NULL && entry->extra_usable(features))
+            apply(&registries[i], entry->extra);
         available[i] = 1;
         best = i;
     }

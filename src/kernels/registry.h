@@ -226,12 +226,18 @@ typedef struct attn_kernels {
      * the 16-bit <-> fp32 conversions. bf16.name says which tiles run. */
     attn_lowp_kernels bf16;
     attn_lowp_convert convert;
+    /* fp16 tile kernels (lowp.h, the same packed layouts): AMX-FP16 where the CPU has it,
+     * else the generic reference; f16.name says which. */
+    attn_lowp_kernels f16;
     /* 1 when the bf16 tiles beat the fp32 kernels on converted operands (AMX), so that the
      * forward pass computes bf16 operands on them; 0 when converting bf16 to fp32 at packing
      * is as fast or faster (VDPBF16PS runs at half the fp32 FMA rate on the Intel CPUs
      * measured; bench/lowp_kernels.c). ATTN_KERNEL_AVX512_BF16 chosen explicitly runs the
      * VDPBF16PS tiles regardless. */
     int bf16_native;
+    /* 1 when the forward pass computes F16 operands on the f16 tiles (AMX-FP16); 0: F16 is
+     * widened to fp32 at packing and runs on the fp32 kernels. */
+    int f16_native;
 } attn_kernels;
 
 /*
@@ -251,6 +257,8 @@ typedef struct attn_kernel_isa {
     const attn_lowp_kernels *bf16;     /* all four slots together (one shared layout) */
     const attn_lowp_convert *convert;  /* all slots together */
     int bf16_native;                   /* taken with bf16 */
+    const attn_lowp_kernels *f16;      /* all four slots together */
+    int f16_native;                    /* taken with f16 */
 } attn_kernel_isa;
 
 extern const attn_kernel_isa attn_isa_generic; /* complete: every slot but the optional ones */
@@ -265,6 +273,7 @@ extern const attn_kernel_isa attn_isa_avx512bf16; /* on top of avx512 */
 #endif
 #if defined(ATTN_HAVE_AMX_KERNELS)
 extern const attn_kernel_isa attn_isa_amx; /* on top of avx512bf16 */
+extern const attn_kernel_isa attn_isa_amx_fp16; /* added to amx where AMX-FP16 is present */
 #endif
 
 /* The registry for `choice` (AUTO = the best this CPU and OS run). Thread-safe; the
@@ -289,6 +298,18 @@ int attn_kernels_available(const attn_kernels **list, int capacity);
 static inline int attn_kernels_bf16_on_tiles(const attn_kernels *kernels,
                                              attn_kernel_choice choice) {
     return kernels->bf16_native || choice == ATTN_KERNEL_AVX512_BF16;
+}
+
+/* Whether the forward pass computes F16 operands on the registry's f16 tiles (f16_native:
+ * AMX-FP16) rather than widening them to fp32 at packing. */
+static inline int attn_kernels_f16_on_tiles(const attn_kernels *kernels) {
+    return kernels->f16_native;
+}
+
+/* The 16-bit tile kernels for operands of `dtype`: f16 for ATTN_DTYPE_F16, else bf16. */
+static inline const attn_lowp_kernels *attn_kernels_tiles16(const attn_kernels *kernels,
+                                                           attn_dtype dtype) {
+    return dtype == ATTN_DTYPE_F16 ? &kernels->f16 : &kernels->bf16;
 }
 
 /* The name of a choice ("auto", "generic", "avx2", "avx512", "avx512_bf16", "amx"), or NULL

@@ -262,6 +262,21 @@ void attn_lowp_avx512bf16_round_row(uint16_t *destination, const float *source, 
     }
 }
 
+void attn_lowp_avx512_round_row_f16(uint16_t *destination, const float *source, int n,
+                                    int padded) {
+    for (int c = 0; c < padded; c += LANES) {
+        const int left = n - c;
+        const __mmask16 keep = left >= LANES ? (__mmask16)0xFFFF
+                               : left > 0    ? (__mmask16)((1u << left) - 1u) : 0;
+        /* VCVTPS2PH, nearest-even, fp16 subnormals kept (MXCSR.FTZ does not apply to it) */
+        const __m256i rounded = _mm512_cvtps_ph(_mm512_maskz_loadu_ps(keep, source + c),
+                                                _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+        const int stored = padded - c < LANES ? padded - c : LANES;
+        _mm256_mask_storeu_epi16(destination + c, (__mmask16)(stored == 16 ? 0xFFFFu : (1u << stored) - 1u),
+                                 rounded);
+    }
+}
+
 const attn_lowp_kernels attn_lowp_avx512bf16 = {
     .name = "avx512bf16",
     .pack_keys = attn_lowp_avx512bf16_pack_keys,

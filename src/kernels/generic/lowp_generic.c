@@ -2,7 +2,8 @@
  * lowp_generic.c — portable C versions of the low-precision kernels of lowp.h: bf16 packing
  * of K and V into the shared pair layouts, Q·Kᵀ and P·V with the rounding points of
  * VDPBF16PS (each exact bf16 product added into the fp32 sum in turn, pair element 2p+1
- * first), and the fp16 → fp32 / fp32 → fp16 row conversions. These are the reference of the
+ * first), the same on fp16 operands with the rounding points of TDPFP16PS (element 2p first;
+ * P rounded to fp16), and the fp16 → fp32 / fp32 → fp16 row conversions. These are the reference of the
  * tests and the fallback on CPUs without AVX512-BF16 or AMX.
  */
 #include "kernels/lowp.h"
@@ -34,18 +35,31 @@ void attn_lowp_generic_pack_values(int count, int dim, const uint16_t *source,
     }
 }
 
-/* One pair step: sum + a1·b1 (rounded), then + a0·b0 (rounded); the products are exact. */
-static inline float pair_step(float sum, uint16_t a0, uint16_t a1, uint16_t b0, uint16_t b1) {
+/* One pair step, the products exact in fp32. bf16 (f16 = 0), VDPBF16PS's order: sum + a1·b1
+ * (rounded), then + a0·b0 (rounded). fp16 (f16 = 1), TDPFP16PS's order: a0·b0 first, then
+ * a1·b1. f16 is a constant at every call, so the choice folds away. */
+static inline float pair_step(float sum, uint16_t a0, uint16_t a1, uint16_t b0, uint16_t b1,
+                              int f16) {
+    if (f16) {
+        sum += attn_f16_to_float(a0) * attn_f16_to_float(b0);
+        sum += attn_f16_to_float(a1) * attn_f16_to_float(b1);
+        return sum;
+    }
     sum += attn_lowp_bf16_to_float(a1) * attn_lowp_bf16_to_float(b1);
     sum += attn_lowp_bf16_to_float(a0) * attn_lowp_bf16_to_float(b0);
     return sum;
 }
 
+/* P rounded to the operand type: bf16 (subnormals flushed) or fp16 (subnormals kept). */
+static inline uint16_t round_weight(float p, int f16) {
+    return f16 ? attn_float_to_f16(p) : attn_lowp_bf16_round(p);
+}
+
 /* Per block of 16 keys, the 16 sums advance one dim pair at a time (each sum in pair order;
  * written across keys so that the compiler vectorises it without reordering any sum). */
-void attn_lowp_generic_score_tile(int rows, int count, int dim, const uint16_t *queries,
-                                  int query_stride, const uint16_t *packed_keys, float *scores,
-                                  int scores_stride) {
+static inline void score_tile16(int rows, int count, int dim, const uint16_t *queries,
+                                int query_stride, const uint16_t *packed_keys, float *scores,
+                                int scores_stride, int f16) {
     const int pairs = attn_lowp_dim_pairs(dim), used_pairs = (dim + 1) / 2;
     for (int r = 0; r < rows; ++r) {
         const uint16_t *query = queries + (size_t)r * query_stride;
@@ -56,7 +70,7 @@ void attn_lowp_generic_score_tile(int rows, int count, int dim, const uint16_t *
                 const uint16_t *key = block + (size_t)p * 32;
                 for (int l = 0; l < 16; ++l)
                     sum[l] = pair_step(sum[l], query[2 * p], query[2 * p + 1], key[2 * l],
-                                       key[2 * l + 1]);
+                                       key[2 * l + 1], f16);
             }
             for (int l = 0; l < 16 && c0 + l < count; ++l)
                 scores[(size_t)r * scores_stride + c0 + l] = sum[l];
@@ -64,21 +78,47 @@ void attn_lowp_generic_score_tile(int rows, int count, int dim, const uint16_t *
     }
 }
 
-void attn_lowp_generic_accumulate_values(int rows, int count, int dim, const float *weights,
-                                         int weights_stride, const uint16_t *packed_values,
-                                         float *accumulator, int accumulator_stride) {
+static inline void accumulate_values16(int rows, int count, int dim, const float *weights,
+                                       int weights_stride, const uint16_t *packed_values,
+                                       float *accumulator, int accumulator_stride, int f16) {
     const int dim16 = attn_lowp_round_up(dim, 16), used_pairs = (count + 1) / 2;
     for (int r = 0; r < rows; ++r) {
         const float *weight = weights + (size_t)r * weights_stride;
         float *out = accumulator + (size_t)r * accumulator_stride;
         for (int p = 0; p < used_pairs; ++p) {
-            const uint16_t w0 = attn_lowp_bf16_round(weight[2 * p]);
-            const uint16_t w1 = 2 * p + 1 < count ? attn_lowp_bf16_round(weight[2 * p + 1]) : 0;
+            const uint16_t w0 = round_weight(weight[2 * p], f16);
+            const uint16_t w1 = 2 * p + 1 < count ? round_weight(weight[2 * p + 1], f16) : 0;
             const uint16_t *value = packed_values + (size_t)p * dim16 * 2;
             for (int e = 0; e < dim; ++e)
-                out[e] = pair_step(out[e], w0, w1, value[2 * e], value[2 * e + 1]);
+                out[e] = pair_step(out[e], w0, w1, value[2 * e], value[2 * e + 1], f16);
         }
     }
+}
+
+void attn_lowp_generic_score_tile(int rows, int count, int dim, const uint16_t *queries,
+                                  int query_stride, const uint16_t *packed_keys, float *scores,
+                                  int scores_stride) {
+    score_tile16(rows, count, dim, queries, query_stride, packed_keys, scores, scores_stride, 0);
+}
+
+void attn_lowp_generic_accumulate_values(int rows, int count, int dim, const float *weights,
+                                         int weights_stride, const uint16_t *packed_values,
+                                         float *accumulator, int accumulator_stride) {
+    accumulate_values16(rows, count, dim, weights, weights_stride, packed_values, accumulator,
+                        accumulator_stride, 0);
+}
+
+static void generic_f16_score_tile(int rows, int count, int dim, const uint16_t *queries,
+                                   int query_stride, const uint16_t *packed_keys, float *scores,
+                                   int scores_stride) {
+    score_tile16(rows, count, dim, queries, query_stride, packed_keys, scores, scores_stride, 1);
+}
+
+static void generic_f16_accumulate_values(int rows, int count, int dim, const float *weights,
+                                          int weights_stride, const uint16_t *packed_values,
+                                          float *accumulator, int accumulator_stride) {
+    accumulate_values16(rows, count, dim, weights, weights_stride, packed_values, accumulator,
+                        accumulator_stride, 1);
 }
 
 const attn_lowp_kernels attn_lowp_generic = {
@@ -87,6 +127,16 @@ const attn_lowp_kernels attn_lowp_generic = {
     .pack_values = attn_lowp_generic_pack_values,
     .score_tile = attn_lowp_generic_score_tile,
     .accumulate_values = attn_lowp_generic_accumulate_values,
+};
+
+/* fp16 tiles: the same packed bytes (packing moves 16-bit elements as they are), fp16
+ * arithmetic; the reference of the AMX-FP16 table. */
+const attn_lowp_kernels attn_lowp_generic_f16 = {
+    .name = "generic",
+    .pack_keys = attn_lowp_generic_pack_keys,
+    .pack_values = attn_lowp_generic_pack_values,
+    .score_tile = generic_f16_score_tile,
+    .accumulate_values = generic_f16_accumulate_values,
 };
 
 /* The two 16-bit formats: each conversion below is written once over `bf16` (1: bfloat16,

@@ -11,4 +11,6 @@ const attn_kernel_isa attn_isa_generic = {
     .bf16 = &attn_lowp_generic,
     .convert = &attn_lowp_convert_generic,
     .bf16_native = 0,
+    .f16 = &attn_lowp_generic_f16,
+    .f16_native = 0,
 };
