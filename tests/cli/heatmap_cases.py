@@ -1,7 +1,8 @@
 """heatmap_cases.py — `attn heatmap` end to end: pictures whose pixels are checked against the
-data drawn (cell colours, values in the cells of small maps, labels, title, colour bar), SVGs
-read back as XML (title, every label, glyphs), the head grid, and every error: one line, a
-non-zero exit, no picture.
+data drawn (cell colours, values in the cells of small maps, labels, title, colour bar; masked
+-0.0 cells hatched grey apart from allowed cells that round to 0.00, the rest pixel for pixel
+unchanged), SVGs read back as XML (title, every label, glyphs), the head grid, weights from
+safetensors tensors (F32, BF16), and every error: one line, a non-zero exit, no picture.
 usage: python3 heatmap_cases.py ATTN_BINARY WORK_DIR"""
 import os
 import subprocess
