@@ -208,7 +208,7 @@ static void call_select(serve_call *c, const int *members, const int32_t *tables
 
 static attn_status call_run(serve_call *c, attn_tensor *k_pool, attn_tensor *v_pool, const attn_options *options,
                             const attn_execution *execution, attn_error *error) {
-    attn_kv_cache_view view = {ATTN_KV_CACHE_VIEW_VERSION, k_pool, v_pool, &c->table_view, c->seqlens};
+    attn_kv_cache_view view = {ATTN_KV_CACHE_VIEW_VERSION, k_pool, v_pool, &c->table_view, c->seqlens, NULL, NULL};
     attn_kv_append append = {&c->k_view, &c->v_view, NULL, NULL, ATTN_ROPE_HALF};
     return attn_forward_with_kvcache(&c->q_view, &view, &append, options, &c->out_view, NULL, execution, error);
 }
@@ -337,7 +337,7 @@ typedef struct owned_context {
 static attn_status run_owned(void *context, attn_error *error) {
     owned_context *c = context;
     if (c->caller == 0) return attn_decode(c->cache, c->q, c->options, c->out, NULL, c->execution, error);
-    attn_kv_cache_view view = {ATTN_KV_CACHE_VIEW_VERSION, c->k_pool, c->v_pool, c->table, c->seqlens};
+    attn_kv_cache_view view = {ATTN_KV_CACHE_VIEW_VERSION, c->k_pool, c->v_pool, c->table, c->seqlens, NULL, NULL};
     return attn_forward_with_kvcache(c->q, &view, NULL, c->options, c->out, NULL, c->execution, error);
 }
 

@@ -2,12 +2,15 @@
  * fuzz_serve.c — libFuzzer target for the serving arguments (include/attn.h, "serving"):
  * the input's bytes choose small sizes, cu_seqlens arrays, max_seqlen values, a page pool,
  * block-table entries, cache_seqlens, the number of new tokens and queries, the storage dtype
- * and a few options, all unchecked, and the target calls attn_varlen_forward /
+ * (16/32-bit or 8-bit: int8's row-scale tensors present or not, of the right shape or one
+ * off, slot- or head-major; fp8's per-head scales absent, [Hkv] or [1], possibly <= 0; now
+ * and then an infinite new token) and a few options, all unchecked, and the target calls attn_varlen_forward /
  * attn_varlen_backward and attn_forward_with_kvcache with them. Findings: any crash,
  * overread or UB; a varlen call that succeeds without every cu_seqlens rule holding, or whose
  * output differs from attn_reference_forward on one sequence; a cache call that fails but
  * changed the pool, or succeeds with rules broken (a length beyond capacity, a table entry
- * outside the pool) or with a non-finite output.
+ * outside the pool, 8-bit storage without valid scales or with a non-finite new token) or
+ * with a non-finite output; a failing call that changed the scales.
  */
 #include <math.h>
 #include <stdint.h>
@@ -98,8 +101,10 @@ static void fuzz_kvcache(reader *r) {
     const int paged = next_byte(r) & 1;
     const int64_t page_size = 1 + next_byte(r) % 4, max_pages = 1 + next_byte(r) % 4;
     const int64_t pages = paged ? 1 + next_byte(r) % 8 : B, slots = paged ? page_size : page_size * max_pages;
-    const attn_dtype dtypes[3] = {ATTN_DTYPE_F32, ATTN_DTYPE_BF16, ATTN_DTYPE_F16};
-    const attn_dtype dtype = dtypes[next_byte(r) % 3];
+    const attn_dtype dtypes[6] = {ATTN_DTYPE_F32,      ATTN_DTYPE_BF16,     ATTN_DTYPE_F16,
+                                  ATTN_DTYPE_Q8, ATTN_DTYPE_FP8_E4M3, ATTN_DTYPE_FP8_E5M2};
+    const attn_dtype dtype = dtypes[next_byte(r) % 6];
+    const int q8 = dtype == ATTN_DTYPE_Q8, fp8 = dtype == ATTN_DTYPE_FP8_E4M3 || dtype == ATTN_DTYPE_FP8_E5M2;
     const int64_t Tnew = next_byte(r) % 4, Tq = 1 + next_byte(r) % 20;
     int32_t table[12], seqlens[3];
     for (int64_t e = 0; e < B * max_pages; ++e) table[e] = next_signed(r) % 10;
@@ -112,12 +117,34 @@ static void fuzz_kvcache(reader *r) {
     const int64_t ps[4] = {pages, slots, Hkv, D}, ts[2] = {B, max_pages};
     attn_tensor kt = attn_tensor_contiguous(kp, dtype, 4, ps), vt = attn_tensor_contiguous(vp, dtype, 4, ps);
     attn_tensor tt = attn_tensor_contiguous(table, ATTN_DTYPE_I32, 2, ts);
-    attn_kv_cache_view view = {0, &kt, &vt, paged ? &tt : NULL, seqlens};
+    attn_kv_cache_view view = {0, &kt, &vt, paged ? &tt : NULL, seqlens, NULL, NULL};
+    /* Scales: int8 rows [pages, slots, Hkv] (one dimension perhaps off by one, perhaps a
+     * head-major view), fp8 heads [Hkv] or [1] from the input's bytes; any dtype may get them. */
+    const uint8_t scale_choice = next_byte(r);
+    const size_t scale_floats = (size_t)(pages * (slots + 1) * Hkv);
+    float *ks = malloc(scale_floats * 4), *vs = malloc(scale_floats * 4);
+    for (size_t e = 0; e < scale_floats; ++e) ks[e] = 0.01f * (float)(e % 7), vs[e] = 0.02f * (float)(e % 5);
+    float heads[2][2] = {{(float)(next_signed(r) % 9) / 8.0f, 0.5f}, {0.25f, (float)(next_signed(r) % 9) / 8.0f}};
+    attn_tensor kst, vst;
+    if (scale_choice % 4 != 0 && (q8 || (scale_choice & 16))) { /* rows */
+        const int64_t ss[3] = {pages, slots + (scale_choice % 4 == 3), Hkv};
+        kst = attn_tensor_contiguous(ks, ATTN_DTYPE_F32, 3, ss), vst = attn_tensor_contiguous(vs, ATTN_DTYPE_F32, 3, ss);
+        if (scale_choice & 32) kst.stride[1] = vst.stride[1] = 1, kst.stride[2] = vst.stride[2] = ss[1];
+        view.k_scale = &kst, view.v_scale = (scale_choice % 4 == 2) ? NULL : &vst;
+    } else if (scale_choice % 4 != 0 && (fp8 || (scale_choice & 16))) { /* heads */
+        const int64_t hs = (scale_choice % 4 == 3) ? 1 : Hkv;
+        kst = attn_tensor_contiguous(heads[0], ATTN_DTYPE_F32, 1, &hs), vst = attn_tensor_contiguous(heads[1], ATTN_DTYPE_F32, 1, &hs);
+        view.k_scale = &kst, view.v_scale = (scale_choice % 4 == 2) ? NULL : &vst;
+    }
+    float *ks_before = malloc(scale_floats * 4), *vs_before = malloc(scale_floats * 4);
+    memcpy(ks_before, ks, scale_floats * 4), memcpy(vs_before, vs, scale_floats * 4);
     float *q = malloc((size_t)(B * Tq * Hq * D) * 4), *o = malloc((size_t)(B * Tq * Hq * D) * 4);
     const int64_t new_count = Tnew > 0 ? Tnew : 1;
     float *kn = malloc((size_t)(B * new_count * Hkv * D) * 4), *vn = malloc((size_t)(B * new_count * Hkv * D) * 4);
     fill(q, (size_t)(B * Tq * Hq * D), 5), fill(kn, (size_t)(B * new_count * Hkv * D), 6);
     fill(vn, (size_t)(B * new_count * Hkv * D), 7);
+    const int infinite_new = (scale_choice & 64) && (scale_choice & 128);
+    if (infinite_new) kn[B * new_count * Hkv * D - 1] = INFINITY;
     attn_tensor qt = attn_tensor_f32_4d(q, B, Tq, Hq, D), ot = attn_tensor_f32_4d(o, B, Tq, Hq, D);
     attn_tensor knt = attn_tensor_f32_4d(kn, B, new_count, Hkv, D), vnt = attn_tensor_f32_4d(vn, B, new_count, Hkv, D);
     float rotary[2 * 64];
@@ -136,8 +163,9 @@ static void fuzz_kvcache(reader *r) {
     attn_error error;
     attn_status status = attn_forward_with_kvcache(&qt, &view, &append, &options, &ot, NULL, NULL, &error);
     if (status != ATTN_OK) {
-        if (memcmp(k_before, kp, pool_elements * element) != 0 || memcmp(v_before, vp, pool_elements * element) != 0)
-            abort(); /* a failing call wrote into the cache */
+        if (memcmp(k_before, kp, pool_elements * element) != 0 || memcmp(v_before, vp, pool_elements * element) != 0 ||
+            memcmp(ks_before, ks, scale_floats * 4) != 0 || memcmp(vs_before, vs, scale_floats * 4) != 0)
+            abort(); /* a failing call wrote into the cache or its scales */
     } else {
         const int64_t capacity = paged ? page_size * max_pages : slots;
         for (int64_t b = 0; b < B; ++b) {
@@ -147,10 +175,21 @@ static void fuzz_kvcache(reader *r) {
                 for (int64_t block = 0; block < (total + page_size - 1) / page_size; ++block)
                     if (table[b * max_pages + block] < 0 || table[b * max_pages + block] >= pages) abort();
         }
+        /* 8-bit storage: valid scales (int8 rows of the pool's shape, fp8 heads > 0), finite
+         * new tokens; other storage: no scales. */
+        if (q8 && (view.k_scale == NULL || view.v_scale == NULL || view.k_scale->rank != 3 ||
+                   view.k_scale->shape[1] != slots))
+            abort();
+        if (fp8 && view.k_scale != NULL &&
+            (view.k_scale->rank != 1 || !(heads[0][0] > 0.0f) || (view.v_scale != NULL && view.v_scale->shape[0] == 2 && !(heads[1][1] > 0.0f))))
+            abort();
+        if (!q8 && !fp8 && (view.k_scale != NULL || view.v_scale != NULL)) abort();
+        if ((q8 || fp8) && infinite_new && Tnew > 0) abort();
         for (int64_t e = 0; e < B * Tq * Hq * D; ++e)
             if (!isfinite(o[e])) abort();
     }
     free(kp), free(vp), free(k_before), free(v_before), free(q), free(o), free(kn), free(vn);
+    free(ks), free(vs), free(ks_before), free(vs_before);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {

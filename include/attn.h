@@ -105,7 +105,8 @@ typedef enum attn_dtype {
     ATTN_DTYPE_I32 = 4,  /* int32_t */
     ATTN_DTYPE_I64 = 5,  /* int64_t */
     ATTN_DTYPE_F64 = 6,  /* IEEE float64 */
-    /* KV cache storage only (attn_kv_cache_config.dtype), never a tensor's dtype; see
+    /* KV cache storage only (attn_kv_cache_config.dtype, and the k_cache / v_cache tensors
+     * of a caller-owned cache, attn_kv_cache_view), never another tensor's dtype; see
      * docs/inference.md "Quantized KV cache" for the rounding and the error they cost: */
     ATTN_DTYPE_Q8 = 7,       /* int8, symmetric, one float32 scale per (token, KV head):
                                 x ~ scale * q, scale = max|x| / 127, q = round(x / scale) */
@@ -696,7 +697,10 @@ ATTN_API attn_status attn_varlen_backward(const attn_tensor *q, const attn_tenso
                                           attn_tensor *dk, attn_tensor *dv,
                                           const attn_execution *execution, attn_error *error);
 
-#define ATTN_KV_CACHE_VIEW_VERSION 1 /* the layout of attn_kv_cache_view below */
+/* The layout of attn_kv_cache_view below: 2 added k_scale / v_scale (8-bit storage). A view
+ * that says version 1 has the older layout (the scale fields are not read, so only F32,
+ * BF16 and F16 storage); 0 means the current layout. */
+#define ATTN_KV_CACHE_VIEW_VERSION 2
 
 /*
  * A KV cache whose memory the caller owns (flash_attn_with_kvcache, vLLM):
@@ -707,24 +711,40 @@ ATTN_API attn_status attn_varlen_backward(const attn_tensor *q, const attn_tenso
  *    page_size], slot t % page_size. Pages may be shared between sequences (a common prefix)
  *    as long as no append writes into a page another sequence (or another block of the same
  *    sequence) uses.
- * Storage dtype F32, BF16 or F16 (keys and values alike); the last dimension has stride 1,
- * other strides are free. cache_seqlens int32[B]: tokens already held by each sequence
- * (0 <= cache_seqlens[b]; capacity S_max or max_pages * page_size). The library never
- * changes cache_seqlens: after an append the caller adds the new tokens itself.
+ * Storage dtype F32, BF16, F16 or one of the 8-bit formats Q8, FP8_E4M3, FP8_E5M2 (keys and
+ * values alike; rounding as in the library's cache, docs/inference.md "Quantized KV cache");
+ * the last dimension has stride 1, other strides are free (>= 0). cache_seqlens int32[B]:
+ * tokens already held by each sequence (0 <= cache_seqlens[b]; capacity S_max or max_pages *
+ * page_size). The library never changes cache_seqlens: after an append the caller adds the
+ * new tokens itself.
+ * Scales of the 8-bit formats, F32, any strides >= 0 (NULL for F32 / BF16 / F16 storage):
+ *  - Q8: k_scale and v_scale are required, one scale per stored row (token, KV head), laid
+ *    out like the cache without D: contiguous [B, S_max, Hkv], paged [num_pages, page_size,
+ *    Hkv] (token t of b: k_scale[block_table[b, t / page_size], t % page_size, h]). Row
+ *    (t, h) reads back as k_scale[., ., h] * q. An append writes the new rows' scales
+ *    (max|x| / 127, kernels' rounding as the library's cache); the held tokens' scales are
+ *    used as they are (a NaN or infinite one spoils only the rows that read it).
+ *  - FP8: optional per-KV-head scales (vLLM's k_scale / v_scale): rank 1, [Hkv] or [1] (one
+ *    scale for every head), each finite and > 0; NULL = 1. An element x is stored as
+ *    fp8(x / scale[h]) and reads back as scale[h] * fp8. Never written.
  */
 typedef struct attn_kv_cache_view {
-    int version;                    /* 0 or ATTN_KV_CACHE_VIEW_VERSION */
+    int version;                    /* 0, 1 (no scale fields) or ATTN_KV_CACHE_VIEW_VERSION */
     attn_tensor *k_cache;           /* rank 4, see above */
     attn_tensor *v_cache;           /* rank 4, see above */
     const attn_tensor *block_table; /* NULL = contiguous; else I32 rank 2 [B, max_pages] */
     const int32_t *cache_seqlens;   /* int32[B] */
+    /* version 2: */
+    attn_tensor *k_scale;           /* Q8: rank 3 (written on append); FP8: rank 1 or NULL */
+    attn_tensor *v_scale;           /* likewise for the values */
 } attn_kv_cache_view;
 
 /*
  * New tokens to append before attending (all optional; NULL = none):
- *   k_new [B, Tnew, Hkv, Dk], v_new [B, Tnew, Hkv, Dv]: F32 or the cache's dtype, any
- *   strides; written at tokens cache_seqlens[b] .. cache_seqlens[b] + Tnew - 1 (converted to
- *   the storage dtype with round-to-nearest-even).
+ *   k_new [B, Tnew, Hkv, Dk], v_new [B, Tnew, Hkv, Dv]: F32 or the cache's dtype (8-bit
+ *   storage: F32, BF16 or F16, finite), any strides; written at tokens cache_seqlens[b] ..
+ *   cache_seqlens[b] + Tnew - 1 (converted to the storage dtype with round-to-nearest-even;
+ *   8-bit storage quantised in place, Q8 writing each row's scale into k_scale / v_scale).
  *   rotary_cos, rotary_sin: F32 [positions, rotary_dim / 2] (rotary_dim even, <= Dk): RoPE of
  *   the first rotary_dim dimensions of the new keys at their absolute positions (row p of the
  *   tables for position p), applied on append, and of the queries: query i of b at position
@@ -757,8 +777,15 @@ typedef struct attn_kv_append {
  * a block_table entry outside [0, num_pages) among the blocks a sequence uses, a page written
  * by one append and used elsewhere (INVALID_ARGUMENT naming both sequences and blocks),
  * rotary tables too short for the positions, options the cache defines (key_lengths,
- * key_positions) or that need a padded batch (mask, bias, block layout). On any of these
- * errors nothing is written to the cache.
+ * key_positions) or that need a padded batch (mask, bias, block layout), 8-bit scales
+ * missing, given for 16/32-bit storage, of the wrong shape or dtype, a non-positive or
+ * non-finite FP8 scale (naming the argument, the head and the value), a non-finite new
+ * token for 8-bit storage (naming the element). On any of these errors nothing is written
+ * to the cache or to its scales.
+ * 8-bit storage: Tq <= 16 runs attn_decode's kernels in place on the caller's pages and
+ * scales, bitwise as a library-owned 8-bit cache holding the same tokens; a prefill chunk
+ * dequantises each sequence's keys (head_scale * row_scale * q, then the queries' dtype)
+ * into the gathered buffer.
  */
 ATTN_API attn_status attn_forward_with_kvcache(const attn_tensor *q,
                                                const attn_kv_cache_view *cache,

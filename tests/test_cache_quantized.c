@@ -42,25 +42,12 @@ static const format_case formats[] = {
 
 /* ---- the formats, from their definitions ---- */
 
-/* Value of an fp8 code (NaN for the codes that are not finite). */
-static double fp8_value(int exponent_bits, int code) {
-    const int mantissa_bits = 7 - exponent_bits, bias = (1 << (exponent_bits - 1)) - 1;
-    const int exponent = (code & 0x7f) >> mantissa_bits, mantissa = code & ((1 << mantissa_bits) - 1);
-    const int top = (1 << exponent_bits) - 1;
-    if (exponent_bits == 4 && (code & 0x7f) == 0x7f) return NAN; /* e4m3fn: one NaN, no inf */
-    if (exponent_bits == 5 && exponent == top) return NAN;       /* e5m2: inf / NaN: never stored */
-    const double value = exponent == 0
-                             ? ldexp(mantissa, 1 - bias - mantissa_bits)
-                             : ldexp((1 << mantissa_bits) + mantissa, exponent - bias - mantissa_bits);
-    return (code & 0x80) ? -value : value;
-}
-
 /* The nearest finite code to x by search (ties: the even code), saturating. */
 static double fp8_nearest(int exponent_bits, double x) {
     double best = NAN, best_distance = INFINITY;
     int best_code = -1;
     for (int code = 0; code < 256; ++code) {
-        const double value = fp8_value(exponent_bits, code);
+        const double value = test_fp8_value(exponent_bits, code);
         if (isnan(value) || (signbit(value) != signbit(x) && value != 0.0)) continue;
         const double distance = fabs(value - x);
         if (distance < best_distance ||
@@ -102,7 +89,7 @@ static void test_fp8_codes(const format_case *f) {
         for (int d = 0; d < dim; ++d) {
             /* token 0: the code d itself (NaN codes -> 0); tokens 1..3: random magnitudes from
              * deep subnormal to 4x beyond the largest, both signs; value = x * head scale */
-            const double code_value = fp8_value(f->exponent_bits, d);
+            const double code_value = test_fp8_value(f->exponent_bits, d);
             ((float *)k.allocation)[(0 * heads + h) * dim + d] =
                 (float)((isnan(code_value) ? 0.0 : code_value) * head_scales[h]);
             for (int t = 1; t < 4; ++t) {

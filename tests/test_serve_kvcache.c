@@ -151,7 +151,7 @@ static void test_same_as_library(const same_case *sc, uint64_t seed) {
     const int64_t table_shape[2] = {sc->B, max_pages};
     attn_tensor table_view = attn_tensor_contiguous(table, ATTN_DTYPE_I32, 2, table_shape);
     attn_kv_cache_view view = {ATTN_KV_CACHE_VIEW_VERSION, &kp.view, &vp.view,
-                               sc->page_size > 0 ? &table_view : NULL, seqlens};
+                               sc->page_size > 0 ? &table_view : NULL, seqlens, NULL, NULL};
     test_tensor q = test_tensor_new(sc->B, sc->Tq, sc->Hq, sc->Dk, TEST_LAYOUT_BTHD);
     test_tensor_fill_normal(&q, &rng, 1.0f);
     attn_options options = causal_options(sc->window_left, sc->softcap);
@@ -264,7 +264,7 @@ static void test_chunked(const chunk_case *cc, uint64_t seed) {
         const int64_t tshape[2] = {B, max_pages};
         attn_tensor table_view = attn_tensor_contiguous(table, ATTN_DTYPE_I32, 2, tshape);
         int32_t seqlens[4] = {0, 0, 0, 0};
-        attn_kv_cache_view view = {0, &kp.view, &vp.view, cc->page_size > 0 ? &table_view : NULL, seqlens};
+        attn_kv_cache_view view = {0, &kp.view, &vp.view, cc->page_size > 0 ? &table_view : NULL, seqlens, NULL, NULL};
         double worst = 0.0;
         for (int64_t first = 0; first < T;) {
             int64_t count = chunks[c];
@@ -313,7 +313,7 @@ static void test_threads(void) {
     const int64_t tshape[2] = {B, max_pages};
     attn_tensor table_view = attn_tensor_contiguous(table, ATTN_DTYPE_I32, 2, tshape);
     int32_t seqlens[3] = {80, 45, 120};
-    attn_kv_cache_view view = {0, &kp.view, &vp.view, &table_view, seqlens};
+    attn_kv_cache_view view = {0, &kp.view, &vp.view, &table_view, seqlens, NULL, NULL};
     attn_options options = causal_options(-1, 0.0f);
     const int64_t tq[2] = {2, 40};
     for (int path = 0; path < 2; ++path) {
@@ -399,7 +399,7 @@ static void test_half_queries(void) {
                 for (size_t e = 0; e < kp.bytes / 2; ++e)
                     ((uint16_t *)kp.data)[e] = to_bf16((float)test_rng_normal(&fill)), ((uint16_t *)vp.data)[e] = to_bf16((float)test_rng_normal(&fill));
                 int32_t seqlens[2] = {40, 17};
-                attn_kv_cache_view view = {0, &kp.view, &vp.view, &table_view, seqlens};
+                attn_kv_cache_view view = {0, &kp.view, &vp.view, &table_view, seqlens, NULL, NULL};
                 attn_kv_append append = {&kn.view, &vn.view, &cos_view, &sin_view, ATTN_ROPE_HALF};
                 attn_status status = attn_forward_with_kvcache(half ? &qv : &q_rounded.view, &view, &append, &options,
                                                                half ? &ov : &expected.view, NULL, NULL, &error);
@@ -484,7 +484,7 @@ static void test_errors(void) {
         }
         attn_tensor table_view = attn_tensor_contiguous(table, ATTN_DTYPE_I32, 2, tshape);
         attn_kv_cache_view view = {0, ec->kind == E_BAD_DTYPE ? &bad : &kp.view,
-                                   ec->kind == E_MIXED_DTYPES ? &bad : &vp.view, &table_view, seqlens};
+                                   ec->kind == E_MIXED_DTYPES ? &bad : &vp.view, &table_view, seqlens, NULL, NULL};
         void *k_before = malloc(kp.bytes), *v_before = malloc(vp.bytes);
         memcpy(k_before, kp.data, kp.bytes), memcpy(v_before, vp.data, vp.bytes);
         attn_error error;
@@ -504,7 +504,7 @@ static void test_errors(void) {
     int32_t seqlens[2] = {8, 8};
     const int64_t tshape[2] = {2, 2};
     attn_tensor table_view = attn_tensor_contiguous(table, ATTN_DTYPE_I32, 2, tshape);
-    attn_kv_cache_view view = {0, &kp.view, &vp.view, &table_view, seqlens};
+    attn_kv_cache_view view = {0, &kp.view, &vp.view, &table_view, seqlens, NULL, NULL};
     test_tensor kn = test_tensor_new(2, 1, 1, 4, TEST_LAYOUT_BTHD), vn = test_tensor_new(2, 1, 1, 4, TEST_LAYOUT_BTHD);
     for (int e = 0; e < 8; ++e) vn.allocation[e] = 1.0f;
     test_tensor q = test_tensor_new(2, 1, 1, 4, TEST_LAYOUT_BTHD), out = test_tensor_new(2, 1, 1, 4, TEST_LAYOUT_BTHD);

@@ -6,9 +6,12 @@ attn.forward_with_kvcache; docs/inference.md ("Serving") describes them in full.
 Differences from flash-attn worth knowing: causal=True means bottom-right alignment (as in
 flash-attn >= 2.1); rows with no key give O = 0 and LSE = -inf; window=(left, right) with -1
 for an unbounded side (flash-attn's window_size); the cache's storage dtype is float32,
-bfloat16 or float16; computation is float32.
+bfloat16, float16, int8 (with per-row scales) or fp8 E4M3 / E5M2 (with optional per-head
+scales, as vLLM stores them); computation is float32.
 """
 from __future__ import annotations
+
+import numpy as np
 
 from . import _attn
 from . import _options as _O
@@ -131,11 +134,47 @@ def varlen_backward(q, k, v, out, lse, dout, cu_seqlens_q, cu_seqlens_k, max_seq
     return Gradients(dq, dk, dv, None)
 
 
+# 8-bit cache dtypes (include/attn.h): int8 with scales, fp8 E4M3 ("e4m3fn") and E5M2.
+_Q8, _FP8_E4M3, _FP8_E5M2 = 7, 8, 9
+_EIGHT_BIT_NAMES = {"int8": _Q8, "float8_e4m3fn": _FP8_E4M3, "float8_e5m2": _FP8_E5M2}
+
+
+def _cache_view(x, name):
+    """A writable View of a cache tensor: float32 / bfloat16 / float16 as T.view, or 8-bit
+    storage (int8, float8_e4m3fn, float8_e5m2) as its bytes in place."""
+    dtype_name = str(getattr(x, "dtype", "")).replace("torch.", "")
+    code = _EIGHT_BIT_NAMES.get(dtype_name)
+    if code is None:
+        return T.view(x, name, writable=True)
+    if T.is_torch(x):
+        if x.device.type != "cpu":
+            raise ValueError(f"{name} is on device {x.device}; attn computes on the CPU")
+        return T.View(x, True, code, x.shape, x.stride(), x.data_ptr(), 1)
+    if not isinstance(x, np.ndarray):
+        raise TypeError(f"{name} must be a NumPy array or a torch tensor")
+    if not x.flags.writeable:
+        raise ValueError(f"{name} is read-only")
+    return T.View(x, False, code, x.shape, x.strides, x.__array_interface__["data"][0], 1)
+
+
+def _scale_view(x, name, cache_code):
+    """The float32 View of an 8-bit cache's scales (a Python float: one fp8 scale for every
+    head), or None."""
+    if x is None:
+        return None
+    if isinstance(x, (int, float)):
+        x = np.array([x], np.float32)
+    v = T.view(x, name, writable=cache_code == _Q8)
+    if v.code != T.F32:
+        raise ValueError(f"{name} must be float32, got {v.dtype_name}")
+    return v
+
+
 def forward_with_kvcache(q, k_cache, v_cache, cache_seqlens, *, k_new=None, v_new=None,
                          block_table=None, rotary_cos=None, rotary_sin=None,
                          rotary_interleaved=False, causal=True, window=None, softcap=0.0,
                          scale=None, return_lse=False, threads=None, memory_limit=None,
-                         kernel=None):
+                         kernel=None, k_scale=None, v_scale=None):
     """Attention against a KV cache the caller owns (flash_attn_with_kvcache).
 
     q [B, Tq, Hq, Dk]; k_cache / v_cache [B, S_max, Hkv, D] (contiguous), or a page pool
@@ -148,10 +187,18 @@ def forward_with_kvcache(q, k_cache, v_cache, cache_seqlens, *, k_new=None, v_ne
     causal or windowed). causal=True: bottom-right, query i at cache_seqlens + Tnew - Tq + i.
     Returns out [B, Tq, Hq, Dv] (q's kind and dtype), and lse [B, Hq, Tq] with
     return_lse=True. Nothing is written to the cache when an argument is wrong.
+
+    8-bit caches (docs/inference.md, "Quantized KV cache"): int8 caches (numpy / torch int8)
+    need k_scale / v_scale, float32 with one scale per (token, KV head) laid out like the
+    cache without D ([B, S_max, Hkv] or [num_pages, page_size, Hkv]; written in place for
+    the appended tokens: max|x| / 127, x ~ scale * q). fp8 caches (torch.float8_e4m3fn /
+    float8_e5m2, or ml_dtypes' float8_e4m3fn / float8_e5m2 arrays) take optional per-head
+    scales, float32 [Hkv], [1] or a Python float (vLLM's k_scale / v_scale; x ~ scale * fp8).
     """
     qv = _float_views((q,), ("q",), 4, "[B, Tq, Hq, Dk]")[0]
     B, Tq, Hq, _ = qv.shape
-    kc, vc = T.view(k_cache, "k_cache", writable=True), T.view(v_cache, "v_cache", writable=True)
+    kc, vc = _cache_view(k_cache, "k_cache"), _cache_view(v_cache, "v_cache")
+    scales = [_scale_view(x, n, kc.code) for x, n in ((k_scale, "k_scale"), (v_scale, "v_scale"))]
     seqlens = T.int32_array(cache_seqlens, "cache_seqlens", B)
     table = None
     if block_table is not None:
@@ -183,7 +230,8 @@ def forward_with_kvcache(q, k_cache, v_cache, cache_seqlens, *, k_new=None, v_ne
                                seqlens.ctypes.data, *(x.desc() if x else None for x in news),
                                *(x.desc() if x else None for x in rotary),
                                0 if rotary_interleaved else 1, T.view(out, "out").desc(),
-                               T.view(lse, "lse").desc() if return_lse else None, options, run)
+                               T.view(lse, "lse").desc() if return_lse else None, options, run,
+                               *(x.desc() if x else None for x in scales))
     del keep
     if qv.code != T.F32:
         out = T.as_dtype(out, qv.code)

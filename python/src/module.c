@@ -517,14 +517,17 @@ static PyObject *py_varlen_backward(PyObject *self, PyObject *args) {
 
 /* forward_with_kvcache(q, k_cache, v_cache, block_table | None, cache_seqlens: pointer,
  *     k_new | None, v_new | None, rotary_cos | None, rotary_sin | None, rotary_layout: int,
- *     out, lse | None, options, execution) */
+ *     out, lse | None, options, execution, k_scale | None, v_scale | None) */
 static PyObject *py_forward_with_kvcache(PyObject *self, PyObject *args) {
-    PyObject *o[9], *outo, *lseo, *optionso, *executiono;
+    PyObject *o[9], *outo, *lseo, *optionso, *executiono, *k_scaleo, *v_scaleo;
     int layout;
-    if (!PyArg_ParseTuple(args, "OOOOOOOOOiOOOO", &o[0], &o[1], &o[2], &o[3], &o[4], &o[5],
-                          &o[6], &o[7], &o[8], &layout, &outo, &lseo, &optionso, &executiono))
+    if (!PyArg_ParseTuple(args, "OOOOOOOOOiOOOOOO", &o[0], &o[1], &o[2], &o[3], &o[4], &o[5],
+                          &o[6], &o[7], &o[8], &layout, &outo, &lseo, &optionso, &executiono,
+                          &k_scaleo, &v_scaleo))
         return NULL;
     attn_tensor q, k_cache, v_cache, table, k_new, v_new, cos_table, sin_table, out, lse;
+    attn_tensor k_scale, v_scale;
+    int has_k_scale, has_v_scale;
     option_tensors tensors;
     attn_options options;
     attn_execution execution;
@@ -538,10 +541,13 @@ static PyObject *py_forward_with_kvcache(PyObject *self, PyObject *args) {
         (has_cos = parse_tensor(o[7], &cos_table, "rotary_cos", 1)) < 0 ||
         (has_sin = parse_tensor(o[8], &sin_table, "rotary_sin", 1)) < 0 ||
         parse_tensor(outo, &out, "out", 0) < 0 || (has_lse = parse_tensor(lseo, &lse, "lse", 1)) < 0 ||
-        parse_options(optionso, &options, &tensors) || parse_execution(executiono, &execution))
+        parse_options(optionso, &options, &tensors) || parse_execution(executiono, &execution) ||
+        (has_k_scale = parse_tensor(k_scaleo, &k_scale, "k_scale", 1)) < 0 ||
+        (has_v_scale = parse_tensor(v_scaleo, &v_scale, "v_scale", 1)) < 0)
         return NULL;
     const attn_kv_cache_view cache = {ATTN_KV_CACHE_VIEW_VERSION, &k_cache, &v_cache,
-                                      has_table ? &table : NULL, seqlens};
+                                      has_table ? &table : NULL, seqlens,
+                                      has_k_scale ? &k_scale : NULL, has_v_scale ? &v_scale : NULL};
     const attn_kv_append append = {has_k ? &k_new : NULL, has_v ? &v_new : NULL,
                                    has_cos ? &cos_table : NULL, has_sin ? &sin_table : NULL,
                                    (attn_rope_layout)layout};

@@ -48,8 +48,9 @@ static void *pool_alloc(size_t bytes) {
 /* ---- element storage ---- */
 
 /* Stores count floats into the cache's dtype at `destination`. Q8: *row_scale receives the
- * row's scale; FP8: the elements are divided by head_scale first (kernels/quant.h). */
-static void store_elements(attn_dtype dtype, const float *source, int64_t count,
+ * row's scale; FP8: the elements are divided by head_scale first (kernels/quant.h). Also
+ * the caller-owned caches' (kvcache_external.c). */
+void attn_cache_store_elements(attn_dtype dtype, const float *source, int64_t count,
                            void *destination, float *row_scale, float head_scale) {
     if (dtype == ATTN_DTYPE_Q8) {
         int8_t *target = destination;
@@ -76,7 +77,7 @@ static void store_elements(attn_dtype dtype, const float *source, int64_t count,
 
 /* Loads count stored elements as floats; quantized ones read back as
  * head_scale * row_scale * decode(q) (row_scale: Q8 only, else 1). */
-static void load_elements(attn_dtype dtype, const void *source, int64_t count, float *target,
+void attn_cache_load_elements(attn_dtype dtype, const void *source, int64_t count, float *target,
                           float row_scale, float head_scale) {
     if (attn_dtype_is_quantized(dtype)) {
         const uint8_t *stored = source;
@@ -326,6 +327,10 @@ attn_status attn_kv_cache_create(const attn_kv_cache_config *config, attn_kv_cac
     created->key_head_stride = created->page_size * config->key_dim;
     created->value_token_stride = config->value_dim;
     created->value_head_stride = created->page_size * config->value_dim;
+    created->key_scale_page_stride = created->value_scale_page_stride =
+        config->kv_heads * created->page_size; /* [page][Hkv][page_size] */
+    created->key_scale_head_stride = created->value_scale_head_stride = created->page_size;
+    created->key_scale_token_stride = created->value_scale_token_stride = 1;
     created->key_pool = pool_alloc((size_t)key_pool_elements * created->element_size);
     if (value_pool_elements > 0)
         created->value_pool = pool_alloc((size_t)value_pool_elements * created->element_size);
@@ -573,13 +578,13 @@ attn_status attn_kv_cache_append(attn_kv_cache *cache, int64_t first_sequence,
             for (int64_t head = 0; head < config->kv_heads; ++head) {
                 float scale = 1.0f; /* Q8's row scale */
                 for (int64_t d = 0; d < key_dim; ++d) row[d] = *attn_f32_at4(&keys, 0, t, head, d);
-                store_elements(config->dtype, row, key_dim, key_slot(cache, page, head, slot),
+                attn_cache_store_elements(config->dtype, row, key_dim, key_slot(cache, page, head, slot),
                                &scale, cache->key_head_scales[head]);
                 fill_scales(key_scale_slot(cache, page, head, slot), 1, scale);
                 if (!config->values_in_keys) {
                     for (int64_t d = 0; d < value_dim; ++d)
                         row[d] = *attn_f32_at4(v, n, t, head, d);
-                    store_elements(config->dtype, row, value_dim,
+                    attn_cache_store_elements(config->dtype, row, value_dim,
                                    value_slot(cache, page, head, slot), &scale,
                                    cache->value_head_scales[head]);
                     fill_scales(value_scale_slot(cache, page, head, slot), 1, scale);
@@ -698,12 +703,12 @@ attn_status attn_kv_cache_read(const attn_kv_cache *cache, int64_t sequence, int
         for (int64_t head = 0; head < config->kv_heads; ++head) {
             const float *key_scale = attn_cache_key_scales(cache, page, head, slot);
             const float *value_scale = attn_cache_value_scales(cache, page, head, slot);
-            load_elements(config->dtype, attn_cache_key_address(cache, page, head, slot),
+            attn_cache_load_elements(config->dtype, attn_cache_key_address(cache, page, head, slot),
                           config->key_dim, row, key_scale != NULL ? *key_scale : 1.0f,
                           cache->key_head_scales[head]);
             for (int64_t d = 0; d < config->key_dim; ++d) *attn_f32_at4(k, 0, t, head, d) = row[d];
             if (v == NULL) continue;
-            load_elements(config->dtype, attn_cache_value_address(cache, page, head, slot),
+            attn_cache_load_elements(config->dtype, attn_cache_value_address(cache, page, head, slot),
                           config->value_dim, row, value_scale != NULL ? *value_scale : 1.0f,
                           cache->value_head_scales[head]);
             for (int64_t d = 0; d < config->value_dim; ++d)

@@ -13,8 +13,10 @@
  * When values_in_keys is set there is no value pool: the value of a token is the first Dv
  * elements of its key (MLA's latent cache).
  * Quantized storage (kernels/quant.h): elements are 1 byte. Q8 keeps one float32 scale per
- * stored row beside the pools, page-major like them: key_scale_pool + p * Hkv * page_size,
- * [Hkv][page_size] (values likewise; with values_in_keys a value uses its key's scale). FP8
+ * stored row beside the pools, page-major like them: the library's own are
+ * key_scale_pool + p * Hkv * page_size, [Hkv][page_size] (values likewise; with
+ * values_in_keys a value uses its key's scale); a caller-owned cache's are wherever its
+ * k_scale / v_scale tensors put them (the scale strides below). FP8
  * keeps one float32 scale per KV head (head_scales, 1 when none was given). A stored element
  * q of row (token, head) reads back as head_scale[head] * row_scale * decode(q), with the
  * factors that do not apply equal to 1. Empty slots of a Q8 cache hold NaN scales and 0
@@ -53,6 +55,10 @@ struct attn_kv_cache {
        the same struct over its [page, slot, head, dim] memory, with its own strides. */
     int64_t key_token_stride, key_head_stride;
     int64_t value_token_stride, value_head_stride;
+    /* Q8 row-scale strides (in floats) between pages, heads and slots: the library's own
+       {Hkv * page_size, page_size, 1}; a caller's follow its k_scale / v_scale tensors. */
+    int64_t key_scale_page_stride, key_scale_head_stride, key_scale_token_stride;
+    int64_t value_scale_page_stride, value_scale_head_stride, value_scale_token_stride;
 };
 
 /* Address of the first stored key (value) element of slot `slot` of KV head `head` in page
@@ -72,20 +78,38 @@ static inline const void *attn_cache_value_address(const struct attn_kv_cache *c
     return cache->value_pool + (size_t)element * cache->element_size;
 }
 
-/* The Q8 row scales of slots slot, slot + 1, ... of `head` in `page` (contiguous within the
- * page), or NULL for other dtypes. */
+/* The Q8 row scale of slot `slot` of `head` in `page` (the next slots follow
+ * key_scale_token_stride floats apart: 1 in the library's own cache), or NULL for other
+ * dtypes. */
 static inline const float *attn_cache_key_scales(const struct attn_kv_cache *cache,
                                                  int64_t page, int64_t head, int64_t slot) {
     if (cache->key_scale_pool == NULL) return NULL;
-    return cache->key_scale_pool + (page * cache->config.kv_heads + head) * cache->page_size + slot;
+    return cache->key_scale_pool + page * cache->key_scale_page_stride +
+           head * cache->key_scale_head_stride + slot * cache->key_scale_token_stride;
 }
 
 static inline const float *attn_cache_value_scales(const struct attn_kv_cache *cache,
                                                    int64_t page, int64_t head, int64_t slot) {
     if (cache->value_scale_pool == NULL) return attn_cache_key_scales(cache, page, head, slot);
-    return cache->value_scale_pool + (page * cache->config.kv_heads + head) * cache->page_size +
-           slot;
+    return cache->value_scale_pool + page * cache->value_scale_page_stride +
+           head * cache->value_scale_head_stride + slot * cache->value_scale_token_stride;
 }
+
+/* Floats between the row scales of consecutive slots of one head's values (keys:
+ * key_scale_token_stride). */
+static inline int64_t attn_cache_value_scale_stride(const struct attn_kv_cache *cache) {
+    return cache->value_scale_pool == NULL ? cache->key_scale_token_stride
+                                           : cache->value_scale_token_stride;
+}
+
+/* Rows of the cache's storage dtype <-> float32 (cache.c; kernels/quant.h for the 8-bit
+ * formats): count elements at `destination`, contiguous. Q8: *row_scale receives the row's
+ * scale; FP8: x / head_scale is encoded. Loading reads back head_scale * row_scale *
+ * decode(q) for the 8-bit formats (row_scale 1 except Q8). */
+void attn_cache_store_elements(attn_dtype dtype, const float *source, int64_t count,
+                               void *destination, float *row_scale, float head_scale);
+void attn_cache_load_elements(attn_dtype dtype, const void *source, int64_t count, float *target,
+                              float row_scale, float head_scale);
 
 /* Row stride (in elements) between consecutive tokens of one head's values (keys:
  * key_token_stride). */

@@ -145,6 +145,15 @@ static const float *chunk_rows(const decode_plan *plan, const void *stored,
     return buffer;
 }
 
+/* The Q8 row scales of a chunk's `count` slots as contiguous floats: in place when they are
+ * (the library's own cache), else gathered from `stride` apart into `buffer` (a caller-owned
+ * cache whose scales are [page, slot, head]); NULL stays NULL (no row scales). */
+static const float *chunk_scales(const float *first, int64_t stride, int count, float *buffer) {
+    if (first == NULL || stride == 1) return first;
+    for (int c = 0; c < count; ++c) buffer[c] = first[c * stride];
+    return buffer;
+}
+
 /* Requests `count` stored rows of `row_bytes` bytes, `stride_bytes` apart, into the L2 cache.
  * run_task asks for a chunk's values before scoring the chunk, so that for a GQA group (many
  * FMAs per key) they arrive during the score arithmetic instead of stalling the value pass
@@ -270,9 +279,15 @@ static void run_task(const decode_plan *plan, decode_scratch *scratch, int64_t b
             if (!group && rows >= 2 && cache->value_pool != NULL) /* one row: a stream the hardware follows */
                 prefetch_rows(stored_values, count, stored_value_stride * element_size,
                               Dv * element_size);
-            const float *key_scales = attn_cache_key_scales(cache, page, kv_head, slot);
-            const float *value_scales = attn_cache_value_scales(cache, page, kv_head, slot);
-            if (key_scales != NULL && slot + 2 * count <= cache->page_size) {
+            float gathered_scales[2][ATTN_DECODE_CHUNK]; /* Q8 scales of a caller's cache */
+            const float *key_scales =
+                chunk_scales(attn_cache_key_scales(cache, page, kv_head, slot),
+                             cache->key_scale_token_stride, count, gathered_scales[0]);
+            const float *value_scales =
+                chunk_scales(attn_cache_value_scales(cache, page, kv_head, slot),
+                             attn_cache_value_scale_stride(cache), count, gathered_scales[1]);
+            if (key_scales != NULL && cache->key_scale_token_stride == 1 &&
+                slot + 2 * count <= cache->page_size) {
                 /* int8: the next chunk's row scales (a short stream of their own that the
                  * kernels would otherwise wait for at the start of each chunk) */
                 prefetch_rows(key_scales + count, 1, 0, count * (int64_t)sizeof(float));

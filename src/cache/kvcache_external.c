@@ -15,6 +15,9 @@
  *  - more queries (a prefill chunk): the tiled forward on each sequence, its keys read as a
  *    strided view when the cache is contiguous float32, else gathered (and widened) into one
  *    float32 buffer sized for the longest sequence.
+ * 8-bit storage (Q8, FP8) is quantised on append by the library cache's own rounding
+ * (cache.c, kernels/quant.h), Q8 writing each new row's scale into k_scale / v_scale; its
+ * scales are checked in kvcache_scales.c.
  */
 #include <math.h>
 #include <omp.h>
@@ -22,9 +25,11 @@
 #include <string.h>
 
 #include "cache/cache_internal.h"
+#include "cache/kvcache_scales.h"
 #include "call/call.h"
 #include "core/internal.h"
 #include "kernels/half.h"
+#include "kernels/quant.h"
 #include "varlen/varlen.h"
 
 /* Largest Tq that runs on the decoding kernels. */
@@ -33,6 +38,8 @@
 /* The call's sizes, checked. */
 typedef struct external_plan {
     const attn_tensor *q, *k_cache, *v_cache, *block_table;
+    const attn_tensor *k_scale, *v_scale; /* Q8's row scales (NULL otherwise) */
+    const attn_tensor *k_head, *v_head;   /* FP8's per-head scales (NULL otherwise: 1) */
     const attn_kv_append *append; /* NULL-free copy of the caller's (fields may be NULL) */
     const int32_t *cache_seqlens;
     int64_t B, Tq, Hq, Hkv, Dk, Dv, Tnew;
@@ -58,7 +65,16 @@ static void *stored_row(const external_plan *plan, const attn_tensor *cache, int
     return (char *)cache->data + (size_t)element * attn_dtype_size(cache->dtype);
 }
 
-static int storage_dtype(attn_dtype dtype) {
+/* Q8: the scale of the stored row (head h, token t of sequence b) in k_scale / v_scale. */
+static float *scale_slot(const external_plan *plan, const attn_tensor *scales, int64_t b,
+                         int64_t t, int64_t h) {
+    const int64_t page = table_entry(plan, b, t / plan->page_size), slot = t % plan->page_size;
+    return (float *)scales->data + page * scales->stride[0] + slot * scales->stride[1] +
+           h * scales->stride[2];
+}
+
+/* The dtypes of queries and outputs (and of 16/32-bit storage). */
+static int operand_dtype(attn_dtype dtype) {
     return dtype == ATTN_DTYPE_F32 || dtype == ATTN_DTYPE_BF16 || dtype == ATTN_DTYPE_F16;
 }
 
@@ -72,18 +88,17 @@ static void load_row(attn_dtype dtype, const void *source, int64_t stride, int64
     }
 }
 
+/* count floats into an operand dtype (F32, BF16, F16) at target, round to nearest even. */
 static void store_row(attn_dtype dtype, const float *row, int64_t count, void *target) {
-    for (int64_t e = 0; e < count; ++e) {
-        if (dtype == ATTN_DTYPE_F32) ((float *)target)[e] = row[e];
-        else if (dtype == ATTN_DTYPE_BF16) ((uint16_t *)target)[e] = attn_float_to_bf16(row[e]);
-        else ((uint16_t *)target)[e] = attn_float_to_f16(row[e]);
-    }
+    float unused;
+    attn_cache_store_elements(dtype, row, count, target, &unused, 1.0f);
 }
 
-/* count contiguous elements of dtype `from` at source into dtype `to` at target (through
- * float32 in pieces: exact between equal types and from 16-bit to float32). */
-static void convert_row(attn_dtype from, const void *source, attn_dtype to, int64_t count,
-                        void *target) {
+/* count contiguous stored elements of dtype `from` at source (8-bit: read back as
+ * head_scale * row_scale * q) into the operand dtype `to` at target, through float32 in
+ * pieces (exact between equal types and from 16-bit to float32). */
+static void convert_row(attn_dtype from, const void *source, float row_scale, float head_scale,
+                        attn_dtype to, int64_t count, void *target) {
     if (from == to) {
         memcpy(target, source, (size_t)count * attn_dtype_size(from));
         return;
@@ -91,7 +106,8 @@ static void convert_row(attn_dtype from, const void *source, attn_dtype to, int6
     float piece[256];
     for (int64_t first = 0; first < count; first += 256) {
         const int64_t n = count - first < 256 ? count - first : 256;
-        load_row(from, (const char *)source + (size_t)first * attn_dtype_size(from), 1, n, piece);
+        attn_cache_load_elements(from, (const char *)source + (size_t)first * attn_dtype_size(from),
+                                 n, piece, row_scale, head_scale);
         store_row(to, piece, n, (char *)target + (size_t)first * attn_dtype_size(to));
     }
 }
@@ -127,10 +143,11 @@ static attn_status check_shape(const attn_tensor *t, const char *name, const int
 
 static attn_status check_cache_tensor(const attn_tensor *t, const char *name, attn_error *error) {
     if (t == NULL) return attn_fail(error, ATTN_ERROR_NULL_ARGUMENT, "cache->%s is NULL", name);
-    if (!storage_dtype(t->dtype))
+    if (!operand_dtype(t->dtype) && !attn_dtype_is_quantized(t->dtype))
         return attn_fail(error, ATTN_ERROR_INVALID_ARGUMENT,
-                         "cache->%s.dtype = %s: expected float32, bfloat16 or float16", name,
-                         attn_dtype_name(t->dtype));
+                         "cache->%s.dtype = %s: expected float32, bfloat16, float16, int8 (Q8), "
+                         "float8_e4m3 or float8_e5m2",
+                         name, attn_dtype_name(t->dtype));
     attn_status status = attn_check_tensor(t, name, t->dtype, 4, error);
     if (status != ATTN_OK) return status;
     if (t->stride[3] != 1)
@@ -161,13 +178,13 @@ static attn_status check_arguments(external_plan *plan, const attn_tensor *q,
                                    const attn_options *options, const attn_tensor *out,
                                    const attn_tensor *lse, attn_error *error) {
     /* q and out: F32, BF16 or F16, one dtype (the forward's and decoding's rule). */
-    const attn_dtype operand = q != NULL && storage_dtype(q->dtype) ? q->dtype : ATTN_DTYPE_F32;
+    const attn_dtype operand = q != NULL && operand_dtype(q->dtype) ? q->dtype : ATTN_DTYPE_F32;
     attn_status status = attn_check_tensor(q, "q", operand, 4, error);
     if (status != ATTN_OK) return status;
     if (cache == NULL) return attn_fail(error, ATTN_ERROR_NULL_ARGUMENT, "cache is NULL");
-    if (cache->version != 0 && cache->version != ATTN_KV_CACHE_VIEW_VERSION)
+    if (cache->version != 0 && cache->version != 1 && cache->version != ATTN_KV_CACHE_VIEW_VERSION)
         return attn_fail(error, ATTN_ERROR_INVALID_ARGUMENT,
-                         "cache->version = %d: expected 0 or %d", cache->version,
+                         "cache->version = %d: expected 0, 1 or %d", cache->version,
                          ATTN_KV_CACHE_VIEW_VERSION);
     if ((status = check_cache_tensor(cache->k_cache, "k_cache", error)) != ATTN_OK ||
         (status = check_cache_tensor(cache->v_cache, "v_cache", error)) != ATTN_OK)
@@ -208,6 +225,19 @@ static attn_status check_arguments(external_plan *plan, const attn_tensor *q,
             return status;
         plan->max_pages = cache->block_table->shape[1];
     }
+    /* 8-bit scales (a version-1 view has no scale fields: they are not read). */
+    const int has_scales = cache->version != 1;
+    const int64_t scale_rows[3] = {plan->page_count, plan->page_size, plan->Hkv};
+    if ((status = attn_kv_view_check_scales(cache, has_scales, plan->dtype, scale_rows,
+                                            plan->paged ? "[num_pages, page_size, Hkv]"
+                                                        : "[B, S_max, Hkv]",
+                                            error)) != ATTN_OK)
+        return status;
+    const int fp8 = attn_dtype_is_quantized(plan->dtype) && plan->dtype != ATTN_DTYPE_Q8;
+    plan->k_scale = plan->dtype == ATTN_DTYPE_Q8 ? cache->k_scale : NULL;
+    plan->v_scale = plan->dtype == ATTN_DTYPE_Q8 ? cache->v_scale : NULL;
+    plan->k_head = fp8 ? cache->k_scale : NULL;
+    plan->v_head = fp8 ? cache->v_scale : NULL;
     if (!attn_mul_i64(plan->max_pages, plan->page_size, &plan->capacity))
         return attn_fail(error, ATTN_ERROR_OVERFLOW, "max_pages x page_size overflows int64");
     if (plan->page_count > INT32_MAX)
@@ -240,10 +270,13 @@ static attn_status check_arguments(external_plan *plan, const attn_tensor *q,
         const char *names[2] = {"append->k_new", "append->v_new"};
         for (int n = 0; n < 2; ++n) {
             const attn_dtype dtype = pair[n]->dtype;
-            if (dtype != ATTN_DTYPE_F32 && dtype != plan->dtype)
+            if (attn_dtype_is_quantized(plan->dtype) ? !operand_dtype(dtype)
+                                                     : dtype != ATTN_DTYPE_F32 && dtype != plan->dtype)
                 return attn_fail(error, ATTN_ERROR_INVALID_ARGUMENT,
-                                 "%s.dtype = %s: expected float32 or the cache's %s", names[n],
-                                 attn_dtype_name(dtype), attn_dtype_name(plan->dtype));
+                                 "%s.dtype = %s: expected %s", names[n], attn_dtype_name(dtype),
+                                 attn_dtype_is_quantized(plan->dtype)
+                                     ? "float32, bfloat16 or float16 (quantised on append)"
+                                     : "float32 or the cache's dtype");
             if ((status = attn_check_tensor(pair[n], names[n], dtype, 4, error)) != ATTN_OK)
                 return status;
         }
@@ -253,7 +286,11 @@ static attn_status check_arguments(external_plan *plan, const attn_tensor *q,
         if ((status = check_shape(append->k_new, "append->k_new", expected_kn, 4,
                                   "[B, Tnew, Hkv, Dk]", error)) != ATTN_OK ||
             (status = check_shape(append->v_new, "append->v_new", expected_vn, 4,
-                                  "[B, Tnew, Hkv, Dv]", error)) != ATTN_OK)
+                                  "[B, Tnew, Hkv, Dv]", error)) != ATTN_OK ||
+            (status = attn_kv_check_finite_input(append->k_new, "append->k_new", plan->dtype,
+                                                 error)) != ATTN_OK ||
+            (status = attn_kv_check_finite_input(append->v_new, "append->v_new", plan->dtype,
+                                                 error)) != ATTN_OK)
             return status;
     }
 
@@ -390,11 +427,20 @@ static void append_tokens(const external_plan *plan, float *rows) {
                 const char *value = (const char *)vn->data +
                                     (size_t)(b * vn->stride[0] + t * vn->stride[1] +
                                              h * vn->stride[2]) * vs;
+                float row_scale; /* Q8: written beside the row */
                 load_row(kn->dtype, key, kn->stride[3], plan->Dk, rows);
                 if (plan->rotary_dim > 0) rotate(rows, plan, position);
-                store_row(plan->dtype, rows, plan->Dk, stored_row(plan, plan->k_cache, b, position, h));
+                attn_cache_store_elements(plan->dtype, rows, plan->Dk,
+                                          stored_row(plan, plan->k_cache, b, position, h),
+                                          &row_scale, attn_kv_view_head_scale(plan->k_head, h));
+                if (plan->dtype == ATTN_DTYPE_Q8)
+                    *scale_slot(plan, plan->k_scale, b, position, h) = row_scale;
                 load_row(vn->dtype, value, vn->stride[3], plan->Dv, rows);
-                store_row(plan->dtype, rows, plan->Dv, stored_row(plan, plan->v_cache, b, position, h));
+                attn_cache_store_elements(plan->dtype, rows, plan->Dv,
+                                          stored_row(plan, plan->v_cache, b, position, h),
+                                          &row_scale, attn_kv_view_head_scale(plan->v_head, h));
+                if (plan->dtype == ATTN_DTYPE_Q8)
+                    *scale_slot(plan, plan->v_scale, b, position, h) = row_scale;
             }
         }
 }
@@ -454,9 +500,14 @@ static attn_status prefill(const external_plan *plan, const attn_tensor *q,
 #pragma omp parallel for schedule(static) num_threads(attn_thread_count(execution != NULL ? execution->num_threads : 0))
             for (int64_t t = 0; t < total; ++t)
                 for (int64_t h = 0; h < Hkv; ++h) {
-                    convert_row(plan->dtype, stored_row(plan, plan->k_cache, b, t, h), operand, Dk,
+                    const int q8 = plan->dtype == ATTN_DTYPE_Q8;
+                    convert_row(plan->dtype, stored_row(plan, plan->k_cache, b, t, h),
+                                q8 ? *scale_slot(plan, plan->k_scale, b, t, h) : 1.0f,
+                                attn_kv_view_head_scale(plan->k_head, h), operand, Dk,
                                 keys + (size_t)((t * Hkv + h) * Dk) * operand_size);
-                    convert_row(plan->dtype, stored_row(plan, plan->v_cache, b, t, h), operand, Dv,
+                    convert_row(plan->dtype, stored_row(plan, plan->v_cache, b, t, h),
+                                q8 ? *scale_slot(plan, plan->v_scale, b, t, h) : 1.0f,
+                                attn_kv_view_head_scale(plan->v_head, h), operand, Dv,
                                 values + (size_t)((t * Hkv + h) * Dv) * operand_size);
                 }
             const int64_t kshape[4] = {1, total, Hkv, Dk}, vshape[4] = {1, total, Hkv, Dv};
@@ -482,6 +533,7 @@ static attn_status decode(const external_plan *plan, const attn_tensor *q,
                           const attn_options *options, attn_tensor *out, attn_tensor *lse,
                           const attn_execution *execution, int32_t *tables, int64_t *lengths,
                           float *head_factors, attn_error *error) {
+    /* head_factors [2][Hkv]: the keys' and the values' per-head scales (1 except FP8) */
     struct attn_kv_cache view;
     memset(&view, 0, sizeof view);
     view.config = attn_kv_cache_config_default();
@@ -513,7 +565,19 @@ static attn_status decode(const external_plan *plan, const attn_tensor *q,
     }
     view.block_tables = tables;
     view.lengths = lengths;
-    view.key_head_scales = view.value_head_scales = head_factors; /* no 8-bit storage here */
+    for (int64_t h = 0; h < plan->Hkv; ++h) {
+        head_factors[h] = attn_kv_view_head_scale(plan->k_head, h);
+        head_factors[plan->Hkv + h] = attn_kv_view_head_scale(plan->v_head, h);
+    }
+    view.key_head_scales = head_factors;
+    view.value_head_scales = head_factors + plan->Hkv;
+    if (plan->dtype == ATTN_DTYPE_Q8) { /* row scales read in place, with their strides */
+        const attn_tensor *ks = plan->k_scale, *vs = plan->v_scale;
+        view.key_scale_pool = ks->data, view.value_scale_pool = vs->data;
+        view.key_scale_page_stride = ks->stride[0], view.value_scale_page_stride = vs->stride[0];
+        view.key_scale_token_stride = ks->stride[1], view.value_scale_token_stride = vs->stride[1];
+        view.key_scale_head_stride = ks->stride[2], view.value_scale_head_stride = vs->stride[2];
+    }
     return attn_decode(&view, q, options, out, lse, execution, error);
 }
 
@@ -545,10 +609,10 @@ attn_status attn_forward_with_kvcache(const attn_tensor *q, const attn_kv_cache_
     bytes[2] = (size_t)(plan.Dk > plan.Dv ? plan.Dk : plan.Dv) * sizeof(float); /* a row */
     if (use_decode) {
         int64_t entries;
-        /* lengths int64[B], head factors float[Hkv] (1: no 8-bit scales), tables int32[B][max_pages] */
+        /* lengths int64[B], head factors float[2][Hkv], tables int32[B][max_pages] */
         fits = fits && attn_mul_i64(plan.B, plan.max_pages, &entries) &&
                attn_mul_size((size_t)entries, sizeof(int32_t) + sizeof(int64_t), &bytes[3]) &&
-               attn_add_size(bytes[3], (size_t)plan.Hkv * sizeof(float) + 8, &bytes[3]);
+               attn_add_size(bytes[3], (size_t)(2 * plan.Hkv) * sizeof(float) + 8, &bytes[3]);
     }
     if (gather) {
         int64_t elements;
@@ -599,10 +663,9 @@ attn_status attn_forward_with_kvcache(const attn_tensor *q, const attn_kv_cache_
     }
     if (status == ATTN_OK) {
         if (use_decode) {
-            int64_t *lengths = buffers[3]; /* [B] int64, [Hkv] float, [B][max_pages] int32 */
+            int64_t *lengths = buffers[3]; /* [B] int64, [2][Hkv] float, [B][max_pages] int32 */
             float *head_factors = (float *)(lengths + plan.B);
-            for (int64_t h = 0; h < plan.Hkv; ++h) head_factors[h] = 1.0f;
-            int32_t *tables = (int32_t *)(head_factors + plan.Hkv);
+            int32_t *tables = (int32_t *)(head_factors + 2 * plan.Hkv);
             status = decode(&plan, &rotated_q, options, out, lse, execution, tables, lengths,
                             head_factors, error);
         } else {

@@ -171,3 +171,101 @@ def test_kvcache_bf16_torch_contiguous_and_errors(rng):
                                   k_new=np.ones((2, 1, 1, D), np.float32),
                                   v_new=np.ones((2, 1, 1, D), np.float32))
     assert not pool.any()
+
+
+def _q8_rows(x):
+    """Reference int8 rows (docs/inference.md): scale = max|x| / 127 in float32, q = x / scale
+    rounded to nearest even."""
+    scale = (np.abs(x).max(axis=-1) / np.float32(127)).astype(np.float32)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        q = np.where(scale[..., None] > 0, np.rint(x / scale[..., None]), 0)
+    return np.clip(q, -127, 127).astype(np.int8), scale
+
+
+@pytest.mark.parametrize("chunk", [1, 7, 64])
+def test_kvcache_int8_paged_chunked_prefill(rng, chunk):
+    torch = pytest.importorskip("torch")
+    B, T, Hq, Hkv, D, ps = 2, 70, 4, 2, 16, 8
+    q = rng.standard_normal((B, T, Hq, D)).astype(np.float32)
+    k = rng.standard_normal((B, T, Hkv, D)).astype(np.float32)
+    v = rng.standard_normal((B, T, Hkv, D)).astype(np.float32)
+    max_pages = (T + ps - 1) // ps
+    table = rng.permutation(B * max_pages).reshape(B, max_pages).astype(np.int32)
+    k_cache = torch.zeros(B * max_pages, ps, Hkv, D, dtype=torch.int8)
+    v_cache = torch.zeros(B * max_pages, ps, Hkv, D, dtype=torch.int8)
+    k_scale = torch.full((B * max_pages, ps, Hkv), float("nan"))
+    v_scale = torch.full((B * max_pages, ps, Hkv), float("nan"))
+    seqlens = np.zeros(B, np.int32)
+    outs = []
+    for first in range(0, T, chunk):
+        n = min(chunk, T - first)
+        outs.append(attn.forward_with_kvcache(
+            q[:, first:first + n], k_cache, v_cache, seqlens, k_new=k[:, first:first + n],
+            v_new=v[:, first:first + n], block_table=table, causal=True, k_scale=k_scale,
+            v_scale=v_scale))
+        seqlens += n
+    out = np.concatenate(outs, axis=1)
+    # The stored rows are the documented quantisation of the new tokens, bit for bit.
+    t = np.arange(T)
+    for b in range(B):
+        pages, slots = table[b][t // ps], t % ps
+        for cache, scales, x in ((k_cache, k_scale, k), (v_cache, v_scale, v)):
+            codes, row_scales = _q8_rows(x[b])
+            np.testing.assert_array_equal(cache.numpy()[pages, slots], codes)
+            np.testing.assert_array_equal(scales.numpy()[pages, slots], row_scales)
+    # Attention = the float64 oracle on the dequantised cache (int16 operands: 2e-4), and
+    # within int8's documented bound of the float32 K/V.
+    kd = np.stack([(k_cache.numpy()[table[b][t // ps], t % ps] *
+                    k_scale.numpy()[table[b][t // ps], t % ps][..., None]) for b in range(B)])
+    vd = np.stack([(v_cache.numpy()[table[b][t // ps], t % ps] *
+                    v_scale.numpy()[table[b][t // ps], t % ps][..., None]) for b in range(B)])
+    expected, _ = reference(q, kd.astype(np.float32), vd.astype(np.float32), causal="bottom-right")
+    np.testing.assert_allclose(out, expected, rtol=2e-4, atol=2e-4)
+    exact, _ = reference(q, k, v, causal="bottom-right")
+    assert np.max(np.abs(out - exact) / (1 + np.abs(exact))) <= 3e-2
+
+
+@pytest.mark.parametrize("name", ["float8_e4m3fn", "float8_e5m2"])
+def test_kvcache_fp8_contiguous_with_head_scales(rng, name):
+    torch = pytest.importorskip("torch")
+    dtype = getattr(torch, name)
+    B, S, Hq, Hkv, D, Tnew = 2, 24, 4, 2, 16, 20
+    q = rng.standard_normal((B, Tnew, Hq, D)).astype(np.float32)
+    k = rng.standard_normal((B, Tnew, Hkv, D)).astype(np.float32)
+    v = rng.standard_normal((B, Tnew, Hkv, D)).astype(np.float32)
+    k_cache = torch.zeros(B, S, Hkv, D, dtype=dtype)
+    v_cache = torch.zeros(B, S, Hkv, D, dtype=dtype)
+    k_scale = np.array([0.25, 0.5], np.float32)
+    out = attn.forward_with_kvcache(q, k_cache, v_cache, np.zeros(B, np.int32), k_new=k, v_new=v,
+                                    causal=True, k_scale=k_scale, v_scale=0.125)
+    # Stored codes = PyTorch's own rounding of x / scale (no value here needs saturation).
+    want_k = (torch.from_numpy(k) / torch.from_numpy(k_scale)[:, None]).to(dtype)
+    want_v = (torch.from_numpy(v) / 0.125).to(dtype)
+    assert torch.equal(k_cache[:, :Tnew].view(torch.uint8), want_k.view(torch.uint8))
+    assert torch.equal(v_cache[:, :Tnew].view(torch.uint8), want_v.view(torch.uint8))
+    kd = (k_cache[:, :Tnew].float() * torch.from_numpy(k_scale)[:, None]).numpy()
+    vd = (v_cache[:, :Tnew].float() * 0.125).numpy()
+    expected, _ = reference(q, kd, vd, causal="bottom-right")
+    np.testing.assert_allclose(out, expected, rtol=2e-5, atol=2e-5)
+
+
+def test_kvcache_8bit_errors_leave_the_cache():
+    torch = pytest.importorskip("torch")
+    B, S, H, D = 1, 8, 1, 4
+    k_cache = torch.zeros(B, S, H, D, dtype=torch.int8)
+    v_cache = torch.zeros(B, S, H, D, dtype=torch.int8)
+    q, new = np.ones((B, 1, H, D), np.float32), np.ones((B, 1, H, D), np.float32)
+    with pytest.raises(ValueError, match=r"cache->k_scale is NULL: a int8 \(scaled\) cache"):
+        attn.forward_with_kvcache(q, k_cache, v_cache, np.zeros(B, np.int32), k_new=new, v_new=new)
+    scales = torch.zeros(B, S, H)
+    bad = new.copy()
+    bad[0, 0, 0, 2] = np.inf
+    with pytest.raises(ValueError, match=r"append->v_new\[0, 0, 0, 2\] = inf"):
+        attn.forward_with_kvcache(q, k_cache, v_cache, np.zeros(B, np.int32), k_new=new, v_new=bad,
+                                  k_scale=scales, v_scale=scales.clone())
+    fp8 = torch.zeros(B, S, H, D, dtype=torch.float8_e4m3fn)
+    with pytest.raises(ValueError, match=r"cache->k_scale\[0\] = -1: must be finite and > 0"):
+        attn.forward_with_kvcache(q, fp8, fp8.clone(), np.zeros(B, np.int32), k_new=new, v_new=new,
+                                  k_scale=-1.0)
+    assert not k_cache.any() and not v_cache.any() and not scales.any()
+    assert not fp8.view(torch.uint8).any()

@@ -349,3 +349,16 @@ uint16_t test_half_bits4(const attn_tensor *t, int64_t a, int64_t b, int64_t c, 
 double test_half_get4(const attn_tensor *t, int64_t a, int64_t b, int64_t c, int64_t d) {
     return test_half_to_double(test_half_bits4(t, a, b, c, d), t->dtype);
 }
+
+/* Value of an fp8 code (NaN for the codes that are not finite). */
+double test_fp8_value(int exponent_bits, int code) {
+    const int mantissa_bits = 7 - exponent_bits, bias = (1 << (exponent_bits - 1)) - 1;
+    const int exponent = (code & 0x7f) >> mantissa_bits, mantissa = code & ((1 << mantissa_bits) - 1);
+    const int top = (1 << exponent_bits) - 1;
+    if (exponent_bits == 4 && (code & 0x7f) == 0x7f) return NAN; /* e4m3fn: one NaN, no inf */
+    if (exponent_bits == 5 && exponent == top) return NAN;       /* e5m2: inf / NaN: never stored */
+    const double value = exponent == 0
+                             ? ldexp(mantissa, 1 - bias - mantissa_bits)
+                             : ldexp((1 << mantissa_bits) + mantissa, exponent - bias - mantissa_bits);
+    return (code & 0x80) ? -value : value;
+}

@@ -114,4 +114,9 @@ double test_half_get4(const attn_tensor *t, int64_t a, int64_t b, int64_t c, int
 uint16_t test_half_from_float(float x, attn_dtype dtype);
 double test_half_to_double(uint16_t h, attn_dtype dtype);
 
+/* ---- 8-bit storage ---- */
+/* The value of an fp8 code with 4 (E4M3, "e4m3fn") or 5 (E5M2) exponent bits, from the
+ * format's definition (NaN for the codes that are not finite). */
+double test_fp8_value(int exponent_bits, int code);
+
 #endif /* ATTN_TEST_SUPPORT_H */

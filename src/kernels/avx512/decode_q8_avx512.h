@@ -19,7 +19,10 @@
  * by one transpose-and-add tree (4 rows x 4 keys dimension-major, 2 x 8 and 1 x 16 key
  * after key); values in blocks whose accumulators fit the registers (4 rows x 64 floats,
  * 3, 2, 1 rows x 128), each stored byte widened once per row block. The format is a
- * compile-time constant inside each block (the switch is outside the loops).
+ * compile-time constant inside each block (the switch is outside the loops), and so is
+ * whether every load is a whole vector (head dimension a multiple of 16): then loads are
+ * unmasked and a byte load folds into its widening instruction (docs/inference.md,
+ * "8-bit KV decode": 1.1-1.3x for fp8).
  */
 
 /* Prefetch distance in rows for 1-byte rows (LOOKAHEAD is tuned for 2- and 4-byte ones):
@@ -73,16 +76,17 @@ static void avx512_dequantize_rows(attn_dtype dtype, int count, int dim, const u
 }
 
 /* As score_block (decode_body.h) for 8-bit keys: out[r * block_keys + k] = row[r] . key[k]
- * (unscaled; E4M3 / 256). */
+ * (unscaled; E4M3 / 256). full (a constant): dim is a multiple of 16, so every load is a
+ * whole vector (unmasked, and the byte loads fold into the widening). */
 V_INLINE void score_block_q8(const attn_dtype format, const int block_rows, const int block_keys,
-                             const int key_major, int dim, const float *const *row,
-                             const uint8_t *const *key, float *out) {
+                             const int key_major, const int full, int dim,
+                             const float *const *row, const uint8_t *const *key, float *out) {
     __m512 sums[16];
     for (int a = 0; a < 16; ++a) sums[a] = _mm512_setzero_ps();
     if (key_major) {
         for (int k = 0; k < block_keys; ++k)
             for (int d = 0; d < dim; d += 16) {
-                const __mmask16 lanes = vmask_first(dim - d);
+                const __mmask16 lanes = full ? (__mmask16)0xffff : vmask_first(dim - d);
                 const __m512 key_vector = load_q8(format, key[k] + d, lanes);
                 for (int r = 0; r < block_rows; ++r)
                     sums[r * block_keys + k] = _mm512_fmadd_ps(
@@ -90,7 +94,7 @@ V_INLINE void score_block_q8(const attn_dtype format, const int block_rows, cons
             }
     } else {
         for (int d = 0; d < dim; d += 16) {
-            const __mmask16 lanes = vmask_first(dim - d);
+            const __mmask16 lanes = full ? (__mmask16)0xffff : vmask_first(dim - d);
             __m512 query[4];
             for (int r = 0; r < block_rows; ++r) query[r] = _mm512_maskz_loadu_ps(lanes, row[r] + d);
             for (int k = 0; k < block_keys; ++k) {
@@ -121,9 +125,26 @@ static void score_chunk_q8_as(const attn_dtype format, int rows, int count, int 
                 for (int k = 0; k < block_keys; ++k)
                     prefetch_row(keys, c0 + k + Q8_LOOKAHEAD, key_stride, 1, (size_t)dim);
             float out[16];
-            if (block_rows == 4) score_block_q8(format, 4, 4, 0, dim, row, key, out);
-            else if (block_rows == 2) score_block_q8(format, 2, 8, 1, dim, row, key, out);
-            else score_block_q8(format, 1, 16, 1, dim, row, key, out);
+            const int full = dim % 16 == 0;
+            if (block_rows == 4 && full) score_block_q8(format, 4, 4, 0, 1, dim, row, key, out);
+            else if (block_rows == 4) score_block_q8(format, 4, 4, 0, 0, dim, row, key, out);
+            else if (block_rows == 2) score_block_q8(format, 2, 8, 1, 0, dim, row, key, out);
+            else score_block_q8(format, 1, 16, 1, 0, dim, row, key, out);
+            if (block_rows == 4) { /* lane 4r + k: row r, key k; the scalar rounding below */
+                const int valid = count - c0 < 4 ? count - c0 : 4;
+                const __mmask8 lanes = (__mmask8)((1u << valid) - 1u);
+                const __m128 key_factor =
+                    row_scales != NULL
+                        ? _mm_mul_ps(_mm_set1_ps(factor), _mm_maskz_loadu_ps(lanes, row_scales + c0))
+                        : _mm_set1_ps(factor);
+                _mm512_storeu_ps(out, _mm512_mul_ps(_mm512_broadcast_f32x4(_mm_mul_ps(
+                                                        key_factor, _mm_set1_ps(format_factor))),
+                                                    _mm512_loadu_ps(out)));
+                for (int r = 0; r < 4 && r0 + r < rows; ++r)
+                    _mm_mask_storeu_ps(scores + (r0 + r) * ATTN_DECODE_CHUNK + c0, lanes,
+                                       _mm_loadu_ps(out + 4 * r));
+                continue;
+            }
             for (int k = 0; k < block_keys && c0 + k < count; ++k) {
                 const int c = c0 + k;
                 const float scale =
@@ -273,14 +294,16 @@ static void avx512_score_chunk_q8(attn_dtype dtype, int rows, int count, int dim
 
 /* Accumulator rows [block_rows][dim], columns [e0, e0 + width), width <= 16 * vectors:
  * acc = rescale * acc + sum_c weight[r][c] * value_c, 8-bit values, the weights already
- * multiplied by their key's factor (scale_weights). */
+ * multiplied by their key's factor (scale_weights). full (a constant): width = 16 * vectors
+ * (unmasked loads). */
 V_INLINE void accumulate_block_q8(const attn_dtype format, const int block_rows,
-                                  const int vectors, int count, int e0, int width, int dim,
-                                  const float *weights, const float *rescale,
-                                  const uint8_t *values, int64_t value_stride,
-                                  float *accumulator, int prefetch) {
+                                  const int vectors, const int full, int count, int e0,
+                                  int width, int dim, const float *weights,
+                                  const float *rescale, const uint8_t *values,
+                                  int64_t value_stride, float *accumulator, int prefetch) {
     __mmask16 masks[8];
-    for (int x = 0; x < vectors; ++x) masks[x] = vmask_first(width - 16 * x);
+    for (int x = 0; x < vectors; ++x)
+        masks[x] = full ? (__mmask16)0xffff : vmask_first(width - 16 * x);
     __m512 sums[4][8];
     for (int r = 0; r < block_rows; ++r) {
         const __m512 scale = _mm512_set1_ps(rescale[r]);
@@ -315,8 +338,12 @@ V_INLINE void accumulate_rows_q8(const attn_dtype format, const int block_rows,
                                  int64_t value_stride, float *accumulator, int prefetch) {
     for (int e0 = 0; e0 < dim; e0 += 16 * vectors) {
         const int width = dim - e0 < 16 * vectors ? dim - e0 : 16 * vectors;
-        accumulate_block_q8(format, block_rows, vectors, count, e0, width, dim, weights, rescale,
-                            values, value_stride, accumulator, prefetch && e0 == 0);
+        if (width == 16 * vectors)
+            accumulate_block_q8(format, block_rows, vectors, 1, count, e0, width, dim, weights,
+                                rescale, values, value_stride, accumulator, prefetch && e0 == 0);
+        else
+            accumulate_block_q8(format, block_rows, vectors, 0, count, e0, width, dim, weights,
+                                rescale, values, value_stride, accumulator, prefetch && e0 == 0);
     }
 }
 
