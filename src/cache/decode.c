@@ -212,9 +212,6 @@ static void run_task(const decode_plan *plan, decode_scratch *scratch, int64_t b
         scratch->row_max[r] = -INFINITY;
         scratch->row_sum[r] = 0.0f;
     }
-    memset(scratch->accumulator, 0,
-           (size_t)(Dv * ATTN_DECODE_GROUP_STRIDE(rows)) * sizeof(float)); /* either layout */
-
     int64_t key_begin, key_end;
     attn_mask_candidate_keys(plan->mask, b, 0, Tq, &key_begin, &key_end);
     const int64_t split_begin = split * plan->split_tokens;
@@ -247,6 +244,9 @@ static void run_task(const decode_plan *plan, decode_scratch *scratch, int64_t b
                        rows >= ATTN_DECODE_GROUP_ROWS;
     if (group)
         kernels->prepare_group_queries((int)rows, (int)Dk, scratch->queries, scratch->prepared);
+    /* the accumulator, [rows][Dv] or (large group) [Dv][ATTN_DECODE_GROUP_STRIDE(rows)] */
+    memset(scratch->accumulator, 0,
+           (size_t)(Dv * (group ? ATTN_DECODE_GROUP_STRIDE(rows) : rows)) * sizeof(float));
 
     /* A chunk's class depends on the query head only through a per-head block layout or
      * boolean mask (src/mask/tiles.c); otherwise one classification serves the group (MQA:
