@@ -28,6 +28,7 @@
 #include "attn_layers.h"
 #include "cli.h"
 #include "heatmap.h"
+#include "probabilities.h"
 #include "npy_tensor.h"
 
 #define TOKENS 5
@@ -115,7 +116,8 @@ static void print_matrix(const char *title, const float *values, int rows, int c
         snprintf(index, sizeof index, "%d", i + 1);
         printf("  ");
         print_padded(row_labels ? row_labels[i] : index, 8);
-        for (int j = 0; j < columns; ++j) printf("%9.*f", decimals, values[i * columns + j]);
+        for (int j = 0; j < columns; ++j) /* + 0: a masked -0.0 prints as 0 */
+            printf("%9.*f", decimals, values[i * columns + j] + 0.0f);
         printf("\n");
     }
 }
@@ -147,17 +149,15 @@ static bool attention(demo_state *state, const float *q, const float *k, const f
     return report(state, attn_forward(&tq, &tk, &tv, options, &to, NULL, NULL, &state->error));
 }
 
-/* weights [Tq, Tk] of one head: attention with V = the identity (O = P·I = P). */
+/* weights [Tq, Tk] of one head (probabilities.h: attention with V = the identity, masked
+ * pairs -0.0 so the heat maps draw them apart from tiny weights). */
 static bool attention_weights(demo_state *state, const float *q, const float *k,
                               int64_t query_length, int64_t key_length, int64_t key_dim,
                               const attn_options *options, float *weights) {
-    float *identity = calloc((size_t)(key_length * key_length), sizeof(float));
-    if (identity == NULL) return false;
-    for (int64_t j = 0; j < key_length; ++j) identity[j * key_length + j] = 1.0f;
-    bool ok = attention(state, q, k, identity, query_length, key_length, 1, 1, key_dim,
-                        key_length, options, weights);
-    free(identity);
-    return ok;
+    attn_tensor tq = attn_tensor_f32_4d((float *)q, 1, query_length, 1, key_dim);
+    attn_tensor tk = attn_tensor_f32_4d((float *)k, 1, key_length, 1, key_dim);
+    return report(state, cli_attention_probabilities(&tq, &tk, options, NULL, weights,
+                                                     &state->error));
 }
 
 static attn_options scale_options(float scale) {
@@ -392,14 +392,14 @@ static bool section_causal(demo_state *state, const head_projections *head) {
     int differing = 0;
     for (int i = 0; i < TOKENS; ++i) {
         printf("  ");
-        for (int j = 0; j < TOKENS; ++j) printf("%7.4f", weights[i * TOKENS + j]);
+        for (int j = 0; j < TOKENS; ++j) printf("%7.4f", weights[i * TOKENS + j] + 0.0f);
         printf("  |");
-        for (int j = 0; j < TOKENS; ++j) printf("%5.2f", weights[i * TOKENS + j]);
+        for (int j = 0; j < TOKENS; ++j) printf("%5.2f", weights[i * TOKENS + j] + 0.0f);
         printf("  |");
         for (int j = 0; j < TOKENS; ++j) {
             printf("%5.2f", seed_weights[i][j]);
             char ours[16], theirs[16];
-            snprintf(ours, sizeof ours, "%.2f", weights[i * TOKENS + j]);
+            snprintf(ours, sizeof ours, "%.2f", weights[i * TOKENS + j] + 0.0f);
             snprintf(theirs, sizeof theirs, "%.2f", seed_weights[i][j]);
             differing += strcmp(ours, theirs) != 0;
         }

@@ -2,11 +2,13 @@
  * cmd_heatmap.c — `attn heatmap`: draws a weights file (attention probabilities, e.g. from
  * `attn forward --weights-out`) as a labelled heat map, PNG or SVG (heatmap.h).
  *
- *   attn heatmap --weights W.npy [--labels tokens.txt] [--query-labels F] [--title T]
- *                [--layer N] [--batch N] [--head N] [--min X --max Y] --out map.png|map.svg
+ *   attn heatmap --weights W.npy|W.safetensors[:NAME] [--labels tokens.txt] [--query-labels F]
+ *                [--title T] [--layer N] [--batch N] [--head N] [--min X --max Y]
+ *                --out map.png|map.svg
  *
- * W is float32 [Tq, Tk], [H, Tq, Tk] or [B, H, Tq, Tk]: one picture of one batch row with a
- * panel per head. Errors are one line naming the option, the file and the bad value; no
+ * W (tensor_files.h: a .npy file or one tensor of a safetensors file, default name "weights")
+ * is [Tq, Tk], [H, Tq, Tk] or [B, H, Tq, Tk], float32 (or float16 / BF16, widened): one
+ * picture of one batch row with a panel per head. -0.0 entries are masked pairs (heatmap.h). Errors are one line naming the option, the file and the bad value; no
  * picture is written then.
  */
 #define _POSIX_C_SOURCE 200809L
@@ -23,20 +25,23 @@
 #include "figure.h"
 #include "heatmap.h"
 #include "npy_tensor.h"
+#include "tensor_files.h"
 
 static const char *const command = "heatmap";
 
 #define LABEL_CAPACITY 256 /* bytes of one label, at most */
 
 static void print_help(void) {
-    printf("usage: attn heatmap --weights W.npy --out map.png|map.svg [options]\n\n"
+    printf("usage: attn heatmap --weights W --out map.png|map.svg [options]\n\n"
            "Draws attention weights as a heat map: token labels on both axes, the value in each\n"
            "cell of a small matrix (up to %d x %d), a colour bar, a title, and one panel per\n"
-           "head in a grid.\n\n"
+           "head in a grid. Masked pairs (-0.0, as attn forward --weights-out writes them) are\n"
+           "hatched grey, apart from allowed weights that round to 0.\n\n"
            "options:\n"
-           "  --weights W.npy      float32 [Tq, Tk], [H, Tq, Tk] or [B, H, Tq, Tk] (e.g. from\n"
-           "                       attn forward --weights-out); at most %d heads, %d rows and\n"
-           "                       columns\n"
+           "  --weights W          W.npy, or W.safetensors[:NAME] (one tensor; default name\n"
+           "                       weights): [Tq, Tk], [H, Tq, Tk] or [B, H, Tq, Tk], float32\n"
+           "                       (float16 / BF16 widened), e.g. from attn forward\n"
+           "                       --weights-out; at most %d heads, %d rows and columns\n"
            "  --out FILE           the picture: .png or .svg (written)\n"
            "  --labels FILE        UTF-8 text, one token per line: the key (column) labels, and\n"
            "                       the query (row) labels too when Tq = Tk\n"
@@ -166,7 +171,7 @@ static int parse_arguments(int argc, char **argv, heatmap_arguments *a, bool *do
         }
     }
     if (a->weights_path == NULL || a->out_path == NULL) {
-        cli_error(command, "missing %s (usage: attn heatmap --weights W.npy --out map.png|map.svg "
+        cli_error(command, "missing %s (usage: attn heatmap --weights W --out map.png|map.svg "
                   "[options])", a->weights_path == NULL ? "--weights" : "--out");
         return 2;
     }
@@ -179,6 +184,7 @@ static int parse_arguments(int argc, char **argv, heatmap_arguments *a, bool *do
         cli_error(command, "--min and --max go together, with min < max");
         return 2;
     }
+    if (!cli_location_valid(command, "--weights", a->weights_path)) return 2;
     if (a->title && !g_utf8_validate(a->title, -1, NULL)) {
         cli_error(command, "--title: not valid UTF-8");
         return 2;
@@ -188,14 +194,14 @@ static int parse_arguments(int argc, char **argv, heatmap_arguments *a, bool *do
 
 /* Draws the parsed request; returns the exit code. */
 static int draw(const heatmap_arguments *a) {
-    attn_npy_array weights;
-    if (!cli_load_npy(command, "--weights", a->weights_path, ATTN_DTYPE_F32, 2, 4,
-                      "(write it with astype(np.float32))", &weights))
+    cli_input weights;
+    attn_tensor view; /* [B, H, Tq, Tk] float32, contiguous */
+    if (!cli_input_load(command, "--weights", a->weights_path, "weights", 2, 4, true, &weights) ||
+        !cli_input_as(command, &weights, ATTN_DTYPE_F32, &view)) {
+        cli_input_free(&weights);
         return 1;
-    /* View the file as [B, H, Tq, Tk]. */
-    int64_t shape[4] = {1, 1, 1, 1};
-    for (int d = 0; d < weights.rank; ++d) shape[4 - weights.rank + d] = weights.shape[d];
-    const int64_t B = shape[0], H = shape[1], Tq = shape[2], Tk = shape[3];
+    }
+    const int64_t B = view.shape[0], H = view.shape[1], Tq = view.shape[2], Tk = view.shape[3];
     char shape_text[96];
     cli_shape_text(weights.rank, weights.shape, shape_text, sizeof shape_text);
     int code = 1;
@@ -226,7 +232,7 @@ static int draw(const heatmap_arguments *a) {
             goto done;
     }
 
-    const float *values = (const float *)weights.data +
+    const float *values = (const float *)view.data +
                           (a->batch * H + (a->head >= 0 ? a->head : 0)) * Tq * Tk;
     float minimum = (float)a->minimum, maximum = (float)a->maximum;
     if (!a->minimum_given) { /* 0..1 for probabilities, else the data's range */
@@ -270,7 +276,7 @@ static int draw(const heatmap_arguments *a) {
 done:
     free_labels(key_labels, Tk);
     free_labels(query_labels, Tq);
-    attn_npy_free(&weights);
+    cli_input_free(&weights);
     return code;
 }
 

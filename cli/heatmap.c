@@ -27,6 +27,9 @@ enum {
 static const double title_size = 18, panel_title_size = 14, label_size = 14, axis_size = 13,
                     tick_size = 12, value_size_max = 14;
 static const double text_grey = 0.12, nan_grey = 0.62;
+/* Masked cells (-0.0): a light grey with darker diagonal hatching, HATCH_SPACING apart. */
+static const double masked_grey = 0.87, hatch_grey = 0.66;
+enum { HATCH_SPACING = 6, LEGEND_GAP = 10, LEGEND_SWATCH = 14 };
 static const double diagonal = 0.70710678118654752; /* sin 45° */
 
 /* viridis sampled at 9 evenly spaced points (matplotlib's table, rounded to 8 bits). */
@@ -47,6 +50,16 @@ void cli_viridis(double t, double rgb[3]) {
                   fraction * viridis_points[segment + 1][c]) / 255.0;
 }
 
+/* A masked cell: the weights' -0.0, a pair the mask forbids (heatmap.h). */
+static bool is_masked(float v) { return v == 0.0f && signbit(v); }
+
+/* The fill of one cell: viridis, the NaN grey, or the masked grey. */
+static void cell_colour(float v, double minimum, double range, double rgb[3]) {
+    if (is_masked(v)) rgb[0] = rgb[1] = rgb[2] = masked_grey;
+    else if (isfinite(v)) cli_viridis((v - minimum) / range, rgb);
+    else rgb[0] = rgb[1] = rgb[2] = nan_grey;
+}
+
 /* Everything the drawing needs to know about sizes, decided before the canvas exists. */
 typedef struct layout {
     int64_t rows, columns, panels;
@@ -64,6 +77,8 @@ typedef struct layout {
     const char *value_format;
     double bar_left, bar_top, bar_height, width, height;
     double minimum, maximum;
+    int64_t masked;             /* masked cells, all panels; > 0: a "masked" legend entry */
+    double legend_top, legend_width;
 } layout;
 
 /* Row or column label n (the caller's, or the index). */
@@ -105,7 +120,7 @@ static void data_range(const cli_heatmap *map, double *minimum, double *maximum)
     double low = INFINITY, high = -INFINITY;
     const int64_t count = map->panels * map->rows * map->columns;
     for (int64_t n = 0; n < count; ++n)
-        if (isfinite(map->values[n])) {
+        if (isfinite(map->values[n]) && !is_masked(map->values[n])) {
             if (map->values[n] < low) low = map->values[n];
             if (map->values[n] > high) high = map->values[n];
         }
@@ -205,10 +220,32 @@ static void compute_layout(cairo_t *cr, const cli_heatmap *map, layout *l) {
     l->bar_left = MARGIN + grid_width + BAR_GAP;
     l->bar_top = MARGIN + l->title_height + l->panel_title_height;
     l->bar_height = fmax(l->map_height, 160);
-    l->width = ceil(fmax(l->bar_left + BAR_WIDTH + TICK_LENGTH + 4 + tick_width + MARGIN,
+    const int64_t count = map->panels * map->rows * map->columns;
+    for (int64_t n = 0; n < count; ++n) l->masked += is_masked(map->values[n]);
+    double legend_height = 0;
+    if (l->masked > 0) { /* a hatched swatch and "masked" under the colour bar */
+        figure_text_size(cr, "masked", tick_size, 0, &w, &h);
+        l->legend_top = l->bar_top + l->bar_height + h + LEGEND_GAP;
+        l->legend_width = BAR_WIDTH + 5 + w;
+        legend_height = h + LEGEND_GAP + fmax(LEGEND_SWATCH, h);
+    }
+    l->width = ceil(fmax(fmax(l->bar_left + BAR_WIDTH + TICK_LENGTH + 4 + tick_width + MARGIN,
+                              l->bar_left + l->legend_width + MARGIN),
                          l->title_width + 2 * MARGIN));
     l->height = ceil(fmax(MARGIN + l->title_height + grid_height,
-                          l->bar_top + l->bar_height + h) + MARGIN);
+                          l->bar_top + l->bar_height + legend_height + h) + MARGIN);
+}
+
+/* Diagonal hatching lines (bottom-left to top-right) over the box (x, y, width, height), in
+ * the hatch grey; the caller clips them to the masked cells. */
+static void hatch(cairo_t *cr, double x, double y, double width, double height) {
+    cairo_set_source_rgb(cr, hatch_grey, hatch_grey, hatch_grey);
+    cairo_set_line_width(cr, 1.5);
+    for (double offset = 0; offset < width + height; offset += HATCH_SPACING) {
+        cairo_move_to(cr, x + offset - height, y + height);
+        cairo_line_to(cr, x + offset, y);
+    }
+    cairo_stroke(cr);
 }
 
 /* The cells of panel p with their top-left corner at (x, y). */
@@ -220,13 +257,26 @@ static void draw_cells(cairo_t *cr, const cli_heatmap *map, const layout *l, int
     if (map->rows * map->columns <= VECTOR_CELLS) {
         for (int64_t i = 0; i < map->rows; ++i)
             for (int64_t j = 0; j < map->columns; ++j) {
-                const float v = values[i * map->columns + j];
-                if (isfinite(v)) cli_viridis((v - l->minimum) / range, rgb);
-                else rgb[0] = rgb[1] = rgb[2] = nan_grey;
+                cell_colour(values[i * map->columns + j], l->minimum, range, rgb);
                 cairo_set_source_rgb(cr, rgb[0], rgb[1], rgb[2]);
                 cairo_rectangle(cr, x + j * l->cell, y + i * l->cell, l->cell, l->cell);
                 cairo_fill(cr);
             }
+        if (l->cell >= HATCH_SPACING) { /* hatch the masked cells, clipped to them */
+            bool any = false;
+            for (int64_t i = 0; i < map->rows; ++i)
+                for (int64_t j = 0; j < map->columns; ++j)
+                    if (is_masked(values[i * map->columns + j])) {
+                        cairo_rectangle(cr, x + j * l->cell, y + i * l->cell, l->cell, l->cell);
+                        any = true;
+                    }
+            if (any) {
+                cairo_save(cr);
+                cairo_clip(cr);
+                hatch(cr, x, y, l->map_width, l->map_height);
+                cairo_restore(cr);
+            }
+        }
         if (l->cell >= 12) { /* thin white lines between the cells */
             cairo_set_source_rgb(cr, 1, 1, 1);
             cairo_set_line_width(cr, 1);
@@ -252,9 +302,7 @@ static void draw_cells(cairo_t *cr, const cli_heatmap *map, const layout *l, int
         const int stride = cairo_image_surface_get_stride(image);
         for (int64_t i = 0; i < map->rows; ++i)
             for (int64_t j = 0; j < map->columns; ++j) {
-                const float v = values[i * map->columns + j];
-                if (isfinite(v)) cli_viridis((v - l->minimum) / range, rgb);
-                else rgb[0] = rgb[1] = rgb[2] = nan_grey;
+                cell_colour(values[i * map->columns + j], l->minimum, range, rgb);
                 uint32_t pixel = (uint32_t)lrint(rgb[0] * 255) << 16 |
                                  (uint32_t)lrint(rgb[1] * 255) << 8 | (uint32_t)lrint(rgb[2] * 255);
                 memcpy(pixels + i * stride + j * 4, &pixel, 4);
@@ -277,7 +325,7 @@ static void draw_cells(cairo_t *cr, const cli_heatmap *map, const layout *l, int
         for (int64_t i = 0; i < map->rows; ++i)
             for (int64_t j = 0; j < map->columns; ++j) {
                 const float v = values[i * map->columns + j];
-                if (!isfinite(v)) continue;
+                if (!isfinite(v) || is_masked(v)) continue; /* masked cells stay blank */
                 cli_viridis((v - l->minimum) / range, rgb);
                 const double luminance = 0.2126 * rgb[0] + 0.7152 * rgb[1] + 0.0722 * rgb[2];
                 const double ink = luminance < 0.45 ? 1.0 : text_grey;
@@ -349,6 +397,22 @@ static void draw_colour_bar(cairo_t *cr, const layout *l) {
         figure_tick_label(ticks[t], step, text, sizeof text);
         figure_text(cr, text, x + BAR_WIDTH + TICK_LENGTH + 3, ty, tick_size, 0, 0, 0.5, 0);
     }
+    if (l->masked > 0) { /* the legend of the masked cells */
+        const double top = l->legend_top;
+        cairo_set_source_rgb(cr, masked_grey, masked_grey, masked_grey);
+        cairo_rectangle(cr, x, top, BAR_WIDTH, LEGEND_SWATCH);
+        cairo_fill_preserve(cr);
+        cairo_save(cr);
+        cairo_clip(cr);
+        hatch(cr, x, top, BAR_WIDTH, LEGEND_SWATCH);
+        cairo_restore(cr);
+        cairo_set_source_rgb(cr, text_grey, text_grey, text_grey);
+        cairo_set_line_width(cr, 1);
+        cairo_rectangle(cr, x + 0.5, top + 0.5, BAR_WIDTH - 1, LEGEND_SWATCH - 1);
+        cairo_stroke(cr);
+        figure_text(cr, "masked", x + BAR_WIDTH + 5, top + LEGEND_SWATCH / 2.0, tick_size, 0, 0,
+                    0.5, 0);
+    }
 }
 
 /* "rows (query): 我, 喜欢, ...; columns (key): ...": the SVG's <desc>. NULL when out of memory. */
@@ -380,9 +444,10 @@ static char *describe(const cli_heatmap *map, const layout *l) {
             used += (size_t)sprintf(text + used, "%s%s", n > 0 ? ", " : "", piece);
         }
     }
-    char tail[96];
-    snprintf(tail, sizeof tail, "; panels: %lld; colour scale %g to %g (viridis)",
-             (long long)map->panels, l->minimum, l->maximum);
+    char tail[160];
+    snprintf(tail, sizeof tail, "; panels: %lld; colour scale %g to %g (viridis); masked cells: "
+             "%lld (hatched grey)", (long long)map->panels, l->minimum, l->maximum,
+             (long long)l->masked);
     if (used + strlen(tail) + 1 > capacity) {
         char *grown = realloc(text, used + strlen(tail) + 1);
         if (grown == NULL) {

@@ -8,6 +8,10 @@
  *   - row labels (queries) on the left, column labels (keys) below, rotated when they do not
  *     fit; thinned out to every n-th when the cells are too small for all of them;
  *   - the viridis colour map (dark purple = low, yellow = high; grey = NaN or infinite);
+ *   - masked cells: a value of -0.0 is a pair the mask forbids (probabilities.h writes them
+ *     so; an allowed weight that rounds to 0 is +0.0 and purple). They are drawn light grey
+ *     with darker diagonal hatching (flat light grey when cells are under 6 pixels), print no
+ *     value, take no part in the data's range, and get a "masked" entry under the colour bar;
  *   - the value printed in each cell when the matrix is small (at most 16 x 16), in white on
  *     dark cells and black on light ones;
  *   - a colour bar on the right with ticks and their values.
@@ -32,7 +36,7 @@ typedef struct cli_heatmap {
     const char *const *column_labels;       /* [columns] or NULL (indices) */
     const char *row_axis, *column_axis;     /* axis names, e.g. "query", "key"; may be NULL */
     /* Colour range: values at or below `minimum` are darkest, at or above `maximum` lightest.
-       minimum >= maximum: the finite range of the data. */
+       minimum >= maximum: the finite range of the data (masked cells left out). */
     float minimum, maximum;
 } cli_heatmap;
 

@@ -19,7 +19,8 @@ set(ATTN_FUZZ_TARGETS
   "safetensors|src/io/safetensors.c|"
   "arguments|cli/arguments.c,cli/npy_tensor.c|cli/arguments.c,cli/npy_tensor.c"
   "forward|src/forward|fuzz/attention_case.c"
-  "serve|src/varlen|")
+  "serve|src/varlen|"
+  "model_config|src/layers/model_config.c|")
 
 if(ATTN_FUZZ)
   if(NOT CMAKE_C_COMPILER_ID MATCHES "Clang" OR NOT ATTN_SANITIZE STREQUAL "address")

@@ -10,7 +10,8 @@
 #   ATTN_FUZZ_WORK     scratch folder (default BUILD_DIR/fuzz-work): the growing corpus, logs,
 #                      and crash inputs (artifacts/). The committed seed corpora are read, never
 #                      written.
-# Each target starts from fuzz/corpus/<name>/ and fuzz/regressions/<name>/. On a finding the
+# Each target starts from fuzz/corpus/<name>/ and fuzz/regressions/<name>/ (with the libFuzzer
+# dictionary fuzz/<name>.dict when there is one). On a finding the
 # script prints the crash input's path and how to keep it as a regression input, and exits 1.
 set -euo pipefail
 source_dir="$(cd "$(dirname "$0")/.." && pwd)"
@@ -36,11 +37,13 @@ for name in "${targets[@]}"; do
   mkdir -p "$work/corpus/$name" "$work/artifacts" "$work/logs"
   log="$work/logs/$name.log"
   seeds=("$source_dir/fuzz/corpus/$name")
+  dictionary=()  # fuzz/<name>.dict: the tokens of the target's format (model_config)
+  [ -f "$source_dir/fuzz/$name.dict" ] && dictionary=(-dict="$source_dir/fuzz/$name.dict")
   [ -d "$source_dir/fuzz/regressions/$name" ] && seeds+=("$source_dir/fuzz/regressions/$name")
   echo "fuzz: $name for ${seconds}s (log $log)"
   if "$build_dir/fuzz_$name" -max_total_time="$seconds" -timeout=20 -rss_limit_mb=2048 \
        -max_len=4096 -print_final_stats=1 -artifact_prefix="$work/artifacts/$name-" \
-       "$work/corpus/$name" "${seeds[@]}" >"$log" 2>&1; then
+       ${dictionary[@]+"${dictionary[@]}"} "$work/corpus/$name" "${seeds[@]}" >"$log" 2>&1; then
     runs=$(grep -o 'stat::number_of_executed_units: *[0-9]*' "$log" | grep -o '[0-9]*$' || true)
     coverage=$(grep -o 'cov: [0-9]*' "$log" | tail -1 || true)
     echo "fuzz: $name clean: ${runs:-?} inputs in ${seconds}s, ${coverage:-cov: ?}," \

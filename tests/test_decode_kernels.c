@@ -7,7 +7,9 @@
  * dims that are and are not multiples of the vector width, Dk != Dv, MLA's latent cache
  * (values inside the keys, Dk = 576, Dv = 512), chunks cut by pages and by the context's end,
  * fp32 / bf16 / fp16 storage (bf16 both converted through a buffer and, for groups of <= 4
- * rows, read in place as even / odd pairs, with dims that are not multiples of 32), several
+ * rows, read in place as even / odd pairs, with dims that are not multiples of 32), the
+ * large-group kernels (>= 12 rows: MQA with Hq / Hkv = 32 and 16, MLA with 33 and 128 heads,
+ * in every storage type, with soft-cap and window), several
  * query rows per sequence, and the transformed-logit path (soft-cap, window). Each table's
  * output is bitwise identical for 1, 2 and 3 threads. Also: the error messages of
  * attn_decode and attn_reference_decode name the real sequence of an empty row.
@@ -47,6 +49,18 @@ static const kernel_case kernel_cases[] = {
     {"MLA latent bf16, 4 heads", 1, 1, 4, 1, 576, 512, 1, ATTN_DTYPE_BF16, 64, {130}, 0.0f, -1},
     {"group 4 bf16 D=72/40", 2, 1, 8, 2, 72, 40, 0, ATTN_DTYPE_BF16, 32, {150, 61}, 0.0f, -1},
     {"group 3 bf16 D=16/100", 1, 1, 6, 2, 16, 100, 0, ATTN_DTYPE_BF16, 0, {140}, 0.0f, -1},
+    /* large groups (>= ATTN_DECODE_GROUP_ROWS rows): score_chunk_group / accumulate_chunk_group,
+     * keys and values widened once per chunk; MQA at Hq / Hkv = 32 and 16 in every storage */
+    {"MQA 32 D=128 bf16", 1, 1, 32, 1, 128, 128, 0, ATTN_DTYPE_BF16, 0, {300}, 0.0f, -1},
+    {"MQA 32 D=128 f16 paged 48", 2, 1, 32, 1, 128, 128, 0, ATTN_DTYPE_F16, 48, {211, 64}, 0.0f, -1},
+    {"group 16 D=128 f32", 2, 1, 32, 2, 128, 128, 0, ATTN_DTYPE_F32, 32, {170, 99}, 0.0f, -1},
+    {"group 16 D=128 bf16", 1, 1, 32, 2, 128, 128, 0, ATTN_DTYPE_BF16, 16, {250}, 0.0f, -1},
+    {"group 16 D=72/40 f16", 1, 1, 16, 1, 72, 40, 0, ATTN_DTYPE_F16, 0, {161}, 0.0f, -1},
+    {"group 12 D=33/17 bf16", 1, 1, 12, 1, 33, 17, 0, ATTN_DTYPE_BF16, 8, {120}, 0.0f, -1},
+    {"group 20 x Tq 2, soft-cap", 1, 2, 20, 1, 64, 64, 0, ATTN_DTYPE_F32, 32, {150}, 5.0f, -1},
+    {"group 40 bf16, window 70", 2, 1, 40, 1, 48, 48, 0, ATTN_DTYPE_BF16, 0, {250, 90}, 0.0f, 70},
+    {"MLA latent f16, 33 heads", 1, 1, 33, 1, 576, 512, 1, ATTN_DTYPE_F16, 0, {130}, 0.0f, -1},
+    {"MLA latent bf16, 128 heads", 1, 1, 128, 1, 576, 512, 1, ATTN_DTYPE_BF16, 64, {100}, 0.0f, -1},
 };
 
 static const struct {

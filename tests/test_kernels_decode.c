@@ -13,6 +13,11 @@
  *     wider than the dim whose gaps hold NaN (never read into the result);
  *   - where a registry has them, score_chunk_bf16 (after prepare_bf16_queries when given)
  *     and accumulate_chunk_bf16 against the same products on the widened bfloat16 values;
+ *   - where a registry has them, the large-group kernels score_chunk_group (after
+ *     prepare_group_queries) and accumulate_chunk_group (transposed accumulator) against
+ *     double and the generic score_chunk / accumulate_chunk, for every group of 1..40 rows
+ *     and 128 (MLA), odd head dims, chunks shorter than 64;
+ *   - widen_rows: strided bfloat16 / half rows, exact, nothing written past the rows;
  *   - the 8-bit storage slots (int8 with row scales, fp8 E4M3 / E5M2 with a head factor):
  *     dequantize_rows exact against a decoding of the bytes written here, score_chunk_q8
  *     and accumulate_chunk_q8 against double and the generic registry, strides wider than
@@ -31,6 +36,7 @@
 #define COUNT_OF(array) ((int)(sizeof(array) / sizeof((array)[0])))
 
 static const int group_rows[] = {1, 2, 3, 4, 5, 8, 17};
+static const int large_group_dims[] = {1, 7, 33, 127, 128, 576}; /* rows 1..40 of the group kernels */
 static const int chunk_counts[] = {1, 5, 15, 16, 17, 40, 63, 64};
 static const int head_dims[] = {1, 7, 16, 33, 64, 100, 128, 576};
 static const int q8_dims[] = {1, 7, 16, 33, 64, 100, 128, 576, 1025}; /* 1025: the wide fallback */
@@ -95,6 +101,26 @@ static void test_conversions(const attn_kernels *k, test_rng *rng) {
             CHECK(exact, "%s %s_to_f32 of %d elements: exact, nothing written past", k->name,
                   format == 0 ? "bf16" : "f16", count);
             free(target);
+            /* widen_rows: the same elements as rows of `dim`, contiguous and strided */
+            for (int dim = 1; dim <= count; dim += count / 3 + 1)
+                for (int gap = 0; gap <= 3; gap += 3) {
+                    const int stride = dim + gap, rows = (count - dim) / stride + 1;
+                    float *wide = floats((size_t)rows * dim, SENTINEL);
+                    k->decode.widen_rows(format == 0 ? ATTN_DTYPE_BF16 : ATTN_DTYPE_F16, rows, dim,
+                                         source, stride, wide);
+                    int same = wide[rows * dim] == SENTINEL;
+                    for (int c = 0; c < rows; ++c)
+                        for (int e = 0; e < dim; ++e) {
+                            const uint16_t bits = source[c * stride + e];
+                            const double want = format == 0 ? bits_to_double_bf16(bits)
+                                                            : bits_to_double_f16(bits);
+                            const float got = wide[c * dim + e];
+                            same &= isnan(want) ? isnan(got) : (double)got == want;
+                        }
+                    CHECK(same, "%s widen_rows %s %d rows of %d, stride %d: exact, nothing past",
+                          k->name, format == 0 ? "bf16" : "f16", rows, dim, stride);
+                    free(wide);
+                }
         }
         free(source);
     }
@@ -176,6 +202,22 @@ static void check_scores(const attn_kernels *k, int rows, int count, int dim, te
           "%s score_chunk %dx%d D=%d: error %.3g, vs generic %.3g, past count untouched %d, "
           "repeatable", k->name, rows, count, dim, worst, worst_generic, untouched);
 
+    if (k->decode.score_chunk_group != NULL) { /* large-group form, valid for any rows */
+        const int64_t prepared_floats = (int64_t)dim * ATTN_DECODE_GROUP_STRIDE(rows);
+        float *prepared = floats((size_t)prepared_floats, NAN);
+        k->decode.prepare_group_queries(rows, dim, queries, prepared);
+        for (int i = 0; i < rows * ATTN_DECODE_CHUNK; ++i) scores[i] = again[i] = SENTINEL;
+        k->decode.score_chunk_group(rows, count, dim, prepared, keys, key_stride, scores);
+        k->decode.score_chunk_group(rows, count, dim, prepared, keys, key_stride, again);
+        untouched = compare_scores(rows, count, scores, generic, exact, magnitude, &worst,
+                                   &worst_generic);
+        CHECK(worst <= DOT_TOLERANCE && worst_generic <= DOT_TOLERANCE && untouched &&
+                  memcmp(scores, again, sizeof(float) * (size_t)rows * ATTN_DECODE_CHUNK) == 0,
+              "%s score_chunk_group %dx%d D=%d: error %.3g, vs generic %.3g, past count "
+              "untouched %d, repeatable", k->name, rows, count, dim, worst, worst_generic,
+              untouched);
+        free(prepared);
+    }
     if (k->decode.score_chunk_bf16 != NULL && rows <= ATTN_DECODE_FUSED_ROWS) {
         /* generic reference path: widen through generic bf16_to_f32, then score_chunk */
         exact_scores(rows, count, dim, queries, keys_bf16_double, key_stride, exact, magnitude);
@@ -300,9 +342,11 @@ static void check_accumulate(const attn_kernels *k, int rows, int count, int dim
             values[at] = e < dim ? (float)test_rng_normal(rng) : NAN;
             values_bf16[at] = e < dim ? random_bf16(rng) : 0x7fc1;
         }
-    for (int form = 0; form < 2; ++form) {
+    const int stride = ATTN_DECODE_GROUP_STRIDE(rows); /* the group form's accumulator */
+    for (int form = 0; form < 3; ++form) {
         if (form == 1 && (k->decode.accumulate_chunk_bf16 == NULL || rows > ATTN_DECODE_FUSED_ROWS))
-            break;
+            continue;
+        if (form == 2 && k->decode.accumulate_chunk_group == NULL) continue;
         float *accumulator = floats((size_t)rows * dim, 0.0f);
         float *generic = floats((size_t)rows * dim, 0.0f);
         float *widened = floats((size_t)count * value_stride, 0.0f);
@@ -312,10 +356,22 @@ static void check_accumulate(const attn_kernels *k, int rows, int count, int dim
             memcpy(widened, values, sizeof(float) * (size_t)count * value_stride);
             k->decode.accumulate_chunk(rows, count, dim, weights, rescale, values, value_stride,
                                        accumulator);
-        } else {
+        } else if (form == 1) {
             generic_registry()->decode.bf16_to_f32(count * value_stride, values_bf16, widened);
             k->decode.accumulate_chunk_bf16(rows, count, dim, weights, rescale, values_bf16,
                                             value_stride, accumulator);
+        } else { /* transposed accumulator [dim][stride], padding rows 0 */
+            memcpy(widened, values, sizeof(float) * (size_t)count * value_stride);
+            float *transposed = floats((size_t)dim * stride, 0.0f);
+            for (int r = 0; r < rows; ++r)
+                for (int e = 0; e < dim; ++e)
+                    transposed[(size_t)e * stride + r] = start[(size_t)r * dim + e];
+            k->decode.accumulate_chunk_group(rows, count, dim, weights, rescale, values,
+                                             value_stride, transposed);
+            for (int r = 0; r < rows; ++r)
+                for (int e = 0; e < dim; ++e)
+                    accumulator[(size_t)r * dim + e] = transposed[(size_t)e * stride + r];
+            free(transposed);
         }
         generic_registry()->decode.accumulate_chunk(rows, count, dim, weights, rescale, widened,
                                                     value_stride, generic);
@@ -337,9 +393,10 @@ static void check_accumulate(const attn_kernels *k, int rows, int count, int dim
                 if (!(error <= worst)) worst = error; /* NaN counts as the worst */
                 if (!(difference <= worst)) worst = difference;
             }
+        static const char *const forms[] = {"accumulate_chunk", "accumulate_chunk_bf16",
+                                            "accumulate_chunk_group"};
         CHECK(worst <= DOT_TOLERANCE, "%s %s %dx%d D=%d: error %.3g (double and generic)",
-              k->name, form == 0 ? "accumulate_chunk" : "accumulate_chunk_bf16", rows, count, dim,
-              worst);
+              k->name, forms[form], rows, count, dim, worst);
         free(accumulator), free(generic), free(widened);
     }
     free(weights), free(rescale), free(values), free(values_bf16), free(start), free(masked);
@@ -535,11 +592,12 @@ int main(void) {
     for (int i = 0; i < count && i < 8; ++i) {
         const attn_kernels *k = registries[i];
         const attn_decode_kernels *d = &k->decode;
-        CHECK(d->bf16_to_f32 && d->f16_to_f32 && d->score_chunk && d->softmax_chunk &&
-                  d->accumulate_chunk,
+        CHECK(d->bf16_to_f32 && d->f16_to_f32 && d->widen_rows && d->score_chunk &&
+                  d->softmax_chunk && d->accumulate_chunk,
               "registry %s fills every mandatory decode slot", k->name);
-        printf("registry %s: bf16 in place %s\n", k->name,
-               d->score_chunk_bf16 ? "score and accumulate" : "no (converted first)");
+        printf("registry %s: bf16 in place %s; large-group kernels %s\n", k->name,
+               d->score_chunk_bf16 ? "score and accumulate" : "no (converted first)",
+               d->score_chunk_group ? "yes" : "no (score_chunk, accumulate_chunk)");
         test_rng rng;
         test_rng_seed(&rng, 77 + i);
         test_conversions(k, &rng);
@@ -555,6 +613,20 @@ int main(void) {
             check_scores(k, 1, 17, head_dims[n], &rng);
             check_accumulate(k, 3, 64, head_dims[n], &rng);
             check_accumulate(k, 2, 33, head_dims[n], &rng);
+        }
+        test_rng group_rng; /* its own draws: the other cases keep their inputs */
+        test_rng_seed(&group_rng, 1077 + i);
+        if (d->score_chunk_group != NULL) /* every group size of the large-group kernels */
+            for (int rows = 1; rows <= 40; ++rows) {
+                const int chunk = chunk_counts[rows % COUNT_OF(chunk_counts)];
+                const int dim = large_group_dims[rows % COUNT_OF(large_group_dims)];
+                check_scores(k, rows, chunk, dim, &group_rng);
+                check_accumulate(k, rows, chunk, dim, &group_rng);
+            }
+        if (d->score_chunk_group != NULL) { /* MLA absorbed: 128 rows, latent 512 + rope 64 */
+            check_scores(k, 128, 64, 576, &group_rng);
+            check_scores(k, 128, 17, 576, &group_rng);
+            check_accumulate(k, 128, 63, 512, &group_rng);
         }
         CHECK(d->dequantize_rows != NULL, "registry %s has dequantize_rows", k->name);
         for (int f = 0; f < COUNT_OF(q8_formats); ++f)

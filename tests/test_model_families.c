@@ -230,6 +230,13 @@ static void test_config_parse(void) {
         {"gpt2 by layer", "{\"model_type\": \"gpt2\", \"n_embd\": 8, \"n_head\": 2, "
          "\"scale_attn_by_inverse_layer_idx\": true}", ATTN_ERROR_FORMAT,
          "scale_attn_by_inverse_layer_idx = true"},
+        /* fuzz/regressions/model_config: 0 rotary dims used to mean the whole head */
+        {"partial rotary to 0 dims", "{\"model_type\": \"llama\", \"hidden_size\": 64, "
+         "\"num_attention_heads\": 4, \"partial_rotary_factor\": 0.01}", ATTN_ERROR_FORMAT,
+         "head_dim 16 x 0.01 = 0 rotary dims"},
+        {"partial rotary to odd dims", "{\"model_type\": \"qwen2\", \"hidden_size\": 64, "
+         "\"num_attention_heads\": 4, \"partial_rotary_factor\": 0.2}", ATTN_ERROR_FORMAT,
+         "= 3 rotary dims (must be even"},
         {"mistral ok", "{\"model_type\": \"mistral\", \"hidden_size\": 64, "
          "\"num_attention_heads\": 8, \"num_key_value_heads\": 2, \"sliding_window\": 4096, "
          "\"rope_theta\": 1e6, \"rope_scaling\": null}", ATTN_OK, ""},

@@ -134,6 +134,7 @@ static void apply(attn_kernels *into, const attn_kernel_isa *isa) {
     if (isa->decode != NULL) {
         TAKE(decode, bf16_to_f32);
         TAKE(decode, f16_to_f32);
+        TAKE(decode, widen_rows);
         TAKE(decode, score_chunk);
         TAKE(decode, softmax_chunk);
         TAKE(decode, accumulate_chunk);
@@ -146,6 +147,11 @@ static void apply(attn_kernels *into, const attn_kernel_isa *isa) {
         if (isa->decode->score_chunk_bf16 != NULL) {
             into->decode.score_chunk_bf16 = isa->decode->score_chunk_bf16;
             into->decode.prepare_bf16_queries = isa->decode->prepare_bf16_queries;
+        }
+        if (isa->decode->score_chunk_group != NULL) {
+            into->decode.score_chunk_group = isa->decode->score_chunk_group;
+            into->decode.prepare_group_queries = isa->decode->prepare_group_queries;
+            into->decode.accumulate_chunk_group = isa->decode->accumulate_chunk_group;
         }
     }
     if (isa->bf16 != NULL) {

@@ -146,6 +146,15 @@ typedef struct attn_backward_kernels {
  * buffer. */
 #define ATTN_DECODE_FUSED_ROWS 4
 
+/* Smallest group (query rows per task) scored by score_chunk_group when the registry has it
+ * (MQA, MLA and wide GQA groups: Hq / Hkv >= 12 at Tq = 1). Below it the query rows are too
+ * few to fill vector lanes, and score_chunk's blocked dot products are faster. */
+#define ATTN_DECODE_GROUP_ROWS 12
+
+/* Floats between two dimensions of the prepared queries of a large group
+ * (prepare_group_queries): rows rounded up to a multiple of 16. */
+#define ATTN_DECODE_GROUP_STRIDE(rows) (((rows) + 15) / 16 * 16)
+
 /* Floats per prepared query row (prepare_bf16_queries): dim rounded up to a multiple of 32. */
 #define ATTN_DECODE_PREPARED_DIM(dim) (((dim) + 31) / 32 * 32)
 
@@ -154,6 +163,11 @@ typedef struct attn_decode_kernels {
      * elements. */
     void (*bf16_to_f32)(int64_t count, const uint16_t *source, float *target);
     void (*f16_to_f32)(int64_t count, const uint16_t *source, float *target);
+    /* target[c * dim + e] = float(source[c * stride + e]) for c < count, e < dim: `count`
+     * stored rows of bfloat16 (dtype BF16) or IEEE half (F16) elements, `stride` elements
+     * apart, widened into dense rows in one call (a chunk of keys or values). */
+    void (*widen_rows)(attn_dtype dtype, int count, int dim, const uint16_t *source,
+                       int64_t stride, float *target);
     /* scores[r * ATTN_DECODE_CHUNK + c] = sum_d queries[r * dim + d] * keys[c * key_stride + d]
      * for r < rows, c < count (<= ATTN_DECODE_CHUNK). */
     void (*score_chunk)(int rows, int count, int dim, const float *queries, const float *keys,
@@ -184,6 +198,25 @@ typedef struct attn_decode_kernels {
      * prepared[rows][ATTN_DECODE_PREPARED_DIM(dim)] (for instance even and odd dimensions
      * apart, matching bfloat16 pairs widened without a shuffle; padding is 0). */
     void (*prepare_bf16_queries)(int rows, int dim, const float *queries, float *prepared);
+    /* Optional (NULL = score_chunk): the scores of a large group (rows >=
+     * ATTN_DECODE_GROUP_ROWS; any rows >= 1 are valid) from its query rows prepared once per
+     * task, prepared[dim][ATTN_DECODE_GROUP_STRIDE(rows)] (prepare_group_queries; for
+     * instance transposed, so that a vector holds one dimension of many rows):
+     * scores[r * ATTN_DECODE_CHUNK + c] = sum_d queries[r * dim + d] * keys[c * key_stride + d]
+     * for r < rows, c < count (<= ATTN_DECODE_CHUNK), float32 keys (16-bit storage widened
+     * first, once per chunk, by widen_rows: every row of the group reuses them). */
+    void (*prepare_group_queries)(int rows, int dim, const float *queries, float *prepared);
+    void (*score_chunk_group)(int rows, int count, int dim, const float *prepared,
+                              const float *keys, int64_t key_stride, float *scores);
+    /* With score_chunk_group (NULL = accumulate_chunk): accumulate_chunk for a large group
+     * whose accumulator is kept transposed for the whole task,
+     *   accumulator[e * ATTN_DECODE_GROUP_STRIDE(rows) + r] = rescale[r] * itself +
+     *       sum_c weights[r * ATTN_DECODE_CHUNK + c] * values[c * value_stride + e]
+     * for r < rows, e < dim (float32 values; the entries of rows >= rows are scratch: the
+     * loop starts them at 0 and never reads them). */
+    void (*accumulate_chunk_group)(int rows, int count, int dim, const float *weights,
+                                   const float *rescale, const float *values,
+                                   int64_t value_stride, float *accumulator);
 
     /* 8-bit storage (attn_dtype Q8, FP8_E4M3, FP8_E5M2; kernels/quant.h). A stored row c
      * (elements source[c * stride + e], one byte each) stands for the floats
@@ -247,6 +280,7 @@ typedef struct attn_kernels {
  *   forward {pack_keys, packed_keys_floats, score_tile},
  *   forward {pack_values, packed_values_floats, accumulate_values},
  *   decode  {score_chunk_bf16, prepare_bf16_queries},
+ *   decode  {score_chunk_group, prepare_group_queries, accumulate_chunk_group},
  *   decode  {score_chunk_q8, accumulate_chunk_q8}.
  */
 typedef struct attn_kernel_isa {

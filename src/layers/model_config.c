@@ -321,7 +321,15 @@ static attn_status parse_root(const cJSON *root, attn_model_config *c, attn_erro
                 return attn_fail(error, ATTN_ERROR_FORMAT,
                                  "config.json: partial_rotary_factor = %g: must be in (0, 1]",
                                  partial);
-            c->rope_config.rotary_dim = (int64_t)((double)c->head_dim * partial);
+            /* transformers: int(head_dim * partial_rotary_factor) dims rotate. 0 would mean
+               "the whole head" to attn_rope_config, an odd count pairs nothing: refused. */
+            const int64_t rotary = (int64_t)((double)c->head_dim * partial);
+            if (rotary < 2 || rotary % 2 != 0)
+                return attn_fail(error, ATTN_ERROR_FORMAT,
+                                 "config.json: partial_rotary_factor = %g: head_dim %lld x %g = "
+                                 "%lld rotary dims (must be even and >= 2)", partial,
+                                 (long long)c->head_dim, partial, (long long)rotary);
+            c->rope_config.rotary_dim = rotary;
         }
         if (!(c->rope_config.base > 1.0))
             return attn_fail(error, ATTN_ERROR_FORMAT, "config.json: rope_theta = %g: must be > 1",

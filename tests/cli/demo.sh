@@ -39,18 +39,23 @@ maps=$(ls "$work"/attn-demo/*.png 2>/dev/null | wc -l)
 [ -s "$work/attn-demo/07_mha_layer.png" ] || fail "no picture of both heads of the layer"
 PYTHONPATH="$source_dir/tests/cli" python3 - "$work"/attn-demo <<'PY' || fail "the demo's heat maps are not readable pictures"
 import os, sys
-from pictures import INK, VIRIDIS_HIGH, VIRIDIS_LOW, Png, bounding_box
+from pictures import INK, MASKED, VIRIDIS_HIGH, VIRIDIS_LOW, Png, bounding_box
 folder = sys.argv[1]
 for name in sorted(os.listdir(folder)):
     png = Png(os.path.join(folder, name))
     assert png.width >= 400 and png.height >= 350, (name, png.width, png.height)
 png = Png(os.path.join(folder, "04_causal_notes_example.png"))
-cells = [p for p in png.where(VIRIDIS_LOW, 6) + png.where(VIRIDIS_HIGH, 6) if p[0] < png.width - 80]
+# (left of the colour bar and the "masked" legend beside it)
+cells = [p for p in png.where(VIRIDIS_LOW, 6) + png.where(VIRIDIS_HIGH, 6) if p[0] < png.width - 100]
 x0, y0, x1, y1 = bounding_box(cells)
 cell = (x1 - x0) / 5
 assert 40 <= cell <= 100 and abs((y1 - y0) - (x1 - x0)) <= 2, (x0, y0, x1, y1)
 assert png.pixel(int(x0 + 0.1 * cell), int(y0 + 0.1 * cell)) == VIRIDIS_HIGH, "cell (我, 我)"
-assert png.pixel(int(x0 + 1.1 * cell), int(y0 + 0.1 * cell)) == VIRIDIS_LOW, "cell (我, 喜欢)"
+# (我, 喜欢) is masked (hatched grey); (机制, 机制) is allowed with weight 0.00 (purple).
+masked = png.dominant((int(x0 + 1.1 * cell), int(y0 + 0.1 * cell), int(x0 + 1.9 * cell), int(y0 + 0.9 * cell)))
+assert masked == MASKED, f"cell (我, 喜欢) is {masked}, not the masked grey"
+tiny = png.dominant((int(x0 + 4.05 * cell), int(y0 + 4.05 * cell), int(x0 + 4.3 * cell), int(y0 + 4.3 * cell)))
+assert all(abs(a - b) <= 4 for a, b in zip(tiny, VIRIDIS_LOW)), f"cell (机制, 机制) is {tiny}, not purple"
 for what, box, least in (("row labels", (0, y0, x0 - 2, y1), 150),
                          ("column labels", (x0, y1 + 2, x1, png.height), 150),
                          ("title", (0, 0, png.width, y0 - 2), 300),

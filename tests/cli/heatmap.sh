@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # heatmap.sh — `attn heatmap`: labelled PNG and SVG heat maps checked pixel by pixel and as
-# XML, head grids, and its errors (heatmap_cases.py).
+# XML, masked cells, head grids, safetensors weights, and its errors (heatmap_cases.py).
 # usage: bash heatmap.sh ATTN_BINARY SOURCE_DIR
 set -euo pipefail
 attn=$1

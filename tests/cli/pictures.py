@@ -1,6 +1,6 @@
 """pictures.py — reading the CLI's pictures back for the tests, with the standard library only:
 a PNG decoder (zlib + the five row filters, 8-bit RGB/RGBA), pixel classes (viridis ends, text
-ink, white) and an SVG reader (well-formed XML, its <title>, <desc> and glyph uses)."""
+ink, white, masked cells) and an SVG reader (well-formed XML, its <title>, <desc> and glyph uses)."""
 import struct
 import xml.etree.ElementTree as ElementTree
 import zlib
@@ -8,6 +8,7 @@ import zlib
 VIRIDIS_LOW = (68, 1, 84)     # the colour of the minimum (0 for probabilities)
 VIRIDIS_HIGH = (253, 231, 37)  # the colour of the maximum (1)
 INK = (31, 31, 31)             # text and frames (0.12 grey)
+MASKED = (222, 222, 222)       # the fill of a masked cell (-0.0, 0.87 grey), under its hatching
 
 
 class Png:
@@ -78,6 +79,17 @@ class Png:
                 if all(abs(p[k] - colour[k]) <= tolerance for k in range(3)):
                     found.append((x, y))
         return found
+
+
+    def dominant(self, box):
+        """The most frequent colour inside box (x0, y0, x1, y1)."""
+        x0, y0, x1, y1 = box
+        counts = {}
+        for y in range(y0, y1):
+            for x in range(x0, x1):
+                p = self.pixel(x, y)
+                counts[p] = counts.get(p, 0) + 1
+        return max(counts, key=counts.get)
 
 
 def bounding_box(points):

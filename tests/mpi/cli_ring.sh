@@ -3,9 +3,12 @@
 # T = 29, not a multiple of any P used), the gathered O and LSE equal `attn forward` on the
 # same files within 1e-5 for every layout and for 2, 3 and 4 processes, causal, windowed and
 # full attention; the same with Q, K, V read from a safetensors file and O, LSE written into one
-# (F32, checked with struct/json);
-# errors (a K file that disagrees with Q, T < P) exit with 1 on every rank, say why in one
-# line and write no output.
+# (F32, checked with struct/json); --dtype bf16 and f16 (inputs .npy and BF16 safetensors, O as
+# .npy and as BF16/F16 safetensors) against `attn forward --dtype` on the same files
+# (check_typed.py below: one ulp of the rounded fp32 result, the forward's P-rounding bound,
+# LSE within 1e-5), and the bf16 ring is not the f32 one; errors (a K file that disagrees with
+# Q, T < P, an input beyond fp16, an unknown --dtype) exit with 1 or 2 on every rank, say why
+# in one line and write no output.
 # usage: bash cli_ring.sh ATTN_BINARY SOURCE_DIR MPIEXEC [MPIEXEC FLAGS...]
 set -euo pipefail
 attn=$1
@@ -23,8 +26,8 @@ for name, heads in (("q", Hq), ("k", Hkv), ("v", Hkv)):
     np.save(f"{name}.npy", rng.standard_normal((B, T, heads, D)).astype(np.float32))
 np.save("k_wrong.npy", rng.standard_normal((B, T, Hkv, D + 1)).astype(np.float32))
 np.save("q_short.npy", rng.standard_normal((B, 2, Hq, D)).astype(np.float32))
-# q, k, v as F32 tensors of one safetensors file (by hand: 8-byte length, JSON, data), and q
-# once more as BF16 (the ring computes in float32 only: refused)
+# q, k, v as F32 tensors of one safetensors file (by hand: 8-byte length, JSON, data), and
+# q, k, v once more as BF16 (converted to --dtype like attn forward does)
 import json, struct
 def write(path, tensors):
     header, blobs, offset = {}, [], 0
@@ -35,8 +38,10 @@ def write(path, tensors):
     open(path, "wb").write(struct.pack("<Q", len(text)) + text + b"".join(blobs))
 arrays = {n: np.load(f"{n}.npy") for n in ("q", "k", "v")}
 write("qkv.safetensors", [(n, "F32", a.astype("<f4").tobytes(), a.shape) for n, a in arrays.items()])
-bf16 = (arrays["q"].view(np.uint32) >> 16).astype("<u2").tobytes()
-write("q_bf16.safetensors", [("q", "BF16", bf16, arrays["q"].shape)])
+bf16 = {n: (a.view(np.uint32) >> 16).astype("<u2").tobytes() for n, a in arrays.items()}
+write("qkv_bf16.safetensors", [(n, "BF16", bf16[n], a.shape) for n, a in arrays.items()])
+big = arrays["q"].copy(); big[0, 0, 0, 0] = 70000.0  # beyond fp16
+np.save("q_big.npy", big)
 EOF
 
 compare() { # compare EXPECTED ACTUAL LABEL
@@ -100,6 +105,108 @@ else
   echo "FAIL: attn ring on safetensors failed"; failures=$((failures + 1))
 fi
 
+# --dtype: the ring in bf16 / f16 on the same files as `attn forward --dtype` (inputs rounded
+# nearest-even by both). check_typed.py holds the ring to what docs/precision.md says of each:
+#  a) the ring's O is the fp32 ring's O rounded once: within one 16-bit ulp of `attn forward
+#     --dtype f32` on the inputs rounded by numpy, itself rounded by numpy;
+#  b) against `attn forward --dtype D` (which rounds P to D before P·V) within that forward's
+#     bound 2u(|O| + max|V|) + 1e-5, u = 2^-8 (bf16) or 2^-11 (f16); LSE within 1e-5;
+#  c) O as .npy (float32 holding bf16 values, or float16) and as a safetensors BF16/F16 tensor
+#     hold the same values; LSE is F32.
+cat > check_typed.py <<'EOF'
+import json, struct, sys
+import numpy as np
+dtype, label = sys.argv[1], sys.argv[2]
+def tensor(argument):
+    """(values as float64, stored dtype) of X.npy or X.safetensors:NAME."""
+    if ":" not in argument:
+        a = np.load(argument)
+        return a.astype(np.float64), str(a.dtype)
+    path, name = argument.split(":")
+    data = open(path, "rb").read()
+    (n,) = struct.unpack("<Q", data[:8])
+    entry = json.loads(data[8:8 + n])[name]
+    begin, end = entry["data_offsets"]
+    raw = data[8 + n + begin:8 + n + end]
+    if entry["dtype"] == "BF16":
+        values = (np.frombuffer(raw, "<u2").astype(np.uint32) << 16).view(np.float32)
+    else:
+        values = np.frombuffer(raw, {"F16": "<f2", "F32": "<f4"}[entry["dtype"]])
+    return values.reshape(entry["shape"]).astype(np.float64), entry["dtype"]
+def rounded(x):
+    """x (float64 holding float32 values) rounded nearest-even to the dtype, as float64."""
+    x = x.astype(np.float32)
+    if dtype == "f16":
+        return x.astype(np.float16).astype(np.float64)
+    u = x.view(np.uint32).astype(np.uint64)
+    u = ((u + 0x7FFF + ((u >> 16) & 1)) >> 16) << 16
+    return u.astype(np.uint32).view(np.float32).astype(np.float64)
+if sys.argv[3] == "round":  # round SOURCES to the dtype, saved as float32 r_q.npy, r_k.npy, r_v.npy
+    for name, source in zip("qkv", sys.argv[4:7]):
+        np.save(f"r_{name}.npy", rounded(tensor(source)[0]).astype(np.float32))
+    sys.exit(0)
+u = 2.0 ** (-8 if dtype == "bf16" else -11)
+failures = []
+ring, ring_stored = tensor("ring_o.npy")
+typed, typed_stored = tensor("typed.safetensors:o")
+exact, _ = tensor("exact_o.npy")           # attn forward --dtype f32 on the rounded inputs
+single, _ = tensor("single_o.npy")         # attn forward --dtype D on the same files
+v_max = np.abs(np.load("r_v.npy")).max()
+ulp_error = np.abs(ring - rounded(exact)) / (np.abs(rounded(exact)) + 1e-30)
+bound = 2 * u * (np.abs(single) + v_max) + 1e-5
+checks = [
+    ("npy dtype", ring_stored == ("float32" if dtype == "bf16" else "float16"), ring_stored),
+    ("safetensors dtype", typed_stored == dtype.upper(), typed_stored),
+    ("npy = safetensors", np.array_equal(ring, typed), float(np.abs(ring - typed).max())),
+    ("O in the dtype", np.array_equal(ring, rounded(ring)), "every value representable"),
+    ("a) one ulp of the rounded fp32 forward", float(ulp_error.max()) <= 2 * u,
+     f"{float(ulp_error.max()):.2e} (<= {2 * u:.2e})"),
+    ("b) forward --dtype bound", bool((np.abs(ring - single) <= bound).all()),
+     f"{float((np.abs(ring - single) / bound).max()):.2f} of it"),
+]
+for lse_file in ("ring_lse.npy", "typed.safetensors:lse"):
+    lse, stored = tensor(lse_file)
+    e = float(np.max(np.abs(lse - tensor("single_lse.npy")[0]) / (1 + np.abs(lse))))
+    checks.append((f"LSE {lse_file}", e <= 1e-5 and stored in ("float32", "F32"), f"{e:.1e} {stored}"))
+for name, ok, detail in checks:
+    if not ok:
+        failures.append(name)
+    print(f"{label}: {name}: {'ok' if ok else 'FAIL'} ({detail})")
+sys.exit(1 if failures else 0)
+EOF
+dtype_runs=(
+  "bf16 2 zigzag q.npy k.npy v.npy --causal bottom-right"
+  "f16 3 striped q.npy k.npy v.npy --causal bottom-right"
+  "bf16 4 contiguous qkv_bf16.safetensors qkv_bf16.safetensors:k qkv_bf16.safetensors:v --window 4,3"
+  "f16 2 contiguous qkv_bf16.safetensors qkv_bf16.safetensors:k qkv_bf16.safetensors:v"
+)
+for run in "${dtype_runs[@]}"; do
+  read -r dtype processes layout qf kf vf masking <<< "$run"
+  [ "$qf" = qkv_bf16.safetensors ] && qf=qkv_bf16.safetensors:q
+  label="--dtype $dtype np=$processes $layout $qf $masking"
+  rm -f ring_o.npy ring_lse.npy typed.safetensors
+  python3 check_typed.py "$dtype" "$label" round "$qf" "$kf" "$vf"
+  # shellcheck disable=SC2086
+  "$attn" forward --q "$qf" --k "$kf" --v "$vf" --dtype "$dtype" --out single_o.npy \
+    --lse single_lse.npy $masking
+  # shellcheck disable=SC2086
+  "$attn" forward --q r_q.npy --k r_k.npy --v r_v.npy --out exact_o.npy $masking
+  # shellcheck disable=SC2086
+  if ! "${mpiexec[@]}" -np "$processes" "$attn" ring --q "$qf" --k "$kf" --v "$vf" --dtype "$dtype" \
+       --out ring_o.npy --lse ring_lse.npy --layout "$layout" $masking ||
+     ! "${mpiexec[@]}" -np "$processes" "$attn" ring --q "$qf" --k "$kf" --v "$vf" --dtype "$dtype" \
+       --out typed.safetensors --lse typed.safetensors --layout "$layout" $masking; then
+    echo "FAIL: attn ring failed ($label)"; failures=$((failures + 1)); continue
+  fi
+  python3 check_typed.py "$dtype" "$label" check || { echo "FAIL: $label"; failures=$((failures + 1)); }
+done
+# The 16-bit ring is not the f32 ring: its O differs from the f32 O by more than f32 rounding.
+"$attn" forward --q q.npy --k k.npy --v v.npy --out f32_o.npy
+"${mpiexec[@]}" -np 2 "$attn" ring --q q.npy --k k.npy --v v.npy --dtype bf16 --out ring_o.npy
+if compare f32_o.npy ring_o.npy "bf16 ring vs f32 forward (must differ)" > /dev/null; then
+  echo "FAIL: --dtype bf16 gave the float32 result"; failures=$((failures + 1))
+fi
+
 expect_error() { # expect_error LABEL EXPECTED_TEXT ARGS...
   local label=$1 text=$2
   shift 2
@@ -113,8 +220,10 @@ expect_error() { # expect_error LABEL EXPECTED_TEXT ARGS...
   if [ -e ring_o.npy ]; then echo "FAIL: $label: wrote an output"; failures=$((failures + 1)); fi
   echo "$label: $(grep -m1 'attn ring' stderr.txt || true)"
 }
-expect_error "BF16 safetensors Q" "dtype BF16, expected F32" -np 2 "$attn" ring \
-  --q q_bf16.safetensors --k k.npy --v v.npy --out ring_o.npy
+expect_error "fp16 overflow" "q_big.npy" -np 2 "$attn" ring --q q_big.npy --k k.npy \
+  --v v.npy --dtype f16 --out ring_o.npy
+expect_error "unknown dtype" "--dtype 'f8'" -np 2 "$attn" ring --q q.npy --k k.npy \
+  --v v.npy --dtype f8 --out ring_o.npy
 expect_error "K disagrees with Q" "k_wrong.npy" -np 3 "$attn" ring --q q.npy --k k_wrong.npy \
   --v v.npy --out ring_o.npy --causal bottom-right
 expect_error "T = 2 < P = 3" "sequence_length = 2" -np 3 "$attn" ring --q q_short.npy \

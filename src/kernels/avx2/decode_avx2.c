@@ -8,7 +8,11 @@
 const attn_decode_kernels attn_avx2_decode = {
     .bf16_to_f32 = bf16_to_f32,
     .f16_to_f32 = f16_to_f32,
+    .widen_rows = widen_rows,
     .score_chunk = score_chunk,
+    .prepare_group_queries = prepare_group_queries,
+    .score_chunk_group = score_chunk_group,
+    .accumulate_chunk_group = accumulate_chunk_group,
     .softmax_chunk = softmax_chunk,
     .accumulate_chunk = accumulate_chunk,
 };

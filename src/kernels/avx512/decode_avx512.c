@@ -5,7 +5,8 @@
  * AVX-512BW, and on vpermt2ps; at 8 lanes bfloat16 is converted to float32 first).
  * Used for groups of <= ATTN_DECODE_FUSED_ROWS rows, where each stored element is read once
  * or twice (see "bfloat16 read in place" below: one integer operation per 16 widened floats);
- * larger groups convert each chunk once into a float32 buffer read by every row block.
+ * larger groups convert each chunk once into a float32 buffer (widen_rows) read by every row
+ * block, through the large-group kernels from 12 rows on (decode_body.h).
  * The 8-bit storage kernels (int8, fp8) are in decode_q8_avx512.h, part of this file.
  */
 #define ATTN_VEC_WIDTH 16
@@ -229,7 +230,11 @@ static void avx512_accumulate_chunk_bf16(int rows, int count, int dim, const flo
 const attn_decode_kernels attn_avx512_decode = {
     .bf16_to_f32 = bf16_to_f32,
     .f16_to_f32 = f16_to_f32,
+    .widen_rows = widen_rows,
     .score_chunk = score_chunk,
+    .prepare_group_queries = prepare_group_queries,
+    .score_chunk_group = score_chunk_group,
+    .accumulate_chunk_group = accumulate_chunk_group,
     .softmax_chunk = softmax_chunk,
     .accumulate_chunk = accumulate_chunk,
     .score_chunk_bf16 = avx512_score_chunk_bf16,

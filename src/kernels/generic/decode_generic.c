@@ -19,6 +19,15 @@ static void generic_f16_to_f32(int64_t count, const uint16_t *source, float *tar
     for (int64_t e = 0; e < count; ++e) target[e] = attn_f16_to_float(source[e]);
 }
 
+static void generic_widen_rows(attn_dtype dtype, int count, int dim, const uint16_t *source,
+                               int64_t stride, float *target) {
+    for (int c = 0; c < count; ++c)
+        for (int e = 0; e < dim; ++e)
+            target[(int64_t)c * dim + e] = dtype == ATTN_DTYPE_BF16
+                                               ? attn_bf16_to_float(source[c * stride + e])
+                                               : attn_f16_to_float(source[c * stride + e]);
+}
+
 enum { LANES = 16 };
 
 /* sum_d a[d] * b[d] with LANES interleaved partial sums, then a fixed pairwise tree. */
@@ -137,6 +146,7 @@ static void generic_accumulate_chunk_q8(attn_dtype dtype, int rows, int count, i
 const attn_decode_kernels attn_generic_decode = {
     .bf16_to_f32 = generic_bf16_to_f32,
     .f16_to_f32 = generic_f16_to_f32,
+    .widen_rows = generic_widen_rows,
     .score_chunk = generic_score_chunk,
     .softmax_chunk = generic_softmax_chunk,
     .accumulate_chunk = generic_accumulate_chunk,
@@ -144,5 +154,6 @@ const attn_decode_kernels attn_generic_decode = {
     .score_chunk_q8 = generic_score_chunk_q8,
     .accumulate_chunk_q8 = generic_accumulate_chunk_q8,
     /* score_chunk_bf16, accumulate_chunk_bf16, prepare_bf16_queries: NULL, bf16 is
-     * converted to float32 first */
+     * converted to float32 first; score_chunk_group, prepare_group_queries: NULL, large
+     * groups use score_chunk */
 };

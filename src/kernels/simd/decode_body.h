@@ -23,6 +23,10 @@
  *  - at 16 lanes, software prefetch of the keys and values LOOKAHEAD rows ahead for groups
  *    of >= 2 rows (see LOOKAHEAD): without it the core waits on memory during most of its
  *    arithmetic. (Not measured at 8 lanes, where it stays off.)
+ *  - large groups (>= ATTN_DECODE_GROUP_ROWS: MQA, MLA) take the *_group kernels at the end
+ *    of this file instead: the query rows as vector lanes, so a block of rows x keys (or
+ *    rows x value dimensions) needs no reduction tree and reads each key / value once per
+ *    48 rows; widen_rows converts a chunk of 16-bit rows for them in one call.
  * Deterministic: a fixed operation order for any input and thread count.
  */
 #include <math.h>
@@ -294,4 +298,248 @@ static void accumulate_chunk(int rows, int count, int dim, const float *weights,
     else if (rows - r == 1)
         accumulate_rows(1, count, dim, tail_weights, rescale + r, values, value_stride, tail,
                         prefetch && r == 0);
+}
+
+/* ---- 16-bit storage widened a chunk at a time ----
+ * widen_rows (registry.h): `count` stored rows of `dim` bfloat16 / half elements, `stride`
+ * apart, into dense float32 rows, in one call per chunk (strided rows, as in a token-major
+ * page [page, slot, head, D], cost one call per row before). */
+static void widen_rows(attn_dtype dtype, int count, int dim, const uint16_t *source,
+                       int64_t stride, float *target) {
+    void (*convert)(int64_t, const uint16_t *, float *) =
+        dtype == ATTN_DTYPE_BF16 ? bf16_to_f32 : f16_to_f32;
+    if (stride == dim) { /* contiguous rows: one pass */
+        convert((int64_t)count * dim, source, target);
+        return;
+    }
+    for (int c = 0; c < count; ++c) convert(dim, source + c * stride, target + (int64_t)c * dim);
+}
+
+/* ---- large groups (rows >= ATTN_DECODE_GROUP_ROWS): the query rows as vector lanes ----
+ * A group of many rows (32 for MQA at Hq = 32, 128 for MLA) against one chunk is a small
+ * matrix product, scores [rows x count] = Q [rows x dim] . K^T. Instead of VLANES-lane
+ * partial dot products reduced by a transpose-and-add tree (score_block: about 45 shuffles
+ * and adds per 16 dot products of 8 FMAs each at D = 128), the queries are prepared once per
+ * task transposed, prepared[d][row] (prepare_group_queries), so that one vector holds
+ * dimension d of VLANES rows: a block of GROUP_VECTORS row vectors x GROUP_KEYS keys keeps
+ * its GROUP_VECTORS * GROUP_KEYS sums in registers, and each step d loads GROUP_VECTORS
+ * query vectors and broadcasts GROUP_KEYS key elements (a memory operand of the FMA at 16
+ * lanes): GROUP_VECTORS * GROUP_KEYS FMAs per GROUP_VECTORS + GROUP_KEYS loads, no
+ * reduction. Each sum is one sequential chain over d (deterministic). The sums of a row
+ * block are stored key-major into a tile and transposed into the scores' row-major layout,
+ * VLANES x VLANES at a time (about 1.5% of the FMAs for 32 rows). */
+#if VLANES == 16
+enum { GROUP_VECTORS = 3, GROUP_KEYS = 8 }; /* 24 zmm sums + 3 query vectors */
+#else
+enum { GROUP_VECTORS = 2, GROUP_KEYS = 4 }; /* 8 ymm sums + 2 query vectors + 1 broadcast */
+#endif
+enum { GROUP_TILE = GROUP_VECTORS * VLANES }; /* rows per row block (tile row length) */
+
+/* prepared[d * ATTN_DECODE_GROUP_STRIDE(rows) + r] = queries[r * dim + d], 0 for r >= rows. */
+static void prepare_group_queries(int rows, int dim, const float *queries, float *prepared) {
+    const int stride = ATTN_DECODE_GROUP_STRIDE(rows);
+    for (int d = 0; d < dim; ++d) {
+        float *column = prepared + (int64_t)d * stride;
+        for (int r = 0; r < rows; ++r) column[r] = queries[(int64_t)r * dim + d];
+        for (int r = rows; r < stride; ++r) column[r] = 0.0f;
+    }
+}
+
+/* tile[k * GROUP_TILE + v * VLANES + lane] = sum_d column_d[v * VLANES + lane] * key[k][d]
+ * for v < vectors, k < GROUP_KEYS; column_d = prepared + d * stride. */
+V_INLINE void group_block(const int vectors, int dim, const float *prepared, int stride,
+                          const float *const *key, float *tile) {
+    vf sums[GROUP_VECTORS][GROUP_KEYS];
+    for (int v = 0; v < vectors; ++v)
+        for (int k = 0; k < GROUP_KEYS; ++k) sums[v][k] = vf_zero();
+    for (int d = 0; d < dim; ++d) {
+        const float *column = prepared + (int64_t)d * stride;
+        vf query[GROUP_VECTORS];
+        for (int v = 0; v < vectors; ++v) query[v] = vf_loadu(column + v * VLANES);
+        for (int k = 0; k < GROUP_KEYS; ++k) {
+            const vf element = vf_set1(key[k][d]);
+            for (int v = 0; v < vectors; ++v)
+                sums[v][k] = vf_fmadd(query[v], element, sums[v][k]);
+        }
+    }
+    for (int k = 0; k < GROUP_KEYS; ++k)
+        for (int v = 0; v < vectors; ++v) vf_storeu(tile + k * GROUP_TILE + v * VLANES, sums[v][k]);
+}
+
+/* v[i] = row i of a VLANES x VLANES block -> v[j] = column j, in place. */
+V_INLINE void transpose_square(vf v[VLANES]) {
+#if VLANES == 16
+    vf a[16], b[16];
+    for (int i = 0; i < 8; ++i) {
+        a[2 * i] = _mm512_unpacklo_ps(v[2 * i], v[2 * i + 1]);
+        a[2 * i + 1] = _mm512_unpackhi_ps(v[2 * i], v[2 * i + 1]);
+    }
+    /* b[4i + j], 128-bit block L = rows 4i .. 4i + 3 of column 4L + j */
+    for (int i = 0; i < 4; ++i)
+        for (int j = 0; j < 2; ++j) {
+            const __m512d x = _mm512_castps_pd(a[4 * i + j]), y = _mm512_castps_pd(a[4 * i + j + 2]);
+            b[4 * i + 2 * j] = _mm512_castpd_ps(_mm512_unpacklo_pd(x, y));
+            b[4 * i + 2 * j + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(x, y));
+        }
+    for (int j = 0; j < 4; ++j) {
+        const vf low = _mm512_shuffle_f32x4(b[j], b[4 + j], 0x44);
+        const vf high = _mm512_shuffle_f32x4(b[j], b[4 + j], 0xEE);
+        const vf low2 = _mm512_shuffle_f32x4(b[8 + j], b[12 + j], 0x44);
+        const vf high2 = _mm512_shuffle_f32x4(b[8 + j], b[12 + j], 0xEE);
+        v[j] = _mm512_shuffle_f32x4(low, low2, 0x88);
+        v[4 + j] = _mm512_shuffle_f32x4(low, low2, 0xDD);
+        v[8 + j] = _mm512_shuffle_f32x4(high, high2, 0x88);
+        v[12 + j] = _mm512_shuffle_f32x4(high, high2, 0xDD);
+    }
+#else
+    vf a[8], b[8];
+    for (int i = 0; i < 4; ++i) {
+        a[2 * i] = _mm256_unpacklo_ps(v[2 * i], v[2 * i + 1]);
+        a[2 * i + 1] = _mm256_unpackhi_ps(v[2 * i], v[2 * i + 1]);
+    }
+    for (int i = 0; i < 2; ++i)
+        for (int j = 0; j < 2; ++j) {
+            const __m256d x = _mm256_castps_pd(a[4 * i + j]), y = _mm256_castps_pd(a[4 * i + j + 2]);
+            b[4 * i + 2 * j] = _mm256_castpd_ps(_mm256_unpacklo_pd(x, y));
+            b[4 * i + 2 * j + 1] = _mm256_castpd_ps(_mm256_unpackhi_pd(x, y));
+        }
+    for (int j = 0; j < 4; ++j) {
+        v[j] = _mm256_permute2f128_ps(b[j], b[4 + j], 0x20);
+        v[4 + j] = _mm256_permute2f128_ps(b[j], b[4 + j], 0x31);
+    }
+#endif
+}
+
+/* scores[r * ATTN_DECODE_CHUNK + c] = tile[c * GROUP_TILE + r - r0] for r0 <= r < r_end,
+ * c < count (columns past count untouched). */
+static void store_tile(int r0, int r_end, int count, const float *tile, float *scores) {
+    for (int c0 = 0; c0 < count; c0 += VLANES)
+        for (int v0 = 0; r0 + v0 < r_end; v0 += VLANES) {
+            vf block[VLANES];
+            for (int i = 0; i < VLANES; ++i)
+                block[i] = c0 + i < count ? vf_loadu(tile + (c0 + i) * GROUP_TILE + v0) : vf_zero();
+            transpose_square(block);
+            const vmask columns = vmask_first(count - c0);
+            for (int j = 0; j < VLANES && r0 + v0 + j < r_end; ++j)
+                vf_mask_storeu(scores + (int64_t)(r0 + v0 + j) * ATTN_DECODE_CHUNK + c0, columns,
+                               block[j]);
+        }
+}
+
+/* score_chunk_group (registry.h): scores of float32 keys for queries prepared by
+ * prepare_group_queries. */
+static void score_chunk_group(int rows, int count, int dim, const float *prepared,
+                              const float *keys, int64_t key_stride, float *scores) {
+    const int stride = ATTN_DECODE_GROUP_STRIDE(rows);
+    float tile[ATTN_DECODE_CHUNK * GROUP_TILE];
+    for (int r0 = 0; r0 < rows; r0 += GROUP_TILE) {
+        const int left = (rows - r0 + VLANES - 1) / VLANES;
+        const int vectors = left < GROUP_VECTORS ? left : GROUP_VECTORS;
+        for (int c0 = 0; c0 < count; c0 += GROUP_KEYS) {
+            const float *key[GROUP_KEYS]; /* keys past the end repeat the last one */
+            for (int k = 0; k < GROUP_KEYS; ++k)
+                key[k] = keys + (c0 + k < count ? c0 + k : count - 1) * key_stride;
+            if (DECODE_PREFETCH && r0 == 0) /* the pass that reads the keys */
+                for (int k = 0; k < GROUP_KEYS; ++k)
+                    prefetch_row(keys, c0 + k + LOOKAHEAD, key_stride, sizeof(float),
+                                 dim * sizeof(float));
+            const float *columns = prepared + r0;
+            float *block = tile + c0 * GROUP_TILE;
+            if (vectors == GROUP_VECTORS) group_block(GROUP_VECTORS, dim, columns, stride, key, block);
+#if VLANES == 16
+            else if (vectors == 2) group_block(2, dim, columns, stride, key, block);
+#endif
+            else group_block(1, dim, columns, stride, key, block);
+        }
+        store_tile(r0, r0 + vectors * VLANES < rows ? r0 + vectors * VLANES : rows, count, tile,
+                   scores);
+    }
+}
+
+/* The value side of a large group, in the same form: the accumulator of the task is kept
+ * transposed, accumulator[e][row] (ATTN_DECODE_GROUP_STRIDE(rows) floats per dimension), the
+ * chunk's probabilities are transposed once into a tile [count][GROUP_TILE], and a block of
+ * GROUP_VECTORS row vectors x GROUP_KEYS value dimensions keeps its sums in registers: each
+ * key loads GROUP_VECTORS probability vectors and broadcasts GROUP_KEYS value elements, so the
+ * chunk's values are read once per row block (accumulate_chunk's blocks of VALUE_ROWS rows
+ * re-read the whole chunk, 32 KiB at D = 128 in float32, once per VALUE_ROWS rows, from L2). */
+
+/* tile[c * GROUP_TILE + r - r0] = weights[r * ATTN_DECODE_CHUNK + c] for c < count,
+ * r0 <= r < r0 + lanes, 0 for rows r >= r_end. */
+static void load_tile(int r0, int r_end, int lanes, int count, const float *weights,
+                      float *tile) {
+    for (int c0 = 0; c0 < count; c0 += VLANES)
+        for (int v0 = 0; v0 < lanes; v0 += VLANES) {
+            vf block[VLANES];
+            const vmask columns = vmask_first(count - c0);
+            for (int i = 0; i < VLANES; ++i)
+                block[i] = r0 + v0 + i < r_end
+                               ? vf_maskz_loadu(columns, weights + (int64_t)(r0 + v0 + i) *
+                                                                       ATTN_DECODE_CHUNK + c0)
+                               : vf_zero();
+            transpose_square(block);
+            for (int j = 0; j < VLANES && c0 + j < count; ++j)
+                vf_storeu(tile + (c0 + j) * GROUP_TILE + v0, block[j]);
+        }
+}
+
+/* accumulator[e][v * VLANES + lane] (e < width, v < vectors; rows of `stride` floats) =
+ * factor[v] * itself + sum_c tile[c][v * VLANES + lane] * value_c[e]. */
+V_INLINE void value_block(const int vectors, const int width, int count, const float *tile,
+                          const vf *factor, const float *values, int64_t value_stride,
+                          float *accumulator, int stride) {
+    vf sums[GROUP_VECTORS][GROUP_KEYS];
+    for (int e = 0; e < width; ++e)
+        for (int v = 0; v < vectors; ++v)
+            sums[v][e] = vf_mul(factor[v], vf_loadu(accumulator + (int64_t)e * stride + v * VLANES));
+    for (int c = 0; c < count; ++c) {
+        vf weight[GROUP_VECTORS];
+        for (int v = 0; v < vectors; ++v) weight[v] = vf_loadu(tile + c * GROUP_TILE + v * VLANES);
+        const float *value = values + c * value_stride;
+        for (int e = 0; e < width; ++e) {
+            const vf element = vf_set1(value[e]);
+            for (int v = 0; v < vectors; ++v) sums[v][e] = vf_fmadd(weight[v], element, sums[v][e]);
+        }
+    }
+    for (int e = 0; e < width; ++e)
+        for (int v = 0; v < vectors; ++v)
+            vf_storeu(accumulator + (int64_t)e * stride + v * VLANES, sums[v][e]);
+}
+
+/* Row block [r0, r0 + vectors * VLANES) of accumulate_chunk_group over all of dim. */
+V_INLINE void value_rows(const int vectors, int count, int dim, const float *tile,
+                         const vf *factor, const float *values, int64_t value_stride,
+                         float *accumulator, int stride) {
+    int e0 = 0;
+    for (; e0 + GROUP_KEYS <= dim; e0 += GROUP_KEYS)
+        value_block(vectors, GROUP_KEYS, count, tile, factor, values + e0, value_stride,
+                    accumulator + (int64_t)e0 * stride, stride);
+    for (; e0 < dim; ++e0) /* the last dim % GROUP_KEYS dimensions, one at a time */
+        value_block(vectors, 1, count, tile, factor, values + e0, value_stride,
+                    accumulator + (int64_t)e0 * stride, stride);
+}
+
+/* accumulate_chunk_group (registry.h): accumulator [dim][ATTN_DECODE_GROUP_STRIDE(rows)]. */
+static void accumulate_chunk_group(int rows, int count, int dim, const float *weights,
+                                   const float *rescale, const float *values,
+                                   int64_t value_stride, float *accumulator) {
+    const int stride = ATTN_DECODE_GROUP_STRIDE(rows);
+    float tile[ATTN_DECODE_CHUNK * GROUP_TILE];
+    for (int r0 = 0; r0 < rows; r0 += GROUP_TILE) {
+        const int left = (rows - r0 + VLANES - 1) / VLANES;
+        const int vectors = left < GROUP_VECTORS ? left : GROUP_VECTORS;
+        const int r_end = r0 + vectors * VLANES < rows ? r0 + vectors * VLANES : rows;
+        load_tile(r0, r_end, vectors * VLANES, count, weights, tile);
+        vf factor[GROUP_VECTORS]; /* 0 for the padding rows */
+        for (int v = 0; v < vectors; ++v)
+            factor[v] = vf_maskz_loadu(vmask_first(r_end - r0 - v * VLANES), rescale + r0 + v * VLANES);
+        float *block = accumulator + r0;
+        if (vectors == GROUP_VECTORS)
+            value_rows(GROUP_VECTORS, count, dim, tile, factor, values, value_stride, block, stride);
+#if VLANES == 16
+        else if (vectors == 2)
+            value_rows(2, count, dim, tile, factor, values, value_stride, block, stride);
+#endif
+        else value_rows(1, count, dim, tile, factor, values, value_stride, block, stride);
+    }
 }
