@@ -713,7 +713,8 @@ ATTN_API attn_status attn_varlen_backward(const attn_tensor *q, const attn_tenso
  *    sequence) uses.
  * Storage dtype F32, BF16, F16 or one of the 8-bit formats Q8, FP8_E4M3, FP8_E5M2 (keys and
  * values alike; rounding as in the library's cache, docs/inference.md "Quantized KV cache");
- * the last dimension has stride 1, other strides are free (>= 0). cache_seqlens int32[B]:
+ * the last dimension has stride 1, other strides are free (>= 0; with an append, rows must
+ * not share addresses: see attn_forward_with_kvcache's errors). cache_seqlens int32[B]:
  * tokens already held by each sequence (0 <= cache_seqlens[b]; capacity S_max or max_pages *
  * page_size). The library never changes cache_seqlens: after an append the caller adds the
  * new tokens itself.
@@ -780,8 +781,15 @@ typedef struct attn_kv_append {
  * key_positions) or that need a padded batch (mask, bias, block layout), 8-bit scales
  * missing, given for 16/32-bit storage, of the wrong shape or dtype, a non-positive or
  * non-finite FP8 scale (naming the argument, the head and the value), a non-finite new
- * token for 8-bit storage (naming the element). On any of these errors nothing is written
- * to the cache or to its scales.
+ * token for 8-bit storage (naming the element); and, when an append writes (Tnew > 0), a
+ * layout in which two written rows could share an address, by a conservative rule: within
+ * k_cache, v_cache and Q8's k_scale / v_scale, dims 0..2 of size > 1 sorted by stride must
+ * nest (each stride >= the extent of the smaller ones, a row being D elements, a scale 1:
+ * a zero stride is refused, naming the tensor, dimension and stride), and no two of them may
+ * share a byte (judged by their address spans and the gcd of their byte strides, so k and v
+ * interleaved in one allocation with equal strides are accepted; naming both tensors).
+ * Read-only calls accept any strides >= 0. On any of these errors nothing is written to the
+ * cache or to its scales.
  * 8-bit storage: Tq <= 16 runs attn_decode's kernels in place on the caller's pages and
  * scales, bitwise as a library-owned 8-bit cache holding the same tokens; a prefill chunk
  * dequantises each sequence's keys (head_scale * row_scale * q, then the queries' dtype)

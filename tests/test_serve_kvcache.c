@@ -9,7 +9,10 @@
  *    causal bottom-right, windows, soft-cap, GQA/MQA, contiguous and shuffled paged caches;
  *  - bitwise identical for 1, 2 and 3 threads on both paths;
  *  - every malformed argument is refused with a message naming the sequence and the value,
- *    and the cache is left byte for byte as it was.
+ *    and the cache is left byte for byte as it was — among them layouts in which an append
+ *    would write two rows to one address (a zero or too small stride, k and v overlapping);
+ *  - layouts that look alike but do not collide are accepted: k and v interleaved in one
+ *    allocation (bitwise = separate pools), any strides in a read-only call.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -420,7 +423,8 @@ static void test_half_queries(void) {
 /* ---- 3. errors: status, message, cache untouched ---- */
 typedef enum error_kind {
     E_CAPACITY, E_NEGATIVE_LENGTH, E_PAGE_OUTSIDE, E_APPEND_COLLIDE, E_APPEND_SHARED_READ, E_SAME_SEQUENCE_TWICE,
-    E_ROTARY_SHORT, E_K_WITHOUT_V, E_BAD_DTYPE, E_KEY_LENGTHS, E_MIXED_DTYPES, E_MEMORY_LIMIT, E_TABLE_SHAPE
+    E_ROTARY_SHORT, E_K_WITHOUT_V, E_BAD_DTYPE, E_KEY_LENGTHS, E_MIXED_DTYPES, E_MEMORY_LIMIT, E_TABLE_SHAPE,
+    E_PAGE_STRIDE_ZERO, E_SLOT_STRIDE_ZERO, E_ROWS_OVERLAP, E_KV_SAME, E_KV_OVERLAP
 } error_kind;
 
 typedef struct error_case {
@@ -444,6 +448,15 @@ static const error_case error_cases[] = {
     {"k/v dtypes differ", E_MIXED_DTYPES, ATTN_ERROR_INVALID_ARGUMENT, "v_cache.dtype"},
     {"memory limit", E_MEMORY_LIMIT, ATTN_ERROR_MEMORY_LIMIT, "execution.memory_limit_bytes = 64"},
     {"block_table rows != B", E_TABLE_SHAPE, ATTN_ERROR_SHAPE_MISMATCH, "block_table.shape[0] = 3"},
+    /* layouts in which appends would write two rows to one address */
+    {"k_cache pages at stride 0", E_PAGE_STRIDE_ZERO, ATTN_ERROR_INVALID_ARGUMENT,
+     "cache->k_cache.stride[0] = 0 (shape[0] = 8): an append would write two rows to one address"},
+    {"v_cache slots at stride 0", E_SLOT_STRIDE_ZERO, ATTN_ERROR_INVALID_ARGUMENT, "cache->v_cache.stride[1] = 0 (shape[1] = 8)"},
+    {"k_cache rows overlapping", E_ROWS_OVERLAP, ATTN_ERROR_INVALID_ARGUMENT,
+     "cache->k_cache.stride[1] = 2 (shape[1] = 8): an append would write two rows to one address (each dimension's "
+     "stride must be at least 4"},
+    {"v_cache = k_cache", E_KV_SAME, ATTN_ERROR_INVALID_ARGUMENT, "and cache->v_cache (data"},
+    {"v_cache starts inside k_cache", E_KV_OVERLAP, ATTN_ERROR_INVALID_ARGUMENT, "may share memory: an append writes both"},
 };
 
 static void test_errors(void) {
@@ -467,6 +480,7 @@ static void test_errors(void) {
         attn_execution execution = attn_execution_default();
         int32_t lengths[2] = {1, 1};
         attn_tensor bad = kp.view;
+        attn_tensor *kc = &kp.view, *vc = &vp.view;
         switch (ec->kind) {
         case E_CAPACITY: seqlens[1] = 30; break;
         case E_NEGATIVE_LENGTH: seqlens[0] = -1; break;
@@ -476,15 +490,19 @@ static void test_errors(void) {
         case E_SAME_SEQUENCE_TWICE: table[0] = 1; break;            /* seq 0: blocks 0 and 1 = page 1 */
         case E_ROTARY_SHORT: append.rotary_cos = &cos_view, append.rotary_sin = &sin_view; break;
         case E_K_WITHOUT_V: append.v_new = NULL; break;
-        case E_BAD_DTYPE: bad.dtype = ATTN_DTYPE_I32; break;
+        case E_BAD_DTYPE: bad.dtype = ATTN_DTYPE_I32, kc = &bad; break;
         case E_KEY_LENGTHS: options.key_lengths = lengths; break;
-        case E_MIXED_DTYPES: bad = vp.view, bad.dtype = ATTN_DTYPE_BF16; break;
+        case E_MIXED_DTYPES: bad = vp.view, bad.dtype = ATTN_DTYPE_BF16, vc = &bad; break;
         case E_MEMORY_LIMIT: execution.memory_limit_bytes = 64; break;
         case E_TABLE_SHAPE: tshape[0] = 3; break;
+        case E_PAGE_STRIDE_ZERO: bad.stride[0] = 0, kc = &bad; break;
+        case E_SLOT_STRIDE_ZERO: bad = vp.view, bad.stride[1] = 0, vc = &bad; break;
+        case E_ROWS_OVERLAP: bad.stride[1] = 2, kc = &bad; break;
+        case E_KV_SAME: vc = &kp.view; break;
+        case E_KV_OVERLAP: bad.data = (float *)kp.data + 2, vc = &bad; break; /* never reaches past page 5 */
         }
         attn_tensor table_view = attn_tensor_contiguous(table, ATTN_DTYPE_I32, 2, tshape);
-        attn_kv_cache_view view = {0, ec->kind == E_BAD_DTYPE ? &bad : &kp.view,
-                                   ec->kind == E_MIXED_DTYPES ? &bad : &vp.view, &table_view, seqlens, NULL, NULL};
+        attn_kv_cache_view view = {0, kc, vc, &table_view, seqlens, NULL, NULL};
         void *k_before = malloc(kp.bytes), *v_before = malloc(vp.bytes);
         memcpy(k_before, kp.data, kp.bytes), memcpy(v_before, vp.data, vp.bytes);
         attn_error error;
@@ -519,11 +537,65 @@ static void test_errors(void) {
     test_tensor_free(&kn), test_tensor_free(&vn), test_tensor_free(&q), test_tensor_free(&out);
 }
 
+/* Layouts an append may write: k and v interleaved in one allocation ([pages, ps, H, 2, D],
+ * disjoint elements) equal separate pools bitwise; a read-only call accepts any strides (a
+ * zero page stride: every page the same memory). */
+static void test_layouts(void) {
+    enum { PAGES = 4, PS = 8, H = 2, D = 8, B = 2 };
+    static float joint[PAGES * PS * H * 2 * D];
+    pool kp = pool_new(ATTN_DTYPE_F32, PAGES, PS, H, D), vp = pool_new(ATTN_DTYPE_F32, PAGES, PS, H, D);
+    for (int e = 0; e < PAGES * PS * H * D; ++e) {
+        const float key = 0.01f * (float)(e % 97), value = 0.5f - 0.003f * (float)(e % 89);
+        ((float *)kp.data)[e] = key, ((float *)vp.data)[e] = value;
+        joint[(e / D) * 2 * D + e % D] = key, joint[(e / D) * 2 * D + D + e % D] = value;
+    }
+    const int64_t shape[4] = {PAGES, PS, H, D};
+    attn_tensor kj = attn_tensor_contiguous(joint, ATTN_DTYPE_F32, 4, shape), vj;
+    kj.stride[0] = PS * H * 2 * D, kj.stride[1] = H * 2 * D, kj.stride[2] = 2 * D;
+    vj = kj, vj.data = joint + D;
+    int32_t table[4] = {2, 0, 1, 3};
+    int32_t seqlens[2] = {9, 5};
+    const int64_t tshape[2] = {B, 2};
+    attn_tensor table_view = attn_tensor_contiguous(table, ATTN_DTYPE_I32, 2, tshape);
+    test_rng rng;
+    test_rng_seed(&rng, 91);
+    test_tensor kn = test_tensor_new(B, 2, H, D, TEST_LAYOUT_BTHD), vn = test_tensor_new(B, 2, H, D, TEST_LAYOUT_BTHD);
+    test_tensor q = test_tensor_new(B, 2, 2 * H, D, TEST_LAYOUT_BTHD);
+    test_tensor outs[2] = {test_tensor_new(B, 2, 2 * H, D, TEST_LAYOUT_BTHD), test_tensor_new(B, 2, 2 * H, D, TEST_LAYOUT_BTHD)};
+    test_tensor_fill_normal(&kn, &rng, 1.0f), test_tensor_fill_normal(&vn, &rng, 1.0f), test_tensor_fill_normal(&q, &rng, 1.0f);
+    attn_kv_append append = {&kn.view, &vn.view, NULL, NULL, ATTN_ROPE_HALF};
+    attn_options options = causal_options(-1, 0.0f);
+    attn_error error;
+    for (int form = 0; form < 2; ++form) {
+        attn_kv_cache_view view = {0, form ? &kj : &kp.view, form ? &vj : &vp.view, &table_view, seqlens, NULL, NULL};
+        CHECK_STATUS(attn_forward_with_kvcache(&q.view, &view, &append, &options, &outs[form].view, NULL, NULL, &error),
+                     ATTN_OK, &error, "append into %s", form ? "k and v interleaved in one allocation" : "two pools");
+    }
+    CHECK(test_bitwise_equal(&outs[0].view, &outs[1].view), "interleaved k/v = separate pools, bitwise");
+    int same = 1;
+    for (int e = 0; e < PAGES * PS * H * D; ++e)
+        same = same && joint[(e / D) * 2 * D + e % D] == ((float *)kp.data)[e] &&
+               joint[(e / D) * 2 * D + D + e % D] == ((float *)vp.data)[e];
+    CHECK(same, "interleaved k/v: every stored element = the separate pools'");
+    /* Read-only: every page at one address is accepted (no append writes it). */
+    attn_tensor k_one = kp.view, v_one = vp.view;
+    k_one.stride[0] = 0, v_one.stride[0] = 0;
+    int32_t held[2] = {8, 3};
+    int32_t one_table[4] = {0, 0, 0, 0};
+    attn_tensor one_view = attn_tensor_contiguous(one_table, ATTN_DTYPE_I32, 2, tshape);
+    attn_kv_cache_view view = {0, &k_one, &v_one, &one_view, held, NULL, NULL};
+    CHECK_STATUS(attn_forward_with_kvcache(&q.view, &view, NULL, &options, &outs[0].view, NULL, NULL, &error), ATTN_OK,
+                 &error, "read-only call with page stride 0");
+    free(kp.data), free(vp.data);
+    test_tensor_free(&kn), test_tensor_free(&vn), test_tensor_free(&q), test_tensor_free(&outs[0]), test_tensor_free(&outs[1]);
+}
+
 int main(void) {
     for (size_t n = 0; n < sizeof same_cases / sizeof same_cases[0]; ++n) test_same_as_library(&same_cases[n], 10 + n);
     for (size_t n = 0; n < sizeof chunk_cases / sizeof chunk_cases[0]; ++n) test_chunked(&chunk_cases[n], 50 + n);
     test_threads();
     test_half_queries();
     test_errors();
+    test_layouts();
     return test_finish();
 }

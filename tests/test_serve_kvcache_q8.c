@@ -13,7 +13,8 @@
  *    cache, and within the format's documented bound (docs/inference.md) of the oracle on
  *    the float32 K/V;
  *  - errors (missing, misshapen or invalid scales, scales for 16-bit storage, a
- *    non-finite new token, a version-1 view, capacity) leave the cache and its scales
+ *    non-finite new token, a version-1 view, capacity, scales or cache rows an append would
+ *    write at one address: a zero stride, k_scale = v_scale, scales inside the cache) leave the cache and its scales
  *    byte for byte as they were, with a message naming the argument and the value; a
  *    version-1 view (no scale fields) of float32 storage is still accepted, its fields unread.
  */
@@ -417,7 +418,9 @@ static void test_chunked(const format_case *f, const chunk_case *cc, uint64_t se
 /* ---- 3. errors: status, message, cache and scales untouched ---- */
 typedef enum error_kind {
     E_NO_K_SCALE, E_SCALE_SHAPE, E_SCALE_DTYPE, E_SCALE_STRIDE, E_FP8_SCALE_ZERO, E_FP8_SCALE_NAN,
-    E_FP8_SCALE_SHAPE, E_SCALE_FOR_F32, E_NONFINITE_NEW, E_NEW_DTYPE, E_VERSION_1, E_CAPACITY
+    E_FP8_SCALE_SHAPE, E_SCALE_FOR_F32, E_NONFINITE_NEW, E_NEW_DTYPE, E_VERSION_1, E_CAPACITY,
+    E_SCALE_SLOT_STRIDE_ZERO, E_SCALE_HEAD_STRIDE_ZERO, E_SCALE_PAGE_STRIDE_ZERO, E_SCALES_SHARED, E_SCALE_IN_CACHE,
+    E_CACHE_STRIDE_ZERO
 } error_kind;
 
 typedef struct error_case {
@@ -450,6 +453,19 @@ static const error_case error_cases[] = {
     {"8-bit storage in a version-1 view", ATTN_DTYPE_Q8, E_VERSION_1, ATTN_ERROR_INVALID_ARGUMENT,
      "cache->version = 1 with k_cache.dtype = int8 (scaled)"},
     {"beyond capacity", ATTN_DTYPE_Q8, E_CAPACITY, ATTN_ERROR_CAPACITY, "sequence 1: cache_seqlens[1] = 30"},
+    /* layouts in which an append would write two rows or scales to one address */
+    {"Q8 scales of all slots at one address", ATTN_DTYPE_Q8, E_SCALE_SLOT_STRIDE_ZERO, ATTN_ERROR_INVALID_ARGUMENT,
+     "cache->k_scale.stride[1] = 0 (shape[1] = 8): an append would write two rows to one address"},
+    {"Q8 scales of both heads at one address", ATTN_DTYPE_Q8, E_SCALE_HEAD_STRIDE_ZERO, ATTN_ERROR_INVALID_ARGUMENT,
+     "cache->v_scale.stride[2] = 0 (shape[2] = 2)"},
+    {"Q8 scales of all pages at one address", ATTN_DTYPE_Q8, E_SCALE_PAGE_STRIDE_ZERO, ATTN_ERROR_INVALID_ARGUMENT,
+     "cache->k_scale.stride[0] = 0 (shape[0] = 8)"},
+    {"Q8 k_scale = v_scale", ATTN_DTYPE_Q8, E_SCALES_SHARED, ATTN_ERROR_INVALID_ARGUMENT,
+     "and cache->v_scale (data"},
+    {"Q8 scales inside the key cache", ATTN_DTYPE_Q8, E_SCALE_IN_CACHE, ATTN_ERROR_INVALID_ARGUMENT,
+     "cache->k_cache (data"},
+    {"fp8 cache heads at one address", ATTN_DTYPE_FP8_E4M3, E_CACHE_STRIDE_ZERO, ATTN_ERROR_INVALID_ARGUMENT,
+     "cache->k_cache.stride[2] = 0 (shape[2] = 2)"},
 };
 
 static void test_errors(void) {
@@ -489,6 +505,12 @@ static void test_errors(void) {
         case E_NEW_DTYPE: bad_new.data = pool.k_bytes, bad_new.dtype = ec->dtype, append.k_new = &bad_new; break;
         case E_VERSION_1: view.version = 1; break;
         case E_CAPACITY: seqlens[1] = 30; break;
+        case E_SCALE_SLOT_STRIDE_ZERO: bad_scale.stride[1] = 0, view.k_scale = &bad_scale; break;
+        case E_SCALE_HEAD_STRIDE_ZERO: bad_scale = pool.v_scale, bad_scale.stride[2] = 0, view.v_scale = &bad_scale; break;
+        case E_SCALE_PAGE_STRIDE_ZERO: bad_scale.stride[0] = 0, view.k_scale = &bad_scale; break;
+        case E_SCALES_SHARED: view.v_scale = &pool.k_scale; break;
+        case E_SCALE_IN_CACHE: bad_scale.data = pool.k_bytes, view.k_scale = &bad_scale; break; /* 512 bytes each */
+        case E_CACHE_STRIDE_ZERO: pool.k.stride[2] = 0; break;
         }
         unsigned char *k_before = malloc(pool.element_bytes[0]), *v_before = malloc(pool.element_bytes[1]);
         memcpy(k_before, pool.k_bytes, pool.element_bytes[0]), memcpy(v_before, pool.v_bytes, pool.element_bytes[1]);
