@@ -8,8 +8,11 @@
  * storage type: ms per step, tokens/s, the GB/s of K/V the step reads (every sequence's
  * context x Hkv x (Dk + Dv) x element size) and that as a fraction of the read bandwidth
  * measured in the same run right after; the decode and prefill calls are also timed alone.
- * Then, in the same run: decoding from a library-owned cache vs the same tokens on the same
- * pages owned by the caller; and packed variable-length prefill vs one call per sequence vs
+ * Storage types: f32, bf16, f16, int8 (row scales, read as part of the K/V bytes) and fp8
+ * E4M3 / E5M2 (no per-head scales). Then, in the same run: decoding from a library-owned cache
+ * vs the same tokens on the same pages owned by the caller (bf16, and each 8-bit storage
+ * asked for; the caller's pools are filled by appends, whose rounding is the library
+ * cache's: the same codes and scales); and packed variable-length prefill vs one call per sequence vs
  * the padded batch with lengths. bench/compare_serve.py times the same mix through PyTorch.
  */
 #include <math.h>
@@ -29,16 +32,23 @@
 typedef struct serve_settings {
     int sequences, prefills, chunk, heads, kv_heads, dim, page_size, threads, seed;
     int64_t min_context, max_context;
-    int dtypes; /* bits: 1 f32, 2 bf16, 4 f16 */
+    int dtypes; /* bits: 1 f32, 2 bf16, 4 f16, 8 int8, 16 fp8_e4m3, 32 fp8_e5m2 */
     double seconds;
 } serve_settings;
+
+/* The storage types, in --dtype's bit order. */
+#define STORAGE_COUNT 6
+static const attn_dtype storages[STORAGE_COUNT] = {ATTN_DTYPE_F32, ATTN_DTYPE_BF16, ATTN_DTYPE_F16,
+                                                   ATTN_DTYPE_Q8, ATTN_DTYPE_FP8_E4M3, ATTN_DTYPE_FP8_E5M2};
+static const char *storage_names[STORAGE_COUNT] = {"f32", "bf16", "f16", "int8", "fp8_e4m3", "fp8_e5m2"};
 
 static void usage(FILE *stream) {
     fprintf(stream,
             "usage: attn bench serve [--quick] [--sequences N] [--context MIN MAX] [--seed S]\n"
             "                        [--prefills N] [--chunk N] [--heads HQ] [--kv-heads HKV]\n"
-            "                        [--dim D] [--dtype f32|bf16|f16|all] [--threads N]\n"
-            "                        [--seconds S]\n"
+            "                        [--dim D] [--dtype f32|bf16|f16|int8|fp8_e4m3|fp8_e5m2|all]\n"
+            "                        [--threads N]"
+            " [--seconds S]\n"
             "  defaults: 64 sequences, contexts 512..32768, seed 1, 4 prefill chunks of 512\n"
             "  tokens per step, Hq 16, Hkv 2, D 128, pages of 16 tokens, every dtype\n"
             "  --quick   16 sequences, contexts 512..8192, shorter timing\n"
@@ -47,7 +57,7 @@ static void usage(FILE *stream) {
 }
 
 static int parse(int argc, char **argv, serve_settings *s) {
-    *s = (serve_settings){64, 4, 512, 16, 2, 128, 16, 0, 1, 512, 32768, 7, 2.0};
+    *s = (serve_settings){64, 4, 512, 16, 2, 128, 16, 0, 1, 512, 32768, 63, 2.0};
     for (int i = 1; i < argc; ++i) {
         const char *a = argv[i];
         const int more = i + 1 < argc;
@@ -70,10 +80,12 @@ static int parse(int argc, char **argv, serve_settings *s) {
         else if (strcmp(a, "--seconds") == 0 && more) s->seconds = atof(argv[++i]);
         else if (strcmp(a, "--dtype") == 0 && more) {
             const char *d = argv[++i];
-            s->dtypes = strcmp(d, "f32") == 0 ? 1 : strcmp(d, "bf16") == 0 ? 2
-                        : strcmp(d, "f16") == 0 ? 4 : strcmp(d, "all") == 0 ? 7 : 0;
+            s->dtypes = strcmp(d, "all") == 0 ? 63 : 0;
+            for (int n = 0; n < STORAGE_COUNT; ++n)
+                if (strcmp(d, storage_names[n]) == 0) s->dtypes = 1 << n;
             if (s->dtypes == 0) {
-                fprintf(stderr, "attn bench serve: --dtype '%s': expected f32, bf16, f16 or all\n", d);
+                fprintf(stderr, "attn bench serve: --dtype '%s': expected f32, bf16, f16, int8, fp8_e4m3, "
+                                "fp8_e5m2 or all\n", d);
                 return 2;
             }
         } else {
@@ -137,7 +149,8 @@ static void *pool_alloc(size_t bytes) {
     return pool;
 }
 
-/* Fills `count` elements of `dtype` with values in (-1, 1). */
+/* Fills `count` elements of `dtype` with values in (-1, 1) (int8: codes in [-127, 127], read
+ * with a scale of 1/127; fp8: codes of magnitude < 1, no NaN or infinity). */
 static void fill_random(void *data, attn_dtype dtype, size_t count, uint64_t seed) {
 #pragma omp parallel
     {
@@ -146,6 +159,9 @@ static void fill_random(void *data, attn_dtype dtype, size_t count, uint64_t see
         for (size_t e = 0; e < count; ++e) {
             const float x = random_float(&state);
             if (dtype == ATTN_DTYPE_F32) ((float *)data)[e] = x;
+            else if (dtype == ATTN_DTYPE_Q8) ((int8_t *)data)[e] = (int8_t)lrintf(x * 127.0f);
+            else if (attn_dtype_size(dtype) == 1) /* fp8: exponent below the bias */
+                ((uint8_t *)data)[e] = (uint8_t)(next_random(&state) & 0xb7u);
             else ((uint16_t *)data)[e] = to_bits16(dtype, x);
         }
     }
@@ -206,9 +222,11 @@ static void call_select(serve_call *c, const int *members, const int32_t *tables
     }
 }
 
-static attn_status call_run(serve_call *c, attn_tensor *k_pool, attn_tensor *v_pool, const attn_options *options,
-                            const attn_execution *execution, attn_error *error) {
-    attn_kv_cache_view view = {ATTN_KV_CACHE_VIEW_VERSION, k_pool, v_pool, &c->table_view, c->seqlens, NULL, NULL};
+/* scales: int8's k_scale, v_scale (NULL otherwise). */
+static attn_status call_run(serve_call *c, attn_tensor *k_pool, attn_tensor *v_pool, attn_tensor *scales,
+                            const attn_options *options, const attn_execution *execution, attn_error *error) {
+    attn_kv_cache_view view = {ATTN_KV_CACHE_VIEW_VERSION, k_pool, v_pool, &c->table_view, c->seqlens,
+                               scales != NULL ? &scales[0] : NULL, scales != NULL ? &scales[1] : NULL};
     attn_kv_append append = {&c->k_view, &c->v_view, NULL, NULL, ATTN_ROPE_HALF};
     return attn_forward_with_kvcache(&c->q_view, &view, &append, options, &c->out_view, NULL, execution, error);
 }
@@ -230,7 +248,7 @@ static double time_median(timed_fn run, void *context, double budget, attn_error
 
 typedef struct step_context {
     serve_call *prefill, *decode;
-    attn_tensor *k_pool, *v_pool;
+    attn_tensor *k_pool, *v_pool, *scales;
     const attn_options *options;
     const attn_execution *execution;
     int which; /* 0 both, 1 decode only, 2 prefill only */
@@ -239,14 +257,34 @@ typedef struct step_context {
 static attn_status run_step(void *context, attn_error *error) {
     step_context *c = context;
     attn_status status = ATTN_OK;
-    if (c->which != 2) status = call_run(c->decode, c->k_pool, c->v_pool, c->options, c->execution, error);
+    if (c->which != 2) status = call_run(c->decode, c->k_pool, c->v_pool, c->scales, c->options, c->execution, error);
     if (status == ATTN_OK && c->which != 1)
-        status = call_run(c->prefill, c->k_pool, c->v_pool, c->options, c->execution, error);
+        status = call_run(c->prefill, c->k_pool, c->v_pool, c->scales, c->options, c->execution, error);
     return status;
 }
 
 static const char *dtype_label(attn_dtype d) {
-    return d == ATTN_DTYPE_F32 ? "f32" : d == ATTN_DTYPE_BF16 ? "bf16" : "f16";
+    for (int n = 0; n < STORAGE_COUNT; ++n)
+        if (storages[n] == d) return storage_names[n];
+    return "?";
+}
+
+/* int8 storage: k_scale and v_scale [pages, ps, Hkv] float32, every scale 1/127 (scales[0],
+ * scales[1]; their memory in *memory, free with free()). Other storage: NULL, nothing
+ * allocated. head_major: stored [page, head, slot] (the library's order). */
+static attn_tensor *scales_new(attn_dtype dtype, int64_t pages, int64_t ps, int64_t H, int head_major,
+                               attn_tensor scales[2], float **memory) {
+    *memory = NULL;
+    if (dtype != ATTN_DTYPE_Q8) return NULL;
+    const size_t count = (size_t)(pages * ps * H);
+    if ((*memory = pool_alloc(2 * count * sizeof(float))) == NULL) return NULL;
+    for (size_t e = 0; e < 2 * count; ++e) (*memory)[e] = 1.0f / 127.0f;
+    const int64_t shape[3] = {pages, ps, H};
+    for (int n = 0; n < 2; ++n) {
+        scales[n] = attn_tensor_contiguous(*memory + n * count, ATTN_DTYPE_F32, 3, shape);
+        if (head_major) scales[n].stride[1] = 1, scales[n].stride[2] = ps;
+    }
+    return scales;
 }
 
 /* The step mix for one storage type; prints three rows. */
@@ -285,11 +323,18 @@ static int bench_storage(const serve_settings *s, attn_dtype dtype, const int64_
     const int64_t shape[4] = {pages, ps, s->kv_heads, s->dim};
     attn_tensor k_pool = attn_tensor_contiguous(k_data, dtype, 4, shape);
     attn_tensor v_pool = attn_tensor_contiguous(v_data, dtype, 4, shape);
-    const double token_bytes = (double)s->kv_heads * 2.0 * s->dim * (double)element;
+    attn_tensor scale_views[2];
+    float *scale_memory;
+    attn_tensor *scales = scales_new(dtype, pages, ps, s->kv_heads, 0, scale_views, &scale_memory);
+    /* K/V bytes a token reads; int8 also reads a float scale per (token, head) of each */
+    const double token_bytes = (double)s->kv_heads * 2.0 * ((double)s->dim * (double)element +
+                                                             (dtype == ATTN_DTYPE_Q8 ? 4.0 : 0.0));
 
     serve_call prefill, decode;
     int ok = call_init(&prefill, s->prefills, s->chunk, max_pages, s) == 0 &&
-             call_init(&decode, (int)B - s->prefills, 1, max_pages, s) == 0;
+             call_init(&decode, (int)B - s->prefills, 1, max_pages, s) == 0 &&
+             (dtype != ATTN_DTYPE_Q8 || scales != NULL);
+    if (!ok) fprintf(stderr, "attn bench serve: no memory for the calls\n");
     attn_options options = attn_options_default();
     options.causal = 1, options.alignment = ATTN_ALIGN_BOTTOM_RIGHT;
     attn_execution execution = attn_execution_default();
@@ -302,7 +347,7 @@ static int bench_storage(const serve_settings *s, attn_dtype dtype, const int64_
     attn_error error;
     const char *labels[3] = {"step", "decode", "prefill"};
     for (int which = 0; ok && which < 3; ++which) {
-        step_context context = {&prefill, &decode, &k_pool, &v_pool, &options, &execution, which};
+        step_context context = {&prefill, &decode, &k_pool, &v_pool, scales, &options, &execution, which};
         const double seconds = time_median(run_step, &context, s->seconds, &error);
         if (seconds < 0) {
             fprintf(stderr, "attn bench serve: %s\n", error.message);
@@ -315,19 +360,19 @@ static int bench_storage(const serve_settings *s, attn_dtype dtype, const int64_
         const double bytes = which == 1 ? decode.kv_bytes : which == 2 ? prefill.kv_bytes
                                                                        : decode.kv_bytes + prefill.kv_bytes;
         const double gbs = bytes / seconds * 1e-9;
-        printf("%-7s %-8s %10.3f %12.0f %9.2f %10.2f %9.3f\n", dtype_label(dtype), labels[which], seconds * 1e3,
+        printf("%-8s %-8s %10.3f %12.0f %9.2f %10.2f %9.3f\n", dtype_label(dtype), labels[which], seconds * 1e3,
                tokens / seconds, gbs, bandwidth, bandwidth > 0 ? gbs / bandwidth : 0.0);
         fflush(stdout);
     }
     call_free(&prefill), call_free(&decode);
-    free(k_data), free(v_data), free(tables), free(order), free(members);
+    free(k_data), free(v_data), free(tables), free(order), free(members), free(scale_memory);
     return ok ? 0 : 1;
 }
 
 /* ---- decode: library-owned vs caller-owned, the same tokens on the same pages ---- */
 typedef struct owned_context {
     attn_kv_cache *cache;
-    attn_tensor *q, *out, *k_pool, *v_pool, *table;
+    attn_tensor *q, *out, *k_pool, *v_pool, *scales, *table; /* scales: int8's, or NULL */
     int32_t *seqlens;
     const attn_execution *execution;
     const attn_options *options;
@@ -337,17 +382,49 @@ typedef struct owned_context {
 static attn_status run_owned(void *context, attn_error *error) {
     owned_context *c = context;
     if (c->caller == 0) return attn_decode(c->cache, c->q, c->options, c->out, NULL, c->execution, error);
-    attn_kv_cache_view view = {ATTN_KV_CACHE_VIEW_VERSION, c->k_pool, c->v_pool, c->table, c->seqlens, NULL, NULL};
+    attn_kv_cache_view view = {ATTN_KV_CACHE_VIEW_VERSION, c->k_pool, c->v_pool, c->table, c->seqlens,
+                               c->scales != NULL ? &c->scales[0] : NULL, c->scales != NULL ? &c->scales[1] : NULL};
     return attn_forward_with_kvcache(c->q, &view, NULL, c->options, c->out, NULL, c->execution, error);
 }
 
-static int bench_ownership(const serve_settings *s, const int64_t *contexts, int threads) {
+/* The caller-owned pools of bench_ownership: sequence b's tokens appended to them (in chunks
+ * of `chunk` f32 rows of k / v, the library cache's own rounding) on its pages table[b]. */
+static int fill_caller_pool(const serve_settings *s, int B, const int64_t *contexts, int32_t *table,
+                            int64_t max_pages, attn_tensor *k_pool, attn_tensor *v_pool, attn_tensor *scales,
+                            const float *k, const float *v, int64_t chunk, const attn_execution *execution,
+                            attn_error *error) {
+    const int H = s->kv_heads, D = s->dim;
+    float *qd = calloc((size_t)s->heads * D, 4), *od = malloc((size_t)s->heads * D * 4);
+    attn_tensor q = attn_tensor_f32_4d(qd, 1, 1, s->heads, D), out = attn_tensor_f32_4d(od, 1, 1, s->heads, D);
+    attn_status status = qd != NULL && od != NULL ? ATTN_OK : ATTN_ERROR_OUT_OF_MEMORY;
+    if (status != ATTN_OK) snprintf(error->message, sizeof error->message, "no memory for the fill");
+    for (int b = 0; b < B && status == ATTN_OK; ++b)
+        for (int64_t have = 0; have < contexts[b] && status == ATTN_OK;) {
+            const int64_t n = contexts[b] - have < chunk ? contexts[b] - have : chunk;
+            const int64_t tshape[2] = {1, max_pages};
+            attn_tensor row = attn_tensor_contiguous(table + b * max_pages, ATTN_DTYPE_I32, 2, tshape);
+            attn_tensor kv = attn_tensor_f32_4d((float *)k, 1, n, H, D), vv = attn_tensor_f32_4d((float *)v, 1, n, H, D);
+            int32_t held = (int32_t)have;
+            attn_kv_cache_view view = {ATTN_KV_CACHE_VIEW_VERSION, k_pool, v_pool, &row, &held,
+                                       scales != NULL ? &scales[0] : NULL, scales != NULL ? &scales[1] : NULL};
+            attn_kv_append append = {&kv, &vv, NULL, NULL, ATTN_ROPE_HALF};
+            status = attn_forward_with_kvcache(&q, &view, &append, NULL, &out, NULL, execution, error);
+            have += n;
+        }
+    free(qd), free(od);
+    return status == ATTN_OK ? 0 : 1;
+}
+
+/* Decoding B <= 16 sequences from a library-owned cache of `dtype` vs the same tokens on the
+ * same pages in two caller-owned pools (token-major and the library's head-major order);
+ * prints one line. */
+static int bench_ownership(const serve_settings *s, const int64_t *contexts, int threads, attn_dtype dtype) {
     const int B = s->sequences < 16 ? s->sequences : 16, ps = s->page_size, H = s->kv_heads, D = s->dim;
     int64_t capacity = 0;
     for (int b = 0; b < B; ++b) capacity = contexts[b] > capacity ? contexts[b] : capacity;
     attn_kv_cache_config config = attn_kv_cache_config_default();
     config.sequences = B, config.kv_heads = H, config.key_dim = D, config.value_dim = D;
-    config.dtype = ATTN_DTYPE_BF16, config.capacity = capacity, config.page_size = ps;
+    config.dtype = dtype, config.capacity = capacity, config.page_size = ps;
     attn_kv_cache *cache = NULL;
     attn_error error;
     if (attn_kv_cache_create(&config, &cache, &error) != ATTN_OK) {
@@ -366,55 +443,53 @@ static int bench_ownership(const serve_settings *s, const int64_t *contexts, int
         }
     const int64_t max_pages = (capacity + ps - 1) / ps, pages = (int64_t)B * max_pages;
     /* Two caller-owned pools: flash-attn's token-major pages [page, slot, head, D], and the
-     * library's head-major order [page, head, slot, D] viewed through strides. */
-    uint16_t *kp = pool_alloc((size_t)(pages * ps * H * D) * 2), *vp = pool_alloc((size_t)(pages * ps * H * D) * 2);
-    uint16_t *kh = pool_alloc((size_t)(pages * ps * H * D) * 2), *vh = pool_alloc((size_t)(pages * ps * H * D) * 2);
+     * library's head-major order [page, head, slot, D] viewed through strides (int8: scales
+     * [page, slot, head] and [page, head, slot]). */
+    const size_t bytes = (size_t)(pages * ps * H * D) * attn_dtype_size(dtype);
+    void *kp = pool_alloc(bytes), *vp = pool_alloc(bytes), *kh = pool_alloc(bytes), *vh = pool_alloc(bytes);
+    attn_tensor scale_views[2][2];
+    float *scale_memory[2];
+    attn_tensor *scales[2] = {scales_new(dtype, pages, ps, H, 0, scale_views[0], &scale_memory[0]),
+                              scales_new(dtype, pages, ps, H, 1, scale_views[1], &scale_memory[1])};
     int32_t *table = calloc((size_t)(B * max_pages), sizeof(int32_t));
     int32_t *seqlens = malloc((size_t)B * sizeof(int32_t));
-    for (int b = 0; b < B; ++b) { /* the library's pages, copied slot for slot */
+    int ok = kp && vp && kh && vh && table && seqlens && (dtype != ATTN_DTYPE_Q8 || (scales[0] && scales[1]));
+    if (!ok) fprintf(stderr, "attn bench serve: no memory for caller-owned pools of %lld pages\n", (long long)pages);
+    for (int b = 0; ok && b < B; ++b) { /* the library's pages */
         const int32_t *own = NULL;
         int64_t count = 0;
         attn_kv_cache_block_table(cache, b, &own, &count, &error);
         memcpy(table + b * max_pages, own, (size_t)count * sizeof(int32_t));
         seqlens[b] = (int32_t)contexts[b];
-        for (int64_t have = 0; have < contexts[b];) {
-            const int64_t n = contexts[b] - have < chunk ? contexts[b] - have : chunk;
-            attn_tensor kv = attn_tensor_f32_4d(k, 1, n, H, D), vv = attn_tensor_f32_4d(v, 1, n, H, D);
-            attn_kv_cache_read(cache, b, have, &kv, &vv, &error);
-            for (int64_t t = 0; t < n; ++t) {
-                const int64_t token = have + t, page = own[token / ps], slot = token % ps;
-                for (int64_t e = 0; e < H * D; ++e) {
-                    const uint16_t kb = to_bits16(ATTN_DTYPE_BF16, k[t * H * D + e]);
-                    const uint16_t vb = to_bits16(ATTN_DTYPE_BF16, v[t * H * D + e]);
-                    const int64_t h = e / D, d = e % D;
-                    kp[(page * ps + slot) * H * D + e] = kb, vp[(page * ps + slot) * H * D + e] = vb;
-                    kh[((page * H + h) * ps + slot) * D + d] = kb, vh[((page * H + h) * ps + slot) * D + d] = vb;
-                }
-            }
-            have += n;
-        }
     }
     const int64_t shape[4] = {pages, ps, H, D}, tshape[2] = {B, max_pages};
-    attn_tensor k_pool = attn_tensor_contiguous(kp, ATTN_DTYPE_BF16, 4, shape);
-    attn_tensor v_pool = attn_tensor_contiguous(vp, ATTN_DTYPE_BF16, 4, shape);
+    attn_tensor k_pool = attn_tensor_contiguous(kp, dtype, 4, shape);
+    attn_tensor v_pool = attn_tensor_contiguous(vp, dtype, 4, shape);
     attn_tensor table_view = attn_tensor_contiguous(table, ATTN_DTYPE_I32, 2, tshape);
     attn_tensor kh_pool = k_pool, vh_pool = v_pool;
     kh_pool.data = kh, vh_pool.data = vh;
     kh_pool.stride[1] = vh_pool.stride[1] = D;          /* slot */
     kh_pool.stride[2] = vh_pool.stride[2] = (int64_t)ps * D; /* head */
-    float *qd = malloc((size_t)B * s->heads * D * 4), *od = malloc((size_t)B * s->heads * D * 4);
-    fill_random(qd, ATTN_DTYPE_F32, (size_t)B * s->heads * D, 33);
-    attn_tensor q = attn_tensor_f32_4d(qd, B, 1, s->heads, D), out = attn_tensor_f32_4d(od, B, 1, s->heads, D);
     attn_options options = attn_options_default();
     options.causal = 1, options.alignment = ATTN_ALIGN_BOTTOM_RIGHT;
     attn_execution execution = attn_execution_default();
     execution.num_threads = threads;
+    if (ok && (fill_caller_pool(s, B, contexts, table, max_pages, &k_pool, &v_pool, scales[0], k, v, chunk,
+                                &execution, &error) != 0 ||
+               fill_caller_pool(s, B, contexts, table, max_pages, &kh_pool, &vh_pool, scales[1], k, v, chunk,
+                                &execution, &error) != 0)) {
+        fprintf(stderr, "attn bench serve: %s\n", error.message);
+        ok = 0;
+    }
+    float *qd = malloc((size_t)B * s->heads * D * 4), *od = malloc((size_t)B * s->heads * D * 4);
+    ok = ok && qd != NULL && od != NULL;
+    if (ok) fill_random(qd, ATTN_DTYPE_F32, (size_t)B * s->heads * D, 33);
+    attn_tensor q = attn_tensor_f32_4d(qd, B, 1, s->heads, D), out = attn_tensor_f32_4d(od, B, 1, s->heads, D);
     double seconds[3] = {0, 0, 0};
-    int ok = 1;
     for (int round = 0; round < 3 && ok; ++round) /* alternate, best of three medians each */
         for (int caller = 0; caller <= 2; ++caller) {
             owned_context context = {cache, &q, &out, caller == 2 ? &kh_pool : &k_pool, caller == 2 ? &vh_pool : &v_pool,
-                                     &table_view, seqlens, &execution, &options, caller};
+                                     scales[caller == 2], &table_view, seqlens, &execution, &options, caller};
             const double t = time_median(run_owned, &context, s->seconds / 2, &error);
             if (t < 0) {
                 fprintf(stderr, "attn bench serve: %s\n", error.message);
@@ -424,13 +499,14 @@ static int bench_ownership(const serve_settings *s, const int64_t *contexts, int
             if (round == 0 || t < seconds[caller]) seconds[caller] = t;
         }
     if (ok)
-        printf("decode, bf16, %d sequences, same pages: library-owned %.3f ms; caller-owned "
+        printf("decode, %s, %d sequences, same pages: library-owned %.3f ms; caller-owned "
                "[page, slot, head, D] %.3f ms (caller / library = %.3f); caller-owned "
                "[page, head, slot, D] %.3f ms (caller / library = %.3f)\n",
-               B, seconds[0] * 1e3, seconds[1] * 1e3, seconds[1] / seconds[0], seconds[2] * 1e3,
+               dtype_label(dtype), B, seconds[0] * 1e3, seconds[1] * 1e3, seconds[1] / seconds[0], seconds[2] * 1e3,
                seconds[2] / seconds[0]);
     attn_kv_cache_destroy(cache);
     free(k), free(v), free(kp), free(vp), free(kh), free(vh), free(table), free(seqlens), free(qd), free(od);
+    free(scale_memory[0]), free(scale_memory[1]);
     return ok ? 0 : 1;
 }
 
@@ -565,13 +641,15 @@ int cli_bench_serve(int argc, char **argv) {
            "each step %d prefill chunks of %d tokens + %d decode tokens, causal, %d threads, kernels %s\n",
            s.sequences, (long long)s.min_context, (long long)s.max_context, s.seed, s.heads, s.kv_heads, s.dim,
            s.page_size, s.prefills, s.chunk, s.sequences - s.prefills, threads, attn_kernel_name(ATTN_KERNEL_AUTO));
-    printf("%-7s %-8s %10s %12s %9s %10s %9s\n", "storage", "part", "ms/step", "tokens/s", "KV GB/s", "read GB/s",
+    printf("%-8s %-8s %10s %12s %9s %10s %9s\n", "storage", "part", "ms/step", "tokens/s", "KV GB/s", "read GB/s",
            "fraction");
     int status = 0;
-    const attn_dtype dtypes[3] = {ATTN_DTYPE_F32, ATTN_DTYPE_BF16, ATTN_DTYPE_F16};
-    for (int d = 0; d < 3 && status == 0; ++d)
-        if (s.dtypes & (1 << d)) status = bench_storage(&s, dtypes[d], contexts, threads);
-    if (status == 0) status = bench_ownership(&s, contexts, threads);
+    for (int d = 0; d < STORAGE_COUNT && status == 0; ++d)
+        if (s.dtypes & (1 << d)) status = bench_storage(&s, storages[d], contexts, threads);
+    /* Library- vs caller-owned decode: bf16 always, and each 8-bit storage asked for. */
+    if (status == 0) status = bench_ownership(&s, contexts, threads, ATTN_DTYPE_BF16);
+    for (int d = 3; d < STORAGE_COUNT && status == 0; ++d)
+        if (s.dtypes & (1 << d)) status = bench_ownership(&s, contexts, threads, storages[d]);
     if (status == 0) status = bench_varlen(&s, threads, 8, 128, 2048, s.kv_heads);
     /* Many short MQA sequences: few work items each, so they run side by side. */
     if (status == 0) status = bench_varlen(&s, threads, 64, 16, 256, 1);

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # bench_serve.sh — `attn bench serve` on a tiny mix prints one row per storage type and part,
 # whose tokens/s and KV GB/s follow from its ms/step and the sizes (tokens per step = prefills x
-# chunk + the other sequences' decode tokens); the library-/caller-owned decode line and the
-# two varlen lines appear; bad arguments exit 2 with a one-line message naming the option and
+# chunk + the other sequences' decode tokens) for f32, bf16, f16, int8 and both fp8; the
+# library-/caller-owned decode lines (bf16 and each 8-bit storage asked for) have finite,
+# positive times and ratios; the two varlen lines appear; --dtype int8 runs int8 alone; bad arguments exit 2 with a one-line message naming the option and
 # nothing on stdout.
 # usage: bash bench_serve.sh ATTN_BINARY SOURCE_DIR
 set -uo pipefail
@@ -16,11 +17,11 @@ OMP_NUM_THREADS=2 "$attn" bench serve --sequences 6 --context 40 300 --prefills 
     --heads 4 --kv-heads 2 --dim 16 --seconds 0.02 > "$work/out.txt" 2> "$work/err.txt" \
     || fail "tiny run: exit $? ($(cat "$work/err.txt"))"
 python3 - "$work/out.txt" <<'PY' || fail "tiny run: numbers"
-import re, sys
+import math, re, sys
 text = open(sys.argv[1]).read()
-rows = re.findall(r"^(f32|bf16|f16)\s+(step|decode|prefill)\s+([\d.]+)\s+(\d+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)$",
+rows = re.findall(r"^(f32|bf16|f16|int8|fp8_e4m3|fp8_e5m2)\s+(step|decode|prefill)\s+([\d.]+)\s+(\d+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)$",
                   text, re.M)
-assert len(rows) == 9, text
+assert len(rows) == 18, text
 tokens = {"step": 2 * 32 + 4, "decode": 4, "prefill": 2 * 32}
 for dtype, part, ms, rate, gbs, read, fraction in rows:
     low, high = tokens[part] / ((float(ms) + 0.0005) * 1e-3), tokens[part] / (max(float(ms) - 0.0005, 1e-6) * 1e-3)
@@ -29,7 +30,31 @@ for dtype, part, ms, rate, gbs, read, fraction in rows:
         # gbs and read are printed to 0.01: the ratio of the printed values may differ by that
         tolerance = 0.005 / float(read) * (1 + float(fraction)) + 0.0006
         assert abs(float(fraction) - float(gbs) / float(read)) <= tolerance, (gbs, read, fraction)
-assert "same pages: library-owned" in text and text.count("varlen causal prefill") == 2, text
+assert text.count("varlen causal prefill") == 2, text
+# library- vs caller-owned decode: bf16 and each 8-bit storage, every time finite and > 0
+owned = re.findall(r"^decode, (\S+), 6 sequences, same pages: library-owned ([\d.]+) ms; caller-owned "
+                   r"\[page, slot, head, D\] ([\d.]+) ms \(caller / library = ([\d.]+|nan|inf)\); caller-owned "
+                   r"\[page, head, slot, D\] ([\d.]+) ms \(caller / library = ([\d.]+|nan|inf)\)$", text, re.M)
+assert [o[0] for o in owned] == ["bf16", "int8", "fp8_e4m3", "fp8_e5m2"], text
+for dtype, library, token_major, ratio1, head_major, ratio2 in owned:
+    for ratio in (ratio1, ratio2):  # of the unrounded times
+        assert math.isfinite(float(ratio)) and float(ratio) > 0, (dtype, ratio)
+    for ms, ratio in ((token_major, ratio1), (head_major, ratio2)):
+        if float(library) >= 0.01:  # times printed to 0.001 ms
+            tolerance = 0.0005 * (1 + float(ratio)) / float(library) + 0.0006
+            assert abs(float(ratio) - float(ms) / float(library)) <= tolerance, (dtype, library, ms, ratio)
+PY
+
+# --dtype int8 alone: its step rows and the bf16 and int8 ownership lines only
+OMP_NUM_THREADS=2 "$attn" bench serve --sequences 3 --context 20 60 --prefills 1 --chunk 8 \
+    --heads 2 --kv-heads 1 --dim 8 --seconds 0.01 --dtype int8 > "$work/int8.txt" 2> "$work/err.txt" \
+    || fail "int8 run: exit $? ($(cat "$work/err.txt"))"
+python3 - "$work/int8.txt" <<'PY' || fail "int8 run: rows"
+import re, sys
+text = open(sys.argv[1]).read()
+assert len(re.findall(r"^int8\s+(step|decode|prefill)\s", text, re.M)) == 3, text
+assert not re.search(r"^(f32|bf16|f16|fp8_e4m3|fp8_e5m2)\s+step", text, re.M), text
+assert re.findall(r"^decode, (\S+), 3 sequences, same pages", text, re.M) == ["bf16", "int8"], text
 PY
 
 expect_usage_error() { # what needle option-words...
