@@ -466,6 +466,16 @@ static int write_outputs(const bench_settings *s, const bench_result *results, i
     return ok;
 }
 
+/* One line of `attn bench --peak`: "<name> peak: X GFLOP/s (how)", or why it is missing
+ * (peak <= 0: the CPU, the OS or the build lacks the unit). */
+static void print_peak_line(const char *name, double peak, const char *clock_note,
+                            const char *how, const char *missing) {
+    if (peak > 0)
+        printf("%s peak: %.1f GFLOP/s%s (%s)\n", name, peak, clock_note, how);
+    else
+        printf("%s peak: not available (%s)\n", name, missing);
+}
+
 int cli_bench(int argc, char **argv) {
     if (argc >= 2 && strcmp(argv[1], "decode") == 0) return cli_bench_decode(argc - 1, argv + 1);
     if (argc >= 2 && strcmp(argv[1], "serve") == 0) return cli_bench_serve(argc - 1, argv + 1);
@@ -478,24 +488,14 @@ int cli_bench(int argc, char **argv) {
         const char *clock_note = s.clock == BENCH_CLOCK_CPU ? " (CPU time)" : "";
         printf("threads: %d\nfp32 FMA peak: %.1f GFLOP/s%s\n", threads,
                bench_measure_fma_peak(threads, s.clock), clock_note);
-        const double bf16_peak = bench_measure_bf16_peak(threads, s.clock);
-        if (bf16_peak > 0)
-            printf("bf16 VDPBF16PS peak: %.1f GFLOP/s%s (16 zmm chains, 64 flops each)\n",
-                   bf16_peak, clock_note);
-        else
-            printf("bf16 VDPBF16PS peak: not available (CPU or build without AVX512-BF16)\n");
-        const double amx_peak = bench_measure_amx_peak(threads, s.clock);
-        if (amx_peak > 0)
-            printf("bf16 AMX TDPBF16PS peak: %.1f GFLOP/s%s (4 accumulator tiles, no loads)\n",
-                   amx_peak, clock_note);
-        else
-            printf("bf16 AMX peak: not available (CPU, OS permission or build without AMX)\n");
-        const double amx_fp16_peak = bench_measure_amx_fp16_peak(threads, s.clock);
-        if (amx_fp16_peak > 0)
-            printf("fp16 AMX-FP16 TDPFP16PS peak: %.1f GFLOP/s%s (4 accumulator tiles, no loads)\n",
-                   amx_fp16_peak, clock_note);
-        else
-            printf("fp16 AMX-FP16 peak: not available (CPU without AMX-FP16, OS permission or build)\n");
+        print_peak_line("bf16 VDPBF16PS", bench_measure_bf16_peak(threads, s.clock), clock_note,
+                        "16 zmm chains, 64 flops each", "CPU or build without AVX512-BF16");
+        print_peak_line("bf16 AMX TDPBF16PS", bench_measure_amx_peak(threads, s.clock),
+                        clock_note, "4 accumulator tiles, no loads",
+                        "CPU, OS permission or build without AMX");
+        print_peak_line("fp16 AMX-FP16 TDPFP16PS", bench_measure_amx_fp16_peak(threads, s.clock),
+                        clock_note, "4 accumulator tiles, no loads",
+                        "CPU without AMX-FP16, OS permission or build");
         printf("memory read bandwidth: %.1f GB/s\n", cli_measure_read_bandwidth_gbs(threads));
         return 0;
     }
