@@ -8,7 +8,8 @@
  * Build (from the repository root, after building libattn into build/):
  *   cc -O2 -Iinclude -Isrc bench/lowp_kernels.c build/libattn.a -fopenmp -lm -lpthread \
  *      -o build/lowp_kernels
- *   build/lowp_kernels [rows keys dim repeats]      (default 64 256 128 7)
+ *   build/lowp_kernels [rows keys dim repeats [cpu]]  (default 64 256 128 7; cpu: time by
+ *                                                     the thread's CPU time, not the wall clock)
  * Prints GFLOP/s (2·rows·keys·dim flops per call) of Q·K^T and P·V, and where one tile step's
  * time goes (score, softmax step, rescale, rounding of P, P·V) for bf16 widened to fp32 and
  * for bf16 tiles, with the packing cost of one key tile (paid once per head).
@@ -21,9 +22,12 @@
 #include "core/internal.h"
 #include "kernels/registry.h"
 
+/* Wall clock, or this thread's CPU time (argument 5 = "cpu": on a shared machine it counts
+ * only the time the thread ran). */
+static clockid_t bench_clock = CLOCK_MONOTONIC;
 static double now(void) {
     struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
+    clock_gettime(bench_clock, &t);
     return t.tv_sec + 1e-9 * t.tv_nsec;
 }
 
@@ -110,6 +114,7 @@ int main(int argc, char **argv) {
     int repeats = 7;
     if (argc >= 4) { s.rows = atoi(argv[1]); s.keys = atoi(argv[2]); s.dim = atoi(argv[3]); }
     if (argc >= 5) repeats = atoi(argv[4]);
+    if (argc >= 6 && strcmp(argv[5], "cpu") == 0) bench_clock = CLOCK_THREAD_CPUTIME_ID;
     /* The bf16 tiles of every registry this CPU runs, and the fp32 kernels of AUTO's. */
     const attn_lowp_kernels *bf16_tables[3];
     int bf16_count = 0;

@@ -143,11 +143,12 @@ static void probabilities(int rows, int count, float *scores, int stride, float 
                 vf_mask_storeu(row + c, vmask_first(count - c), fill);
             continue;
         }
-        const vf lse_vector = vf_set1(lse);
-        for (int c = 0; c < count; c += VLANES) {
+        const vf lse_vector = vf_set1(lse), log2e = vf_set1(VMATH_LOG2E);
+        for (int c = 0; c < count; c += VLANES) { /* exp(x) = 2^(x·log2 e): vmath.h vf_exp2 */
             const vmask lanes = vmask_first(count - c);
             const vf score = vf_maskz_loadu(lanes, row + c);
-            vf_mask_storeu(row + c, lanes, vf_exp(vf_fmsub(score, scale_vector, lse_vector)));
+            vf_mask_storeu(row + c, lanes,
+                           vf_exp2(vf_mul(vf_fmsub(score, scale_vector, lse_vector), log2e)));
         }
     }
 }

@@ -287,8 +287,18 @@ static void softmax_step(int rows, int count, float *scores, int scores_stride, 
             row_scale = 1.0f;
         }
         /* Pass 1: maximum of the raw scores (scale > 0 keeps the order). */
-        vf maximum = minus_infinity;
+        /* Four chains (the maximum does not depend on the order, NaN aside), so that the
+         * pass runs at the load rate instead of the latency of one chain of maxima. */
+        vf maximum = minus_infinity, maximum1 = minus_infinity, maximum2 = minus_infinity,
+           maximum3 = minus_infinity;
         int c = 0;
+        for (; c + 4 * VLANES <= count; c += 4 * VLANES) {
+            maximum = vf_max(maximum, vf_loadu(row + c));
+            maximum1 = vf_max(maximum1, vf_loadu(row + c + VLANES));
+            maximum2 = vf_max(maximum2, vf_loadu(row + c + 2 * VLANES));
+            maximum3 = vf_max(maximum3, vf_loadu(row + c + 3 * VLANES));
+        }
+        maximum = vf_max(vf_max(maximum, maximum1), vf_max(maximum2, maximum3));
         for (; c + VLANES <= count; c += VLANES) maximum = vf_max(maximum, vf_loadu(row + c));
         if (c < count)
             maximum =
@@ -298,20 +308,23 @@ static void softmax_step(int rows, int count, float *scores, int scores_stride, 
         const float max_used = new_max == -INFINITY ? 0.0f : new_max;
         rescale[r] = row_max[r] == -INFINITY ? 0.0f : expf(row_max[r] - max_used);
 
-        /* Pass 2: p = exp(x * scale - m), in place, and their sum. */
+        /* Pass 2: p = exp(x * scale - m) = 2^((x * scale - m) * log2 e), in place, and their
+         * sum (x * scale - m in one FMA, as exact as before; the factor log2 e after it). */
         const vf scale_vector = vf_set1(row_scale);
         const vf max_vector = vf_set1(max_used);
+        const vf log2e = vf_set1(VMATH_LOG2E);
         vf sum = vf_zero();
         for (c = 0; c + VLANES <= count; c += VLANES) {
-            const vf p = vf_exp(vf_fmsub(vf_loadu(row + c), scale_vector, max_vector));
+            const vf p = vf_exp2(vf_mul(vf_fmsub(vf_loadu(row + c), scale_vector, max_vector), log2e));
             vf_storeu(row + c, p);
             sum = vf_add(sum, p);
         }
         if (c < count) {
             const vmask mask = vmask_first(count - c);
-            const vf x = vf_fmsub(vf_mask_loadu_or(minus_infinity, mask, row + c), scale_vector,
-                                  max_vector);
-            const vf p = vf_maskz(mask, vf_exp(x));
+            const vf x = vf_mul(vf_fmsub(vf_mask_loadu_or(minus_infinity, mask, row + c),
+                                         scale_vector, max_vector),
+                                log2e);
+            const vf p = vf_maskz(mask, vf_exp2(x));
             vf_mask_storeu(row + c, mask, p);
             sum = vf_add(sum, p);
         }

@@ -57,6 +57,50 @@ V_INLINE vf vf_exp(vf x) {
 #endif
 }
 
+/* 2^t, the exp of the softmax passes: e^x = 2^t with t = x·log2 e (one multiply after the
+ * FMA that forms x = logit·s − m, which stays as exact as it was), n = round(t), f = t − n
+ * exactly (|f| ≤ ½), 2^f by a degree-6 polynomial (fitted for relative error on [−½, ½]: 7.9e-8
+ * = 1.3 ulp at most, evaluated in float), times 2^n: about 13 vector operations against 19 for
+ * vf_exp (no two-step range reduction, no clamp). The price is the rounding of t: its absolute
+ * error ≤ ulp(t)/2 makes the relative error grow with |x| — 2.6e-6 at x = −87 against 8e-8 for
+ * vf_exp — the same order as the error that rounding x itself to float already puts in e^x
+ * (|x|·6e-8); per unit of 1 + |x| it stays below 1e-7 (test_kernels_tiles measures it so).
+ * Terms that small next to the row's largest, 1, never move a softmax row sum.
+ *  - AVX-512: t ≤ −150 (2^t rounds to +0; −inf: every masked logit) and NaN give exactly 0,
+ *    computed from t = 0 and zeroed by the mask of vscalefps (no underflowing lane, so no
+ *    microcode assist: see vf_exp); t above 128 gives +inf.
+ *  - AVX2: t is clamped to [−126, 127.99] (n in the normal exponent range) and t < −126 gives
+ *    exactly 0 (2^t < 1.2e-38 there).
+ * Either way −inf gives exactly 0, never NaN. */
+V_INLINE vf vf_exp2(vf t) {
+#if ATTN_VEC_WIDTH == 16
+    const __mmask16 zero_lanes = _mm512_cmp_ps_mask(t, vf_set1(-150.0f), _CMP_NGT_UQ);
+    t = _mm512_mask_mov_ps(t, zero_lanes, vf_zero());
+#else
+    const vmask underflow = vf_less(t, vf_set1(-126.0f));
+    t = vf_max(t, vf_set1(-126.0f));
+    t = vf_min(t, vf_set1(127.99f));
+#endif
+    const vf n = vf_round(t);
+    const vf f = vf_sub(t, n);
+    vf p = vf_set1(1.5353361960e-04f);
+    p = vf_fmadd(p, f, vf_set1(1.3398875017e-03f));
+    p = vf_fmadd(p, f, vf_set1(9.6184369177e-03f));
+    p = vf_fmadd(p, f, vf_set1(5.5503323674e-02f));
+    p = vf_fmadd(p, f, vf_set1(2.4022647738e-01f));
+    p = vf_fmadd(p, f, vf_set1(6.9314718246e-01f));
+    p = vf_fmadd(p, f, vf_set1(1.0f));
+#if ATTN_VEC_WIDTH == 16
+    return _mm512_maskz_scalef_ps((__mmask16)~zero_lanes, p, n);
+#else
+    const vi exponent = vi_slli(vi_add(vf_to_vi(n), vi_set1(127)), 23);
+    return _mm256_andnot_ps(_mm256_castsi256_ps(underflow), vf_mul(p, vi_as_vf(exponent)));
+#endif
+}
+
+/* log2 e in float: the factor the callers of vf_exp2 fold into their scale and shift. */
+#define VMATH_LOG2E 1.44269504088896341f
+
 V_INLINE vf vf_tanh(vf y) {
     const vf one = vf_set1(1.0f);
     const vf magnitude = vf_abs(y);
