@@ -56,7 +56,8 @@
 /*
  * Default tile sizes, measured on the 2-core Zen 4 dev machine (1 MiB L2 per core, 32 KiB
  * L1d; docs/performance.md):
- *  - query rows per head: 256 / group_size clamped to [16, 64]. With K/V packed once per
+ *  - query rows per head: 256 / group_size clamped to [16, 64] ([16, 256] on 16-bit tiles
+ *    without a band: FORWARD_TILES16_MAX_ROWS). With K/V packed once per
  *    head, large query tiles no longer pay for packing (128 rows measured no faster than 64
  *    without a mask); 64 rows keep the causal diagonal cheap (a diagonal tile wastes at most
  *    half of 64 x 64 pairs) and the score tile of a whole group (<= 256 rows x 256 keys =
@@ -75,6 +76,10 @@ enum {
     FORWARD_GROUP_ROWS = 256,     /* target rows per item over the group's heads */
     FORWARD_MIN_ROWS = 16,        /* rows per head, lower bound */
     FORWARD_MAX_ROWS = 64,        /* rows per head, upper bound */
+    /* The bound on 16-bit tiles (AMX) without a band: there the tile multiplies are so fast
+     * that streaming a head's packed K/V through L2 once per query tile (flops per byte =
+     * rows per item) limits the step; 256 rows per item, as a GQA group of 4 already has. */
+    FORWARD_TILES16_MAX_ROWS = 256,
     FORWARD_KEYS = 256,           /* keys per tile without a band */
     FORWARD_BANDED_KEYS = 64,     /* keys per tile under causal / window */
     /* The last key tile of an item (the causal diagonal) is computed in row chunks of this
@@ -329,13 +334,15 @@ static void choose_tiles(forward_plan *plan) {
     const attn_problem *problem = &plan->call->problem;
     const attn_options *options = (&plan->call->options);
     const attn_execution *execution = (&plan->call->execution);
-    int64_t default_rows = FORWARD_GROUP_ROWS / problem->group_size;
-    if (default_rows < FORWARD_MIN_ROWS) default_rows = FORWARD_MIN_ROWS;
-    if (default_rows > FORWARD_MAX_ROWS) default_rows = FORWARD_MAX_ROWS;
     /* A window narrows the band only when it is shorter than every possible distance. */
     const bool windowed =
         attn_mask_window_narrows(options, problem->query_length, problem->key_length);
     const bool banded = options->causal || windowed;
+    const int64_t max_rows =
+        plan->format.bf16_tiles && !banded ? FORWARD_TILES16_MAX_ROWS : FORWARD_MAX_ROWS;
+    int64_t default_rows = FORWARD_GROUP_ROWS / problem->group_size;
+    if (default_rows < FORWARD_MIN_ROWS) default_rows = FORWARD_MIN_ROWS;
+    if (default_rows > max_rows) default_rows = max_rows;
     /* The band path: a pure band (lengths, causal, window) with a window narrower than the
      * sequences. */
     plan->span_path = windowed && attn_mask_is_band(options);
