@@ -80,6 +80,11 @@ static void pool_store(pool *p, int64_t page, int64_t slot, int64_t h, const flo
     }
 }
 
+/* Element (a, b, c, d) of a rank-4 float32 view, writable. */
+static float *at4(const attn_tensor *t, int64_t a, int64_t b, int64_t c, int64_t d) {
+    return (float *)t->data + a * t->stride[0] + b * t->stride[1] + c * t->stride[2] + d * t->stride[3];
+}
+
 /* ---- 1. caller-owned = library-owned ---- */
 typedef struct same_case {
     const char *name;
@@ -542,26 +547,14 @@ static void test_errors(void) {
     test_tensor_free(&kn), test_tensor_free(&vn), test_tensor_free(&q), test_tensor_free(&out);
 }
 
-/* Layouts an append may write: k and v interleaved in one allocation ([pages, ps, H, 2, D],
- * disjoint elements) equal separate pools bitwise; a read-only call accepts any strides (a
- * zero page stride: every page the same memory). */
+/* Layouts an append may write: k and v interleaved in one allocation, per head ([pages, ps,
+ * H, 2, D]) or per page (vLLM's [pages, 2, ps, H, D]: the same strides, k and v apart only by
+ * the half page between them), equal separate pools bitwise; a read-only call accepts any
+ * strides (a zero page stride: every page the same memory). */
 static void test_layouts(void) {
     enum { PAGES = 4, PS = 8, H = 2, D = 8, B = 2 };
     static float joint[PAGES * PS * H * 2 * D];
     pool kp = pool_new(ATTN_DTYPE_F32, PAGES, PS, H, D), vp = pool_new(ATTN_DTYPE_F32, PAGES, PS, H, D);
-    for (int e = 0; e < PAGES * PS * H * D; ++e) {
-        const float key = 0.01f * (float)(e % 97), value = 0.5f - 0.003f * (float)(e % 89);
-        ((float *)kp.data)[e] = key, ((float *)vp.data)[e] = value;
-        joint[(e / D) * 2 * D + e % D] = key, joint[(e / D) * 2 * D + D + e % D] = value;
-    }
-    const int64_t shape[4] = {PAGES, PS, H, D};
-    attn_tensor kj = attn_tensor_contiguous(joint, ATTN_DTYPE_F32, 4, shape), vj;
-    kj.stride[0] = PS * H * 2 * D, kj.stride[1] = H * 2 * D, kj.stride[2] = 2 * D;
-    vj = kj, vj.data = joint + D;
-    int32_t table[4] = {2, 0, 1, 3};
-    int32_t seqlens[2] = {9, 5};
-    const int64_t tshape[2] = {B, 2};
-    attn_tensor table_view = attn_tensor_contiguous(table, ATTN_DTYPE_I32, 2, tshape);
     test_rng rng;
     test_rng_seed(&rng, 91);
     test_tensor kn = test_tensor_new(B, 2, H, D, TEST_LAYOUT_BTHD), vn = test_tensor_new(B, 2, H, D, TEST_LAYOUT_BTHD);
@@ -571,17 +564,37 @@ static void test_layouts(void) {
     attn_kv_append append = {&kn.view, &vn.view, NULL, NULL, ATTN_ROPE_HALF};
     attn_options options = causal_options(-1, 0.0f);
     attn_error error;
-    for (int form = 0; form < 2; ++form) {
-        attn_kv_cache_view view = {0, form ? &kj : &kp.view, form ? &vj : &vp.view, &table_view, seqlens, NULL, NULL};
-        CHECK_STATUS(attn_forward_with_kvcache(&q.view, &view, &append, &options, &outs[form].view, NULL, NULL, &error),
-                     ATTN_OK, &error, "append into %s", form ? "k and v interleaved in one allocation" : "two pools");
+    int32_t table[4] = {2, 0, 1, 3};
+    const int64_t tshape[2] = {B, 2};
+    attn_tensor table_view = attn_tensor_contiguous(table, ATTN_DTYPE_I32, 2, tshape);
+    for (int per_page = 0; per_page < 2; ++per_page) {
+        const char *name = per_page ? "k and v pages interleaved ([pages, 2, ps, H, D])"
+                                    : "k and v heads interleaved ([pages, ps, H, 2, D])";
+        const int64_t shape[4] = {PAGES, PS, H, D};
+        attn_tensor kj = attn_tensor_contiguous(joint, ATTN_DTYPE_F32, 4, shape), vj;
+        kj.stride[0] = PS * H * 2 * D;
+        kj.stride[1] = per_page ? H * D : H * 2 * D, kj.stride[2] = per_page ? D : 2 * D;
+        vj = kj, vj.data = joint + (per_page ? PS * H * D : D);
+        for (int e = 0; e < PAGES * PS * H * D; ++e) {
+            const int64_t p = e / (PS * H * D), s = e / (H * D) % PS, h = e / D % H, d = e % D;
+            const float key = 0.01f * (float)(e % 97), value = 0.5f - 0.003f * (float)(e % 89);
+            ((float *)kp.data)[e] = *at4(&kj, p, s, h, d) = key;
+            ((float *)vp.data)[e] = *at4(&vj, p, s, h, d) = value;
+        }
+        int32_t seqlens[2] = {9, 5};
+        for (int form = 0; form < 2; ++form) {
+            attn_kv_cache_view view = {0, form ? &kj : &kp.view, form ? &vj : &vp.view, &table_view, seqlens, NULL, NULL};
+            CHECK_STATUS(attn_forward_with_kvcache(&q.view, &view, &append, &options, &outs[form].view, NULL, NULL, &error),
+                         ATTN_OK, &error, "append into %s", form ? name : "two pools");
+        }
+        CHECK(test_bitwise_equal(&outs[0].view, &outs[1].view), "%s = separate pools, bitwise", name);
+        int same = 1;
+        for (int e = 0; e < PAGES * PS * H * D; ++e) {
+            const int64_t p = e / (PS * H * D), s = e / (H * D) % PS, h = e / D % H, d = e % D;
+            same = same && *at4(&kj, p, s, h, d) == ((float *)kp.data)[e] && *at4(&vj, p, s, h, d) == ((float *)vp.data)[e];
+        }
+        CHECK(same, "%s: every stored element = the separate pools'", name);
     }
-    CHECK(test_bitwise_equal(&outs[0].view, &outs[1].view), "interleaved k/v = separate pools, bitwise");
-    int same = 1;
-    for (int e = 0; e < PAGES * PS * H * D; ++e)
-        same = same && joint[(e / D) * 2 * D + e % D] == ((float *)kp.data)[e] &&
-               joint[(e / D) * 2 * D + D + e % D] == ((float *)vp.data)[e];
-    CHECK(same, "interleaved k/v: every stored element = the separate pools'");
     /* Read-only: every page at one address is accepted (no append writes it). */
     attn_tensor k_one = kp.view, v_one = vp.view;
     k_one.stride[0] = 0, v_one.stride[0] = 0;
@@ -596,11 +609,6 @@ static void test_layouts(void) {
 }
 
 /* ---- 4. the new rows may not alias the cache they are appended into ---- */
-/* Element (a, b, c, d) of a rank-4 float32 view, writable. */
-static float *at4(const attn_tensor *t, int64_t a, int64_t b, int64_t c, int64_t d) {
-    return (float *)t->data + a * t->stride[0] + b * t->stride[1] + c * t->stride[2] + d * t->stride[3];
-}
-
 /* k_new or v_new [2, 3, 1, 4] laid over a pool [8, 8, 1, 4] (seq 0 on pages 0-3 appends at
  * 10..12, seq 1 on pages 4-7 at 12..14): refused with both tensors' exact byte ranges. */
 typedef struct alias_case {

@@ -8,10 +8,12 @@
  *    stride at least the extent of the smaller ones (a row of width D, or 1 for a scale); this
  *    refuses a zero stride, and rows that overlap their neighbours;
  *  - between two tensors, whose elements lie at base + (lattice of their strides) + [0, width):
- *    they may not share a byte if their address spans are disjoint, or if no multiple of the
- *    gcd of all their (byte) strides falls within (base2 - base1 - width1, base2 - base1 +
- *    width2) — so k and v interleaved in one allocation with the same strides (vLLM's
- *    [pages, 2, page_size, H, D], or [..., H, 2, D]), or scales beside the rows, are accepted.
+ *    they share no byte if their address spans are disjoint, or if no multiple of the gcd of
+ *    all their (byte) strides falls within (base2 - base1 - width1, base2 - base1 + width2),
+ *    or else if no difference of their lattice points does (an exhaustive search, largest
+ *    stride first, of at most 4096 steps: beyond, they count as sharing) — so k and v
+ *    interleaved in one allocation with the same strides (vLLM's [pages, 2, page_size, H, D],
+ *    or [..., H, 2, D]), or scales beside the rows, are accepted.
  *    Written tensors are checked against each other, and the new rows (k_new, v_new: read,
  *    any strides) against every written one; k_new and v_new may share memory.
  * Anything else that might share an address is refused, naming both tensors.
@@ -89,24 +91,83 @@ static void span(const region *r, uintptr_t *begin, uintptr_t *end) {
     *end = r->base + (uintptr_t)(high * r->element + r->width);
 }
 
-/* May a and b share a byte? (Conservative: "no" is certain, "yes" may be a false alarm.) */
+/* One lattice dimension of a difference of addresses: coefficient in [low, high] times a
+ * byte stride > 0. */
+typedef struct term {
+    int64_t stride, low, high;
+} term;
+
+/* The nonzero strides of r's dims of size > 1, each times sign (+1 or -1), into terms. */
+static int collect_terms(const region *r, int sign, term *terms, int count) {
+    for (int d = 0; d < r->dims; ++d) {
+        const int64_t s = sign * r->stride[d] * r->element;
+        if (r->shape[d] <= 1 || s == 0) continue;
+        terms[count].stride = s > 0 ? s : -s;
+        terms[count].low = s > 0 ? 0 : -(r->shape[d] - 1);
+        terms[count].high = s > 0 ? r->shape[d] - 1 : 0;
+        ++count;
+    }
+    return count;
+}
+
+static int64_t floor_div(int64_t a, int64_t b) { return a >= 0 ? a / b : -((-a + b - 1) / b); } /* b > 0 */
+
+/* Is some sum of k_j * terms[j].stride over j >= i (k_j within its term's range) in
+ * [low, high]? rest_min / rest_max [count + 1]: the least and greatest such sums from each j.
+ * Exhaustive, largest stride first; every call spends one of *budget, and once it is spent
+ * the answer is "yes" (the conservative side). */
+static int reachable(const term *terms, int count, int i, const int64_t *rest_min,
+                     const int64_t *rest_max, int64_t low, int64_t high, int *budget) {
+    if (i == count) return low <= 0 && 0 <= high;
+    if (--*budget < 0) return 1;
+    const int64_t s = terms[i].stride;
+    int64_t first = -floor_div(-(low - rest_max[i + 1]), s), last = floor_div(high - rest_min[i + 1], s);
+    if (first < terms[i].low) first = terms[i].low;
+    if (last > terms[i].high) last = terms[i].high;
+    for (int64_t k = first; k <= last; ++k)
+        if (reachable(terms, count, i + 1, rest_min, rest_max, low - k * s, high - k * s, budget))
+            return 1;
+    return 0;
+}
+
+/* May a and b share a byte? (Conservative: "no" is certain, "yes" may be a false alarm, for
+ * layouts too intricate to settle within the search budget.) Sizes: every offset below is
+ * within the two tensors' spans, which were checked to fit in int64 and meet. */
 static int may_overlap(const region *a, const region *b) {
     uintptr_t a_begin, a_end, b_begin, b_end;
     span(a, &a_begin, &a_end), span(b, &b_begin, &b_end);
     if (a_end <= b_begin || b_end <= a_begin) return 0;
+    /* Shared byte: (b's lattice point - a's) = base_a - base_b + x - y, x in [0, width_a),
+     * y in [0, width_b). */
+    const int64_t low = (int64_t)(a->base - b->base) - (b->width - 1); /* wraps correctly */
+    const int64_t high = (int64_t)(a->base - b->base) + (a->width - 1);
+    /* Lattice differences are multiples of g, the gcd of all the byte strides: no multiple
+     * of g in [low, high], no shared byte. */
     int64_t g = 0;
     for (int d = 0; d < a->dims; ++d)
         if (a->shape[d] > 1) g = gcd(g, a->stride[d] * a->element);
     for (int d = 0; d < b->dims; ++d)
         if (b->shape[d] > 1) g = gcd(g, b->stride[d] * b->element);
-    /* Shared byte: delta = (b's lattice point - a's) = base_a - base_b + x - y, x in [0,
-     * width_a), y in [0, width_b); lattice differences are multiples of g. */
-    const int64_t low = (int64_t)(a->base - b->base) - (b->width - 1); /* wraps correctly */
-    const int64_t high = (int64_t)(a->base - b->base) + (a->width - 1);
     if (g == 0) return low <= 0 && 0 <= high;
-    /* Is there a multiple of g in [low, high]? */
-    int64_t first = low % g == 0 ? low : low - (low % g) + (low > 0 ? g : 0);
-    return first <= high;
+    const int64_t first = -floor_div(-low, g) * g; /* the least multiple of g >= low */
+    if (first > high) return 0;
+    /* Else search the differences themselves: b's dims count up, a's down. This separates
+     * k and v pages of one page ([pages, 2, page_size, H, D]), which share every stride. */
+    term terms[8];
+    int count = collect_terms(b, 1, terms, 0);
+    count = collect_terms(a, -1, terms, count);
+    for (int i = 1; i < count; ++i) /* largest stride first */
+        for (int j = i; j > 0 && terms[j].stride > terms[j - 1].stride; --j) {
+            const term swap = terms[j];
+            terms[j] = terms[j - 1], terms[j - 1] = swap;
+        }
+    int64_t rest_min[9], rest_max[9];
+    rest_min[count] = rest_max[count] = 0;
+    for (int i = count - 1; i >= 0; --i)
+        rest_min[i] = rest_min[i + 1] + terms[i].low * terms[i].stride,
+        rest_max[i] = rest_max[i + 1] + terms[i].high * terms[i].stride;
+    int budget = 4096;
+    return reachable(terms, count, 0, rest_min, rest_max, low, high, &budget);
 }
 
 attn_status attn_kv_check_append_layout(const attn_tensor *k_cache, const attn_tensor *v_cache,

@@ -15,8 +15,9 @@
  * INVALID_ARGUMENT (naming the tensor, dimension and stride, or both tensors) when, within
  * one written tensor, dims 0..2 of size > 1 sorted by stride do not nest (a zero stride,
  * rows overlapping), or when two written tensors, or a new-row tensor and a written one
- * (naming both and their byte ranges), may share a byte (their address spans meet and the
- * gcd of their byte strides does not keep their rows apart). k_new and v_new may overlap
+ * (naming both and their byte ranges), may share a byte (their address spans meet and
+ * neither the gcd of their byte strides nor a bounded search of the differences of their
+ * lattice points keeps their rows apart). k_new and v_new may overlap
  * each other. Conservative: a layout it accepts never collides; a few exotic ones that would
  * not are refused. Reads only the tensors' descriptions. */
 attn_status attn_kv_check_append_layout(const attn_tensor *k_cache, const attn_tensor *v_cache,
