@@ -17,7 +17,10 @@
  *    pool, the very rows written, strided or with a negative stride) are refused naming both
  *    tensors' byte ranges, the cache untouched; new rows beside the cache in one allocation
  *    (interleaved, or after the pools) or one tensor for k_new and v_new are accepted,
- *    bitwise = separate buffers.
+ *    bitwise = separate buffers;
+ *  - 1500 random layouts of k_cache, v_cache and k_new in one arena: accepted only when, byte
+ *    by byte, no two written rows and no new row and written row share an address; refused
+ *    (cache untouched) whenever they do.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -740,6 +743,83 @@ static void test_new_rows_beside(void) {
     test_tensor_free(&q);
 }
 
+/* Random layouts of k_cache, v_cache and k_new [B, S, H, D] in one float arena (non-negative
+ * strides, some zero, some multiples of D, some arbitrary), each appended into at slot 0:
+ * whenever the bytes say two written rows share an address (within k_cache, within v_cache,
+ * or between them) or k_new shares one with either, the call is refused, cache untouched;
+ * whenever the call is accepted, they share none (the rule is conservative, never wrong). The
+ * truth is counted byte by byte over the arena, independently of the library's rule. */
+static void test_layout_property(void) {
+    enum { ARENA = 2048, TRIALS = 1500 };
+    static float arena[ARENA], before[ARENA];
+    static unsigned char owner[ARENA * 4];
+    test_rng rng;
+    test_rng_seed(&rng, 97);
+    int accepted = 0, refused = 0, interleaved_accepted = 0;
+    for (int trial = 0; trial < TRIALS; ++trial) {
+        const int64_t B = test_rng_range(&rng, 1, 2), S = test_rng_range(&rng, 1, 3), H = test_rng_range(&rng, 1, 2);
+        const int64_t D = test_rng_range(&rng, 1, 4);
+        const int64_t shape[4] = {B, S, H, D}, new_shape[4] = {B, 1, H, D};
+        attn_tensor t[3]; /* k_cache, v_cache, k_new */
+        int64_t reach[3];
+        for (int n = 0; n < 3; ++n) {
+            t[n] = attn_tensor_contiguous(arena, ATTN_DTYPE_F32, 4, n == 2 ? new_shape : shape);
+            reach[n] = D - 1;
+            for (int d = 0; d < 3; ++d) {
+                const int64_t pick = test_rng_range(&rng, 0, 5);
+                t[n].stride[d] = pick == 0 ? 0 : pick == 1 ? D * test_rng_range(&rng, 1, 8)
+                               : pick == 2 ? 2 * D * test_rng_range(&rng, 1, 4) : test_rng_range(&rng, 1, 3 * S * H * D);
+                if (n == 1 && test_rng_range(&rng, 0, 3) > 0) t[n].stride[d] = t[0].stride[d]; /* v often k's strides */
+                reach[n] += t[n].stride[d] * (t[n].shape[d] - 1);
+            }
+        }
+        int64_t start[3];
+        for (int n = 0; n < 3; ++n) { /* v often just after k's first row */
+            start[n] = n == 1 && test_rng_range(&rng, 0, 1) ? start[0] + test_rng_range(&rng, 1, 2 * D)
+                                                            : test_rng_range(&rng, 0, ARENA - 1 - reach[n]);
+            if (start[n] + reach[n] >= ARENA) start[n] = 0;
+            t[n].data = arena + start[n];
+        }
+        /* The truth: bytes of each written row, and of each new row. */
+        int collide = 0;
+        memset(owner, 0, sizeof owner);
+        for (int n = 0; n < 3; ++n)
+            for (int64_t b = 0; b < B; ++b)
+                for (int64_t s = 0; s < t[n].shape[1]; ++s)
+                    for (int64_t h = 0; h < H; ++h) {
+                        const int64_t row = (const float *)t[n].data - arena + b * t[n].stride[0] + s * t[n].stride[1] + h * t[n].stride[2];
+                        for (int64_t byte = row * 4; byte < (row + D) * 4; ++byte) {
+                            if (n < 2) collide = collide || owner[byte] != 0, owner[byte] = 1;
+                            else collide = collide || owner[byte] == 1;
+                        }
+                    }
+        for (int e = 0; e < ARENA; ++e) arena[e] = before[e] = 0.001f * (float)(e % 113);
+        int32_t seqlens[2] = {0, 0};
+        attn_kv_cache_view view = {0, &t[0], &t[1], NULL, seqlens, NULL, NULL};
+        attn_kv_append append = {&t[2], &t[2], NULL, NULL, ATTN_ROPE_HALF};
+        float q_data[2 * 2 * 4] = {0}, out_data[2 * 2 * 4];
+        attn_tensor q = attn_tensor_f32_4d(q_data, B, 1, H, D), out = attn_tensor_f32_4d(out_data, B, 1, H, D);
+        attn_error error;
+        memset(&error, 0, sizeof error);
+        const attn_status status = attn_forward_with_kvcache(&q, &view, &append, NULL, &out, NULL, NULL, &error);
+        if (status == ATTN_OK) {
+            ++accepted;
+            interleaved_accepted += start[1] > start[0] && start[1] <= start[0] + 2 * D &&
+                                    memcmp(t[0].stride, t[1].stride, sizeof t[0].stride) == 0;
+            CHECK(!collide, "trial %d: accepted, but rows share an address (B %lld S %lld H %lld D %lld)", trial,
+                  (long long)B, (long long)S, (long long)H, (long long)D);
+        } else {
+            ++refused;
+            CHECK(status == ATTN_ERROR_INVALID_ARGUMENT && strstr(error.message, "cache->") != NULL &&
+                      memcmp(arena, before, sizeof arena) == 0,
+                  "trial %d: refused with %s \"%s\", the cache untouched", trial, attn_status_name(status), error.message);
+        }
+        if (collide && status == ATTN_OK) break;
+    }
+    CHECK(accepted > TRIALS / 10 && refused > TRIALS / 10 && interleaved_accepted > 0,
+          "random layouts: %d accepted (%d with k and v interleaved), %d refused", accepted, interleaved_accepted, refused);
+}
+
 int main(void) {
     for (size_t n = 0; n < sizeof same_cases / sizeof same_cases[0]; ++n) test_same_as_library(&same_cases[n], 10 + n);
     for (size_t n = 0; n < sizeof chunk_cases / sizeof chunk_cases[0]; ++n) test_chunked(&chunk_cases[n], 50 + n);
@@ -749,5 +829,6 @@ int main(void) {
     test_layouts();
     test_new_rows_alias();
     test_new_rows_beside();
+    test_layout_property();
     return test_finish();
 }

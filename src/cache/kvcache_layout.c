@@ -118,8 +118,8 @@ static int64_t floor_div(int64_t a, int64_t b) { return a >= 0 ? a / b : -((-a +
  * the answer is "yes" (the conservative side). */
 static int reachable(const term *terms, int count, int i, const int64_t *rest_min,
                      const int64_t *rest_max, int64_t low, int64_t high, int *budget) {
-    if (i == count) return low <= 0 && 0 <= high;
     if (--*budget < 0) return 1;
+    if (i == count) return low <= 0 && 0 <= high;
     const int64_t s = terms[i].stride;
     int64_t first = -floor_div(-(low - rest_max[i + 1]), s), last = floor_div(high - rest_min[i + 1], s);
     if (first < terms[i].low) first = terms[i].low;
