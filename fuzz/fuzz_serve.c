@@ -9,8 +9,9 @@
  * overread or UB; a varlen call that succeeds without every cu_seqlens rule holding, or whose
  * output differs from attn_reference_forward on one sequence; a cache call that fails but
  * changed the pool, or succeeds with rules broken (a length beyond capacity, a table entry
- * outside the pool, 8-bit storage without valid scales or with a non-finite new token) or
- * with a non-finite output; a failing call that changed the scales.
+ * outside the pool, 8-bit storage without valid scales or with a non-finite new token, new
+ * rows read out of the pool or the int8 scales the append writes) or with a non-finite
+ * output; a failing call that changed the scales.
  */
 #include <math.h>
 #include <stdint.h>
@@ -160,6 +161,22 @@ static void fuzz_kvcache(reader *r) {
     options.causal = next_byte(r) & 1;
     options.alignment = ATTN_ALIGN_BOTTOM_RIGHT;
     options.empty_rows = ATTN_EMPTY_ROWS_ZERO;
+    /* Now and then the new rows (float32, contiguous) lie inside memory the append writes:
+     * k_new at the start of the key pool (1), v_new of the value pool (2), k_new over the
+     * int8 key scales (3), when the allocation holds them. */
+    const int alias = next_byte(r) % 8;
+    const size_t new_bytes = (size_t)(B * new_count * Hkv * D) * 4;
+    void *alias_home = alias == 1 ? (void *)kp : alias == 2 ? (void *)vp : alias == 3 ? (void *)ks : NULL;
+    const size_t home_bytes = alias == 3 ? scale_floats * 4 : pool_elements * element;
+    attn_tensor alias_new = alias == 2 ? vnt : knt;
+    if (alias_home != NULL && new_bytes <= home_bytes && Tnew > 0) {
+        alias_new.data = alias_home;
+        if (alias == 2) append.v_new = &alias_new;
+        else append.k_new = &alias_new;
+    } else {
+        alias_home = NULL;
+    }
+    const int aliases_written = alias_home != NULL && (alias != 3 || (q8 && view.k_scale == &kst && kst.data == ks));
     attn_error error;
     attn_status status = attn_forward_with_kvcache(&qt, &view, &append, &options, &ot, NULL, NULL, &error);
     if (status != ATTN_OK) {
@@ -184,7 +201,8 @@ static void fuzz_kvcache(reader *r) {
             (view.k_scale->rank != 1 || !(heads[0][0] > 0.0f) || (view.v_scale != NULL && view.v_scale->shape[0] == 2 && !(heads[1][1] > 0.0f))))
             abort();
         if (!q8 && !fp8 && (view.k_scale != NULL || view.v_scale != NULL)) abort();
-        if ((q8 || fp8) && infinite_new && Tnew > 0) abort();
+        if ((q8 || fp8) && infinite_new && append.k_new == &knt) abort();
+        if (aliases_written) abort(); /* the new rows were read out of memory the append wrote */
         for (int64_t e = 0; e < B * Tq * Hq * D; ++e)
             if (!isfinite(o[e])) abort();
     }

@@ -786,8 +786,12 @@ typedef struct attn_kv_append {
  * k_cache, v_cache and Q8's k_scale / v_scale, dims 0..2 of size > 1 sorted by stride must
  * nest (each stride >= the extent of the smaller ones, a row being D elements, a scale 1:
  * a zero stride is refused, naming the tensor, dimension and stride), and no two of them may
- * share a byte (judged by their address spans and the gcd of their byte strides, so k and v
- * interleaved in one allocation with equal strides are accepted; naming both tensors).
+ * share a byte (judged by their address spans, the gcd of their byte strides and a bounded
+ * exact search of their offsets, so k and v interleaved in one allocation with equal
+ * strides, per head or per page, are accepted; naming both tensors); nor
+ * may append->k_new or v_new share a byte with any of those four (the new rows may not alias
+ * the cache they are appended into; by the same rule, naming both tensors and their byte
+ * ranges; k_new and v_new may share memory with each other).
  * Read-only calls accept any strides >= 0. On any of these errors nothing is written to the
  * cache or to its scales.
  * 8-bit storage: Tq <= 16 runs attn_decode's kernels in place on the caller's pages and

@@ -12,7 +12,15 @@
  *    and the cache is left byte for byte as it was — among them layouts in which an append
  *    would write two rows to one address (a zero or too small stride, k and v overlapping);
  *  - layouts that look alike but do not collide are accepted: k and v interleaved in one
- *    allocation (bitwise = separate pools), any strides in a read-only call.
+ *    allocation (bitwise = separate pools), any strides in a read-only call;
+ *  - new rows (k_new / v_new) that alias the cache they are appended into (inside either
+ *    pool, the very rows written, strided or with a negative stride) are refused naming both
+ *    tensors' byte ranges, the cache untouched; new rows beside the cache in one allocation
+ *    (interleaved, or after the pools) or one tensor for k_new and v_new are accepted,
+ *    bitwise = separate buffers;
+ *  - 1500 random layouts of k_cache, v_cache and k_new in one arena: accepted only when, byte
+ *    by byte, no two written rows and no new row and written row share an address; refused
+ *    (cache untouched) whenever they do.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -73,6 +81,11 @@ static void pool_store(pool *p, int64_t page, int64_t slot, int64_t h, const flo
             ((uint16_t *)p->data)[e + d] = h16;
         }
     }
+}
+
+/* Element (a, b, c, d) of a rank-4 float32 view, writable. */
+static float *at4(const attn_tensor *t, int64_t a, int64_t b, int64_t c, int64_t d) {
+    return (float *)t->data + a * t->stride[0] + b * t->stride[1] + c * t->stride[2] + d * t->stride[3];
 }
 
 /* ---- 1. caller-owned = library-owned ---- */
@@ -537,26 +550,14 @@ static void test_errors(void) {
     test_tensor_free(&kn), test_tensor_free(&vn), test_tensor_free(&q), test_tensor_free(&out);
 }
 
-/* Layouts an append may write: k and v interleaved in one allocation ([pages, ps, H, 2, D],
- * disjoint elements) equal separate pools bitwise; a read-only call accepts any strides (a
- * zero page stride: every page the same memory). */
+/* Layouts an append may write: k and v interleaved in one allocation, per head ([pages, ps,
+ * H, 2, D]) or per page (vLLM's [pages, 2, ps, H, D]: the same strides, k and v apart only by
+ * the half page between them), equal separate pools bitwise; a read-only call accepts any
+ * strides (a zero page stride: every page the same memory). */
 static void test_layouts(void) {
     enum { PAGES = 4, PS = 8, H = 2, D = 8, B = 2 };
     static float joint[PAGES * PS * H * 2 * D];
     pool kp = pool_new(ATTN_DTYPE_F32, PAGES, PS, H, D), vp = pool_new(ATTN_DTYPE_F32, PAGES, PS, H, D);
-    for (int e = 0; e < PAGES * PS * H * D; ++e) {
-        const float key = 0.01f * (float)(e % 97), value = 0.5f - 0.003f * (float)(e % 89);
-        ((float *)kp.data)[e] = key, ((float *)vp.data)[e] = value;
-        joint[(e / D) * 2 * D + e % D] = key, joint[(e / D) * 2 * D + D + e % D] = value;
-    }
-    const int64_t shape[4] = {PAGES, PS, H, D};
-    attn_tensor kj = attn_tensor_contiguous(joint, ATTN_DTYPE_F32, 4, shape), vj;
-    kj.stride[0] = PS * H * 2 * D, kj.stride[1] = H * 2 * D, kj.stride[2] = 2 * D;
-    vj = kj, vj.data = joint + D;
-    int32_t table[4] = {2, 0, 1, 3};
-    int32_t seqlens[2] = {9, 5};
-    const int64_t tshape[2] = {B, 2};
-    attn_tensor table_view = attn_tensor_contiguous(table, ATTN_DTYPE_I32, 2, tshape);
     test_rng rng;
     test_rng_seed(&rng, 91);
     test_tensor kn = test_tensor_new(B, 2, H, D, TEST_LAYOUT_BTHD), vn = test_tensor_new(B, 2, H, D, TEST_LAYOUT_BTHD);
@@ -566,17 +567,37 @@ static void test_layouts(void) {
     attn_kv_append append = {&kn.view, &vn.view, NULL, NULL, ATTN_ROPE_HALF};
     attn_options options = causal_options(-1, 0.0f);
     attn_error error;
-    for (int form = 0; form < 2; ++form) {
-        attn_kv_cache_view view = {0, form ? &kj : &kp.view, form ? &vj : &vp.view, &table_view, seqlens, NULL, NULL};
-        CHECK_STATUS(attn_forward_with_kvcache(&q.view, &view, &append, &options, &outs[form].view, NULL, NULL, &error),
-                     ATTN_OK, &error, "append into %s", form ? "k and v interleaved in one allocation" : "two pools");
+    int32_t table[4] = {2, 0, 1, 3};
+    const int64_t tshape[2] = {B, 2};
+    attn_tensor table_view = attn_tensor_contiguous(table, ATTN_DTYPE_I32, 2, tshape);
+    for (int per_page = 0; per_page < 2; ++per_page) {
+        const char *name = per_page ? "k and v pages interleaved ([pages, 2, ps, H, D])"
+                                    : "k and v heads interleaved ([pages, ps, H, 2, D])";
+        const int64_t shape[4] = {PAGES, PS, H, D};
+        attn_tensor kj = attn_tensor_contiguous(joint, ATTN_DTYPE_F32, 4, shape), vj;
+        kj.stride[0] = PS * H * 2 * D;
+        kj.stride[1] = per_page ? H * D : H * 2 * D, kj.stride[2] = per_page ? D : 2 * D;
+        vj = kj, vj.data = joint + (per_page ? PS * H * D : D);
+        for (int e = 0; e < PAGES * PS * H * D; ++e) {
+            const int64_t p = e / (PS * H * D), s = e / (H * D) % PS, h = e / D % H, d = e % D;
+            const float key = 0.01f * (float)(e % 97), value = 0.5f - 0.003f * (float)(e % 89);
+            ((float *)kp.data)[e] = *at4(&kj, p, s, h, d) = key;
+            ((float *)vp.data)[e] = *at4(&vj, p, s, h, d) = value;
+        }
+        int32_t seqlens[2] = {9, 5};
+        for (int form = 0; form < 2; ++form) {
+            attn_kv_cache_view view = {0, form ? &kj : &kp.view, form ? &vj : &vp.view, &table_view, seqlens, NULL, NULL};
+            CHECK_STATUS(attn_forward_with_kvcache(&q.view, &view, &append, &options, &outs[form].view, NULL, NULL, &error),
+                         ATTN_OK, &error, "append into %s", form ? name : "two pools");
+        }
+        CHECK(test_bitwise_equal(&outs[0].view, &outs[1].view), "%s = separate pools, bitwise", name);
+        int same = 1;
+        for (int e = 0; e < PAGES * PS * H * D; ++e) {
+            const int64_t p = e / (PS * H * D), s = e / (H * D) % PS, h = e / D % H, d = e % D;
+            same = same && *at4(&kj, p, s, h, d) == ((float *)kp.data)[e] && *at4(&vj, p, s, h, d) == ((float *)vp.data)[e];
+        }
+        CHECK(same, "%s: every stored element = the separate pools'", name);
     }
-    CHECK(test_bitwise_equal(&outs[0].view, &outs[1].view), "interleaved k/v = separate pools, bitwise");
-    int same = 1;
-    for (int e = 0; e < PAGES * PS * H * D; ++e)
-        same = same && joint[(e / D) * 2 * D + e % D] == ((float *)kp.data)[e] &&
-               joint[(e / D) * 2 * D + D + e % D] == ((float *)vp.data)[e];
-    CHECK(same, "interleaved k/v: every stored element = the separate pools'");
     /* Read-only: every page at one address is accepted (no append writes it). */
     attn_tensor k_one = kp.view, v_one = vp.view;
     k_one.stride[0] = 0, v_one.stride[0] = 0;
@@ -590,6 +611,215 @@ static void test_layouts(void) {
     test_tensor_free(&kn), test_tensor_free(&vn), test_tensor_free(&q), test_tensor_free(&outs[0]), test_tensor_free(&outs[1]);
 }
 
+/* ---- 4. the new rows may not alias the cache they are appended into ---- */
+/* k_new or v_new [2, 3, 1, 4] laid over a pool [8, 8, 1, 4] (seq 0 on pages 0-3 appends at
+ * 10..12, seq 1 on pages 4-7 at 12..14): refused with both tensors' exact byte ranges. */
+typedef struct alias_case {
+    const char *name;
+    int value;         /* 0: k_new is laid over the pool, 1: v_new */
+    int value_pool;    /* the pool it lies in: 0 k_cache, 1 v_cache */
+    int64_t offset;    /* floats from the pool's start to element [0, 0, 0, 0] */
+    int64_t stride[4]; /* its strides (floats) */
+    int64_t first, end; /* the floats it spans, from element [0, 0, 0, 0] */
+} alias_case;
+
+static const alias_case alias_cases[] = {
+    {"k_new inside k_cache's last page", 0, 0, 224, {12, 4, 4, 1}, 0, 24},
+    {"v_new = the very rows it is appended into", 1, 1, 40, {136, 4, 4, 1}, 0, 148},
+    {"k_new inside v_cache", 0, 1, 100, {12, 4, 4, 1}, 0, 24},
+    {"k_new on every other float, between k_cache's elements", 0, 0, 1, {24, 8, 8, 2}, 0, 47},
+    {"v_new with a negative token stride inside k_cache", 1, 0, 40, {12, -4, 4, 1}, -8, 16},
+};
+
+static void test_new_rows_alias(void) {
+    enum { PAGES = 8, PS = 8, H = 1, D = 4, B = 2, T = 3 };
+    int32_t table[8] = {0, 1, 2, 3, 4, 5, 6, 7};
+    int32_t seqlens[2] = {10, 12};
+    const int64_t tshape[2] = {B, 4};
+    attn_tensor table_view = attn_tensor_contiguous(table, ATTN_DTYPE_I32, 2, tshape);
+    attn_options options = causal_options(-1, 0.0f);
+    for (size_t n = 0; n < sizeof alias_cases / sizeof alias_cases[0]; ++n) {
+        const alias_case *ac = &alias_cases[n];
+        pool kp = pool_new(ATTN_DTYPE_F32, PAGES, PS, H, D), vp = pool_new(ATTN_DTYPE_F32, PAGES, PS, H, D);
+        for (size_t e = 0; e < kp.bytes / 4; ++e) ((float *)kp.data)[e] = 0.01f * (float)e, ((float *)vp.data)[e] = 1.0f - 0.002f * (float)e;
+        test_tensor kn = test_tensor_new(B, T, H, D, TEST_LAYOUT_BTHD), vn = test_tensor_new(B, T, H, D, TEST_LAYOUT_BTHD);
+        test_tensor q = test_tensor_new(B, T, H, D, TEST_LAYOUT_BTHD), out = test_tensor_new(B, T, H, D, TEST_LAYOUT_BTHD);
+        test_tensor_fill_all(&kn, 0.5f), test_tensor_fill_all(&vn, 2.0f), test_tensor_fill_all(&q, 0.1f);
+        const pool *home = ac->value_pool ? &vp : &kp;
+        attn_tensor alias = ac->value ? vn.view : kn.view;
+        alias.data = (float *)home->data + ac->offset;
+        for (int d = 0; d < 4; ++d) alias.stride[d] = ac->stride[d];
+        attn_kv_append append = {ac->value ? &kn.view : &alias, ac->value ? &alias : &vn.view, NULL, NULL, ATTN_ROPE_HALF};
+        attn_kv_cache_view view = {0, &kp.view, &vp.view, &table_view, seqlens, NULL, NULL};
+        char expected[256];
+        snprintf(expected, sizeof expected,
+                 "append->%s (bytes [%p, %p)) and cache->%s (bytes [%p, %p)) may share memory: the new rows must not "
+                 "alias the cache they are appended into",
+                 ac->value ? "v_new" : "k_new", (void *)((float *)alias.data + ac->first),
+                 (void *)((float *)alias.data + ac->end), ac->value_pool ? "v_cache" : "k_cache", home->data,
+                 (void *)((char *)home->data + home->bytes));
+        void *k_before = malloc(kp.bytes), *v_before = malloc(vp.bytes);
+        memcpy(k_before, kp.data, kp.bytes), memcpy(v_before, vp.data, vp.bytes);
+        attn_error error;
+        memset(&error, 0, sizeof error);
+        const attn_status status = attn_forward_with_kvcache(&q.view, &view, &append, &options, &out.view, NULL, NULL, &error);
+        CHECK(status == ATTN_ERROR_INVALID_ARGUMENT && strstr(error.message, expected) != NULL, "%s: %s \"%s\" (expected \"%s\")",
+              ac->name, attn_status_name(status), error.message, expected);
+        CHECK(memcmp(k_before, kp.data, kp.bytes) == 0 && memcmp(v_before, vp.data, vp.bytes) == 0,
+              "%s: the cache is untouched", ac->name);
+        free(k_before), free(v_before), free(kp.data), free(vp.data);
+        test_tensor_free(&kn), test_tensor_free(&vn), test_tensor_free(&q), test_tensor_free(&out);
+    }
+}
+
+/* New rows that share an allocation with the cache but none of its bytes, or one tensor for
+ * both k_new and v_new (both only read), are accepted: the output and every stored element
+ * equal those of separate buffers holding the same values, bitwise. */
+typedef enum beside_form {
+    BESIDE_INTERLEAVED, /* [pages, ps, H, 4, D]: k, v, k_new, v_new rows side by side */
+    BESIDE_AFTER_POOLS, /* one allocation: k pool, v pool, k_new, v_new one after the other */
+    BESIDE_ONE_TENSOR   /* as BESIDE_AFTER_POOLS, but append.k_new = append.v_new */
+} beside_form;
+
+static void test_new_rows_beside(void) {
+    enum { PAGES = 4, PS = 8, H = 2, D = 4, B = 2, T = 3, HQ = 4 };
+    const char *names[3] = {"new rows interleaved with k and v in one allocation",
+                            "new rows after the pools in one allocation", "k_new = v_new"};
+    const int64_t pool_floats = PAGES * PS * H * D, new_floats = B * T * H * D;
+    int32_t table[4] = {2, 0, 1, 3};
+    int32_t seqlens[2] = {9, 5};
+    const int64_t tshape[2] = {B, 2}, shape[4] = {PAGES, PS, H, D}, new_shape[4] = {B, T, H, D};
+    attn_tensor table_view = attn_tensor_contiguous(table, ATTN_DTYPE_I32, 2, tshape);
+    attn_options options = causal_options(-1, 0.0f);
+    test_rng rng;
+    test_rng_seed(&rng, 93);
+    test_tensor q = test_tensor_new(B, T, HQ, D, TEST_LAYOUT_BTHD);
+    test_tensor_fill_normal(&q, &rng, 1.0f);
+    for (int form = BESIDE_INTERLEAVED; form <= BESIDE_ONE_TENSOR; ++form) {
+        float *arena = malloc((size_t)(4 * pool_floats) * sizeof(float));
+        attn_tensor kc = attn_tensor_contiguous(arena, ATTN_DTYPE_F32, 4, shape), vc = kc;
+        attn_tensor knew = attn_tensor_contiguous(arena + 2 * pool_floats, ATTN_DTYPE_F32, 4, new_shape), vnew = knew;
+        if (form == BESIDE_INTERLEAVED) {
+            attn_tensor *all[4] = {&kc, &vc, &knew, &vnew};
+            for (int n = 0; n < 4; ++n)
+                all[n]->stride[0] = PS * H * 4 * D, all[n]->stride[1] = H * 4 * D, all[n]->stride[2] = 4 * D;
+            vc.data = arena + D, knew.data = arena + 2 * D, vnew.data = arena + 3 * D;
+        } else {
+            vc.data = arena + pool_floats;
+            vnew.data = form == BESIDE_AFTER_POOLS ? arena + 2 * pool_floats + new_floats : knew.data;
+        }
+        pool kp = pool_new(ATTN_DTYPE_F32, PAGES, PS, H, D), vp = pool_new(ATTN_DTYPE_F32, PAGES, PS, H, D);
+        test_tensor kn = test_tensor_new(B, T, H, D, TEST_LAYOUT_BTHD), vn = test_tensor_new(B, T, H, D, TEST_LAYOUT_BTHD);
+        for (int64_t e = 0; e < pool_floats; ++e) {
+            const int64_t p = e / (PS * H * D), s = e / (H * D) % PS, h = e / D % H, d = e % D;
+            *at4(&kc, p, s, h, d) = ((float *)kp.data)[e] = 0.01f * (float)(e % 97);
+            *at4(&vc, p, s, h, d) = ((float *)vp.data)[e] = 0.5f - 0.003f * (float)(e % 89);
+        }
+        for (int64_t e = 0; e < new_floats; ++e) {
+            const int64_t b = e / (T * H * D), t = e / (H * D) % T, h = e / D % H, d = e % D;
+            kn.allocation[e] = sinf(0.37f * (float)e);
+            vn.allocation[e] = form == BESIDE_ONE_TENSOR ? kn.allocation[e] : cosf(0.29f * (float)e);
+            *at4(&knew, b, t, h, d) = kn.allocation[e];
+            *at4(&vnew, b, t, h, d) = vn.allocation[e];
+        }
+        test_tensor outs[2] = {test_tensor_new(B, T, HQ, D, TEST_LAYOUT_BTHD), test_tensor_new(B, T, HQ, D, TEST_LAYOUT_BTHD)};
+        attn_error error;
+        for (int run = 0; run < 2; ++run) {
+            attn_kv_cache_view view = {0, run ? &kc : &kp.view, run ? &vc : &vp.view, &table_view, seqlens, NULL, NULL};
+            attn_kv_append append = {run ? &knew : &kn.view, run ? &vnew : &vn.view, NULL, NULL, ATTN_ROPE_HALF};
+            CHECK_STATUS(attn_forward_with_kvcache(&q.view, &view, &append, &options, &outs[run].view, NULL, NULL, &error),
+                         ATTN_OK, &error, "%s (%s)", names[form], run ? "as laid out" : "separate buffers");
+        }
+        CHECK(test_bitwise_equal(&outs[0].view, &outs[1].view), "%s: output = separate buffers', bitwise", names[form]);
+        int same = 1;
+        for (int64_t e = 0; e < pool_floats; ++e) {
+            const int64_t p = e / (PS * H * D), s = e / (H * D) % PS, h = e / D % H, d = e % D;
+            same = same && *at4(&kc, p, s, h, d) == ((float *)kp.data)[e] && *at4(&vc, p, s, h, d) == ((float *)vp.data)[e];
+        }
+        CHECK(same, "%s: every stored element = the separate pools'", names[form]);
+        free(arena), free(kp.data), free(vp.data);
+        test_tensor_free(&kn), test_tensor_free(&vn), test_tensor_free(&outs[0]), test_tensor_free(&outs[1]);
+    }
+    test_tensor_free(&q);
+}
+
+/* Random layouts of k_cache, v_cache and k_new [B, S, H, D] in one float arena (non-negative
+ * strides, some zero, some multiples of D, some arbitrary), each appended into at slot 0:
+ * whenever the bytes say two written rows share an address (within k_cache, within v_cache,
+ * or between them) or k_new shares one with either, the call is refused, cache untouched;
+ * whenever the call is accepted, they share none (the rule is conservative, never wrong). The
+ * truth is counted byte by byte over the arena, independently of the library's rule. */
+static void test_layout_property(void) {
+    enum { ARENA = 2048, TRIALS = 1500 };
+    static float arena[ARENA], before[ARENA];
+    static unsigned char owner[ARENA * 4];
+    test_rng rng;
+    test_rng_seed(&rng, 97);
+    int accepted = 0, refused = 0, interleaved_accepted = 0;
+    for (int trial = 0; trial < TRIALS; ++trial) {
+        const int64_t B = test_rng_range(&rng, 1, 2), S = test_rng_range(&rng, 1, 3), H = test_rng_range(&rng, 1, 2);
+        const int64_t D = test_rng_range(&rng, 1, 4);
+        const int64_t shape[4] = {B, S, H, D}, new_shape[4] = {B, 1, H, D};
+        attn_tensor t[3]; /* k_cache, v_cache, k_new */
+        int64_t reach[3];
+        for (int n = 0; n < 3; ++n) {
+            t[n] = attn_tensor_contiguous(arena, ATTN_DTYPE_F32, 4, n == 2 ? new_shape : shape);
+            reach[n] = D - 1;
+            for (int d = 0; d < 3; ++d) {
+                const int64_t pick = test_rng_range(&rng, 0, 5);
+                t[n].stride[d] = pick == 0 ? 0 : pick == 1 ? D * test_rng_range(&rng, 1, 8)
+                               : pick == 2 ? 2 * D * test_rng_range(&rng, 1, 4) : test_rng_range(&rng, 1, 3 * S * H * D);
+                if (n == 1 && test_rng_range(&rng, 0, 3) > 0) t[n].stride[d] = t[0].stride[d]; /* v often k's strides */
+                reach[n] += t[n].stride[d] * (t[n].shape[d] - 1);
+            }
+        }
+        int64_t start[3];
+        for (int n = 0; n < 3; ++n) { /* v often just after k's first row */
+            start[n] = n == 1 && test_rng_range(&rng, 0, 1) ? start[0] + test_rng_range(&rng, 1, 2 * D)
+                                                            : test_rng_range(&rng, 0, ARENA - 1 - reach[n]);
+            if (start[n] + reach[n] >= ARENA) start[n] = 0;
+            t[n].data = arena + start[n];
+        }
+        /* The truth: bytes of each written row, and of each new row. */
+        int collide = 0;
+        memset(owner, 0, sizeof owner);
+        for (int n = 0; n < 3; ++n)
+            for (int64_t b = 0; b < B; ++b)
+                for (int64_t s = 0; s < t[n].shape[1]; ++s)
+                    for (int64_t h = 0; h < H; ++h) {
+                        const int64_t row = (const float *)t[n].data - arena + b * t[n].stride[0] + s * t[n].stride[1] + h * t[n].stride[2];
+                        for (int64_t byte = row * 4; byte < (row + D) * 4; ++byte) {
+                            if (n < 2) collide = collide || owner[byte] != 0, owner[byte] = 1;
+                            else collide = collide || owner[byte] == 1;
+                        }
+                    }
+        for (int e = 0; e < ARENA; ++e) arena[e] = before[e] = 0.001f * (float)(e % 113);
+        int32_t seqlens[2] = {0, 0};
+        attn_kv_cache_view view = {0, &t[0], &t[1], NULL, seqlens, NULL, NULL};
+        attn_kv_append append = {&t[2], &t[2], NULL, NULL, ATTN_ROPE_HALF};
+        float q_data[2 * 2 * 4] = {0}, out_data[2 * 2 * 4];
+        attn_tensor q = attn_tensor_f32_4d(q_data, B, 1, H, D), out = attn_tensor_f32_4d(out_data, B, 1, H, D);
+        attn_error error;
+        memset(&error, 0, sizeof error);
+        const attn_status status = attn_forward_with_kvcache(&q, &view, &append, NULL, &out, NULL, NULL, &error);
+        if (status == ATTN_OK) {
+            ++accepted;
+            interleaved_accepted += start[1] > start[0] && start[1] <= start[0] + 2 * D &&
+                                    memcmp(t[0].stride, t[1].stride, sizeof t[0].stride) == 0;
+            CHECK(!collide, "trial %d: accepted, but rows share an address (B %lld S %lld H %lld D %lld)", trial,
+                  (long long)B, (long long)S, (long long)H, (long long)D);
+        } else {
+            ++refused;
+            CHECK(status == ATTN_ERROR_INVALID_ARGUMENT && strstr(error.message, "cache->") != NULL &&
+                      memcmp(arena, before, sizeof arena) == 0,
+                  "trial %d: refused with %s \"%s\", the cache untouched", trial, attn_status_name(status), error.message);
+        }
+        if (collide && status == ATTN_OK) break;
+    }
+    CHECK(accepted > TRIALS / 10 && refused > TRIALS / 10 && interleaved_accepted > 0,
+          "random layouts: %d accepted (%d with k and v interleaved), %d refused", accepted, interleaved_accepted, refused);
+}
+
 int main(void) {
     for (size_t n = 0; n < sizeof same_cases / sizeof same_cases[0]; ++n) test_same_as_library(&same_cases[n], 10 + n);
     for (size_t n = 0; n < sizeof chunk_cases / sizeof chunk_cases[0]; ++n) test_chunked(&chunk_cases[n], 50 + n);
@@ -597,5 +827,8 @@ int main(void) {
     test_half_queries();
     test_errors();
     test_layouts();
+    test_new_rows_alias();
+    test_new_rows_beside();
+    test_layout_property();
     return test_finish();
 }

@@ -14,7 +14,8 @@
  *    the float32 K/V;
  *  - errors (missing, misshapen or invalid scales, scales for 16-bit storage, a
  *    non-finite new token, a version-1 view, capacity, scales or cache rows an append would
- *    write at one address: a zero stride, k_scale = v_scale, scales inside the cache) leave the cache and its scales
+ *    write at one address: a zero stride, k_scale = v_scale, scales inside the cache; new rows
+ *    inside the scales or the codes they are appended into) leave the cache and its scales
  *    byte for byte as they were, with a message naming the argument and the value; a
  *    version-1 view (no scale fields) of float32 storage is still accepted, its fields unread.
  */
@@ -420,7 +421,7 @@ typedef enum error_kind {
     E_NO_K_SCALE, E_SCALE_SHAPE, E_SCALE_DTYPE, E_SCALE_STRIDE, E_FP8_SCALE_ZERO, E_FP8_SCALE_NAN,
     E_FP8_SCALE_SHAPE, E_SCALE_FOR_F32, E_NONFINITE_NEW, E_NEW_DTYPE, E_VERSION_1, E_CAPACITY,
     E_SCALE_SLOT_STRIDE_ZERO, E_SCALE_HEAD_STRIDE_ZERO, E_SCALE_PAGE_STRIDE_ZERO, E_SCALES_SHARED, E_SCALE_IN_CACHE,
-    E_CACHE_STRIDE_ZERO
+    E_CACHE_STRIDE_ZERO, E_NEW_IN_SCALES, E_NEW_IN_CODES
 } error_kind;
 
 typedef struct error_case {
@@ -466,6 +467,11 @@ static const error_case error_cases[] = {
      "cache->k_cache (data"},
     {"fp8 cache heads at one address", ATTN_DTYPE_FP8_E4M3, E_CACHE_STRIDE_ZERO, ATTN_ERROR_INVALID_ARGUMENT,
      "cache->k_cache.stride[2] = 0 (shape[2] = 2)"},
+    /* new rows that alias the memory the append writes */
+    {"Q8 k_new inside k_scale", ATTN_DTYPE_Q8, E_NEW_IN_SCALES, ATTN_ERROR_INVALID_ARGUMENT,
+     ") and cache->k_scale (bytes [0x"},
+    {"fp8 v_new (float32) over v_cache's codes", ATTN_DTYPE_FP8_E5M2, E_NEW_IN_CODES, ATTN_ERROR_INVALID_ARGUMENT,
+     ") and cache->v_cache (bytes [0x"},
 };
 
 static void test_errors(void) {
@@ -511,6 +517,8 @@ static void test_errors(void) {
         case E_SCALES_SHARED: view.v_scale = &pool.k_scale; break;
         case E_SCALE_IN_CACHE: bad_scale.data = pool.k_bytes, view.k_scale = &bad_scale; break; /* 512 bytes each */
         case E_CACHE_STRIDE_ZERO: pool.k.stride[2] = 0; break;
+        case E_NEW_IN_SCALES: bad_new.data = pool.k_scales, append.k_new = &bad_new; break; /* 48 of its 128 floats */
+        case E_NEW_IN_CODES: bad_new = vn.view, bad_new.data = pool.v_bytes, append.v_new = &bad_new; break; /* 192 of 512 bytes */
         }
         unsigned char *k_before = malloc(pool.element_bytes[0]), *v_before = malloc(pool.element_bytes[1]);
         memcpy(k_before, pool.k_bytes, pool.element_bytes[0]), memcpy(v_before, pool.v_bytes, pool.element_bytes[1]);

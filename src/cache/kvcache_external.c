@@ -18,7 +18,7 @@
  * 8-bit storage (Q8, FP8) is quantised on append by the library cache's own rounding
  * (cache.c, kernels/quant.h), Q8 writing each new row's scale into k_scale / v_scale; its
  * scales are checked in kvcache_scales.c, and the memory an append writes (no two rows or
- * scales at one address) in kvcache_layout.c.
+ * scales at one address, no new row inside it) in kvcache_layout.c.
  */
 #include <math.h>
 #include <omp.h>
@@ -294,10 +294,11 @@ static attn_status check_arguments(external_plan *plan, const attn_tensor *q,
             (status = attn_kv_check_finite_input(append->v_new, "append->v_new", plan->dtype,
                                                  error)) != ATTN_OK)
             return status;
-        /* Where the append writes, no two rows (or row scales) may share an address. */
+        /* Where the append writes, no two rows (or row scales) may share an address, and
+         * the new rows may not lie there. */
         if (plan->Tnew > 0 &&
             (status = attn_kv_check_append_layout(kc, vc, plan->k_scale, plan->v_scale,
-                                                  error)) != ATTN_OK)
+                                                  append->k_new, append->v_new, error)) != ATTN_OK)
             return status;
     }
 
