@@ -57,7 +57,8 @@
  * Default tile sizes, measured on the 2-core Zen 4 dev machine (1 MiB L2 per core, 32 KiB
  * L1d; docs/performance.md):
  *  - query rows per head: 256 / group_size clamped to [16, 64] ([16, 256] on 16-bit tiles
- *    without a band: FORWARD_TILES16_MAX_ROWS). With K/V packed once per
+ *    outside a window, with 256 keys per tile causal or not: FORWARD_TILES16_MAX_ROWS). With
+ *    K/V packed once per
  *    head, large query tiles no longer pay for packing (128 rows measured no faster than 64
  *    without a mask); 64 rows keep the causal diagonal cheap (a diagonal tile wastes at most
  *    half of 64 x 64 pairs) and the score tile of a whole group (<= 256 rows x 256 keys =
@@ -76,9 +77,13 @@ enum {
     FORWARD_GROUP_ROWS = 256,     /* target rows per item over the group's heads */
     FORWARD_MIN_ROWS = 16,        /* rows per head, lower bound */
     FORWARD_MAX_ROWS = 64,        /* rows per head, upper bound */
-    /* The bound on 16-bit tiles (AMX) without a band: there the tile multiplies are so fast
-     * that streaming a head's packed K/V through L2 once per query tile (flops per byte =
-     * rows per item) limits the step; 256 rows per item, as a GQA group of 4 already has. */
+    /* On 16-bit tiles (AMX), causal or not (windows keep the sizes above): up to 256 query
+     * rows per head and 256 keys per tile. The tile multiplies are so fast there that
+     * streaming a head's packed K/V through L2 once per query tile (flops per byte = rows per
+     * item) and the accumulator's tile loads and stores per key tile (P·V on 64 keys runs at
+     * half the rate of 256: bench/lowp_kernels.c) limit the step. Measured on the AMX Xeon
+     * (docs/performance.md, "AMX"): non-causal D = 128 +10-70%, causal +20-70% (loaded
+     * machine, alternated runs). */
     FORWARD_TILES16_MAX_ROWS = 256,
     FORWARD_KEYS = 256,           /* keys per tile without a band */
     FORWARD_BANDED_KEYS = 64,     /* keys per tile under causal / window */
@@ -338,8 +343,9 @@ static void choose_tiles(forward_plan *plan) {
     const bool windowed =
         attn_mask_window_narrows(options, problem->query_length, problem->key_length);
     const bool banded = options->causal || windowed;
-    const int64_t max_rows =
-        plan->format.bf16_tiles && !banded ? FORWARD_TILES16_MAX_ROWS : FORWARD_MAX_ROWS;
+    /* 16-bit tiles (AMX) outside a window: larger query and key tiles (see the enum). */
+    const bool large_tiles = plan->format.bf16_tiles && !windowed;
+    const int64_t max_rows = large_tiles ? FORWARD_TILES16_MAX_ROWS : FORWARD_MAX_ROWS;
     int64_t default_rows = FORWARD_GROUP_ROWS / problem->group_size;
     if (default_rows < FORWARD_MIN_ROWS) default_rows = FORWARD_MIN_ROWS;
     if (default_rows > max_rows) default_rows = max_rows;
@@ -349,7 +355,7 @@ static void choose_tiles(forward_plan *plan) {
     plan->tile_rows = clamp_tile(execution->tile_q, default_rows, problem->query_length);
     plan->tile_keys = clamp_tile(execution->tile_k,
                                  plan->span_path ? FORWARD_SPAN_TILE_KEYS
-                                 : banded        ? FORWARD_BANDED_KEYS
+                                 : banded && !large_tiles ? FORWARD_BANDED_KEYS
                                                  : FORWARD_KEYS,
                                  problem->key_length);
     plan->query_tiles = (problem->query_length + plan->tile_rows - 1) / plan->tile_rows;
