@@ -200,6 +200,20 @@ static int bench_row(const char *label, attn_kv_cache_config config, int64_t que
         query[i] = (float)((i * 7919) % 97) / 97.0f - 0.5f;
     attn_tensor q = attn_tensor_f32_4d(query, 1, 1, query_heads, config.key_dim);
     attn_tensor out = attn_tensor_f32_4d(output, 1, 1, query_heads, config.value_dim);
+    /* A bf16 cache serves a bf16 model: bf16 queries and out (in the first half of the same
+     * buffers; the query values are exact in bf16), which may run on bf16 tiles (AMX). */
+    const attn_dtype query_dtype = config.dtype == ATTN_DTYPE_BF16 ? ATTN_DTYPE_BF16 : ATTN_DTYPE_F32;
+    if (query_dtype == ATTN_DTYPE_BF16) {
+        uint16_t *query16 = (uint16_t *)query;
+        for (int64_t i = 0; i < query_heads * config.key_dim; ++i) {
+            uint32_t bits;
+            memcpy(&bits, &query[i], sizeof bits);
+            query16[i] = (uint16_t)(bits >> 16); /* n / 97 - 0.5 in steps of 1/97: truncated */
+        }
+        q.dtype = out.dtype = ATTN_DTYPE_BF16;
+    }
+    const char *path = attn_decode_kernel_path(ATTN_KERNEL_AUTO, config.dtype, query_dtype,
+                                               query_heads / config.kv_heads);
     attn_options options = attn_options_default();
     options.causal = 1;
     options.alignment = ATTN_ALIGN_BOTTOM_RIGHT;
@@ -211,8 +225,9 @@ static int bench_row(const char *label, attn_kv_cache_config config, int64_t que
         fprintf(stderr, "attn bench decode: %s\n", error.message);
     } else {
         double gbs = bytes_per_step / seconds / 1e9;
-        printf("%-38s %8lld %10.1f %9.3f %9.1f %9.1f %7.0f%%\n", label, (long long)context,
-               1.0 / seconds, seconds * 1e3, gbs, bandwidth, 100.0 * gbs / bandwidth);
+        printf("%-38s %8lld %10.1f %9.3f %9.1f %9.1f %7.0f%%  %s %s\n", label, (long long)context,
+               1.0 / seconds, seconds * 1e3, gbs, bandwidth, 100.0 * gbs / bandwidth,
+               attn_kernel_name(ATTN_KERNEL_AUTO), path != NULL ? path : "?");
     }
     fflush(stdout);
     free(query), free(output);
@@ -341,8 +356,8 @@ int cli_bench_decode(int argc, char **argv) {
            threads, s.clock == BENCH_CLOCK_CPU ? "CPU-time" : "wall");
     printf("measured read bandwidth: %.1f GB/s (and again after each row: \"read GB/s\")\n\n",
            bandwidth);
-    printf("%-38s %8s %10s %9s %9s %9s %8s\n", "configuration", "context", "tokens/s",
-           "ms/token", "K/V GB/s", "read GB/s", "of read");
+    printf("%-38s %8s %10s %9s %9s %9s %8s  %s\n", "configuration", "context", "tokens/s",
+           "ms/token", "K/V GB/s", "read GB/s", "of read", "kernels (queries bf16 for bf16 caches)");
     int64_t contexts[3] = {4096, 32768, 131072};
     int context_count = s.quick ? 2 : 3;
     if (s.only_context) contexts[0] = s.only_context, context_count = 1;

@@ -64,14 +64,17 @@ typedef struct decode_plan {
 typedef struct decode_scratch {
     float *queries;     /* [rows][Dk] */
     float *prepared;    /* [rows][ATTN_DECODE_PREPARED_DIM(Dk)]: as score_chunk_bf16 reads them,
-                           or [Dk][ATTN_DECODE_GROUP_STRIDE(rows)]: as score_chunk_group does */
+                           or [Dk][ATTN_DECODE_GROUP_STRIDE(rows)]: as score_chunk_group does,
+                           or ATTN_DECODE_TILE_QUERY_ELEMENTS bf16: as score_chunk_tiles does */
     float *scores;      /* [rows][ATTN_DECODE_CHUNK] */
-    float *accumulator; /* [rows][Dv], or [Dv][ATTN_DECODE_GROUP_STRIDE(rows)] for a large group */
+    float *accumulator; /* [rows][Dv], or [Dv][ATTN_DECODE_GROUP_STRIDE(rows)] for a large group,
+                           or [ATTN_DECODE_GROUP_STRIDE(rows)][ATTN_DECODE_TILE_ROW_FLOATS(Dv)]
+                           on the bf16 tiles */
     float *row_max;     /* [rows] */
     float *row_sum;     /* [rows] */
     float *rescale;     /* [rows] factor of each accumulator row at the current chunk */
     float *keys;        /* [ATTN_DECODE_CHUNK][Dk] converted keys */
-    float *values;      /* [ATTN_DECODE_CHUNK][Dv] converted values */
+    float *values;      /* [ATTN_DECODE_CHUNK][Dv] converted values (or the tiles' stage) */
     float *additive;    /* [ATTN_DECODE_CHUNK] the logit pipeline's additive terms of a row */
     uint8_t *allowed;   /* [ATTN_DECODE_CHUNK] the logit pipeline's predicate of a row */
     uint8_t *classes;   /* [group_size] tile class per query head */
@@ -91,11 +94,21 @@ static bool scratch_layout(const decode_plan *plan, int64_t most_splits,
     size_t prepared = rows * (size_t)ATTN_DECODE_PREPARED_DIM(plan->key_dim);
     const size_t group_prepared = dk * (size_t)ATTN_DECODE_GROUP_STRIDE(plan->rows);
     if (group_prepared > prepared) prepared = group_prepared;
-    const size_t accumulator = dv * (size_t)ATTN_DECODE_GROUP_STRIDE(plan->rows); /* >= rows*dv */
+    /* ... or for the bf16 tiles (bf16 elements, two per float) */
+    const size_t tile_prepared = (ATTN_DECODE_TILE_QUERY_ELEMENTS(plan->rows, plan->key_dim) + 1) / 2;
+    if (tile_prepared > prepared) prepared = tile_prepared;
+    /* the accumulator: [rows][Dv], transposed for a large group, or with rows of
+     * ATTN_DECODE_TILE_ROW_FLOATS(Dv) for the bf16 tiles, whichever is largest */
+    const size_t accumulator = (size_t)ATTN_DECODE_TILE_ROW_FLOATS(plan->value_dim) *
+                               (size_t)ATTN_DECODE_GROUP_STRIDE(plan->rows); /* >= rows*dv */
+    /* converted values, or the value rows interleaved for the bf16 tiles */
+    size_t values = chunk * dv;
+    const size_t tile_values = ATTN_DECODE_TILE_VALUE_BYTES(plan->value_dim) / f;
+    if (tile_values > values) values = tile_values;
     const size_t counts[SCRATCH_PARTS][2] = {
         {rows * dk, f}, {prepared, f}, {rows * chunk, f}, {accumulator, f},
         {rows, f},      {rows, f},                {rows, f},         {chunk * dk, f},
-        {chunk * dv, f}, {chunk, f},              {chunk, 1},        {(size_t)plan->group_size, 1},
+        {values, f},    {chunk, f},              {chunk, 1},        {(size_t)plan->group_size, 1},
         {(size_t)most_splits, sizeof(double)},    {dv, f}};
     *total = 0;
     for (int n = 0; n < SCRATCH_PARTS; ++n) {
@@ -188,6 +201,48 @@ static void prefetch_chunk(const attn_kv_cache *cache, const int32_t *table, int
                       cache->config.value_dim * element_size);
 }
 
+/* How a task computes (the one choice, used by run_task and by attn_decode_kernel_path). */
+typedef enum decode_path {
+    PATH_ROWS,       /* chunks converted to float32 (if stored narrower), score_chunk etc. */
+    PATH_FUSED_BF16, /* small groups read bf16 storage in place (score_chunk_bf16) */
+    PATH_FUSED_Q8,   /* 8-bit storage read in place (score_chunk_q8) */
+    PATH_GROUP,      /* large groups on float32 chunks (score_chunk_group) */
+    PATH_TILES,      /* bf16 queries of large groups on bf16 tiles (score_chunk_tiles: AMX) */
+} decode_path;
+
+static const char *const decode_path_names[] = {"fp32 rows", "bf16 in place", "8-bit in place",
+                                                 "fp32 large group", "bf16 tiles"};
+
+/* The path of a task with `rows` query rows of `query_dtype` against `cache_dtype` storage. */
+static decode_path decode_path_of(const attn_decode_kernels *kernels, attn_dtype cache_dtype,
+                                  attn_dtype query_dtype, int64_t rows) {
+    /* Small groups read bf16 storage directly (kernels/registry.h, ATTN_DECODE_FUSED_ROWS). */
+    if (cache_dtype == ATTN_DTYPE_BF16 && kernels->score_chunk_bf16 != NULL &&
+        rows <= ATTN_DECODE_FUSED_ROWS)
+        return PATH_FUSED_BF16;
+    /* ... and 8-bit storage likewise, with its scales (int8: every group; its integer
+     * products cost less than float FMAs even when many rows share a chunk, quant.h) */
+    if (attn_dtype_is_quantized(cache_dtype) && kernels->score_chunk_q8 != NULL &&
+        (rows <= ATTN_DECODE_FUSED_ROWS || cache_dtype == ATTN_DTYPE_Q8))
+        return PATH_FUSED_Q8;
+    /* bf16 queries (never float32 ones rounded) against bf16 storage on bf16 tiles */
+    if (cache_dtype == ATTN_DTYPE_BF16 && query_dtype == ATTN_DTYPE_BF16 &&
+        kernels->score_chunk_tiles != NULL && rows >= ATTN_DECODE_TILE_ROWS)
+        return PATH_TILES;
+    /* Large groups (MQA, MLA): scores from queries prepared once per task for
+     * score_chunk_group, keys widened or dequantised once per chunk (registry.h). */
+    if (kernels->score_chunk_group != NULL && rows >= ATTN_DECODE_GROUP_ROWS) return PATH_GROUP;
+    return PATH_ROWS;
+}
+
+const char *attn_decode_kernel_path(attn_kernel_choice choice, attn_dtype cache_dtype,
+                                    attn_dtype query_dtype, int64_t rows) {
+    const attn_kernels *kernels = NULL;
+    if (rows < 1 || attn_kernels_select(choice, &kernels, NULL) != ATTN_OK || kernels == NULL)
+        return NULL;
+    return decode_path_names[decode_path_of(&kernels->decode, cache_dtype, query_dtype, rows)];
+}
+
 /* One task: sequence b, KV head kv_head, split `split`; writes its partial (O, LSE).
  * Every chunk of keys (and of values) is read once and serves all `rows` query rows of the
  * group: scores [rows x chunk] = queries [rows x Dk] . keys^T, one softmax step per row,
@@ -222,15 +277,11 @@ static void run_task(const decode_plan *plan, decode_scratch *scratch, int64_t b
     const int64_t element_size = (int64_t)attn_dtype_size(cache->config.dtype);
     /* Logits need more than the scale when a soft-cap or additive term applies. */
     const bool transform = plan->softcap > 0.0f || plan->mask->has_additive;
-    /* Small groups read bf16 storage directly (kernels/registry.h, ATTN_DECODE_FUSED_ROWS). */
-    const bool fused_bf16 = cache->config.dtype == ATTN_DTYPE_BF16 &&
-                            kernels->score_chunk_bf16 != NULL && rows <= ATTN_DECODE_FUSED_ROWS;
-    /* ... and 8-bit storage likewise, with its scales (key / value head factors: FP8). */
     const attn_dtype dtype = cache->config.dtype;
-    /* (int8: every group; its integer products cost less than float FMAs even when many rows
-     * share a chunk, kernels/quant.h) */
-    const bool fused_q8 = attn_dtype_is_quantized(dtype) && kernels->score_chunk_q8 != NULL &&
-                          (rows <= ATTN_DECODE_FUSED_ROWS || dtype == ATTN_DTYPE_Q8);
+    const decode_path path = decode_path_of(kernels, dtype, q->dtype, rows);
+    const bool fused_bf16 = path == PATH_FUSED_BF16, fused_q8 = path == PATH_FUSED_Q8;
+    const bool tiles = path == PATH_TILES;
+    /* (8-bit storage: key / value head factors, FP8) */
     const float key_factor = cache->key_head_scales[kv_head];
     const float value_factor = cache->value_head_scales[kv_head];
     const float *bf16_queries = scratch->queries;
@@ -238,15 +289,20 @@ static void run_task(const decode_plan *plan, decode_scratch *scratch, int64_t b
         kernels->prepare_bf16_queries((int)rows, (int)Dk, scratch->queries, scratch->prepared);
         bf16_queries = scratch->prepared;
     }
-    /* Large groups (MQA, MLA): scores from queries prepared once per task for
-     * score_chunk_group, keys widened or dequantised once per chunk (registry.h). */
-    const bool group = !fused_bf16 && !fused_q8 && kernels->score_chunk_group != NULL &&
-                       rows >= ATTN_DECODE_GROUP_ROWS;
+    const bool group = path == PATH_GROUP;
     if (group)
         kernels->prepare_group_queries((int)rows, (int)Dk, scratch->queries, scratch->prepared);
-    /* the accumulator, [rows][Dv] or (large group) [Dv][ATTN_DECODE_GROUP_STRIDE(rows)] */
+    if (tiles)
+        kernels->prepare_tile_queries((int)rows, (int)Dk, scratch->queries,
+                                      (uint16_t *)scratch->prepared);
+    /* the accumulator, [rows][Dv], (large group) [Dv][ATTN_DECODE_GROUP_STRIDE(rows)] or
+     * (tiles) [ATTN_DECODE_GROUP_STRIDE(rows)][ATTN_DECODE_TILE_ROW_FLOATS(Dv)] */
+    const int64_t tile_row = ATTN_DECODE_TILE_ROW_FLOATS(Dv);
     memset(scratch->accumulator, 0,
-           (size_t)(Dv * (group ? ATTN_DECODE_GROUP_STRIDE(rows) : rows)) * sizeof(float));
+           (size_t)(tiles   ? tile_row * ATTN_DECODE_GROUP_STRIDE(rows)
+                    : group ? Dv * ATTN_DECODE_GROUP_STRIDE(rows)
+                            : Dv * rows) *
+               sizeof(float));
 
     /* A chunk's class depends on the query head only through a per-head block layout or
      * boolean mask (src/mask/tiles.c); otherwise one classification serves the group (MQA:
@@ -296,7 +352,11 @@ static void run_task(const decode_plan *plan, decode_scratch *scratch, int64_t b
             }
             int64_t key_stride = Dk, value_stride = stored_value_stride;
             const float *keys = NULL;
-            if (fused_bf16)
+            if (tiles)
+                kernels->score_chunk_tiles((int)rows, count, (int)Dk,
+                                           (const uint16_t *)scratch->prepared, stored_keys,
+                                           cache->key_token_stride, scratch->scores);
+            else if (fused_bf16)
                 kernels->score_chunk_bf16((int)rows, count, (int)Dk, bf16_queries, stored_keys,
                                           cache->key_token_stride, scratch->scores);
             else if (fused_q8)
@@ -335,7 +395,14 @@ static void run_task(const decode_plan *plan, decode_scratch *scratch, int64_t b
             else if (q->dtype == ATTN_DTYPE_F16)
                 plan->kernels->convert.round_f16_rows((int)rows, count, scratch->scores,
                                                       ATTN_DECODE_CHUNK);
-            if (fused_bf16) {
+            if (tiles) { /* MLA (values_in_keys): a value is the start of its key row */
+                const bool own_values = cache->value_pool != NULL;
+                kernels->accumulate_chunk_tiles(
+                    (int)rows, count, (int)Dv, scratch->scores, scratch->rescale,
+                    own_values ? stored_values : stored_keys,
+                    own_values ? stored_value_stride : cache->key_token_stride, scratch->values,
+                    scratch->accumulator);
+            } else if (fused_bf16) {
                 kernels->accumulate_chunk_bf16((int)rows, count, (int)Dv, scratch->scores,
                                                scratch->rescale, stored_values, value_stride,
                                                scratch->accumulator);
@@ -361,8 +428,10 @@ static void run_task(const decode_plan *plan, decode_scratch *scratch, int64_t b
 
     float *out = plan->partial_out + task * rows * Dv;
     float *lse = plan->partial_lse + task * rows;
-    /* accumulator element (r, e): [r][Dv], or transposed for a large group */
-    const int64_t row_step = group ? 1 : Dv, dim_step = group ? ATTN_DECODE_GROUP_STRIDE(rows) : 1;
+    /* accumulator element (r, e): [r][Dv], transposed for a large group, rows of tile_row
+     * floats on the tiles */
+    const int64_t row_step = group ? 1 : tiles ? tile_row : Dv;
+    const int64_t dim_step = group ? ATTN_DECODE_GROUP_STRIDE(rows) : 1;
     for (int64_t r = 0; r < rows; ++r) {
         const float sum = scratch->row_sum[r];
         const float inverse = sum > 0.0f ? 1.0f / sum : 0.0f;
