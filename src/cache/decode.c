@@ -257,6 +257,13 @@ static void run_task(const decode_plan *plan, decode_scratch *scratch, int64_t b
     for (int64_t r = 0; r < rows; ++r) {
         const int64_t h = kv_head * plan->group_size + r / Tq, i = r % Tq;
         const int64_t first = b * q->stride[0] + i * q->stride[1] + h * q->stride[2];
+        if (q->dtype != ATTN_DTYPE_F32 && q->stride[3] == 1) { /* dense 16-bit rows, exactly */
+            (q->dtype == ATTN_DTYPE_BF16 ? kernels->bf16_to_f32 : kernels->f16_to_f32)(
+                Dk, (const uint16_t *)q->data + first, scratch->queries + r * Dk);
+            scratch->row_max[r] = -INFINITY;
+            scratch->row_sum[r] = 0.0f;
+            continue;
+        }
         for (int64_t d = 0; d < Dk; ++d) { /* 16-bit queries widened exactly */
             const int64_t at = first + d * q->stride[3];
             scratch->queries[r * Dk + d] =
@@ -330,9 +337,9 @@ static void run_task(const decode_plan *plan, decode_scratch *scratch, int64_t b
             const void *stored_keys = attn_cache_key_address(cache, page, kv_head, slot);
             const void *stored_values = attn_cache_value_address(cache, page, kv_head, slot);
             const int64_t stored_value_stride = attn_cache_value_row_stride(cache);
-            if (!group && rows > ATTN_DECODE_FUSED_ROWS) /* widened, then many FMAs per key */
+            if (!group && !tiles && rows > ATTN_DECODE_FUSED_ROWS) /* widened, then many FMAs per key */
                 prefetch_chunk(cache, table, kv_head, last, key_end);
-            if (!group && rows >= 2 && cache->value_pool != NULL) /* one row: a stream the hardware follows */
+            if (!group && !tiles && rows >= 2 && cache->value_pool != NULL) /* one row: a stream the hardware follows */
                 prefetch_rows(stored_values, count, stored_value_stride * element_size,
                               Dv * element_size);
             float gathered_scales[2][ATTN_DECODE_CHUNK]; /* Q8 scales of a caller's cache */
@@ -435,8 +442,11 @@ static void run_task(const decode_plan *plan, decode_scratch *scratch, int64_t b
     for (int64_t r = 0; r < rows; ++r) {
         const float sum = scratch->row_sum[r];
         const float inverse = sum > 0.0f ? 1.0f / sum : 0.0f;
-        for (int64_t e = 0; e < Dv; ++e)
-            out[r * Dv + e] = scratch->accumulator[r * row_step + e * dim_step] * inverse;
+        const float *row = scratch->accumulator + r * row_step;
+        if (dim_step == 1) /* dense rows (vectorised) */
+            for (int64_t e = 0; e < Dv; ++e) out[r * Dv + e] = row[e] * inverse;
+        else
+            for (int64_t e = 0; e < Dv; ++e) out[r * Dv + e] = row[e * dim_step] * inverse;
         lse[r] = sum > 0.0f ? scratch->row_max[r] + logf(sum) : -INFINITY;
     }
 }

@@ -28,16 +28,25 @@ static const uint16_t attn_amx_decode_zero_tile[512] __attribute__((aligned(64))
 
 /* prepared[(block * dim_blocks + k) * 512 + p * 32 + n * 2 + j] = bf16(query[16 block + n]
  * [32 k + 2 p + j]): tile (row block, dimension block) in the pair layout; zero past rows
- * and dim (registry.h prepare_tile_queries). Once per task: scalar. */
-static void attn_amx_prepare_tile_queries(int rows, int dim, const float *queries,
-                                          uint16_t *prepared) {
+ * and dim (registry.h prepare_tile_queries). Each row: 32 dims rounded at once, their 16
+ * pairs scattered 64 bytes apart. */
+ATTN_DECODE_AMX_TARGET static void attn_amx_prepare_tile_queries(int rows, int dim,
+                                                                 const float *queries,
+                                                                 uint16_t *prepared) {
     const int dim_blocks = ATTN_DECODE_PREPARED_DIM(dim) / 32;
+    const __m512i pair_rows = _mm512_mullo_epi32(
+        _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+        _mm512_set1_epi32(16));
+    uint16_t rounded[32] __attribute__((aligned(64)));
     memset(prepared, 0, ATTN_DECODE_TILE_QUERY_ELEMENTS(rows, dim) * sizeof(uint16_t));
     for (int r = 0; r < rows; ++r) {
         uint16_t *row = prepared + (size_t)(r / 16) * dim_blocks * 512 + (r % 16) * 2;
-        for (int d = 0; d < dim; ++d) /* tile d / 32, pair row (d % 32) / 2, element d % 2 */
-            row[(d / 32) * 512 + (d % 32) / 2 * 32 + d % 2] =
-                attn_lowp_bf16_round(queries[(size_t)r * dim + d]);
+        for (int k = 0; k < dim_blocks; ++k) {
+            const int valid = dim - 32 * k < 32 ? dim - 32 * k : 32;
+            attn_lowp_avx512bf16_round_row(rounded, queries + (size_t)r * dim + 32 * k, valid, 32);
+            _mm512_i32scatter_epi32(row + (size_t)k * 512, pair_rows,
+                                    _mm512_load_si512((const void *)rounded), 4);
+        }
     }
 }
 
@@ -114,6 +123,9 @@ ATTN_DECODE_AMX_TARGET static void attn_amx_score_chunk_tiles(int rows, int coun
             AMX_ZERO(2);
             AMX_ZERO(3);
             for (int k = 0; k < dim_blocks; ++k) {
+                if (block == 0) /* the next chunk's keys (prefetch never faults) */
+                    for (int c = 0; c < 32; ++c)
+                        _mm_prefetch((const char *)(keys + (int64_t)(ATTN_DECODE_CHUNK + c0 + c) * key_stride + 32 * k), _MM_HINT_T0);
                 int a_stride[2];
                 const uint16_t *a0 = attn_amx_key_operand(keys, key_stride, c0, count, k, dim,
                                                           key_stage[0], &a_stride[0]);
@@ -163,6 +175,10 @@ ATTN_DECODE_AMX_TARGET static void attn_amx_pack_values(int count, int keys, int
     const __m512i high = _mm512_add_epi16(low, _mm512_set1_epi16(16));
     for (int i = 0; i < keys / 2; ++i) {
         uint16_t *row = stage + (size_t)i * width * 2;
+        for (int e0 = 0; e0 < dim; e0 += 32) { /* the next chunk's values */
+            _mm_prefetch((const char *)(values + (int64_t)(ATTN_DECODE_CHUNK + 2 * i) * value_stride + e0), _MM_HINT_T0);
+            _mm_prefetch((const char *)(values + (int64_t)(ATTN_DECODE_CHUNK + 2 * i + 1) * value_stride + e0), _MM_HINT_T0);
+        }
         for (int e0 = 0; e0 < width; e0 += 32) {
             const int valid = dim - e0;
             const __mmask32 mask = valid >= 32 ? (__mmask32)0xffffffffu
