@@ -10,7 +10,8 @@
  * Groups of >= 8 rows with bf16 queries against a bf16 cache run on the bf16 tiles where the
  * CPU has AMX (registry.h score_chunk_tiles; the same bound: P is rounded to bf16 for P·V
  * on every path, the products are exact): MQA, MLA's latent cache (576 / 512), odd dims,
- * chunks cut by pages, soft-cap, window; test_tile_path_taken checks that they do.
+ * chunks cut by pages, soft-cap, window, P · V of several chunks at once (long splits, a split
+ * starting inside a page); test_tile_path_taken checks that they take that path.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -44,6 +45,12 @@ static const decode_case cases[] = {
     {"bf16 group 8, D=72/136", 1, 150, 1, 16, 2, 72, 136, 16, ATTN_DTYPE_BF16, 0, 0, 0.0f, 0},
     {"bf16 group 16, soft-cap", 1, 130, 2, 16, 2, 64, 64, 32, ATTN_DTYPE_BF16, 0, 0, 3.0f, 0},
     {"bf16 MQA 32, window 70", 1, 260, 1, 32, 1, 128, 96, 0, ATTN_DTYPE_BF16, 64, 0, 0.0f, 70},
+    /* P · V of up to 4 chunks at once on the tiles (accumulators over 24 KiB): long splits, a
+     * split that starts inside a page of 256 (a short chunk at the page's end), a window that
+     * cuts chunks */
+    {"bf16 MQA 32 D=128/256, 4-chunk", 1, 700, 1, 32, 1, 128, 256, 0, ATTN_DTYPE_BF16, 512, 0, 0.0f, 0},
+    {"bf16 MLA latent, splits 300", 1, 600, 2, 16, 1, 576, 512, 256, ATTN_DTYPE_BF16, 300, 1, 0.0f, 0},
+    {"bf16 group 16 x Tq 2, window", 2, 900, 2, 16, 1, 64, 200, 0, ATTN_DTYPE_BF16, 1024, 0, 0.0f, 200},
 };
 
 static const attn_kernel_choice kernel_choices[] = {ATTN_KERNEL_AUTO, ATTN_KERNEL_GENERIC,

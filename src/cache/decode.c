@@ -41,6 +41,9 @@
 #define MOST_SPLIT_TOKENS 1024
 #define TARGET_TASKS 16
 #define LARGE_SPLIT_ROWS 64
+/* An accumulator of more bytes than this takes the bf16 tiles' P · V of several chunks at
+ * once (run_task); half of a 48 KiB L1. */
+#define TILE_L1_BYTES (24 * 1024)
 #define LARGE_SPLIT_FACTOR 4
 
 /* Everything a task needs, fixed for the call. */
@@ -68,7 +71,8 @@ typedef struct decode_scratch {
     float *prepared;    /* [rows][ATTN_DECODE_PREPARED_DIM(Dk)]: as score_chunk_bf16 reads them,
                            or [Dk][ATTN_DECODE_GROUP_STRIDE(rows)]: as score_chunk_group does,
                            or ATTN_DECODE_TILE_QUERY_ELEMENTS bf16: as score_chunk_tiles does */
-    float *scores;      /* [rows][ATTN_DECODE_CHUNK] */
+    float *scores;      /* [rows][ATTN_DECODE_CHUNK], or ATTN_DECODE_TILE_CHUNKS such blocks on
+                           the bf16 tiles (the chunks whose P · V is pending) */
     float *accumulator; /* [rows][Dv], or [Dv][ATTN_DECODE_GROUP_STRIDE(rows)] for a large group,
                            or [ATTN_DECODE_GROUP_STRIDE(rows)][ATTN_DECODE_TILE_ROW_FLOATS(Dv)]
                            on the bf16 tiles */
@@ -82,9 +86,10 @@ typedef struct decode_scratch {
     uint8_t *classes;   /* [group_size] tile class per query head */
     double *weights;    /* [most splits] merge weights of a row */
     float *merged;      /* [Dv] a merged row */
+    float *carried;     /* [rows] bf16 tiles: the accumulator's factor over the pending chunks */
 } decode_scratch;
 
-enum { SCRATCH_PARTS = 14 };
+enum { SCRATCH_PARTS = 15 };
 
 /* Bytes of each part of one thread's scratch (64-byte multiples, in decode_scratch order)
  * and their total; false on overflow. */
@@ -108,10 +113,10 @@ static bool scratch_layout(const decode_plan *plan, int64_t most_splits,
     const size_t tile_values = ATTN_DECODE_TILE_VALUE_BYTES(plan->value_dim) / f;
     if (tile_values > values) values = tile_values;
     const size_t counts[SCRATCH_PARTS][2] = {
-        {rows * dk, f}, {prepared, f}, {rows * chunk, f}, {accumulator, f},
+        {rows * dk, f}, {prepared, f}, {rows * chunk * ATTN_DECODE_TILE_CHUNKS, f}, {accumulator, f},
         {rows, f},      {rows, f},                {rows, f},         {chunk * dk, f},
         {values, f},    {chunk, f},              {chunk, 1},        {(size_t)plan->group_size, 1},
-        {(size_t)most_splits, sizeof(double)},    {dv, f}};
+        {(size_t)most_splits, sizeof(double)},    {dv, f}, {rows, f}};
     *total = 0;
     for (int n = 0; n < SCRATCH_PARTS; ++n) {
         size_t part;
@@ -134,7 +139,7 @@ static void scratch_carve(decode_scratch *scratch, const size_t bytes[SCRATCH_PA
     scratch->accumulator = parts[3], scratch->row_max = parts[4], scratch->row_sum = parts[5];
     scratch->rescale = parts[6], scratch->keys = parts[7], scratch->values = parts[8];
     scratch->additive = parts[9], scratch->allowed = parts[10], scratch->classes = parts[11];
-    scratch->weights = parts[12], scratch->merged = parts[13];
+    scratch->weights = parts[12], scratch->merged = parts[13], scratch->carried = parts[14];
 }
 
 /* Pointer to `count` float32 rows of keys (values) of tokens [token, token + count) of one
@@ -245,6 +250,16 @@ const char *attn_decode_kernel_path(attn_kernel_choice choice, attn_dtype cache_
     return decode_path_names[decode_path_of(&kernels->decode, cache_dtype, query_dtype, rows)];
 }
 
+/* The bf16 tiles' pending P · V: `chunks` chunks of `keys` keys in all (one page, from
+ * `values`), their P blocks in scratch->scores, the accumulator's factor in
+ * scratch->carried. */
+static void flush_tiles(const attn_decode_kernels *kernels, decode_scratch *scratch,
+                        int64_t rows, int64_t Dv, int keys, const void *values,
+                        int64_t value_stride) {
+    kernels->accumulate_chunk_tiles((int)rows, keys, (int)Dv, scratch->scores, scratch->carried,
+                                    values, value_stride, scratch->values, scratch->accumulator);
+}
+
 /* One task: sequence b, KV head kv_head, split `split`; writes its partial (O, LSE).
  * Every chunk of keys (and of values) is read once and serves all `rows` query rows of the
  * group: scores [rows x chunk] = queries [rows x Dk] . keys^T, one softmax step per row,
@@ -318,6 +333,15 @@ static void run_task(const decode_plan *plan, decode_scratch *scratch, int64_t b
      * 32 calls per chunk were ≈ 5% of the time). */
     const attn_options *mask_options = plan->mask->options;
     const bool per_head_classes = mask_options->block_layout != NULL || mask_options->mask != NULL;
+    /* bf16 tiles: P · V of up to ATTN_DECODE_TILE_CHUNKS consecutive chunks of one page at once
+     * (registry.h accumulate_chunk_tiles), from pending_values on */
+    int pending = 0, pending_keys = 0;
+    /* (an accumulator that stays in L1, MQA's 32 x 128 floats, gains nothing from it, and the
+     * value stage of 4 chunks would leave L1) */
+    const int tile_chunks =
+        rows * tile_row * (int64_t)sizeof(float) > TILE_L1_BYTES ? ATTN_DECODE_TILE_CHUNKS : 1;
+    const void *pending_values = NULL;
+    int64_t pending_stride = 0;
     for (int64_t first = key_begin; first < key_end;) {
         const int64_t page_end = (first / cache->page_size + 1) * cache->page_size;
         int64_t last = first + ATTN_DECODE_CHUNK;
@@ -334,7 +358,12 @@ static void run_task(const decode_plan *plan, decode_scratch *scratch, int64_t b
             any |= scratch->classes[g] != ATTN_TILE_EMPTY;
             all_full &= scratch->classes[g] == ATTN_TILE_FULL;
         }
+        if (!any && pending > 0) { /* the pending chunks end here */
+            flush_tiles(kernels, scratch, rows, Dv, pending_keys, pending_values, pending_stride);
+            pending = pending_keys = 0;
+        }
         if (any) {
+            float *scores = scratch->scores + (int64_t)pending * rows * ATTN_DECODE_CHUNK;
             const int64_t page = table[first / cache->page_size], slot = first % cache->page_size;
             const void *stored_keys = attn_cache_key_address(cache, page, kv_head, slot);
             const void *stored_values = attn_cache_value_address(cache, page, kv_head, slot);
@@ -364,24 +393,24 @@ static void run_task(const decode_plan *plan, decode_scratch *scratch, int64_t b
             if (tiles)
                 kernels->score_chunk_tiles((int)rows, count, (int)Dk,
                                            (const uint16_t *)scratch->prepared, stored_keys,
-                                           cache->key_token_stride, scratch->scores);
+                                           cache->key_token_stride, scores);
             else if (fused_bf16)
                 kernels->score_chunk_bf16((int)rows, count, (int)Dk, bf16_queries, stored_keys,
-                                          cache->key_token_stride, scratch->scores);
+                                          cache->key_token_stride, scores);
             else if (fused_q8)
                 kernels->score_chunk_q8(dtype, (int)rows, count, (int)Dk, scratch->queries,
                                         stored_keys, cache->key_token_stride, key_scales,
-                                        key_factor, scratch->scores);
+                                        key_factor, scores);
             else {
                 keys = chunk_rows(plan, stored_keys, key_scales, key_factor, count, Dk,
                                   cache->key_token_stride,
                                   scratch->keys, &key_stride);
                 if (group)
                     kernels->score_chunk_group((int)rows, count, (int)Dk, scratch->prepared, keys,
-                                               key_stride, scratch->scores);
+                                               key_stride, scores);
                 else
                     kernels->score_chunk((int)rows, count, (int)Dk, scratch->queries, keys,
-                                         key_stride, scratch->scores);
+                                         key_stride, scores);
             }
             float scale = plan->scale;
             if (transform || !all_full) { /* the logit pipeline, then a softmax at scale 1 */
@@ -391,32 +420,55 @@ static void run_task(const decode_plan *plan, decode_scratch *scratch, int64_t b
                     attn_logits_row(plan->mask, &plan->logits,
                                     (attn_tile_class)scratch->classes[r / Tq], b,
                                     kv_head * plan->group_size + r / Tq, r % Tq, first, count,
-                                    scratch->scores + r * ATTN_DECODE_CHUNK, &buffers);
+                                    scores + r * ATTN_DECODE_CHUNK, &buffers);
                 scale = 1.0f;
             }
-            kernels->softmax_chunk((int)rows, count, scale, scratch->scores, scratch->row_max,
+            kernels->softmax_chunk((int)rows, count, scale, scores, scratch->row_max,
                                    scratch->row_sum, scratch->rescale);
             /* 16-bit queries: P rounded to their type for P·V, as attn_forward does (the row
-             * sums keep the unrounded P). */
-            if (q->dtype == ATTN_DTYPE_BF16)
-                plan->kernels->convert.round_bf16_rows((int)rows, count, scratch->scores,
+             * sums keep the unrounded P; the bf16 tiles round it themselves, after the pending
+             * chunks' P is rescaled to the last one's maximum). */
+            if (tiles) {
+                for (int64_t r = 0; r < rows; ++r) {
+                    const float factor = scratch->rescale[r];
+                    if (pending == 0) {
+                        scratch->carried[r] = factor;
+                        continue;
+                    }
+                    scratch->carried[r] *= factor;
+                    if (factor != 1.0f)
+                        for (int j = 0; j < pending; ++j) {
+                            float *row = scratch->scores + ((int64_t)j * rows + r) * ATTN_DECODE_CHUNK;
+                            for (int c = 0; c < ATTN_DECODE_CHUNK; ++c) row[c] *= factor;
+                        }
+                }
+            } else if (q->dtype == ATTN_DTYPE_BF16)
+                plan->kernels->convert.round_bf16_rows((int)rows, count, scores,
                                                        ATTN_DECODE_CHUNK);
             else if (q->dtype == ATTN_DTYPE_F16)
-                plan->kernels->convert.round_f16_rows((int)rows, count, scratch->scores,
+                plan->kernels->convert.round_f16_rows((int)rows, count, scores,
                                                       ATTN_DECODE_CHUNK);
             if (tiles) { /* MLA (values_in_keys): a value is the start of its key row */
-                const bool own_values = cache->value_pool != NULL;
-                kernels->accumulate_chunk_tiles(
-                    (int)rows, count, (int)Dv, scratch->scores, scratch->rescale,
-                    own_values ? stored_values : stored_keys,
-                    own_values ? stored_value_stride : cache->key_token_stride, scratch->values,
-                    scratch->accumulator);
+                if (pending == 0) {
+                    const bool own_values = cache->value_pool != NULL;
+                    pending_values = own_values ? stored_values : stored_keys;
+                    pending_stride = own_values ? stored_value_stride : cache->key_token_stride;
+                }
+                ++pending;
+                pending_keys += count;
+                /* flushed when full, or when the next chunk is not the next keys of this page */
+                if (pending == tile_chunks || count < ATTN_DECODE_CHUNK ||
+                    last == page_end || last >= key_end) {
+                    flush_tiles(kernels, scratch, rows, Dv, pending_keys, pending_values,
+                                pending_stride);
+                    pending = pending_keys = 0;
+                }
             } else if (fused_bf16) {
-                kernels->accumulate_chunk_bf16((int)rows, count, (int)Dv, scratch->scores,
+                kernels->accumulate_chunk_bf16((int)rows, count, (int)Dv, scores,
                                                scratch->rescale, stored_values, value_stride,
                                                scratch->accumulator);
             } else if (fused_q8) {
-                kernels->accumulate_chunk_q8(dtype, (int)rows, count, (int)Dv, scratch->scores,
+                kernels->accumulate_chunk_q8(dtype, (int)rows, count, (int)Dv, scores,
                                              scratch->rescale, stored_values, value_stride,
                                              value_scales, value_factor, scratch->accumulator);
             } else {
@@ -428,12 +480,14 @@ static void run_task(const decode_plan *plan, decode_scratch *scratch, int64_t b
                     values = chunk_rows(plan, stored_values, value_scales, value_factor, count,
                                         Dv, stored_value_stride, scratch->values, &value_stride);
                 (group ? kernels->accumulate_chunk_group : kernels->accumulate_chunk)(
-                    (int)rows, count, (int)Dv, scratch->scores, scratch->rescale, values,
+                    (int)rows, count, (int)Dv, scores, scratch->rescale, values,
                     value_stride, scratch->accumulator);
             }
         }
         first = last;
     }
+    if (pending > 0)
+        flush_tiles(kernels, scratch, rows, Dv, pending_keys, pending_values, pending_stride);
 
     float *out = plan->partial_out + task * rows * Dv;
     float *lse = plan->partial_lse + task * rows;

@@ -174,11 +174,17 @@ typedef struct attn_backward_kernels {
  * up to 16 (one tile row). */
 #define ATTN_DECODE_TILE_ROW_FLOATS(dim) (((dim) + 15) / 16 * 16)
 
-/* Bytes of the value staging buffer accumulate_chunk_tiles needs: a chunk of value rows
- * interleaved in pairs of keys, [ATTN_DECODE_CHUNK / 2][ATTN_DECODE_TILE_ROW_FLOATS(dim)][2]
+/* Chunks of keys whose P · V the bf16 tiles accumulate in one call (accumulate_chunk_tiles):
+ * the accumulator rows pass through the tiles once per call, so for a large accumulator
+ * (MLA: 128 rows x 512 floats, in L2) longer calls cost less; and the keys per call. */
+#define ATTN_DECODE_TILE_CHUNKS 4
+#define ATTN_DECODE_TILE_KEYS (ATTN_DECODE_TILE_CHUNKS * ATTN_DECODE_CHUNK)
+
+/* Bytes of the value staging buffer accumulate_chunk_tiles needs: ATTN_DECODE_TILE_KEYS
+ * value rows interleaved in pairs of keys, [keys / 2][ATTN_DECODE_TILE_ROW_FLOATS(dim)][2]
  * bf16. */
 #define ATTN_DECODE_TILE_VALUE_BYTES(dim) \
-    ((size_t)ATTN_DECODE_CHUNK * (size_t)ATTN_DECODE_TILE_ROW_FLOATS(dim) * 2u)
+    ((size_t)ATTN_DECODE_TILE_KEYS * (size_t)ATTN_DECODE_TILE_ROW_FLOATS(dim) * 2u)
 
 typedef struct attn_decode_kernels {
     /* target[e] = float(source[e]) for e < count, where source holds bfloat16 (or IEEE half)
@@ -251,10 +257,12 @@ typedef struct attn_decode_kernels {
      * (products exact, sums in fp32 in the tile's order; denormal inputs and outputs flush
      * to 0 on AMX).
      * accumulate_chunk_tiles: accumulator[r * ATTN_DECODE_TILE_ROW_FLOATS(dim) + e] =
-     *     rescale[r] * itself + sum_c bf16(weights[r * ATTN_DECODE_CHUNK + c]) *
-     *                                 values[c * value_stride + e]
-     * for r < rows, e < dim (bf16() rounds to nearest even: the loop passes weights already
-     * rounded, lowp.h). The accumulator is [ATTN_DECODE_GROUP_STRIDE(rows)]
+     *     rescale[r] * itself + sum_c bf16(w[r][c]) * values[c * value_stride + e]
+     * for r < rows, e < dim, c < count (<= ATTN_DECODE_TILE_KEYS: up to
+     * ATTN_DECODE_TILE_CHUNKS chunks of one page), where the weights of chunk j = c / 64 are a
+     * block [rows][ATTN_DECODE_CHUNK] of their own: w[r][c] = weights[(j * rows + r) *
+     * ATTN_DECODE_CHUNK + c % ATTN_DECODE_CHUNK] (bf16() rounds to nearest even, lowp.h:
+     * the loop passes P in fp32, rescaled to the last chunk's maximum). The accumulator is [ATTN_DECODE_GROUP_STRIDE(rows)]
      * [ATTN_DECODE_TILE_ROW_FLOATS(dim)] floats, started at 0 by the loop; entries past rows
      * and dim are scratch. stage: ATTN_DECODE_TILE_VALUE_BYTES(dim) bytes, 64-byte aligned,
      * where the kernel interleaves the chunk's value rows. */

@@ -175,9 +175,9 @@ ATTN_DECODE_AMX_TARGET static void attn_amx_pack_values(int count, int keys, int
     const __m512i high = _mm512_add_epi16(low, _mm512_set1_epi16(16));
     for (int i = 0; i < keys / 2; ++i) {
         uint16_t *row = stage + (size_t)i * width * 2;
-        for (int e0 = 0; e0 < dim; e0 += 32) { /* the next chunk's values */
-            _mm_prefetch((const char *)(values + (int64_t)(ATTN_DECODE_CHUNK + 2 * i) * value_stride + e0), _MM_HINT_T0);
-            _mm_prefetch((const char *)(values + (int64_t)(ATTN_DECODE_CHUNK + 2 * i + 1) * value_stride + e0), _MM_HINT_T0);
+        for (int e0 = 0; e0 < dim; e0 += 32) { /* the next keys' values */
+            _mm_prefetch((const char *)(values + (int64_t)(keys + 2 * i) * value_stride + e0), _MM_HINT_T0);
+            _mm_prefetch((const char *)(values + (int64_t)(keys + 2 * i + 1) * value_stride + e0), _MM_HINT_T0);
         }
         for (int e0 = 0; e0 < width; e0 += 32) {
             const int valid = dim - e0;
@@ -204,7 +204,8 @@ ATTN_DECODE_AMX_TARGET static void attn_amx_accumulate_chunk_tiles(
     const int width = ATTN_DECODE_TILE_ROW_FLOATS(dim);
     const int keys = (count + 31) / 32 * 32;
     uint16_t *packed = stage;
-    uint16_t p_stage[32 * ATTN_DECODE_CHUNK] __attribute__((aligned(64))); /* [32 rows][64] */
+    enum { P_STRIDE = ATTN_DECODE_TILE_KEYS }; /* p_stage: [32 rows][ATTN_DECODE_TILE_KEYS] */
+    uint16_t p_stage[32 * P_STRIDE] __attribute__((aligned(64)));
     /* rows rescaled by a factor other than 1 (after the first chunks: rarely) */
     for (int r = 0; r < rows; ++r) {
         if (rescale[r] == 1.0f) continue;
@@ -219,10 +220,15 @@ ATTN_DECODE_AMX_TARGET static void attn_amx_accumulate_chunk_tiles(
     for (int r0 = 0; r0 < rows; r0 += 32) {
         const int second = r0 + 16 < rows;
         for (int r = 0; r < 32; ++r) {
-            uint16_t *row = p_stage + r * ATTN_DECODE_CHUNK;
-            if (r0 + r < rows)
-                attn_lowp_avx512bf16_round_row(row, weights + (size_t)(r0 + r) * ATTN_DECODE_CHUNK,
-                                               count, keys);
+            uint16_t *row = p_stage + r * P_STRIDE;
+            if (r0 + r < rows) /* block j: keys [64 j, 64 j + 64) */
+                for (int j = 0; 64 * j < count; ++j) {
+                    const int n = count - 64 * j < 64 ? count - 64 * j : 64;
+                    const int padded = 64 * j + 64 >= count ? keys - 64 * j : 64;
+                    attn_lowp_avx512bf16_round_row(
+                        row + 64 * j,
+                        weights + ((size_t)j * rows + r0 + r) * ATTN_DECODE_CHUNK, n, padded);
+                }
             else if (r < 16 || second)
                 memset(row, 0, (size_t)keys * sizeof(uint16_t));
         }
@@ -236,7 +242,7 @@ ATTN_DECODE_AMX_TARGET static void attn_amx_accumulate_chunk_tiles(
             if (second && right) AMX_LOAD(3, c_rows[1] + e0 + 16, width * 4);
             for (int k = 0; k < keys; k += 32) {
                 const uint16_t *b = packed + (size_t)(k / 2) * width * 2 + (size_t)e0 * 2;
-                AMX_LOAD(4, p_stage + k, ATTN_DECODE_CHUNK * 2);
+                AMX_LOAD(4, p_stage + k, P_STRIDE * 2);
                 AMX_LOAD(6, b, pair_bytes);
                 AMX_DPBF16(0, 4, 6);
                 if (right) {
@@ -244,7 +250,7 @@ ATTN_DECODE_AMX_TARGET static void attn_amx_accumulate_chunk_tiles(
                     AMX_DPBF16(1, 4, 7);
                 }
                 if (second) {
-                    AMX_LOAD(5, p_stage + 16 * ATTN_DECODE_CHUNK + k, ATTN_DECODE_CHUNK * 2);
+                    AMX_LOAD(5, p_stage + 16 * P_STRIDE + k, P_STRIDE * 2);
                     AMX_DPBF16(2, 5, 6);
                     if (right) AMX_DPBF16(3, 5, 7);
                 }
