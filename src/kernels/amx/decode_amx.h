@@ -132,16 +132,16 @@ ATTN_DECODE_AMX_TARGET static void attn_amx_score_chunk_tiles(int rows, int coun
                 const uint16_t *a1 = attn_amx_key_operand(keys, key_stride, c0 + 16, count, k,
                                                           dim, key_stage[1], &a_stride[1]);
                 const uint16_t *b0 = prepared + ((size_t)block * dim_blocks + k) * 512;
-                const uint16_t *b1 = second ? b0 + (size_t)dim_blocks * 512
-                                            : attn_amx_decode_zero_tile;
                 AMX_LOAD(4, a0, a_stride[0]);
                 AMX_LOAD(5, a1, a_stride[1]);
                 AMX_LOAD(6, b0, 64);
-                AMX_LOAD(7, b1, 64);
                 AMX_DPBF16(0, 4, 6); /* keys c0.., rows of block */
-                AMX_DPBF16(1, 4, 7); /* keys c0.., rows of block + 1 */
                 AMX_DPBF16(2, 5, 6); /* keys c0 + 16.. */
-                AMX_DPBF16(3, 5, 7);
+                if (second) { /* rows of block + 1 */
+                    AMX_LOAD(7, b0 + (size_t)dim_blocks * 512, 64);
+                    AMX_DPBF16(1, 4, 7);
+                    AMX_DPBF16(3, 5, 7);
+                }
             }
             for (int t = 0; t < 4; ++t) {
                 const int key_first = c0 + 16 * (t >> 1), row_first = 16 * (block + (t & 1));
