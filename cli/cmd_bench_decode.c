@@ -5,7 +5,8 @@
  * read (attn_kv_cache_bytes_per_token x context per step: int8 counts its scales), against the read bandwidth
  * measured in the same run right after each row's timing, so that a machine shared with
  * other jobs compares like with like; then MLA absorbed decoding on a DeepSeek-V2 latent
- * cache (128 heads, Dk = 576, Dv = 512), and one MLA layer step naive vs absorbed at a short
+ * cache (Dk = 576, Dv = 512) with V2's 128 and V2-Lite's 16 heads, and one MLA layer step
+ * naive vs absorbed at a short
  * context. --clock cpu times both the decode steps and the bandwidth in the threads' own CPU
  * time (bench_clock.h), which leaves out the time they waited for a core.
  */
@@ -201,14 +202,14 @@ static int bench_row(const char *label, attn_kv_cache_config config, int64_t que
     attn_tensor q = attn_tensor_f32_4d(query, 1, 1, query_heads, config.key_dim);
     attn_tensor out = attn_tensor_f32_4d(output, 1, 1, query_heads, config.value_dim);
     /* A bf16 cache serves a bf16 model: bf16 queries and out (in the first half of the same
-     * buffers; the query values are exact in bf16), which may run on bf16 tiles (AMX). */
+     * buffers), which may run on bf16 tiles (AMX). */
     const attn_dtype query_dtype = config.dtype == ATTN_DTYPE_BF16 ? ATTN_DTYPE_BF16 : ATTN_DTYPE_F32;
     if (query_dtype == ATTN_DTYPE_BF16) {
         uint16_t *query16 = (uint16_t *)query;
         for (int64_t i = 0; i < query_heads * config.key_dim; ++i) {
             uint32_t bits;
             memcpy(&bits, &query[i], sizeof bits);
-            query16[i] = (uint16_t)(bits >> 16); /* n / 97 - 0.5 in steps of 1/97: truncated */
+            query16[i] = (uint16_t)(bits >> 16); /* the same values, truncated to bf16 */
         }
         q.dtype = out.dtype = ATTN_DTYPE_BF16;
     }
@@ -379,18 +380,25 @@ int cli_bench_decode(int argc, char **argv) {
             }
     }
     if (s.mla) {
-        attn_mla_config v2 = {5120, 128, 1536, 512, 128, 64, 128, 0.0, 0.0f, 0.0f, {0}};
+        /* DeepSeek-V2 (128 heads) and V2-Lite (16 heads): the same latent cache (d_c 512 +
+         * rope 64), 8x fewer query rows per key */
+        const attn_mla_config models[2] = {
+            {5120, 128, 1536, 512, 128, 64, 128, 0.0, 0.0f, 0.0f, {0}},
+            {2048, 16, 0, 512, 128, 64, 128, 0.0, 0.0f, 0.0f, {0}}};
         for (int dt = 0; dt < (int)STORAGE_TYPES; ++dt) {
             if (!(s.dtypes & (1 << dt))) continue;
-            for (int c = 0; c < context_count; ++c) {
-                attn_kv_cache_config config;
-                attn_mla_cache_config(&v2, 1, 1, storage_types[dt].dtype, 0, &config, NULL);
-                char label[64];
-                snprintf(label, sizeof label, "%s MLA absorbed (V2, 128 heads)",
-                         storage_types[dt].label);
-                failed |= bench_row(label, config, 128, contexts[c], 1.0f / sqrtf(192.0f),
-                                    threads, &s);
-            }
+            for (int m = 0; m < 2; ++m)
+                for (int c = 0; c < context_count; ++c) {
+                    attn_kv_cache_config config;
+                    attn_mla_cache_config(&models[m], 1, 1, storage_types[dt].dtype, 0, &config,
+                                          NULL);
+                    char label[64];
+                    snprintf(label, sizeof label, "%s MLA absorbed (%s, %lld heads)",
+                             storage_types[dt].label, m == 0 ? "V2" : "V2-Lite",
+                             (long long)models[m].heads);
+                    failed |= bench_row(label, config, models[m].heads, contexts[c],
+                                        1.0f / sqrtf(192.0f), threads, &s);
+                }
         }
         failed |= bench_mla_layer(s.quick ? 256 : 1024, &s);
     }
