@@ -7,7 +7,7 @@
  * u of the queries' type, A = sum_j p_j |v_j| / l (the reference on |V|), L the fp32 logit
  * error bound; GQA, paged and contiguous caches, several splits (execution.tile_k), causal
  * generation rows; bitwise identical for 1 and 2 threads; mixed q / out dtypes are refused.
- * Groups of >= 8 rows with bf16 queries against a bf16 cache run on the bf16 tiles where the
+ * Groups of >= 5 rows with bf16 queries against a bf16 cache run on the bf16 tiles where the
  * CPU has AMX (registry.h score_chunk_tiles; the same bound: P is rounded to bf16 for P·V
  * on every path, the products are exact): MQA, MLA's latent cache (576 / 512), odd dims,
  * chunks cut by pages, soft-cap, window, P · V of several chunks at once (long splits, a split
@@ -38,11 +38,12 @@ static const decode_case cases[] = {
     /* groups of >= ATTN_DECODE_TILE_ROWS rows: bf16 queries on the bf16 tiles (AMX) where the
      * CPU has them: MQA, chunks cut by pages of 48, MLA's latent cache (576 / 512 inside the
      * keys), dims that are no multiple of 32 or 16, 3 query rows (a last row block of 4),
-     * 8 rows, soft-cap and window */
+     * 8 and 6 rows, soft-cap and window */
     {"bf16 MQA 32, paged 48", 1, 300, 1, 32, 1, 128, 128, 48, ATTN_DTYPE_BF16, 0, 0, 0.0f, 0},
     {"bf16 MLA latent 16 heads", 1, 200, 1, 16, 1, 576, 512, 64, ATTN_DTYPE_BF16, 0, 1, 0.0f, 0},
     {"bf16 MQA 12 x Tq 3, D=40/24", 2, 101, 3, 12, 1, 40, 24, 0, ATTN_DTYPE_BF16, 64, 0, 0.0f, 0},
     {"bf16 group 8, D=72/136", 1, 150, 1, 16, 2, 72, 136, 16, ATTN_DTYPE_BF16, 0, 0, 0.0f, 0},
+    {"bf16 group 6, D=48/80", 1, 90, 1, 12, 2, 48, 80, 0, ATTN_DTYPE_BF16, 0, 0, 0.0f, 0},
     {"bf16 group 16, soft-cap", 1, 130, 2, 16, 2, 64, 64, 32, ATTN_DTYPE_BF16, 0, 0, 3.0f, 0},
     {"bf16 MQA 32, window 70", 1, 260, 1, 32, 1, 128, 96, 0, ATTN_DTYPE_BF16, 64, 0, 0.0f, 70},
     /* P · V of up to 4 chunks at once on the tiles (accumulators over 24 KiB): long splits, a
@@ -190,7 +191,7 @@ static void test_tile_path_taken(void) {
               amx->decode.score_chunk_tiles != NULL && amx->decode.accumulate_chunk_tiles != NULL,
           "the AMX registry has the decode tile slots");
     CHECK(strcmp(mqa, "bf16 tiles") == 0, "MQA (32 rows) with AMX runs on bf16 tiles (%s)", mqa);
-    for (int64_t rows = 8; rows <= 160; rows += 19)
+    for (int64_t rows = ATTN_DECODE_TILE_ROWS; rows <= 160; rows += 19)
         CHECK(strcmp(attn_decode_kernel_path(ATTN_KERNEL_AMX, ATTN_DTYPE_BF16, ATTN_DTYPE_BF16,
                                              rows),
                      "bf16 tiles") == 0,
