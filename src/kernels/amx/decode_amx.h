@@ -24,6 +24,9 @@
  */
 #define ATTN_DECODE_AMX_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq")))
 
+/* Keys ahead of the current ones whose rows the kernels request (PREFETCHT0): the next chunk. */
+#define AMX_DECODE_LOOKAHEAD ATTN_DECODE_CHUNK
+
 static const uint16_t attn_amx_decode_zero_tile[512] __attribute__((aligned(64)));
 
 /* prepared[(block * dim_blocks + k) * 512 + p * 32 + n * 2 + j] = bf16(query[16 block + n]
@@ -125,7 +128,7 @@ ATTN_DECODE_AMX_TARGET static void attn_amx_score_chunk_tiles(int rows, int coun
             for (int k = 0; k < dim_blocks; ++k) {
                 if (block == 0) /* the next chunk's keys (prefetch never faults) */
                     for (int c = 0; c < 32; ++c)
-                        _mm_prefetch((const char *)(keys + (int64_t)(ATTN_DECODE_CHUNK + c0 + c) * key_stride + 32 * k), _MM_HINT_T0);
+                        _mm_prefetch((const char *)(keys + (int64_t)(AMX_DECODE_LOOKAHEAD + c0 + c) * key_stride + 32 * k), _MM_HINT_T0);
                 int a_stride[2];
                 const uint16_t *a0 = attn_amx_key_operand(keys, key_stride, c0, count, k, dim,
                                                           key_stage[0], &a_stride[0]);
@@ -176,8 +179,8 @@ ATTN_DECODE_AMX_TARGET static void attn_amx_pack_values(int count, int keys, int
     for (int i = 0; i < keys / 2; ++i) {
         uint16_t *row = stage + (size_t)i * width * 2;
         for (int e0 = 0; e0 < dim; e0 += 32) { /* the next keys' values */
-            _mm_prefetch((const char *)(values + (int64_t)(keys + 2 * i) * value_stride + e0), _MM_HINT_T0);
-            _mm_prefetch((const char *)(values + (int64_t)(keys + 2 * i + 1) * value_stride + e0), _MM_HINT_T0);
+            _mm_prefetch((const char *)(values + (int64_t)(AMX_DECODE_LOOKAHEAD + 2 * i) * value_stride + e0), _MM_HINT_T0);
+            _mm_prefetch((const char *)(values + (int64_t)(AMX_DECODE_LOOKAHEAD + 2 * i + 1) * value_stride + e0), _MM_HINT_T0);
         }
         for (int e0 = 0; e0 < width; e0 += 32) {
             const int valid = dim - e0;
