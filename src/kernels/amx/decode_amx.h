@@ -24,7 +24,8 @@
  */
 #define ATTN_DECODE_AMX_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq")))
 
-/* Keys ahead of the current ones whose rows the kernels request (PREFETCHT0): the next chunk. */
+/* Keys ahead of the current ones whose rows score_chunk_tiles requests (PREFETCHT0): the next
+ * chunk (accumulate_chunk_tiles requests the value rows after those of its call). */
 #define AMX_DECODE_LOOKAHEAD ATTN_DECODE_CHUNK
 
 static const uint16_t attn_amx_decode_zero_tile[512] __attribute__((aligned(64)));
@@ -179,8 +180,8 @@ ATTN_DECODE_AMX_TARGET static void attn_amx_pack_values(int count, int keys, int
     for (int i = 0; i < keys / 2; ++i) {
         uint16_t *row = stage + (size_t)i * width * 2;
         for (int e0 = 0; e0 < dim; e0 += 32) { /* the next keys' values */
-            _mm_prefetch((const char *)(values + (int64_t)(AMX_DECODE_LOOKAHEAD + 2 * i) * value_stride + e0), _MM_HINT_T0);
-            _mm_prefetch((const char *)(values + (int64_t)(AMX_DECODE_LOOKAHEAD + 2 * i + 1) * value_stride + e0), _MM_HINT_T0);
+            _mm_prefetch((const char *)(values + (int64_t)(keys + 2 * i) * value_stride + e0), _MM_HINT_T0);
+            _mm_prefetch((const char *)(values + (int64_t)(keys + 2 * i + 1) * value_stride + e0), _MM_HINT_T0);
         }
         for (int e0 = 0; e0 < width; e0 += 32) {
             const int valid = dim - e0;
