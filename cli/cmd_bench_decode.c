@@ -180,7 +180,7 @@ static int bench_row(const char *label, attn_kv_cache_config config, int64_t que
     config.capacity = context;
     const double bytes_per_step = (double)attn_kv_cache_bytes_per_token(&config) * (double)context;
     if (bytes_per_step / (1024.0 * 1024.0 * 1024.0) > s->max_gib) {
-        printf("%-38s %8lld   skipped (cache %.1f GiB > --max-gib %.1f)\n", label,
+        printf("%-42s %8lld   skipped (cache %.1f GiB > --max-gib %.1f)\n", label,
                (long long)context, bytes_per_step / (1024.0 * 1024.0 * 1024.0), s->max_gib);
         return 0;
     }
@@ -226,7 +226,7 @@ static int bench_row(const char *label, attn_kv_cache_config config, int64_t que
         fprintf(stderr, "attn bench decode: %s\n", error.message);
     } else {
         double gbs = bytes_per_step / seconds / 1e9;
-        printf("%-38s %8lld %10.1f %9.3f %9.1f %9.1f %7.0f%%  %s %s\n", label, (long long)context,
+        printf("%-42s %8lld %10.1f %9.3f %9.1f %9.1f %7.0f%%  %s %s\n", label, (long long)context,
                1.0 / seconds, seconds * 1e3, gbs, bandwidth, 100.0 * gbs / bandwidth,
                attn_kernel_name(ATTN_KERNEL_AUTO), path != NULL ? path : "?");
     }
@@ -357,7 +357,7 @@ int cli_bench_decode(int argc, char **argv) {
            threads, s.clock == BENCH_CLOCK_CPU ? "CPU-time" : "wall");
     printf("measured read bandwidth: %.1f GB/s (and again after each row: \"read GB/s\")\n\n",
            bandwidth);
-    printf("%-38s %8s %10s %9s %9s %9s %8s  %s\n", "configuration", "context", "tokens/s",
+    printf("%-42s %8s %10s %9s %9s %9s %8s  %s\n", "configuration", "context", "tokens/s",
            "ms/token", "K/V GB/s", "read GB/s", "of read", "kernels (queries bf16 for bf16 caches)");
     int64_t contexts[3] = {4096, 32768, 131072};
     int context_count = s.quick ? 2 : 3;
