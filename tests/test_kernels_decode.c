@@ -25,6 +25,8 @@
  *   - where a registry has them (AMX), the bf16 tile kernels: prepare_tile_queries +
  *     score_chunk_tiles and accumulate_chunk_tiles (weights of up to 4 chunks, rescale 1, 0
  *     and between) against double on the bf16 values, rows 1..128, keys 1..256, dims 1..576;
+ *     and the same kernels on emulated tiles (tests/support/amx_emulation.h) wherever the
+ *     CPU has AVX512-BF16, AMX or not;
  *   - a second call on the same inputs gives the same bits.
  */
 #include <math.h>
@@ -33,6 +35,17 @@
 
 #include "kernels/registry.h"
 #include "test_support.h"
+
+#if defined(ATTN_HAVE_AVX512BF16_KERNELS) && (defined(__x86_64__) || defined(__i386__))
+/* The AMX decode kernels (src/kernels/amx/decode_amx.h) on emulated tiles
+ * (tests/support/amx_emulation.h), so that their tile bookkeeping (edges, staging, the pair
+ * layouts, the transposes) is tested on CPUs with AVX512-BF16 but no AMX too. */
+#include <immintrin.h>
+
+#include "amx_emulation.h"
+#include "kernels/amx/decode_amx.h"
+#define EMULATED_DECODE_TILES 1
+#endif
 
 #define DOT_TOLERANCE 1e-6 /* relative to sum |q k| */
 #define SENTINEL 12345.0f
@@ -491,6 +504,17 @@ static void check_tiles(const attn_kernels *k, int rows, int count, int dim, tes
     free(start), free(stage);
 }
 
+/* check_tiles over rows, keys and dims around the tile sizes. */
+static void check_tile_shapes(const attn_kernels *k, test_rng *rng) {
+    static const int tile_rows[] = {1, 2, 5, 15, 16, 17, 32, 33, 48, 128};
+    static const int tile_counts[] = {1, 15, 16, 17, 33, 64, 65, 100, 192, 256};
+    static const int tile_dims[] = {1, 7, 31, 32, 33, 100, 128, 512, 576};
+    for (int n = 0; n < COUNT_OF(tile_rows); ++n)
+        for (int c = 0; c < COUNT_OF(tile_counts); c += 1 + n % 2)
+            check_tiles(k, tile_rows[n], tile_counts[c], tile_dims[(n + c) % COUNT_OF(tile_dims)],
+                        rng);
+}
+
 /* ---- 8-bit storage ---- */
 static const attn_dtype q8_formats[] = {ATTN_DTYPE_Q8, ATTN_DTYPE_FP8_E4M3, ATTN_DTYPE_FP8_E5M2};
 static const char *const q8_names[] = {"int8", "fp8_e4m3", "fp8_e5m2"};
@@ -719,15 +743,9 @@ int main(void) {
             check_accumulate(k, 128, 63, 512, &group_rng);
         }
         if (d->score_chunk_tiles != NULL) { /* bf16 tiles: rows, keys, dims around the tiles */
-            static const int tile_rows[] = {1, 2, 5, 15, 16, 17, 32, 33, 48, 128};
-            static const int tile_counts[] = {1, 15, 16, 17, 33, 64, 65, 100, 192, 256};
-            static const int tile_dims[] = {1, 7, 31, 32, 33, 100, 128, 512, 576};
             CHECK(d->prepare_tile_queries != NULL && d->accumulate_chunk_tiles != NULL,
                   "registry %s has all three tile slots", k->name);
-            for (int n = 0; n < COUNT_OF(tile_rows); ++n)
-                for (int c = 0; c < COUNT_OF(tile_counts); c += 1 + n % 2)
-                    check_tiles(k, tile_rows[n], tile_counts[c],
-                                tile_dims[(n + c) % COUNT_OF(tile_dims)], &group_rng);
+            check_tile_shapes(k, &group_rng);
         }
         CHECK(d->dequantize_rows != NULL, "registry %s has dequantize_rows", k->name);
         for (int f = 0; f < COUNT_OF(q8_formats); ++f)
@@ -738,5 +756,25 @@ int main(void) {
         for (int f = 0; f < COUNT_OF(q8_formats); ++f)
             for (int n = 0; n < COUNT_OF(q8_dims); ++n) check_q8(k, f, 4, 64, q8_dims[n], &rng);
     }
+#if defined(EMULATED_DECODE_TILES)
+    const attn_kernels *avx512bf16 = NULL;
+    if (attn_kernels_select(ATTN_KERNEL_AVX512_BF16, &avx512bf16, NULL) == ATTN_OK) {
+        attn_kernels emulated = *avx512bf16; /* its decode part, plus the AMX decode slots */
+        emulated.name = "amx decode (emulated tiles)";
+        emulated.decode.prepare_tile_queries = attn_amx_decode.prepare_tile_queries;
+        emulated.decode.score_chunk_tiles = attn_amx_decode.score_chunk_tiles;
+        emulated.decode.accumulate_chunk_tiles = attn_amx_decode.accumulate_chunk_tiles;
+        test_rng rng;
+        test_rng_seed(&rng, 4077);
+        check_tile_shapes(&emulated, &rng);
+        CHECK(emulated_faults == 0 && emulated_config_loads >= 1,
+              "emulated tiles: configured (%d loads), no operation on a tile not configured "
+              "16 x 64 (%d)", emulated_config_loads, emulated_faults);
+    } else {
+        printf("no AVX512-BF16 here: the AMX decode kernels are not run on emulated tiles\n");
+    }
+#else
+    printf("build without AVX512-BF16 kernels: the AMX decode kernels are not run on emulated tiles\n");
+#endif
     return test_finish();
 }
