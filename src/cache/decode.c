@@ -10,11 +10,13 @@
  * chunk-sized buffer (bf16 and fp8 for groups of <= 4 rows, int8 always: read in place by the
  * kernel instead, scales folded into scores and weights), and serves all rows = (Hq / Hkv) * Tq query rows of
  * its group from it (groups of >= ATTN_DECODE_GROUP_ROWS through the large-group kernels,
- * with the queries prepared and the accumulator kept transposed for the whole task): scores,
- * mask, online softmax, value accumulation
+ * with the queries prepared and the accumulator kept transposed for the whole task; bf16
+ * queries of groups of >= ATTN_DECODE_TILE_ROWS against bf16 storage on AMX tiles, keys and
+ * values read in place, the P · V of up to ATTN_DECODE_TILE_CHUNKS chunks per pass; the one
+ * choice is decode_path_of): scores, mask, online softmax, value accumulation
  * (docs/attention-math.md §2.1),
- * each step a call into the kernel registry (kernels/registry.h, decode part: generic, AVX2
- * or AVX-512).
+ * each step a call into the kernel registry (kernels/registry.h, decode part: generic, AVX2,
+ * AVX-512 or AMX).
  * Its normalised partial (O, LSE) goes to its own slot; the merge then combines the splits of
  * each row in split order (§3). No shared accumulation, split boundaries independent of the
  * thread count: results are bitwise identical for any thread count.
