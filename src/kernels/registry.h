@@ -161,9 +161,9 @@ typedef struct attn_backward_kernels {
 /* Smallest group (query rows per task) whose bf16 queries against a bf16 cache run on bf16
  * tiles (score_chunk_tiles / accumulate_chunk_tiles: AMX) when the registry has them: the
  * groups above ATTN_DECODE_FUSED_ROWS. Measured (one thread, bf16, context 32768, best
- * of 2 runs of 15 steps): tiles / fp32 kernels 1.8 / 3.7 ms at 6 rows, 1.9 / 4.1 at 8, 2.0 / 4.6 at 12, 2.7 /
- * 6.0 at 16; at 2 and 4 rows the in-place AVX-512 kernels stay faster (1.2 / 1.5 ms and
- * 1.4 / 1.7 ms), a tile of 16 rows being mostly empty there. */
+ * of 2 runs of 15 steps): tiles / fp32 kernels 1.8 / 3.7 ms at 6 rows, 1.9 / 4.1 at 8,
+ * 2.0 / 4.6 at 12, 2.7 / 6.0 at 16; at 2 and 4 rows the in-place AVX-512 kernels stay faster
+ * (1.2 / 1.5 ms and 1.4 / 1.7 ms), a tile of 16 rows being mostly empty there. */
 #define ATTN_DECODE_TILE_ROWS 5
 
 /* uint16_t elements of the query rows prepared for the bf16 tiles (prepare_tile_queries):
