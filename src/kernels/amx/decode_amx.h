@@ -65,12 +65,12 @@ ATTN_DECODE_AMX_TARGET static void attn_amx_transpose_out(const float *tile, int
         t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
         t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
     }
-    for (int i = 0; i < 16; i += 4) {
-        r[i] = _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(t[i]), _mm512_castps_pd(t[i + 2])));
-        r[i + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(t[i]), _mm512_castps_pd(t[i + 2])));
-        r[i + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(t[i + 1]), _mm512_castps_pd(t[i + 3])));
-        r[i + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(t[i + 1]), _mm512_castps_pd(t[i + 3])));
-    }
+    for (int i = 0; i < 16; i += 4)
+        for (int h = 0; h < 2; ++h) { /* pairs of 64-bit lanes of t[i + h] and t[i + h + 2] */
+            const __m512d a = _mm512_castps_pd(t[i + h]), b = _mm512_castps_pd(t[i + h + 2]);
+            r[i + 2 * h] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, b));
+            r[i + 2 * h + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, b));
+        }
     /* r[4 g + q] now holds, in each 128-bit lane l, column q of rows 4 l' .. (block g). */
     for (int g = 0; g < 2; ++g)
         for (int q = 0; q < 4; ++q) {
@@ -128,8 +128,11 @@ ATTN_DECODE_AMX_TARGET static void attn_amx_score_chunk_tiles(int rows, int coun
             AMX_ZERO(3);
             for (int k = 0; k < dim_blocks; ++k) {
                 if (block == 0) /* the next chunk's keys (prefetch never faults) */
-                    for (int c = 0; c < 32; ++c)
-                        _mm_prefetch((const char *)(keys + (int64_t)(AMX_DECODE_LOOKAHEAD + c0 + c) * key_stride + 32 * k), _MM_HINT_T0);
+                    for (int c = 0; c < 32; ++c) {
+                        const int64_t ahead = AMX_DECODE_LOOKAHEAD + c0 + c;
+                        _mm_prefetch((const char *)(keys + ahead * key_stride + 32 * k),
+                                     _MM_HINT_T0);
+                    }
                 int a_stride[2];
                 const uint16_t *a0 = attn_amx_key_operand(keys, key_stride, c0, count, k, dim,
                                                           key_stage[0], &a_stride[0]);
@@ -179,19 +182,20 @@ ATTN_DECODE_AMX_TARGET static void attn_amx_pack_values(int count, int keys, int
     const __m512i high = _mm512_add_epi16(low, _mm512_set1_epi16(16));
     for (int i = 0; i < keys / 2; ++i) {
         uint16_t *row = stage + (size_t)i * width * 2;
+        const uint16_t *next = values + (int64_t)(keys + 2 * i) * value_stride;
         for (int e0 = 0; e0 < dim; e0 += 32) { /* the next keys' values */
-            _mm_prefetch((const char *)(values + (int64_t)(keys + 2 * i) * value_stride + e0), _MM_HINT_T0);
-            _mm_prefetch((const char *)(values + (int64_t)(keys + 2 * i + 1) * value_stride + e0), _MM_HINT_T0);
+            _mm_prefetch((const char *)(next + e0), _MM_HINT_T0);
+            _mm_prefetch((const char *)(next + value_stride + e0), _MM_HINT_T0);
         }
+        const uint16_t *first = values + (int64_t)(2 * i) * value_stride;
         for (int e0 = 0; e0 < width; e0 += 32) {
             const int valid = dim - e0;
             const __mmask32 mask = valid >= 32 ? (__mmask32)0xffffffffu
                                                : (__mmask32)((1u << valid) - 1u);
-            const __m512i even = 2 * i < count
-                                     ? _mm512_maskz_loadu_epi16(mask, values + (int64_t)(2 * i) * value_stride + e0)
-                                     : _mm512_setzero_si512();
+            const __m512i even = 2 * i < count ? _mm512_maskz_loadu_epi16(mask, first + e0)
+                                               : _mm512_setzero_si512();
             const __m512i odd = 2 * i + 1 < count
-                                    ? _mm512_maskz_loadu_epi16(mask, values + (int64_t)(2 * i + 1) * value_stride + e0)
+                                    ? _mm512_maskz_loadu_epi16(mask, first + value_stride + e0)
                                     : _mm512_setzero_si512();
             _mm512_store_si512((void *)(row + 2 * e0), _mm512_permutex2var_epi16(even, low, odd));
             if (e0 + 16 < width)
