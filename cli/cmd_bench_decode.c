@@ -5,7 +5,8 @@
  * read (attn_kv_cache_bytes_per_token x context per step: int8 counts its scales), against the read bandwidth
  * measured in the same run right after each row's timing, so that a machine shared with
  * other jobs compares like with like; then MLA absorbed decoding on a DeepSeek-V2 latent
- * cache (128 heads, Dk = 576, Dv = 512), and one MLA layer step naive vs absorbed at a short
+ * cache (Dk = 576, Dv = 512) with V2's 128 and V2-Lite's 16 heads, and one MLA layer step
+ * naive vs absorbed at a short
  * context. --clock cpu times both the decode steps and the bandwidth in the threads' own CPU
  * time (bench_clock.h), which leaves out the time they waited for a core.
  */
@@ -179,7 +180,7 @@ static int bench_row(const char *label, attn_kv_cache_config config, int64_t que
     config.capacity = context;
     const double bytes_per_step = (double)attn_kv_cache_bytes_per_token(&config) * (double)context;
     if (bytes_per_step / (1024.0 * 1024.0 * 1024.0) > s->max_gib) {
-        printf("%-38s %8lld   skipped (cache %.1f GiB > --max-gib %.1f)\n", label,
+        printf("%-42s %8lld   skipped (cache %.1f GiB > --max-gib %.1f)\n", label,
                (long long)context, bytes_per_step / (1024.0 * 1024.0 * 1024.0), s->max_gib);
         return 0;
     }
@@ -200,6 +201,20 @@ static int bench_row(const char *label, attn_kv_cache_config config, int64_t que
         query[i] = (float)((i * 7919) % 97) / 97.0f - 0.5f;
     attn_tensor q = attn_tensor_f32_4d(query, 1, 1, query_heads, config.key_dim);
     attn_tensor out = attn_tensor_f32_4d(output, 1, 1, query_heads, config.value_dim);
+    /* A bf16 cache serves a bf16 model: bf16 queries and out (in the first half of the same
+     * buffers), which may run on bf16 tiles (AMX). */
+    const attn_dtype query_dtype = config.dtype == ATTN_DTYPE_BF16 ? ATTN_DTYPE_BF16 : ATTN_DTYPE_F32;
+    if (query_dtype == ATTN_DTYPE_BF16) {
+        uint16_t *query16 = (uint16_t *)query;
+        for (int64_t i = 0; i < query_heads * config.key_dim; ++i) {
+            uint32_t bits;
+            memcpy(&bits, &query[i], sizeof bits);
+            query16[i] = (uint16_t)(bits >> 16); /* the same values, truncated to bf16 */
+        }
+        q.dtype = out.dtype = ATTN_DTYPE_BF16;
+    }
+    const char *path = attn_decode_kernel_path(ATTN_KERNEL_AUTO, config.dtype, query_dtype,
+                                               query_heads / config.kv_heads);
     attn_options options = attn_options_default();
     options.causal = 1;
     options.alignment = ATTN_ALIGN_BOTTOM_RIGHT;
@@ -211,8 +226,9 @@ static int bench_row(const char *label, attn_kv_cache_config config, int64_t que
         fprintf(stderr, "attn bench decode: %s\n", error.message);
     } else {
         double gbs = bytes_per_step / seconds / 1e9;
-        printf("%-38s %8lld %10.1f %9.3f %9.1f %9.1f %7.0f%%\n", label, (long long)context,
-               1.0 / seconds, seconds * 1e3, gbs, bandwidth, 100.0 * gbs / bandwidth);
+        printf("%-42s %8lld %10.1f %9.3f %9.1f %9.1f %7.0f%%  %s %s\n", label, (long long)context,
+               1.0 / seconds, seconds * 1e3, gbs, bandwidth, 100.0 * gbs / bandwidth,
+               attn_kernel_name(ATTN_KERNEL_AUTO), path != NULL ? path : "?");
     }
     fflush(stdout);
     free(query), free(output);
@@ -341,8 +357,8 @@ int cli_bench_decode(int argc, char **argv) {
            threads, s.clock == BENCH_CLOCK_CPU ? "CPU-time" : "wall");
     printf("measured read bandwidth: %.1f GB/s (and again after each row: \"read GB/s\")\n\n",
            bandwidth);
-    printf("%-38s %8s %10s %9s %9s %9s %8s\n", "configuration", "context", "tokens/s",
-           "ms/token", "K/V GB/s", "read GB/s", "of read");
+    printf("%-42s %8s %10s %9s %9s %9s %8s  %s\n", "configuration", "context", "tokens/s",
+           "ms/token", "K/V GB/s", "read GB/s", "of read", "kernels (queries bf16 for bf16 caches)");
     int64_t contexts[3] = {4096, 32768, 131072};
     int context_count = s.quick ? 2 : 3;
     if (s.only_context) contexts[0] = s.only_context, context_count = 1;
@@ -364,18 +380,25 @@ int cli_bench_decode(int argc, char **argv) {
             }
     }
     if (s.mla) {
-        attn_mla_config v2 = {5120, 128, 1536, 512, 128, 64, 128, 0.0, 0.0f, 0.0f, {0}};
+        /* DeepSeek-V2 (128 heads) and V2-Lite (16 heads): the same latent cache (d_c 512 +
+         * rope 64), 8x fewer query rows per key */
+        const attn_mla_config models[2] = {
+            {5120, 128, 1536, 512, 128, 64, 128, 0.0, 0.0f, 0.0f, {0}},
+            {2048, 16, 0, 512, 128, 64, 128, 0.0, 0.0f, 0.0f, {0}}};
         for (int dt = 0; dt < (int)STORAGE_TYPES; ++dt) {
             if (!(s.dtypes & (1 << dt))) continue;
-            for (int c = 0; c < context_count; ++c) {
-                attn_kv_cache_config config;
-                attn_mla_cache_config(&v2, 1, 1, storage_types[dt].dtype, 0, &config, NULL);
-                char label[64];
-                snprintf(label, sizeof label, "%s MLA absorbed (V2, 128 heads)",
-                         storage_types[dt].label);
-                failed |= bench_row(label, config, 128, contexts[c], 1.0f / sqrtf(192.0f),
-                                    threads, &s);
-            }
+            for (int m = 0; m < 2; ++m)
+                for (int c = 0; c < context_count; ++c) {
+                    attn_kv_cache_config config;
+                    attn_mla_cache_config(&models[m], 1, 1, storage_types[dt].dtype, 0, &config,
+                                          NULL);
+                    char label[64];
+                    snprintf(label, sizeof label, "%s MLA absorbed (%s, %lld heads)",
+                             storage_types[dt].label, m == 0 ? "V2" : "V2-Lite",
+                             (long long)models[m].heads);
+                    failed |= bench_row(label, config, models[m].heads, contexts[c],
+                                        1.0f / sqrtf(192.0f), threads, &s);
+                }
         }
         failed |= bench_mla_layer(s.quick ? 256 : 1024, &s);
     }

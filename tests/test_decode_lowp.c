@@ -7,6 +7,11 @@
  * u of the queries' type, A = sum_j p_j |v_j| / l (the reference on |V|), L the fp32 logit
  * error bound; GQA, paged and contiguous caches, several splits (execution.tile_k), causal
  * generation rows; bitwise identical for 1 and 2 threads; mixed q / out dtypes are refused.
+ * Groups of >= 5 rows with bf16 queries against a bf16 cache run on the bf16 tiles where the
+ * CPU has AMX (registry.h score_chunk_tiles; the same bound: P is rounded to bf16 for P·V
+ * on every path, the products are exact): MQA, MLA's latent cache (576 / 512), odd dims,
+ * chunks cut by pages, soft-cap, window, P · V of several chunks at once (long splits, a split
+ * starting inside a page); test_tile_path_taken checks that they take that path.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -20,13 +25,33 @@ typedef struct decode_case {
     int64_t B, T, Tq, Hq, Hkv, Dk, Dv, page_size;
     attn_dtype cache_dtype;
     int split_tokens;
+    int values_in_keys;  /* MLA's latent cache: value e of a token = its key element e */
+    float softcap;
+    int64_t window_left; /* 0 = no window */
 } decode_case;
 
 static const decode_case cases[] = {
-    {"bf16 cache, GQA, paged 16", 2, 150, 1, 8, 2, 64, 64, 16, ATTN_DTYPE_BF16, 0},
-    {"fp16 cache, MQA, 3 rows", 1, 97, 3, 4, 1, 32, 24, 0, ATTN_DTYPE_F16, 32},
-    {"fp32 cache, MHA", 2, 70, 2, 2, 2, 16, 16, 8, ATTN_DTYPE_F32, 0},
-    {"bf16 cache, splits of 8", 1, 65, 1, 4, 2, 128, 128, 4, ATTN_DTYPE_BF16, 8},
+    {"bf16 cache, GQA, paged 16", 2, 150, 1, 8, 2, 64, 64, 16, ATTN_DTYPE_BF16, 0, 0, 0.0f, 0},
+    {"fp16 cache, MQA, 3 rows", 1, 97, 3, 4, 1, 32, 24, 0, ATTN_DTYPE_F16, 32, 0, 0.0f, 0},
+    {"fp32 cache, MHA", 2, 70, 2, 2, 2, 16, 16, 8, ATTN_DTYPE_F32, 0, 0, 0.0f, 0},
+    {"bf16 cache, splits of 8", 1, 65, 1, 4, 2, 128, 128, 4, ATTN_DTYPE_BF16, 8, 0, 0.0f, 0},
+    /* groups of >= ATTN_DECODE_TILE_ROWS rows: bf16 queries on the bf16 tiles (AMX) where the
+     * CPU has them: MQA, chunks cut by pages of 48, MLA's latent cache (576 / 512 inside the
+     * keys), dims that are no multiple of 32 or 16, 3 query rows (a last row block of 4),
+     * 8 and 6 rows, soft-cap and window */
+    {"bf16 MQA 32, paged 48", 1, 300, 1, 32, 1, 128, 128, 48, ATTN_DTYPE_BF16, 0, 0, 0.0f, 0},
+    {"bf16 MLA latent 16 heads", 1, 200, 1, 16, 1, 576, 512, 64, ATTN_DTYPE_BF16, 0, 1, 0.0f, 0},
+    {"bf16 MQA 12 x Tq 3, D=40/24", 2, 101, 3, 12, 1, 40, 24, 0, ATTN_DTYPE_BF16, 64, 0, 0.0f, 0},
+    {"bf16 group 8, D=72/136", 1, 150, 1, 16, 2, 72, 136, 16, ATTN_DTYPE_BF16, 0, 0, 0.0f, 0},
+    {"bf16 group 6, D=48/80", 1, 90, 1, 12, 2, 48, 80, 0, ATTN_DTYPE_BF16, 0, 0, 0.0f, 0},
+    {"bf16 group 16, soft-cap", 1, 130, 2, 16, 2, 64, 64, 32, ATTN_DTYPE_BF16, 0, 0, 3.0f, 0},
+    {"bf16 MQA 32, window 70", 1, 260, 1, 32, 1, 128, 96, 0, ATTN_DTYPE_BF16, 64, 0, 0.0f, 70},
+    /* P · V of up to 4 chunks at once on the tiles (accumulators over 24 KiB): long splits, a
+     * split that starts inside a page of 256 (a short chunk at the page's end), a window that
+     * cuts chunks */
+    {"bf16 MQA 32 D=128/256, 4-chunk", 1, 700, 1, 32, 1, 128, 256, 0, ATTN_DTYPE_BF16, 512, 0, 0.0f, 0},
+    {"bf16 MLA latent, splits 300", 1, 600, 2, 16, 1, 576, 512, 256, ATTN_DTYPE_BF16, 300, 1, 0.0f, 0},
+    {"bf16 group 16 x Tq 2, window", 2, 900, 2, 16, 1, 64, 200, 0, ATTN_DTYPE_BF16, 1024, 0, 0.0f, 200},
 };
 
 static const attn_kernel_choice kernel_choices[] = {ATTN_KERNEL_AUTO, ATTN_KERNEL_GENERIC,
@@ -40,7 +65,7 @@ static void run_case(const decode_case *c, attn_dtype dtype, uint64_t seed) {
     attn_kv_cache_config config = attn_kv_cache_config_default();
     config.sequences = c->B, config.kv_heads = c->Hkv, config.key_dim = c->Dk;
     config.value_dim = c->Dv, config.dtype = c->cache_dtype, config.capacity = c->T;
-    config.page_size = c->page_size;
+    config.page_size = c->page_size, config.values_in_keys = c->values_in_keys;
     attn_kv_cache *cache = NULL;
     attn_error error = {0};
     CHECK_STATUS(attn_kv_cache_create(&config, &cache, &error), ATTN_OK, &error, "%s: cache", c->name);
@@ -50,15 +75,24 @@ static void run_case(const decode_case *c, attn_dtype dtype, uint64_t seed) {
     test_tensor_fill_normal(&k, &rng, 1.0f);
     test_tensor_fill_normal(&v, &rng, 1.0f);
     test_tensor_fill_normal(&q, &rng, 1.0f);
-    CHECK_STATUS(attn_kv_cache_append(cache, 0, &k.view, &v.view, &error), ATTN_OK, &error,
-                 "%s: append", c->name);
+    CHECK_STATUS(attn_kv_cache_append(cache, 0, &k.view, c->values_in_keys ? NULL : &v.view,
+                                      &error),
+                 ATTN_OK, &error, "%s: append", c->name);
     /* what the cache holds, read back as fp32, and |V| */
     for (int64_t b = 0; b < c->B; ++b) {
         attn_tensor kb = k.view, vb = v.view;
         kb.data = (float *)k.view.data + b * k.view.stride[0];
         vb.data = (float *)v.view.data + b * v.view.stride[0];
         kb.shape[0] = vb.shape[0] = 1;
-        CHECK_STATUS(attn_kv_cache_read(cache, b, 0, &kb, &vb, &error), ATTN_OK, &error, "read");
+        CHECK_STATUS(attn_kv_cache_read(cache, b, 0, &kb, c->values_in_keys ? NULL : &vb, &error),
+                     ATTN_OK, &error, "read");
+        if (c->values_in_keys) /* the values are the first Dv elements of the stored keys */
+            for (int64_t t = 0; t < c->T; ++t)
+                for (int64_t h = 0; h < c->Hkv; ++h)
+                    for (int64_t e = 0; e < c->Dv; ++e)
+                        ((float *)v.view.data)[b * v.view.stride[0] + t * v.view.stride[1] +
+                                               h * v.view.stride[2] + e] =
+                            test_get4(&k.view, b, t, h, e);
     }
     test_tensor absolute_v = test_tensor_new(c->B, c->T, c->Hkv, c->Dv, TEST_LAYOUT_BTHD);
     double v_max = 0.0;
@@ -71,6 +105,8 @@ static void run_case(const decode_case *c, attn_dtype dtype, uint64_t seed) {
     attn_options options = attn_options_default();
     options.causal = 1;
     options.alignment = ATTN_ALIGN_BOTTOM_RIGHT;
+    options.softcap = c->softcap;
+    if (c->window_left > 0) options.window = 1, options.window_left = c->window_left;
     test_tensor expected = test_tensor_new(c->B, c->Tq, c->Hq, c->Dv, TEST_LAYOUT_BTHD);
     test_tensor absolute = test_tensor_new(c->B, c->Tq, c->Hq, c->Dv, TEST_LAYOUT_BTHD);
     CHECK_STATUS(attn_reference_forward(&q.view, &k.view, &v.view, &options, &expected.view, NULL,
@@ -133,7 +169,37 @@ static void run_case(const decode_case *c, attn_dtype dtype, uint64_t seed) {
     attn_kv_cache_destroy(cache);
 }
 
+/* Where the CPU has AMX, bf16 queries of a large group against bf16 storage run on the bf16
+ * tiles (the cases above then test them); float32 queries never do (they are not rounded). */
+static void test_tile_path_taken(void) {
+    const char *mqa = attn_decode_kernel_path(ATTN_KERNEL_AUTO, ATTN_DTYPE_BF16, ATTN_DTYPE_BF16, 32);
+    const char *f32 = attn_decode_kernel_path(ATTN_KERNEL_AUTO, ATTN_DTYPE_BF16, ATTN_DTYPE_F32, 32);
+    const char *small = attn_decode_kernel_path(ATTN_KERNEL_AUTO, ATTN_DTYPE_BF16, ATTN_DTYPE_BF16, 4);
+    CHECK(mqa != NULL && f32 != NULL && small != NULL, "attn_decode_kernel_path answers for AUTO");
+    CHECK(attn_decode_kernel_path(ATTN_KERNEL_AUTO, ATTN_DTYPE_BF16, ATTN_DTYPE_BF16, 0) == NULL,
+          "attn_decode_kernel_path: rows = 0 gives NULL");
+    if (mqa == NULL || f32 == NULL || small == NULL) return;
+    CHECK(strcmp(f32, "bf16 tiles") != 0, "float32 queries never run on the bf16 tiles (%s)", f32);
+    CHECK(strcmp(small, "bf16 in place") == 0, "4 rows read bf16 in place (%s)", small);
+    if (!attn_kernel_available(ATTN_KERNEL_AMX)) {
+        printf("no AMX on this CPU or build: the bf16 tile cases ran on the other kernels\n");
+        CHECK(strcmp(mqa, "bf16 tiles") != 0, "no tiles without AMX (%s)", mqa);
+        return;
+    }
+    const attn_kernels *amx = NULL;
+    CHECK(attn_kernels_select(ATTN_KERNEL_AMX, &amx, NULL) == ATTN_OK &&
+              amx->decode.score_chunk_tiles != NULL && amx->decode.accumulate_chunk_tiles != NULL,
+          "the AMX registry has the decode tile slots");
+    CHECK(strcmp(mqa, "bf16 tiles") == 0, "MQA (32 rows) with AMX runs on bf16 tiles (%s)", mqa);
+    for (int64_t rows = ATTN_DECODE_TILE_ROWS; rows <= 160; rows += 19)
+        CHECK(strcmp(attn_decode_kernel_path(ATTN_KERNEL_AMX, ATTN_DTYPE_BF16, ATTN_DTYPE_BF16,
+                                             rows),
+                     "bf16 tiles") == 0,
+              "%lld rows with AMX run on bf16 tiles", (long long)rows);
+}
+
 int main(void) {
+    test_tile_path_taken();
     for (size_t n = 0; n < sizeof cases / sizeof *cases; ++n) {
         run_case(&cases[n], ATTN_DTYPE_BF16, 700 + n);
         run_case(&cases[n], ATTN_DTYPE_F16, 800 + n);

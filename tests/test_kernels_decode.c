@@ -22,6 +22,11 @@
  *     dequantize_rows exact against a decoding of the bytes written here, score_chunk_q8
  *     and accumulate_chunk_q8 against double and the generic registry, strides wider than
  *     the dim whose gaps hold bytes that would poison the result;
+ *   - where a registry has them (AMX), the bf16 tile kernels: prepare_tile_queries +
+ *     score_chunk_tiles and accumulate_chunk_tiles (weights of up to 4 chunks, rescale 1, 0
+ *     and between) against double on the bf16 values, rows 1..128, keys 1..256, dims 1..576;
+ *     and the same kernels on emulated tiles (tests/support/amx_emulation.h) wherever the
+ *     CPU has AVX512-BF16, AMX or not;
  *   - a second call on the same inputs gives the same bits.
  */
 #include <math.h>
@@ -30,6 +35,17 @@
 
 #include "kernels/registry.h"
 #include "test_support.h"
+
+#if defined(ATTN_HAVE_AVX512BF16_KERNELS) && (defined(__x86_64__) || defined(__i386__))
+/* The AMX decode kernels (src/kernels/amx/decode_amx.h) on emulated tiles
+ * (tests/support/amx_emulation.h), so that their tile bookkeeping (edges, staging, the pair
+ * layouts, the transposes) is tested on CPUs with AVX512-BF16 but no AMX too. */
+#include <immintrin.h>
+
+#include "amx_emulation.h"
+#include "kernels/amx/decode_amx.h"
+#define EMULATED_DECODE_TILES 1
+#endif
 
 #define DOT_TOLERANCE 1e-6 /* relative to sum |q k| */
 #define SENTINEL 12345.0f
@@ -402,6 +418,103 @@ static void check_accumulate(const attn_kernels *k, int rows, int count, int dim
     free(weights), free(rescale), free(values), free(values_bf16), free(start), free(masked);
 }
 
+/* ---- bf16 tiles (AMX): prepare_tile_queries, score_chunk_tiles, accumulate_chunk_tiles ----
+ * bf16 queries and keys / values (stride gaps hold NaN), against double on the same bf16
+ * values: the scores exact products summed in fp32; the accumulator with P rounded to bf16
+ * (nearest even) over up to ATTN_DECODE_TILE_CHUNKS chunks whose weights are blocks of their
+ * own, rescale factors of 1, 0 and between. Relative to the sum of |terms|, as above. */
+static void check_tiles(const attn_kernels *k, int rows, int count, int dim, test_rng *rng) {
+    const int64_t stride = dim + 3;
+    const int score_count = count < ATTN_DECODE_CHUNK ? count : ATTN_DECODE_CHUNK;
+    float *queries = floats((size_t)rows * dim, 0.0f);
+    for (int i = 0; i < rows * dim; ++i) queries[i] = (float)bits_to_double_bf16(random_bf16(rng));
+    uint16_t *rows_bf16 = malloc(sizeof(uint16_t) * (size_t)count * stride);
+    double *rows_double = malloc(sizeof(double) * (size_t)count * stride);
+    for (int c = 0; c < count; ++c)
+        for (int d = 0; d < stride; ++d) {
+            rows_bf16[c * stride + d] = d < dim ? random_bf16(rng) : 0x7fc1;
+            rows_double[c * stride + d] = bits_to_double_bf16(rows_bf16[c * stride + d]);
+        }
+    /* scores of the first chunk */
+    uint16_t *prepared = malloc(sizeof(uint16_t) * ATTN_DECODE_TILE_QUERY_ELEMENTS(rows, dim));
+    for (size_t i = 0; i < ATTN_DECODE_TILE_QUERY_ELEMENTS(rows, dim); ++i) prepared[i] = 0x7fc1;
+    double *exact = malloc(sizeof(double) * (size_t)rows * score_count);
+    double *magnitude = malloc(sizeof(double) * (size_t)rows * score_count);
+    exact_scores(rows, score_count, dim, queries, rows_double, stride, exact, magnitude);
+    float *scores = floats((size_t)rows * ATTN_DECODE_CHUNK, SENTINEL);
+    float *again = floats((size_t)rows * ATTN_DECODE_CHUNK, SENTINEL);
+    k->decode.prepare_tile_queries(rows, dim, queries, prepared);
+    k->decode.score_chunk_tiles(rows, score_count, dim, prepared, rows_bf16, stride, scores);
+    k->decode.score_chunk_tiles(rows, score_count, dim, prepared, rows_bf16, stride, again);
+    double worst = 0.0;
+    int untouched = 1;
+    for (int r = 0; r < rows; ++r) {
+        for (int c = 0; c < score_count; ++c) {
+            const double error = fabs(scores[r * ATTN_DECODE_CHUNK + c] - exact[r * score_count + c]) /
+                                 magnitude[r * score_count + c];
+            if (!(error <= worst)) worst = error;
+        }
+        for (int c = score_count; c < ATTN_DECODE_CHUNK; ++c)
+            untouched &= scores[r * ATTN_DECODE_CHUNK + c] == SENTINEL;
+    }
+    CHECK(worst <= DOT_TOLERANCE && untouched &&
+              memcmp(scores, again, sizeof(float) * (size_t)rows * ATTN_DECODE_CHUNK) == 0,
+          "%s score_chunk_tiles %dx%d D=%d: error %.3g, past count untouched %d, repeatable",
+          k->name, rows, score_count, dim, worst, untouched);
+
+    /* P · V over `count` keys: weights [chunk][rows][64], accumulator [rows16][dim16] */
+    const int blocks = (count + ATTN_DECODE_CHUNK - 1) / ATTN_DECODE_CHUNK;
+    const int width = ATTN_DECODE_TILE_ROW_FLOATS(dim);
+    float *weights = floats((size_t)blocks * rows * ATTN_DECODE_CHUNK, NAN); /* past count: NaN */
+    float *rescale = floats((size_t)rows, 0.0f);
+    const size_t accumulator_floats = (size_t)ATTN_DECODE_GROUP_STRIDE(rows) * width;
+    float *accumulator = floats(accumulator_floats, 0.0f);
+    float *start = floats(accumulator_floats, 0.0f);
+    test_fill_normal(rng, start, (int64_t)accumulator_floats, 1.0f);
+    for (int r = 0; r < rows; ++r) {
+        rescale[r] = r % 3 == 0 ? 1.0f : r % 3 == 1 ? (float)test_rng_uniform(rng) : 0.0f;
+        for (int c = 0; c < count; ++c)
+            weights[((size_t)(c / ATTN_DECODE_CHUNK) * rows + r) * ATTN_DECODE_CHUNK +
+                    c % ATTN_DECODE_CHUNK] = c % 7 == 3 ? 0.0f : (float)test_rng_uniform(rng);
+    }
+    void *stage = aligned_alloc(64, (ATTN_DECODE_TILE_VALUE_BYTES(dim) + 63) / 64 * 64);
+    memcpy(accumulator, start, sizeof(float) * accumulator_floats);
+    k->decode.accumulate_chunk_tiles(rows, count, dim, weights, rescale, rows_bf16, stride, stage,
+                                     accumulator);
+    worst = 0.0;
+    for (int r = 0; r < rows; ++r)
+        for (int e = 0; e < dim; ++e) {
+            double want = (double)rescale[r] * start[(size_t)r * width + e];
+            double size = fabs(want) + 1e-30;
+            for (int c = 0; c < count; ++c) {
+                const float w = weights[((size_t)(c / ATTN_DECODE_CHUNK) * rows + r) *
+                                            ATTN_DECODE_CHUNK + c % ATTN_DECODE_CHUNK];
+                const double term =
+                    bits_to_double_bf16(attn_lowp_bf16_round(w)) * rows_double[c * stride + e];
+                want += term;
+                size += fabs(term);
+            }
+            const double error = fabs(accumulator[(size_t)r * width + e] - want) / size;
+            if (!(error <= worst)) worst = error; /* NaN counts as the worst */
+        }
+    CHECK(worst <= DOT_TOLERANCE, "%s accumulate_chunk_tiles %dx%d D=%d: error %.3g", k->name,
+          rows, count, dim, worst);
+    free(queries), free(rows_bf16), free(rows_double), free(prepared), free(exact);
+    free(magnitude), free(scores), free(again), free(weights), free(rescale), free(accumulator);
+    free(start), free(stage);
+}
+
+/* check_tiles over rows, keys and dims around the tile sizes. */
+static void check_tile_shapes(const attn_kernels *k, test_rng *rng) {
+    static const int tile_rows[] = {1, 2, 5, 15, 16, 17, 32, 33, 48, 128};
+    static const int tile_counts[] = {1, 15, 16, 17, 33, 64, 65, 100, 192, 256};
+    static const int tile_dims[] = {1, 7, 31, 32, 33, 100, 128, 512, 576};
+    for (int n = 0; n < COUNT_OF(tile_rows); ++n)
+        for (int c = 0; c < COUNT_OF(tile_counts); c += 1 + n % 2)
+            check_tiles(k, tile_rows[n], tile_counts[c], tile_dims[(n + c) % COUNT_OF(tile_dims)],
+                        rng);
+}
+
 /* ---- 8-bit storage ---- */
 static const attn_dtype q8_formats[] = {ATTN_DTYPE_Q8, ATTN_DTYPE_FP8_E4M3, ATTN_DTYPE_FP8_E5M2};
 static const char *const q8_names[] = {"int8", "fp8_e4m3", "fp8_e5m2"};
@@ -595,9 +708,10 @@ int main(void) {
         CHECK(d->bf16_to_f32 && d->f16_to_f32 && d->widen_rows && d->score_chunk &&
                   d->softmax_chunk && d->accumulate_chunk,
               "registry %s fills every mandatory decode slot", k->name);
-        printf("registry %s: bf16 in place %s; large-group kernels %s\n", k->name,
+        printf("registry %s: bf16 in place %s; large-group kernels %s; bf16 tiles %s\n", k->name,
                d->score_chunk_bf16 ? "score and accumulate" : "no (converted first)",
-               d->score_chunk_group ? "yes" : "no (score_chunk, accumulate_chunk)");
+               d->score_chunk_group ? "yes" : "no (score_chunk, accumulate_chunk)",
+               d->score_chunk_tiles ? "yes" : "no (none on this CPU or registry)");
         test_rng rng;
         test_rng_seed(&rng, 77 + i);
         test_conversions(k, &rng);
@@ -628,6 +742,11 @@ int main(void) {
             check_scores(k, 128, 17, 576, &group_rng);
             check_accumulate(k, 128, 63, 512, &group_rng);
         }
+        if (d->score_chunk_tiles != NULL) { /* bf16 tiles: rows, keys, dims around the tiles */
+            CHECK(d->prepare_tile_queries != NULL && d->accumulate_chunk_tiles != NULL,
+                  "registry %s has all three tile slots", k->name);
+            check_tile_shapes(k, &group_rng);
+        }
         CHECK(d->dequantize_rows != NULL, "registry %s has dequantize_rows", k->name);
         for (int f = 0; f < COUNT_OF(q8_formats); ++f)
             for (int rows = 1; rows <= ATTN_DECODE_FUSED_ROWS; ++rows)
@@ -637,5 +756,25 @@ int main(void) {
         for (int f = 0; f < COUNT_OF(q8_formats); ++f)
             for (int n = 0; n < COUNT_OF(q8_dims); ++n) check_q8(k, f, 4, 64, q8_dims[n], &rng);
     }
+#if defined(EMULATED_DECODE_TILES)
+    const attn_kernels *avx512bf16 = NULL;
+    if (attn_kernels_select(ATTN_KERNEL_AVX512_BF16, &avx512bf16, NULL) == ATTN_OK) {
+        attn_kernels emulated = *avx512bf16; /* its decode part, plus the AMX decode slots */
+        emulated.name = "amx decode (emulated tiles)";
+        emulated.decode.prepare_tile_queries = attn_amx_decode.prepare_tile_queries;
+        emulated.decode.score_chunk_tiles = attn_amx_decode.score_chunk_tiles;
+        emulated.decode.accumulate_chunk_tiles = attn_amx_decode.accumulate_chunk_tiles;
+        test_rng rng;
+        test_rng_seed(&rng, 4077);
+        check_tile_shapes(&emulated, &rng);
+        CHECK(emulated_faults == 0 && emulated_config_loads >= 1,
+              "emulated tiles: configured (%d loads), no operation on a tile not configured "
+              "16 x 64 (%d)", emulated_config_loads, emulated_faults);
+    } else {
+        printf("no AVX512-BF16 here: the AMX decode kernels are not run on emulated tiles\n");
+    }
+#else
+    printf("build without AVX512-BF16 kernels: the AMX decode kernels are not run on emulated tiles\n");
+#endif
     return test_finish();
 }

@@ -10,11 +10,13 @@
  * chunk-sized buffer (bf16 and fp8 for groups of <= 4 rows, int8 always: read in place by the
  * kernel instead, scales folded into scores and weights), and serves all rows = (Hq / Hkv) * Tq query rows of
  * its group from it (groups of >= ATTN_DECODE_GROUP_ROWS through the large-group kernels,
- * with the queries prepared and the accumulator kept transposed for the whole task): scores,
- * mask, online softmax, value accumulation
+ * with the queries prepared and the accumulator kept transposed for the whole task; bf16
+ * queries of groups of >= ATTN_DECODE_TILE_ROWS against bf16 storage on AMX tiles, keys and
+ * values read in place, the P · V of up to ATTN_DECODE_TILE_CHUNKS chunks per pass; the one
+ * choice is decode_path_of): scores, mask, online softmax, value accumulation
  * (docs/attention-math.md §2.1),
- * each step a call into the kernel registry (kernels/registry.h, decode part: generic, AVX2
- * or AVX-512).
+ * each step a call into the kernel registry (kernels/registry.h, decode part: generic, AVX2,
+ * AVX-512 or AMX).
  * Its normalised partial (O, LSE) goes to its own slot; the merge then combines the splits of
  * each row in split order (§3). No shared accumulation, split boundaries independent of the
  * thread count: results are bitwise identical for any thread count.
@@ -40,6 +42,11 @@
  * cache and the query only, never on the thread count. */
 #define MOST_SPLIT_TOKENS 1024
 #define TARGET_TASKS 16
+#define LARGE_SPLIT_ROWS 64
+/* An accumulator of more bytes than this takes the bf16 tiles' P · V of several chunks at
+ * once (run_task); half of a 48 KiB L1. */
+#define TILE_L1_BYTES (24 * 1024)
+#define LARGE_SPLIT_FACTOR 4
 
 /* Everything a task needs, fixed for the call. */
 typedef struct decode_plan {
@@ -64,22 +71,27 @@ typedef struct decode_plan {
 typedef struct decode_scratch {
     float *queries;     /* [rows][Dk] */
     float *prepared;    /* [rows][ATTN_DECODE_PREPARED_DIM(Dk)]: as score_chunk_bf16 reads them,
-                           or [Dk][ATTN_DECODE_GROUP_STRIDE(rows)]: as score_chunk_group does */
-    float *scores;      /* [rows][ATTN_DECODE_CHUNK] */
-    float *accumulator; /* [rows][Dv], or [Dv][ATTN_DECODE_GROUP_STRIDE(rows)] for a large group */
+                           or [Dk][ATTN_DECODE_GROUP_STRIDE(rows)]: as score_chunk_group does,
+                           or ATTN_DECODE_TILE_QUERY_ELEMENTS bf16: as score_chunk_tiles does */
+    float *scores;      /* [rows][ATTN_DECODE_CHUNK], or ATTN_DECODE_TILE_CHUNKS such blocks on
+                           the bf16 tiles (the chunks whose P · V is pending) */
+    float *accumulator; /* [rows][Dv], or [Dv][ATTN_DECODE_GROUP_STRIDE(rows)] for a large group,
+                           or [ATTN_DECODE_GROUP_STRIDE(rows)][ATTN_DECODE_TILE_ROW_FLOATS(Dv)]
+                           on the bf16 tiles */
     float *row_max;     /* [rows] */
     float *row_sum;     /* [rows] */
     float *rescale;     /* [rows] factor of each accumulator row at the current chunk */
     float *keys;        /* [ATTN_DECODE_CHUNK][Dk] converted keys */
-    float *values;      /* [ATTN_DECODE_CHUNK][Dv] converted values */
+    float *values;      /* [ATTN_DECODE_CHUNK][Dv] converted values (or the tiles' stage) */
     float *additive;    /* [ATTN_DECODE_CHUNK] the logit pipeline's additive terms of a row */
     uint8_t *allowed;   /* [ATTN_DECODE_CHUNK] the logit pipeline's predicate of a row */
     uint8_t *classes;   /* [group_size] tile class per query head */
     double *weights;    /* [most splits] merge weights of a row */
     float *merged;      /* [Dv] a merged row */
+    float *carried;     /* [rows] bf16 tiles: the accumulator's factor over the pending chunks */
 } decode_scratch;
 
-enum { SCRATCH_PARTS = 14 };
+enum { SCRATCH_PARTS = 15 };
 
 /* Bytes of each part of one thread's scratch (64-byte multiples, in decode_scratch order)
  * and their total; false on overflow. */
@@ -91,12 +103,22 @@ static bool scratch_layout(const decode_plan *plan, int64_t most_splits,
     size_t prepared = rows * (size_t)ATTN_DECODE_PREPARED_DIM(plan->key_dim);
     const size_t group_prepared = dk * (size_t)ATTN_DECODE_GROUP_STRIDE(plan->rows);
     if (group_prepared > prepared) prepared = group_prepared;
-    const size_t accumulator = dv * (size_t)ATTN_DECODE_GROUP_STRIDE(plan->rows); /* >= rows*dv */
+    /* ... or for the bf16 tiles (bf16 elements, two per float) */
+    const size_t tile_prepared = (ATTN_DECODE_TILE_QUERY_ELEMENTS(plan->rows, plan->key_dim) + 1) / 2;
+    if (tile_prepared > prepared) prepared = tile_prepared;
+    /* the accumulator: [rows][Dv], transposed for a large group, or with rows of
+     * ATTN_DECODE_TILE_ROW_FLOATS(Dv) for the bf16 tiles, whichever is largest */
+    const size_t accumulator = (size_t)ATTN_DECODE_TILE_ROW_FLOATS(plan->value_dim) *
+                               (size_t)ATTN_DECODE_GROUP_STRIDE(plan->rows); /* >= rows*dv */
+    /* converted values, or the value rows interleaved for the bf16 tiles */
+    size_t values = chunk * dv;
+    const size_t tile_values = ATTN_DECODE_TILE_VALUE_BYTES(plan->value_dim) / f;
+    if (tile_values > values) values = tile_values;
     const size_t counts[SCRATCH_PARTS][2] = {
-        {rows * dk, f}, {prepared, f}, {rows * chunk, f}, {accumulator, f},
+        {rows * dk, f}, {prepared, f}, {rows * chunk * ATTN_DECODE_TILE_CHUNKS, f}, {accumulator, f},
         {rows, f},      {rows, f},                {rows, f},         {chunk * dk, f},
-        {chunk * dv, f}, {chunk, f},              {chunk, 1},        {(size_t)plan->group_size, 1},
-        {(size_t)most_splits, sizeof(double)},    {dv, f}};
+        {values, f},    {chunk, f},              {chunk, 1},        {(size_t)plan->group_size, 1},
+        {(size_t)most_splits, sizeof(double)},    {dv, f}, {rows, f}};
     *total = 0;
     for (int n = 0; n < SCRATCH_PARTS; ++n) {
         size_t part;
@@ -119,7 +141,7 @@ static void scratch_carve(decode_scratch *scratch, const size_t bytes[SCRATCH_PA
     scratch->accumulator = parts[3], scratch->row_max = parts[4], scratch->row_sum = parts[5];
     scratch->rescale = parts[6], scratch->keys = parts[7], scratch->values = parts[8];
     scratch->additive = parts[9], scratch->allowed = parts[10], scratch->classes = parts[11];
-    scratch->weights = parts[12], scratch->merged = parts[13];
+    scratch->weights = parts[12], scratch->merged = parts[13], scratch->carried = parts[14];
 }
 
 /* Pointer to `count` float32 rows of keys (values) of tokens [token, token + count) of one
@@ -188,6 +210,58 @@ static void prefetch_chunk(const attn_kv_cache *cache, const int32_t *table, int
                       cache->config.value_dim * element_size);
 }
 
+/* How a task computes (the one choice, used by run_task and by attn_decode_kernel_path). */
+typedef enum decode_path {
+    PATH_ROWS,       /* chunks converted to float32 (if stored narrower), score_chunk etc. */
+    PATH_FUSED_BF16, /* small groups read bf16 storage in place (score_chunk_bf16) */
+    PATH_FUSED_Q8,   /* 8-bit storage read in place (score_chunk_q8) */
+    PATH_GROUP,      /* large groups on float32 chunks (score_chunk_group) */
+    PATH_TILES,      /* bf16 queries of large groups on bf16 tiles (score_chunk_tiles: AMX) */
+} decode_path;
+
+static const char *const decode_path_names[] = {"fp32 rows", "bf16 in place", "8-bit in place",
+                                                 "fp32 large group", "bf16 tiles"};
+
+/* The path of a task with `rows` query rows of `query_dtype` against `cache_dtype` storage. */
+static decode_path decode_path_of(const attn_decode_kernels *kernels, attn_dtype cache_dtype,
+                                  attn_dtype query_dtype, int64_t rows) {
+    /* Small groups read bf16 storage directly (kernels/registry.h, ATTN_DECODE_FUSED_ROWS). */
+    if (cache_dtype == ATTN_DTYPE_BF16 && kernels->score_chunk_bf16 != NULL &&
+        rows <= ATTN_DECODE_FUSED_ROWS)
+        return PATH_FUSED_BF16;
+    /* ... and 8-bit storage likewise, with its scales (int8: every group; its integer
+     * products cost less than float FMAs even when many rows share a chunk, quant.h) */
+    if (attn_dtype_is_quantized(cache_dtype) && kernels->score_chunk_q8 != NULL &&
+        (rows <= ATTN_DECODE_FUSED_ROWS || cache_dtype == ATTN_DTYPE_Q8))
+        return PATH_FUSED_Q8;
+    /* bf16 queries (never float32 ones rounded) against bf16 storage on bf16 tiles */
+    if (cache_dtype == ATTN_DTYPE_BF16 && query_dtype == ATTN_DTYPE_BF16 &&
+        kernels->score_chunk_tiles != NULL && rows >= ATTN_DECODE_TILE_ROWS)
+        return PATH_TILES;
+    /* Large groups (MQA, MLA): scores from queries prepared once per task for
+     * score_chunk_group, keys widened or dequantised once per chunk (registry.h). */
+    if (kernels->score_chunk_group != NULL && rows >= ATTN_DECODE_GROUP_ROWS) return PATH_GROUP;
+    return PATH_ROWS;
+}
+
+const char *attn_decode_kernel_path(attn_kernel_choice choice, attn_dtype cache_dtype,
+                                    attn_dtype query_dtype, int64_t rows) {
+    const attn_kernels *kernels = NULL;
+    if (rows < 1 || attn_kernels_select(choice, &kernels, NULL) != ATTN_OK || kernels == NULL)
+        return NULL;
+    return decode_path_names[decode_path_of(&kernels->decode, cache_dtype, query_dtype, rows)];
+}
+
+/* The bf16 tiles' pending P · V: `chunks` chunks of `keys` keys in all (one page, from
+ * `values`), their P blocks in scratch->scores, the accumulator's factor in
+ * scratch->carried. */
+static void flush_tiles(const attn_decode_kernels *kernels, decode_scratch *scratch,
+                        int64_t rows, int64_t Dv, int keys, const void *values,
+                        int64_t value_stride) {
+    kernels->accumulate_chunk_tiles((int)rows, keys, (int)Dv, scratch->scores, scratch->carried,
+                                    values, value_stride, scratch->values, scratch->accumulator);
+}
+
 /* One task: sequence b, KV head kv_head, split `split`; writes its partial (O, LSE).
  * Every chunk of keys (and of values) is read once and serves all `rows` query rows of the
  * group: scores [rows x chunk] = queries [rows x Dk] . keys^T, one softmax step per row,
@@ -202,6 +276,13 @@ static void run_task(const decode_plan *plan, decode_scratch *scratch, int64_t b
     for (int64_t r = 0; r < rows; ++r) {
         const int64_t h = kv_head * plan->group_size + r / Tq, i = r % Tq;
         const int64_t first = b * q->stride[0] + i * q->stride[1] + h * q->stride[2];
+        if (q->dtype != ATTN_DTYPE_F32 && q->stride[3] == 1) { /* dense 16-bit rows, exactly */
+            (q->dtype == ATTN_DTYPE_BF16 ? kernels->bf16_to_f32 : kernels->f16_to_f32)(
+                Dk, (const uint16_t *)q->data + first, scratch->queries + r * Dk);
+            scratch->row_max[r] = -INFINITY;
+            scratch->row_sum[r] = 0.0f;
+            continue;
+        }
         for (int64_t d = 0; d < Dk; ++d) { /* 16-bit queries widened exactly */
             const int64_t at = first + d * q->stride[3];
             scratch->queries[r * Dk + d] =
@@ -222,15 +303,11 @@ static void run_task(const decode_plan *plan, decode_scratch *scratch, int64_t b
     const int64_t element_size = (int64_t)attn_dtype_size(cache->config.dtype);
     /* Logits need more than the scale when a soft-cap or additive term applies. */
     const bool transform = plan->softcap > 0.0f || plan->mask->has_additive;
-    /* Small groups read bf16 storage directly (kernels/registry.h, ATTN_DECODE_FUSED_ROWS). */
-    const bool fused_bf16 = cache->config.dtype == ATTN_DTYPE_BF16 &&
-                            kernels->score_chunk_bf16 != NULL && rows <= ATTN_DECODE_FUSED_ROWS;
-    /* ... and 8-bit storage likewise, with its scales (key / value head factors: FP8). */
     const attn_dtype dtype = cache->config.dtype;
-    /* (int8: every group; its integer products cost less than float FMAs even when many rows
-     * share a chunk, kernels/quant.h) */
-    const bool fused_q8 = attn_dtype_is_quantized(dtype) && kernels->score_chunk_q8 != NULL &&
-                          (rows <= ATTN_DECODE_FUSED_ROWS || dtype == ATTN_DTYPE_Q8);
+    const decode_path path = decode_path_of(kernels, dtype, q->dtype, rows);
+    const bool fused_bf16 = path == PATH_FUSED_BF16, fused_q8 = path == PATH_FUSED_Q8;
+    const bool tiles = path == PATH_TILES;
+    /* (8-bit storage: key / value head factors, FP8) */
     const float key_factor = cache->key_head_scales[kv_head];
     const float value_factor = cache->value_head_scales[kv_head];
     const float *bf16_queries = scratch->queries;
@@ -238,21 +315,35 @@ static void run_task(const decode_plan *plan, decode_scratch *scratch, int64_t b
         kernels->prepare_bf16_queries((int)rows, (int)Dk, scratch->queries, scratch->prepared);
         bf16_queries = scratch->prepared;
     }
-    /* Large groups (MQA, MLA): scores from queries prepared once per task for
-     * score_chunk_group, keys widened or dequantised once per chunk (registry.h). */
-    const bool group = !fused_bf16 && !fused_q8 && kernels->score_chunk_group != NULL &&
-                       rows >= ATTN_DECODE_GROUP_ROWS;
+    const bool group = path == PATH_GROUP;
     if (group)
         kernels->prepare_group_queries((int)rows, (int)Dk, scratch->queries, scratch->prepared);
-    /* the accumulator, [rows][Dv] or (large group) [Dv][ATTN_DECODE_GROUP_STRIDE(rows)] */
+    if (tiles)
+        kernels->prepare_tile_queries((int)rows, (int)Dk, scratch->queries,
+                                      (uint16_t *)scratch->prepared);
+    /* the accumulator, [rows][Dv], (large group) [Dv][ATTN_DECODE_GROUP_STRIDE(rows)] or
+     * (tiles) [ATTN_DECODE_GROUP_STRIDE(rows)][ATTN_DECODE_TILE_ROW_FLOATS(Dv)] */
+    const int64_t tile_row = ATTN_DECODE_TILE_ROW_FLOATS(Dv);
     memset(scratch->accumulator, 0,
-           (size_t)(Dv * (group ? ATTN_DECODE_GROUP_STRIDE(rows) : rows)) * sizeof(float));
+           (size_t)(tiles   ? tile_row * ATTN_DECODE_GROUP_STRIDE(rows)
+                    : group ? Dv * ATTN_DECODE_GROUP_STRIDE(rows)
+                            : Dv * rows) *
+               sizeof(float));
 
     /* A chunk's class depends on the query head only through a per-head block layout or
      * boolean mask (src/mask/tiles.c); otherwise one classification serves the group (MQA:
      * 32 calls per chunk were ≈ 5% of the time). */
     const attn_options *mask_options = plan->mask->options;
     const bool per_head_classes = mask_options->block_layout != NULL || mask_options->mask != NULL;
+    /* bf16 tiles: P · V of up to ATTN_DECODE_TILE_CHUNKS consecutive chunks of one page at once
+     * (registry.h accumulate_chunk_tiles), from pending_values on */
+    int pending = 0, pending_keys = 0;
+    /* (an accumulator that stays in L1, MQA's 32 x 128 floats, gains nothing from it, and the
+     * value stage of 4 chunks would leave L1) */
+    const int tile_chunks =
+        rows * tile_row * (int64_t)sizeof(float) > TILE_L1_BYTES ? ATTN_DECODE_TILE_CHUNKS : 1;
+    const void *pending_values = NULL;
+    int64_t pending_stride = 0;
     for (int64_t first = key_begin; first < key_end;) {
         const int64_t page_end = (first / cache->page_size + 1) * cache->page_size;
         int64_t last = first + ATTN_DECODE_CHUNK;
@@ -269,14 +360,19 @@ static void run_task(const decode_plan *plan, decode_scratch *scratch, int64_t b
             any |= scratch->classes[g] != ATTN_TILE_EMPTY;
             all_full &= scratch->classes[g] == ATTN_TILE_FULL;
         }
+        if (!any && pending > 0) { /* the pending chunks end here */
+            flush_tiles(kernels, scratch, rows, Dv, pending_keys, pending_values, pending_stride);
+            pending = pending_keys = 0;
+        }
         if (any) {
+            float *scores = scratch->scores + (int64_t)pending * rows * ATTN_DECODE_CHUNK;
             const int64_t page = table[first / cache->page_size], slot = first % cache->page_size;
             const void *stored_keys = attn_cache_key_address(cache, page, kv_head, slot);
             const void *stored_values = attn_cache_value_address(cache, page, kv_head, slot);
             const int64_t stored_value_stride = attn_cache_value_row_stride(cache);
-            if (!group && rows > ATTN_DECODE_FUSED_ROWS) /* widened, then many FMAs per key */
+            if (!group && !tiles && rows > ATTN_DECODE_FUSED_ROWS) /* widened, then many FMAs per key */
                 prefetch_chunk(cache, table, kv_head, last, key_end);
-            if (!group && rows >= 2 && cache->value_pool != NULL) /* one row: a stream the hardware follows */
+            if (!group && !tiles && rows >= 2 && cache->value_pool != NULL) /* one row: a stream the hardware follows */
                 prefetch_rows(stored_values, count, stored_value_stride * element_size,
                               Dv * element_size);
             float gathered_scales[2][ATTN_DECODE_CHUNK]; /* Q8 scales of a caller's cache */
@@ -296,23 +392,27 @@ static void run_task(const decode_plan *plan, decode_scratch *scratch, int64_t b
             }
             int64_t key_stride = Dk, value_stride = stored_value_stride;
             const float *keys = NULL;
-            if (fused_bf16)
+            if (tiles)
+                kernels->score_chunk_tiles((int)rows, count, (int)Dk,
+                                           (const uint16_t *)scratch->prepared, stored_keys,
+                                           cache->key_token_stride, scores);
+            else if (fused_bf16)
                 kernels->score_chunk_bf16((int)rows, count, (int)Dk, bf16_queries, stored_keys,
-                                          cache->key_token_stride, scratch->scores);
+                                          cache->key_token_stride, scores);
             else if (fused_q8)
                 kernels->score_chunk_q8(dtype, (int)rows, count, (int)Dk, scratch->queries,
                                         stored_keys, cache->key_token_stride, key_scales,
-                                        key_factor, scratch->scores);
+                                        key_factor, scores);
             else {
                 keys = chunk_rows(plan, stored_keys, key_scales, key_factor, count, Dk,
                                   cache->key_token_stride,
                                   scratch->keys, &key_stride);
                 if (group)
                     kernels->score_chunk_group((int)rows, count, (int)Dk, scratch->prepared, keys,
-                                               key_stride, scratch->scores);
+                                               key_stride, scores);
                 else
                     kernels->score_chunk((int)rows, count, (int)Dk, scratch->queries, keys,
-                                         key_stride, scratch->scores);
+                                         key_stride, scores);
             }
             float scale = plan->scale;
             if (transform || !all_full) { /* the logit pipeline, then a softmax at scale 1 */
@@ -322,25 +422,55 @@ static void run_task(const decode_plan *plan, decode_scratch *scratch, int64_t b
                     attn_logits_row(plan->mask, &plan->logits,
                                     (attn_tile_class)scratch->classes[r / Tq], b,
                                     kv_head * plan->group_size + r / Tq, r % Tq, first, count,
-                                    scratch->scores + r * ATTN_DECODE_CHUNK, &buffers);
+                                    scores + r * ATTN_DECODE_CHUNK, &buffers);
                 scale = 1.0f;
             }
-            kernels->softmax_chunk((int)rows, count, scale, scratch->scores, scratch->row_max,
+            kernels->softmax_chunk((int)rows, count, scale, scores, scratch->row_max,
                                    scratch->row_sum, scratch->rescale);
             /* 16-bit queries: P rounded to their type for P·V, as attn_forward does (the row
-             * sums keep the unrounded P). */
-            if (q->dtype == ATTN_DTYPE_BF16)
-                plan->kernels->convert.round_bf16_rows((int)rows, count, scratch->scores,
+             * sums keep the unrounded P; the bf16 tiles round it themselves, after the pending
+             * chunks' P is rescaled to the last one's maximum). */
+            if (tiles) {
+                for (int64_t r = 0; r < rows; ++r) {
+                    const float factor = scratch->rescale[r];
+                    if (pending == 0) {
+                        scratch->carried[r] = factor;
+                        continue;
+                    }
+                    scratch->carried[r] *= factor;
+                    if (factor != 1.0f)
+                        for (int j = 0; j < pending; ++j) {
+                            float *row = scratch->scores + ((int64_t)j * rows + r) * ATTN_DECODE_CHUNK;
+                            for (int c = 0; c < ATTN_DECODE_CHUNK; ++c) row[c] *= factor;
+                        }
+                }
+            } else if (q->dtype == ATTN_DTYPE_BF16)
+                plan->kernels->convert.round_bf16_rows((int)rows, count, scores,
                                                        ATTN_DECODE_CHUNK);
             else if (q->dtype == ATTN_DTYPE_F16)
-                plan->kernels->convert.round_f16_rows((int)rows, count, scratch->scores,
+                plan->kernels->convert.round_f16_rows((int)rows, count, scores,
                                                       ATTN_DECODE_CHUNK);
-            if (fused_bf16) {
-                kernels->accumulate_chunk_bf16((int)rows, count, (int)Dv, scratch->scores,
+            if (tiles) { /* MLA (values_in_keys): a value is the start of its key row */
+                if (pending == 0) {
+                    const bool own_values = cache->value_pool != NULL;
+                    pending_values = own_values ? stored_values : stored_keys;
+                    pending_stride = own_values ? stored_value_stride : cache->key_token_stride;
+                }
+                ++pending;
+                pending_keys += count;
+                /* flushed when full, or when the next chunk is not the next keys of this page */
+                if (pending == tile_chunks || count < ATTN_DECODE_CHUNK ||
+                    last == page_end || last >= key_end) {
+                    flush_tiles(kernels, scratch, rows, Dv, pending_keys, pending_values,
+                                pending_stride);
+                    pending = pending_keys = 0;
+                }
+            } else if (fused_bf16) {
+                kernels->accumulate_chunk_bf16((int)rows, count, (int)Dv, scores,
                                                scratch->rescale, stored_values, value_stride,
                                                scratch->accumulator);
             } else if (fused_q8) {
-                kernels->accumulate_chunk_q8(dtype, (int)rows, count, (int)Dv, scratch->scores,
+                kernels->accumulate_chunk_q8(dtype, (int)rows, count, (int)Dv, scores,
                                              scratch->rescale, stored_values, value_stride,
                                              value_scales, value_factor, scratch->accumulator);
             } else {
@@ -352,22 +482,29 @@ static void run_task(const decode_plan *plan, decode_scratch *scratch, int64_t b
                     values = chunk_rows(plan, stored_values, value_scales, value_factor, count,
                                         Dv, stored_value_stride, scratch->values, &value_stride);
                 (group ? kernels->accumulate_chunk_group : kernels->accumulate_chunk)(
-                    (int)rows, count, (int)Dv, scratch->scores, scratch->rescale, values,
+                    (int)rows, count, (int)Dv, scores, scratch->rescale, values,
                     value_stride, scratch->accumulator);
             }
         }
         first = last;
     }
+    if (pending > 0)
+        flush_tiles(kernels, scratch, rows, Dv, pending_keys, pending_values, pending_stride);
 
     float *out = plan->partial_out + task * rows * Dv;
     float *lse = plan->partial_lse + task * rows;
-    /* accumulator element (r, e): [r][Dv], or transposed for a large group */
-    const int64_t row_step = group ? 1 : Dv, dim_step = group ? ATTN_DECODE_GROUP_STRIDE(rows) : 1;
+    /* accumulator element (r, e): [r][Dv], transposed for a large group, rows of tile_row
+     * floats on the tiles */
+    const int64_t row_step = group ? 1 : tiles ? tile_row : Dv;
+    const int64_t dim_step = group ? ATTN_DECODE_GROUP_STRIDE(rows) : 1;
     for (int64_t r = 0; r < rows; ++r) {
         const float sum = scratch->row_sum[r];
         const float inverse = sum > 0.0f ? 1.0f / sum : 0.0f;
-        for (int64_t e = 0; e < Dv; ++e)
-            out[r * Dv + e] = scratch->accumulator[r * row_step + e * dim_step] * inverse;
+        const float *row = scratch->accumulator + r * row_step;
+        if (dim_step == 1) /* dense rows (vectorised) */
+            for (int64_t e = 0; e < Dv; ++e) out[r * Dv + e] = row[e] * inverse;
+        else
+            for (int64_t e = 0; e < Dv; ++e) out[r * Dv + e] = row[e * dim_step] * inverse;
         lse[r] = sum > 0.0f ? scratch->row_max[r] + logf(sum) : -INFINITY;
     }
 }
@@ -507,8 +644,11 @@ static attn_status merge_partials(const decode_plan *plan, const attn_call *call
     return ATTN_OK;
 }
 
-/* The split size when execution.tile_k = 0 (see MOST_SPLIT_TOKENS). */
-static int64_t default_split_tokens(const attn_kv_cache *cache, int64_t kv_heads) {
+/* The split size when execution.tile_k = 0 (see MOST_SPLIT_TOKENS; groups of >=
+ * LARGE_SPLIT_ROWS rows, MLA's, take up to LARGE_SPLIT_FACTOR times more: each task widens and
+ * prepares its rows x Dk queries and each split adds rows x Dv to the merge, which for MLA's
+ * 128 x 576 were ~20% of the time at 32 splits). */
+static int64_t default_split_tokens(const attn_kv_cache *cache, int64_t kv_heads, int64_t rows) {
     int64_t longest = 1;
     for (int64_t b = 0; b < cache->config.sequences; ++b)
         if (cache->lengths[b] > longest) longest = cache->lengths[b];
@@ -516,7 +656,8 @@ static int64_t default_split_tokens(const attn_kv_cache *cache, int64_t kv_heads
     const int64_t splits_wanted = groups >= TARGET_TASKS ? 1 : (TARGET_TASKS + groups - 1) / groups;
     int64_t tokens = (longest + splits_wanted - 1) / splits_wanted;
     tokens = (tokens + ATTN_DECODE_CHUNK - 1) / ATTN_DECODE_CHUNK * ATTN_DECODE_CHUNK;
-    return tokens > MOST_SPLIT_TOKENS ? MOST_SPLIT_TOKENS : tokens;
+    const int64_t most = MOST_SPLIT_TOKENS * (rows >= LARGE_SPLIT_ROWS ? LARGE_SPLIT_FACTOR : 1);
+    return tokens > most ? most : tokens;
 }
 
 attn_status attn_decode(const attn_kv_cache *cache, const attn_tensor *q,
@@ -560,7 +701,8 @@ attn_status attn_decode(const attn_kv_cache *cache, const attn_tensor *q,
         plan.value_dim = problem->value_dim;
         plan.split_tokens = call.execution.tile_k > 0
                                 ? call.execution.tile_k
-                                : default_split_tokens(cache, problem->kv_heads);
+                                : default_split_tokens(cache, problem->kv_heads,
+                                                       problem->group_size * problem->query_length);
         int64_t most_splits = 1;
         for (int64_t b = 0; b < B; ++b) {
             int64_t splits = (cache->lengths[b] + plan.split_tokens - 1) / plan.split_tokens;

@@ -148,6 +148,11 @@ static void apply(attn_kernels *into, const attn_kernel_isa *isa) {
             into->decode.score_chunk_bf16 = isa->decode->score_chunk_bf16;
             into->decode.prepare_bf16_queries = isa->decode->prepare_bf16_queries;
         }
+        if (isa->decode->score_chunk_tiles != NULL) {
+            into->decode.score_chunk_tiles = isa->decode->score_chunk_tiles;
+            into->decode.prepare_tile_queries = isa->decode->prepare_tile_queries;
+            into->decode.accumulate_chunk_tiles = isa->decode->accumulate_chunk_tiles;
+        }
         if (isa->decode->score_chunk_group != NULL) {
             into->decode.score_chunk_group = isa->decode->score_chunk_group;
             into->decode.prepare_group_queries = isa->decode->prepare_group_queries;

@@ -158,6 +158,35 @@ typedef struct attn_backward_kernels {
 /* Floats per prepared query row (prepare_bf16_queries): dim rounded up to a multiple of 32. */
 #define ATTN_DECODE_PREPARED_DIM(dim) (((dim) + 31) / 32 * 32)
 
+/* Smallest group (query rows per task) whose bf16 queries against a bf16 cache run on bf16
+ * tiles (score_chunk_tiles / accumulate_chunk_tiles: AMX) when the registry has them: the
+ * groups above ATTN_DECODE_FUSED_ROWS. Measured (one thread, bf16, context 32768, best
+ * of 2 runs of 15 steps): tiles / fp32 kernels 1.8 / 3.7 ms at 6 rows, 1.9 / 4.1 at 8,
+ * 2.0 / 4.6 at 12, 2.7 / 6.0 at 16; at 2 and 4 rows the in-place AVX-512 kernels stay faster
+ * (1.2 / 1.5 ms and 1.4 / 1.7 ms), a tile of 16 rows being mostly empty there. */
+#define ATTN_DECODE_TILE_ROWS 5
+
+/* uint16_t elements of the query rows prepared for the bf16 tiles (prepare_tile_queries):
+ * rows rounded up to 16, dim to 32. */
+#define ATTN_DECODE_TILE_QUERY_ELEMENTS(rows, dim) \
+    ((size_t)ATTN_DECODE_GROUP_STRIDE(rows) * (size_t)ATTN_DECODE_PREPARED_DIM(dim))
+
+/* Floats per row of the accumulator of the bf16 tiles (accumulate_chunk_tiles): dim rounded
+ * up to 16 (one tile row). */
+#define ATTN_DECODE_TILE_ROW_FLOATS(dim) (((dim) + 15) / 16 * 16)
+
+/* Chunks of keys whose P · V the bf16 tiles accumulate in one call (accumulate_chunk_tiles):
+ * the accumulator rows pass through the tiles once per call, so for a large accumulator
+ * (MLA: 128 rows x 512 floats, in L2) longer calls cost less; and the keys per call. */
+#define ATTN_DECODE_TILE_CHUNKS 4
+#define ATTN_DECODE_TILE_KEYS (ATTN_DECODE_TILE_CHUNKS * ATTN_DECODE_CHUNK)
+
+/* Bytes of the value staging buffer accumulate_chunk_tiles needs: ATTN_DECODE_TILE_KEYS
+ * value rows interleaved in pairs of keys, [keys / 2][ATTN_DECODE_TILE_ROW_FLOATS(dim)][2]
+ * bf16. */
+#define ATTN_DECODE_TILE_VALUE_BYTES(dim) \
+    ((size_t)ATTN_DECODE_TILE_KEYS * (size_t)ATTN_DECODE_TILE_ROW_FLOATS(dim) * 2u)
+
 typedef struct attn_decode_kernels {
     /* target[e] = float(source[e]) for e < count, where source holds bfloat16 (or IEEE half)
      * elements. */
@@ -217,6 +246,33 @@ typedef struct attn_decode_kernels {
     void (*accumulate_chunk_group)(int rows, int count, int dim, const float *weights,
                                    const float *rescale, const float *values,
                                    int64_t value_stride, float *accumulator);
+
+    /* Optional (NULL = the kernels above): bf16 tiles (AMX) for a group of >=
+     * ATTN_DECODE_TILE_ROWS rows (any rows >= 1 are valid) whose queries are bf16 (the
+     * caller's dtype: never used to round float32 queries) against bf16 storage.
+     * prepare_tile_queries: the query rows [rows][dim] (floats holding bf16 values; others
+     * are rounded to nearest even) once per task into the operand layout of the tiles,
+     * prepared[ATTN_DECODE_TILE_QUERY_ELEMENTS(rows, dim)] bf16 (zero past rows and dim).
+     * score_chunk_tiles: scores[r * ATTN_DECODE_CHUNK + c] = sum_d query_r[d] * key_c[d] for
+     * r < rows, c < count (<= ATTN_DECODE_CHUNK), keys[c * key_stride + d] bf16 as stored
+     * (products exact, sums in fp32 in the tile's order; denormal inputs and outputs flush
+     * to 0 on AMX).
+     * accumulate_chunk_tiles: accumulator[r * ATTN_DECODE_TILE_ROW_FLOATS(dim) + e] =
+     *     rescale[r] * itself + sum_c bf16(w[r][c]) * values[c * value_stride + e]
+     * for r < rows, e < dim, c < count (<= ATTN_DECODE_TILE_KEYS: up to
+     * ATTN_DECODE_TILE_CHUNKS chunks of one page), where the weights of chunk j = c / 64 are a
+     * block [rows][ATTN_DECODE_CHUNK] of their own: w[r][c] = weights[(j * rows + r) *
+     * ATTN_DECODE_CHUNK + c % ATTN_DECODE_CHUNK] (bf16() rounds to nearest even, lowp.h:
+     * the loop passes P in fp32, rescaled to the last chunk's maximum). The accumulator is [ATTN_DECODE_GROUP_STRIDE(rows)]
+     * [ATTN_DECODE_TILE_ROW_FLOATS(dim)] floats, started at 0 by the loop; entries past rows
+     * and dim are scratch. stage: ATTN_DECODE_TILE_VALUE_BYTES(dim) bytes, 64-byte aligned,
+     * where the kernel interleaves the chunk's value rows. */
+    void (*prepare_tile_queries)(int rows, int dim, const float *queries, uint16_t *prepared);
+    void (*score_chunk_tiles)(int rows, int count, int dim, const uint16_t *prepared,
+                              const uint16_t *keys, int64_t key_stride, float *scores);
+    void (*accumulate_chunk_tiles)(int rows, int count, int dim, const float *weights,
+                                   const float *rescale, const uint16_t *values,
+                                   int64_t value_stride, void *stage, float *accumulator);
 
     /* 8-bit storage (attn_dtype Q8, FP8_E4M3, FP8_E5M2; kernels/quant.h). A stored row c
      * (elements source[c * stride + e], one byte each) stands for the floats
@@ -281,7 +337,8 @@ typedef struct attn_kernels {
  *   forward {pack_values, packed_values_floats, accumulate_values},
  *   decode  {score_chunk_bf16, prepare_bf16_queries},
  *   decode  {score_chunk_group, prepare_group_queries, accumulate_chunk_group},
- *   decode  {score_chunk_q8, accumulate_chunk_q8}.
+ *   decode  {score_chunk_q8, accumulate_chunk_q8},
+ *   decode  {score_chunk_tiles, prepare_tile_queries, accumulate_chunk_tiles}.
  */
 typedef struct attn_kernel_isa {
     const char *name;

@@ -108,7 +108,8 @@ expect_usage_error "--clock gpu" "$attn" bench decode --clock gpu
 grep -qF -- "--max-gib" "$work/help.txt" || fail "bench decode --help lacks its options"
 
 # A tiny run: the bandwidth line, then one row per Hkv: tokens/s, ms/token, K/V GB/s, the
-# read bandwidth measured for that row, and their ratio.
+# read bandwidth measured for that row, their ratio, and the kernels that ran (registry and
+# attn_decode_kernel_path).
 # In the ASan build, LeakSanitizer's own tracer (clang 14) crashes at exit on this command while
 # scanning the dynamic TLS of a module OpenMP loads at run time ("Tracer caught signal 11", a
 # fatal error of the sanitizer, not a finding); leak checking is off for this one call only
@@ -119,14 +120,15 @@ ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0" \
 grep -qF "CPU-time clock" "$work/bench.txt" || fail "--clock cpu not reported"
 grep -qE "measured read bandwidth: [0-9.]+ GB/s" "$work/bench.txt" || fail "no bandwidth line"
 for kv in 32 8 1; do
-    grep -qE "^bf16 Hq=32 Hkv=$kv +128 +[0-9.]+ +[0-9.]+ +[0-9.]+ +[0-9.]+ +[0-9]+%$" \
+    grep -qE "^bf16 Hq=32 Hkv=$kv +128 +[0-9.]+ +[0-9.]+ +[0-9.]+ +[0-9.]+ +[0-9]+%  [a-z0-9_]+ (bf16 tiles|bf16 in place|fp32 large group|fp32 rows)$" \
         "$work/bench.txt" ||
         fail "bench decode lacks the bf16 Hkv=$kv row: $(cat "$work/bench.txt")"
 done
 python3 - "$work/bench.txt" <<'PY' || fail "bench decode: GB/s or ratio do not follow from ms/token"
 import re, sys
+checked = 0
 for line in open(sys.argv[1]):
-    m = re.match(r"bf16 Hq=32 Hkv=(\d+) +(\d+) +(\S+) +(\S+) +(\S+) +(\S+) +(\d+)%$", line)
+    m = re.match(r"bf16 Hq=32 Hkv=(\d+) +(\d+) +(\S+) +(\S+) +(\S+) +(\S+) +(\d+)%  \S+ [a-z0-9 ]+$", line)
     if not m:
         continue
     kv, context = int(m.group(1)), int(m.group(2))
@@ -140,6 +142,8 @@ for line in open(sys.argv[1]):
     low = 100 * max(gbs - 0.05, 0) / (read + 0.05) - 0.5
     high = 100 * (gbs + 0.05) / (read - 0.05) + 0.5 if read > 0.05 else float("inf")
     assert low <= percent <= high, line
+    checked += 1
+assert checked == 3, "rows checked: %d" % checked
 PY
 
 [ "$failures" -eq 0 ] && echo "kv_size.sh: all checks passed"

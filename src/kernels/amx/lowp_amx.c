@@ -87,9 +87,16 @@ const attn_lowp_kernels attn_lowp_amx_fp16 = {
     .accumulate_values = attn_amx_fp16_accumulate_values,
 };
 
-/* The AMX ISA table: on top of the AVX512-BF16 registry, only the bf16 tiles change. */
+#if defined(ATTN_HAVE_AVX512BF16_KERNELS)
+#include "decode_amx.h" /* the decode part: bf16 queries of large groups on tiles */
+#endif
+
+/* The AMX ISA table: on top of the AVX512-BF16 registry, the bf16 tiles (and the decode tiles) change. */
 const attn_kernel_isa attn_isa_amx = {
     .name = "amx",
+#if defined(ATTN_HAVE_AVX512BF16_KERNELS)
+    .decode = &attn_amx_decode,
+#endif
     .bf16 = &attn_lowp_amx,
     .bf16_native = 1,
 };
