@@ -16,7 +16,8 @@
  *    horizontal sum). Groups of >= DIMENSION_MAJOR_ROWS rows read the keys dimension-major:
  *    every loaded key vector serves 4 (2) rows and every loaded query vector all keys of the
  *    block, from registers; smaller groups read key after key (a single sequential stream);
- *  - softmax: the online-softmax step of a row on whole vectors with vf_exp;
+ *  - softmax: the online-softmax step of a row on whole vectors with vf_exp2 (e^x as
+ *    2^(x·log2 e), vmath.h);
  *  - values: blocks of VALUE_ROWS rows x VALUE_VECTORS vectors of value floats (3 x 128 =
  *    24 zmm accumulators at 16 lanes, each value row read whole and in order; 2 x 32 = 8 ymm
  *    at 8 lanes), the rescale of the accumulator fused into its load;
@@ -218,10 +219,10 @@ static void softmax_chunk(int rows, int count, float scale, float *scores, float
         const float old_max = row_max[r];
         const float new_max = chunk_max > old_max ? chunk_max : old_max;
         const float use_max = new_max == -INFINITY ? 0.0f : new_max;
-        const vf shift = vf_set1(use_max);
+        const vf shift = vf_set1(use_max), log2e = vf_set1(VMATH_LOG2E);
         vf sum = vf_zero();
         for (int v = 0; v < vectors; ++v) {
-            const vf p = vf_exp(vf_sub(logits[v], shift)); /* -inf -> 0 */
+            const vf p = vf_exp2(vf_mul(vf_sub(logits[v], shift), log2e)); /* -inf -> 0 */
             sum = vf_add(sum, p);
             vf_mask_storeu(row + VLANES * v, masks[v], p);
         }
