@@ -154,6 +154,20 @@ static attn_status check_local(ring_call *call, const ring_tensors *tensors,
             (status = check_shape4(tensors->dv, "dv", dtype, B, n, Hkv, Dv, error)) != ATTN_OK)
             return status;
     }
+    /* No output may share memory with an input or another output (call.h). */
+    const attn_call_tensor forward_outputs[2] = {{tensors->out, "out", NULL},
+                                                 {tensors->lse, "lse", NULL}};
+    const attn_call_tensor backward_outputs[3] = {
+        {tensors->dq, "dq", NULL}, {tensors->dk, "dk", NULL}, {tensors->dv, "dv", NULL}};
+    const attn_call_tensor inputs[6] = {{tensors->q, "q", NULL},     {tensors->k, "k", NULL},
+                                        {tensors->v, "v", NULL},     {tensors->out, "out", NULL},
+                                        {tensors->lse, "lse", NULL}, {tensors->dout, "dout", NULL}};
+    status = tensors->backward
+                 ? attn_call_check_aliasing(backward_outputs, 3, inputs, 6,
+                                            &call->prepared.options, NULL, error)
+                 : attn_call_check_aliasing(forward_outputs, 2, inputs, 3,
+                                            &call->prepared.options, NULL, error);
+    if (status != ATTN_OK) return status;
     /* The largest block that can visit, and the buffer sizes it implies, must fit. */
     int64_t max_length = 0;
     for (int owner = 0; owner < call->rank_count; ++owner) {
