@@ -27,8 +27,8 @@
 /* One tensor as the append sees it (core/overlap.h): its lattice dims (0..2, and 3 when its
  * last dim is not contiguous: new rows only) and the bytes at each lattice point (a row of
  * dim 3, or one element of a rank-3 scale). */
-static attn_region region_of(const attn_tensor *t, const char *name, int rank) {
-    return attn_region_of(t, name, rank == 4);
+static void region_of(attn_region *r, const attn_tensor *t, const char *name, int rank) {
+    attn_region_set(r, t, name, rank == 4);
 }
 
 /* Dims of size > 1, sorted by stride, must nest. */
@@ -66,12 +66,12 @@ attn_status attn_kv_check_append_layout(const attn_tensor *k_cache, const attn_t
                                         attn_error *error) {
     attn_region written[4], read[2];
     int count = 0, sources = 0;
-    written[count++] = region_of(k_cache, "k_cache", 4);
-    written[count++] = region_of(v_cache, "v_cache", 4);
-    if (k_scale != NULL) written[count++] = region_of(k_scale, "k_scale", 3);
-    if (v_scale != NULL) written[count++] = region_of(v_scale, "v_scale", 3);
-    if (k_new != NULL) read[sources++] = region_of(k_new, "k_new", 4);
-    if (v_new != NULL) read[sources++] = region_of(v_new, "v_new", 4);
+    region_of(&written[count++], k_cache, "k_cache", 4);
+    region_of(&written[count++], v_cache, "v_cache", 4);
+    if (k_scale != NULL) region_of(&written[count++], k_scale, "k_scale", 3);
+    if (v_scale != NULL) region_of(&written[count++], v_scale, "v_scale", 3);
+    if (k_new != NULL) region_of(&read[sources++], k_new, "k_new", 4);
+    if (v_new != NULL) region_of(&read[sources++], v_new, "v_new", 4);
     for (int n = 0; n < count; ++n) {
         attn_status status = check_nested(&written[n], error);
         if (status != ATTN_OK) return status;

@@ -22,7 +22,7 @@ static int option_regions(const attn_options *options, const attn_problem *probl
     static const char *const tensor_names[3] = {"options.mask", "options.bias",
                                                 "options.block_layout"};
     for (int n = 0; n < 3; ++n)
-        if (tensors[n] != NULL) regions[count++] = attn_region_of(tensors[n], tensor_names[n], true);
+        if (tensors[n] != NULL) attn_region_set(&regions[count++], tensors[n], tensor_names[n], true);
     if (problem == NULL) return count;
     const struct {
         const void *data;
@@ -40,8 +40,8 @@ static int option_regions(const attn_options *options, const attn_problem *probl
     };
     for (int n = 0; n < 6; ++n)
         if (arrays[n].data != NULL && arrays[n].count > 0)
-            regions[count++] = attn_region_bytes(arrays[n].data, arrays[n].count * arrays[n].size,
-                                                 arrays[n].name);
+            attn_region_set_bytes(&regions[count++], arrays[n].data,
+                                  arrays[n].count * arrays[n].size, arrays[n].name);
     return count;
 }
 
@@ -75,32 +75,38 @@ attn_status attn_call_check_aliasing(const attn_call_tensor *outputs, int output
                                      const attn_call_tensor *inputs, int input_count,
                                      const attn_options *options, const attn_problem *problem,
                                      attn_error *error) {
-    attn_region extra[OPTION_INPUTS];
-    const int extra_count = option_regions(options, problem, extra);
-    for (int m = 0; m < output_count; ++m) {
-        const attn_tensor *written = outputs[m].tensor;
-        if (written == NULL) continue;
-        const attn_region out = attn_region_of(written, outputs[m].name, true);
-        const attn_tensor *in_place = outputs[m].in_place;
-        for (int n = 0; n < input_count; ++n) {
-            const attn_tensor *read = inputs[n].tensor;
-            if (read == NULL) continue;
-            const bool may_be = in_place != NULL && same_view(read, in_place);
-            if (may_be && same_view(written, read)) continue; /* documented in place */
-            const attn_region in = attn_region_of(read, inputs[n].name, true);
-            const attn_overlap how = attn_regions_overlap(&out, &in);
+    /* Every region once (ATTN_CALL_MOST_OUTPUTS / _INPUTS bound the callers' lists). */
+    if (output_count > ATTN_CALL_MOST_OUTPUTS || input_count > ATTN_CALL_MOST_INPUTS)
+        return attn_fail(error, ATTN_ERROR_UNSUPPORTED,
+                         "attn_call_check_aliasing: %d outputs and %d inputs (at most %d and %d)",
+                         output_count, input_count, ATTN_CALL_MOST_OUTPUTS, ATTN_CALL_MOST_INPUTS);
+    attn_region written[ATTN_CALL_MOST_OUTPUTS], read[ATTN_CALL_MOST_INPUTS + OPTION_INPUTS];
+    int written_index[ATTN_CALL_MOST_OUTPUTS], read_index[ATTN_CALL_MOST_INPUTS];
+    int writes = 0, reads = 0;
+    for (int m = 0; m < output_count; ++m)
+        if (outputs[m].tensor != NULL)
+            written_index[writes] = m,
+            attn_region_set(&written[writes++], outputs[m].tensor, outputs[m].name, true);
+    for (int n = 0; n < input_count; ++n)
+        if (inputs[n].tensor != NULL)
+            read_index[reads] = n,
+            attn_region_set(&read[reads++], inputs[n].tensor, inputs[n].name, true);
+    const int tensor_reads = reads;
+    reads += option_regions(options, problem, read + reads);
+    for (int m = 0; m < writes; ++m) {
+        const attn_tensor *output = outputs[written_index[m]].tensor;
+        const attn_tensor *in_place = outputs[written_index[m]].in_place;
+        for (int n = 0; n < reads; ++n) {
+            const bool may_be = n < tensor_reads && in_place != NULL &&
+                                same_view(inputs[read_index[n]].tensor, in_place);
+            if (may_be && same_view(output, in_place)) continue; /* documented in place */
+            const attn_overlap how = attn_regions_overlap(&written[m], &read[n]);
             if (how != ATTN_OVERLAP_NONE)
-                return refuse(&out, &in, how, may_be ? inputs[n].name : NULL, error);
+                return refuse(&written[m], &read[n], how, may_be ? read[n].name : NULL, error);
         }
-        for (int n = 0; n < extra_count; ++n) {
-            const attn_overlap how = attn_regions_overlap(&out, &extra[n]);
-            if (how != ATTN_OVERLAP_NONE) return refuse(&out, &extra[n], how, NULL, error);
-        }
-        for (int n = m + 1; n < output_count; ++n) {
-            if (outputs[n].tensor == NULL) continue;
-            const attn_region other = attn_region_of(outputs[n].tensor, outputs[n].name, true);
-            const attn_overlap how = attn_regions_overlap(&out, &other);
-            if (how != ATTN_OVERLAP_NONE) return refuse(&out, &other, how, NULL, error);
+        for (int n = m + 1; n < writes; ++n) {
+            const attn_overlap how = attn_regions_overlap(&written[m], &written[n]);
+            if (how != ATTN_OVERLAP_NONE) return refuse(&written[m], &written[n], how, NULL, error);
         }
     }
     return ATTN_OK;

@@ -103,8 +103,12 @@ typedef struct attn_call_tensor {
  * Exact on the strides' lattices (core/overlap.h): two interleaved views of one buffer that
  * never meet are accepted; a layout too intricate to settle within the search budget counts
  * as sharing. Error: INVALID_ARGUMENT "out (bytes [a, b)) and q (bytes [c, d)) share memory:
- * ...", naming the output first. Reads only the descriptions.
+ * ...", naming the output first. Reads only the descriptions. At most
+ * ATTN_CALL_MOST_OUTPUTS outputs and ATTN_CALL_MOST_INPUTS inputs (the entry points' longest
+ * lists; more is UNSUPPORTED, a defect of the caller).
  */
+#define ATTN_CALL_MOST_OUTPUTS 4
+#define ATTN_CALL_MOST_INPUTS 12
 attn_status attn_call_check_aliasing(const attn_call_tensor *outputs, int output_count,
                                      const attn_call_tensor *inputs, int input_count,
                                      const attn_options *options, const attn_problem *problem,

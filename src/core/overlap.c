@@ -12,29 +12,25 @@
 
 #include "core/internal.h"
 
-attn_region attn_region_of(const attn_tensor *t, const char *name, bool fold_last) {
-    attn_region r;
+void attn_region_set(attn_region *r, const attn_tensor *t, const char *name, bool fold_last) {
     const int rank = t->rank;
-    r.name = name;
-    r.base = (uintptr_t)t->data;
-    r.element = (int64_t)attn_dtype_size(t->dtype);
+    r->name = name;
+    r->base = (uintptr_t)t->data;
+    r->element = (int64_t)attn_dtype_size(t->dtype);
     const bool folded = fold_last && (t->stride[rank - 1] == 1 || t->shape[rank - 1] == 1);
-    r.dims = folded ? rank - 1 : rank;
+    r->dims = folded ? rank - 1 : rank;
     for (int d = 0; d < ATTN_MAX_RANK; ++d)
-        r.shape[d] = d < r.dims ? t->shape[d] : 1, r.stride[d] = d < r.dims ? t->stride[d] : 0;
-    r.width = (folded ? t->shape[rank - 1] : 1) * r.element;
-    return r;
+        r->shape[d] = d < r->dims ? t->shape[d] : 1, r->stride[d] = d < r->dims ? t->stride[d] : 0;
+    r->width = (folded ? t->shape[rank - 1] : 1) * r->element;
 }
 
-attn_region attn_region_bytes(const void *data, int64_t count, const char *name) {
-    attn_region r;
-    r.name = name;
-    r.base = (uintptr_t)data;
-    r.dims = 0;
-    for (int d = 0; d < ATTN_MAX_RANK; ++d) r.shape[d] = 1, r.stride[d] = 0;
-    r.element = 1;
-    r.width = count;
-    return r;
+void attn_region_set_bytes(attn_region *r, const void *data, int64_t count, const char *name) {
+    r->name = name;
+    r->base = (uintptr_t)data;
+    r->dims = 0;
+    for (int d = 0; d < ATTN_MAX_RANK; ++d) r->shape[d] = 1, r->stride[d] = 0;
+    r->element = 1;
+    r->width = count;
 }
 
 static int64_t gcd(int64_t a, int64_t b) {

@@ -22,13 +22,15 @@ typedef struct attn_region {
     int64_t element, width;                             /* bytes: one element, one lattice point */
 } attn_region;
 
-/* The region of a checked tensor (attn_check_tensor: rank 1..4, shapes >= 1, span within
- * int64). fold_last: a last dimension of stride 1 (or of size 1) becomes one row of
- * shape[rank - 1] elements (fewer lattice dimensions, the same bytes). */
-attn_region attn_region_of(const attn_tensor *t, const char *name, bool fold_last);
+/* *r = the region of a checked tensor (attn_check_tensor: rank 1..4, shapes >= 1, span
+ * within int64). fold_last: a last dimension of stride 1 (or of size 1) becomes one row of
+ * shape[rank - 1] elements (fewer lattice dimensions, the same bytes). Filled in place, not
+ * returned: the checks run once per call, and a returned struct costs store-forwarding stalls
+ * that were most of their time. */
+void attn_region_set(attn_region *r, const attn_tensor *t, const char *name, bool fold_last);
 
-/* `count` contiguous bytes from `data` (a raw array such as options.query_lengths). */
-attn_region attn_region_bytes(const void *data, int64_t count, const char *name);
+/* *r = `count` contiguous bytes from `data` (a raw array such as options.query_lengths). */
+void attn_region_set_bytes(attn_region *r, const void *data, int64_t count, const char *name);
 
 /* Bytes [*begin, *end) that the region's elements may occupy (strides of any sign). */
 void attn_region_span(const attn_region *r, uintptr_t *begin, uintptr_t *end);
