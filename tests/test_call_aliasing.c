@@ -62,12 +62,26 @@ static void byte_range(const attn_tensor *t, uintptr_t *begin, uintptr_t *end) {
     *end = (uintptr_t)t->data + (uintptr_t)((high + 1) * size);
 }
 
-/* The call was refused naming `output` and `other` with their byte ranges, and the arena is
- * byte for byte what it was. */
+/* The view called `name` among `count` named views. */
+static const attn_tensor *find(const char *name, int count, const char *const *names,
+                               const attn_tensor *const *views) {
+    for (int n = 0; n < count; ++n)
+        if (strcmp(names[n], name) == 0) return views[n];
+    return NULL;
+}
+
+/* The call was refused naming `output` and `other` (two of the `count` named views) with
+ * their byte ranges, and the arena is byte for byte what it was. */
 static void check_refused(attn_status status, const attn_error *error, const char *output,
-                          const attn_tensor *output_view, const char *other,
-                          const attn_tensor *other_view, const char *label) {
+                          const char *other, int count, const char *const *names,
+                          const attn_tensor *const *views, const char *label) {
     CHECK_STATUS(status, ATTN_ERROR_INVALID_ARGUMENT, error, "%s: refused", label);
+    const attn_tensor *output_view = find(output, count, names, views);
+    const attn_tensor *other_view = find(other, count, names, views);
+    if (output_view == NULL || other_view == NULL) {
+        CHECK(0, "%s: the table names %s and %s", label, output, other);
+        return;
+    }
     uintptr_t ob, oe, b, e;
     byte_range(output_view, &ob, &oe), byte_range(other_view, &b, &e);
     char expected[256];
@@ -116,16 +130,11 @@ static void test_forward(int reference) {
         const attn_status status = reference
                                        ? attn_reference_forward(&q, &k, &v, &options, &out, &lse, &error)
                                        : attn_forward(&q, &k, &v, &options, &out, &lse, NULL, &error);
-        const attn_tensor *named[] = {&q, &k, &v, &out, &lse, &bias};
-        const char *names[] = {"q", "k", "v", "out", "lse", "options.bias"};
-        const attn_tensor *output = NULL, *other = NULL;
-        for (int n = 0; n < 6; ++n) {
-            if (strcmp(names[n], fc->output) == 0) output = named[n];
-            if (strcmp(names[n], fc->other) == 0) other = named[n];
-        }
+        const attn_tensor *const views[] = {&q, &k, &v, &out, &lse, &bias};
+        const char *const names[] = {"q", "k", "v", "out", "lse", "options.bias"};
         char label[128];
         snprintf(label, sizeof label, "%s, %s", who, fc->label);
-        check_refused(status, &error, fc->output, output, fc->other, other, label);
+        check_refused(status, &error, fc->output, fc->other, 6, names, views, label);
     }
 
     /* Accepted: q, k, v, out interleaved in one [B, T, 4, H, D] buffer (out shares no byte
@@ -191,16 +200,11 @@ static void test_backward(int reference) {
                                                 &dv, NULL, &error)
                       : attn_backward(&q, &k, &v, &out, &lse, &dout, &options, &dq, &dk, &dv, NULL,
                                       NULL, &error);
-        const attn_tensor *named[] = {&q, &k, &v, &out, &lse, &dout, &dq, &dk, &dv};
-        const char *names[] = {"q", "k", "v", "out", "lse", "dout", "dq", "dk", "dv"};
-        const attn_tensor *output = NULL, *other = NULL;
-        for (int n = 0; n < 9; ++n) {
-            if (strcmp(names[n], bc->output) == 0) output = named[n];
-            if (strcmp(names[n], bc->other) == 0) other = named[n];
-        }
+        const attn_tensor *const views[] = {&q, &k, &v, &out, &lse, &dout, &dq, &dk, &dv};
+        const char *const names[] = {"q", "k", "v", "out", "lse", "dout", "dq", "dk", "dv"};
         char label[128];
         snprintf(label, sizeof label, "%s, %s", who, bc->label);
-        check_refused(status, &error, bc->output, output, bc->other, other, label);
+        check_refused(status, &error, bc->output, bc->other, 9, names, views, label);
     }
 
     /* Accepted: dq, dk, dv interleaved in one [B, T, 3, H, D] buffer; bitwise the same as
@@ -269,8 +273,9 @@ static void test_decode(int reference) {
                       : attn_decode(cache, &q, NULL, &out, &lse, NULL, &error);
         char label[128];
         snprintf(label, sizeof label, "%s, %s", who, dc->label);
-        check_refused(status, &error, dc->output, &out, dc->other,
-                      strcmp(dc->other, "q") == 0 ? &q : &lse, label);
+        const attn_tensor *const views[] = {&q, &out, &lse};
+        const char *const names[] = {"q", "out", "lse"};
+        check_refused(status, &error, dc->output, dc->other, 3, names, views, label);
     }
     /* Accepted: q and out interleaved in one [B, 1, 2, H, D] buffer. */
     arena_fill(12);
@@ -328,17 +333,12 @@ static void test_kvcache(void) {
         attn_error error;
         const attn_status status = attn_forward_with_kvcache(
             &q, &view, kc->append ? &append : NULL, &options, &out, &lse, NULL, &error);
-        const attn_tensor *named[] = {&q, &k_new, &out, &lse, &k_cache, &v_cache};
-        const char *names[] = {"q", "append->k_new", "out", "lse", "cache->k_cache",
+        const attn_tensor *const views[] = {&q, &k_new, &out, &lse, &k_cache, &v_cache};
+        const char *const names[] = {"q", "append->k_new", "out", "lse", "cache->k_cache",
                                "cache->v_cache"};
-        const attn_tensor *output = NULL, *other = NULL;
-        for (int n = 0; n < 6; ++n) {
-            if (strcmp(names[n], kc->output) == 0) output = named[n];
-            if (strcmp(names[n], kc->other) == 0) other = named[n];
-        }
         char label[128];
         snprintf(label, sizeof label, "attn_forward_with_kvcache, %s", kc->label);
-        check_refused(status, &error, kc->output, output, kc->other, other, label);
+        check_refused(status, &error, kc->output, kc->other, 6, names, views, label);
     }
     /* Accepted: q and out interleaved in one buffer, with an append: bitwise as separate
      * buffers (the second call on a fresh copy of the cache). */
@@ -405,17 +405,12 @@ static void test_varlen(void) {
             vc->backward ? attn_varlen_backward(&q, &k, &v, &out, &lse, &dout, &sequences, NULL, &dq,
                                                 &dk, &dv, NULL, &error)
                          : attn_varlen_forward(&q, &k, &v, &sequences, NULL, &out, &lse, NULL, &error);
-        const attn_tensor *named[] = {&q, &k, &v, &out, &lse, &dq, &dk};
-        const char *names[] = {"q", "k", "v", "out", "lse", "dq", "dk"};
-        const attn_tensor *output = NULL, *other = NULL;
-        for (int n = 0; n < 7; ++n) {
-            if (strcmp(names[n], vc->output) == 0) output = named[n];
-            if (strcmp(names[n], vc->other) == 0) other = named[n];
-        }
+        const attn_tensor *const views[] = {&q, &k, &v, &out, &lse, &dq, &dk};
+        const char *const names[] = {"q", "k", "v", "out", "lse", "dq", "dk"};
         char label[128];
         snprintf(label, sizeof label, "attn_varlen_%s, %s", vc->backward ? "backward" : "forward",
                  vc->label);
-        check_refused(status, &error, vc->output, output, vc->other, other, label);
+        check_refused(status, &error, vc->output, vc->other, 7, names, views, label);
     }
     /* Accepted: q and out interleaved as [total, 2, H, D]: bitwise as separate buffers. */
     arena_fill(14);
@@ -463,16 +458,11 @@ static void test_merge(void) {
         const attn_tensor *outs[2] = {&o0, &o1}, *lses[2] = {&l0, &l1};
         attn_error error;
         const attn_status status = attn_merge(2, outs, lses, &out, &lse, &error);
-        const attn_tensor *named[] = {&o0, &o1, &l0, &out, &lse};
-        const char *names[] = {"outs[0]", "outs[1]", "lses[0]", "out", "lse"};
-        const attn_tensor *output = NULL, *other = NULL;
-        for (int n = 0; n < 5; ++n) {
-            if (strcmp(names[n], mc->output) == 0) output = named[n];
-            if (strcmp(names[n], mc->other) == 0) other = named[n];
-        }
+        const attn_tensor *const views[] = {&o0, &o1, &l0, &out, &lse};
+        const char *const names[] = {"outs[0]", "outs[1]", "lses[0]", "out", "lse"};
         char label[128];
         snprintf(label, sizeof label, "attn_merge, %s", mc->label);
-        check_refused(status, &error, mc->output, output, mc->other, other, label);
+        check_refused(status, &error, mc->output, mc->other, 5, names, views, label);
     }
     /* Accepted: in place (out = outs[0], lse = lses[0], other descriptors of the same views):
      * bitwise as out of place. */

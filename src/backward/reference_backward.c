@@ -143,12 +143,8 @@ attn_status attn_reference_backward(const attn_tensor *q, const attn_tensor *k,
     status = attn_backward_validate(q, k, v, out, lse, dout, options, dq, dk, dv, dbias,
                                     false, &problem, error);
     if (status != ATTN_OK) return status;
-    const attn_call_tensor outputs[4] = {
-        {dq, "dq", NULL}, {dk, "dk", NULL}, {dv, "dv", NULL}, {dbias, "dbias", NULL}};
-    const attn_call_tensor inputs[6] = {{q, "q", NULL},     {k, "k", NULL},
-                                        {v, "v", NULL},     {out, "out", NULL},
-                                        {lse, "lse", NULL}, {dout, "dout", NULL}};
-    status = attn_call_check_aliasing(outputs, 4, inputs, 6, options, &problem, error);
+    status = attn_check_backward_aliasing(q, k, v, out, lse, dout, dq, dk, dv, dbias, options,
+                                          &problem, error);
     if (status != ATTN_OK) return status;
     attn_mask_context context;
     status = attn_mask_context_init(&context, options, &problem, error);

@@ -111,3 +111,27 @@ attn_status attn_call_check_aliasing(const attn_call_tensor *outputs, int output
     }
     return ATTN_OK;
 }
+
+attn_status attn_check_forward_aliasing(const attn_tensor *q, const attn_tensor *k,
+                                        const attn_tensor *v, const attn_tensor *out,
+                                        const attn_tensor *lse, const attn_options *options,
+                                        const attn_problem *problem, attn_error *error) {
+    const attn_call_tensor outputs[2] = {{out, "out", NULL}, {lse, "lse", NULL}};
+    const attn_call_tensor inputs[3] = {{q, "q", NULL}, {k, "k", NULL}, {v, "v", NULL}};
+    return attn_call_check_aliasing(outputs, 2, inputs, 3, options, problem, error);
+}
+
+attn_status attn_check_backward_aliasing(const attn_tensor *q, const attn_tensor *k,
+                                         const attn_tensor *v, const attn_tensor *out,
+                                         const attn_tensor *lse, const attn_tensor *dout,
+                                         const attn_tensor *dq, const attn_tensor *dk,
+                                         const attn_tensor *dv, const attn_tensor *dbias,
+                                         const attn_options *options, const attn_problem *problem,
+                                         attn_error *error) {
+    const attn_call_tensor outputs[4] = {
+        {dq, "dq", NULL}, {dk, "dk", NULL}, {dv, "dv", NULL}, {dbias, "dbias", NULL}};
+    const attn_call_tensor inputs[6] = {{q, "q", NULL},     {k, "k", NULL},
+                                        {v, "v", NULL},     {out, "out", NULL},
+                                        {lse, "lse", NULL}, {dout, "dout", NULL}};
+    return attn_call_check_aliasing(outputs, 4, inputs, 6, options, problem, error);
+}

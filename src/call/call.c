@@ -26,9 +26,7 @@ attn_status attn_call_validate_forward(attn_call *call, const attn_tensor *q,
     attn_status status =
         attn_validate_call_typed(q, k, v, &call->options, out, lse, &call->problem, error);
     if (status != ATTN_OK) return status;
-    const attn_call_tensor outputs[2] = {{out, "out", NULL}, {lse, "lse", NULL}};
-    const attn_call_tensor inputs[3] = {{q, "q", NULL}, {k, "k", NULL}, {v, "v", NULL}};
-    return attn_call_check_aliasing(outputs, 2, inputs, 3, &call->options, &call->problem, error);
+    return attn_check_forward_aliasing(q, k, v, out, lse, &call->options, &call->problem, error);
 }
 
 attn_status attn_call_validate_backward(attn_call *call, const attn_tensor *q,
@@ -40,12 +38,8 @@ attn_status attn_call_validate_backward(attn_call *call, const attn_tensor *q,
     attn_status status = attn_backward_validate(q, k, v, out, lse, dout, &call->options, dq, dk,
                                                 dv, dbias, true, &call->problem, error);
     if (status != ATTN_OK) return status;
-    const attn_call_tensor outputs[4] = {
-        {dq, "dq", NULL}, {dk, "dk", NULL}, {dv, "dv", NULL}, {dbias, "dbias", NULL}};
-    const attn_call_tensor inputs[6] = {{q, "q", NULL},     {k, "k", NULL},
-                                        {v, "v", NULL},     {out, "out", NULL},
-                                        {lse, "lse", NULL}, {dout, "dout", NULL}};
-    return attn_call_check_aliasing(outputs, 4, inputs, 6, &call->options, &call->problem, error);
+    return attn_check_backward_aliasing(q, k, v, out, lse, dout, dq, dk, dv, dbias, &call->options,
+                                        &call->problem, error);
 }
 
 int attn_call_thread_count(const attn_call *call, int64_t work_items) {

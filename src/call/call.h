@@ -123,6 +123,21 @@ attn_status attn_call_validate_backward(attn_call *call, const attn_tensor *q,
                                         const attn_tensor *dk, const attn_tensor *dv,
                                         const attn_tensor *dbias, attn_error *error);
 
+/* attn_call_check_aliasing for a forward (out, lse written; q, k, v read) and for a backward
+ * (dq, dk, dv, dbias written; q, k, v, out, lse, dout read), with their names. Any of the
+ * optional tensors (lse, dbias) may be NULL; problem as above. */
+attn_status attn_check_forward_aliasing(const attn_tensor *q, const attn_tensor *k,
+                                        const attn_tensor *v, const attn_tensor *out,
+                                        const attn_tensor *lse, const attn_options *options,
+                                        const attn_problem *problem, attn_error *error);
+attn_status attn_check_backward_aliasing(const attn_tensor *q, const attn_tensor *k,
+                                         const attn_tensor *v, const attn_tensor *out,
+                                         const attn_tensor *lse, const attn_tensor *dout,
+                                         const attn_tensor *dq, const attn_tensor *dk,
+                                         const attn_tensor *dv, const attn_tensor *dbias,
+                                         const attn_options *options, const attn_problem *problem,
+                                         attn_error *error);
+
 /* The thread count for `work_items` independent items: execution.num_threads, or the OpenMP
  * default, capped at work_items when work_items > 0. Never changes results. */
 int attn_call_thread_count(const attn_call *call, int64_t work_items);

@@ -37,9 +37,7 @@ attn_status attn_reference_forward(const attn_tensor *q, const attn_tensor *k,
     attn_problem problem;
     status = attn_validate_call(q, k, v, options, out, lse, &problem, error);
     if (status != ATTN_OK) return status;
-    const attn_call_tensor outputs[2] = {{out, "out", NULL}, {lse, "lse", NULL}};
-    const attn_call_tensor inputs[3] = {{q, "q", NULL}, {k, "k", NULL}, {v, "v", NULL}};
-    status = attn_call_check_aliasing(outputs, 2, inputs, 3, options, &problem, error);
+    status = attn_check_forward_aliasing(q, k, v, out, lse, options, &problem, error);
     if (status != ATTN_OK) return status;
 
     const int64_t Tq = problem.query_length, Tk = problem.key_length;

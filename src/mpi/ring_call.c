@@ -155,18 +155,14 @@ static attn_status check_local(ring_call *call, const ring_tensors *tensors,
             return status;
     }
     /* No output may share memory with an input or another output (call.h). */
-    const attn_call_tensor forward_outputs[2] = {{tensors->out, "out", NULL},
-                                                 {tensors->lse, "lse", NULL}};
-    const attn_call_tensor backward_outputs[3] = {
-        {tensors->dq, "dq", NULL}, {tensors->dk, "dk", NULL}, {tensors->dv, "dv", NULL}};
-    const attn_call_tensor inputs[6] = {{tensors->q, "q", NULL},     {tensors->k, "k", NULL},
-                                        {tensors->v, "v", NULL},     {tensors->out, "out", NULL},
-                                        {tensors->lse, "lse", NULL}, {tensors->dout, "dout", NULL}};
+    const attn_tensor *q_in = tensors->q, *k_in = tensors->k, *v_in = tensors->v;
     status = tensors->backward
-                 ? attn_call_check_aliasing(backward_outputs, 3, inputs, 6,
-                                            &call->prepared.options, NULL, error)
-                 : attn_call_check_aliasing(forward_outputs, 2, inputs, 3,
-                                            &call->prepared.options, NULL, error);
+                 ? attn_check_backward_aliasing(q_in, k_in, v_in, tensors->out, tensors->lse,
+                                                tensors->dout, tensors->dq, tensors->dk,
+                                                tensors->dv, NULL, &call->prepared.options, NULL,
+                                                error)
+                 : attn_check_forward_aliasing(q_in, k_in, v_in, tensors->out, tensors->lse,
+                                               &call->prepared.options, NULL, error);
     if (status != ATTN_OK) return status;
     /* The largest block that can visit, and the buffer sizes it implies, must fit. */
     int64_t max_length = 0;

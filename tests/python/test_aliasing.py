@@ -12,23 +12,9 @@ import pytest
 import torch
 
 import attn
+from test_kvcache_layout import _bytes  # [first, last) bytes of a numpy array or torch tensor
 
 B, T, H, D = 2, 6, 2, 8
-
-
-def _address(x):
-    return x.data_ptr() if isinstance(x, torch.Tensor) else x.__array_interface__["data"][0]
-
-
-def _bytes(x):
-    """[first, last) bytes an array's elements occupy."""
-    itemsize = x.element_size() if isinstance(x, torch.Tensor) else x.itemsize
-    strides = [s * itemsize for s in x.stride()] if isinstance(x, torch.Tensor) else x.strides
-    low = high = _address(x)
-    for size, stride in zip(x.shape, strides):
-        extent = (size - 1) * stride
-        low, high = (low + extent, high) if extent < 0 else (low, high + extent)
-    return low, high + itemsize
 
 
 def _shares(output_name, output, other_name, other):
