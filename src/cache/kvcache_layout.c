@@ -7,7 +7,8 @@
  *  - within one written tensor, dimensions 0..2 of size > 1 sorted by stride must nest: each
  *    stride at least the extent of the smaller ones (a row of width D, or 1 for a scale); this
  *    refuses a zero stride, and rows that overlap their neighbours;
- *  - between two tensors, whose elements lie at base + (lattice of their strides) + [0, width):
+ *  - between two tensors, whose elements lie at base + (lattice of their strides) + [0, width)
+ *    (the test of core/overlap.c, which the outputs' check of every entry point shares):
  *    they share no byte if their address spans are disjoint, or if no multiple of the gcd of
  *    all their (byte) strides falls within (base2 - base1 - width1, base2 - base1 + width2),
  *    or else if no difference of their lattice points does (an exhaustive search, largest
