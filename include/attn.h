@@ -392,7 +392,8 @@ ATTN_API attn_status attn_alibi_slopes(int num_heads, float *slopes, attn_error 
  * options out of range, mask/bias shapes that do not broadcast, overflow, an empty row under
  * ATTN_EMPTY_ROWS_ERROR (the message names the first one in (b, h, i) order), memory limit
  * (the per-thread workspaces exceed execution->memory_limit_bytes), unsupported kernel,
- * an unknown options->version / execution->version, and out or lse sharing a byte with q, k,
+ * an unknown options->version / execution->version, a zero stride on a dimension of size > 1
+ * of out or lse (an output cannot broadcast), and out or lse sharing a byte with q, k,
  * v, the options' mask / bias / block_layout / arrays, or each other (INVALID_ARGUMENT naming
  * both tensors and their byte ranges, checked exactly on the strides' lattices before
  * anything is written: outputs interleaved with the inputs in one buffer without sharing a

@@ -9,6 +9,8 @@
  *    shifted view of merge's outs[0]; INVALID_ARGUMENT, the message naming both tensors with
  *    their byte ranges (computed here from the views), and every byte of the one arena that
  *    holds all the tensors (outputs, lse, the cache) unchanged;
+ *  - refused too: an output that overlaps itself by a broadcast (a zero stride on a dimension
+ *    of size > 1), naming the tensor, the dimension and the stride, nothing written;
  *  - accepted: outputs interleaved with the inputs in one buffer without sharing a byte
  *    ([.., 4, H, D] q / k / v / out, [.., 3, H, D] dq / dk / dv), k and v one view, merge in
  *    place (out = outs[0], lse = lses[0]): bitwise equal to the same call on separate
@@ -481,6 +483,59 @@ static void test_merge(void) {
           "attn_merge: in place bitwise equal to out of place");
 }
 
+/* ---- an output that overlaps itself (a zero stride), in every entry point -------------- */
+
+static void check_broadcast_refused(attn_status status, const attn_error *error,
+                                    const char *expected, const char *label) {
+    CHECK_STATUS(status, ATTN_ERROR_INVALID_ARGUMENT, error, "%s: refused", label);
+    CHECK(strstr(error->message, expected) != NULL, "%s: message \"%s\" contains \"%s\"", label,
+          error->message, expected);
+    CHECK(memcmp(arena, arena_before, ARENA * sizeof(float)) == 0, "%s: nothing written", label);
+}
+
+static void test_broadcast_outputs(void) {
+    arena_fill(16);
+    attn_tensor q = at4(0, B, T, H, D), k = at4(SLOT, B, T, H, D), v = at4(2 * SLOT, B, T, H, D);
+    attn_tensor out = at4(3 * SLOT, B, T, H, D), lse = at3(4 * SLOT, B, H, T);
+    attn_tensor flat_out = out, flat_lse = lse;
+    flat_out.stride[1] = 0, flat_lse.stride[2] = 0;
+    attn_error error;
+    check_broadcast_refused(attn_forward(&q, &k, &v, NULL, &flat_out, &lse, NULL, &error), &error,
+                            "out.stride[1] = 0 with shape[1] = 8: an output cannot broadcast",
+                            "attn_forward, out with a zero T stride");
+    check_broadcast_refused(attn_reference_forward(&q, &k, &v, NULL, &out, &flat_lse, &error),
+                            &error, "lse.stride[2] = 0 with shape[2] = 8",
+                            "attn_reference_forward, lse with a zero T stride");
+    attn_tensor o1 = at4(5 * SLOT, B, T, H, D), l1 = at3(6 * SLOT, B, H, T);
+    const attn_tensor *outs[2] = {&out, &o1}, *lses[2] = {&lse, &l1};
+    attn_tensor merged = at4(7 * SLOT, B, T, H, D), merged_lse = at3(8 * SLOT, B, H, T);
+    merged.stride[2] = 0;
+    check_broadcast_refused(attn_merge(2, outs, lses, &merged, &merged_lse, &error), &error,
+                            "out.stride[2] = 0 with shape[2] = 2", "attn_merge, out with a zero H stride");
+    /* A caller-owned cache with an append: nothing appended either. */
+    const int32_t seqlens[B] = {2, 3};
+    attn_tensor q1 = at4(0, B, 1, H, D), out1 = at4(3 * SLOT, B, 1, H, D);
+    out1.stride[0] = 0;
+    attn_tensor k_cache = at4(10 * SLOT, B, T, H, D), v_cache = at4(11 * SLOT, B, T, H, D);
+    attn_tensor k_new = at4(SLOT, B, 1, H, D);
+    attn_kv_cache_view view = {ATTN_KV_CACHE_VIEW_VERSION, &k_cache, &v_cache, NULL, seqlens, NULL,
+                               NULL};
+    attn_kv_append append = {&k_new, &k_new, NULL, NULL, ATTN_ROPE_HALF};
+    check_broadcast_refused(attn_forward_with_kvcache(&q1, &view, &append, NULL, &out1, NULL, NULL,
+                                                      &error),
+                            &error, "out.stride[0] = 0 with shape[0] = 2",
+                            "attn_forward_with_kvcache, out with a zero B stride");
+    attn_tensor pq = at3(0, B * T, H, D), pk = at3(SLOT, B * T, H, D), pv = at3(2 * SLOT, B * T, H, D);
+    attn_tensor pout = at3(3 * SLOT, B * T, H, D);
+    pout.stride[0] = 0;
+    const int32_t cu[B + 1] = {0, 5, B * T};
+    const attn_varlen sequences = {B, cu, cu, T + 3, T + 3};
+    check_broadcast_refused(attn_varlen_forward(&pq, &pk, &pv, &sequences, NULL, &pout, NULL, NULL,
+                                                &error),
+                            &error, "out.stride[0] = 0 with shape[0] = 16",
+                            "attn_varlen_forward, out with a zero token stride");
+}
+
 int main(void) {
     arena = malloc(ARENA * sizeof(float));
     arena_before = malloc(ARENA * sizeof(float));
@@ -492,6 +547,7 @@ int main(void) {
     test_kvcache();
     test_varlen();
     test_merge();
+    test_broadcast_outputs();
     free(arena), free(arena_before);
     return test_finish();
 }

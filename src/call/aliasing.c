@@ -83,10 +83,14 @@ attn_status attn_call_check_aliasing(const attn_call_tensor *outputs, int output
     attn_region written[ATTN_CALL_MOST_OUTPUTS], read[ATTN_CALL_MOST_INPUTS + OPTION_INPUTS];
     int written_index[ATTN_CALL_MOST_OUTPUTS], read_index[ATTN_CALL_MOST_INPUTS];
     int writes = 0, reads = 0;
-    for (int m = 0; m < output_count; ++m)
-        if (outputs[m].tensor != NULL)
-            written_index[writes] = m,
-            attn_region_set(&written[writes++], outputs[m].tensor, outputs[m].name, true);
+    for (int m = 0; m < output_count; ++m) {
+        if (outputs[m].tensor == NULL) continue;
+        /* Nor may an output overlap itself by a broadcast. */
+        const attn_status status = attn_check_no_broadcast(outputs[m].tensor, outputs[m].name, error);
+        if (status != ATTN_OK) return status;
+        written_index[writes] = m;
+        attn_region_set(&written[writes++], outputs[m].tensor, outputs[m].name, true);
+    }
     for (int n = 0; n < input_count; ++n)
         if (inputs[n].tensor != NULL)
             read_index[reads] = n,

@@ -33,6 +33,15 @@ void attn_region_set_bytes(attn_region *r, const void *data, int64_t count, cons
     r->width = count;
 }
 
+attn_status attn_check_no_broadcast(const attn_tensor *t, const char *name, attn_error *error) {
+    for (int d = 0; d < t->rank; ++d)
+        if (t->stride[d] == 0 && t->shape[d] > 1)
+            return attn_fail(error, ATTN_ERROR_INVALID_ARGUMENT,
+                             "%s.stride[%d] = 0 with shape[%d] = %lld: an output cannot broadcast",
+                             name, d, d, (long long)t->shape[d]);
+    return ATTN_OK;
+}
+
 static int64_t gcd(int64_t a, int64_t b) {
     a = a < 0 ? -a : a, b = b < 0 ? -b : b;
     while (b != 0) {

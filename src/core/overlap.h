@@ -42,6 +42,10 @@ void attn_region_span(const attn_region *r, uintptr_t *begin, uintptr_t *end);
  * budget of 4096 steps (only very intricate interleavings) and the caller counts them as
  * sharing. So two interleaved views of one buffer that never meet (k and v of one packed kv
  * buffer, [..., 2, H, D]) are told apart. */
+/* An output must give every element its own memory: INVALID_ARGUMENT naming the tensor and
+ * the dimension when it has a zero stride on a dimension of size > 1 (a broadcast). */
+attn_status attn_check_no_broadcast(const attn_tensor *t, const char *name, attn_error *error);
+
 typedef enum attn_overlap {
     ATTN_OVERLAP_NONE = 0,
     ATTN_OVERLAP_SHARED = 1,
