@@ -402,7 +402,13 @@ ATTN_API attn_status attn_alibi_slopes(int num_heads, float *slopes, attn_error 
  * options out of range, mask/bias shapes that do not broadcast, overflow, an empty row under
  * ATTN_EMPTY_ROWS_ERROR (the message names the first one in (b, h, i) order), memory limit
  * (the per-thread workspaces exceed execution->memory_limit_bytes), unsupported kernel,
- * an unknown options->version / execution->version.
+ * an unknown options->version / execution->version, a zero stride on a dimension of size > 1
+ * of out or lse (an output cannot broadcast), and out or lse sharing a byte with q, k,
+ * v, the options' mask / bias / block_layout / arrays, or each other (INVALID_ARGUMENT naming
+ * both tensors and their byte ranges, checked exactly on the strides' lattices before
+ * anything is written: outputs interleaved with the inputs in one buffer without sharing a
+ * byte are fine, and the inputs may overlap each other freely; docs/conventions.md "Outputs
+ * never share memory with inputs or with each other").
  *   options   NULL = plain attention (as a zero-initialised struct)
  *   execution NULL = defaults (as a zero-initialised struct)
  * On error `out` and `lse` may have been partly written.
@@ -438,7 +444,9 @@ ATTN_API attn_status attn_reference_forward(const attn_tensor *q, const attn_ten
  *   dbias: NULL, or (only when options->bias is set) F32 with exactly the bias's shape
  *   [B|1, Hq|1, Tq, Tk] (written; a size-1 dimension sums over B or Hq). ALiBi has no
  *   gradient. Outputs may use any strides but no zero stride on a dimension of size > 1,
- *   and must not overlap the inputs.
+ *   and may share no byte with q, k, v, out, lse, dout, the options' tensors and arrays, or
+ *   each other (INVALID_ARGUMENT naming both and their byte ranges, nothing written;
+ *   interleaved in one buffer without sharing a byte is fine, as in attn_forward).
  * With soft-cap c the chain rule dS * (1 - tanh^2(x / c)) is applied (x = scale * q.k).
  * GQA/MQA: dk and dv of a KV head are the sums over its query heads. Empty rows (LSE = -inf,
  * and padded query rows) get zero gradients; a NaN LSE (ATTN_EMPTY_ROWS_NAN) gives NaN.
@@ -479,7 +487,10 @@ ATTN_API attn_status attn_reference_backward(const attn_tensor *q, const attn_te
  * outs[s] [B, T, H, Dv] F32, BF16 or F16 (all of one dtype, out too: summed in double, O
  * rounded once to nearest-even), lses[s] [B, H, T] F32; a partial with lse = -inf is empty and
  * contributes nothing; when every partial of a row is empty, O = 0 and lse = -inf.
- * out / lse may alias outs[0] / lses[0] (in-place accumulation).
+ * In place: out may be outs[0] itself and lse lses[0] itself (the same views: data, dtype,
+ * shape and strides; in-place accumulation). Any other byte shared by out or lse with a
+ * partial (outs[s], lses[s], a shifted view of outs[0]) or by out with lse is
+ * ATTN_ERROR_INVALID_ARGUMENT naming both and their byte ranges, before anything is written.
  */
 ATTN_API attn_status attn_merge(int count, const attn_tensor *const *outs,
                                 const attn_tensor *const *lses, attn_tensor *out, attn_tensor *lse,
@@ -628,8 +639,10 @@ ATTN_API attn_status attn_kv_cache_read(const attn_kv_cache *cache, int64_t sequ
  * (generic, AVX2 or AVX-512; AUTO = the fastest this CPU runs).
  * Errors: as attn_forward, plus options->key_lengths / key_positions set (the cache defines
  * them: INVALID_ARGUMENT), an empty row under ATTN_EMPTY_ROWS_ERROR (e.g. a sequence with
- * fewer tokens than Tq under bottom-right causality), memory limit. options NULL = plain
- * attention, execution NULL = defaults.
+ * fewer tokens than Tq under bottom-right causality), memory limit, out or lse sharing a byte
+ * with q, the options' tensors and arrays, or each other (INVALID_ARGUMENT naming both and
+ * their byte ranges, as in attn_forward). options NULL = plain attention, execution NULL =
+ * defaults.
  */
 ATTN_API attn_status attn_decode(const attn_kv_cache *cache, const attn_tensor *q,
                                  const attn_options *options, attn_tensor *out, attn_tensor *lse,
@@ -683,7 +696,9 @@ typedef struct attn_varlen {
  * that decreases, does not start at 0 or end at the total, a length above max_seqlen: the
  * message names the array, the sequence and the value), and options that are defined on a
  * padded batch (mask, bias, query/key lengths, explicit positions, global tokens, block
- * layout: INVALID_ARGUMENT). On error `out` and `lse` may have been partly written.
+ * layout: INVALID_ARGUMENT), out or lse sharing a byte with q, k, v, the cu_seqlens arrays or
+ * each other (INVALID_ARGUMENT naming both and their byte ranges, checked before anything is
+ * written, as in attn_forward). On other errors `out` and `lse` may have been partly written.
  */
 ATTN_API attn_status attn_varlen_forward(const attn_tensor *q, const attn_tensor *k,
                                          const attn_tensor *v, const attn_varlen *sequences,
@@ -697,7 +712,8 @@ ATTN_API attn_status attn_varlen_forward(const attn_tensor *q, const attn_tensor
  * dq [total_q, Hq, Dk], dk [total_k, Hkv, Dk], dv [total_k, Hkv, Dv] (written, in q's
  * dtype; rows of sequences with no queries or no keys get zeros). Deterministic for any
  * thread count.
- * Errors: those of attn_varlen_forward and attn_backward.
+ * Errors: those of attn_varlen_forward and attn_backward; dq, dk, dv may share no byte with
+ * q, k, v, out, lse, dout, the cu_seqlens arrays or each other.
  */
 ATTN_API attn_status attn_varlen_backward(const attn_tensor *q, const attn_tensor *k,
                                           const attn_tensor *v, const attn_tensor *out,
@@ -802,8 +818,12 @@ typedef struct attn_kv_append {
  * may append->k_new or v_new share a byte with any of those four (the new rows may not alias
  * the cache they are appended into; by the same rule, naming both tensors and their byte
  * ranges; k_new and v_new may share memory with each other).
- * Read-only calls accept any strides >= 0. On any of these errors nothing is written to the
- * cache or to its scales.
+ * Read-only calls accept any strides >= 0. Whatever the call, out and lse may share no byte
+ * with q, the cache (k_cache, v_cache, k_scale, v_scale, block_table, cache_seqlens), the new
+ * rows, the rotary tables or each other (INVALID_ARGUMENT naming both and their byte ranges,
+ * e.g. "out (bytes [a, b)) and cache->k_cache (bytes [c, d)) share memory: ..."; exact, as in
+ * attn_forward). On any of these errors nothing is written to the cache, to its scales, to
+ * out or to lse.
  * 8-bit storage: Tq <= 16 runs attn_decode's kernels in place on the caller's pages and
  * scales, bitwise as a library-owned 8-bit cache holding the same tokens; a prefill chunk
  * dequantises each sequence's keys (head_scale * row_scale * q, then the queries' dtype)

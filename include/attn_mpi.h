@@ -75,8 +75,10 @@ typedef struct attn_ring_stats {
  * layout->rank_count must equal the size of comm. Errors: those of attn_forward for the local
  * tensors, a layout that disagrees with comm or with the local lengths, sizes that differ
  * between ranks (SHAPE_MISMATCH naming the rank), unsupported options, an empty row under
- * ATTN_EMPTY_ROWS_ERROR (naming b, h and the global position), ATTN_ERROR_COMMUNICATION.
- * On error out and lse may have been partly written.
+ * ATTN_EMPTY_ROWS_ERROR (naming b, h and the global position), ATTN_ERROR_COMMUNICATION,
+ * and out or lse sharing a byte with q, k, v or each other on any rank (INVALID_ARGUMENT
+ * naming both and their byte ranges, found before the ring starts, as attn_forward's).
+ * On other errors out and lse may have been partly written.
  */
 ATTN_API attn_status attn_ring_forward(MPI_Comm comm, const attn_tensor *q, const attn_tensor *k,
                                        const attn_tensor *v, const attn_options *options,
@@ -90,7 +92,8 @@ ATTN_API attn_status attn_ring_forward(MPI_Comm comm, const attn_tensor *q, cons
  * dout [B, n_r, Hq, Dv] is the gradient of out. Writes this rank's gradients:
  *   dq [B, n_r, Hq, Dk], dk [B, n_r, Hkv, Dk], dv [B, n_r, Hkv, Dv] F32 (overwritten).
  * dQ accumulates locally; the dK/dV accumulators of each block travel the ring with its K and
- * V and arrive at their owner after P hops. Same errors as attn_ring_forward.
+ * V and arrive at their owner after P hops. Same errors as attn_ring_forward; dq, dk, dv may
+ * share no byte with q, k, v, out, lse, dout or each other.
  */
 ATTN_API attn_status attn_ring_backward(MPI_Comm comm, const attn_tensor *q, const attn_tensor *k,
                                         const attn_tensor *v, const attn_tensor *out,

@@ -62,18 +62,19 @@ def _compute_views(views, names):
     return [T.converted(x, T.F32, n) for x, n in zip(views, names)]
 
 
-def _output(like, out, shape, code, name, inputs, native=T.NATIVE_QKV):
+def _output(like, out, shape, code, name, native=T.NATIVE_QKV):
     """(array to return or None, View attn writes into, float32 buffer or None). When the
-    computation dtype differs from `code`, attn writes the buffer, converted after (_finish)."""
+    computation dtype differs from `code`, attn writes the buffer, converted after (_finish).
+    An `out` attn writes directly is checked by attn itself against every input and output
+    (exactly: a view interleaved with the inputs in one buffer without sharing a byte is
+    accepted; one that shares memory is a ValueError naming both and their byte ranges); a
+    buffer is copied into `out` after attn has read the inputs, so nothing can alias."""
     if out is not None:
         ov = T.view(out, name, writable=True)
         if ov.shape != tuple(shape):
             raise ValueError(f"{name} must have shape {list(shape)}, got {list(ov.shape)}")
         if ov.code != code:
             raise ValueError(f"{name} must have dtype {T.DTYPE_NAMES[code]}, got {ov.dtype_name}")
-        for x in inputs:
-            if T.overlaps(ov, x):
-                raise ValueError(f"{name} overlaps an input")
         if code in native or code == T.F32:
             return out, ov, None
         buffer = T.empty(like, shape, T.F32)
@@ -128,7 +129,7 @@ def forward(q, k, v, *, causal=None, window=None, mask=None, bias=None, scale=No
                                 empty_rows=empty_rows)
     run = _O.execution(threads, memory_limit, kernel)
     cq, ck, cv = _compute_views((qv, kv, vv), "qkv")
-    result, ov, buffer = _output(qv, out, (B, Tq, Hq, Dv), qv.code, "out", (qv, kv, vv))
+    result, ov, buffer = _output(qv, out, (B, Tq, Hq, Dv), qv.code, "out")
     lse = T.empty(qv, (B, Hq, Tq), T.F32) if return_lse else None
     lv = T.view(lse, "lse") if return_lse else None
     _attn.forward(cq.desc(), ck.desc(), cv.desc(), ov.desc(), lv.desc() if lv else None,
@@ -239,7 +240,7 @@ def merge(outs, lses, *, out=None, lse=None):
     code = first.code if first.code in T.NATIVE_MERGE else T.F32
     covs = [T.converted(x, code, f"outs[{s}]") for s, x in enumerate(ovs)]
     B, Tq, H, Dv = first.shape
-    result, rv, buffer = _output(first, out, (B, Tq, H, Dv), first.code, "out", (),
+    result, rv, buffer = _output(first, out, (B, Tq, H, Dv), first.code, "out",
                                  T.NATIVE_MERGE)
     if lse is None:
         lse = T.empty(first, (B, H, Tq), T.F32)
@@ -399,8 +400,7 @@ class KVCache:
                                         decode=True)
             run = _O.execution(threads, memory_limit, kernel)
             cq = qv if qv.code in T.NATIVE_QKV else T.converted(qv, T.F32, "q")
-            result, ov, buffer = _output(qv, out, (B, Tq, Hq, self.value_dim), qv.code, "out",
-                                         (qv,))
+            result, ov, buffer = _output(qv, out, (B, Tq, Hq, self.value_dim), qv.code, "out")
             lse = T.empty(qv, (B, Hq, Tq), T.F32) if return_lse else None
             _attn.decode(self._cache, cq.desc(), ov.desc(),
                          T.view(lse, "lse").desc() if return_lse else None, options, run)

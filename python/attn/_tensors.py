@@ -71,19 +71,6 @@ class View:
     def desc(self):
         return (self.data, self.code, self.shape, self.strides)
 
-    def byte_range(self):
-        """[first, last) bytes the view can touch (for overlap checks)."""
-        low = high = self.data
-        for size, stride in zip(self.shape, self.strides):
-            if size == 0:
-                return (self.data, self.data)
-            extent = (size - 1) * stride * self.itemsize
-            if extent < 0:
-                low += extent
-            else:
-                high += extent
-        return (low, high + self.itemsize)
-
     def broadcast(self, shape, strides):
         return View(self.obj, self.torch, self.code, shape, strides, self.data, self.itemsize)
 
@@ -210,12 +197,6 @@ def as_dtype(array, code):
         torch = torch_module()
         return array.to({c: d for d, c in _torch_codes(torch).items()}[code])
     return array.astype(numpy_dtype(code))
-
-
-def overlaps(a: View, b: View) -> bool:
-    a0, a1 = a.byte_range()
-    b0, b1 = b.byte_range()
-    return a0 < b1 and b0 < a1
 
 
 def int32_array(values, name, count):

@@ -7,6 +7,7 @@
 #include "backward.h"
 
 #include "../core/internal.h"
+#include "../core/overlap.h"
 
 /* Checks that `t` is a rank-4 view of `dtype` and shape {d0, d1, d2, d3}; names each
  * dimension. */
@@ -20,17 +21,6 @@ static attn_status check_shape4(const attn_tensor *t, const char *name, attn_dty
             return attn_fail(error, ATTN_ERROR_SHAPE_MISMATCH,
                              "%s.shape[%d] (%s) = %lld: expected %lld", name, d,
                              dimension_names[d], (long long)t->shape[d], (long long)expected[d]);
-    return ATTN_OK;
-}
-
-/* A written output must give every element its own memory: no zero stride on a dimension
- * of size > 1. */
-static attn_status check_writable(const attn_tensor *t, const char *name, attn_error *error) {
-    for (int d = 0; d < t->rank; ++d)
-        if (t->stride[d] == 0 && t->shape[d] > 1)
-            return attn_fail(error, ATTN_ERROR_INVALID_ARGUMENT,
-                             "%s.stride[%d] = 0 with shape[%d] = %lld: an output cannot broadcast",
-                             name, d, d, (long long)t->shape[d]);
     return ATTN_OK;
 }
 
@@ -70,9 +60,9 @@ static attn_status validate(const attn_tensor *q, const attn_tensor *k, const at
         (status = check_shape4(dq, "dq", dtype, dq_shape, query_key_names, error)) != ATTN_OK ||
         (status = check_shape4(dk, "dk", dtype, dk_shape, key_names, error)) != ATTN_OK ||
         (status = check_shape4(dv, "dv", dtype, dv_shape, value_names, error)) != ATTN_OK ||
-        (status = check_writable(dq, "dq", error)) != ATTN_OK ||
-        (status = check_writable(dk, "dk", error)) != ATTN_OK ||
-        (status = check_writable(dv, "dv", error)) != ATTN_OK)
+        (status = attn_check_no_broadcast(dq, "dq", error)) != ATTN_OK ||
+        (status = attn_check_no_broadcast(dk, "dk", error)) != ATTN_OK ||
+        (status = attn_check_no_broadcast(dv, "dv", error)) != ATTN_OK)
         return status;
 
     if (dbias != NULL) {
@@ -83,7 +73,7 @@ static attn_status validate(const attn_tensor *q, const attn_tensor *k, const at
         static const char *const bias_names[4] = {"B|1", "Hq|1", "Tq", "Tk"};
         if ((status = check_shape4(dbias, "dbias", ATTN_DTYPE_F32, options->bias->shape, bias_names, error)) !=
                 ATTN_OK ||
-            (status = check_writable(dbias, "dbias", error)) != ATTN_OK)
+            (status = attn_check_no_broadcast(dbias, "dbias", error)) != ATTN_OK)
             return status;
     }
     return ATTN_OK;

@@ -380,8 +380,8 @@ attn_status attn_backward_run(attn_call *call, const attn_tensor *q, const attn_
                               const attn_tensor *lse, const attn_tensor *dout, attn_tensor *dq,
                               attn_tensor *dk, attn_tensor *dv, attn_tensor *dbias,
                               attn_error *error) {
-    attn_status status = attn_backward_validate(q, k, v, out, lse, dout, &call->options, dq,
-                                                dk, dv, dbias, true, &call->problem, error);
+    attn_status status =
+        attn_call_validate_backward(call, q, k, v, out, lse, dout, dq, dk, dv, dbias, error);
     if (status != ATTN_OK) {
         attn_call_end(call);
         return status;

@@ -143,6 +143,9 @@ attn_status attn_reference_backward(const attn_tensor *q, const attn_tensor *k,
     status = attn_backward_validate(q, k, v, out, lse, dout, options, dq, dk, dv, dbias,
                                     false, &problem, error);
     if (status != ATTN_OK) return status;
+    status = attn_check_backward_aliasing(q, k, v, out, lse, dout, dq, dk, dv, dbias, options,
+                                          &problem, error);
+    if (status != ATTN_OK) return status;
     attn_mask_context context;
     status = attn_mask_context_init(&context, options, &problem, error);
     if (status != ATTN_OK) return status;

@@ -667,6 +667,12 @@ attn_status attn_decode(const attn_kv_cache *cache, const attn_tensor *q,
     attn_status status = attn_call_begin(&call, options, execution, error);
     if (status == ATTN_OK)
         status = validate_decode(cache, q, &call.options, out, lse, &call.problem, error);
+    if (status == ATTN_OK) { /* out and lse against q and the options (call.h) */
+        const attn_call_tensor outputs[2] = {{out, "out", NULL}, {lse, "lse", NULL}};
+        const attn_call_tensor inputs[1] = {{q, "q", NULL}};
+        status = attn_call_check_aliasing(outputs, 2, inputs, 1, &call.options, &call.problem,
+                                          error);
+    }
     if (status != ATTN_OK) {
         attn_call_end(&call);
         return status;

@@ -362,7 +362,30 @@ static attn_status check_arguments(external_plan *plan, const attn_tensor *q,
                                  (long long)positions, (long long)b, (long long)last);
         }
     }
-    return ATTN_OK;
+
+    /* No output may share memory with the query, the cache (which the call reads, and an
+     * append writes), its scales and tables, the new rows or the rotary tables, nor out with
+     * lse (call.h). */
+    const int64_t batch[1] = {plan->B};
+    const attn_tensor seqlens = attn_tensor_contiguous((void *)plan->cache_seqlens, ATTN_DTYPE_I32,
+                                                       1, batch);
+    const attn_call_tensor inputs[11] = {
+        {q, "q", NULL},
+        {kc, "cache->k_cache", NULL},
+        {vc, "cache->v_cache", NULL},
+        {plan->k_scale != NULL ? plan->k_scale : plan->k_head, "cache->k_scale", NULL},
+        {plan->v_scale != NULL ? plan->v_scale : plan->v_head, "cache->v_scale", NULL},
+        {plan->block_table, "cache->block_table", NULL},
+        {&seqlens, "cache->cache_seqlens", NULL},
+        {append->k_new, "append->k_new", NULL},
+        {append->v_new, "append->v_new", NULL},
+        {append->rotary_cos, "append->rotary_cos", NULL},
+        {append->rotary_sin, "append->rotary_sin", NULL}};
+    const attn_call_tensor outputs[2] = {{out, "out", NULL}, {lse, "lse", NULL}};
+    attn_problem sizes;
+    memset(&sizes, 0, sizeof sizes);
+    sizes.batch = plan->B, sizes.query_length = plan->Tq, sizes.query_heads = plan->Hq;
+    return attn_call_check_aliasing(outputs, 2, inputs, 11, options, &sizes, error);
 }
 
 /* Block-table entries of every block a sequence uses, and pages an append writes that any

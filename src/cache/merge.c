@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "call/call.h"
 #include "core/internal.h"
 #include "kernels/half.h"
 
@@ -108,6 +109,18 @@ attn_status attn_merge(int count, const attn_tensor *const *outs, const attn_ten
         return status;
     if ((status = check_same_shape(lse, "lse", -1, 3, lse_shape, ATTN_DTYPE_F32, error)) != ATTN_OK)
         return status;
+    /* out and lse share no byte with each other or with any partial, except that out may be
+     * outs[0] itself and lse lses[0] itself (the same views: in place; every row is read
+     * whole before it is written). */
+    for (int s = 0; s < count; ++s) {
+        char out_name[32], lse_name[32];
+        snprintf(out_name, sizeof out_name, "outs[%d]", s);
+        snprintf(lse_name, sizeof lse_name, "lses[%d]", s);
+        const attn_call_tensor outputs[2] = {{out, "out", outs[0]}, {lse, "lse", lses[0]}};
+        const attn_call_tensor inputs[2] = {{outs[s], out_name, NULL}, {lses[s], lse_name, NULL}};
+        if ((status = attn_call_check_aliasing(outputs, 2, inputs, 2, NULL, NULL, error)) != ATTN_OK)
+            return status;
+    }
 
     size_t weight_bytes;
     if (!attn_mul_size((size_t)count, sizeof(double), &weight_bytes))

@@ -76,6 +76,12 @@ attn_status attn_reference_decode(const attn_kv_cache *cache, const attn_tensor 
         return attn_fail(error, ATTN_ERROR_INVALID_ARGUMENT,
                          "options.%s is set: the cache defines key lengths and positions",
                          options->key_lengths != NULL ? "key_lengths" : "key_positions");
+    if (lse != NULL && (status = attn_check_tensor(lse, "lse", ATTN_DTYPE_F32, 3, error)) != ATTN_OK)
+        return status;
+    const attn_call_tensor outputs[2] = {{out, "out", NULL}, {lse, "lse", NULL}};
+    const attn_call_tensor inputs[1] = {{q, "q", NULL}};
+    if ((status = attn_call_check_aliasing(outputs, 2, inputs, 1, options, NULL, error)) != ATTN_OK)
+        return status;
     for (int64_t b = 0; b < config->sequences && status == ATTN_OK; ++b) {
         const int64_t length = cache->lengths[b];
         if (length == 0) {

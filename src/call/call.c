@@ -7,6 +7,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "../backward/backward.h"
 #include "../core/internal.h"
 
 attn_status attn_call_begin(attn_call *call, const attn_options *options,
@@ -22,7 +23,23 @@ attn_status attn_call_validate_forward(attn_call *call, const attn_tensor *q,
                                        const attn_tensor *k, const attn_tensor *v,
                                        const attn_tensor *out, const attn_tensor *lse,
                                        attn_error *error) {
-    return attn_validate_call_typed(q, k, v, &call->options, out, lse, &call->problem, error);
+    attn_status status =
+        attn_validate_call_typed(q, k, v, &call->options, out, lse, &call->problem, error);
+    if (status != ATTN_OK) return status;
+    return attn_check_forward_aliasing(q, k, v, out, lse, &call->options, &call->problem, error);
+}
+
+attn_status attn_call_validate_backward(attn_call *call, const attn_tensor *q,
+                                        const attn_tensor *k, const attn_tensor *v,
+                                        const attn_tensor *out, const attn_tensor *lse,
+                                        const attn_tensor *dout, const attn_tensor *dq,
+                                        const attn_tensor *dk, const attn_tensor *dv,
+                                        const attn_tensor *dbias, attn_error *error) {
+    attn_status status = attn_backward_validate(q, k, v, out, lse, dout, &call->options, dq, dk,
+                                                dv, dbias, true, &call->problem, error);
+    if (status != ATTN_OK) return status;
+    return attn_check_backward_aliasing(q, k, v, out, lse, dout, dq, dk, dv, dbias, &call->options,
+                                        &call->problem, error);
 }
 
 int attn_call_thread_count(const attn_call *call, int64_t work_items) {

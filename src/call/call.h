@@ -78,11 +78,65 @@ attn_status attn_call_begin(attn_call *call, const attn_options *options,
 
 /* Step 2 for attn_forward: q, k, v, out (lse when not NULL) against each other and against
  * the options (attn_validate_call_typed: F32, BF16 or F16, one dtype for all four); fills
- * call->problem. */
+ * call->problem. Then out and lse against the inputs (attn_call_check_aliasing below). */
 attn_status attn_call_validate_forward(attn_call *call, const attn_tensor *q,
                                        const attn_tensor *k, const attn_tensor *v,
                                        const attn_tensor *out, const attn_tensor *lse,
                                        attn_error *error);
+
+/* One tensor an entry point reads or writes, as its messages name it ("out", "outs[0]",
+ * "cache->k_cache"). NULL tensors are skipped. in_place (outputs only, else NULL): an input
+ * this output may be exactly (the same view: data, dtype, shape and strides), as attn_merge's
+ * out may be outs[0]. */
+typedef struct attn_call_tensor {
+    const attn_tensor *tensor;
+    const char *name;
+    const attn_tensor *in_place;
+} attn_call_tensor;
+
+/*
+ * Step 2b of every entry point, after its tensors are validated (attn_check_tensor: their
+ * spans fit) and before anything is written: no output may share a byte with an input or
+ * with another output. Inputs may overlap each other. The options' tensors and arrays (mask,
+ * bias, block_layout; with `problem` not NULL also query/key lengths int32[B], query/key
+ * positions int64[Tq] / int64[Tk], global_tokens, ALiBi slopes float[Hq]) count as inputs.
+ * Exact on the strides' lattices (core/overlap.h): two interleaved views of one buffer that
+ * never meet are accepted; a layout too intricate to settle within the search budget counts
+ * as sharing. Error: INVALID_ARGUMENT "out (bytes [a, b)) and q (bytes [c, d)) share memory:
+ * ...", naming the output first. Reads only the descriptions. At most
+ * ATTN_CALL_MOST_OUTPUTS outputs and ATTN_CALL_MOST_INPUTS inputs (the entry points' longest
+ * lists; more is UNSUPPORTED, a defect of the caller).
+ */
+#define ATTN_CALL_MOST_OUTPUTS 4
+#define ATTN_CALL_MOST_INPUTS 12
+attn_status attn_call_check_aliasing(const attn_call_tensor *outputs, int output_count,
+                                     const attn_call_tensor *inputs, int input_count,
+                                     const attn_options *options, const attn_problem *problem,
+                                     attn_error *error);
+
+/* Step 2 for attn_backward: attn_backward_validate (16-bit allowed), then dq, dk, dv, dbias
+ * against q, k, v, out, lse, dout, the options and each other (attn_call_check_aliasing). */
+attn_status attn_call_validate_backward(attn_call *call, const attn_tensor *q,
+                                        const attn_tensor *k, const attn_tensor *v,
+                                        const attn_tensor *out, const attn_tensor *lse,
+                                        const attn_tensor *dout, const attn_tensor *dq,
+                                        const attn_tensor *dk, const attn_tensor *dv,
+                                        const attn_tensor *dbias, attn_error *error);
+
+/* attn_call_check_aliasing for a forward (out, lse written; q, k, v read) and for a backward
+ * (dq, dk, dv, dbias written; q, k, v, out, lse, dout read), with their names. Any of the
+ * optional tensors (lse, dbias) may be NULL; problem as above. */
+attn_status attn_check_forward_aliasing(const attn_tensor *q, const attn_tensor *k,
+                                        const attn_tensor *v, const attn_tensor *out,
+                                        const attn_tensor *lse, const attn_options *options,
+                                        const attn_problem *problem, attn_error *error);
+attn_status attn_check_backward_aliasing(const attn_tensor *q, const attn_tensor *k,
+                                         const attn_tensor *v, const attn_tensor *out,
+                                         const attn_tensor *lse, const attn_tensor *dout,
+                                         const attn_tensor *dq, const attn_tensor *dk,
+                                         const attn_tensor *dv, const attn_tensor *dbias,
+                                         const attn_options *options, const attn_problem *problem,
+                                         attn_error *error);
 
 /* The thread count for `work_items` independent items: execution.num_threads, or the OpenMP
  * default, capped at work_items when work_items > 0. Never changes results. */

@@ -37,6 +37,8 @@ attn_status attn_reference_forward(const attn_tensor *q, const attn_tensor *k,
     attn_problem problem;
     status = attn_validate_call(q, k, v, options, out, lse, &problem, error);
     if (status != ATTN_OK) return status;
+    status = attn_check_forward_aliasing(q, k, v, out, lse, options, &problem, error);
+    if (status != ATTN_OK) return status;
 
     const int64_t Tq = problem.query_length, Tk = problem.key_length;
     size_t logit_count, logit_bytes;

@@ -154,6 +154,16 @@ static attn_status check_local(ring_call *call, const ring_tensors *tensors,
             (status = check_shape4(tensors->dv, "dv", dtype, B, n, Hkv, Dv, error)) != ATTN_OK)
             return status;
     }
+    /* No output may share memory with an input or another output (call.h). */
+    const attn_tensor *q_in = tensors->q, *k_in = tensors->k, *v_in = tensors->v;
+    status = tensors->backward
+                 ? attn_check_backward_aliasing(q_in, k_in, v_in, tensors->out, tensors->lse,
+                                                tensors->dout, tensors->dq, tensors->dk,
+                                                tensors->dv, NULL, &call->prepared.options, NULL,
+                                                error)
+                 : attn_check_forward_aliasing(q_in, k_in, v_in, tensors->out, tensors->lse,
+                                               &call->prepared.options, NULL, error);
+    if (status != ATTN_OK) return status;
     /* The largest block that can visit, and the buffer sizes it implies, must fit. */
     int64_t max_length = 0;
     for (int owner = 0; owner < call->rank_count; ++owner) {

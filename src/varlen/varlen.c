@@ -274,6 +274,33 @@ static attn_status run_sequences(const varlen_job *job, attn_error *error) {
     return failed_status;
 }
 
+/* No output may share memory with an input (q, k, v, the cu_seqlens arrays; in the backward
+ * also out, lse, dout) or with another output (call.h). dq == NULL: the forward (out, lse
+ * written). */
+static attn_status check_aliasing(const attn_call *call, const attn_tensor *q,
+                                  const attn_tensor *k, const attn_tensor *v,
+                                  const attn_tensor *out, const attn_tensor *lse,
+                                  const attn_tensor *dout, const attn_tensor *dq,
+                                  const attn_tensor *dk, const attn_tensor *dv,
+                                  const attn_varlen *sequences, attn_error *error) {
+    const int64_t entries[1] = {sequences->batch + 1};
+    const attn_tensor cu_q = attn_tensor_contiguous((void *)sequences->cu_seqlens_q,
+                                                    ATTN_DTYPE_I32, 1, entries);
+    const attn_tensor cu_k = attn_tensor_contiguous((void *)sequences->cu_seqlens_k,
+                                                    ATTN_DTYPE_I32, 1, entries);
+    const attn_call_tensor inputs[8] = {
+        {q, "q", NULL},     {k, "k", NULL},       {v, "v", NULL},
+        {&cu_q, "sequences->cu_seqlens_q", NULL}, {&cu_k, "sequences->cu_seqlens_k", NULL},
+        {out, "out", NULL}, {lse, "lse", NULL},   {dout, "dout", NULL}};
+    const attn_call_tensor forward_outputs[2] = {{out, "out", NULL}, {lse, "lse", NULL}};
+    const attn_call_tensor backward_outputs[3] = {
+        {dq, "dq", NULL}, {dk, "dk", NULL}, {dv, "dv", NULL}};
+    return dq == NULL
+               ? attn_call_check_aliasing(forward_outputs, 2, inputs, 5, &call->options, NULL, error)
+               : attn_call_check_aliasing(backward_outputs, 3, inputs, 8, &call->options, NULL,
+                                          error);
+}
+
 /* The checks both directions share; fills the call. */
 static attn_status begin_varlen(attn_call *call, const attn_tensor *q, const attn_tensor *k,
                                 const attn_tensor *v, const attn_tensor *out,
@@ -318,8 +345,11 @@ attn_status attn_varlen_forward(const attn_tensor *q, const attn_tensor *k, cons
     attn_status status =
         begin_varlen(&call, q, k, v, out, lse, sequences, options, execution, error);
     if (status != ATTN_OK) return status;
-    const varlen_job job = {&call, sequences, q, k, v, out, lse, NULL, NULL, NULL, NULL, 0};
-    status = run_sequences(&job, error);
+    status = check_aliasing(&call, q, k, v, out, lse, NULL, NULL, NULL, NULL, sequences, error);
+    if (status == ATTN_OK) {
+        const varlen_job job = {&call, sequences, q, k, v, out, lse, NULL, NULL, NULL, NULL, 0};
+        status = run_sequences(&job, error);
+    }
     attn_call_end(&call);
     return status;
 }
@@ -341,6 +371,8 @@ attn_status attn_varlen_backward(const attn_tensor *q, const attn_tensor *k, con
     if (status == ATTN_OK) status = check_packed(dq, "dq", q->dtype, q->shape, "[total_q, Hq, Dk]", 3, error);
     if (status == ATTN_OK) status = check_packed(dk, "dk", q->dtype, k->shape, "[total_k, Hkv, Dk]", 3, error);
     if (status == ATTN_OK) status = check_packed(dv, "dv", q->dtype, v->shape, "[total_k, Hkv, Dv]", 3, error);
+    if (status == ATTN_OK)
+        status = check_aliasing(&call, q, k, v, out, lse, dout, dq, dk, dv, sequences, error);
     if (status == ATTN_OK) {
         const varlen_job job = {&call, sequences, q, k, v, out, lse, dout, dq, dk, dv, 1};
         status = run_sequences(&job, error);

@@ -4,7 +4,8 @@
  * rank and the argument, instead of hanging (a hang fails the test by its ctest timeout).
  * Covers errors found before the compute (shapes, NULL, a rank whose sizes differ from rank
  * 0's, a layout that disagrees with the communicator, unsupported options) and during it (a
- * memory limit that only one rank sets), for the forward and the backward. After each failure
+ * memory limit that only one rank sets), outputs aliasing inputs (out = q, dk = k on one
+ * rank), for the forward and the backward. After each failure
  * a correct call must still succeed: nothing is left in flight.
  */
 #include <mpi.h>
@@ -172,6 +173,30 @@ int main(int argc, char **argv) {
                                &p.layout, &p.out.view, &p.lse.view, NULL, NULL, &error);
     check_everyone(status, &error, ATTN_ERROR_INVALID_ARGUMENT, "causal without alignment",
                    "rank 0:", "options.alignment");
+
+    /* 9. Outputs aliasing inputs on the last rank (out = q; dk = k): refused before the ring
+     *    starts, q and k unchanged. */
+    const size_t q_bytes = (size_t)p.q.allocation_floats * sizeof(float);
+    const size_t k_bytes = (size_t)p.k.allocation_floats * sizeof(float);
+    float *q_before = malloc(q_bytes), *k_before = malloc(k_bytes);
+    memcpy(q_before, p.q.allocation, q_bytes);
+    memcpy(k_before, p.k.allocation, k_bytes);
+    status = attn_ring_forward(MPI_COMM_WORLD, &p.q.view, &p.k.view, &p.v.view, &options,
+                               &p.layout, rank == bad ? &p.q.view : &p.out.view, &p.lse.view,
+                               NULL, NULL, &error);
+    check_everyone(status, &error, ATTN_ERROR_INVALID_ARGUMENT, "forward, out = q on the last rank",
+                   bad_rank, ") and q (bytes [");
+    status = attn_ring_backward(MPI_COMM_WORLD, &p.q.view, &p.k.view, &p.v.view, &p.out.view,
+                                &p.lse.view, &p.dout.view, &options, &p.layout, &p.dq.view,
+                                rank == bad ? &p.k.view : &p.dk.view, &p.dv.view, NULL, NULL,
+                                &error);
+    check_everyone(status, &error, ATTN_ERROR_INVALID_ARGUMENT, "backward, dk = k on the last rank",
+                   "dk (bytes [", ") and k (bytes [");
+    CHECK(memcmp(q_before, p.q.allocation, q_bytes) == 0 &&
+              memcmp(k_before, p.k.allocation, k_bytes) == 0,
+          "aliased outputs: q and k unchanged (rank %d)", rank);
+    free(q_before), free(k_before);
+    check_recovers(&p, "aliased outputs");
 
     test_tensor_free(&wrong_k);
     test_tensor_free(&long_q);
