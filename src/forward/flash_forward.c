@@ -82,8 +82,8 @@ enum {
      * streaming a head's packed K/V through L2 once per query tile (flops per byte = rows per
      * item) and the accumulator's tile loads and stores per key tile (P·V on 64 keys runs at
      * half the rate of 256: bench/lowp_kernels.c) limit the step. Measured on the AMX Xeon
-     * (docs/performance.md, "AMX"): non-causal D = 128 +10-70%, causal +20-70% (loaded
-     * machine, alternated runs). */
+     * (docs/performance.md, "bf16 on real AMX"): causal T = 8192 +20-45%, non-causal no
+     * difference beyond the run-to-run spread (quiet machine, alternated runs). */
     FORWARD_TILES16_MAX_ROWS = 256,
     FORWARD_KEYS = 256,           /* keys per tile without a band */
     FORWARD_BANDED_KEYS = 64,     /* keys per tile under causal / window */
