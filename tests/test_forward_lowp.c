@@ -36,6 +36,12 @@ static const forward_case cases[] = {
     /* name, B, Tq, Tk, Hq, Hkv, Dk, Dv, layout, causal, alignment, window, wl, wr, mask, bias,
        lengths, globals, pattern ... */
     {.name = "plain", .B = 1, .Tq = 37, .Tk = 45, .Hq = 2, .Hkv = 2, .Dk = 64, .Dv = 64},
+    /* more than one query tile and key tile of the 16-bit path (256 x 256 on AMX tiles,
+     * flash_forward.c), causal diagonals inside a 256-key tile, and the last tiles partial */
+    {.name = "causal, tiles of 256 rows and keys", .B = 1, .Tq = 520, .Tk = 600, .Hq = 2, .Hkv = 1,
+     .Dk = 64, .Dv = 64, .causal = 1, .alignment = ATTN_ALIGN_BOTTOM_RIGHT},
+    {.name = "no mask, tiles of 256 rows and keys", .B = 1, .Tq = 300, .Tk = 530, .Hq = 1, .Hkv = 1,
+     .Dk = 32, .Dv = 32},
     {.name = "gqa 4:1, Tq < Tk, D = 128", .B = 2, .Tq = 19, .Tk = 300, .Hq = 4, .Hkv = 1, .Dk = 128, .Dv = 128},
     {.name = "causal", .B = 1, .Tq = 150, .Tk = 150, .Hq = 2, .Hkv = 1, .Dk = 32, .Dv = 32, .causal = 1,
      .alignment = ATTN_ALIGN_TOP_LEFT},

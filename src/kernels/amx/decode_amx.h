@@ -22,6 +22,8 @@
  * only (cmake/kernels.cmake), and the registry takes this table only on CPUs with AMX, which
  * all have AVX-512 F/BW and AVX512-BF16.
  */
+#include "kernels/simd/transpose16.h"
+
 #define ATTN_DECODE_AMX_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq")))
 
 /* Keys ahead of the current ones whose rows score_chunk_tiles requests (PREFETCHT0): the next
@@ -59,28 +61,9 @@ ATTN_DECODE_AMX_TARGET static void attn_amx_prepare_tile_queries(int rows, int d
 ATTN_DECODE_AMX_TARGET static void attn_amx_transpose_out(const float *tile, int rows,
                                                           int columns, float *out,
                                                           int out_stride) {
-    __m512 r[16], t[16];
+    __m512 r[16];
     for (int i = 0; i < 16; ++i) r[i] = _mm512_load_ps(tile + 16 * i);
-    for (int i = 0; i < 16; i += 2) {
-        t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
-        t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
-    }
-    for (int i = 0; i < 16; i += 4)
-        for (int h = 0; h < 2; ++h) { /* pairs of 64-bit lanes of t[i + h] and t[i + h + 2] */
-            const __m512d a = _mm512_castps_pd(t[i + h]), b = _mm512_castps_pd(t[i + h + 2]);
-            r[i + 2 * h] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, b));
-            r[i + 2 * h + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, b));
-        }
-    /* r[4 g + q] now holds, in each 128-bit lane l, column q of rows 4 l' .. (block g). */
-    for (int g = 0; g < 2; ++g)
-        for (int q = 0; q < 4; ++q) {
-            t[8 * g + q] = _mm512_shuffle_f32x4(r[8 * g + q], r[8 * g + 4 + q], 0x88);
-            t[8 * g + 4 + q] = _mm512_shuffle_f32x4(r[8 * g + q], r[8 * g + 4 + q], 0xdd);
-        }
-    for (int q = 0; q < 8; ++q) {
-        r[q] = _mm512_shuffle_f32x4(t[q], t[8 + q], 0x88);
-        r[8 + q] = _mm512_shuffle_f32x4(t[q], t[8 + q], 0xdd);
-    }
+    attn_transpose16(r);
     const __mmask16 mask = columns >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << columns) - 1u);
     for (int n = 0; n < rows; ++n) _mm512_mask_storeu_ps(out + (size_t)n * out_stride, mask, r[n]);
 }

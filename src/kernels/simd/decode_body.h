@@ -35,6 +35,9 @@
 #include "kernels/half.h"
 #include "kernels/registry.h"
 #include "kernels/simd/vmath.h"
+#if ATTN_VEC_WIDTH == 16
+#include "kernels/simd/transpose16.h"
+#endif
 
 #if VLANES == 16
 /* Groups of at least this many rows score dimension-major (see score_block): measured
@@ -370,28 +373,7 @@ V_INLINE void group_block(const int vectors, int dim, const float *prepared, int
 /* v[i] = row i of a VLANES x VLANES block -> v[j] = column j, in place. */
 V_INLINE void transpose_square(vf v[VLANES]) {
 #if VLANES == 16
-    vf a[16], b[16];
-    for (int i = 0; i < 8; ++i) {
-        a[2 * i] = _mm512_unpacklo_ps(v[2 * i], v[2 * i + 1]);
-        a[2 * i + 1] = _mm512_unpackhi_ps(v[2 * i], v[2 * i + 1]);
-    }
-    /* b[4i + j], 128-bit block L = rows 4i .. 4i + 3 of column 4L + j */
-    for (int i = 0; i < 4; ++i)
-        for (int j = 0; j < 2; ++j) {
-            const __m512d x = _mm512_castps_pd(a[4 * i + j]), y = _mm512_castps_pd(a[4 * i + j + 2]);
-            b[4 * i + 2 * j] = _mm512_castpd_ps(_mm512_unpacklo_pd(x, y));
-            b[4 * i + 2 * j + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(x, y));
-        }
-    for (int j = 0; j < 4; ++j) {
-        const vf low = _mm512_shuffle_f32x4(b[j], b[4 + j], 0x44);
-        const vf high = _mm512_shuffle_f32x4(b[j], b[4 + j], 0xEE);
-        const vf low2 = _mm512_shuffle_f32x4(b[8 + j], b[12 + j], 0x44);
-        const vf high2 = _mm512_shuffle_f32x4(b[8 + j], b[12 + j], 0xEE);
-        v[j] = _mm512_shuffle_f32x4(low, low2, 0x88);
-        v[4 + j] = _mm512_shuffle_f32x4(low, low2, 0xDD);
-        v[8 + j] = _mm512_shuffle_f32x4(high, high2, 0x88);
-        v[12 + j] = _mm512_shuffle_f32x4(high, high2, 0xDD);
-    }
+    attn_transpose16(v);
 #else
     vf a[8], b[8];
     for (int i = 0; i < 4; ++i) {
