@@ -68,9 +68,11 @@ V_INLINE vf vf_exp(vf x) {
  * Terms that small next to the row's largest, 1, never move a softmax row sum.
  *  - AVX-512: t ≤ −150 (2^t rounds to +0; −inf: every masked logit) and NaN give exactly 0,
  *    computed from t = 0 and zeroed by the mask of vscalefps (no underflowing lane, so no
- *    microcode assist: see vf_exp); t above 128 gives +inf.
+ *    microcode assist: see vf_exp); a finite t above 128 gives +inf, t = +inf NaN
+ *    (vf_exp clamped x at 88.7 instead: a finite, meaningless 3.4e38).
  *  - AVX2: t is clamped to [−126, 127.99] (n in the normal exponent range) and t < −126 gives
- *    exactly 0 (2^t < 1.2e-38 there).
+ *    exactly 0 (2^t < 1.2e-38 there); NaN becomes −126 in the clamp and gives 1.2e-38, as
+ *    vf_exp's AVX2 path gives e^−87.
  * Either way −inf gives exactly 0, never NaN. */
 V_INLINE vf vf_exp2(vf t) {
 #if ATTN_VEC_WIDTH == 16
