@@ -6,7 +6,7 @@
 # the OS which table runs. The ATTN_HAVE_*_KERNELS definitions are PUBLIC on attn_objects so every target
 # that includes kernels/registry.h (tests, CLI) sees the same table declarations.
 # src/kernels/avx512bf16 adds AVX512-BF16 + F16C (the bf16 / fp16 kernels of lowp.h) and
-# src/kernels/amx AMX-TILE + AMX-BF16; each is built when the compiler knows the flags and
+# src/kernels/amx AMX-TILE + AMX-BF16 + AMX-INT8; each is built when the compiler knows the flags and
 # runs only where cpu_features says the CPU and OS allow it.
 # Off on non-x86 compilers: then only the generic table exists.
 include(CheckCCompilerFlag)
@@ -36,7 +36,7 @@ if(ATTN_ENABLE_SIMD_KERNELS AND CMAKE_SYSTEM_PROCESSOR MATCHES "x86_64|AMD64|amd
 
   check_c_compiler_flag("-mavx512f -mavx512dq -mavx512bw -mavx512vl -mavx512bf16 -mf16c -mfma"
                         ATTN_COMPILER_HAS_AVX512BF16)
-  check_c_compiler_flag("-mamx-tile -mamx-bf16" ATTN_COMPILER_HAS_AMX)
+  check_c_compiler_flag("-mamx-tile -mamx-bf16 -mamx-int8" ATTN_COMPILER_HAS_AMX)
   file(GLOB ATTN_AVX512BF16_SOURCES CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/src/kernels/avx512bf16/*.c)
   file(GLOB ATTN_AMX_SOURCES CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/src/kernels/amx/*.c)
   if(ATTN_COMPILER_HAS_AVX512BF16 AND ATTN_AVX512BF16_SOURCES)
@@ -48,7 +48,7 @@ if(ATTN_ENABLE_SIMD_KERNELS AND CMAKE_SYSTEM_PROCESSOR MATCHES "x86_64|AMD64|amd
   endif()
   if(ATTN_COMPILER_HAS_AMX AND ATTN_AMX_SOURCES)
     target_sources(attn_objects PRIVATE ${ATTN_AMX_SOURCES})
-    set_source_files_properties(${ATTN_AMX_SOURCES} PROPERTIES COMPILE_OPTIONS "-mamx-tile;-mamx-bf16")
+    set_source_files_properties(${ATTN_AMX_SOURCES} PROPERTIES COMPILE_OPTIONS "-mamx-tile;-mamx-bf16;-mamx-int8")
     target_compile_definitions(attn_objects PUBLIC ATTN_HAVE_AMX_KERNELS=1)
     add_compile_definitions(ATTN_HAVE_AMX_KERNELS=1)
   endif()

@@ -27,6 +27,12 @@
  *     and between) against double on the bf16 values, rows 1..128, keys 1..256, dims 1..576;
  *     and the same kernels on emulated tiles (tests/support/amx_emulation.h) wherever the
  *     CPU has AVX512-BF16, AMX or not;
+ *   - where a registry has them (AMX-INT8), the int8 tile kernels: prepare_q8_tile_queries +
+ *     score_chunk_q8_tiles and accumulate_chunk_q8_tiles bit for bit against the generic
+ *     score_chunk_q8 / accumulate_chunk_q8 (quant.h's exact integers), rows 1..128, keys
+ *     1..64, dims 1..1024 (1024 with the extreme codes -128 / 127 whose int32 sums reach
+ *     2^31 in part), negative weights (the signed path), a zero query row; nothing written
+ *     past count; and the same kernels on emulated tiles;
  *   - a second call on the same inputs gives the same bits.
  */
 #include <math.h>
@@ -44,6 +50,7 @@
 
 #include "amx_emulation.h"
 #include "kernels/amx/decode_amx.h"
+#include "kernels/amx/decode_q8_amx.h"
 #define EMULATED_DECODE_TILES 1
 #endif
 
@@ -698,6 +705,91 @@ static void check_q8(const attn_kernels *k, int f, int rows, int count, int dim,
     free(stored), free(row_scales), free(key_factor), free(target);
 }
 
+/* ---- int8 tiles (AMX-INT8): prepare_q8_tile_queries, score_chunk_q8_tiles,
+ * accumulate_chunk_q8_tiles, bit for bit the generic Q8 kernels ---- */
+static const int q8_tile_rows[] = {1, 2, 3, 4, 5, 7, 8, 9, 16, 17, 32, 33};
+static const int q8_tile_dims[] = {1, 7, 16, 33, 64, 100, 128, 576, 1024};
+
+static void *aligned_bytes(size_t bytes) {
+    void *p = aligned_alloc(64, (bytes + 63) / 64 * 64);
+    if (p == NULL) abort();
+    return p;
+}
+
+/* extreme: every stored code -128 or 127 and every query element +-1 (the largest sums);
+ * negative: some weights < 0 (the signed high bytes). */
+static void check_q8_tiles(const attn_kernels *k, int rows, int count, int dim, int extreme,
+                           int negative, test_rng *rng) {
+    const attn_decode_kernels *d = &k->decode;
+    const attn_decode_kernels *g = &generic_registry()->decode;
+    const int64_t stride = dim + 7;
+    uint8_t *stored = aligned_bytes((size_t)count * stride);
+    for (int64_t i = 0; i < count * stride; ++i)
+        stored[i] = i % stride >= dim ? 0x7f /* gaps */
+                    : extreme         ? (test_rng_uniform(rng) < 0.9 ? 0x80 : 0x7f)
+                                      : q8_random(ATTN_DTYPE_Q8, rng);
+    float *row_scales = floats((size_t)count, 0.0f);
+    for (int c = 0; c < count; ++c) row_scales[c] = (float)(0.001 + 0.02 * test_rng_uniform(rng));
+    float *queries = floats((size_t)rows * dim, 0.0f);
+    test_fill_normal(rng, queries, (int64_t)rows * dim, 1.0f);
+    if (extreme)
+        for (int64_t i = 0; i < (int64_t)rows * dim; ++i) queries[i] = i % 11 == 5 ? 1.0f : -1.0f;
+    if (rows >= 3)
+        for (int e = 0; e < dim; ++e) queries[dim + e] = 0.0f; /* row 1: scale 0 */
+    void *prepared = aligned_bytes(ATTN_DECODE_Q8_TILE_QUERY_BYTES(rows, dim));
+    float *scores = floats((size_t)rows * ATTN_DECODE_CHUNK, SENTINEL);
+    float *want = floats((size_t)rows * ATTN_DECODE_CHUNK, SENTINEL);
+    d->prepare_q8_tile_queries(rows, dim, queries, prepared);
+    d->score_chunk_q8_tiles(rows, count, dim, prepared, stored, stride, row_scales, 1.0f, scores);
+    g->score_chunk_q8(ATTN_DTYPE_Q8, rows, count, dim, queries, stored, stride, row_scales, 1.0f,
+                      want);
+    int same = memcmp(scores, want, sizeof(float) * (size_t)rows * ATTN_DECODE_CHUNK) == 0;
+    CHECK(same, "%s score_chunk_q8_tiles %dx%d D=%d%s: the generic bits, nothing past count",
+          k->name, rows, count, dim, extreme ? " (extreme codes)" : "");
+
+    float *weights = floats((size_t)rows * ATTN_DECODE_CHUNK, NAN);
+    float *rescale = floats((size_t)rows, 0.0f);
+    for (int r = 0; r < rows; ++r) {
+        rescale[r] = r % 3 == 0 ? 1.0f : (float)test_rng_uniform(rng);
+        for (int c = 0; c < count; ++c) {
+            const double u = test_rng_uniform(rng);
+            weights[r * ATTN_DECODE_CHUNK + c] =
+                u < 0.2 ? 0.0f : negative && u > 0.8 ? -(float)u : (float)u;
+        }
+    }
+    float *accumulator = floats((size_t)rows * dim + 1, SENTINEL);
+    float *expected = floats((size_t)rows * dim + 1, SENTINEL);
+    test_fill_normal(rng, accumulator, (int64_t)rows * dim, 1.0f);
+    memcpy(expected, accumulator, sizeof(float) * (size_t)rows * dim);
+    uint8_t *stage = aligned_bytes(ATTN_DECODE_Q8_TILE_VALUE_BYTES(dim));
+    d->accumulate_chunk_q8_tiles(rows, count, dim, weights, rescale, stored, stride, row_scales,
+                                 1.0f, stage, accumulator);
+    g->accumulate_chunk_q8(ATTN_DTYPE_Q8, rows, count, dim, weights, rescale, stored, stride,
+                           row_scales, 1.0f, expected);
+    same = memcmp(accumulator, expected, sizeof(float) * ((size_t)rows * dim + 1)) == 0;
+    CHECK(same, "%s accumulate_chunk_q8_tiles %dx%d D=%d%s%s: the generic bits, nothing past",
+          k->name, rows, count, dim, negative ? " (negative weights)" : "",
+          extreme ? " (extreme codes)" : "");
+    free(stored), free(row_scales), free(queries), free(prepared), free(scores), free(want);
+    free(weights), free(rescale), free(accumulator), free(expected), free(stage);
+}
+
+/* The int8 tile kernels over the shape table, the dims, the large groups and the edges. */
+static void check_q8_tile_shapes(const attn_kernels *k, test_rng *rng) {
+    for (int r = 0; r < COUNT_OF(q8_tile_rows); ++r)
+        for (int c = 0; c < COUNT_OF(chunk_counts); ++c)
+            check_q8_tiles(k, q8_tile_rows[r], chunk_counts[c],
+                           q8_tile_dims[(r + c) % COUNT_OF(q8_tile_dims)], 0, c % 3 == 1, rng);
+    for (int n = 0; n < COUNT_OF(q8_tile_dims); ++n) {
+        check_q8_tiles(k, 4, 64, q8_tile_dims[n], 0, 0, rng);
+        check_q8_tiles(k, 8, 37, q8_tile_dims[n], 0, 1, rng);
+    }
+    check_q8_tiles(k, 128, 64, 576, 0, 0, rng); /* MLA-sized group */
+    check_q8_tiles(k, 4, 64, 1024, 1, 0, rng);  /* the widest exact sums */
+    check_q8_tiles(k, 9, 64, 1024, 1, 1, rng);
+    check_q8_tiles(k, 1, 1, 1, 1, 1, rng);
+}
+
 int main(void) {
     const attn_kernels *registries[8];
     const int count = attn_kernels_available(registries, 8);
@@ -712,6 +804,8 @@ int main(void) {
                d->score_chunk_bf16 ? "score and accumulate" : "no (converted first)",
                d->score_chunk_group ? "yes" : "no (score_chunk, accumulate_chunk)",
                d->score_chunk_tiles ? "yes" : "no (none on this CPU or registry)");
+        printf("registry %s: int8 tiles %s\n", k->name,
+               d->score_chunk_q8_tiles ? "yes" : "no (none on this CPU or registry)");
         test_rng rng;
         test_rng_seed(&rng, 77 + i);
         test_conversions(k, &rng);
@@ -747,6 +841,11 @@ int main(void) {
                   "registry %s has all three tile slots", k->name);
             check_tile_shapes(k, &group_rng);
         }
+        if (d->score_chunk_q8_tiles != NULL) { /* int8 tiles: rows, keys, dims, edges */
+            CHECK(d->prepare_q8_tile_queries != NULL && d->accumulate_chunk_q8_tiles != NULL,
+                  "registry %s has all three int8 tile slots", k->name);
+            check_q8_tile_shapes(k, &group_rng);
+        }
         CHECK(d->dequantize_rows != NULL, "registry %s has dequantize_rows", k->name);
         for (int f = 0; f < COUNT_OF(q8_formats); ++f)
             for (int rows = 1; rows <= ATTN_DECODE_FUSED_ROWS; ++rows)
@@ -767,6 +866,11 @@ int main(void) {
         test_rng rng;
         test_rng_seed(&rng, 4077);
         check_tile_shapes(&emulated, &rng);
+        emulated.name = "amx int8 decode (emulated tiles)";
+        emulated.decode.prepare_q8_tile_queries = attn_amx_q8_decode.prepare_q8_tile_queries;
+        emulated.decode.score_chunk_q8_tiles = attn_amx_q8_decode.score_chunk_q8_tiles;
+        emulated.decode.accumulate_chunk_q8_tiles = attn_amx_q8_decode.accumulate_chunk_q8_tiles;
+        check_q8_tile_shapes(&emulated, &rng);
         CHECK(emulated_faults == 0 && emulated_config_loads >= 1,
               "emulated tiles: configured (%d loads), no operation on a tile not configured "
               "16 x 64 (%d)", emulated_config_loads, emulated_faults);

@@ -72,7 +72,8 @@ typedef struct decode_scratch {
     float *queries;     /* [rows][Dk] */
     float *prepared;    /* [rows][ATTN_DECODE_PREPARED_DIM(Dk)]: as score_chunk_bf16 reads them,
                            or [Dk][ATTN_DECODE_GROUP_STRIDE(rows)]: as score_chunk_group does,
-                           or ATTN_DECODE_TILE_QUERY_ELEMENTS bf16: as score_chunk_tiles does */
+                           or ATTN_DECODE_TILE_QUERY_ELEMENTS bf16: as score_chunk_tiles does,
+                           or ATTN_DECODE_Q8_TILE_QUERY_BYTES: as score_chunk_q8_tiles does */
     float *scores;      /* [rows][ATTN_DECODE_CHUNK], or ATTN_DECODE_TILE_CHUNKS such blocks on
                            the bf16 tiles (the chunks whose P · V is pending) */
     float *accumulator; /* [rows][Dv], or [Dv][ATTN_DECODE_GROUP_STRIDE(rows)] for a large group,
@@ -82,7 +83,7 @@ typedef struct decode_scratch {
     float *row_sum;     /* [rows] */
     float *rescale;     /* [rows] factor of each accumulator row at the current chunk */
     float *keys;        /* [ATTN_DECODE_CHUNK][Dk] converted keys */
-    float *values;      /* [ATTN_DECODE_CHUNK][Dv] converted values (or the tiles' stage) */
+    float *values;      /* [ATTN_DECODE_CHUNK][Dv] converted values (or a tile kernel's stage) */
     float *additive;    /* [ATTN_DECODE_CHUNK] the logit pipeline's additive terms of a row */
     uint8_t *allowed;   /* [ATTN_DECODE_CHUNK] the logit pipeline's predicate of a row */
     uint8_t *classes;   /* [group_size] tile class per query head */
@@ -106,6 +107,10 @@ static bool scratch_layout(const decode_plan *plan, int64_t most_splits,
     /* ... or for the bf16 tiles (bf16 elements, two per float) */
     const size_t tile_prepared = (ATTN_DECODE_TILE_QUERY_ELEMENTS(plan->rows, plan->key_dim) + 1) / 2;
     if (tile_prepared > prepared) prepared = tile_prepared;
+    /* ... or for the int8 tiles (bytes) */
+    const size_t q8_prepared =
+        (ATTN_DECODE_Q8_TILE_QUERY_BYTES(plan->rows, plan->key_dim) + f - 1) / f;
+    if (q8_prepared > prepared) prepared = q8_prepared;
     /* the accumulator: [rows][Dv], transposed for a large group, or with rows of
      * ATTN_DECODE_TILE_ROW_FLOATS(Dv) for the bf16 tiles, whichever is largest */
     const size_t accumulator = (size_t)ATTN_DECODE_TILE_ROW_FLOATS(plan->value_dim) *
@@ -114,6 +119,8 @@ static bool scratch_layout(const decode_plan *plan, int64_t most_splits,
     size_t values = chunk * dv;
     const size_t tile_values = ATTN_DECODE_TILE_VALUE_BYTES(plan->value_dim) / f;
     if (tile_values > values) values = tile_values;
+    const size_t q8_values = (ATTN_DECODE_Q8_TILE_VALUE_BYTES(plan->value_dim) + f - 1) / f;
+    if (q8_values > values) values = q8_values;
     const size_t counts[SCRATCH_PARTS][2] = {
         {rows * dk, f}, {prepared, f}, {rows * chunk * ATTN_DECODE_TILE_CHUNKS, f}, {accumulator, f},
         {rows, f},      {rows, f},                {rows, f},         {chunk * dk, f},
@@ -217,14 +224,20 @@ typedef enum decode_path {
     PATH_FUSED_Q8,   /* 8-bit storage read in place (score_chunk_q8) */
     PATH_GROUP,      /* large groups on float32 chunks (score_chunk_group) */
     PATH_TILES,      /* bf16 queries of large groups on bf16 tiles (score_chunk_tiles: AMX) */
+    PATH_Q8_TILES,   /* int8 storage on int8 tiles (score_chunk_q8_tiles: AMX-INT8) */
 } decode_path;
 
 static const char *const decode_path_names[] = {"fp32 rows", "bf16 in place", "8-bit in place",
-                                                 "fp32 large group", "bf16 tiles"};
+                                                 "fp32 large group", "bf16 tiles", "int8 tiles"};
 
 /* The path of a task with `rows` query rows of `query_dtype` against `cache_dtype` storage. */
 static decode_path decode_path_of(const attn_decode_kernels *kernels, attn_dtype cache_dtype,
-                                  attn_dtype query_dtype, int64_t rows) {
+                                  attn_dtype query_dtype, int64_t rows, int64_t key_dim) {
+    /* int8 storage on int8 tiles where the registry has them: the same bits as the in-place
+     * kernels below (registry.h), fewer instructions per stored element */
+    if (cache_dtype == ATTN_DTYPE_Q8 && kernels->score_chunk_q8_tiles != NULL &&
+        key_dim <= ATTN_DECODE_Q8_TILE_MOST_DIM)
+        return PATH_Q8_TILES;
     /* Small groups read bf16 storage directly (kernels/registry.h, ATTN_DECODE_FUSED_ROWS). */
     if (cache_dtype == ATTN_DTYPE_BF16 && kernels->score_chunk_bf16 != NULL &&
         rows <= ATTN_DECODE_FUSED_ROWS)
@@ -249,7 +262,8 @@ const char *attn_decode_kernel_path(attn_kernel_choice choice, attn_dtype cache_
     const attn_kernels *kernels = NULL;
     if (rows < 1 || attn_kernels_select(choice, &kernels, NULL) != ATTN_OK || kernels == NULL)
         return NULL;
-    return decode_path_names[decode_path_of(&kernels->decode, cache_dtype, query_dtype, rows)];
+    return decode_path_names[decode_path_of(&kernels->decode, cache_dtype, query_dtype, rows,
+                                            ATTN_DECODE_Q8_TILE_MOST_DIM)];
 }
 
 /* The bf16 tiles' pending P · V: `chunks` chunks of `keys` keys in all (one page, from
@@ -304,9 +318,9 @@ static void run_task(const decode_plan *plan, decode_scratch *scratch, int64_t b
     /* Logits need more than the scale when a soft-cap or additive term applies. */
     const bool transform = plan->softcap > 0.0f || plan->mask->has_additive;
     const attn_dtype dtype = cache->config.dtype;
-    const decode_path path = decode_path_of(kernels, dtype, q->dtype, rows);
+    const decode_path path = decode_path_of(kernels, dtype, q->dtype, rows, Dk);
     const bool fused_bf16 = path == PATH_FUSED_BF16, fused_q8 = path == PATH_FUSED_Q8;
-    const bool tiles = path == PATH_TILES;
+    const bool tiles = path == PATH_TILES, q8_tiles = path == PATH_Q8_TILES;
     /* (8-bit storage: key / value head factors, FP8) */
     const float key_factor = cache->key_head_scales[kv_head];
     const float value_factor = cache->value_head_scales[kv_head];
@@ -321,6 +335,8 @@ static void run_task(const decode_plan *plan, decode_scratch *scratch, int64_t b
     if (tiles)
         kernels->prepare_tile_queries((int)rows, (int)Dk, scratch->queries,
                                       (uint16_t *)scratch->prepared);
+    if (q8_tiles)
+        kernels->prepare_q8_tile_queries((int)rows, (int)Dk, scratch->queries, scratch->prepared);
     /* the accumulator, [rows][Dv], (large group) [Dv][ATTN_DECODE_GROUP_STRIDE(rows)] or
      * (tiles) [ATTN_DECODE_GROUP_STRIDE(rows)][ATTN_DECODE_TILE_ROW_FLOATS(Dv)] */
     const int64_t tile_row = ATTN_DECODE_TILE_ROW_FLOATS(Dv);
@@ -370,9 +386,11 @@ static void run_task(const decode_plan *plan, decode_scratch *scratch, int64_t b
             const void *stored_keys = attn_cache_key_address(cache, page, kv_head, slot);
             const void *stored_values = attn_cache_value_address(cache, page, kv_head, slot);
             const int64_t stored_value_stride = attn_cache_value_row_stride(cache);
-            if (!group && !tiles && rows > ATTN_DECODE_FUSED_ROWS) /* widened, then many FMAs per key */
+            /* (the tile kernels request the next chunk's rows themselves) */
+            const bool own_prefetch = group || tiles || q8_tiles;
+            if (!own_prefetch && rows > ATTN_DECODE_FUSED_ROWS) /* widened, then many FMAs per key */
                 prefetch_chunk(cache, table, kv_head, last, key_end);
-            if (!group && !tiles && rows >= 2 && cache->value_pool != NULL) /* one row: a stream the hardware follows */
+            if (!own_prefetch && rows >= 2 && cache->value_pool != NULL) /* one row: a stream the hardware follows */
                 prefetch_rows(stored_values, count, stored_value_stride * element_size,
                               Dv * element_size);
             float gathered_scales[2][ATTN_DECODE_CHUNK]; /* Q8 scales of a caller's cache */
@@ -399,6 +417,10 @@ static void run_task(const decode_plan *plan, decode_scratch *scratch, int64_t b
             else if (fused_bf16)
                 kernels->score_chunk_bf16((int)rows, count, (int)Dk, bf16_queries, stored_keys,
                                           cache->key_token_stride, scores);
+            else if (q8_tiles)
+                kernels->score_chunk_q8_tiles((int)rows, count, (int)Dk, scratch->prepared,
+                                              stored_keys, cache->key_token_stride, key_scales,
+                                              key_factor, scores);
             else if (fused_q8)
                 kernels->score_chunk_q8(dtype, (int)rows, count, (int)Dk, scratch->queries,
                                         stored_keys, cache->key_token_stride, key_scales,
@@ -469,6 +491,11 @@ static void run_task(const decode_plan *plan, decode_scratch *scratch, int64_t b
                 kernels->accumulate_chunk_bf16((int)rows, count, (int)Dv, scores,
                                                scratch->rescale, stored_values, value_stride,
                                                scratch->accumulator);
+            } else if (q8_tiles) {
+                kernels->accumulate_chunk_q8_tiles((int)rows, count, (int)Dv, scores,
+                                                   scratch->rescale, stored_values, value_stride,
+                                                   value_scales, value_factor, scratch->values,
+                                                   scratch->accumulator);
             } else if (fused_q8) {
                 kernels->accumulate_chunk_q8(dtype, (int)rows, count, (int)Dv, scores,
                                              scratch->rescale, stored_values, value_stride,

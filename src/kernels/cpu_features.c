@@ -5,7 +5,8 @@
  *
  * CPUID bits used (Intel SDM vol. 2, CPUID): leaf 1 ECX: 12 FMA, 27 OSXSAVE, 28 AVX,
  * 29 F16C; leaf 7.0 EBX: 5 AVX2, 16 AVX512F, 17 AVX512DQ, 30 AVX512BW, 31 AVX512VL;
- * leaf 7.0 EDX: 22 AMX-BF16, 23 AVX512-FP16, 24 AMX-TILE; leaf 7.1 EAX: 5 AVX512-BF16,
+ * leaf 7.0 ECX: 11 AVX512-VNNI; leaf 7.0 EDX: 22 AMX-BF16, 23 AVX512-FP16,
+ * 24 AMX-TILE, 25 AMX-INT8; leaf 7.1 EAX: 5 AVX512-BF16,
  * 21 AMX-FP16. XCR0 bits: 1 SSE, 2 AVX, 5 opmask, 6 ZMM0-15 upper, 7 ZMM16-31, 17 XTILECFG,
  * 18 XTILEDATA.
  */
@@ -87,6 +88,7 @@ static void detect(void) {
     f.amx_tile = amx;
     f.amx_bf16 = amx && bit(d7, 22);
     f.amx_fp16 = amx && bit(a71, 21);
+    f.amx_int8 = amx && bit(d7, 25);
     detected = f;
 }
 #else
@@ -101,6 +103,7 @@ const attn_cpu_features *attn_cpu_features_get(void) {
 static const char *const feature_names[ATTN_CPU_FEATURE_COUNT] = {
     "avx2",        "fma",         "f16c",     "avx512f",  "avx512bw", "avx512dq",
     "avx512vl",    "avx512_bf16", "avx512_fp16", "amx_tile", "amx_bf16", "amx_fp16",
+    "amx_int8",
 };
 
 const char *attn_cpu_feature_name(int index) {
@@ -111,6 +114,7 @@ int attn_cpu_feature_flag(const attn_cpu_features *f, int index) {
     const int flags[ATTN_CPU_FEATURE_COUNT] = {
         f->avx2,     f->fma,         f->f16c,        f->avx512f,  f->avx512bw, f->avx512dq,
         f->avx512vl, f->avx512_bf16, f->avx512_fp16, f->amx_tile, f->amx_bf16, f->amx_fp16,
+        f->amx_int8,
     };
     return index >= 0 && index < ATTN_CPU_FEATURE_COUNT ? flags[index] : 0;
 }

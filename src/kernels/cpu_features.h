@@ -21,6 +21,7 @@ typedef struct attn_cpu_features {
     int avx512_bf16, avx512_fp16;
     int avx512_vnni; /* VPDPWSSD (int8 KV decode, kernels/avx512/decode_q8_avx512.h) */
     int amx_tile, amx_bf16, amx_fp16;
+    int amx_int8; /* TDPBSSD / TDPBUSD (int8 decode tiles, amx/decode_q8_amx.h) */
     /* What the detection saw, for logs: XCR0 (0 without OSXSAVE), and whether the Linux AMX
      * permission request was made (1) and granted (1). */
     uint64_t xcr0;
@@ -32,8 +33,8 @@ const attn_cpu_features *attn_cpu_features_get(void);
 
 /* The names and flags of attn_cpu_features in order, for logs and tests: the i-th flag
  * (i < ATTN_CPU_FEATURE_COUNT) is named attn_cpu_feature_name(i) as /proc/cpuinfo spells it
- * ("avx2", "fma", "f16c", "avx512f", ..., "amx_fp16"). */
-enum { ATTN_CPU_FEATURE_COUNT = 12 };
+ * ("avx2", "fma", "f16c", "avx512f", ..., "amx_fp16", "amx_int8"). */
+enum { ATTN_CPU_FEATURE_COUNT = 13 };
 const char *attn_cpu_feature_name(int index);
 int attn_cpu_feature_flag(const attn_cpu_features *features, int index);
 

@@ -35,6 +35,8 @@ static int usable_amx(const attn_cpu_features *f) {
 }
 /* amx_fp16 (CPUID.(EAX=7,ECX=1):EAX bit 21) is 1 only when amx_tile is. */
 static int usable_amx_fp16(const attn_cpu_features *f) { return usable_amx(f) && f->amx_fp16; }
+/* The int8 decode tiles: AMX-INT8 (TDPBSSD / TDPBUSD), CPUID.(EAX=7,ECX=0):EDX bit 25. */
+static int usable_amx_int8(const attn_cpu_features *f) { return usable_amx(f) && f->amx_int8; }
 #endif
 
 typedef struct isa_entry {
@@ -46,9 +48,11 @@ typedef struct isa_entry {
     int (*usable)(const attn_cpu_features *features);
     const char *requirement; /* for the error message */
     /* Optional: slots added to this same registry where one more feature is present (the
-     * AMX-FP16 tiles on AMX); NULL = none. */
-    const attn_kernel_isa *extra;
-    int (*extra_usable)(const attn_cpu_features *features);
+     * AMX-FP16 tiles, the AMX-INT8 decode tiles on AMX), in order; NULL = none. */
+    struct {
+        const attn_kernel_isa *isa;
+        int (*usable)(const attn_cpu_features *features);
+    } extras[2];
 } isa_entry;
 
 /* What this build compiled in: an ISA's table and its usable() predicate, or nothing. */
@@ -70,12 +74,12 @@ typedef struct isa_entry {
 #endif
 #if defined(ATTN_HAVE_AMX_KERNELS) && defined(ATTN_HAVE_AVX512BF16_KERNELS)
 #define ISA_AMX &attn_isa_amx, usable_amx
-#define ISA_AMX_FP16 &attn_isa_amx_fp16, usable_amx_fp16
+#define ISA_AMX_EXTRAS {{&attn_isa_amx_fp16, usable_amx_fp16}, {&attn_isa_amx_int8, usable_amx_int8}}
 #else
 #define ISA_AMX NULL, NULL
-#define ISA_AMX_FP16 NULL, NULL
+#define ISA_AMX_EXTRAS {{NULL, NULL}, {NULL, NULL}}
 #endif
-#define NO_EXTRA NULL, NULL
+#define NO_EXTRA {{NULL, NULL}, {NULL, NULL}}
 
 /* The one mapping from attn_kernel_choice to a registry, from the portable table up; AUTO
  * takes the last usable entry. A base comes before the ISAs built on it. New choices
@@ -89,7 +93,7 @@ static const isa_entry isas[] = {
      "AVX-512 F/DQ/BW/VL + AVX512-BF16 + F16C", NO_EXTRA},
     {ATTN_KERNEL_AMX, "amx", "AMX", ATTN_KERNEL_AVX512_BF16, ISA_AMX,
      "AMX-TILE + AMX-BF16 (CPUID, XCR0 tile state and the OS's XTILEDATA permission)",
-     ISA_AMX_FP16},
+     ISA_AMX_EXTRAS},
 };
 enum { ISA_COUNT = sizeof isas / sizeof isas[0] };
 
@@ -153,6 +157,11 @@ static void apply(attn_kernels *into, const attn_kernel_isa *isa) {
             into->decode.prepare_tile_queries = isa->decode->prepare_tile_queries;
             into->decode.accumulate_chunk_tiles = isa->decode->accumulate_chunk_tiles;
         }
+        if (isa->decode->score_chunk_q8_tiles != NULL) {
+            into->decode.score_chunk_q8_tiles = isa->decode->score_chunk_q8_tiles;
+            into->decode.prepare_q8_tile_queries = isa->decode->prepare_q8_tile_queries;
+            into->decode.accumulate_chunk_q8_tiles = isa->decode->accumulate_chunk_q8_tiles;
+        }
         if (isa->decode->score_chunk_group != NULL) {
             into->decode.score_chunk_group = isa->decode->score_chunk_group;
             into->decode.prepare_group_queries = isa->decode->prepare_group_queries;
@@ -180,8 +189,9 @@ static void build(void) {
             continue;
         if (base < i) registries[i] = registries[base];
         apply(&registries[i], entry->isa);
-        if (entry->extra != NULL && entry->extra_usable(features))
-            apply(&registries[i], entry->extra);
+        for (int x = 0; x < 2; ++x)
+            if (entry->extras[x].isa != NULL && entry->extras[x].usable(features))
+                apply(&registries[i], entry->extras[x].isa);
         available[i] = 1;
         best = i;
     }

@@ -187,6 +187,17 @@ typedef struct attn_backward_kernels {
 #define ATTN_DECODE_TILE_VALUE_BYTES(dim) \
     ((size_t)ATTN_DECODE_TILE_KEYS * (size_t)ATTN_DECODE_TILE_ROW_FLOATS(dim) * 2u)
 
+/* int8 tiles (score_chunk_q8_tiles): the widest key dimension whose exact int32 sums fit
+ * (|q16| <= 16383, |k| <= 128, as the AVX-512 integer kernels); bytes of the prepared
+ * queries ([rows / 8][dim / 64] operand tiles of 1 KiB, then rows floats, both rounded up);
+ * bytes of the value stage (64 keys x dim rounded up to 64). */
+#define ATTN_DECODE_Q8_TILE_MOST_DIM 1024
+#define ATTN_DECODE_Q8_TILE_QUERY_BYTES(rows, dim)                                       \
+    ((size_t)(((rows) + 7) / 8) * (size_t)(((dim) + 63) / 64) * 1024u +                  \
+     (size_t)(((rows) + 15) / 16 * 16) * sizeof(float))
+#define ATTN_DECODE_Q8_TILE_VALUE_BYTES(dim) \
+    ((size_t)ATTN_DECODE_CHUNK * (size_t)(((dim) + 63) / 64 * 64))
+
 typedef struct attn_decode_kernels {
     /* target[e] = float(source[e]) for e < count, where source holds bfloat16 (or IEEE half)
      * elements. */
@@ -303,6 +314,28 @@ typedef struct attn_decode_kernels {
                                 const float *weights, const float *rescale,
                                 const uint8_t *values, int64_t value_stride,
                                 const float *row_scales, float factor, float *accumulator);
+
+    /* Optional (NULL = score_chunk_q8 / accumulate_chunk_q8): int8 storage (Q8 only) on int8
+     * tiles (AMX-INT8), for any group (rows >= 1) with dim <= ATTN_DECODE_Q8_TILE_MOST_DIM
+     * keys; the same integers as score_chunk_q8 / accumulate_chunk_q8 with Q8, hence the same
+     * bits (quant.h "Q8 decode arithmetic"; each int16 operand is split exactly into two bytes
+     * on the tiles).
+     * prepare_q8_tile_queries: the query rows [rows][dim] (floats) once per task, rounded to
+     * int16 as quant.h states, into prepared (ATTN_DECODE_Q8_TILE_QUERY_BYTES(rows, dim)
+     * bytes, 64-byte aligned: the tiles' operands and the rows' scales).
+     * score_chunk_q8_tiles: score_chunk_q8(ATTN_DTYPE_Q8, rows, count, dim, queries, ...)
+     * on the prepared rows (count <= ATTN_DECODE_CHUNK).
+     * accumulate_chunk_q8_tiles: accumulate_chunk_q8(ATTN_DTYPE_Q8, ...), accumulator
+     * [rows][dim]; stage: ATTN_DECODE_Q8_TILE_VALUE_BYTES(dim) bytes, 64-byte aligned, where
+     * the kernel interleaves the chunk's value rows (any dim). */
+    void (*prepare_q8_tile_queries)(int rows, int dim, const float *queries, void *prepared);
+    void (*score_chunk_q8_tiles)(int rows, int count, int dim, const void *prepared,
+                                 const uint8_t *keys, int64_t key_stride,
+                                 const float *row_scales, float factor, float *scores);
+    void (*accumulate_chunk_q8_tiles)(int rows, int count, int dim, const float *weights,
+                                      const float *rescale, const uint8_t *values,
+                                      int64_t value_stride, const float *row_scales,
+                                      float factor, void *stage, float *accumulator);
 } attn_decode_kernels;
 
 /* ---------------------------------------------------------------- the registry ---------- */
@@ -338,7 +371,8 @@ typedef struct attn_kernels {
  *   decode  {score_chunk_bf16, prepare_bf16_queries},
  *   decode  {score_chunk_group, prepare_group_queries, accumulate_chunk_group},
  *   decode  {score_chunk_q8, accumulate_chunk_q8},
- *   decode  {score_chunk_tiles, prepare_tile_queries, accumulate_chunk_tiles}.
+ *   decode  {score_chunk_tiles, prepare_tile_queries, accumulate_chunk_tiles},
+ *   decode  {score_chunk_q8_tiles, prepare_q8_tile_queries, accumulate_chunk_q8_tiles}.
  */
 typedef struct attn_kernel_isa {
     const char *name;
@@ -365,6 +399,7 @@ extern const attn_kernel_isa attn_isa_avx512bf16; /* on top of avx512 */
 #if defined(ATTN_HAVE_AMX_KERNELS)
 extern const attn_kernel_isa attn_isa_amx; /* on top of avx512bf16 */
 extern const attn_kernel_isa attn_isa_amx_fp16; /* added to amx where AMX-FP16 is present */
+extern const attn_kernel_isa attn_isa_amx_int8; /* added to amx where AMX-INT8 is present */
 #endif
 
 /* The registry for `choice` (AUTO = the best this CPU and OS run). Thread-safe; the

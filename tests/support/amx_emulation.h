@@ -1,6 +1,7 @@
 /*
  * amx_emulation.h — the AMX tile algorithms of src/kernels/amx/amx_tiles.h (bf16 TDPBF16PS and
- * fp16 TDPFP16PS) on a portable emulation of the tile instructions, for the tests on machines
+ * fp16 TDPFP16PS; the int8 TDPBSSD / TDPBUSD of amx/decode_q8_amx.h) on a portable emulation
+ * of the tile instructions, for the tests on machines
  * without AMX: test_lowp_kernels.c (the kernels against double, the configuration reuse) and
  * test_forward_lowp.c (the forward pass on emulated AMX-FP16 tiles). Each test that includes
  * it gets its own static copy.
@@ -87,6 +88,28 @@ static void emulated_dp(int c, int a, int b, float (*value)(const unsigned char 
             memcpy(&emulated_tiles[c][m][4 * n], &sum, 4);
         }
 }
+/* TDPBSSD / TDPBUSD: c[m][n] += sum_k sum_i a[m][4k + i] * b[k][4n + i] over bytes, a signed
+ * (TDPBSSD) or unsigned (TDPBUSD), b signed; int32 sums wrapping as the hardware's (exact
+ * wherever the kernels use them). */
+static void __attribute__((unused)) emulated_dp_int8(int c, int a, int b, int a_signed) {
+    emulated_check(c);
+    emulated_check(a);
+    emulated_check(b);
+    for (int m = 0; m < 16; ++m)
+        for (int n = 0; n < 16; ++n) {
+            int32_t sum;
+            memcpy(&sum, &emulated_tiles[c][m][4 * n], 4);
+            uint32_t total = (uint32_t)sum;
+            for (int k = 0; k < 16; ++k)
+                for (int i = 0; i < 4; ++i) {
+                    const unsigned char x = emulated_tiles[a][m][4 * k + i];
+                    const int av = a_signed ? (int)(int8_t)x : (int)x;
+                    total += (uint32_t)(av * (int)(int8_t)emulated_tiles[b][k][4 * n + i]);
+                }
+            sum = (int32_t)total;
+            memcpy(&emulated_tiles[c][m][4 * n], &sum, 4);
+        }
+}
 #define AMX_CONFIGURE(config) emulated_configure(config)
 #define AMX_READ_CONFIG(config) memcpy(config, emulated_config, 64)
 #define AMX_ZERO(t) emulated_zero(t)
@@ -94,6 +117,8 @@ static void emulated_dp(int c, int a, int b, float (*value)(const unsigned char 
 #define AMX_STORE(t, base, stride) emulated_store(t, base, stride)
 #define AMX_DPBF16(c, a, b) emulated_dp(c, a, b, emulated_bf16_value)
 #define AMX_DPFP16(c, a, b) emulated_dp(c, a, b, emulated_f16_value)
+#define AMX_DPBSSD(c, a, b) emulated_dp_int8(c, a, b, 1)
+#define AMX_DPBUSD(c, a, b) emulated_dp_int8(c, a, b, 0)
 
 #define AMX_NAME(x) emulated_amx_##x
 #include "kernels/amx/amx_tiles.h"

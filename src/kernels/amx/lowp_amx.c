@@ -3,9 +3,11 @@
  * tiles (STTILECFG / LDTILECFG, TILELOADD, TDPBF16PS or TDPFP16PS, TILESTORED), once for bf16
  * operands (attn_lowp_amx, AMX-BF16) and once for fp16 operands (attn_lowp_amx_fp16,
  * AMX-FP16, TDPFP16PS written as bytes: amx_fp16.h). Compiled with -mamx-tile -mamx-bf16
+ * -mamx-int8
  * (cmake/kernels.cmake); the registry selects the bf16 table only when CPUID reports AMX-TILE
  * and AMX-BF16, XCR0 enables the tile state and Linux granted XTILEDATA to the process
- * (cpu_features), and the fp16 table only when CPUID also reports AMX-FP16. Packing is the
+ * (cpu_features), the fp16 table only when CPUID also reports AMX-FP16, and the int8 decode
+ * table (decode_q8_amx.h, TDPBSSD / TDPBUSD) only with AMX-INT8. Packing is the
  * shared pair layout (the same bytes for bf16 and fp16), done by the AVX512-BF16 table's code
  * when that is built (every AMX CPU has AVX512-BF16), else the generic code.
  */
@@ -44,6 +46,8 @@
     } while (0)
 #define AMX_DPBF16(c, a, b) _tile_dpbf16ps(c, a, b)
 #define AMX_DPFP16(c, a, b) ATTN_TDPFP16PS(c, a, b)
+#define AMX_DPBSSD(c, a, b) _tile_dpbssd(c, a, b)
+#define AMX_DPBUSD(c, a, b) _tile_dpbusd(c, a, b)
 
 /* bf16: P rounded 32 at a time by VCVTNE2PS2BF16 (every AMX CPU has AVX512-BF16). */
 #define AMX_NAME(x) attn_amx_##x
@@ -90,6 +94,7 @@ const attn_lowp_kernels attn_lowp_amx_fp16 = {
 #if defined(ATTN_HAVE_AVX512BF16_KERNELS)
 #include "decode_amx.h" /* the decode part: bf16 queries of large groups on tiles */
 #endif
+#include "decode_q8_amx.h" /* ... and int8 storage on int8 tiles (AMX-INT8) */
 
 /* The AMX ISA table: on top of the AVX512-BF16 registry, the bf16 tiles (and the decode tiles) change. */
 const attn_kernel_isa attn_isa_amx = {
@@ -106,4 +111,11 @@ const attn_kernel_isa attn_isa_amx_fp16 = {
     .name = "amx",
     .f16 = &attn_lowp_amx_fp16,
     .f16_native = 1,
+};
+
+/* Added to the AMX registry where the CPU also has AMX-INT8: int8 KV storage decoded on int8
+ * tiles. */
+const attn_kernel_isa attn_isa_amx_int8 = {
+    .name = "amx",
+    .decode = &attn_amx_q8_decode,
 };
