@@ -225,19 +225,24 @@ typedef enum decode_path {
     PATH_GROUP,      /* large groups on float32 chunks (score_chunk_group) */
     PATH_TILES,      /* bf16 queries of large groups on bf16 tiles (score_chunk_tiles: AMX) */
     PATH_Q8_TILES,   /* int8 storage on int8 tiles (score_chunk_q8_tiles: AMX-INT8) */
+    PATH_Q8_TILE_SCORES, /* ... scores on the tiles, P·V by accumulate_chunk_q8 (small groups) */
 } decode_path;
 
 static const char *const decode_path_names[] = {"fp32 rows", "bf16 in place", "8-bit in place",
-                                                 "fp32 large group", "bf16 tiles", "int8 tiles"};
+                                                 "fp32 large group", "bf16 tiles", "int8 tiles",
+                                                 "int8 tile scores"};
 
 /* The path of a task with `rows` query rows of `query_dtype` against `cache_dtype` storage. */
 static decode_path decode_path_of(const attn_decode_kernels *kernels, attn_dtype cache_dtype,
                                   attn_dtype query_dtype, int64_t rows, int64_t key_dim) {
     /* int8 storage on int8 tiles where the registry has them: the same bits as the in-place
-     * kernels below (registry.h), fewer instructions per stored element */
+     * kernels below (registry.h), fewer instructions per stored element; small groups keep
+     * the in-place P·V (ATTN_DECODE_Q8_TILE_VALUE_ROWS) */
     if (cache_dtype == ATTN_DTYPE_Q8 && kernels->score_chunk_q8_tiles != NULL &&
         key_dim <= ATTN_DECODE_Q8_TILE_MOST_DIM)
-        return PATH_Q8_TILES;
+        return rows >= ATTN_DECODE_Q8_TILE_VALUE_ROWS || kernels->accumulate_chunk_q8 == NULL
+                   ? PATH_Q8_TILES
+                   : PATH_Q8_TILE_SCORES;
     /* Small groups read bf16 storage directly (kernels/registry.h, ATTN_DECODE_FUSED_ROWS). */
     if (cache_dtype == ATTN_DTYPE_BF16 && kernels->score_chunk_bf16 != NULL &&
         rows <= ATTN_DECODE_FUSED_ROWS)
@@ -320,7 +325,8 @@ static void run_task(const decode_plan *plan, decode_scratch *scratch, int64_t b
     const attn_dtype dtype = cache->config.dtype;
     const decode_path path = decode_path_of(kernels, dtype, q->dtype, rows, Dk);
     const bool fused_bf16 = path == PATH_FUSED_BF16, fused_q8 = path == PATH_FUSED_Q8;
-    const bool tiles = path == PATH_TILES, q8_tiles = path == PATH_Q8_TILES;
+    const bool tiles = path == PATH_TILES, q8_tile_scores = path == PATH_Q8_TILE_SCORES;
+    const bool q8_tiles = path == PATH_Q8_TILES || q8_tile_scores; /* (scores on the tiles) */
     /* (8-bit storage: key / value head factors, FP8) */
     const float key_factor = cache->key_head_scales[kv_head];
     const float value_factor = cache->value_head_scales[kv_head];
@@ -491,12 +497,12 @@ static void run_task(const decode_plan *plan, decode_scratch *scratch, int64_t b
                 kernels->accumulate_chunk_bf16((int)rows, count, (int)Dv, scores,
                                                scratch->rescale, stored_values, value_stride,
                                                scratch->accumulator);
-            } else if (q8_tiles) {
+            } else if (q8_tiles && !q8_tile_scores) {
                 kernels->accumulate_chunk_q8_tiles((int)rows, count, (int)Dv, scores,
                                                    scratch->rescale, stored_values, value_stride,
                                                    value_scales, value_factor, scratch->values,
                                                    scratch->accumulator);
-            } else if (fused_q8) {
+            } else if (fused_q8 || q8_tile_scores) { /* (int8 tile scores: P·V in place) */
                 kernels->accumulate_chunk_q8(dtype, (int)rows, count, (int)Dv, scores,
                                              scratch->rescale, stored_values, value_stride,
                                              value_scales, value_factor, scratch->accumulator);

@@ -192,6 +192,14 @@ typedef struct attn_backward_kernels {
  * queries ([rows / 8][dim / 64] operand tiles of 1 KiB, then rows floats, both rounded up);
  * bytes of the value stage (64 keys x dim rounded up to 64). */
 #define ATTN_DECODE_Q8_TILE_MOST_DIM 1024
+/* Smallest group (query rows per task) whose int8 P · V runs on the tiles too
+ * (accumulate_chunk_q8_tiles); smaller groups score on the tiles and accumulate with
+ * accumulate_chunk_q8, whose vector loads of the stored values overlap their memory latency,
+ * where the tiles wait for the chunk's values to be interleaved into the stage first.
+ * Measured (docs/inference.md, "int8 on AMX tiles"; 2 threads, context 32768, best of 10):
+ * 4 rows: tile scores + in-place P·V 3.9 ms, all on tiles 7.0, in place 5.6; 2 rows 9.0 /
+ * 17.9 / 9.7; 8 rows (all on tiles) 3.3 ms against 7.0 in place. */
+#define ATTN_DECODE_Q8_TILE_VALUE_ROWS 5
 #define ATTN_DECODE_Q8_TILE_QUERY_BYTES(rows, dim)                                       \
     ((size_t)(((rows) + 7) / 8) * (size_t)(((dim) + 63) / 64) * 1024u +                  \
      (size_t)(((rows) + 15) / 16 * 16) * sizeof(float))

@@ -37,15 +37,7 @@
 
 /* Keys ahead of the current ones whose rows the kernels request (PREFETCHT0): the next
  * chunk's. */
-#ifndef AMX_Q8_LOOKAHEAD
 #define AMX_Q8_LOOKAHEAD ATTN_DECODE_CHUNK
-#endif
-#ifndef AMX_Q8_PREFETCH
-#define AMX_Q8_PREFETCH 1
-#endif
-#ifndef AMX_Q8_HINT
-#define AMX_Q8_HINT _MM_HINT_T0
-#endif
 
 /* Bytes of one B or A operand tile, and the rows of one query block. */
 enum { AMX_Q8_TILE_BYTES = 1024, AMX_Q8_BLOCK_ROWS = 8 };
@@ -195,13 +187,16 @@ ATTN_DECODE_Q8_AMX_TARGET static void attn_amx_q8_score_rows8(
     if (key_blocks > 1) AMX_STORE(1, out_stage[1], 64);
     if (key_blocks > 2) AMX_STORE(2, out_stage[2], 64);
     if (key_blocks > 3) AMX_STORE(3, out_stage[3], 64);
-    for (int c = 0; AMX_Q8_PREFETCH && c < count; ++c) /* the next chunk's keys */
-        for (int d = 0; d < dim; d += 64)
-            _mm_prefetch((const char *)(keys + (int64_t)(AMX_Q8_LOOKAHEAD + c) * key_stride + d),
-                         AMX_Q8_HINT);
-    for (int j = 0; j < key_blocks; ++j)
+    for (int j = 0; j < key_blocks; ++j) {
+        /* the next chunk's keys, 16 rows per block of results (spread out: a burst of
+         * requests would wait for fill buffers and stall the arithmetic) */
+        for (int c = 16 * j; c < 16 * j + 16; ++c)
+            for (int d = 0; d < dim; d += 64)
+                _mm_prefetch((const char *)(keys + (int64_t)(AMX_Q8_LOOKAHEAD + c) * key_stride + d),
+                             _MM_HINT_T0);
         attn_amx_q8_scores_out(out_stage[j], rows, count - 16 * j < 16 ? count - 16 * j : 16,
                                key_factors + 16 * j, query_scales, scores + 16 * j);
+    }
 }
 
 /* registry.h score_chunk_q8_tiles: per 16 keys, up to 4 row blocks (32 rows) at a time. */
@@ -225,10 +220,10 @@ ATTN_DECODE_Q8_AMX_TARGET static void attn_amx_score_chunk_q8_tiles(
     int32_t out_stage[4][256] __attribute__((aligned(64)));
     for (int c0 = 0; c0 < count; c0 += 16) {
         const int valid_keys = count - c0 < 16 ? count - c0 : 16;
-        for (int c = 0; AMX_Q8_PREFETCH && c < 16; ++c) /* the next chunk's keys (prefetch never faults) */
+        for (int c = 0; c < 16; ++c) /* the next chunk's keys (prefetch never faults) */
             for (int d = 0; d < dim; d += 64)
                 _mm_prefetch((const char *)(keys + (int64_t)(AMX_Q8_LOOKAHEAD + c0 + c) * key_stride + d),
-                             AMX_Q8_HINT);
+                             _MM_HINT_T0);
         for (int b0 = 0; b0 < row_blocks; b0 += 4) {
             const int blocks = row_blocks - b0 < 4 ? row_blocks - b0 : 4;
             AMX_ZERO(0);
@@ -292,9 +287,9 @@ ATTN_DECODE_Q8_AMX_TARGET static void attn_amx_q8_pack_values(int count, int dim
             for (int i = 0; i < 4; ++i) {
                 const int key = 4 * g + i;
                 const uint8_t *row = values + (int64_t)key * value_stride + s;
-                if (AMX_Q8_PREFETCH) /* the next chunk's values (prefetch never faults) */
-                    _mm_prefetch((const char *)(row + (int64_t)AMX_Q8_LOOKAHEAD * value_stride),
-                                 AMX_Q8_HINT);
+                /* the next chunk's values (prefetch never faults) */
+                _mm_prefetch((const char *)(row + (int64_t)AMX_Q8_LOOKAHEAD * value_stride),
+                             _MM_HINT_T0);
                 x[i] = key < count ? _mm512_maskz_loadu_epi8(mask, row) : _mm512_setzero_si512();
             }
             const __m512i ab_low = _mm512_unpacklo_epi8(x[0], x[1]);
