@@ -11,7 +11,9 @@
  *   - decode, a table of formats x shapes (MHA, GQA, MQA, MLA-shaped) x lengths x kernels:
  *     equal to attn_reference_decode on the same cache (which reads the dequantised floats)
  *     to float rounding, within the documented bound of decode on an fp32 cache, and
- *     bitwise identical for 1 and 2 threads;
+ *     bitwise identical for 1 and 2 threads; int8 bitwise identical for the AVX-512 based
+ *     choices (AVX512, AVX512_BF16, AMX, AUTO: one softmax, and the same integers in place
+ *     and on AMX-INT8 tiles where they run, whose path attn_decode_kernel_path names);
  *   - errors: non-finite inputs refused with nothing written, per-head scales checked,
  *     bytes per token.
  */
@@ -247,6 +249,8 @@ static void test_decode_table(void) {
                                                   s->values_in_keys ? NULL : &v.view, &error),
                              ATTN_OK, &error, "append %s", f->name);
                 test_tensor reference = test_tensor_new(2, s->tq, s->hq, s->dv, TEST_LAYOUT_BTHD);
+                test_tensor first = test_tensor_new(2, s->tq, s->hq, s->dv, TEST_LAYOUT_BTHD);
+                int have_first = 0;
                 CHECK_STATUS(attn_reference_decode(cache, &q.view, &options, &reference.view, NULL,
                                                    &error),
                              ATTN_OK, &error, "reference %s", f->name);
@@ -271,9 +275,22 @@ static void test_decode_table(void) {
                           f->name, s->name, (long long)length, attn_kernel_name(kernels[ki]),
                           against_reference, f->exact, against_fp32, f->bound);
                     if (against_fp32 > worst[fi]) worst[fi] = against_fp32;
+                    const int avx512_based = kernels[ki] != ATTN_KERNEL_GENERIC &&
+                                             kernels[ki] != ATTN_KERNEL_AVX2;
+                    if (f->dtype == ATTN_DTYPE_Q8 && avx512_based && have_first)
+                        CHECK(test_bitwise_equal(&out[0].view, &first.view),
+                              "int8 %s T=%lld kernel %s (%s): the bits of the AVX-512 kernels",
+                              s->name, (long long)length, attn_kernel_name(kernels[ki]),
+                              attn_decode_kernel_path(kernels[ki], ATTN_DTYPE_Q8, ATTN_DTYPE_F32,
+                                                      s->hq / s->hkv * s->tq));
+                    if (avx512_based && !have_first) {
+                        memcpy(first.view.data, out[0].view.data,
+                               sizeof(float) * (size_t)(2 * s->tq * s->hq * s->dv));
+                        have_first = 1;
+                    }
                     test_tensor_free(&out[0]), test_tensor_free(&out[1]);
                 }
-                test_tensor_free(&reference);
+                test_tensor_free(&reference), test_tensor_free(&first);
                 attn_kv_cache_destroy(cache);
             }
             attn_kv_cache_destroy(exact);
@@ -385,12 +402,37 @@ static void test_errors(void) {
     }
 }
 
+/* Where the AMX registry has the int8 tiles, int8 decode runs on them: scores for every group,
+ * P·V too from ATTN_DECODE_Q8_TILE_VALUE_ROWS (5) rows; fp8 never does. */
+static void test_int8_tile_path(void) {
+    const char *four = attn_decode_kernel_path(ATTN_KERNEL_AUTO, ATTN_DTYPE_Q8, ATTN_DTYPE_F32, 4);
+    const char *eight = attn_decode_kernel_path(ATTN_KERNEL_AUTO, ATTN_DTYPE_Q8, ATTN_DTYPE_F32, 8);
+    const char *fp8 = attn_decode_kernel_path(ATTN_KERNEL_AUTO, ATTN_DTYPE_FP8_E4M3, ATTN_DTYPE_F32, 8);
+    CHECK(four != NULL && eight != NULL && fp8 != NULL, "attn_decode_kernel_path answers for int8");
+    if (four == NULL || eight == NULL || fp8 == NULL) return;
+    CHECK(strstr(fp8, "int8") == NULL, "fp8 never runs on the int8 tiles (%s)", fp8);
+    const int tiles = strcmp(eight, "int8 tiles") == 0;
+    printf("int8 decode: 4 rows %s, 8 rows %s\n", four, eight);
+    if (!tiles) {
+        CHECK(strcmp(four, "8-bit in place") == 0 && strcmp(eight, "8-bit in place") == 0,
+              "without AMX-INT8, int8 reads in place (%s, %s)", four, eight);
+        return;
+    }
+    CHECK(strcmp(four, "int8 tile scores") == 0, "4 rows: scores on the tiles (%s)", four);
+    for (int64_t rows = 1; rows <= 130; rows += 3) {
+        const char *path = attn_decode_kernel_path(ATTN_KERNEL_AUTO, ATTN_DTYPE_Q8, ATTN_DTYPE_BF16, rows);
+        CHECK(path != NULL && strcmp(path, rows >= 5 ? "int8 tiles" : "int8 tile scores") == 0,
+              "%lld rows of int8: %s", (long long)rows, path ? path : "(null)");
+    }
+}
+
 int main(void) {
     test_fp8_codes(&formats[1]);
     test_fp8_codes(&formats[2]);
     test_int8_rows();
     test_pages_keep_scales();
     test_decode_table();
+    test_int8_tile_path();
     test_errors();
     return test_finish();
 }

@@ -12,8 +12,9 @@
  * its group from it (groups of >= ATTN_DECODE_GROUP_ROWS through the large-group kernels,
  * with the queries prepared and the accumulator kept transposed for the whole task; bf16
  * queries of groups of >= ATTN_DECODE_TILE_ROWS against bf16 storage on AMX tiles, keys and
- * values read in place, the P · V of up to ATTN_DECODE_TILE_CHUNKS chunks per pass; the one
- * choice is decode_path_of): scores, mask, online softmax, value accumulation
+ * values read in place, the P · V of up to ATTN_DECODE_TILE_CHUNKS chunks per pass; int8
+ * storage on AMX-INT8 tiles, scores for every group and P · V from
+ * ATTN_DECODE_Q8_TILE_VALUE_ROWS rows; the one choice is decode_path_of): scores, mask, online softmax, value accumulation
  * (docs/attention-math.md §2.1),
  * each step a call into the kernel registry (kernels/registry.h, decode part: generic, AVX2,
  * AVX-512 or AMX).
