@@ -9,6 +9,8 @@
  *    shifted view of merge's outs[0]; INVALID_ARGUMENT, the message naming both tensors with
  *    their byte ranges (computed here from the views), and every byte of the one arena that
  *    holds all the tensors (outputs, lse, the cache) unchanged;
+ *  - refused too: an output whose strides make two of its elements meet (the nested test, and
+ *    the exact search for interleavings: distinct interleaved outputs are accepted);
  *  - refused too: an output that overlaps itself by a broadcast (a zero stride on a dimension
  *    of size > 1), naming the tensor, the dimension and the stride, nothing written;
  *  - accepted: outputs interleaved with the inputs in one buffer without sharing a byte
@@ -536,6 +538,52 @@ static void test_broadcast_outputs(void) {
                             "attn_varlen_forward, out with a zero token stride");
 }
 
+/* ---- an output whose nonzero strides make two elements meet, and layouts that do not ---- */
+
+static void test_self_overlapping_outputs(void) {
+    arena_fill(17);
+    attn_tensor q = at4(0, B, T, H, D), k = at4(SLOT, B, T, H, D), v = at4(2 * SLOT, B, T, H, D);
+    attn_tensor lse = at3(4 * SLOT, B, H, T);
+    attn_error error;
+    /* tokens D floats apart, heads D apart too: token t, head 1 is token t + 1, head 0 */
+    attn_tensor meet = at4(3 * SLOT, B, T, H, D);
+    meet.stride[1] = D;
+    meet.stride[0] = (int64_t)(T + 1) * D;
+    check_broadcast_refused(attn_forward(&q, &k, &v, NULL, &meet, &lse, NULL, &error), &error,
+                            "out: shape [2, 8, 2, 16], strides [144, 16, 16, 1]: two of its "
+                            "elements share memory",
+                            "attn_forward, out with rows that meet");
+    /* lse [B, H, T] with the T stride 1 and the H stride 5 < T: head 1 meets head 0 */
+    attn_tensor out = at4(3 * SLOT, B, T, H, D), short_lse = at3(4 * SLOT, B, H, T);
+    short_lse.stride[1] = 5;
+    check_broadcast_refused(attn_forward(&q, &k, &v, NULL, &out, &short_lse, NULL, &error), &error,
+                            "lse: shape [2, 2, 8], strides [16, 5, 1]: two of its elements share",
+                            "attn_forward, lse with heads that meet");
+    /* dq of a backward whose dims (2 floats apart) and heads (4 apart) interleave onto the
+     * same floats: head 1, dim 0 is head 0, dim 2 (the nested test cannot place the strides;
+     * the exact search finds the pair) */
+    attn_tensor o = at4(5 * SLOT, B, T, H, D), dout = at4(6 * SLOT, B, T, H, D);
+    attn_tensor dq = at4(7 * SLOT, B, T, H, D), dk = at4(8 * SLOT, B, T, H, D), dv = at4(9 * SLOT, B, T, H, D);
+    attn_tensor dq_meet = dq;
+    dq_meet.stride[3] = 2, dq_meet.stride[2] = 4, dq_meet.stride[1] = 48, dq_meet.stride[0] = 48 * T;
+    check_broadcast_refused(attn_backward(&q, &k, &v, &o, &lse, &dout, NULL, &dq_meet, &dk, &dv,
+                                          NULL, NULL, &error),
+                            &error, "dq: shape [2, 8, 2, 16], strides [384, 48, 4, 2]: two of its",
+                            "attn_backward, dq whose heads and dims meet");
+    /* Interleaved but distinct: dims 2 apart and heads 1 apart (heads in the odd floats,
+     * nested strides) is accepted, and so is a layout the nested test cannot place but the
+     * exact search clears: dims 2 apart (floats 0..30) and heads 3 apart (head 1 on the odd
+     * floats 3..33). */
+    attn_tensor odd = at4(10 * SLOT, B, T, H, D);
+    odd.stride[3] = 2, odd.stride[2] = 1, odd.stride[1] = 2 * D * H, odd.stride[0] = 2 * D * H * T;
+    CHECK_STATUS(attn_forward(&q, &k, &v, NULL, &odd, &lse, NULL, &error), ATTN_OK, &error,
+                 "attn_forward: out with heads interleaved into the dims (no element shared)");
+    attn_tensor threes = at4(10 * SLOT, B, T, H, D);
+    threes.stride[3] = 2, threes.stride[2] = 3, threes.stride[1] = 4 * D, threes.stride[0] = 4 * D * T;
+    CHECK_STATUS(attn_forward(&q, &k, &v, NULL, &threes, &lse, NULL, &error), ATTN_OK, &error,
+                 "attn_forward: out with dims 2 and heads 3 floats apart (no element shared)");
+}
+
 int main(void) {
     arena = malloc(ARENA * sizeof(float));
     arena_before = malloc(ARENA * sizeof(float));
@@ -548,6 +596,7 @@ int main(void) {
     test_varlen();
     test_merge();
     test_broadcast_outputs();
+    test_self_overlapping_outputs();
     free(arena), free(arena_before);
     return test_finish();
 }

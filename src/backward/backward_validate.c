@@ -60,9 +60,9 @@ static attn_status validate(const attn_tensor *q, const attn_tensor *k, const at
         (status = check_shape4(dq, "dq", dtype, dq_shape, query_key_names, error)) != ATTN_OK ||
         (status = check_shape4(dk, "dk", dtype, dk_shape, key_names, error)) != ATTN_OK ||
         (status = check_shape4(dv, "dv", dtype, dv_shape, value_names, error)) != ATTN_OK ||
-        (status = attn_check_no_broadcast(dq, "dq", error)) != ATTN_OK ||
-        (status = attn_check_no_broadcast(dk, "dk", error)) != ATTN_OK ||
-        (status = attn_check_no_broadcast(dv, "dv", error)) != ATTN_OK)
+        (status = attn_check_output_layout(dq, "dq", error)) != ATTN_OK ||
+        (status = attn_check_output_layout(dk, "dk", error)) != ATTN_OK ||
+        (status = attn_check_output_layout(dv, "dv", error)) != ATTN_OK)
         return status;
 
     if (dbias != NULL) {
@@ -73,7 +73,7 @@ static attn_status validate(const attn_tensor *q, const attn_tensor *k, const at
         static const char *const bias_names[4] = {"B|1", "Hq|1", "Tq", "Tk"};
         if ((status = check_shape4(dbias, "dbias", ATTN_DTYPE_F32, options->bias->shape, bias_names, error)) !=
                 ATTN_OK ||
-            (status = attn_check_no_broadcast(dbias, "dbias", error)) != ATTN_OK)
+            (status = attn_check_output_layout(dbias, "dbias", error)) != ATTN_OK)
             return status;
     }
     return ATTN_OK;

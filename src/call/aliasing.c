@@ -85,8 +85,8 @@ attn_status attn_call_check_aliasing(const attn_call_tensor *outputs, int output
     int writes = 0, reads = 0;
     for (int m = 0; m < output_count; ++m) {
         if (outputs[m].tensor == NULL) continue;
-        /* Nor may an output overlap itself by a broadcast. */
-        const attn_status status = attn_check_no_broadcast(outputs[m].tensor, outputs[m].name, error);
+        /* Nor may an output overlap itself (a broadcast, or strides that meet). */
+        const attn_status status = attn_check_output_layout(outputs[m].tensor, outputs[m].name, error);
         if (status != ATTN_OK) return status;
         written_index[writes] = m;
         attn_region_set(&written[writes++], outputs[m].tensor, outputs[m].name, true);

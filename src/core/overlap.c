@@ -10,6 +10,9 @@
  */
 #include "core/overlap.h"
 
+#include <stdio.h>
+#include <stdlib.h>
+
 #include "core/internal.h"
 
 void attn_region_set(attn_region *r, const attn_tensor *t, const char *name, bool fold_last) {
@@ -33,14 +36,6 @@ void attn_region_set_bytes(attn_region *r, const void *data, int64_t count, cons
     r->width = count;
 }
 
-attn_status attn_check_no_broadcast(const attn_tensor *t, const char *name, attn_error *error) {
-    for (int d = 0; d < t->rank; ++d)
-        if (t->stride[d] == 0 && t->shape[d] > 1)
-            return attn_fail(error, ATTN_ERROR_INVALID_ARGUMENT,
-                             "%s.stride[%d] = 0 with shape[%d] = %lld: an output cannot broadcast",
-                             name, d, d, (long long)t->shape[d]);
-    return ATTN_OK;
-}
 
 static int64_t gcd(int64_t a, int64_t b) {
     a = a < 0 ? -a : a, b = b < 0 ? -b : b;
@@ -101,6 +96,87 @@ static int reachable(const term *terms, int count, int i, const int64_t *rest_mi
     return 0;
 }
 
+/* Terms sorted largest stride first, and their rest_min / rest_max [count + 1]. */
+static void prepare_terms(term *terms, int count, int64_t *rest_min, int64_t *rest_max) {
+    for (int i = 1; i < count; ++i)
+        for (int j = i; j > 0 && terms[j].stride > terms[j - 1].stride; --j) {
+            const term swap = terms[j];
+            terms[j] = terms[j - 1], terms[j - 1] = swap;
+        }
+    rest_min[count] = rest_max[count] = 0;
+    for (int i = count - 1; i >= 0; --i)
+        rest_min[i] = rest_min[i + 1] + terms[i].low * terms[i].stride,
+        rest_max[i] = rest_max[i + 1] + terms[i].high * terms[i].stride;
+}
+
+attn_overlap attn_region_self_overlap(const attn_region *r) {
+    int dims[ATTN_MAX_RANK], n = 0; /* the dims of size > 1, by byte stride ascending */
+    for (int d = 0; d < r->dims; ++d) {
+        if (r->shape[d] <= 1) continue;
+        if (r->stride[d] == 0) return ATTN_OVERLAP_SHARED;
+        int j = n++;
+        for (; j > 0 && llabs(r->stride[dims[j - 1]]) > llabs(r->stride[d]); --j) dims[j] = dims[j - 1];
+        dims[j] = d;
+    }
+    int64_t extent = r->width; /* bytes the smaller dims and one lattice point cover */
+    bool nested = true;
+    for (int i = 0; i < n && nested; ++i) {
+        const int64_t s = llabs(r->stride[dims[i]]) * r->element;
+        nested = s >= extent;
+        extent += s * (r->shape[dims[i]] - 1);
+    }
+    if (nested) return ATTN_OVERLAP_NONE;
+    /* Two index vectors x != y share a byte iff their difference, whose first nonzero entry
+     * (dims[p], in stride order) may be taken positive, puts the lattice points less than a
+     * width apart: for each p, dims[p] moves by 1 .. shape - 1, the larger dims by any amount
+     * in either direction, the smaller ones not at all. */
+    bool undecided = false;
+    for (int p = 0; p < n; ++p) {
+        term terms[ATTN_MAX_RANK];
+        int count = 0;
+        for (int i = p; i < n; ++i) {
+            const int64_t s = r->stride[dims[i]] * r->element, most = r->shape[dims[i]] - 1;
+            terms[count].stride = s > 0 ? s : -s;
+            terms[count].low = i > p ? -most : s > 0 ? 1 : -most;
+            terms[count].high = i > p ? most : s > 0 ? most : -1;
+            ++count;
+        }
+        int64_t rest_min[ATTN_MAX_RANK + 1], rest_max[ATTN_MAX_RANK + 1];
+        prepare_terms(terms, count, rest_min, rest_max);
+        int budget = 4096;
+        if (reachable(terms, count, 0, rest_min, rest_max, -(r->width - 1), r->width - 1, &budget)) {
+            if (budget >= 0) return ATTN_OVERLAP_SHARED;
+            undecided = true;
+        }
+    }
+    return undecided ? ATTN_OVERLAP_UNDECIDED : ATTN_OVERLAP_NONE;
+}
+
+attn_status attn_check_output_layout(const attn_tensor *t, const char *name, attn_error *error) {
+    for (int d = 0; d < t->rank; ++d)
+        if (t->stride[d] == 0 && t->shape[d] > 1)
+            return attn_fail(error, ATTN_ERROR_INVALID_ARGUMENT,
+                             "%s.stride[%d] = 0 with shape[%d] = %lld: an output cannot broadcast",
+                             name, d, d, (long long)t->shape[d]);
+    attn_region r;
+    attn_region_set(&r, t, name, true);
+    if (attn_region_self_overlap(&r) != ATTN_OVERLAP_NONE) {
+        char layout[160];
+        int used = snprintf(layout, sizeof layout, "shape [");
+        for (int d = 0; d < t->rank; ++d)
+            used += snprintf(layout + used, sizeof layout - (size_t)used, "%s%lld", d ? ", " : "",
+                             (long long)t->shape[d]);
+        used += snprintf(layout + used, sizeof layout - (size_t)used, "], strides [");
+        for (int d = 0; d < t->rank; ++d)
+            used += snprintf(layout + used, sizeof layout - (size_t)used, "%s%lld", d ? ", " : "",
+                             (long long)t->stride[d]);
+        return attn_fail(error, ATTN_ERROR_INVALID_ARGUMENT,
+                         "%s: %s]: two of its elements share memory; an output needs its own "
+                         "bytes for every element", name, layout);
+    }
+    return ATTN_OK;
+}
+
 attn_overlap attn_regions_overlap(const attn_region *a, const attn_region *b) {
     uintptr_t a_begin, a_end, b_begin, b_end;
     attn_region_span(a, &a_begin, &a_end), attn_region_span(b, &b_begin, &b_end);
@@ -124,16 +200,8 @@ attn_overlap attn_regions_overlap(const attn_region *a, const attn_region *b) {
     term terms[2 * ATTN_MAX_RANK];
     int count = collect_terms(b, 1, terms, 0);
     count = collect_terms(a, -1, terms, count);
-    for (int i = 1; i < count; ++i) /* largest stride first */
-        for (int j = i; j > 0 && terms[j].stride > terms[j - 1].stride; --j) {
-            const term swap = terms[j];
-            terms[j] = terms[j - 1], terms[j - 1] = swap;
-        }
     int64_t rest_min[2 * ATTN_MAX_RANK + 1], rest_max[2 * ATTN_MAX_RANK + 1];
-    rest_min[count] = rest_max[count] = 0;
-    for (int i = count - 1; i >= 0; --i)
-        rest_min[i] = rest_min[i + 1] + terms[i].low * terms[i].stride,
-        rest_max[i] = rest_max[i + 1] + terms[i].high * terms[i].stride;
+    prepare_terms(terms, count, rest_min, rest_max); /* largest stride first */
     int budget = 4096;
     if (!reachable(terms, count, 0, rest_min, rest_max, low, high, &budget)) return ATTN_OVERLAP_NONE;
     return budget < 0 ? ATTN_OVERLAP_UNDECIDED : ATTN_OVERLAP_SHARED;

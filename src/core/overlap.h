@@ -42,15 +42,24 @@ void attn_region_span(const attn_region *r, uintptr_t *begin, uintptr_t *end);
  * budget of 4096 steps (only very intricate interleavings) and the caller counts them as
  * sharing. So two interleaved views of one buffer that never meet (k and v of one packed kv
  * buffer, [..., 2, H, D]) are told apart. */
-/* An output must give every element its own memory: INVALID_ARGUMENT naming the tensor and
- * the dimension when it has a zero stride on a dimension of size > 1 (a broadcast). */
-attn_status attn_check_no_broadcast(const attn_tensor *t, const char *name, attn_error *error);
-
 typedef enum attn_overlap {
     ATTN_OVERLAP_NONE = 0,
     ATTN_OVERLAP_SHARED = 1,
     ATTN_OVERLAP_UNDECIDED = 2
 } attn_overlap;
 attn_overlap attn_regions_overlap(const attn_region *a, const attn_region *b);
+
+/* May two distinct elements of r share a byte? NONE at once for nested strides (sorted by
+ * size, each at least the extent of the smaller ones: every dense, permuted or sliced
+ * layout), else the same exhaustive search as attn_regions_overlap over the differences of
+ * two index vectors, with its answers (SHARED, or UNDECIDED past its budget). */
+attn_overlap attn_region_self_overlap(const attn_region *r);
+
+/* An output must give every element its own memory: INVALID_ARGUMENT naming the tensor when
+ * it has a zero stride on a dimension of size > 1 (a broadcast, naming the dimension) or
+ * strides that make two of its elements share a byte (or that the search cannot tell apart:
+ * attn_region_self_overlap UNDECIDED, counted as sharing, as the outputs' other checks
+ * count it). */
+attn_status attn_check_output_layout(const attn_tensor *t, const char *name, attn_error *error);
 
 #endif /* ATTN_CORE_OVERLAP_H */

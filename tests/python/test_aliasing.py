@@ -128,3 +128,30 @@ def test_merge_in_place_is_accepted(rng):
     assert out is outs[0] and lse is lses[0]
     np.testing.assert_array_equal(out.view(np.uint32), expected.view(np.uint32))
     np.testing.assert_array_equal(lse.view(np.uint32), expected_lse.view(np.uint32))
+
+
+def test_output_whose_elements_meet_is_refused(rng):
+    # out's tokens one row of D floats apart while its heads are D apart too: token t, head 1
+    # is token t + 1, head 0. NumPy allows the view (as_strided); attn refuses it.
+    q, k, v = (_normal(rng, (B, T, H, D)) for _ in range(3))
+    arena = _normal(rng, (B * (T + 1) * D + H * D,))
+    itemsize = arena.itemsize
+    out = np.lib.stride_tricks.as_strided(
+        arena, shape=(B, T, H, D),
+        strides=((T + 1) * D * itemsize, D * itemsize, D * itemsize, itemsize))
+    message = re.escape(f"out: shape [{B}, {T}, {H}, {D}], strides [{(T + 1) * D}, {D}, {D}, 1]: "
+                        "two of its elements share memory")
+    _refused(lambda: attn.forward(q, k, v, out=out), [arena, q, k, v], message)
+
+
+def test_output_interleaved_with_itself_is_accepted(rng):
+    # dims 2 floats apart, the second head 3 floats on (odd floats): never meets, although the
+    # strides do not nest; the result equals a dense out.
+    q, k, v = (_normal(rng, (B, T, H, D)) for _ in range(3))
+    arena = np.zeros(B * T * 4 * D, np.float32)
+    s = arena.itemsize
+    out = np.lib.stride_tricks.as_strided(arena, shape=(B, T, H, D),
+                                          strides=(T * 4 * D * s, 4 * D * s, 3 * s, 2 * s))
+    expected = attn.forward(q, k, v)
+    attn.forward(q, k, v, out=out)
+    np.testing.assert_array_equal(np.ascontiguousarray(out).view(np.uint32), expected.view(np.uint32))
