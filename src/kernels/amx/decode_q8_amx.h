@@ -21,14 +21,16 @@
  *    scores[row][key] and scaled as quant.h states: (key factor * query scale) * float(sum).
  *  - Values: the chunk's rows interleaved by 4 keys (byte and word unpacks) into B operands
  *    [16 groups of 4 keys][16 dimensions][4 bytes], 4 per 64 dimensions (the caller's stage;
- *    the unpacks permute dimensions inside each 64, undone when the sums are added); A = the weights' bytes, rows 0-7 high, rows 8-15 low: non-negative weights (the
- *    usual case: p >= 0 and scales >= 0) are both unsigned, one TDPBUSD per 16 dimensions;
+ *    the unpacks permute dimensions inside each 64, undone when the sums are added); A = the
+ *    weights' bytes, rows 0-7 high, rows 8-15 low: non-negative weights (the usual case:
+ *    p >= 0 and scales >= 0) are both unsigned, one TDPBUSD per 16 dimensions;
  *    otherwise the signed high bytes go through TDPBSSD and the unsigned low bytes through
  *    TDPBUSD into the same result tile (rows 0-7 and 8-15 of A zeroed in turn). The float
  *    step is quant.h's: acc = fma(s_w, float(sum), rescale * acc).
  * Edges (fewer than 16 keys, dim not a multiple of 64) go through zero-padded staging, so no
- * load reads past a stored row or past the chunk. docs/inference.md ("int8 on AMX tiles")
- * has the measurements.
+ * load reads past a stored row or past the chunk. docs/inference.md ("int8 on AMX-INT8 tiles")
+ * has the measurements, and why the decode loop runs P · V here only from
+ * ATTN_DECODE_Q8_TILE_VALUE_ROWS rows.
  */
 #include "kernels/quant.h"
 #include "kernels/simd/transpose16.h"
@@ -41,8 +43,6 @@
 
 /* Bytes of one B or A operand tile, and the rows of one query block. */
 enum { AMX_Q8_TILE_BYTES = 1024, AMX_Q8_BLOCK_ROWS = 8 };
-
-static const uint8_t attn_amx_q8_zero_tile[AMX_Q8_TILE_BYTES] __attribute__((aligned(64)));
 
 /* Largest |x[e]|, e < count. */
 ATTN_DECODE_Q8_AMX_TARGET static float attn_amx_q8_largest(int count, const float *x) {
@@ -122,14 +122,15 @@ ATTN_DECODE_Q8_AMX_TARGET static void attn_amx_q8_scores_out(const int32_t *tile
 }
 
 /* The A operand of keys [c0, c0 + 16) x dimensions [64 k, 64 k + 64): the stored rows
- * themselves when all exist, else `stage` (zero-padded). */
+ * themselves when all exist (and their stride fits the tile load's), else `stage`
+ * (zero-padded). */
 static const uint8_t *attn_amx_q8_key_operand(const uint8_t *keys, int64_t key_stride, int c0,
                                               int count, int k, int dim, uint8_t *stage,
                                               int *stride_bytes) {
     const int valid_keys = count - c0 < 16 ? count - c0 : 16;
     const int valid_dims = dim - 64 * k < 64 ? dim - 64 * k : 64;
     const uint8_t *first = keys + (int64_t)c0 * key_stride + 64 * k;
-    if (valid_keys == 16 && valid_dims == 64) {
+    if (valid_keys == 16 && valid_dims == 64 && key_stride > 0 && key_stride <= INT32_MAX) {
         *stride_bytes = (int)key_stride;
         return first;
     }
