@@ -196,9 +196,10 @@ typedef struct attn_backward_kernels {
  * (accumulate_chunk_q8_tiles); smaller groups score on the tiles and accumulate with
  * accumulate_chunk_q8, whose vector loads of the stored values overlap their memory latency,
  * where the tiles wait for the chunk's values to be interleaved into the stage first.
- * Measured (docs/inference.md, "int8 on AMX tiles"; 2 threads, context 32768, best of 10):
- * 4 rows: tile scores + in-place P·V 3.9 ms, all on tiles 7.0, in place 5.6; 2 rows 9.0 /
- * 17.9 / 9.7; 8 rows (all on tiles) 3.3 ms against 7.0 in place. */
+ * Measured (docs/inference.md, "int8 on AMX-INT8 tiles"; 2 threads, context 32768, best of
+ * 4-8 alternated rounds): tile scores + in-place P·V / all on tiles / all in place, 4 rows
+ * 4.25 / 5.5 / 4.6 ms, 2 rows 7.2 / 9.2 / 9.8, 1 row 16.5 / 23.2 / 18.4; 8 rows all on tiles
+ * 3.2 ms against 4.4 in place. */
 #define ATTN_DECODE_Q8_TILE_VALUE_ROWS 5
 #define ATTN_DECODE_Q8_TILE_QUERY_BYTES(rows, dim)                                       \
     ((size_t)(((rows) + 7) / 8) * (size_t)(((dim) + 63) / 64) * 1024u +                  \
