@@ -553,6 +553,14 @@ static void test_self_overlapping_outputs(void) {
                             "out: shape [2, 8, 2, 16], strides [144, 16, 16, 1]: two of its "
                             "elements share memory",
                             "attn_forward, out with rows that meet");
+    /* the same with a 16-digit batch stride (never dereferenced: refused first): the whole
+     * layout still fits the message */
+    attn_tensor far = meet;
+    far.stride[0] = 1000000000000000LL;
+    check_broadcast_refused(attn_forward(&q, &k, &v, NULL, &far, &lse, NULL, &error), &error,
+                            "out: shape [2, 8, 2, 16], strides [1000000000000000, 16, 16, 1]: two "
+                            "of its elements share memory",
+                            "attn_forward, out with rows that meet and a far batch stride");
     /* lse [B, H, T] with the T stride 1 and the H stride 5 < T: head 1 meets head 0 */
     attn_tensor out = at4(3 * SLOT, B, T, H, D), short_lse = at3(4 * SLOT, B, H, T);
     short_lse.stride[1] = 5;

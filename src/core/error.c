@@ -6,6 +6,15 @@
 #include <stdio.h>
 #include <string.h>
 
+void attn_format_dims(char *out, size_t capacity, int count, const int64_t *values) {
+    if (capacity == 0) return;
+    size_t used = (size_t)snprintf(out, capacity, "[");
+    for (int d = 0; d < count && used < capacity; ++d)
+        used += (size_t)snprintf(out + used, capacity - used, d ? ", %lld" : "%lld",
+                                 (long long)values[d]);
+    if (used < capacity) snprintf(out + used, capacity - used, "]");
+}
+
 attn_status attn_fail(attn_error *error, attn_status status, const char *format, ...) {
     if (error != NULL) {
         va_list arguments;

@@ -23,6 +23,10 @@
 attn_status attn_fail(attn_error *error, attn_status status, const char *format, ...)
     ATTN_PRINTF_LIKE(3, 4);
 
+/* out = "[a, b, c]", the first `count` values, truncated to `capacity` bytes (always
+ * terminated): shapes and strides in error messages. */
+void attn_format_dims(char *out, size_t capacity, int count, const int64_t *values);
+
 /* Checked arithmetic: return false on overflow (result untouched then). */
 bool attn_mul_i64(int64_t a, int64_t b, int64_t *result);
 bool attn_add_i64(int64_t a, int64_t b, int64_t *result);

@@ -10,7 +10,6 @@
  */
 #include "core/overlap.h"
 
-#include <stdio.h>
 #include <stdlib.h>
 
 #include "core/internal.h"
@@ -161,18 +160,12 @@ attn_status attn_check_output_layout(const attn_tensor *t, const char *name, att
     attn_region r;
     attn_region_set(&r, t, name, true);
     if (attn_region_self_overlap(&r) != ATTN_OVERLAP_NONE) {
-        char layout[160];
-        int used = snprintf(layout, sizeof layout, "shape [");
-        for (int d = 0; d < t->rank; ++d)
-            used += snprintf(layout + used, sizeof layout - (size_t)used, "%s%lld", d ? ", " : "",
-                             (long long)t->shape[d]);
-        used += snprintf(layout + used, sizeof layout - (size_t)used, "], strides [");
-        for (int d = 0; d < t->rank; ++d)
-            used += snprintf(layout + used, sizeof layout - (size_t)used, "%s%lld", d ? ", " : "",
-                             (long long)t->stride[d]);
+        char shape[96], strides[96];
+        attn_format_dims(shape, sizeof shape, t->rank, t->shape);
+        attn_format_dims(strides, sizeof strides, t->rank, t->stride);
         return attn_fail(error, ATTN_ERROR_INVALID_ARGUMENT,
-                         "%s: %s]: two of its elements share memory; an output needs its own "
-                         "bytes for every element", name, layout);
+                         "%s: shape %s, strides %s: two of its elements share memory; an output "
+                         "needs its own bytes for every element", name, shape, strides);
     }
     return ATTN_OK;
 }

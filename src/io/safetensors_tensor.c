@@ -12,14 +12,6 @@
 
 #include "kernels/half.h"
 
-static void format_shape(char *out, size_t capacity, int rank, const int64_t *shape) {
-    size_t used = (size_t)snprintf(out, capacity, "[");
-    for (int d = 0; d < rank && used < capacity; ++d)
-        used += (size_t)snprintf(out + used, capacity - used, d ? ", %lld" : "%lld",
-                                 (long long)shape[d]);
-    if (used < capacity) snprintf(out + used, capacity - used, "]");
-}
-
 static int is_float_dtype(attn_dtype dtype) {
     return dtype == ATTN_DTYPE_F32 || dtype == ATTN_DTYPE_BF16 || dtype == ATTN_DTYPE_F16;
 }
@@ -35,8 +27,8 @@ static attn_status find_shaped(const attn_safetensors_file *file, const char *na
     for (int d = 0; same && d < rank; ++d) same = t->shape[d] == shape[d];
     if (!same) {
         char stored[96], wanted[96];
-        format_shape(stored, sizeof stored, t->rank, t->shape);
-        format_shape(wanted, sizeof wanted, rank, shape);
+        attn_format_dims(stored, sizeof stored, t->rank, t->shape);
+        attn_format_dims(wanted, sizeof wanted, rank, shape);
         return attn_fail(error, ATTN_ERROR_SHAPE_MISMATCH,
                          "safetensors tensor '%s': shape %s, expected %s", name, stored, wanted);
     }
