@@ -14,8 +14,8 @@
  * queries of groups of >= ATTN_DECODE_TILE_ROWS against bf16 storage on AMX tiles, keys and
  * values read in place, the P · V of up to ATTN_DECODE_TILE_CHUNKS chunks per pass; int8
  * storage on AMX-INT8 tiles, scores for every group and P · V from
- * ATTN_DECODE_Q8_TILE_VALUE_ROWS rows; the one choice is decode_path_of): scores, mask, online softmax, value accumulation
- * (docs/attention-math.md §2.1),
+ * ATTN_DECODE_Q8_TILE_VALUE_ROWS rows; the one choice is decode_path_of): scores, mask,
+ * online softmax, value accumulation (docs/attention-math.md §2.1),
  * each step a call into the kernel registry (kernels/registry.h, decode part: generic, AVX2,
  * AVX-512 or AMX).
  * Its normalised partial (O, LSE) goes to its own slot; the merge then combines the splits of
@@ -326,8 +326,10 @@ static void run_task(const decode_plan *plan, decode_scratch *scratch, int64_t b
     const attn_dtype dtype = cache->config.dtype;
     const decode_path path = decode_path_of(kernels, dtype, q->dtype, rows, Dk);
     const bool fused_bf16 = path == PATH_FUSED_BF16, fused_q8 = path == PATH_FUSED_Q8;
-    const bool tiles = path == PATH_TILES, q8_tile_scores = path == PATH_Q8_TILE_SCORES;
-    const bool q8_tiles = path == PATH_Q8_TILES || q8_tile_scores; /* (scores on the tiles) */
+    const bool tiles = path == PATH_TILES;
+    /* int8 tiles: scores on them in both paths, P·V too in PATH_Q8_TILES */
+    const bool q8_values_on_tiles = path == PATH_Q8_TILES;
+    const bool q8_scores_on_tiles = q8_values_on_tiles || path == PATH_Q8_TILE_SCORES;
     /* (8-bit storage: key / value head factors, FP8) */
     const float key_factor = cache->key_head_scales[kv_head];
     const float value_factor = cache->value_head_scales[kv_head];
@@ -342,7 +344,7 @@ static void run_task(const decode_plan *plan, decode_scratch *scratch, int64_t b
     if (tiles)
         kernels->prepare_tile_queries((int)rows, (int)Dk, scratch->queries,
                                       (uint16_t *)scratch->prepared);
-    if (q8_tiles)
+    if (q8_scores_on_tiles)
         kernels->prepare_q8_tile_queries((int)rows, (int)Dk, scratch->queries, scratch->prepared);
     /* the accumulator, [rows][Dv], (large group) [Dv][ATTN_DECODE_GROUP_STRIDE(rows)] or
      * (tiles) [ATTN_DECODE_GROUP_STRIDE(rows)][ATTN_DECODE_TILE_ROW_FLOATS(Dv)] */
@@ -394,7 +396,7 @@ static void run_task(const decode_plan *plan, decode_scratch *scratch, int64_t b
             const void *stored_values = attn_cache_value_address(cache, page, kv_head, slot);
             const int64_t stored_value_stride = attn_cache_value_row_stride(cache);
             /* (the tile kernels request the next chunk's rows themselves) */
-            const bool own_prefetch = group || tiles || q8_tiles;
+            const bool own_prefetch = group || tiles || q8_scores_on_tiles;
             if (!own_prefetch && rows > ATTN_DECODE_FUSED_ROWS) /* widened, then many FMAs per key */
                 prefetch_chunk(cache, table, kv_head, last, key_end);
             if (!own_prefetch && rows >= 2 && cache->value_pool != NULL) /* one row: a stream the hardware follows */
@@ -424,7 +426,7 @@ static void run_task(const decode_plan *plan, decode_scratch *scratch, int64_t b
             else if (fused_bf16)
                 kernels->score_chunk_bf16((int)rows, count, (int)Dk, bf16_queries, stored_keys,
                                           cache->key_token_stride, scores);
-            else if (q8_tiles)
+            else if (q8_scores_on_tiles)
                 kernels->score_chunk_q8_tiles((int)rows, count, (int)Dk, scratch->prepared,
                                               stored_keys, cache->key_token_stride, key_scales,
                                               key_factor, scores);
@@ -498,12 +500,12 @@ static void run_task(const decode_plan *plan, decode_scratch *scratch, int64_t b
                 kernels->accumulate_chunk_bf16((int)rows, count, (int)Dv, scores,
                                                scratch->rescale, stored_values, value_stride,
                                                scratch->accumulator);
-            } else if (q8_tiles && !q8_tile_scores) {
+            } else if (q8_values_on_tiles) {
                 kernels->accumulate_chunk_q8_tiles((int)rows, count, (int)Dv, scores,
                                                    scratch->rescale, stored_values, value_stride,
                                                    value_scales, value_factor, scratch->values,
                                                    scratch->accumulator);
-            } else if (fused_q8 || q8_tile_scores) { /* (int8 tile scores: P·V in place) */
+            } else if (fused_q8 || q8_scores_on_tiles) { /* (int8 tile scores: P·V in place) */
                 kernels->accumulate_chunk_q8(dtype, (int)rows, count, (int)Dv, scores,
                                              scratch->rescale, stored_values, value_stride,
                                              value_scales, value_factor, scratch->accumulator);
