@@ -17,8 +17,9 @@
  *    [4 bytes]: columns 0-7 the high bytes of 8 query rows, 8-15 their low bytes.
  *  - Scores as Sᵀ = K · Qᵀ: A = 16 stored key rows x 64 dimensions loaded straight from the
  *    cache (the cache's row stride; no packing), one TDPBSSD per 16 keys, 64 dimensions and
- *    8 rows; the [16 keys][16 columns] result is transposed (AVX-512, transpose16.h) into
- *    scores[row][key] and scaled as quant.h states: (key factor * query scale) * float(sum).
+ *    8 rows, the chunk's 4 key blocks in flight per row block; each [16 keys][16 columns]
+ *    result is transposed (AVX-512, transpose16.h) into scores[row][key] and scaled as
+ *    quant.h states: (key factor * query scale) * float(sum).
  *  - Values: the chunk's rows interleaved by 4 keys (byte and word unpacks) into B operands
  *    [16 groups of 4 keys][16 dimensions][4 bytes], 4 per 64 dimensions (the caller's stage;
  *    the unpacks permute dimensions inside each 64, undone when the sums are added); A = the
@@ -168,11 +169,13 @@ static const uint8_t *attn_amx_q8_key_operand(const uint8_t *keys, int64_t key_s
         }                                                                                  \
     } while (0)
 
-/* Scores of a group of <= 8 rows (one row block): the whole chunk's key blocks in flight at
- * once (4 result tiles), the queries' B tile loaded once per dimension block. */
+/* Scores of one row block (<= 8 rows): the whole chunk's key blocks in flight at once (4
+ * result tiles), the queries' B tile loaded once per dimension block; prefetch: request the
+ * next chunk's keys (the first row block does). */
 ATTN_DECODE_Q8_AMX_TARGET static void attn_amx_q8_score_rows8(
     int rows, int count, int dim, const uint8_t *tiles, const float *query_scales,
-    const uint8_t *keys, int64_t key_stride, const float *key_factors, float *scores) {
+    const uint8_t *keys, int64_t key_stride, const float *key_factors, float *scores,
+    int prefetch) {
     const int dim_blocks = (dim + 63) / 64, key_blocks = (count + 15) / 16;
     uint8_t key_stage[4][AMX_Q8_TILE_BYTES] __attribute__((aligned(64)));
     int32_t out_stage[4][256] __attribute__((aligned(64)));
@@ -191,7 +194,7 @@ ATTN_DECODE_Q8_AMX_TARGET static void attn_amx_q8_score_rows8(
     for (int j = 0; j < key_blocks; ++j) {
         /* the next chunk's keys, 16 rows per block of results (spread out: a burst of
          * requests would wait for fill buffers and stall the arithmetic) */
-        for (int c = 16 * j; c < 16 * j + 16; ++c)
+        for (int c = 16 * j; prefetch && c < 16 * j + 16; ++c)
             for (int d = 0; d < dim; d += 64)
                 _mm_prefetch((const char *)(keys + (int64_t)(AMX_Q8_LOOKAHEAD + c) * key_stride + d),
                              _MM_HINT_T0);
@@ -200,71 +203,25 @@ ATTN_DECODE_Q8_AMX_TARGET static void attn_amx_q8_score_rows8(
     }
 }
 
-/* registry.h score_chunk_q8_tiles: per 16 keys, up to 4 row blocks (32 rows) at a time. */
+/* registry.h score_chunk_q8_tiles: one row block after the other (the later ones read the
+ * keys from L1). */
 ATTN_DECODE_Q8_AMX_TARGET static void attn_amx_score_chunk_q8_tiles(
     int rows, int count, int dim, const void *prepared, const uint8_t *keys, int64_t key_stride,
     const float *row_scales, float factor, float *scores) {
     const int dim_blocks = (dim + 63) / 64, row_blocks = (rows + 7) / 8;
     const uint8_t *tiles = prepared;
-    const float *query_scales =
-        (const float *)(tiles + (size_t)row_blocks * dim_blocks * AMX_Q8_TILE_BYTES);
+    const size_t block_bytes = (size_t)dim_blocks * AMX_Q8_TILE_BYTES; /* one row block */
+    const float *query_scales = (const float *)(tiles + (size_t)row_blocks * block_bytes);
     float key_factors[ATTN_DECODE_CHUNK] __attribute__((aligned(64)));
     for (int c = 0; c < ATTN_DECODE_CHUNK; ++c)
         key_factors[c] = c >= count ? 0.0f : row_scales != NULL ? factor * row_scales[c] : factor;
     amx_tiles_configure();
-    if (row_blocks == 1) {
-        attn_amx_q8_score_rows8(rows, count, dim, tiles, query_scales, keys, key_stride,
-                                key_factors, scores);
-        return;
-    }
-    uint8_t key_stage[AMX_Q8_TILE_BYTES] __attribute__((aligned(64)));
-    int32_t out_stage[4][256] __attribute__((aligned(64)));
-    for (int c0 = 0; c0 < count; c0 += 16) {
-        const int valid_keys = count - c0 < 16 ? count - c0 : 16;
-        for (int c = 0; c < 16; ++c) /* the next chunk's keys (prefetch never faults) */
-            for (int d = 0; d < dim; d += 64)
-                _mm_prefetch((const char *)(keys + (int64_t)(AMX_Q8_LOOKAHEAD + c0 + c) * key_stride + d),
-                             _MM_HINT_T0);
-        for (int b0 = 0; b0 < row_blocks; b0 += 4) {
-            const int blocks = row_blocks - b0 < 4 ? row_blocks - b0 : 4;
-            AMX_ZERO(0);
-            AMX_ZERO(1);
-            AMX_ZERO(2);
-            AMX_ZERO(3);
-            for (int k = 0; k < dim_blocks; ++k) {
-                int a_stride;
-                const uint8_t *a = attn_amx_q8_key_operand(keys, key_stride, c0, count, k, dim,
-                                                           key_stage, &a_stride);
-                const uint8_t *b = tiles + ((size_t)b0 * dim_blocks + k) * AMX_Q8_TILE_BYTES;
-                const size_t next = (size_t)dim_blocks * AMX_Q8_TILE_BYTES; /* next row block */
-                AMX_LOAD(4, a, a_stride);
-                AMX_LOAD(5, b, 64);
-                AMX_DPBSSD(0, 4, 5);
-                if (blocks > 1) {
-                    AMX_LOAD(6, b + next, 64);
-                    AMX_DPBSSD(1, 4, 6);
-                }
-                if (blocks > 2) {
-                    AMX_LOAD(7, b + 2 * next, 64);
-                    AMX_DPBSSD(2, 4, 7);
-                }
-                if (blocks > 3) {
-                    AMX_LOAD(5, b + 3 * next, 64);
-                    AMX_DPBSSD(3, 4, 5);
-                }
-            }
-            AMX_STORE(0, out_stage[0], 64);
-            if (blocks > 1) AMX_STORE(1, out_stage[1], 64);
-            if (blocks > 2) AMX_STORE(2, out_stage[2], 64);
-            if (blocks > 3) AMX_STORE(3, out_stage[3], 64);
-            for (int j = 0; j < blocks; ++j) {
-                const int r0 = (b0 + j) * AMX_Q8_BLOCK_ROWS;
-                attn_amx_q8_scores_out(out_stage[j],
-                                       rows - r0 < AMX_Q8_BLOCK_ROWS ? rows - r0 : AMX_Q8_BLOCK_ROWS,
-                                       valid_keys, key_factors + c0, query_scales + r0,
-                                       scores + (size_t)r0 * ATTN_DECODE_CHUNK + c0);
-            }
-        }
+    for (int b = 0; b < row_blocks; ++b) {
+        const int r0 = b * AMX_Q8_BLOCK_ROWS;
+        attn_amx_q8_score_rows8(rows - r0 < AMX_Q8_BLOCK_ROWS ? rows - r0 : AMX_Q8_BLOCK_ROWS,
+                                count, dim, tiles + (size_t)b * block_bytes, query_scales + r0,
+                                keys, key_stride, key_factors,
+                                scores + (size_t)r0 * ATTN_DECODE_CHUNK, b == 0);
     }
 }
 
