@@ -3,8 +3,12 @@
  * memory-bound case. For Hq = 32, Hkv in {32, 8, 1}, D = 128, contexts {4096, 32768, 131072}
  * and fp32 / bf16 / int8 / fp8 storage (--dtype) it reports decode steps per second and the GB/s of K/V actually
  * read (attn_kv_cache_bytes_per_token x context per step: int8 counts its scales), against the read bandwidth
- * measured in the same run right after each row's timing, so that a machine shared with
- * other jobs compares like with like; then MLA absorbed decoding on a DeepSeek-V2 latent
+ * measured in the same run right after each configuration's timing, so that a machine shared
+ * with other jobs compares like with like. The storage types of one configuration are timed
+ * together, one step of each in turn (time_cases), and each row gives its tokens/s against
+ * the bf16 row of its configuration ("vs bf16"): a drift of the machine falls on all of them,
+ * and no cache stays in the last-level cache between its steps because the others pass
+ * through it (docs/inference.md, "Measuring decode"); then MLA absorbed decoding on a DeepSeek-V2 latent
  * cache (Dk = 576, Dv = 512) with V2's 128 and V2-Lite's 16 heads, and one MLA layer step
  * naive vs absorbed at a short
  * context. --clock cpu times both the decode steps and the bandwidth in the threads' own CPU
@@ -38,7 +42,8 @@ static void usage(FILE *stream) {
             "  --dtype LIST storage types, comma-separated: f32, bf16, int8, fp8_e4m3, fp8_e5m2\n"
             "               (or both = f32,bf16, the default; all = every one)\n"
             "  --kv-heads N only the rows with Hkv = N (32, 8 or 1)\n"
-            "  --max-gib G  skip caches larger than G GiB (default 4.5; memory stays < 8 GB)\n"
+            "  --max-gib G  skip caches larger than G GiB (default 4.5; the caches of one\n"
+            "               configuration exist together: <= 9.1 GiB with --dtype all)\n"
             "  --clock cpu  time decode steps and the read bandwidth in the threads' CPU time\n"
             "               (leaves out time spent waiting for a core; default: wall)\n"
             "On a machine shared with other jobs, run with OMP_WAIT_POLICY=passive (see\n"
@@ -88,25 +93,6 @@ static double median_seconds(const double *times, int count) {
             sorted[j] = sorted[j - 1], sorted[j - 1] = t;
         }
     return sorted[count / 2];
-}
-
-/* Seconds per decode step of query q against `cache` on `clock`: one warm-up step, then the
- * median of 3 to 64 steps within `budget_seconds` of wall time; -1 on error. */
-static double time_decode(attn_kv_cache *cache, const attn_tensor *q,
-                          const attn_options *options, attn_tensor *out, double budget_seconds,
-                          bench_clock clock, int threads, attn_error *error) {
-    attn_execution execution = attn_execution_default();
-    execution.num_threads = threads;
-    if (attn_decode(cache, q, options, out, NULL, &execution, error) != ATTN_OK) return -1.0;
-    double times[64];
-    int repeats = 0;
-    const double start = omp_get_wtime(); /* the budget is wall time */
-    while (repeats < 64 && (repeats < 3 || omp_get_wtime() - start < budget_seconds)) {
-        const double before = bench_clock_seconds(clock, threads);
-        attn_decode(cache, q, options, out, NULL, &execution, error);
-        times[repeats++] = bench_clock_seconds(clock, threads) - before;
-    }
-    return median_seconds(times, repeats);
 }
 
 static volatile float bandwidth_sink;
@@ -175,65 +161,164 @@ static attn_status fill_cache(attn_kv_cache *cache, int64_t context, int64_t kv_
 }
 
 /* One benchmark row: creates the cache, fills it, times decode, prints. */
-static int bench_row(const char *label, attn_kv_cache_config config, int64_t query_heads,
-                     int64_t context, float scale, int threads, const bench_settings *s) {
-    config.capacity = context;
-    const double bytes_per_step = (double)attn_kv_cache_bytes_per_token(&config) * (double)context;
-    if (bytes_per_step / (1024.0 * 1024.0 * 1024.0) > s->max_gib) {
-        printf("%-42s %8lld   skipped (cache %.1f GiB > --max-gib %.1f)\n", label,
-               (long long)context, bytes_per_step / (1024.0 * 1024.0 * 1024.0), s->max_gib);
-        return 0;
-    }
-    attn_error error;
-    attn_kv_cache *cache = NULL;
+/* One row of the table: a cache of one storage type, its query and out, and its step times. */
+typedef struct decode_case {
+    char label[64];
+    attn_dtype dtype;
+    int64_t context;
+    attn_kv_cache *cache; /* NULL: skipped (too large) */
+    float *query, *output;
+    attn_tensor q, out;
+    attn_options options;
+    const char *path;
+    double bytes_per_step, gib;
+    double times[64];
+    int repeats;
+} decode_case;
+
+static void case_free(decode_case *c) {
+    free(c->query), free(c->output);
+    attn_kv_cache_destroy(c->cache);
+    c->query = c->output = NULL, c->cache = NULL;
+}
+
+/* Creates and fills the cache of `config` at `context` tokens with its query and out (Hq =
+ * query_heads); a cache above --max-gib is left NULL (skipped). 1 on error (printed). */
+static int case_prepare(decode_case *c, const char *label, attn_kv_cache_config config,
+                        int64_t query_heads, int64_t context, float scale,
+                        const bench_settings *s) {
+    memset(c, 0, sizeof *c);
+    snprintf(c->label, sizeof c->label, "%s", label);
+    c->dtype = config.dtype, c->context = context;
     config.capacity = context;
     config.page_size = 256;
-    if (attn_kv_cache_create(&config, &cache, &error) != ATTN_OK ||
-        fill_cache(cache, context, config.kv_heads, config.key_dim, config.value_dim,
+    c->bytes_per_step = (double)attn_kv_cache_bytes_per_token(&config) * (double)context;
+    c->gib = c->bytes_per_step / (1024.0 * 1024.0 * 1024.0);
+    if (c->gib > s->max_gib) return 0;
+    attn_error error;
+    if (attn_kv_cache_create(&config, &c->cache, &error) != ATTN_OK ||
+        fill_cache(c->cache, context, config.kv_heads, config.key_dim, config.value_dim,
                    config.values_in_keys, &error) != ATTN_OK) {
         fprintf(stderr, "attn bench decode: %s\n", error.message);
-        attn_kv_cache_destroy(cache);
+        case_free(c);
         return 1;
     }
-    float *query = malloc((size_t)(query_heads * config.key_dim) * sizeof(float));
-    float *output = malloc((size_t)(query_heads * config.value_dim) * sizeof(float));
+    c->query = malloc((size_t)(query_heads * config.key_dim) * sizeof(float));
+    c->output = malloc((size_t)(query_heads * config.value_dim) * sizeof(float));
+    if (c->query == NULL || c->output == NULL) {
+        fprintf(stderr, "attn bench decode: out of memory\n");
+        case_free(c);
+        return 1;
+    }
     for (int64_t i = 0; i < query_heads * config.key_dim; ++i)
-        query[i] = (float)((i * 7919) % 97) / 97.0f - 0.5f;
-    attn_tensor q = attn_tensor_f32_4d(query, 1, 1, query_heads, config.key_dim);
-    attn_tensor out = attn_tensor_f32_4d(output, 1, 1, query_heads, config.value_dim);
+        c->query[i] = (float)((i * 7919) % 97) / 97.0f - 0.5f;
+    c->q = attn_tensor_f32_4d(c->query, 1, 1, query_heads, config.key_dim);
+    c->out = attn_tensor_f32_4d(c->output, 1, 1, query_heads, config.value_dim);
     /* A bf16 cache serves a bf16 model: bf16 queries and out (in the first half of the same
      * buffers), which may run on bf16 tiles (AMX). */
     const attn_dtype query_dtype = config.dtype == ATTN_DTYPE_BF16 ? ATTN_DTYPE_BF16 : ATTN_DTYPE_F32;
     if (query_dtype == ATTN_DTYPE_BF16) {
-        uint16_t *query16 = (uint16_t *)query;
+        uint16_t *query16 = (uint16_t *)c->query;
         for (int64_t i = 0; i < query_heads * config.key_dim; ++i) {
             uint32_t bits;
-            memcpy(&bits, &query[i], sizeof bits);
+            memcpy(&bits, &c->query[i], sizeof bits);
             query16[i] = (uint16_t)(bits >> 16); /* the same values, truncated to bf16 */
         }
-        q.dtype = out.dtype = ATTN_DTYPE_BF16;
+        c->q.dtype = c->out.dtype = ATTN_DTYPE_BF16;
     }
-    const char *path = attn_decode_kernel_path(ATTN_KERNEL_AUTO, config.dtype, query_dtype,
-                                               query_heads / config.kv_heads);
-    attn_options options = attn_options_default();
-    options.causal = 1;
-    options.alignment = ATTN_ALIGN_BOTTOM_RIGHT;
-    if (scale > 0) options.custom_scale = 1, options.scale = scale;
-    double seconds = time_decode(cache, &q, &options, &out, s->quick ? 0.15 : 0.5, s->clock,
-                                 threads, &error);
-    const double bandwidth = read_bandwidth_gbs(threads, s->clock); /* now, for this row */
-    if (seconds < 0) {
-        fprintf(stderr, "attn bench decode: %s\n", error.message);
-    } else {
-        double gbs = bytes_per_step / seconds / 1e9;
-        printf("%-42s %8lld %10.1f %9.3f %9.1f %9.1f %7.0f%%  %s %s\n", label, (long long)context,
-               1.0 / seconds, seconds * 1e3, gbs, bandwidth, 100.0 * gbs / bandwidth,
-               attn_kernel_name(ATTN_KERNEL_AUTO), path != NULL ? path : "?");
+    c->path = attn_decode_kernel_path(ATTN_KERNEL_AUTO, config.dtype, query_dtype,
+                                      query_heads / config.kv_heads);
+    c->options = attn_options_default();
+    c->options.causal = 1;
+    c->options.alignment = ATTN_ALIGN_BOTTOM_RIGHT;
+    if (scale > 0) c->options.custom_scale = 1, c->options.scale = scale;
+    return 0;
+}
+
+/* Times the `count` cases together: one warm-up step each, then rounds of one step per case
+ * (starting one case later each round, so that no case always follows the same one) until
+ * every case has 3 steps and `budget_seconds` per case of wall time have passed, at most 64
+ * rounds: whatever the machine does meanwhile (another job, a bandwidth that drifts) falls
+ * on all the rows of the configuration alike, so their ratios compare like with like.
+ * 1 on error (printed). */
+static int time_cases(decode_case *cases, int count, double budget_seconds, bench_clock clock,
+                      int threads) {
+    attn_execution execution = attn_execution_default();
+    execution.num_threads = threads;
+    attn_error error;
+    int live = 0;
+    for (int i = 0; i < count; ++i) {
+        if (cases[i].cache == NULL) continue;
+        ++live;
+        if (attn_decode(cases[i].cache, &cases[i].q, &cases[i].options, &cases[i].out, NULL,
+                        &execution, &error) != ATTN_OK) {
+            fprintf(stderr, "attn bench decode: %s\n", error.message);
+            return 1;
+        }
+    }
+    const double start = omp_get_wtime(); /* the budget is wall time */
+    for (int round = 0;
+         round < 64 && (round < 3 || omp_get_wtime() - start < budget_seconds * live); ++round)
+        for (int k = 0; k < count; ++k) {
+            decode_case *c = &cases[(k + round) % count];
+            if (c->cache == NULL) continue;
+            const double before = bench_clock_seconds(clock, threads);
+            if (attn_decode(c->cache, &c->q, &c->options, &c->out, NULL, &execution, &error) !=
+                ATTN_OK) {
+                fprintf(stderr, "attn bench decode: %s\n", error.message);
+                return 1;
+            }
+            c->times[c->repeats++] = bench_clock_seconds(clock, threads) - before;
+        }
+    return 0;
+}
+
+/* The table's row of one case: tokens/s, ms/token, K/V GB/s, the read bandwidth measured
+ * after the configuration's steps and the fraction of it, tokens/s against the bf16 row of
+ * the same configuration (reference: its median seconds, <= 0 when there is none), and the
+ * kernels that ran. */
+static void print_case(const decode_case *c, double bandwidth, double reference_seconds,
+                       const bench_settings *s) {
+    if (c->cache == NULL) {
+        printf("%-42s %8lld   skipped (cache %.1f GiB > --max-gib %.1f)\n", c->label,
+               (long long)c->context, c->gib, s->max_gib);
+        return;
+    }
+    const double seconds = median_seconds(c->times, c->repeats);
+    const double gbs = c->bytes_per_step / seconds / 1e9;
+    char ratio[16] = "-";
+    if (reference_seconds > 0) snprintf(ratio, sizeof ratio, "%.2fx", reference_seconds / seconds);
+    printf("%-42s %8lld %10.1f %9.3f %9.1f %9.1f %7.0f%% %8s  %s %s\n", c->label,
+           (long long)c->context, 1.0 / seconds, seconds * 1e3, gbs, bandwidth,
+           100.0 * gbs / bandwidth, ratio, attn_kernel_name(ATTN_KERNEL_AUTO),
+           c->path != NULL ? c->path : "?");
+}
+
+/* One configuration in every selected storage type: prepared, timed together, printed in the
+ * table's order, freed. configs[dt] for each dt in s->dtypes; labels likewise. */
+static int bench_configuration(const attn_kv_cache_config *configs, char labels[][64],
+                               int64_t query_heads, int64_t context, float scale, int threads,
+                               const bench_settings *s) {
+    decode_case cases[STORAGE_TYPES];
+    int count = 0, failed = 0, reference = -1;
+    for (int dt = 0; dt < (int)STORAGE_TYPES && !failed; ++dt) {
+        if (!(s->dtypes & (1 << dt))) continue;
+        failed |= case_prepare(&cases[count], labels[dt], configs[dt], query_heads, context,
+                               scale, s);
+        if (!failed && storage_types[dt].dtype == ATTN_DTYPE_BF16 && cases[count].cache != NULL)
+            reference = count;
+        if (!failed) ++count;
+    }
+    if (!failed) failed = time_cases(cases, count, s->quick ? 0.15 : 0.5, s->clock, threads);
+    if (!failed) {
+        const double bandwidth = read_bandwidth_gbs(threads, s->clock); /* now, for these rows */
+        const double reference_seconds =
+            reference >= 0 ? median_seconds(cases[reference].times, cases[reference].repeats) : 0.0;
+        for (int i = 0; i < count; ++i) print_case(&cases[i], bandwidth, reference_seconds, s);
     }
     fflush(stdout);
-    free(query), free(output);
-    attn_kv_cache_destroy(cache);
-    return seconds < 0;
+    for (int i = 0; i < count; ++i) case_free(&cases[i]);
+    return failed;
 }
 
 /* One MLA layer decode step (V2-Lite dims) after a prefill of `context` tokens, naive vs
@@ -357,49 +442,49 @@ int cli_bench_decode(int argc, char **argv) {
            threads, s.clock == BENCH_CLOCK_CPU ? "CPU-time" : "wall");
     printf("measured read bandwidth: %.1f GB/s (and again after each row: \"read GB/s\")\n\n",
            bandwidth);
-    printf("%-42s %8s %10s %9s %9s %9s %8s  %s\n", "configuration", "context", "tokens/s",
-           "ms/token", "K/V GB/s", "read GB/s", "of read", "kernels (queries bf16 for bf16 caches)");
+    printf("%-42s %8s %10s %9s %9s %9s %8s %8s  %s\n", "configuration", "context", "tokens/s",
+           "ms/token", "K/V GB/s", "read GB/s", "of read", "vs bf16",
+           "kernels (queries bf16 for bf16 caches)");
     int64_t contexts[3] = {4096, 32768, 131072};
     int context_count = s.quick ? 2 : 3;
     if (s.only_context) contexts[0] = s.only_context, context_count = 1;
     const int64_t kv_head_options[3] = {32, 8, 1};
     int failed = 0;
-    for (int dt = 0; dt < (int)STORAGE_TYPES; ++dt) {
-        if (!(s.dtypes & (1 << dt))) continue;
-        for (int h = 0; h < 3; ++h)
-            for (int c = 0; c < context_count; ++c) {
-                if (s.only_kv_heads && s.only_kv_heads != kv_head_options[h]) continue;
-                attn_kv_cache_config config = attn_kv_cache_config_default();
-                config.sequences = 1, config.kv_heads = kv_head_options[h];
-                config.key_dim = config.value_dim = 128;
-                config.dtype = storage_types[dt].dtype;
-                char label[64];
-                snprintf(label, sizeof label, "%s Hq=32 Hkv=%lld", storage_types[dt].label,
+    for (int h = 0; h < 3; ++h)
+        for (int c = 0; c < context_count; ++c) {
+            if (s.only_kv_heads && s.only_kv_heads != kv_head_options[h]) continue;
+            attn_kv_cache_config configs[STORAGE_TYPES];
+            char labels[STORAGE_TYPES][64];
+            for (int dt = 0; dt < (int)STORAGE_TYPES; ++dt) {
+                configs[dt] = attn_kv_cache_config_default();
+                configs[dt].sequences = 1, configs[dt].kv_heads = kv_head_options[h];
+                configs[dt].key_dim = configs[dt].value_dim = 128;
+                configs[dt].dtype = storage_types[dt].dtype;
+                snprintf(labels[dt], sizeof labels[dt], "%s Hq=32 Hkv=%lld", storage_types[dt].label,
                          (long long)kv_head_options[h]);
-                failed |= bench_row(label, config, 32, contexts[c], 0.0f, threads, &s);
             }
-    }
+            failed |= bench_configuration(configs, labels, 32, contexts[c], 0.0f, threads, &s);
+        }
     if (s.mla) {
         /* DeepSeek-V2 (128 heads) and V2-Lite (16 heads): the same latent cache (d_c 512 +
          * rope 64), 8x fewer query rows per key */
         const attn_mla_config models[2] = {
             {5120, 128, 1536, 512, 128, 64, 128, 0.0, 0.0f, 0.0f, {0}},
             {2048, 16, 0, 512, 128, 64, 128, 0.0, 0.0f, 0.0f, {0}}};
-        for (int dt = 0; dt < (int)STORAGE_TYPES; ++dt) {
-            if (!(s.dtypes & (1 << dt))) continue;
-            for (int m = 0; m < 2; ++m)
-                for (int c = 0; c < context_count; ++c) {
-                    attn_kv_cache_config config;
-                    attn_mla_cache_config(&models[m], 1, 1, storage_types[dt].dtype, 0, &config,
-                                          NULL);
-                    char label[64];
-                    snprintf(label, sizeof label, "%s MLA absorbed (%s, %lld heads)",
+        for (int m = 0; m < 2; ++m)
+            for (int c = 0; c < context_count; ++c) {
+                attn_kv_cache_config configs[STORAGE_TYPES];
+                char labels[STORAGE_TYPES][64];
+                for (int dt = 0; dt < (int)STORAGE_TYPES; ++dt) {
+                    attn_mla_cache_config(&models[m], 1, 1, storage_types[dt].dtype, 0,
+                                          &configs[dt], NULL);
+                    snprintf(labels[dt], sizeof labels[dt], "%s MLA absorbed (%s, %lld heads)",
                              storage_types[dt].label, m == 0 ? "V2" : "V2-Lite",
                              (long long)models[m].heads);
-                    failed |= bench_row(label, config, models[m].heads, contexts[c],
-                                        1.0f / sqrtf(192.0f), threads, &s);
                 }
-        }
+                failed |= bench_configuration(configs, labels, models[m].heads, contexts[c],
+                                              1.0f / sqrtf(192.0f), threads, &s);
+            }
         failed |= bench_mla_layer(s.quick ? 256 : 1024, &s);
     }
     return failed ? 1 : 0;

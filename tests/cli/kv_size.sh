@@ -107,33 +107,48 @@ expect_usage_error "--clock gpu" "$attn" bench decode --clock gpu
 "$attn" bench decode --help > "$work/help.txt" 2>&1 || fail "bench decode --help exits non-zero"
 grep -qF -- "--max-gib" "$work/help.txt" || fail "bench decode --help lacks its options"
 
-# A tiny run: the bandwidth line, then one row per Hkv: tokens/s, ms/token, K/V GB/s, the
-# read bandwidth measured for that row, their ratio, and the kernels that ran (registry and
+# A tiny run: the bandwidth line, then one row per Hkv and storage type: tokens/s, ms/token,
+# K/V GB/s, the read bandwidth measured for that configuration, their ratio, tokens/s against
+# the bf16 row of the same configuration, and the kernels that ran (registry and
 # attn_decode_kernel_path).
 # In the ASan build, LeakSanitizer's own tracer (clang 14) crashes at exit on this command while
 # scanning the dynamic TLS of a module OpenMP loads at run time ("Tracer caught signal 11", a
 # fatal error of the sanitizer, not a finding); leak checking is off for this one call only
 # (ASAN_OPTIONS is ignored by the other builds, and the release build checks this run in full).
 ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0" \
-"$attn" bench decode --context 128 --dtype bf16 --no-mla --threads 1 --clock cpu \
+"$attn" bench decode --context 128 --dtype bf16,int8 --no-mla --threads 1 --clock cpu \
     > "$work/bench.txt" 2> "$work/bench.err" || fail "bench decode tiny run: $(cat "$work/bench.err")"
 grep -qF "CPU-time clock" "$work/bench.txt" || fail "--clock cpu not reported"
 grep -qE "measured read bandwidth: [0-9.]+ GB/s" "$work/bench.txt" || fail "no bandwidth line"
 for kv in 32 8 1; do
-    grep -qE "^bf16 Hq=32 Hkv=$kv +128 +[0-9.]+ +[0-9.]+ +[0-9.]+ +[0-9.]+ +[0-9]+%  [a-z0-9_]+ (bf16 tiles|bf16 in place|fp32 large group|fp32 rows)$" \
+    grep -qE "^bf16 Hq=32 Hkv=$kv +128 +[0-9.]+ +[0-9.]+ +[0-9.]+ +[0-9.]+ +[0-9]+% +1\.00x  [a-z0-9_]+ (bf16 tiles|bf16 in place|fp32 large group|fp32 rows)$" \
         "$work/bench.txt" ||
         fail "bench decode lacks the bf16 Hkv=$kv row: $(cat "$work/bench.txt")"
+    grep -qE "^int8 Hq=32 Hkv=$kv +128 +[0-9.]+ +[0-9.]+ +[0-9.]+ +[0-9.]+ +[0-9]+% +[0-9.]+x  [a-z0-9_]+ (int8 tiles|int8 tile scores|8-bit in place)$" \
+        "$work/bench.txt" ||
+        fail "bench decode lacks the int8 Hkv=$kv row: $(cat "$work/bench.txt")"
 done
 python3 - "$work/bench.txt" <<'PY' || fail "bench decode: GB/s or ratio do not follow from ms/token"
 import re, sys
 checked = 0
+bf16_tokens = {}
 for line in open(sys.argv[1]):
-    m = re.match(r"bf16 Hq=32 Hkv=(\d+) +(\d+) +(\S+) +(\S+) +(\S+) +(\S+) +(\d+)%  \S+ [a-z0-9 ]+$", line)
+    m = re.match(r"(bf16|int8) Hq=32 Hkv=(\d+) +(\d+) +(\S+) +(\S+) +(\S+) +(\S+) +(\d+)% +(\S+)x  \S+ [a-z0-9 ]+$", line)
     if not m:
         continue
-    kv, context = int(m.group(1)), int(m.group(2))
-    tokens_per_s, ms, gbs, read, percent = (float(m.group(i)) for i in range(3, 8))
-    bytes_per_step = kv * context * (128 + 128) * 2  # Hkv x L x (Dk + Dv) x sizeof(bf16)
+    dtype, kv, context = m.group(1), int(m.group(2)), int(m.group(3))
+    tokens_per_s, ms, gbs, read, percent, ratio = (float(m.group(i)) for i in range(4, 10))
+    # Hkv x L x (Dk + Dv) x element size, and int8's fp32 scale per token and head for K and V
+    bytes_per_step = kv * context * ((128 + 128) * 2 if dtype == "bf16" else (128 + 128) + 2 * 4)
+    # the bf16 row of a configuration comes first; the ratio is the tokens/s of the two
+    # (printed to 0.01 from the unrounded times: allow the rounding of both numbers)
+    if dtype == "bf16":
+        assert ratio == 1.0, line
+        bf16_tokens[kv] = tokens_per_s
+    else:
+        expected = tokens_per_s / bf16_tokens[kv]
+        slack = 0.006 + expected * (0.05 / tokens_per_s + 0.05 / bf16_tokens[kv])
+        assert abs(ratio - expected) <= slack, (line, expected)
     # ms has 3 decimals, tokens/s 1 decimal
     assert abs(tokens_per_s * ms / 1e3 - 1) <= 0.0005 / ms + 0.05 / tokens_per_s + 0.001, line
     assert abs(gbs - bytes_per_step * tokens_per_s / 1e9) <= 0.05 + 0.001 * gbs, line
@@ -143,7 +158,7 @@ for line in open(sys.argv[1]):
     high = 100 * (gbs + 0.05) / (read - 0.05) + 0.5 if read > 0.05 else float("inf")
     assert low <= percent <= high, line
     checked += 1
-assert checked == 3, "rows checked: %d" % checked
+assert checked == 6, "rows checked: %d" % checked
 PY
 
 [ "$failures" -eq 0 ] && echo "kv_size.sh: all checks passed"
