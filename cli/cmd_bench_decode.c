@@ -214,9 +214,14 @@ static int case_prepare(decode_case *c, const char *label, attn_kv_cache_config 
         c->query[i] = (float)((i * 7919) % 97) / 97.0f - 0.5f;
     c->q = attn_tensor_f32_4d(c->query, 1, 1, query_heads, config.key_dim);
     c->out = attn_tensor_f32_4d(c->output, 1, 1, query_heads, config.value_dim);
-    /* A bf16 cache serves a bf16 model: bf16 queries and out (in the first half of the same
-     * buffers), which may run on bf16 tiles (AMX). */
-    const attn_dtype query_dtype = config.dtype == ATTN_DTYPE_BF16 ? ATTN_DTYPE_BF16 : ATTN_DTYPE_F32;
+    /* A bf16 cache serves a bf16 model, and so does an fp8 one (as vLLM's fp8 KV caches do):
+     * bf16 queries and out (in the first half of the same buffers), which may run on bf16
+     * tiles (AMX); fp32 queries for the fp32 and int8 caches. */
+    const attn_dtype query_dtype = config.dtype == ATTN_DTYPE_BF16 ||
+                                           config.dtype == ATTN_DTYPE_FP8_E4M3 ||
+                                           config.dtype == ATTN_DTYPE_FP8_E5M2
+                                       ? ATTN_DTYPE_BF16
+                                       : ATTN_DTYPE_F32;
     if (query_dtype == ATTN_DTYPE_BF16) {
         uint16_t *query16 = (uint16_t *)c->query;
         for (int64_t i = 0; i < query_heads * config.key_dim; ++i) {
@@ -444,7 +449,7 @@ int cli_bench_decode(int argc, char **argv) {
            bandwidth);
     printf("%-42s %8s %10s %9s %9s %9s %8s %8s  %s\n", "configuration", "context", "tokens/s",
            "ms/token", "K/V GB/s", "read GB/s", "of read", "vs bf16",
-           "kernels (queries bf16 for bf16 caches)");
+           "kernels (queries bf16 for bf16 and fp8 caches)");
     int64_t contexts[3] = {4096, 32768, 131072};
     int context_count = s.quick ? 2 : 3;
     if (s.only_context) contexts[0] = s.only_context, context_count = 1;

@@ -193,11 +193,12 @@ static const shape_case shapes[] = {
 };
 static const int64_t lengths[] = {1, 70, 333};
 
-static attn_kv_cache *new_cache(const shape_case *s, attn_dtype dtype, const float *head_scales) {
+static attn_kv_cache *new_paged_cache(const shape_case *s, attn_dtype dtype,
+                                      const float *head_scales, int64_t page_size) {
     attn_kv_cache_config config = attn_kv_cache_config_default();
     config.sequences = 2, config.kv_heads = s->hkv, config.key_dim = s->dk;
     config.value_dim = s->dv, config.values_in_keys = s->values_in_keys;
-    config.capacity = 400, config.page_size = 48, config.dtype = dtype;
+    config.capacity = 400, config.page_size = page_size, config.dtype = dtype;
     if (dtype == ATTN_DTYPE_FP8_E4M3 || dtype == ATTN_DTYPE_FP8_E5M2) {
         config.fp8_key_scales = head_scales;
         config.fp8_value_scales = head_scales;
@@ -207,6 +208,10 @@ static attn_kv_cache *new_cache(const shape_case *s, attn_dtype dtype, const flo
     CHECK_STATUS(attn_kv_cache_create(&config, &cache, &error), ATTN_OK, &error, "create %s dtype %d",
                  s->name, (int)dtype);
     return cache;
+}
+
+static attn_kv_cache *new_cache(const shape_case *s, attn_dtype dtype, const float *head_scales) {
+    return new_paged_cache(s, dtype, head_scales, 48);
 }
 
 static void test_decode_table(void) {
@@ -300,6 +305,137 @@ static void test_decode_table(void) {
     for (int fi = 0; fi < COUNT_OF(formats); ++fi)
         printf("%s storage: worst relative error of decode vs fp32 storage = %.3g (bound %.0e)\n",
                formats[fi].name, worst[fi], formats[fi].bound);
+}
+
+/* bf16 queries against fp8 storage, groups of >= 5 rows: on the bf16 tiles where the registry
+ * has them ("fp8 on bf16 tiles": each chunk widened exactly to bf16, the head's key scale on
+ * the scores, its value scale on the output), elsewhere dequantised to fp32 with P rounded to
+ * bf16. Every kernel choice against the reference on the stored values (fp32 queries holding
+ * the same bf16 values, fp32 out) within bf16's rounding of P and of out, against the
+ * kernels without tiles likewise, 1 = 2 threads bitwise; and the path named for each group. */
+/* max |a - b| / (1 + |b|) over a rank-4 bf16 view a and an F32 or BF16 view b of its shape. */
+static double bf16_relative_error(const attn_tensor *a, const attn_tensor *b) {
+    double worst = 0;
+    for (int64_t i = 0; i < a->shape[0]; ++i)
+        for (int64_t j = 0; j < a->shape[1]; ++j)
+            for (int64_t h = 0; h < a->shape[2]; ++h)
+                for (int64_t d = 0; d < a->shape[3]; ++d) {
+                    const double x = test_half_get4(a, i, j, h, d);
+                    const double y =
+                        b->dtype == ATTN_DTYPE_F32
+                            ? ((const float *)b->data)[i * b->stride[0] + j * b->stride[1] +
+                                                       h * b->stride[2] + d * b->stride[3]]
+                            : test_half_get4(b, i, j, h, d);
+                    const double e = fabs(x - y) / (1.0 + fabs(y));
+                    if (!(e <= worst)) worst = e; /* NaN propagates */
+                }
+    return worst;
+}
+
+static void test_fp8_bf16_tiles(void) {
+    const attn_kernel_choice kernels[] = {ATTN_KERNEL_GENERIC, ATTN_KERNEL_AVX512, ATTN_KERNEL_AMX,
+                                          ATTN_KERNEL_AUTO};
+    const double bound = 5e-3; /* bf16 out (2^-9) and bf16 P against fp32 (measured 1.8e-3) */
+    /* the table's groups of >= 5 rows on pages of 48 (every chunk flushed at its page's end),
+     * and groups whose accumulator leaves L1 on pages of 256, so that the tiles take up to 4
+     * chunks' values at once from the widened rows */
+    const shape_case large[] = {
+        {"MLA 64 heads", 64, 1, 160, 128, 1, 1},
+        {"GQA 40 rows", 40, 1, 96, 200, 1, 0},
+    };
+    const int cases = COUNT_OF(shapes) + COUNT_OF(large);
+    const int tiles = attn_kernel_available(ATTN_KERNEL_AMX);
+    for (int64_t rows = 1; rows <= 40; ++rows) {
+        const char *path =
+            attn_decode_kernel_path(ATTN_KERNEL_AUTO, ATTN_DTYPE_FP8_E5M2, ATTN_DTYPE_BF16, rows);
+        const int on_tiles = path != NULL && strcmp(path, "fp8 on bf16 tiles") == 0;
+        CHECK(path != NULL && on_tiles == (tiles && rows >= 5),
+              "%lld rows of bf16 queries against fp8: %s", (long long)rows, path ? path : "(null)");
+    }
+    const char *fp32_queries =
+        attn_decode_kernel_path(ATTN_KERNEL_AUTO, ATTN_DTYPE_FP8_E4M3, ATTN_DTYPE_F32, 16);
+    CHECK(fp32_queries != NULL && strcmp(fp32_queries, "fp8 on bf16 tiles") != 0,
+          "float32 queries are never rounded to bf16 for the tiles (%s)",
+          fp32_queries ? fp32_queries : "(null)");
+    double worst = 0;
+    for (int si = 0; si < cases; ++si) {
+        const shape_case *s = si < COUNT_OF(shapes) ? &shapes[si] : &large[si - COUNT_OF(shapes)];
+        const int64_t page_size = si < COUNT_OF(shapes) ? 48 : 256;
+        if (s->hq / s->hkv * s->tq < 5) continue; /* the groups of the tiles */
+        for (int li = 0; li < COUNT_OF(lengths); ++li) {
+            const int64_t length = lengths[li];
+            if (length < s->tq) continue;
+            test_rng rng;
+            test_rng_seed(&rng, 700 + (uint64_t)(si * 10 + li));
+            test_tensor k = test_tensor_new(2, length, s->hkv, s->dk, TEST_LAYOUT_BTHD);
+            test_tensor v = test_tensor_new(2, length, s->hkv, s->dv, TEST_LAYOUT_BTHD);
+            test_tensor q = test_tensor_new(2, s->tq, s->hq, s->dk, TEST_LAYOUT_BTHD);
+            test_tensor_fill_normal(&k, &rng, 1.0f);
+            test_tensor_fill_normal(&v, &rng, 1.0f);
+            test_tensor_fill_normal(&q, &rng, 1.0f);
+            test_half_tensor q16 = test_half_round(&q, ATTN_DTYPE_BF16); /* q: the same values */
+            float head_scales[8];
+            for (int h = 0; h < 8; ++h) head_scales[h] = 0.05f * (float)(h + 1);
+            attn_options options = attn_options_default();
+            options.causal = 1, options.alignment = ATTN_ALIGN_BOTTOM_RIGHT;
+            attn_execution execution = attn_execution_default();
+            execution.tile_k = 100;
+            attn_error error;
+            for (int fi = 1; fi < COUNT_OF(formats); ++fi) { /* fp8 only */
+                const format_case *f = &formats[fi];
+                attn_kv_cache *cache = new_paged_cache(s, f->dtype, head_scales, page_size);
+                CHECK_STATUS(attn_kv_cache_append(cache, 0, &k.view,
+                                                  s->values_in_keys ? NULL : &v.view, &error),
+                             ATTN_OK, &error, "append %s", f->name);
+                test_tensor reference = test_tensor_new(2, s->tq, s->hq, s->dv, TEST_LAYOUT_BTHD);
+                CHECK_STATUS(attn_reference_decode(cache, &q.view, &options, &reference.view, NULL,
+                                                   &error),
+                             ATTN_OK, &error, "reference %s", f->name);
+                test_tensor shape_out = test_tensor_new(2, s->tq, s->hq, s->dv, TEST_LAYOUT_BTHD);
+                test_half_tensor without_tiles = test_half_like(&shape_out, ATTN_DTYPE_BF16, 0);
+                int have_without = 0;
+                for (int ki = 0; ki < COUNT_OF(kernels); ++ki) {
+                    if (!attn_kernel_available(kernels[ki])) continue;
+                    test_half_tensor out[2];
+                    for (int threads = 1; threads <= 2; ++threads) {
+                        out[threads - 1] = test_half_like(&shape_out, ATTN_DTYPE_BF16, 0xffff);
+                        attn_execution run = execution;
+                        run.kernel = kernels[ki], run.num_threads = threads;
+                        CHECK_STATUS(attn_decode(cache, &q16.view, &options, &out[threads - 1].view,
+                                                 NULL, &run, &error),
+                                     ATTN_OK, &error, "decode %s bf16 queries", f->name);
+                    }
+                    const double against_reference =
+                        bf16_relative_error(&out[0].view, &reference.view);
+                    double against_without = 0;
+                    if (kernels[ki] == ATTN_KERNEL_AVX512) {
+                        memcpy(without_tiles.allocation, out[0].allocation,
+                               sizeof(uint16_t) * (size_t)(2 * s->tq * s->hq * s->dv));
+                        have_without = 1;
+                    } else if (have_without)
+                        against_without = bf16_relative_error(&out[0].view, &without_tiles.view);
+                    const char *path = attn_decode_kernel_path(kernels[ki], f->dtype, ATTN_DTYPE_BF16,
+                                                               s->hq / s->hkv * s->tq);
+                    CHECK(against_reference <= bound && against_without <= bound &&
+                              memcmp(out[0].allocation, out[1].allocation,
+                                     sizeof(uint16_t) * (size_t)(2 * s->tq * s->hq * s->dv)) == 0,
+                          "%s %s T=%lld kernel %s (%s), bf16 queries: vs reference %.3g, vs the "
+                          "AVX-512 kernels %.3g (<= %.1e), 1 = 2 threads bitwise",
+                          f->name, s->name, (long long)length, attn_kernel_name(kernels[ki]),
+                          path ? path : "?", against_reference, against_without, bound);
+                    if (against_reference > worst) worst = against_reference;
+                    free(out[0].allocation), free(out[1].allocation);
+                }
+                free(without_tiles.allocation);
+                test_tensor_free(&reference), test_tensor_free(&shape_out);
+                attn_kv_cache_destroy(cache);
+            }
+            free(q16.allocation);
+            test_tensor_free(&k), test_tensor_free(&v), test_tensor_free(&q);
+        }
+    }
+    printf("fp8 storage, bf16 queries: worst relative error vs the reference = %.3g (bound %.1e)\n",
+           worst, bound);
 }
 
 /* Prefix sharing (copy on write of a partial page), truncation and re-append keep each row's
@@ -433,6 +569,7 @@ int main(void) {
     test_pages_keep_scales();
     test_decode_table();
     test_int8_tile_path();
+    test_fp8_bf16_tiles();
     test_errors();
     return test_finish();
 }

@@ -21,7 +21,8 @@
  *   - the 8-bit storage slots (int8 with row scales, fp8 E4M3 / E5M2 with a head factor):
  *     dequantize_rows exact against a decoding of the bytes written here, score_chunk_q8
  *     and accumulate_chunk_q8 against double and the generic registry, strides wider than
- *     the dim whose gaps hold bytes that would poison the result;
+ *     the dim whose gaps hold bytes that would poison the result; widen_fp8_bf16 exact
+ *     for every finite fp8 code;
  *   - where a registry has them (AMX), the bf16 tile kernels: prepare_tile_queries +
  *     score_chunk_tiles and accumulate_chunk_tiles (weights of up to 4 chunks, rescale 1, 0
  *     and between) against double on the bf16 values, rows 1..128, keys 1..256, dims 1..576;
@@ -710,6 +711,36 @@ static void check_q8(const attn_kernels *k, int f, int rows, int count, int dim,
 static const int q8_tile_rows[] = {1, 2, 3, 4, 5, 7, 8, 9, 16, 17, 32, 33};
 static const int q8_tile_dims[] = {1, 7, 16, 33, 64, 100, 128, 576, 1024};
 
+/* widen_fp8_bf16: every finite code of both formats, in rows of `dim` bytes `stride` apart
+ * (the gaps hold codes that would show if read), against the bf16 bits of the value from the
+ * format's definition (test_fp8_value: exact in bf16); nothing written past count * dim. */
+static void check_widen_fp8(const attn_kernels *k, int count, int dim, int stride) {
+    for (int exponent_bits = 4; exponent_bits <= 5; ++exponent_bits) {
+        const attn_dtype dtype = exponent_bits == 4 ? ATTN_DTYPE_FP8_E4M3 : ATTN_DTYPE_FP8_E5M2;
+        uint8_t *source = malloc((size_t)count * stride);
+        uint16_t *target = malloc(((size_t)count * dim + 8) * sizeof(uint16_t));
+        for (int i = 0; i < count * stride; ++i) {
+            int code = (i * 37 + exponent_bits) & 0xff;
+            while (!isfinite(test_fp8_value(exponent_bits, code))) code = (code + 1) & 0xff;
+            source[i] = (uint8_t)code;
+        }
+        for (int i = 0; i < count * dim + 8; ++i) target[i] = 0xbeef;
+        k->decode.widen_fp8_bf16(dtype, count, dim, source, stride, target);
+        int wrong = 0;
+        for (int c = 0; c < count; ++c)
+            for (int e = 0; e < dim; ++e) {
+                const float value = (float)test_fp8_value(exponent_bits, source[c * stride + e]);
+                uint32_t bits;
+                memcpy(&bits, &value, sizeof bits);
+                wrong += (bits & 0xffffu) != 0 || target[c * dim + e] != (uint16_t)(bits >> 16);
+            }
+        for (int i = count * dim; i < count * dim + 8; ++i) wrong += target[i] != 0xbeef;
+        CHECK(wrong == 0, "registry %s widen_fp8_bf16 E%dM%d, %d rows x %d (stride %d): %d wrong",
+              k->name, exponent_bits, 7 - exponent_bits, count, dim, stride, wrong);
+        free(source), free(target);
+    }
+}
+
 static void *aligned_bytes(size_t bytes) {
     void *p = aligned_alloc(64, (bytes + 63) / 64 * 64);
     if (p == NULL) abort();
@@ -846,7 +877,12 @@ int main(void) {
                   "registry %s has all three int8 tile slots", k->name);
             check_q8_tile_shapes(k, &group_rng);
         }
-        CHECK(d->dequantize_rows != NULL, "registry %s has dequantize_rows", k->name);
+        CHECK(d->dequantize_rows != NULL && d->widen_fp8_bf16 != NULL,
+              "registry %s has dequantize_rows and widen_fp8_bf16", k->name);
+        check_widen_fp8(k, 64, 128, 1024); /* every code: 64 x 128 bytes cover them */
+        check_widen_fp8(k, 3, 1, 1);
+        check_widen_fp8(k, 17, 72, 200);
+        check_widen_fp8(k, 64, 576, 576);
         for (int f = 0; f < COUNT_OF(q8_formats); ++f)
             for (int rows = 1; rows <= ATTN_DECODE_FUSED_ROWS; ++rows)
                 for (int c = 0; c < COUNT_OF(chunk_counts); c += 2)

@@ -194,14 +194,17 @@ typedef struct same_case {
     int head_scales;   /* fp8 per-head scales */
     int64_t window_left;
     float softcap;
+    int bf16_queries; /* q and out bf16 (fp8, >= 5 rows: the bf16 tiles where AMX runs) */
 } same_case;
 
 static const same_case same_cases[] = {
-    {"paged 16 in order, GQA 4", 3, 8, 2, 64, 64, 300, 16, {150, 37, 290}, 1, 0, 0, 1, -1, 0.0f},
-    {"paged 16 shuffled, GQA 4, Tq 4", 3, 8, 2, 64, 64, 300, 16, {150, 5, 291}, 4, 1, 0, 1, -1, 0.0f},
-    {"paged 8 shuffled, head-major scales, MQA, window", 2, 8, 1, 32, 16, 200, 8, {190, 41}, 2, 1, 1, 0, 30, 0.0f},
-    {"contiguous, GQA 8 (fp8 dequantised per chunk), soft-cap", 2, 16, 2, 32, 32, 180, 0, {170, 12}, 1, 0, 0, 1, -1, 5.0f},
-    {"contiguous, head-major scales, MHA", 3, 2, 2, 16, 16, 70, 0, {1, 66, 20}, 3, 0, 1, 0, -1, 0.0f},
+    {"paged 16 in order, GQA 4", 3, 8, 2, 64, 64, 300, 16, {150, 37, 290}, 1, 0, 0, 1, -1, 0.0f, 0},
+    {"paged 16 shuffled, GQA 4, Tq 4", 3, 8, 2, 64, 64, 300, 16, {150, 5, 291}, 4, 1, 0, 1, -1, 0.0f, 0},
+    {"paged 8 shuffled, head-major scales, MQA, window", 2, 8, 1, 32, 16, 200, 8, {190, 41}, 2, 1, 1, 0, 30, 0.0f, 0},
+    {"contiguous, GQA 8 (fp8 dequantised per chunk), soft-cap", 2, 16, 2, 32, 32, 180, 0, {170, 12}, 1, 0, 0, 1, -1, 5.0f, 0},
+    {"contiguous, head-major scales, MHA", 3, 2, 2, 16, 16, 70, 0, {1, 66, 20}, 3, 0, 1, 0, -1, 0.0f, 0},
+    {"paged 64 shuffled, MQA 16, bf16 queries", 2, 16, 1, 64, 48, 300, 64, {290, 77}, 1, 1, 0, 1, -1, 0.0f, 1},
+    {"contiguous, GQA 8, Tq 2, bf16 queries, soft-cap", 2, 8, 2, 32, 32, 180, 0, {170, 12}, 2, 0, 0, 1, -1, 5.0f, 1},
 };
 
 static void test_same_as_library(const format_case *f, const same_case *sc, uint64_t seed) {
@@ -282,7 +285,15 @@ static void test_same_as_library(const format_case *f, const same_case *sc, uint
     const int64_t lse_shape[3] = {sc->B, sc->Hq, sc->Tq};
     test_tensor lib_out = test_tensor_new(sc->B, sc->Tq, sc->Hq, sc->Dv, TEST_LAYOUT_BTHD);
     test_tensor lib_lse = test_tensor_new_shape(3, lse_shape);
-    CHECK_STATUS(attn_decode(cache, &q.view, &options, &lib_out.view, &lib_lse.view, NULL, &error), ATTN_OK, &error,
+    /* bf16 queries and out: q rounded in place (the float copy keeps the same values) */
+    test_half_tensor q16 = {0}, lib_out16 = {0};
+    if (sc->bf16_queries) {
+        q16 = test_half_round(&q, ATTN_DTYPE_BF16);
+        lib_out16 = test_half_like(&lib_out, ATTN_DTYPE_BF16, 0xffff);
+    }
+    const attn_tensor *queries = sc->bf16_queries ? &q16.view : &q.view;
+    attn_tensor *lib_target = sc->bf16_queries ? &lib_out16.view : &lib_out.view;
+    CHECK_STATUS(attn_decode(cache, queries, &options, lib_target, &lib_lse.view, NULL, &error), ATTN_OK, &error,
                  "%s %s: library decode", f->name, sc->name);
     const int64_t table_shape[2] = {sc->B, max_pages};
     attn_tensor table_view = attn_tensor_contiguous(table, ATTN_DTYPE_I32, 2, table_shape);
@@ -305,17 +316,30 @@ static void test_same_as_library(const format_case *f, const same_case *sc, uint
         execution.num_threads = threads;
         test_tensor out = test_tensor_new(sc->B, sc->Tq, sc->Hq, sc->Dv, TEST_LAYOUT_BTHD);
         test_tensor lse = test_tensor_new_shape(3, lse_shape);
+        test_half_tensor out16 = {0};
+        if (sc->bf16_queries) out16 = test_half_like(&out, ATTN_DTYPE_BF16, 0);
         attn_kv_cache_view view = q8_view(&pool, paged ? &table_view : NULL, seqlens);
         attn_kv_append append = {&kn.view, &vn.view, NULL, NULL, ATTN_ROPE_HALF};
-        CHECK_STATUS(attn_forward_with_kvcache(&q.view, &view, &append, &options, &out.view, &lse.view, &execution,
-                                               &error),
+        CHECK_STATUS(attn_forward_with_kvcache(queries, &view, &append, &options,
+                                               sc->bf16_queries ? &out16.view : &out.view, &lse.view,
+                                               &execution, &error),
                      ATTN_OK, &error, "%s %s: caller-owned", f->name, sc->name);
-        CHECK(test_bitwise_equal(&out.view, &lib_out.view) && test_bitwise_equal(&lse.view, &lib_lse.view),
-              "%s %s, %d threads: caller-owned = library-owned, bitwise (err %.3g)", f->name, sc->name, threads,
-              test_max_relative_error(&out.view, &lib_out.view));
+        const int same_out =
+            sc->bf16_queries
+                ? memcmp(out16.allocation, lib_out16.allocation,
+                         sizeof(uint16_t) * (size_t)(sc->B * sc->Tq * sc->Hq * sc->Dv)) == 0
+                : test_bitwise_equal(&out.view, &lib_out.view);
+        CHECK(same_out && test_bitwise_equal(&lse.view, &lib_lse.view),
+              "%s %s, %d threads (%s): caller-owned = library-owned, bitwise (err %.3g)", f->name,
+              sc->name, threads,
+              attn_decode_kernel_path(ATTN_KERNEL_AUTO, f->dtype, queries->dtype,
+                                      sc->Hq / sc->Hkv * sc->Tq),
+              sc->bf16_queries ? 0.0 : test_max_relative_error(&out.view, &lib_out.view));
+        free(out16.allocation);
         test_tensor_free(&out), test_tensor_free(&lse);
     }
     free(k_saved), free(v_saved), free(scales_saved);
+    free(q16.allocation), free(lib_out16.allocation);
     test_tensor_free(&q), test_tensor_free(&kn), test_tensor_free(&vn);
     test_tensor_free(&lib_out), test_tensor_free(&lib_lse);
     q8_pool_free(&pool), free(table);

@@ -12,7 +12,8 @@
  * its group from it (groups of >= ATTN_DECODE_GROUP_ROWS through the large-group kernels,
  * with the queries prepared and the accumulator kept transposed for the whole task; bf16
  * queries of groups of >= ATTN_DECODE_TILE_ROWS against bf16 storage on AMX tiles, keys and
- * values read in place, the P · V of up to ATTN_DECODE_TILE_CHUNKS chunks per pass; int8
+ * values read in place, the P · V of up to ATTN_DECODE_TILE_CHUNKS chunks per pass, and
+ * against fp8 storage on the same tiles, each chunk widened exactly to bf16 first; int8
  * storage on AMX-INT8 tiles, scores for every group and P · V from
  * ATTN_DECODE_Q8_TILE_VALUE_ROWS rows; the one choice is decode_path_of): scores, mask,
  * online softmax, value accumulation (docs/attention-math.md §2.1),
@@ -91,9 +92,11 @@ typedef struct decode_scratch {
     double *weights;    /* [most splits] merge weights of a row */
     float *merged;      /* [Dv] a merged row */
     float *carried;     /* [rows] bf16 tiles: the accumulator's factor over the pending chunks */
+    uint16_t *keys16;   /* fp8 on bf16 tiles: [ATTN_DECODE_TILE_KEYS][Dk] keys widened to bf16 */
+    uint16_t *values16; /* ... [ATTN_DECODE_TILE_KEYS][Dv] values (none with values_in_keys) */
 } decode_scratch;
 
-enum { SCRATCH_PARTS = 15 };
+enum { SCRATCH_PARTS = 17 };
 
 /* Bytes of each part of one thread's scratch (64-byte multiples, in decode_scratch order)
  * and their total; false on overflow. */
@@ -122,11 +125,17 @@ static bool scratch_layout(const decode_plan *plan, int64_t most_splits,
     if (tile_values > values) values = tile_values;
     const size_t q8_values = (ATTN_DECODE_Q8_TILE_VALUE_BYTES(plan->value_dim) + f - 1) / f;
     if (q8_values > values) values = q8_values;
+    /* fp8 storage: the pending chunks of the bf16 tiles widened to bf16 (decode_path_of) */
+    const attn_kv_cache_config *config = &plan->cache->config;
+    const bool fp8 = config->dtype == ATTN_DTYPE_FP8_E4M3 || config->dtype == ATTN_DTYPE_FP8_E5M2;
+    const size_t keys16 = fp8 ? (size_t)ATTN_DECODE_TILE_KEYS * dk : 0;
+    const size_t values16 = fp8 && !config->values_in_keys ? (size_t)ATTN_DECODE_TILE_KEYS * dv : 0;
     const size_t counts[SCRATCH_PARTS][2] = {
         {rows * dk, f}, {prepared, f}, {rows * chunk * ATTN_DECODE_TILE_CHUNKS, f}, {accumulator, f},
         {rows, f},      {rows, f},                {rows, f},         {chunk * dk, f},
         {values, f},    {chunk, f},              {chunk, 1},        {(size_t)plan->group_size, 1},
-        {(size_t)most_splits, sizeof(double)},    {dv, f}, {rows, f}};
+        {(size_t)most_splits, sizeof(double)},    {dv, f}, {rows, f},
+        {keys16, sizeof(uint16_t)}, {values16, sizeof(uint16_t)}};
     *total = 0;
     for (int n = 0; n < SCRATCH_PARTS; ++n) {
         size_t part;
@@ -150,6 +159,7 @@ static void scratch_carve(decode_scratch *scratch, const size_t bytes[SCRATCH_PA
     scratch->rescale = parts[6], scratch->keys = parts[7], scratch->values = parts[8];
     scratch->additive = parts[9], scratch->allowed = parts[10], scratch->classes = parts[11];
     scratch->weights = parts[12], scratch->merged = parts[13], scratch->carried = parts[14];
+    scratch->keys16 = parts[15], scratch->values16 = parts[16];
 }
 
 /* Pointer to `count` float32 rows of keys (values) of tokens [token, token + count) of one
@@ -173,6 +183,15 @@ static const float *chunk_rows(const decode_plan *plan, const void *stored,
     plan->kernels->decode.widen_rows(cache->config.dtype, (int)count, (int)dim, stored,
                                      row_stride, buffer);
     return buffer;
+}
+
+/* `count` stored fp8 rows (`row_stride` bytes apart) as dense bf16 rows target[count][dim]:
+ * exact, every fp8 value being a bf16 value (without the head's scale, which the caller
+ * applies). */
+static void widen_fp8_rows(const decode_plan *plan, const void *stored, int count, int64_t dim,
+                           int64_t row_stride, uint16_t *target) {
+    plan->kernels->decode.widen_fp8_bf16(plan->cache->config.dtype, count, (int)dim, stored,
+                                         row_stride, target);
 }
 
 /* The Q8 row scales of a chunk's `count` slots as contiguous floats: in place when they are
@@ -227,11 +246,13 @@ typedef enum decode_path {
     PATH_TILES,      /* bf16 queries of large groups on bf16 tiles (score_chunk_tiles: AMX) */
     PATH_Q8_TILES,   /* int8 storage on int8 tiles (score_chunk_q8_tiles: AMX-INT8) */
     PATH_Q8_TILE_SCORES, /* ... scores on the tiles, P·V by accumulate_chunk_q8 (small groups) */
+    PATH_FP8_TILES,  /* bf16 queries of large groups against fp8 storage: chunks widened to
+                        bf16 (exactly), then the bf16 tiles of PATH_TILES */
 } decode_path;
 
 static const char *const decode_path_names[] = {"fp32 rows", "bf16 in place", "8-bit in place",
                                                  "fp32 large group", "bf16 tiles", "int8 tiles",
-                                                 "int8 tile scores"};
+                                                 "int8 tile scores", "fp8 on bf16 tiles"};
 
 /* The path of a task with `rows` query rows of `query_dtype` against `cache_dtype` storage. */
 static decode_path decode_path_of(const attn_decode_kernels *kernels, attn_dtype cache_dtype,
@@ -257,6 +278,12 @@ static decode_path decode_path_of(const attn_decode_kernels *kernels, attn_dtype
     if (cache_dtype == ATTN_DTYPE_BF16 && query_dtype == ATTN_DTYPE_BF16 &&
         kernels->score_chunk_tiles != NULL && rows >= ATTN_DECODE_TILE_ROWS)
         return PATH_TILES;
+    /* ... and against fp8 storage, whose every value is a bf16 value: each chunk widened to
+     * bf16, the head's scales applied to the scores and to the output */
+    if ((cache_dtype == ATTN_DTYPE_FP8_E4M3 || cache_dtype == ATTN_DTYPE_FP8_E5M2) &&
+        query_dtype == ATTN_DTYPE_BF16 && kernels->score_chunk_tiles != NULL &&
+        rows >= ATTN_DECODE_TILE_ROWS)
+        return PATH_FP8_TILES;
     /* Large groups (MQA, MLA): scores from queries prepared once per task for
      * score_chunk_group, keys widened or dequantised once per chunk (registry.h). */
     if (kernels->score_chunk_group != NULL && rows >= ATTN_DECODE_GROUP_ROWS) return PATH_GROUP;
@@ -326,7 +353,9 @@ static void run_task(const decode_plan *plan, decode_scratch *scratch, int64_t b
     const attn_dtype dtype = cache->config.dtype;
     const decode_path path = decode_path_of(kernels, dtype, q->dtype, rows, Dk);
     const bool fused_bf16 = path == PATH_FUSED_BF16, fused_q8 = path == PATH_FUSED_Q8;
-    const bool tiles = path == PATH_TILES;
+    /* bf16 tiles, on the stored bf16 rows or on fp8 rows widened to bf16 (fp8_tiles) */
+    const bool fp8_tiles = path == PATH_FP8_TILES;
+    const bool tiles = path == PATH_TILES || fp8_tiles;
     /* int8 tiles: scores on them in both paths, P·V too in PATH_Q8_TILES */
     const bool q8_values_on_tiles = path == PATH_Q8_TILES;
     const bool q8_scores_on_tiles = q8_values_on_tiles || path == PATH_Q8_TILE_SCORES;
@@ -419,11 +448,21 @@ static void run_task(const decode_plan *plan, decode_scratch *scratch, int64_t b
             }
             int64_t key_stride = Dk, value_stride = stored_value_stride;
             const float *keys = NULL;
-            if (tiles)
+            if (tiles) {
+                const uint16_t *tile_keys = stored_keys;
+                int64_t tile_key_stride = cache->key_token_stride;
+                if (fp8_tiles) { /* after the pending chunks' (MLA's values are read there) */
+                    uint16_t *widened = scratch->keys16 + (int64_t)pending_keys * Dk;
+                    widen_fp8_rows(plan, stored_keys, count, Dk, cache->key_token_stride, widened);
+                    tile_keys = widened, tile_key_stride = Dk;
+                }
                 kernels->score_chunk_tiles((int)rows, count, (int)Dk,
-                                           (const uint16_t *)scratch->prepared, stored_keys,
-                                           cache->key_token_stride, scores);
-            else if (fused_bf16)
+                                           (const uint16_t *)scratch->prepared, tile_keys,
+                                           tile_key_stride, scores);
+                if (fp8_tiles && key_factor != 1.0f) /* the head's key scale, per dot product */
+                    for (int64_t r = 0; r < rows; ++r)
+                        for (int c = 0; c < count; ++c) scores[r * ATTN_DECODE_CHUNK + c] *= key_factor;
+            } else if (fused_bf16)
                 kernels->score_chunk_bf16((int)rows, count, (int)Dk, bf16_queries, stored_keys,
                                           cache->key_token_stride, scores);
             else if (q8_scores_on_tiles)
@@ -482,11 +521,18 @@ static void run_task(const decode_plan *plan, decode_scratch *scratch, int64_t b
                 plan->kernels->convert.round_f16_rows((int)rows, count, scores,
                                                       ATTN_DECODE_CHUNK);
             if (tiles) { /* MLA (values_in_keys): a value is the start of its key row */
+                const bool own_values = cache->value_pool != NULL;
                 if (pending == 0) {
-                    const bool own_values = cache->value_pool != NULL;
                     pending_values = own_values ? stored_values : stored_keys;
                     pending_stride = own_values ? stored_value_stride : cache->key_token_stride;
+                    if (fp8_tiles) { /* the widened rows (values_in_keys: the keys') */
+                        pending_values = own_values ? scratch->values16 : scratch->keys16;
+                        pending_stride = own_values ? Dv : Dk;
+                    }
                 }
+                if (fp8_tiles && own_values) /* after the pending chunks' values */
+                    widen_fp8_rows(plan, stored_values, count, Dv, stored_value_stride,
+                                   scratch->values16 + (int64_t)pending_keys * Dv);
                 ++pending;
                 pending_keys += count;
                 /* flushed when full, or when the next chunk is not the next keys of this page */
@@ -533,9 +579,11 @@ static void run_task(const decode_plan *plan, decode_scratch *scratch, int64_t b
      * floats on the tiles */
     const int64_t row_step = group ? 1 : tiles ? tile_row : Dv;
     const int64_t dim_step = group ? ATTN_DECODE_GROUP_STRIDE(rows) : 1;
+    /* fp8 on the tiles: the head's value scale, once per output (the tiles summed P · v) */
+    const float value_scale = fp8_tiles ? value_factor : 1.0f;
     for (int64_t r = 0; r < rows; ++r) {
         const float sum = scratch->row_sum[r];
-        const float inverse = sum > 0.0f ? 1.0f / sum : 0.0f;
+        const float inverse = sum > 0.0f ? value_scale / sum : 0.0f;
         const float *row = scratch->accumulator + r * row_step;
         if (dim_step == 1) /* dense rows (vectorised) */
             for (int64_t e = 0; e < Dv; ++e) out[r * Dv + e] = row[e] * inverse;

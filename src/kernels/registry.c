@@ -144,6 +144,7 @@ static void apply(attn_kernels *into, const attn_kernel_isa *isa) {
         TAKE(decode, accumulate_chunk);
         TAKE(decode, accumulate_chunk_bf16);
         TAKE(decode, dequantize_rows);
+        TAKE(decode, widen_fp8_bf16);
         if (isa->decode->score_chunk_q8 != NULL) {
             into->decode.score_chunk_q8 = isa->decode->score_chunk_q8;
             into->decode.accumulate_chunk_q8 = isa->decode->accumulate_chunk_q8;

@@ -304,6 +304,11 @@ typedef struct attn_decode_kernels {
     void (*dequantize_rows)(attn_dtype dtype, int count, int dim, const uint8_t *source,
                             int64_t stride, const float *row_scales, float factor,
                             float *target);
+    /* FP8 (E4M3, E5M2) only: target[c * dim + e] = the bf16 bits of decode(dtype,
+     * source[c * stride + e]) for c < count, e < dim, exact (every fp8 value is a bf16
+     * value; no scale). Required. The bf16 tiles' operands for fp8 storage. */
+    void (*widen_fp8_bf16)(attn_dtype dtype, int count, int dim, const uint8_t *source,
+                           int64_t stride, uint16_t *target);
     /* Optional (NULL = dequantize_rows then score_chunk / accumulate_chunk), read in place,
      * for any rows; the decode loop uses them for Q8 always, for FP8 when rows <=
      * ATTN_DECODE_FUSED_ROWS:

@@ -241,6 +241,7 @@ const attn_decode_kernels attn_avx512_decode = {
     .accumulate_chunk_bf16 = avx512_accumulate_chunk_bf16,
     .prepare_bf16_queries = avx512_prepare_bf16_queries,
     .dequantize_rows = avx512_dequantize_rows,
+    .widen_fp8_bf16 = avx512_widen_fp8_bf16,
     .score_chunk_q8 = avx512_score_chunk_q8,
     .accumulate_chunk_q8 = avx512_accumulate_chunk_q8,
 };

@@ -75,6 +75,29 @@ static void avx512_dequantize_rows(attn_dtype dtype, int count, int dim, const u
                            target);
 }
 
+/* registry.h widen_fp8_bf16: load_q8's floats (E4M3: value / 256) times the power of two
+ * where needed, whose low 16 bits are 0 (at most 3 mantissa bits), truncated to bf16. */
+static void widen_fp8_bf16_as(const attn_dtype format, int count, int dim, const uint8_t *source,
+                              int64_t stride, uint16_t *target) {
+    const __m512 factor = _mm512_set1_ps(q8_format_factor(format));
+    for (int c = 0; c < count; ++c)
+        for (int e = 0; e < dim; e += 16) {
+            const __mmask16 lanes = vmask_first(dim - e);
+            __m512 x = load_q8(format, source + c * stride + e, lanes);
+            if (format == ATTN_DTYPE_FP8_E4M3) x = _mm512_mul_ps(x, factor);
+            _mm256_mask_storeu_epi16(target + (int64_t)c * dim + e, lanes,
+                                     _mm512_cvtepi32_epi16(_mm512_srli_epi32(_mm512_castps_si512(x), 16)));
+        }
+}
+
+static void avx512_widen_fp8_bf16(attn_dtype dtype, int count, int dim, const uint8_t *source,
+                                  int64_t stride, uint16_t *target) {
+    if (dtype == ATTN_DTYPE_FP8_E4M3)
+        widen_fp8_bf16_as(ATTN_DTYPE_FP8_E4M3, count, dim, source, stride, target);
+    else
+        widen_fp8_bf16_as(ATTN_DTYPE_FP8_E5M2, count, dim, source, stride, target);
+}
+
 /* As score_block (decode_body.h) for 8-bit keys: out[r * block_keys + k] = row[r] . key[k]
  * (unscaled; E4M3 / 256). full (a constant): dim is a multiple of 16, so every load is a
  * whole vector (unmasked, and the byte loads fold into the widening). */

@@ -89,6 +89,14 @@ static void generic_dequantize_rows(attn_dtype dtype, int count, int dim, const 
     }
 }
 
+static void generic_widen_fp8_bf16(attn_dtype dtype, int count, int dim, const uint8_t *source,
+                                   int64_t stride, uint16_t *target) {
+    for (int c = 0; c < count; ++c)
+        for (int e = 0; e < dim; ++e) /* the float's top half: exact, its low half is 0 */
+            target[(int64_t)c * dim + e] =
+                (uint16_t)(attn_float_bits(attn_quant_decode(dtype, source[c * stride + e])) >> 16);
+}
+
 /* dot_product (above) against a stored 8-bit key, decoded element by element. */
 static float dot_product_q8(int dim, const float *a, attn_dtype dtype, const uint8_t *b) {
     float partial[LANES] = {0};
@@ -151,6 +159,7 @@ const attn_decode_kernels attn_generic_decode = {
     .softmax_chunk = generic_softmax_chunk,
     .accumulate_chunk = generic_accumulate_chunk,
     .dequantize_rows = generic_dequantize_rows,
+    .widen_fp8_bf16 = generic_widen_fp8_bf16,
     .score_chunk_q8 = generic_score_chunk_q8,
     .accumulate_chunk_q8 = generic_accumulate_chunk_q8,
     /* score_chunk_bf16, accumulate_chunk_bf16, prepare_bf16_queries: NULL, bf16 is
