@@ -14,6 +14,9 @@
  *     bitwise identical for 1 and 2 threads; int8 bitwise identical for the AVX-512 based
  *     choices (AVX512, AVX512_BF16, AMX, AUTO: one softmax, and the same integers in place
  *     and on AMX-INT8 tiles where they run, whose path attn_decode_kernel_path names);
+ *   - bf16 queries against fp8 storage in groups of >= 5 rows (on the bf16 tiles where AMX
+ *     runs, each chunk widened to bf16): every kernel choice within bf16's rounding of the
+ *     reference and of the kernels without tiles, pages of 48 and 256, 1 = 2 threads bitwise;
  *   - errors: non-finite inputs refused with nothing written, per-head scales checked,
  *     bytes per token.
  */
@@ -214,6 +217,38 @@ static attn_kv_cache *new_cache(const shape_case *s, attn_dtype dtype, const flo
     return new_paged_cache(s, dtype, head_scales, 48);
 }
 
+/* The inputs of one decode case: N(0, 1) keys, values (2 sequences of `length` tokens) and
+ * queries (Tq per sequence) drawn from `seed`, fp8 head scales 0.05-0.4, causal bottom-right
+ * options and splits of 100 tokens (which line up with neither pages nor chunks). */
+typedef struct decode_inputs {
+    test_tensor k, v, q;
+    float head_scales[8];
+    attn_options options;
+    attn_execution execution;
+} decode_inputs;
+
+static decode_inputs decode_inputs_new(const shape_case *s, int64_t length, uint64_t seed) {
+    decode_inputs in;
+    test_rng rng;
+    test_rng_seed(&rng, seed);
+    in.k = test_tensor_new(2, length, s->hkv, s->dk, TEST_LAYOUT_BTHD);
+    in.v = test_tensor_new(2, length, s->hkv, s->dv, TEST_LAYOUT_BTHD);
+    in.q = test_tensor_new(2, s->tq, s->hq, s->dk, TEST_LAYOUT_BTHD);
+    test_tensor_fill_normal(&in.k, &rng, 1.0f);
+    test_tensor_fill_normal(&in.v, &rng, 1.0f);
+    test_tensor_fill_normal(&in.q, &rng, 1.0f);
+    for (int h = 0; h < 8; ++h) in.head_scales[h] = 0.05f * (float)(h + 1);
+    in.options = attn_options_default();
+    in.options.causal = 1, in.options.alignment = ATTN_ALIGN_BOTTOM_RIGHT;
+    in.execution = attn_execution_default();
+    in.execution.tile_k = 100;
+    return in;
+}
+
+static void decode_inputs_free(decode_inputs *in) {
+    test_tensor_free(&in->k), test_tensor_free(&in->v), test_tensor_free(&in->q);
+}
+
 static void test_decode_table(void) {
     const attn_kernel_choice kernels[] = {ATTN_KERNEL_GENERIC,     ATTN_KERNEL_AVX2,
                                           ATTN_KERNEL_AVX512,      ATTN_KERNEL_AVX512_BF16,
@@ -224,20 +259,11 @@ static void test_decode_table(void) {
             const shape_case *s = &shapes[si];
             const int64_t length = lengths[li];
             if (length < s->tq) continue;
-            test_rng rng;
-            test_rng_seed(&rng, 100 + (uint64_t)(si * 10 + li));
-            test_tensor k = test_tensor_new(2, length, s->hkv, s->dk, TEST_LAYOUT_BTHD);
-            test_tensor v = test_tensor_new(2, length, s->hkv, s->dv, TEST_LAYOUT_BTHD);
-            test_tensor q = test_tensor_new(2, s->tq, s->hq, s->dk, TEST_LAYOUT_BTHD);
-            test_tensor_fill_normal(&k, &rng, 1.0f);
-            test_tensor_fill_normal(&v, &rng, 1.0f);
-            test_tensor_fill_normal(&q, &rng, 1.0f);
-            float head_scales[8];
-            for (int h = 0; h < 8; ++h) head_scales[h] = 0.05f * (float)(h + 1); /* fp8 */
-            attn_options options = attn_options_default();
-            options.causal = 1, options.alignment = ATTN_ALIGN_BOTTOM_RIGHT;
-            attn_execution execution = attn_execution_default();
-            execution.tile_k = 100; /* splits that do not line up with pages or chunks */
+            decode_inputs in = decode_inputs_new(s, length, 100 + (uint64_t)(si * 10 + li));
+            test_tensor k = in.k, v = in.v, q = in.q;
+            const float *head_scales = in.head_scales;
+            const attn_options options = in.options;
+            const attn_execution execution = in.execution;
             attn_error error;
             attn_kv_cache *exact = new_cache(s, ATTN_DTYPE_F32, NULL);
             CHECK_STATUS(attn_kv_cache_append(exact, 0, &k.view, s->values_in_keys ? NULL : &v.view,
@@ -299,7 +325,7 @@ static void test_decode_table(void) {
                 attn_kv_cache_destroy(cache);
             }
             attn_kv_cache_destroy(exact);
-            test_tensor_free(&k), test_tensor_free(&v), test_tensor_free(&q);
+            decode_inputs_free(&in);
             test_tensor_free(&expected);
         }
     for (int fi = 0; fi < COUNT_OF(formats); ++fi)
@@ -321,11 +347,8 @@ static double bf16_relative_error(const attn_tensor *a, const attn_tensor *b) {
             for (int64_t h = 0; h < a->shape[2]; ++h)
                 for (int64_t d = 0; d < a->shape[3]; ++d) {
                     const double x = test_half_get4(a, i, j, h, d);
-                    const double y =
-                        b->dtype == ATTN_DTYPE_F32
-                            ? ((const float *)b->data)[i * b->stride[0] + j * b->stride[1] +
-                                                       h * b->stride[2] + d * b->stride[3]]
-                            : test_half_get4(b, i, j, h, d);
+                    const double y = b->dtype == ATTN_DTYPE_F32 ? test_get4(b, i, j, h, d)
+                                                                : test_half_get4(b, i, j, h, d);
                     const double e = fabs(x - y) / (1.0 + fabs(y));
                     if (!(e <= worst)) worst = e; /* NaN propagates */
                 }
@@ -365,21 +388,12 @@ static void test_fp8_bf16_tiles(void) {
         for (int li = 0; li < COUNT_OF(lengths); ++li) {
             const int64_t length = lengths[li];
             if (length < s->tq) continue;
-            test_rng rng;
-            test_rng_seed(&rng, 700 + (uint64_t)(si * 10 + li));
-            test_tensor k = test_tensor_new(2, length, s->hkv, s->dk, TEST_LAYOUT_BTHD);
-            test_tensor v = test_tensor_new(2, length, s->hkv, s->dv, TEST_LAYOUT_BTHD);
-            test_tensor q = test_tensor_new(2, s->tq, s->hq, s->dk, TEST_LAYOUT_BTHD);
-            test_tensor_fill_normal(&k, &rng, 1.0f);
-            test_tensor_fill_normal(&v, &rng, 1.0f);
-            test_tensor_fill_normal(&q, &rng, 1.0f);
-            test_half_tensor q16 = test_half_round(&q, ATTN_DTYPE_BF16); /* q: the same values */
-            float head_scales[8];
-            for (int h = 0; h < 8; ++h) head_scales[h] = 0.05f * (float)(h + 1);
-            attn_options options = attn_options_default();
-            options.causal = 1, options.alignment = ATTN_ALIGN_BOTTOM_RIGHT;
-            attn_execution execution = attn_execution_default();
-            execution.tile_k = 100;
+            decode_inputs in = decode_inputs_new(s, length, 700 + (uint64_t)(si * 10 + li));
+            test_tensor k = in.k, q = in.q, v = in.v;
+            test_half_tensor q16 = test_half_round(&in.q, ATTN_DTYPE_BF16); /* q: the same values */
+            const float *head_scales = in.head_scales;
+            const attn_options options = in.options;
+            const attn_execution execution = in.execution;
             attn_error error;
             for (int fi = 1; fi < COUNT_OF(formats); ++fi) { /* fp8 only */
                 const format_case *f = &formats[fi];
@@ -431,7 +445,7 @@ static void test_fp8_bf16_tiles(void) {
                 attn_kv_cache_destroy(cache);
             }
             free(q16.allocation);
-            test_tensor_free(&k), test_tensor_free(&v), test_tensor_free(&q);
+            decode_inputs_free(&in);
         }
     }
     printf("fp8 storage, bf16 queries: worst relative error vs the reference = %.3g (bound %.1e)\n",
