@@ -364,7 +364,8 @@ ATTN_API const char *attn_kernel_f16_tiles(attn_kernel_choice choice);
  * "bf16 tiles" (AMX: bf16 queries against bf16 storage, rows >= 5), "bf16 in place"
  * (groups of <= 4 rows reading bf16 storage), "int8 tiles" (AMX-INT8: int8 storage, rows >= 5,
  * key dims <= 1024), "int8 tile scores" (the same for rows <= 4: scores on the tiles, P·V in
- * place), "8-bit in place" (int8 elsewhere, fp8 for <= 4
+ * place), "fp8 on bf16 tiles" (AMX: bf16 queries against fp8 storage, rows >= 5, each chunk
+ * widened exactly to bf16), "8-bit in place" (int8 elsewhere, fp8 for <= 4
  * rows), "fp32 large group" (>= 12 rows on chunks converted to float32) or "fp32 rows"
  * (the rest); NULL when `choice` is not available here or rows < 1. For tools and tests
  * (docs/inference.md, "AMX decode"). */
