@@ -78,6 +78,7 @@ static void detect(void) {
     f.avx512_bf16 = f.avx512f && bit(a71, 5);
     f.avx512_fp16 = f.avx512f && bit(d7, 23);
     f.avx512_vnni = f.avx512f && bit(c7, 11);
+    f.avx512vbmi = f.avx512f && bit(c7, 1);
 
     const int amx_tile = bit(d7, 24);
     if (amx_tile && os_amx) {
@@ -103,7 +104,7 @@ const attn_cpu_features *attn_cpu_features_get(void) {
 static const char *const feature_names[ATTN_CPU_FEATURE_COUNT] = {
     "avx2",        "fma",         "f16c",     "avx512f",  "avx512bw", "avx512dq",
     "avx512vl",    "avx512_bf16", "avx512_fp16", "amx_tile", "amx_bf16", "amx_fp16",
-    "amx_int8",
+    "amx_int8",    "avx512vbmi",
 };
 
 const char *attn_cpu_feature_name(int index) {
@@ -114,7 +115,7 @@ int attn_cpu_feature_flag(const attn_cpu_features *f, int index) {
     const int flags[ATTN_CPU_FEATURE_COUNT] = {
         f->avx2,     f->fma,         f->f16c,        f->avx512f,  f->avx512bw, f->avx512dq,
         f->avx512vl, f->avx512_bf16, f->avx512_fp16, f->amx_tile, f->amx_bf16, f->amx_fp16,
-        f->amx_int8,
+        f->amx_int8, f->avx512vbmi,
     };
     return index >= 0 && index < ATTN_CPU_FEATURE_COUNT ? flags[index] : 0;
 }
