@@ -98,6 +98,59 @@ typedef struct decode_scratch {
 
 enum { SCRATCH_PARTS = 17 };
 
+/* How a task computes (the one choice, used by run_task and by attn_decode_kernel_path). */
+typedef enum decode_path {
+    PATH_ROWS,       /* chunks converted to float32 (if stored narrower), score_chunk etc. */
+    PATH_FUSED_BF16, /* small groups read bf16 storage in place (score_chunk_bf16) */
+    PATH_FUSED_Q8,   /* 8-bit storage read in place (score_chunk_q8) */
+    PATH_GROUP,      /* large groups on float32 chunks (score_chunk_group) */
+    PATH_TILES,      /* bf16 queries of large groups on bf16 tiles (score_chunk_tiles: AMX) */
+    PATH_Q8_TILES,   /* int8 storage on int8 tiles (score_chunk_q8_tiles: AMX-INT8) */
+    PATH_Q8_TILE_SCORES, /* ... scores on the tiles, P·V by accumulate_chunk_q8 (small groups) */
+    PATH_FP8_TILES,  /* bf16 queries of large groups against fp8 storage: chunks widened to
+                        bf16 (exactly), then the bf16 tiles of PATH_TILES */
+} decode_path;
+
+static const char *const decode_path_names[] = {"fp32 rows", "bf16 in place", "8-bit in place",
+                                                 "fp32 large group", "bf16 tiles", "int8 tiles",
+                                                 "int8 tile scores", "fp8 on bf16 tiles"};
+
+/* The path of a task with `rows` query rows of `query_dtype` against `cache_dtype` storage. */
+static decode_path decode_path_of(const attn_decode_kernels *kernels, attn_dtype cache_dtype,
+                                  attn_dtype query_dtype, int64_t rows, int64_t key_dim) {
+    /* int8 storage on int8 tiles where the registry has them: the same bits as the in-place
+     * kernels below (registry.h), fewer instructions per stored element; small groups keep
+     * the in-place P·V (ATTN_DECODE_Q8_TILE_VALUE_ROWS) */
+    if (cache_dtype == ATTN_DTYPE_Q8 && kernels->score_chunk_q8_tiles != NULL &&
+        key_dim <= ATTN_DECODE_Q8_TILE_MOST_DIM)
+        return rows >= ATTN_DECODE_Q8_TILE_VALUE_ROWS || kernels->accumulate_chunk_q8 == NULL
+                   ? PATH_Q8_TILES
+                   : PATH_Q8_TILE_SCORES;
+    /* Small groups read bf16 storage directly (kernels/registry.h, ATTN_DECODE_FUSED_ROWS). */
+    if (cache_dtype == ATTN_DTYPE_BF16 && kernels->score_chunk_bf16 != NULL &&
+        rows <= ATTN_DECODE_FUSED_ROWS)
+        return PATH_FUSED_BF16;
+    /* ... and 8-bit storage likewise, with its scales (int8: every group; its integer
+     * products cost less than float FMAs even when many rows share a chunk, quant.h) */
+    if (attn_dtype_is_quantized(cache_dtype) && kernels->score_chunk_q8 != NULL &&
+        (rows <= ATTN_DECODE_FUSED_ROWS || cache_dtype == ATTN_DTYPE_Q8))
+        return PATH_FUSED_Q8;
+    /* bf16 queries (never float32 ones rounded) against bf16 storage on bf16 tiles */
+    if (cache_dtype == ATTN_DTYPE_BF16 && query_dtype == ATTN_DTYPE_BF16 &&
+        kernels->score_chunk_tiles != NULL && rows >= ATTN_DECODE_TILE_ROWS)
+        return PATH_TILES;
+    /* ... and against fp8 storage, whose every value is a bf16 value: each chunk widened to
+     * bf16, the head's scales applied to the scores and to the output */
+    if ((cache_dtype == ATTN_DTYPE_FP8_E4M3 || cache_dtype == ATTN_DTYPE_FP8_E5M2) &&
+        query_dtype == ATTN_DTYPE_BF16 && kernels->score_chunk_tiles != NULL &&
+        rows >= ATTN_DECODE_TILE_ROWS)
+        return PATH_FP8_TILES;
+    /* Large groups (MQA, MLA): scores from queries prepared once per task for
+     * score_chunk_group, keys widened or dequantised once per chunk (registry.h). */
+    if (kernels->score_chunk_group != NULL && rows >= ATTN_DECODE_GROUP_ROWS) return PATH_GROUP;
+    return PATH_ROWS;
+}
+
 /* Bytes of each part of one thread's scratch (64-byte multiples, in decode_scratch order)
  * and their total; false on overflow. */
 static bool scratch_layout(const decode_plan *plan, int64_t most_splits,
@@ -125,11 +178,13 @@ static bool scratch_layout(const decode_plan *plan, int64_t most_splits,
     if (tile_values > values) values = tile_values;
     const size_t q8_values = (ATTN_DECODE_Q8_TILE_VALUE_BYTES(plan->value_dim) + f - 1) / f;
     if (q8_values > values) values = q8_values;
-    /* fp8 storage: the pending chunks of the bf16 tiles widened to bf16 (decode_path_of) */
+    /* fp8 on bf16 tiles: the pending chunks widened to bf16 (only when that path runs) */
     const attn_kv_cache_config *config = &plan->cache->config;
-    const bool fp8 = config->dtype == ATTN_DTYPE_FP8_E4M3 || config->dtype == ATTN_DTYPE_FP8_E5M2;
-    const size_t keys16 = fp8 ? (size_t)ATTN_DECODE_TILE_KEYS * dk : 0;
-    const size_t values16 = fp8 && !config->values_in_keys ? (size_t)ATTN_DECODE_TILE_KEYS * dv : 0;
+    const bool fp8_tiles = decode_path_of(&plan->kernels->decode, config->dtype, plan->q->dtype,
+                                          plan->rows, plan->key_dim) == PATH_FP8_TILES;
+    const size_t keys16 = fp8_tiles ? (size_t)ATTN_DECODE_TILE_KEYS * dk : 0;
+    const size_t values16 =
+        fp8_tiles && !config->values_in_keys ? (size_t)ATTN_DECODE_TILE_KEYS * dv : 0;
     const size_t counts[SCRATCH_PARTS][2] = {
         {rows * dk, f}, {prepared, f}, {rows * chunk * ATTN_DECODE_TILE_CHUNKS, f}, {accumulator, f},
         {rows, f},      {rows, f},                {rows, f},         {chunk * dk, f},
@@ -185,15 +240,6 @@ static const float *chunk_rows(const decode_plan *plan, const void *stored,
     return buffer;
 }
 
-/* `count` stored fp8 rows (`row_stride` bytes apart) as dense bf16 rows target[count][dim]:
- * exact, every fp8 value being a bf16 value (without the head's scale, which the caller
- * applies). */
-static void widen_fp8_rows(const decode_plan *plan, const void *stored, int count, int64_t dim,
-                           int64_t row_stride, uint16_t *target) {
-    plan->kernels->decode.widen_fp8_bf16(plan->cache->config.dtype, count, (int)dim, stored,
-                                         row_stride, target);
-}
-
 /* The Q8 row scales of a chunk's `count` slots as contiguous floats: in place when they are
  * (the library's own cache), else gathered from `stride` apart into `buffer` (a caller-owned
  * cache whose scales are [page, slot, head]); NULL stays NULL (no row scales). */
@@ -235,59 +281,6 @@ static void prefetch_chunk(const attn_kv_cache *cache, const int32_t *table, int
         prefetch_rows(attn_cache_value_address(cache, page, kv_head, slot), (int)count,
                       attn_cache_value_row_stride(cache) * element_size,
                       cache->config.value_dim * element_size);
-}
-
-/* How a task computes (the one choice, used by run_task and by attn_decode_kernel_path). */
-typedef enum decode_path {
-    PATH_ROWS,       /* chunks converted to float32 (if stored narrower), score_chunk etc. */
-    PATH_FUSED_BF16, /* small groups read bf16 storage in place (score_chunk_bf16) */
-    PATH_FUSED_Q8,   /* 8-bit storage read in place (score_chunk_q8) */
-    PATH_GROUP,      /* large groups on float32 chunks (score_chunk_group) */
-    PATH_TILES,      /* bf16 queries of large groups on bf16 tiles (score_chunk_tiles: AMX) */
-    PATH_Q8_TILES,   /* int8 storage on int8 tiles (score_chunk_q8_tiles: AMX-INT8) */
-    PATH_Q8_TILE_SCORES, /* ... scores on the tiles, P·V by accumulate_chunk_q8 (small groups) */
-    PATH_FP8_TILES,  /* bf16 queries of large groups against fp8 storage: chunks widened to
-                        bf16 (exactly), then the bf16 tiles of PATH_TILES */
-} decode_path;
-
-static const char *const decode_path_names[] = {"fp32 rows", "bf16 in place", "8-bit in place",
-                                                 "fp32 large group", "bf16 tiles", "int8 tiles",
-                                                 "int8 tile scores", "fp8 on bf16 tiles"};
-
-/* The path of a task with `rows` query rows of `query_dtype` against `cache_dtype` storage. */
-static decode_path decode_path_of(const attn_decode_kernels *kernels, attn_dtype cache_dtype,
-                                  attn_dtype query_dtype, int64_t rows, int64_t key_dim) {
-    /* int8 storage on int8 tiles where the registry has them: the same bits as the in-place
-     * kernels below (registry.h), fewer instructions per stored element; small groups keep
-     * the in-place P·V (ATTN_DECODE_Q8_TILE_VALUE_ROWS) */
-    if (cache_dtype == ATTN_DTYPE_Q8 && kernels->score_chunk_q8_tiles != NULL &&
-        key_dim <= ATTN_DECODE_Q8_TILE_MOST_DIM)
-        return rows >= ATTN_DECODE_Q8_TILE_VALUE_ROWS || kernels->accumulate_chunk_q8 == NULL
-                   ? PATH_Q8_TILES
-                   : PATH_Q8_TILE_SCORES;
-    /* Small groups read bf16 storage directly (kernels/registry.h, ATTN_DECODE_FUSED_ROWS). */
-    if (cache_dtype == ATTN_DTYPE_BF16 && kernels->score_chunk_bf16 != NULL &&
-        rows <= ATTN_DECODE_FUSED_ROWS)
-        return PATH_FUSED_BF16;
-    /* ... and 8-bit storage likewise, with its scales (int8: every group; its integer
-     * products cost less than float FMAs even when many rows share a chunk, quant.h) */
-    if (attn_dtype_is_quantized(cache_dtype) && kernels->score_chunk_q8 != NULL &&
-        (rows <= ATTN_DECODE_FUSED_ROWS || cache_dtype == ATTN_DTYPE_Q8))
-        return PATH_FUSED_Q8;
-    /* bf16 queries (never float32 ones rounded) against bf16 storage on bf16 tiles */
-    if (cache_dtype == ATTN_DTYPE_BF16 && query_dtype == ATTN_DTYPE_BF16 &&
-        kernels->score_chunk_tiles != NULL && rows >= ATTN_DECODE_TILE_ROWS)
-        return PATH_TILES;
-    /* ... and against fp8 storage, whose every value is a bf16 value: each chunk widened to
-     * bf16, the head's scales applied to the scores and to the output */
-    if ((cache_dtype == ATTN_DTYPE_FP8_E4M3 || cache_dtype == ATTN_DTYPE_FP8_E5M2) &&
-        query_dtype == ATTN_DTYPE_BF16 && kernels->score_chunk_tiles != NULL &&
-        rows >= ATTN_DECODE_TILE_ROWS)
-        return PATH_FP8_TILES;
-    /* Large groups (MQA, MLA): scores from queries prepared once per task for
-     * score_chunk_group, keys widened or dequantised once per chunk (registry.h). */
-    if (kernels->score_chunk_group != NULL && rows >= ATTN_DECODE_GROUP_ROWS) return PATH_GROUP;
-    return PATH_ROWS;
 }
 
 const char *attn_decode_kernel_path(attn_kernel_choice choice, attn_dtype cache_dtype,
@@ -453,7 +446,8 @@ static void run_task(const decode_plan *plan, decode_scratch *scratch, int64_t b
                 int64_t tile_key_stride = cache->key_token_stride;
                 if (fp8_tiles) { /* after the pending chunks' (MLA's values are read there) */
                     uint16_t *widened = scratch->keys16 + (int64_t)pending_keys * Dk;
-                    widen_fp8_rows(plan, stored_keys, count, Dk, cache->key_token_stride, widened);
+                    kernels->widen_fp8_bf16(dtype, count, (int)Dk, stored_keys,
+                                            cache->key_token_stride, widened);
                     tile_keys = widened, tile_key_stride = Dk;
                 }
                 kernels->score_chunk_tiles((int)rows, count, (int)Dk,
@@ -531,8 +525,9 @@ static void run_task(const decode_plan *plan, decode_scratch *scratch, int64_t b
                     }
                 }
                 if (fp8_tiles && own_values) /* after the pending chunks' values */
-                    widen_fp8_rows(plan, stored_values, count, Dv, stored_value_stride,
-                                   scratch->values16 + (int64_t)pending_keys * Dv);
+                    kernels->widen_fp8_bf16(dtype, count, (int)Dv, stored_values,
+                                            stored_value_stride,
+                                            scratch->values16 + (int64_t)pending_keys * Dv);
                 ++pending;
                 pending_keys += count;
                 /* flushed when full, or when the next chunk is not the next keys of this page */

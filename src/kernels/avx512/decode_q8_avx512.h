@@ -150,20 +150,21 @@ __attribute__((target("avx512vbmi"))) static void widen_fp8_bf16_vbmi(attn_dtype
         }
 }
 
-/* VPERMI2B where the CPU has it (decided once): fp8 widened to bf16 by byte lookups. */
-static int have_vbmi(void) {
-    static int known = -1;
-    int value = __atomic_load_n(&known, __ATOMIC_RELAXED);
-    if (value < 0) {
-        value = attn_cpu_features_get()->avx512vbmi;
-        __atomic_store_n(&known, value, __ATOMIC_RELAXED);
+/* The CPU's features, read once (attn_cpu_features_get behind a cached pointer): which
+ * variants the dispatchers below take. */
+static const attn_cpu_features *cpu(void) {
+    static const attn_cpu_features *known;
+    const attn_cpu_features *features = __atomic_load_n(&known, __ATOMIC_ACQUIRE);
+    if (features == NULL) {
+        features = attn_cpu_features_get();
+        __atomic_store_n(&known, features, __ATOMIC_RELEASE);
     }
-    return value;
+    return features;
 }
 
 static void avx512_widen_fp8_bf16(attn_dtype dtype, int count, int dim, const uint8_t *source,
                                   int64_t stride, uint16_t *target) {
-    if (have_vbmi())
+    if (cpu()->avx512vbmi) /* VPERMI2B: byte lookups */
         widen_fp8_bf16_vbmi(dtype, count, dim, source, stride, target);
     else if (dtype == ATTN_DTYPE_FP8_E4M3)
         widen_fp8_bf16_as(ATTN_DTYPE_FP8_E4M3, count, dim, source, stride, target);
@@ -357,16 +358,8 @@ V_INLINE void add_unpacked_sums(float *row, int valid, __m512i low, __m512i high
 #include "kernels/avx512/decode_q8_int_avx512.h"
 #undef Q8I_VNNI
 
-/* VPDPWSSD where the CPU has it (decided once), else VPMADDWD: the same integers. */
-static int have_vnni(void) {
-    static int known = -1;
-    int value = __atomic_load_n(&known, __ATOMIC_RELAXED);
-    if (value < 0) {
-        value = attn_cpu_features_get()->avx512_vnni;
-        __atomic_store_n(&known, value, __ATOMIC_RELAXED);
-    }
-    return value;
-}
+/* VPDPWSSD where the CPU has it, else VPMADDWD: the same integers. */
+static int have_vnni(void) { return cpu()->avx512_vnni; }
 
 static void avx512_score_chunk_q8(attn_dtype dtype, int rows, int count, int dim,
                                   const float *queries, const uint8_t *keys, int64_t key_stride,
