@@ -16,7 +16,8 @@
  *     and on AMX-INT8 tiles where they run, whose path attn_decode_kernel_path names);
  *   - bf16 queries against fp8 storage in groups of >= 5 rows (on the bf16 tiles where AMX
  *     runs, each chunk widened to bf16): every kernel choice within bf16's rounding of the
- *     reference and of the kernels without tiles, pages of 48 and 256, 1 = 2 threads bitwise;
+ *     reference and of the kernels without tiles, pages of 48 and 256, with and without a
+ *     soft-cap, 1 = 2 threads bitwise;
  *   - errors: non-finite inputs refused with nothing written, per-head scales checked,
  *     bytes per token.
  */
@@ -392,7 +393,8 @@ static void test_fp8_bf16_tiles(void) {
             test_tensor k = in.k, q = in.q, v = in.v;
             test_half_tensor q16 = test_half_round(&in.q, ATTN_DTYPE_BF16); /* q: the same values */
             const float *head_scales = in.head_scales;
-            const attn_options options = in.options;
+            attn_options options = in.options;
+            if (li == 1) options.softcap = 4.0f; /* the key scale before the logit pipeline */
             const attn_execution execution = in.execution;
             attn_error error;
             for (int fi = 1; fi < COUNT_OF(formats); ++fi) { /* fp8 only */
