@@ -633,7 +633,7 @@ ATTN_API attn_status attn_kv_cache_read(const attn_kv_cache *cache, int64_t sequ
  * exactly, P is rounded to their type for P·V as in attn_forward, O is rounded once, and a
  * finite O beyond a 16-bit range is ATTN_ERROR_OVERFLOW (docs/precision.md).
  * Split-KV (flash-decoding): each sequence's keys are cut into splits of execution->tile_k
- * tokens, fixed independently of the thread count (0 = automatic: at most 1024 tokens, and
+ * tokens, fixed independently of the thread count (0 = automatic: at most 4096 tokens, and
  * fewer when B x Hkv < 16 so that there are about 16 tasks, a multiple of 64 tokens; it
  * depends only on the cache's lengths, B and Hkv); each (sequence, KV head, split) is one
  * task that reads its pages once for all Hq / Hkv query heads of the group and all Tq rows,

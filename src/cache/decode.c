@@ -38,17 +38,19 @@
 #include "mask/logits.h"
 #include "mask/mask.h"
 
-/* Default split size: at most 1024 tokens, and small enough that the call has about
+/* Default split size: at most 4096 tokens, and small enough that the call has about
  * TARGET_TASKS tasks even for one sequence with one KV head (MQA, MLA), so both cores work
  * on short contexts too; a multiple of the chunk, at least one chunk. It depends on the
- * cache and the query only, never on the thread count. */
-#define MOST_SPLIT_TOKENS 1024
+ * cache and the query only, never on the thread count. Why 4096: a task's first chunk
+ * starts cold (no earlier chunk requested its rows), and each task prepares its queries and
+ * adds a partial to the merge (MLA's 128 x 576 rows: ~20% of the time at 32 splits). With
+ * 1024, int8 GQA (Hq 32, Hkv 8, context 32768, 4 alternated runs) ran 217-225 tokens/s
+ * against 234-242, bf16 127-131 either way. */
+#define MOST_SPLIT_TOKENS 4096
 #define TARGET_TASKS 16
-#define LARGE_SPLIT_ROWS 64
 /* An accumulator of more bytes than this takes the bf16 tiles' P · V of several chunks at
  * once (run_task); half of a 48 KiB L1. */
 #define TILE_L1_BYTES (24 * 1024)
-#define LARGE_SPLIT_FACTOR 4
 
 /* Everything a task needs, fixed for the call. */
 typedef struct decode_plan {
@@ -765,11 +767,8 @@ static attn_status merge_partials(const decode_plan *plan, const attn_call *call
     return ATTN_OK;
 }
 
-/* The split size when execution.tile_k = 0 (see MOST_SPLIT_TOKENS; groups of >=
- * LARGE_SPLIT_ROWS rows, MLA's, take up to LARGE_SPLIT_FACTOR times more: each task widens and
- * prepares its rows x Dk queries and each split adds rows x Dv to the merge, which for MLA's
- * 128 x 576 were ~20% of the time at 32 splits). */
-static int64_t default_split_tokens(const attn_kv_cache *cache, int64_t kv_heads, int64_t rows) {
+/* The split size when execution.tile_k = 0 (see MOST_SPLIT_TOKENS). */
+static int64_t default_split_tokens(const attn_kv_cache *cache, int64_t kv_heads) {
     int64_t longest = 1;
     for (int64_t b = 0; b < cache->config.sequences; ++b)
         if (cache->lengths[b] > longest) longest = cache->lengths[b];
@@ -777,8 +776,7 @@ static int64_t default_split_tokens(const attn_kv_cache *cache, int64_t kv_heads
     const int64_t splits_wanted = groups >= TARGET_TASKS ? 1 : (TARGET_TASKS + groups - 1) / groups;
     int64_t tokens = (longest + splits_wanted - 1) / splits_wanted;
     tokens = (tokens + ATTN_DECODE_CHUNK - 1) / ATTN_DECODE_CHUNK * ATTN_DECODE_CHUNK;
-    const int64_t most = MOST_SPLIT_TOKENS * (rows >= LARGE_SPLIT_ROWS ? LARGE_SPLIT_FACTOR : 1);
-    return tokens > most ? most : tokens;
+    return tokens > MOST_SPLIT_TOKENS ? MOST_SPLIT_TOKENS : tokens;
 }
 
 attn_status attn_decode(const attn_kv_cache *cache, const attn_tensor *q,
@@ -828,8 +826,7 @@ attn_status attn_decode(const attn_kv_cache *cache, const attn_tensor *q,
         plan.value_dim = problem->value_dim;
         plan.split_tokens = call.execution.tile_k > 0
                                 ? call.execution.tile_k
-                                : default_split_tokens(cache, problem->kv_heads,
-                                                       problem->group_size * problem->query_length);
+                                : default_split_tokens(cache, problem->kv_heads);
         int64_t most_splits = 1;
         for (int64_t b = 0; b < B; ++b) {
             int64_t splits = (cache->lengths[b] + plan.split_tokens - 1) / plan.split_tokens;
