@@ -161,6 +161,24 @@ Q8I_TARGET V_INLINE void Q8I(accumulate_block)(const int block_rows, const int s
     }
 }
 
+/* One 32-column segment X of accumulate_block4's key pair: the two rows' words interleaved,
+ * then 2 x 4 products into the named sums of segment X. */
+#define Q8I_BLOCK4_SEGMENT(X, ELEMENTS)                                                    \
+    do {                                                                                  \
+        const __m512i a = Q8I(load_words)(first + 32 * X, ELEMENTS);                      \
+        const __m512i b = Q8I(load_words)(second + 32 * X, ELEMENTS);                     \
+        const __m512i pairs_low = _mm512_unpacklo_epi16(a, b);                            \
+        const __m512i pairs_high = _mm512_unpackhi_epi16(a, b);                           \
+        low_0##X = Q8I(dot_pairs)(low_0##X, pairs_low, weight0);                          \
+        high_0##X = Q8I(dot_pairs)(high_0##X, pairs_high, weight0);                       \
+        low_1##X = Q8I(dot_pairs)(low_1##X, pairs_low, weight1);                          \
+        high_1##X = Q8I(dot_pairs)(high_1##X, pairs_high, weight1);                       \
+        low_2##X = Q8I(dot_pairs)(low_2##X, pairs_low, weight2);                          \
+        high_2##X = Q8I(dot_pairs)(high_2##X, pairs_high, weight2);                       \
+        low_3##X = Q8I(dot_pairs)(low_3##X, pairs_low, weight3);                          \
+        high_3##X = Q8I(dot_pairs)(high_3##X, pairs_high, weight3);                       \
+    } while (0)
+
 /* accumulate_block for 4 rows over 64 columns (2 segments), the common GQA group: its 16
  * sums in named registers. (With accumulate_block's arrays GCC 12 kept the sums in
  * registers but also stored all 16 to the stack on every key pair: 4 rows x 64 keys x 128
@@ -187,30 +205,8 @@ Q8I_TARGET static void Q8I(accumulate_block4)(int count, int e0, int width, int 
         for (int r = 0; r < 4; ++r) memcpy(&pair[r], w16 + r * ATTN_Q8_WEIGHT_STRIDE + c, sizeof pair[r]);
         const __m512i weight0 = _mm512_set1_epi32(pair[0]), weight1 = _mm512_set1_epi32(pair[1]);
         const __m512i weight2 = _mm512_set1_epi32(pair[2]), weight3 = _mm512_set1_epi32(pair[3]);
-        const __m512i a0 = Q8I(load_words)(first, elements0);
-        const __m512i b0 = Q8I(load_words)(second, elements0);
-        const __m512i pairs_low0 = _mm512_unpacklo_epi16(a0, b0);
-        const __m512i pairs_high0 = _mm512_unpackhi_epi16(a0, b0);
-        low_00 = Q8I(dot_pairs)(low_00, pairs_low0, weight0);
-        high_00 = Q8I(dot_pairs)(high_00, pairs_high0, weight0);
-        low_10 = Q8I(dot_pairs)(low_10, pairs_low0, weight1);
-        high_10 = Q8I(dot_pairs)(high_10, pairs_high0, weight1);
-        low_20 = Q8I(dot_pairs)(low_20, pairs_low0, weight2);
-        high_20 = Q8I(dot_pairs)(high_20, pairs_high0, weight2);
-        low_30 = Q8I(dot_pairs)(low_30, pairs_low0, weight3);
-        high_30 = Q8I(dot_pairs)(high_30, pairs_high0, weight3);
-        const __m512i a1 = Q8I(load_words)(first + 32, elements1);
-        const __m512i b1 = Q8I(load_words)(second + 32, elements1);
-        const __m512i pairs_low1 = _mm512_unpacklo_epi16(a1, b1);
-        const __m512i pairs_high1 = _mm512_unpackhi_epi16(a1, b1);
-        low_01 = Q8I(dot_pairs)(low_01, pairs_low1, weight0);
-        high_01 = Q8I(dot_pairs)(high_01, pairs_high1, weight0);
-        low_11 = Q8I(dot_pairs)(low_11, pairs_low1, weight1);
-        high_11 = Q8I(dot_pairs)(high_11, pairs_high1, weight1);
-        low_21 = Q8I(dot_pairs)(low_21, pairs_low1, weight2);
-        high_21 = Q8I(dot_pairs)(high_21, pairs_high1, weight2);
-        low_31 = Q8I(dot_pairs)(low_31, pairs_low1, weight3);
-        high_31 = Q8I(dot_pairs)(high_31, pairs_high1, weight3);
+        Q8I_BLOCK4_SEGMENT(0, elements0);
+        Q8I_BLOCK4_SEGMENT(1, elements1);
     }
     const __m512i low[4][2] = {{low_00, low_01}, {low_10, low_11}, {low_20, low_21}, {low_30, low_31}};
     const __m512i high[4][2] = {{high_00, high_01}, {high_10, high_11}, {high_20, high_21},
@@ -223,6 +219,8 @@ Q8I_TARGET static void Q8I(accumulate_block4)(int count, int e0, int width, int 
                               factor);
     }
 }
+
+#undef Q8I_BLOCK4_SEGMENT
 
 Q8I_TARGET static void Q8I(accumulate_chunk)(int rows, int count, int dim, const float *weights,
                                   const float *rescale, const int8_t *values,
