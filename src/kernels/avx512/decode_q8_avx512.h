@@ -350,6 +350,21 @@ V_INLINE void add_unpacked_sums(float *row, int valid, __m512i low, __m512i high
     }
 }
 
+/* The stored rows of the key pair (c, c + 1) from column e0 (an odd last key pairs with
+ * itself, at weight 0: nothing is read past the chunk); with `prefetch`, the rows
+ * Q8_LOOKAHEAD further are requested whole. */
+V_INLINE const int8_t *pair_rows(const int8_t *values, int c, int count, int e0,
+                                 int64_t value_stride, int dim, int prefetch,
+                                 const int8_t **second) {
+    const int8_t *first = values + c * value_stride + e0;
+    *second = c + 1 < count ? first + value_stride : first;
+    if (prefetch) {
+        prefetch_row(values, c + Q8_LOOKAHEAD, value_stride, 1, (size_t)dim);
+        prefetch_row(values, c + 1 + Q8_LOOKAHEAD, value_stride, 1, (size_t)dim);
+    }
+    return first;
+}
+
 #include <string.h>
 #define Q8I_VNNI 0
 #include "kernels/avx512/decode_q8_int_avx512.h"

@@ -129,12 +129,8 @@ Q8I_TARGET V_INLINE void Q8I(accumulate_block)(const int block_rows, const int s
         for (int x = 0; x < segments; ++x)
             low[r][x] = high[r][x] = _mm512_setzero_si512();
     for (int c = 0; c < count; c += 2) {
-        const int8_t *first = values + c * value_stride + e0;
-        const int8_t *second = c + 1 < count ? first + value_stride : first;
-        if (prefetch) {
-            prefetch_row(values, c + Q8_LOOKAHEAD, value_stride, 1, (size_t)dim);
-            prefetch_row(values, c + 1 + Q8_LOOKAHEAD, value_stride, 1, (size_t)dim);
-        }
+        const int8_t *second;
+        const int8_t *first = pair_rows(values, c, count, e0, value_stride, dim, prefetch, &second);
         __m512i weight[4];
         for (int r = 0; r < block_rows; ++r) {
             int32_t pair;
@@ -195,12 +191,8 @@ Q8I_TARGET static void Q8I(accumulate_block4)(int count, int e0, int width, int 
     __m512i high_00 = low_00, high_01 = low_00, high_10 = low_00, high_11 = low_00,
             high_20 = low_00, high_21 = low_00, high_30 = low_00, high_31 = low_00;
     for (int c = 0; c < count; c += 2) {
-        const int8_t *first = values + c * value_stride + e0;
-        const int8_t *second = c + 1 < count ? first + value_stride : first;
-        if (prefetch) {
-            prefetch_row(values, c + Q8_LOOKAHEAD, value_stride, 1, (size_t)dim);
-            prefetch_row(values, c + 1 + Q8_LOOKAHEAD, value_stride, 1, (size_t)dim);
-        }
+        const int8_t *second;
+        const int8_t *first = pair_rows(values, c, count, e0, value_stride, dim, prefetch, &second);
         int32_t pair[4];
         for (int r = 0; r < 4; ++r) memcpy(&pair[r], w16 + r * ATTN_Q8_WEIGHT_STRIDE + c, sizeof pair[r]);
         const __m512i weight0 = _mm512_set1_epi32(pair[0]), weight1 = _mm512_set1_epi32(pair[1]);
