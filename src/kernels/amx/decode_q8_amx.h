@@ -74,6 +74,23 @@ ATTN_DECODE_Q8_AMX_TARGET static void attn_amx_q8_round(int count, int padded, c
     }
 }
 
+/* key_factors[c] = factor * row_scales[c] (row_scales NULL: factor) for c < count, 0 up to
+ * ATTN_DECODE_CHUNK; key_factors 64-byte aligned. */
+ATTN_DECODE_Q8_AMX_TARGET static void attn_amx_q8_key_factors(int count, const float *row_scales,
+                                                              float factor, float *key_factors) {
+    const __m512 factors = _mm512_set1_ps(factor);
+    for (int c = 0; c < ATTN_DECODE_CHUNK; c += 16) {
+        const int left = count - c;
+        const __mmask16 lanes = left >= 16 ? (__mmask16)0xffff
+                                : left > 0 ? (__mmask16)((1u << left) - 1u)
+                                           : (__mmask16)0;
+        _mm512_store_ps(key_factors + c,
+                        row_scales != NULL
+                            ? _mm512_maskz_mul_ps(lanes, factors, _mm512_maskz_loadu_ps(lanes, row_scales + c))
+                            : _mm512_maskz_mov_ps(lanes, factors));
+    }
+}
+
 /* registry.h prepare_q8_tile_queries: prepared = [row block][dim block] B tiles, then the
  * rows' scales s_q (floats). */
 ATTN_DECODE_Q8_AMX_TARGET static void attn_amx_prepare_q8_tile_queries(int rows, int dim,
@@ -214,8 +231,7 @@ ATTN_DECODE_Q8_AMX_TARGET static void attn_amx_score_chunk_q8_tiles(
     const size_t block_bytes = (size_t)dim_blocks * AMX_Q8_TILE_BYTES; /* one row block */
     const float *query_scales = (const float *)(tiles + (size_t)row_blocks * block_bytes);
     float key_factors[ATTN_DECODE_CHUNK] __attribute__((aligned(64)));
-    for (int c = 0; c < ATTN_DECODE_CHUNK; ++c)
-        key_factors[c] = c >= count ? 0.0f : row_scales != NULL ? factor * row_scales[c] : factor;
+    attn_amx_q8_key_factors(count, row_scales, factor, key_factors);
     amx_tiles_configure();
     for (int b = 0; b < row_blocks; ++b) {
         const int r0 = b * AMX_Q8_BLOCK_ROWS;
@@ -332,8 +348,7 @@ ATTN_DECODE_Q8_AMX_TARGET static void attn_amx_accumulate_chunk_q8_tiles(
     void *stage, float *accumulator) {
     uint8_t *packed = stage;
     float key_factors[ATTN_DECODE_CHUNK] __attribute__((aligned(64)));
-    for (int c = 0; c < ATTN_DECODE_CHUNK; ++c)
-        key_factors[c] = c >= count ? 0.0f : row_scales != NULL ? factor * row_scales[c] : factor;
+    attn_amx_q8_key_factors(count, row_scales, factor, key_factors);
     int16_t w16[AMX_Q8_BLOCK_ROWS * ATTN_DECODE_CHUNK] __attribute__((aligned(64)));
     float scaled[ATTN_DECODE_CHUNK] __attribute__((aligned(64)));
     float weight_scale[AMX_Q8_BLOCK_ROWS];
