@@ -14,6 +14,8 @@
  *     bitwise identical for 1 and 2 threads; int8 bitwise identical for the AVX-512 based
  *     choices (AVX512, AVX512_BF16, AMX, AUTO: one softmax, and the same integers in place
  *     and on AMX-INT8 tiles where they run, whose path attn_decode_kernel_path names);
+ *   - int8 under a window and global key columns that empty whole chunks between allowed
+ *     ones (the loop's late P·V across skipped chunks and empty splits): the AVX-512 bits;
  *   - bf16 queries against fp8 storage in groups of >= 5 rows (on the bf16 tiles where AMX
  *     runs, each chunk widened to bf16): every kernel choice within bf16's rounding of the
  *     reference and of the kernels without tiles, pages of 48 and 256, with and without a
@@ -554,6 +556,70 @@ static void test_errors(void) {
     }
 }
 
+/* int8 with 4 rows per task, whose P·V the loop runs one chunk late where the scores are on
+ * the tiles (decode.c late_values), under a mask that empties whole chunks between allowed
+ * ones: a window of 60 keys behind the query and two global key columns (2 and 5), so that
+ * chunks 1.. before the window are skipped while chunk 0's P·V is held, and some splits have
+ * no allowed key at all. Every AVX-512 based choice (late on the tiles, in order without them)
+ * bitwise equal, within int8's operand rounding of the reference, 1 = 2 threads bitwise;
+ * pages of 48 and 256, default splits and splits of 100. */
+static void test_int8_late_values_with_gaps(void) {
+    const shape_case *s = &shapes[1]; /* GQA, 4 rows */
+    const int64_t length = 333;
+    const int64_t globals[2] = {2, 5};
+    const attn_kernel_choice kernels[] = {ATTN_KERNEL_AVX512, ATTN_KERNEL_AMX, ATTN_KERNEL_AUTO};
+    for (int pi = 0; pi < 2; ++pi)
+        for (int split = 0; split < 2; ++split) {
+            const int64_t page_size = pi == 0 ? 48 : 256;
+            decode_inputs in = decode_inputs_new(s, length, 900 + (uint64_t)(pi * 2 + split));
+            in.options.window = 1, in.options.window_left = 60, in.options.window_right = -1;
+            in.options.global_tokens = globals, in.options.global_token_count = 2;
+            in.execution.tile_k = split == 0 ? 0 : 100;
+            attn_error error;
+            attn_kv_cache *cache = new_paged_cache(s, ATTN_DTYPE_Q8, NULL, page_size);
+            CHECK_STATUS(attn_kv_cache_append(cache, 0, &in.k.view, &in.v.view, &error), ATTN_OK,
+                         &error, "append int8");
+            test_tensor reference = test_tensor_new(2, s->tq, s->hq, s->dv, TEST_LAYOUT_BTHD);
+            CHECK_STATUS(attn_reference_decode(cache, &in.q.view, &in.options, &reference.view,
+                                               NULL, &error),
+                         ATTN_OK, &error, "reference int8 with gaps");
+            test_tensor first = test_tensor_new(2, s->tq, s->hq, s->dv, TEST_LAYOUT_BTHD);
+            int have_first = 0;
+            for (int ki = 0; ki < COUNT_OF(kernels); ++ki) {
+                if (!attn_kernel_available(kernels[ki])) continue;
+                test_tensor out[2];
+                for (int threads = 1; threads <= 2; ++threads) {
+                    out[threads - 1] = test_tensor_new(2, s->tq, s->hq, s->dv, TEST_LAYOUT_BTHD);
+                    attn_execution run = in.execution;
+                    run.kernel = kernels[ki], run.num_threads = threads;
+                    CHECK_STATUS(attn_decode(cache, &in.q.view, &in.options, &out[threads - 1].view,
+                                             NULL, &run, &error),
+                                 ATTN_OK, &error, "decode int8 with gaps");
+                }
+                const double error_vs_reference =
+                    test_max_relative_error(&out[0].view, &reference.view);
+                CHECK(error_vs_reference <= formats[0].exact &&
+                          test_bitwise_equal(&out[0].view, &out[1].view) &&
+                          (!have_first || test_bitwise_equal(&out[0].view, &first.view)),
+                      "int8 with empty chunks, pages of %lld, tile_k %lld, kernel %s (%s): vs "
+                      "reference %.3g <= %.0e, 1 = 2 threads and the AVX-512 bits",
+                      (long long)page_size, (long long)in.execution.tile_k,
+                      attn_kernel_name(kernels[ki]),
+                      attn_decode_kernel_path(kernels[ki], ATTN_DTYPE_Q8, ATTN_DTYPE_F32, 4),
+                      error_vs_reference, formats[0].exact);
+                if (!have_first) {
+                    memcpy(first.view.data, out[0].view.data,
+                           sizeof(float) * (size_t)(2 * s->tq * s->hq * s->dv));
+                    have_first = 1;
+                }
+                test_tensor_free(&out[0]), test_tensor_free(&out[1]);
+            }
+            test_tensor_free(&reference), test_tensor_free(&first);
+            attn_kv_cache_destroy(cache);
+            decode_inputs_free(&in);
+        }
+}
+
 /* Where the AMX registry has the int8 tiles, int8 decode runs on them: scores for every group,
  * P·V too from ATTN_DECODE_Q8_TILE_VALUE_ROWS (5) rows; fp8 never does. */
 static void test_int8_tile_path(void) {
@@ -585,6 +651,7 @@ int main(void) {
     test_pages_keep_scales();
     test_decode_table();
     test_int8_tile_path();
+    test_int8_late_values_with_gaps();
     test_fp8_bf16_tiles();
     test_errors();
     return test_finish();
