@@ -75,7 +75,7 @@ Q8I_TARGET static void Q8I(score_chunk)(int rows, int count, int dim, const floa
             const int8_t *key[16];
             for (int k = 0; k < block_keys; ++k)
                 key[k] = keys + (c0 + k < count ? c0 + k : count - 1) * key_stride;
-            if (r0 == 0 && rows >= PREFETCH_ROWS)
+            if (r0 == 0 && rows >= Q8_PREFETCH_ROWS)
                 for (int k = 0; k < block_keys; ++k)
                     prefetch_row(keys, c0 + k + Q8_LOOKAHEAD, key_stride, 1, (size_t)dim);
             if (block_rows == 4) { /* scores = (key factor * query scale) * sum, 16 at once */
@@ -218,7 +218,7 @@ Q8I_TARGET static void Q8I(accumulate_chunk)(int rows, int count, int dim, const
                                   const float *rescale, const int8_t *values,
                                   int64_t value_stride, const float *row_scales, float factor,
                                   float *accumulator) {
-    const int prefetch = rows >= PREFETCH_ROWS;
+    const int prefetch = rows >= Q8_PREFETCH_ROWS;
     int16_t w16[4 * ATTN_Q8_WEIGHT_STRIDE] __attribute__((aligned(64)));
     float scale[4];
     for (int r0 = 0; r0 < rows; r0 += 4) {
