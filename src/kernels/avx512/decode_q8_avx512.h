@@ -25,15 +25,20 @@
  * "8-bit KV decode": 1.1-1.3x for fp8).
  */
 
-/* Prefetch distance in rows for 1-byte rows (LOOKAHEAD is tuned for 2- and 4-byte ones):
- * 64 measured a few percent faster than 16 and 32 for GQA int8, 128 no different. */
 /* Groups of at least this many rows request their rows ahead: every group for 1-byte rows.
  * (PREFETCH_ROWS, 2, is for 2- and 4-byte rows, whose one-row stream the hardware prefetcher
  * follows; a 1-byte one it does not: MHA, Hq = Hkv = 32, context 32768, 2 runs: int8 1.46x /
  * 1.48x -> 1.73x / 1.69x bf16, fp8 E4M3 0.89x / 0.90x -> 1.40x / 1.38x.) */
 #define Q8_PREFETCH_ROWS 1
+/* Prefetch distance in rows for 1-byte rows (LOOKAHEAD is tuned for 2- and 4-byte ones). On
+ * the AMX Xeon (context 32768, 3 alternated runs, "vs bf16"), GQA int8 / E4M3: 16 rows
+ * 1.67-1.79x / 1.34-1.38x, 32 1.71-1.76x / 1.37-1.40x, 48 1.71-1.80x / 1.37-1.40x, 64
+ * 1.62-1.71x / 1.37-1.43x, 128 1.56-1.58x / 1.33-1.35x; MHA E4M3 1.43-1.44x at 32 against
+ * 1.30-1.31x at 48 and 1.37-1.38x at 64; at 131072 GQA int8 1.62-1.66x at 32 against
+ * 1.55-1.59x at 64. (On an earlier machine 64 had measured a few percent faster than 16 and
+ * 32 for GQA int8.) */
 #ifndef Q8_LOOKAHEAD
-#define Q8_LOOKAHEAD 64
+#define Q8_LOOKAHEAD 32
 #endif
 
 /* The scale folded into a key's factor for `format` (see above). */
