@@ -77,7 +77,7 @@ Q8I_TARGET static void Q8I(score_chunk)(int rows, int count, int dim, const floa
                 key[k] = keys + (c0 + k < count ? c0 + k : count - 1) * key_stride;
             if (r0 == 0 && rows >= Q8_PREFETCH_ROWS)
                 for (int k = 0; k < block_keys; ++k)
-                    prefetch_row(keys, c0 + k + Q8_LOOKAHEAD, key_stride, 1, (size_t)dim);
+                    prefetch_row_q8(keys, c0 + k + Q8_LOOKAHEAD, key_stride, (size_t)dim);
             if (block_rows == 4) { /* scores = (key factor * query scale) * sum, 16 at once */
                 const __m512 sums = _mm512_cvtepi32_ps(Q8I(score_block)(4, 4, dim, row, key));
                 const __m512 scale = _mm512_mul_ps(
