@@ -252,6 +252,29 @@ static void decode_inputs_free(decode_inputs *in) {
     test_tensor_free(&in->k), test_tensor_free(&in->v), test_tensor_free(&in->q);
 }
 
+/* out[t] = attn_decode of `cache` with `kernel` on t + 1 threads (t = 0, 1), new tensors
+ * [2, Tq, Hq, Dv]; `what` names the case in a failure. */
+static void decode_on_1_and_2_threads(attn_kv_cache *cache, const shape_case *s,
+                                      const test_tensor *q, const attn_options *options,
+                                      const attn_execution *execution, attn_kernel_choice kernel,
+                                      test_tensor out[2], const char *what) {
+    attn_error error;
+    for (int threads = 1; threads <= 2; ++threads) {
+        out[threads - 1] = test_tensor_new(2, s->tq, s->hq, s->dv, TEST_LAYOUT_BTHD);
+        attn_execution run = *execution;
+        run.kernel = kernel, run.num_threads = threads;
+        CHECK_STATUS(attn_decode(cache, &q->view, options, &out[threads - 1].view, NULL, &run,
+                                 &error),
+                     ATTN_OK, &error, "decode %s", what);
+    }
+}
+
+/* Copies out (an output of shape s) into kept; returns 1. */
+static int keep_copy(test_tensor *kept, const test_tensor *out, const shape_case *s) {
+    memcpy(kept->view.data, out->view.data, sizeof(float) * (size_t)(2 * s->tq * s->hq * s->dv));
+    return 1;
+}
+
 static void test_decode_table(void) {
     const attn_kernel_choice kernels[] = {ATTN_KERNEL_GENERIC,     ATTN_KERNEL_AVX2,
                                           ATTN_KERNEL_AVX512,      ATTN_KERNEL_AVX512_BF16,
@@ -291,14 +314,8 @@ static void test_decode_table(void) {
                 for (int ki = 0; ki < COUNT_OF(kernels); ++ki) {
                     if (!attn_kernel_available(kernels[ki])) continue;
                     test_tensor out[2];
-                    for (int threads = 1; threads <= 2; ++threads) {
-                        out[threads - 1] = test_tensor_new(2, s->tq, s->hq, s->dv, TEST_LAYOUT_BTHD);
-                        attn_execution run = execution;
-                        run.kernel = kernels[ki], run.num_threads = threads;
-                        CHECK_STATUS(attn_decode(cache, &q.view, &options, &out[threads - 1].view,
-                                                 NULL, &run, &error),
-                                     ATTN_OK, &error, "decode %s", f->name);
-                    }
+                    decode_on_1_and_2_threads(cache, s, &q, &options, &execution, kernels[ki], out,
+                                              f->name);
                     const double against_reference =
                         test_max_relative_error(&out[0].view, &reference.view);
                     const double against_fp32 = test_max_relative_error(&out[0].view, &expected.view);
@@ -317,11 +334,7 @@ static void test_decode_table(void) {
                               s->name, (long long)length, attn_kernel_name(kernels[ki]),
                               attn_decode_kernel_path(kernels[ki], ATTN_DTYPE_Q8, ATTN_DTYPE_F32,
                                                       s->hq / s->hkv * s->tq));
-                    if (avx512_based && !have_first) {
-                        memcpy(first.view.data, out[0].view.data,
-                               sizeof(float) * (size_t)(2 * s->tq * s->hq * s->dv));
-                        have_first = 1;
-                    }
+                    if (avx512_based && !have_first) have_first = keep_copy(&first, &out[0], s);
                     test_tensor_free(&out[0]), test_tensor_free(&out[1]);
                 }
                 test_tensor_free(&reference), test_tensor_free(&first);
@@ -588,14 +601,8 @@ static void test_int8_late_values_with_gaps(void) {
             for (int ki = 0; ki < COUNT_OF(kernels); ++ki) {
                 if (!attn_kernel_available(kernels[ki])) continue;
                 test_tensor out[2];
-                for (int threads = 1; threads <= 2; ++threads) {
-                    out[threads - 1] = test_tensor_new(2, s->tq, s->hq, s->dv, TEST_LAYOUT_BTHD);
-                    attn_execution run = in.execution;
-                    run.kernel = kernels[ki], run.num_threads = threads;
-                    CHECK_STATUS(attn_decode(cache, &in.q.view, &in.options, &out[threads - 1].view,
-                                             NULL, &run, &error),
-                                 ATTN_OK, &error, "decode int8 with gaps");
-                }
+                decode_on_1_and_2_threads(cache, s, &in.q, &in.options, &in.execution, kernels[ki],
+                                          out, "int8 with gaps");
                 const double error_vs_reference =
                     test_max_relative_error(&out[0].view, &reference.view);
                 CHECK(error_vs_reference <= formats[0].exact &&
@@ -607,11 +614,7 @@ static void test_int8_late_values_with_gaps(void) {
                       attn_kernel_name(kernels[ki]),
                       attn_decode_kernel_path(kernels[ki], ATTN_DTYPE_Q8, ATTN_DTYPE_F32, 4),
                       error_vs_reference, formats[0].exact);
-                if (!have_first) {
-                    memcpy(first.view.data, out[0].view.data,
-                           sizeof(float) * (size_t)(2 * s->tq * s->hq * s->dv));
-                    have_first = 1;
-                }
+                if (!have_first) have_first = keep_copy(&first, &out[0], s);
                 test_tensor_free(&out[0]), test_tensor_free(&out[1]);
             }
             test_tensor_free(&reference), test_tensor_free(&first);

@@ -46,11 +46,16 @@
 /* Bytes of one B or A operand tile, and the rows of one query block. */
 enum { AMX_Q8_TILE_BYTES = 1024, AMX_Q8_BLOCK_ROWS = 8 };
 
+/* The first `left` of 16 lanes (none for left <= 0, all for left >= 16). */
+static inline __mmask16 attn_amx_q8_lanes(int left) {
+    return left >= 16 ? (__mmask16)0xffff : left > 0 ? (__mmask16)((1u << left) - 1u) : (__mmask16)0;
+}
+
 /* Largest |x[e]|, e < count. */
 ATTN_DECODE_Q8_AMX_TARGET static float attn_amx_q8_largest(int count, const float *x) {
     __m512 largest = _mm512_setzero_ps();
     for (int e = 0; e < count; e += 16) {
-        const __mmask16 lanes = count - e >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (count - e)) - 1u);
+        const __mmask16 lanes = attn_amx_q8_lanes(count - e);
         largest = _mm512_max_ps(largest, _mm512_abs_ps(_mm512_maskz_loadu_ps(lanes, x + e)));
     }
     return _mm512_reduce_max_ps(largest);
@@ -62,10 +67,7 @@ ATTN_DECODE_Q8_AMX_TARGET static void attn_amx_q8_round(int count, int padded, c
                                                         float multiplier, int16_t *target) {
     const __m512 factor = _mm512_set1_ps(multiplier);
     for (int e = 0; e < padded; e += 16) {
-        const int left = count - e;
-        const __mmask16 lanes = left >= 16 ? (__mmask16)0xffff
-                                : left > 0 ? (__mmask16)((1u << left) - 1u)
-                                           : (__mmask16)0;
+        const __mmask16 lanes = attn_amx_q8_lanes(count - e);
         const __m512i q = _mm512_cvt_roundps_epi32(
             _mm512_mul_ps(_mm512_maskz_loadu_ps(lanes, x + e), factor),
             _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
@@ -80,10 +82,7 @@ ATTN_DECODE_Q8_AMX_TARGET static void attn_amx_q8_key_factors(int count, const f
                                                               float factor, float *key_factors) {
     const __m512 factors = _mm512_set1_ps(factor);
     for (int c = 0; c < ATTN_DECODE_CHUNK; c += 16) {
-        const int left = count - c;
-        const __mmask16 lanes = left >= 16 ? (__mmask16)0xffff
-                                : left > 0 ? (__mmask16)((1u << left) - 1u)
-                                           : (__mmask16)0;
+        const __mmask16 lanes = attn_amx_q8_lanes(count - c);
         _mm512_store_ps(key_factors + c,
                         row_scales != NULL
                             ? _mm512_maskz_mul_ps(lanes, factors, _mm512_maskz_loadu_ps(lanes, row_scales + c))
@@ -129,7 +128,7 @@ ATTN_DECODE_Q8_AMX_TARGET static void attn_amx_q8_scores_out(const int32_t *tile
     __m512 v[16];
     for (int i = 0; i < 16; ++i) v[i] = _mm512_load_ps((const float *)(tile + 16 * i));
     attn_transpose16(v); /* v[n] = column n over the 16 keys */
-    const __mmask16 mask = keys >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << keys) - 1u);
+    const __mmask16 mask = attn_amx_q8_lanes(keys);
     const __m512 factors = _mm512_load_ps(key_factors);
     for (int r = 0; r < rows; ++r) {
         const __m512i sum = _mm512_add_epi32(_mm512_slli_epi32(_mm512_castps_si512(v[r]), 8),
@@ -330,8 +329,7 @@ ATTN_DECODE_Q8_AMX_TARGET static void attn_amx_q8_values_out(const int32_t (*til
         const __m512 scale = _mm512_set1_ps(weight_scale[r]), factor = _mm512_set1_ps(rescale[r]);
         float *row = accumulator + (size_t)r * dim;
         for (int l = 0; l < 4 && 16 * l < width; ++l) {
-            const int left = width - 16 * l;
-            const __mmask16 mask = left >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << left) - 1u);
+            const __mmask16 mask = attn_amx_q8_lanes(width - 16 * l);
             const __m512 old = _mm512_maskz_loadu_ps(mask, row + 16 * l);
             _mm512_mask_storeu_ps(row + 16 * l, mask,
                                   _mm512_fmadd_ps(scale, _mm512_cvtepi32_ps(y[l]),
@@ -362,10 +360,7 @@ ATTN_DECODE_Q8_AMX_TARGET static void attn_amx_accumulate_chunk_q8_tiles(
         for (int r = 0; r < block_rows; ++r) { /* w' = p * key factor, rounded per row */
             const float *p = weights + (size_t)(r0 + r) * ATTN_DECODE_CHUNK;
             for (int c = 0; c < ATTN_DECODE_CHUNK; c += 16) {
-                const int left = count - c;
-                const __mmask16 lanes = left >= 16 ? (__mmask16)0xffff
-                                        : left > 0 ? (__mmask16)((1u << left) - 1u)
-                                                   : (__mmask16)0;
+                const __mmask16 lanes = attn_amx_q8_lanes(count - c);
                 _mm512_store_ps(scaled + c, _mm512_mul_ps(_mm512_maskz_loadu_ps(lanes, p + c),
                                                           _mm512_load_ps(key_factors + c)));
             }
