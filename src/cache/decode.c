@@ -427,6 +427,7 @@ static void run_task(const decode_plan *plan, decode_scratch *scratch, int64_t b
      * and gathered value scales in the buffers of its parity. (Measured, one thread, data in
      * L2, Hq 32, Hkv 8: int8 1.51-1.54 -> 1.43-1.48 us per chunk; bf16 in place and fp8 in
      * place no faster, 2.44-2.65 and 2.01-2.23 us either way: their scores do not wait.) */
+    _Static_assert(ATTN_DECODE_TILE_CHUNKS >= 2, "late_values: two chunks' scores in scratch");
     const bool late = q8_scores_on_tiles;
     late_values held = {0};
     int parity = 0;
