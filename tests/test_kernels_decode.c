@@ -582,10 +582,13 @@ static void check_q8(const attn_kernels *k, int f, int rows, int count, int dim,
         test_fill_normal(rng, queries, (int64_t)rows * dim, 1.0f);
         float *scores = floats((size_t)rows * ATTN_DECODE_CHUNK, SENTINEL);
         float *generic = floats((size_t)rows * ATTN_DECODE_CHUNK, SENTINEL);
+        /* the fast kernel with a prefetch hint (the stored rows themselves), the generic one
+         * without: the results must not depend on it */
+        const attn_rows_ahead ahead = {stored, stride, dim};
         k->decode.score_chunk_q8(format, rows, count, dim, queries, stored, stride, scales, factor,
-                                 scores);
+                                 scores, &ahead);
         generic_registry()->decode.score_chunk_q8(format, rows, count, dim, queries, stored,
-                                                  stride, scales, factor, generic);
+                                                  stride, scales, factor, generic, NULL);
         double worst = 0.0;
         int untouched = 1;
         for (int r = 0; r < rows; ++r) {
@@ -773,7 +776,7 @@ static void check_q8_tiles(const attn_kernels *k, int rows, int count, int dim, 
     d->prepare_q8_tile_queries(rows, dim, queries, prepared);
     d->score_chunk_q8_tiles(rows, count, dim, prepared, stored, stride, row_scales, 1.0f, scores);
     g->score_chunk_q8(ATTN_DTYPE_Q8, rows, count, dim, queries, stored, stride, row_scales, 1.0f,
-                      want);
+                      want, NULL);
     int same = memcmp(scores, want, sizeof(float) * (size_t)rows * ATTN_DECODE_CHUNK) == 0;
     CHECK(same, "%s score_chunk_q8_tiles %dx%d D=%d%s: the generic bits, nothing past count",
           k->name, rows, count, dim, extreme ? " (extreme codes)" : "");

@@ -464,7 +464,15 @@ static void run_task(const decode_plan *plan, decode_scratch *scratch, int64_t b
             const bool own_prefetch = group || tiles || q8_scores_on_tiles;
             if (!own_prefetch && rows > ATTN_DECODE_FUSED_ROWS) /* widened, then many FMAs per key */
                 prefetch_chunk(cache, table, kv_head, last, key_end);
-            if (!own_prefetch && rows >= 2 && cache->value_pool != NULL) /* one row: a stream the hardware follows */
+            /* fp8 in place: the score kernel requests each key's value row as it scores the
+             * key (registry.h score_chunk_q8, `ahead`), instead of the burst below or the P·V
+             * requesting them (context 32768, "vs bf16", E4M3 / E5M2: GQA 1.45x / 1.51x ->
+             * 1.59x / 1.62x with the 32-wide widening, docs/inference.md) */
+            const bool values_ahead =
+                fused_q8 && dtype != ATTN_DTYPE_Q8 && cache->value_pool != NULL;
+            const attn_rows_ahead ahead = {stored_values, stored_value_stride * element_size,
+                                           (int)Dv};
+            if (!own_prefetch && !values_ahead && rows >= 2 && cache->value_pool != NULL) /* one row: a stream the hardware follows */
                 prefetch_rows(stored_values, count, stored_value_stride * element_size,
                               Dv * element_size);
             const float *key_scales =
@@ -508,7 +516,7 @@ static void run_task(const decode_plan *plan, decode_scratch *scratch, int64_t b
             else if (fused_q8)
                 kernels->score_chunk_q8(dtype, (int)rows, count, (int)Dk, scratch->queries,
                                         stored_keys, cache->key_token_stride, key_scales,
-                                        key_factor, scores);
+                                        key_factor, scores, values_ahead ? &ahead : NULL);
             else {
                 keys = chunk_rows(plan, stored_keys, key_scales, key_factor, count, Dk,
                                   cache->key_token_stride,

@@ -207,6 +207,14 @@ typedef struct attn_backward_kernels {
 #define ATTN_DECODE_Q8_TILE_VALUE_BYTES(dim) \
     ((size_t)ATTN_DECODE_CHUNK * (size_t)(((dim) + 63) / 64 * 64))
 
+/* Stored rows a decode kernel may request ahead of their use (score_chunk_q8's `ahead`):
+ * row c (c < the call's count) is the `bytes` bytes at rows + c * stride. */
+typedef struct attn_rows_ahead {
+    const uint8_t *rows;
+    int64_t stride; /* bytes between rows */
+    int bytes;      /* bytes of each row */
+} attn_rows_ahead;
+
 typedef struct attn_decode_kernels {
     /* target[e] = float(source[e]) for e < count, where source holds bfloat16 (or IEEE half)
      * elements. */
@@ -320,10 +328,15 @@ typedef struct attn_decode_kernels {
      * (The scale folds into the dot product's result and into the weight: one multiply per
      * key instead of one per element.) For Q8 the products are exact integer sums of int16
      * queries / weights by the int8 elements, rounded as quant.h "Q8 decode arithmetic"
-     * states; every registry gives the same bits there. */
+     * states; every registry gives the same bits there.
+     * ahead (score_chunk_q8): NULL, or rows that the kernel may request into the L2 cache as
+     * it scores, row c as it scores key c (attn_rows_ahead); a hint, the results never depend
+     * on it. The decode loop passes the chunk's values for fp8, whose AVX-512 P · V then
+     * requests nothing itself (docs/inference.md, "fp8: the values requested during the
+     * scores"). */
     void (*score_chunk_q8)(attn_dtype dtype, int rows, int count, int dim, const float *queries,
                            const uint8_t *keys, int64_t key_stride, const float *row_scales,
-                           float factor, float *scores);
+                           float factor, float *scores, const attn_rows_ahead *ahead);
     void (*accumulate_chunk_q8)(attn_dtype dtype, int rows, int count, int dim,
                                 const float *weights, const float *rescale,
                                 const uint8_t *values, int64_t value_stride,
