@@ -466,8 +466,8 @@ static void run_task(const decode_plan *plan, decode_scratch *scratch, int64_t b
                 prefetch_chunk(cache, table, kv_head, last, key_end);
             /* fp8 in place: the score kernel requests each key's value row as it scores the
              * key (registry.h score_chunk_q8, `ahead`), instead of the burst below or the P·V
-             * requesting them (context 32768, "vs bf16", E4M3 / E5M2: GQA 1.45x / 1.51x ->
-             * 1.59x / 1.62x with the 32-wide widening, docs/inference.md) */
+             * requesting them (GQA, context 32768, "vs bf16", E4M3 / E5M2: 1.43-1.47x /
+             * 1.49-1.56x -> 1.52-1.61x / 1.64-1.71x; docs/inference.md) */
             const bool values_ahead =
                 fused_q8 && dtype != ATTN_DTYPE_Q8 && cache->value_pool != NULL;
             const attn_rows_ahead ahead = {stored_values, stored_value_stride * element_size,
