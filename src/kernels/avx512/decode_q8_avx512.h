@@ -14,13 +14,17 @@
  *   FP8 E4M3: sign-extend to 16 bits, shift left 7, clear bit 14: the half whose value is
  *             the E4M3 value / 256 (subnormals included), vcvtph2ps; the 256 is folded into
  *             the per-key scale (a power of two: the same rounding as the generic kernels).
+ * The fp8 kernels widen 32 bytes at a time (load_fp8_pair: the 16-bit steps on a whole zmm,
+ * one vcvtph2ps per 16). The fp8 score kernel requests the rows of its `ahead` hint (the
+ * chunk's values, from the decode loop) as it scores each key, and the fp8 P · V requests
+ * nothing (docs/inference.md, "fp8: the values requested during the scores").
  * The per-key scale multiplies each dot product once (scores) and each weight once
  * (values), never an element. Blocks as in decode_body.h: scores in 16-dot blocks reduced
  * by one transpose-and-add tree (4 rows x 4 keys dimension-major, 2 x 8 and 1 x 16 key
  * after key); values in blocks whose accumulators fit the registers (4 rows x 64 floats,
  * 3, 2, 1 rows x 128), each stored byte widened once per row block. The format is a
  * compile-time constant inside each block (the switch is outside the loops), and so is
- * whether every load is a whole vector (head dimension a multiple of 16): then loads are
+ * whether every load is a whole vector (head dimension a multiple of 32): then loads are
  * unmasked and a byte load folds into its widening instruction (docs/inference.md,
  * "8-bit KV decode": 1.1-1.3x for fp8).
  */
