@@ -429,6 +429,11 @@ static void run_task(const decode_plan *plan, decode_scratch *scratch, int64_t b
      * place no faster, 2.44-2.65 and 2.01-2.23 us either way: their scores do not wait.) */
     _Static_assert(ATTN_DECODE_TILE_CHUNKS >= 2, "late_values: two chunks' scores in scratch");
     const bool late = q8_scores_on_tiles;
+    /* fp8 in place: the score kernel requests each key's value row as it scores the key
+     * (registry.h score_chunk_q8, `ahead`), instead of the burst before the scores or the P·V
+     * requesting them (GQA, context 32768, "vs bf16", E4M3 / E5M2: 1.43-1.47x / 1.49-1.56x
+     * -> 1.52-1.61x / 1.64-1.71x; docs/inference.md) */
+    const bool values_ahead = fused_q8 && dtype != ATTN_DTYPE_Q8 && cache->value_pool != NULL;
     late_values held = {0};
     int parity = 0;
     float gathered_scales[2][2][ATTN_DECODE_CHUNK]; /* [parity][keys, values]: Q8 scales of a caller's cache */
@@ -464,12 +469,6 @@ static void run_task(const decode_plan *plan, decode_scratch *scratch, int64_t b
             const bool own_prefetch = group || tiles || q8_scores_on_tiles;
             if (!own_prefetch && rows > ATTN_DECODE_FUSED_ROWS) /* widened, then many FMAs per key */
                 prefetch_chunk(cache, table, kv_head, last, key_end);
-            /* fp8 in place: the score kernel requests each key's value row as it scores the
-             * key (registry.h score_chunk_q8, `ahead`), instead of the burst below or the P·V
-             * requesting them (GQA, context 32768, "vs bf16", E4M3 / E5M2: 1.43-1.47x /
-             * 1.49-1.56x -> 1.52-1.61x / 1.64-1.71x; docs/inference.md) */
-            const bool values_ahead =
-                fused_q8 && dtype != ATTN_DTYPE_Q8 && cache->value_pool != NULL;
             const attn_rows_ahead ahead = {stored_values, stored_value_stride * element_size,
                                            (int)Dv};
             if (!own_prefetch && !values_ahead && rows >= 2 && cache->value_pool != NULL) /* one row: a stream the hardware follows */

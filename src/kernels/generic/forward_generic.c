@@ -114,9 +114,7 @@ void attn_generic_softmax_step(int rows, int count, float *scores, int scores_st
         const float old_max = row_max[r];
         const float new_max = fmaxf(old_max, tile_max);
         const float shift = new_max == -INFINITY ? 0.0f : new_max; /* avoids -inf - -inf */
-        rescale[r] = old_max == -INFINITY ? 0.0f
-                     : old_max == shift ? 1.0f /* exp(0), without the libm call */
-                                        : expf(old_max - shift);
+        rescale[r] = attn_softmax_rescale(old_max, shift);
         float tile_sum = 0.0f;
         for (int c = 0; c < count; ++c) {
             row[c] = expf(row[c] - shift);

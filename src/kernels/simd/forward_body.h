@@ -306,9 +306,7 @@ static void softmax_step(int rows, int count, float *scores, int scores_stride, 
         const float tile_max = vf_reduce_max(maximum) * row_scale;
         const float new_max = tile_max > row_max[r] ? tile_max : row_max[r];
         const float max_used = new_max == -INFINITY ? 0.0f : new_max;
-        rescale[r] = row_max[r] == -INFINITY ? 0.0f
-                     : row_max[r] == max_used ? 1.0f /* exp(0), without the libm call */
-                                              : expf(row_max[r] - max_used);
+        rescale[r] = attn_softmax_rescale(row_max[r], max_used);
 
         /* Pass 2: p = exp(x * scale - m) = 2^((x * scale - m) * log2 e), in place, and their
          * sum (x * scale - m in one FMA, as exact as before; the factor log2 e after it). */
