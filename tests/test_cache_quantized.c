@@ -27,6 +27,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/registry.h"
 #include "test_support.h"
 
 #define COUNT_OF(array) ((int)(sizeof(array) / sizeof((array)[0])))
@@ -383,12 +384,21 @@ static void test_fp8_bf16_tiles(void) {
         {"GQA 40 rows", 40, 1, 96, 200, 1, 0},
     };
     const int cases = COUNT_OF(shapes) + COUNT_OF(large);
-    const int tiles = attn_kernel_available(ATTN_KERNEL_AMX);
+    /* the tiles (AMX, or VDPBF16PS on AMD) from the registry's tile_rows_fp8 on: 5 on AMX,
+     * 1 with VDPBF16PS (small groups read fp8 in place there, score_chunk_tiles_fp8) */
+    const attn_kernels *best = NULL;
+    CHECK(attn_kernels_select(ATTN_KERNEL_AUTO, &best, NULL) == ATTN_OK, "AUTO registry");
+    const int tiles = best != NULL && best->decode.score_chunk_tiles != NULL;
+    const int least = tiles ? best->decode.tile_rows_fp8 : 0;
+    CHECK(!tiles || (least >= 1 && (least == ATTN_DECODE_TILE_ROWS ||
+                                    best->decode.score_chunk_tiles_fp8 != NULL)),
+          "tile_rows_fp8 = %d: AMX's %d, or in-place fp8 kernels for smaller groups", least,
+          ATTN_DECODE_TILE_ROWS);
     for (int64_t rows = 1; rows <= 40; ++rows) {
         const char *path =
             attn_decode_kernel_path(ATTN_KERNEL_AUTO, ATTN_DTYPE_FP8_E5M2, ATTN_DTYPE_BF16, rows);
         const int on_tiles = path != NULL && strcmp(path, "fp8 on bf16 tiles") == 0;
-        CHECK(path != NULL && on_tiles == (tiles && rows >= 5),
+        CHECK(path != NULL && on_tiles == (tiles && rows >= least),
               "%lld rows of bf16 queries against fp8: %s", (long long)rows, path ? path : "(null)");
     }
     const char *fp32_queries =

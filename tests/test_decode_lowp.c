@@ -182,8 +182,17 @@ static void test_tile_path_taken(void) {
     CHECK(strcmp(f32, "bf16 tiles") != 0, "float32 queries never run on the bf16 tiles (%s)", f32);
     CHECK(strcmp(small, "bf16 in place") == 0, "4 rows read bf16 in place (%s)", small);
     if (!attn_kernel_available(ATTN_KERNEL_AMX)) {
-        printf("no AMX on this CPU or build: the bf16 tile cases ran on the other kernels\n");
-        CHECK(strcmp(mqa, "bf16 tiles") != 0, "no tiles without AMX (%s)", mqa);
+        /* VDPBF16PS in the tile slots where it runs at the FMA's rate (AMD), else none */
+        const attn_kernels *best = NULL;
+        CHECK(attn_kernels_select(ATTN_KERNEL_AUTO, &best, NULL) == ATTN_OK, "AUTO registry");
+        const int dpbf16 = best != NULL && best->decode.score_chunk_tiles != NULL;
+        printf("no AMX on this CPU or build: the bf16 tile cases ran on %s\n",
+               dpbf16 ? "the VDPBF16PS tile slots" : "the other kernels");
+        CHECK(dpbf16 == (strcmp(mqa, "bf16 tiles") == 0),
+              "MQA (32 rows) on bf16 tiles exactly when the registry has them (%s)", mqa);
+        CHECK(!dpbf16 || best->decode.tile_rows_bf16 == ATTN_DECODE_TILE_ROWS,
+              "bf16 groups of <= 4 rows stay in place (tile_rows_bf16 = %d)",
+              dpbf16 ? best->decode.tile_rows_bf16 : 0);
         return;
     }
     const attn_kernels *amx = NULL;

@@ -28,6 +28,9 @@
  *     and between) against double on the bf16 values, rows 1..128, keys 1..256, dims 1..576;
  *     and the same kernels on emulated tiles (tests/support/amx_emulation.h) wherever the
  *     CPU has AVX512-BF16, AMX or not;
+ *   - where a registry has them (VDPBF16PS on AMD), score_chunk_tiles_fp8 and
+ *     accumulate_chunk_tiles_fp8 bit for bit against widen_fp8_bf16 + the bf16 tile kernels
+ *     (both formats, rows 1..6, keys 1..256, dims 1..576, NaN codes in the stride gaps);
  *   - where a registry has them (AMX-INT8), the int8 tile kernels: prepare_q8_tile_queries +
  *     score_chunk_q8_tiles and accumulate_chunk_q8_tiles bit for bit against the generic
  *     score_chunk_q8 / accumulate_chunk_q8 (quant.h's exact integers), rows 1..128, keys
@@ -744,6 +747,66 @@ static void check_widen_fp8(const attn_kernels *k, int count, int dim, int strid
     }
 }
 
+static void *aligned_bytes(size_t bytes);
+/* score_chunk_tiles_fp8 / accumulate_chunk_tiles_fp8 (fp8 read in place by the tile
+ * arithmetic): bit for bit the registry's own widen_fp8_bf16 followed by score_chunk_tiles /
+ * accumulate_chunk_tiles, on random finite codes with NaN codes in the stride gaps (a read
+ * past dim would poison the result); nothing written past count; rescale 1, 0 and between. */
+static void check_tiles_fp8(const attn_kernels *k, attn_dtype format, int rows, int count,
+                            int dim, test_rng *rng) {
+    const attn_decode_kernels *d = &k->decode;
+    const int64_t stride = dim + 5;
+    const uint8_t nan_code = format == ATTN_DTYPE_FP8_E4M3 ? 0x7f : 0x7e;
+    uint8_t *stored = malloc((size_t)count * stride);
+    for (int c = 0; c < count; ++c)
+        for (int e = 0; e < stride; ++e)
+            stored[c * stride + e] = e < dim ? q8_random(format, rng) : nan_code;
+    uint16_t *widened = malloc(sizeof(uint16_t) * (size_t)count * dim);
+    d->widen_fp8_bf16(format, count, dim, stored, stride, widened);
+    float *queries = floats((size_t)rows * dim, 0.0f);
+    for (int i = 0; i < rows * dim; ++i) queries[i] = (float)bits_to_double_bf16(random_bf16(rng));
+    uint16_t *prepared = malloc(sizeof(uint16_t) * ATTN_DECODE_TILE_QUERY_ELEMENTS(rows, dim));
+    d->prepare_tile_queries(rows, dim, queries, prepared);
+    const int score_count = count < ATTN_DECODE_CHUNK ? count : ATTN_DECODE_CHUNK;
+    float *want = floats((size_t)rows * ATTN_DECODE_CHUNK, SENTINEL);
+    float *got = floats((size_t)rows * ATTN_DECODE_CHUNK, SENTINEL);
+    d->score_chunk_tiles(rows, score_count, dim, prepared, widened, dim, want);
+    const attn_rows_ahead ahead = {stored, stride, dim}; /* a hint: any rows */
+    d->score_chunk_tiles_fp8(format, rows, score_count, dim, prepared, stored, stride, got,
+                             rows % 2 ? &ahead : NULL);
+    CHECK(memcmp(want, got, sizeof(float) * (size_t)rows * ATTN_DECODE_CHUNK) == 0,
+          "%s score_chunk_tiles_fp8 %s %dx%d D=%d: the bits of widen + score_chunk_tiles, "
+          "nothing past count", k->name, format == ATTN_DTYPE_FP8_E4M3 ? "E4M3" : "E5M2", rows,
+          score_count, dim);
+    const int blocks = (count + ATTN_DECODE_CHUNK - 1) / ATTN_DECODE_CHUNK;
+    const int width = ATTN_DECODE_TILE_ROW_FLOATS(dim);
+    float *weights = floats((size_t)blocks * rows * ATTN_DECODE_CHUNK, NAN); /* past count: NaN */
+    float *rescale = floats((size_t)rows, 0.0f);
+    for (int r = 0; r < rows; ++r) {
+        rescale[r] = r % 3 == 0 ? 1.0f : r % 3 == 1 ? (float)test_rng_uniform(rng) : 0.0f;
+        for (int c = 0; c < count; ++c)
+            weights[((size_t)(c / ATTN_DECODE_CHUNK) * rows + r) * ATTN_DECODE_CHUNK +
+                    c % ATTN_DECODE_CHUNK] = c % 5 == 2 ? 0.0f : (float)test_rng_uniform(rng);
+    }
+    const size_t accumulator_floats = (size_t)ATTN_DECODE_GROUP_STRIDE(rows) * width;
+    float *expected = floats(accumulator_floats, 0.0f), *accumulator = floats(accumulator_floats, 0.0f);
+    test_fill_normal(rng, expected, (int64_t)accumulator_floats, 1.0f);
+    memcpy(accumulator, expected, sizeof(float) * accumulator_floats);
+    void *stage = aligned_bytes(ATTN_DECODE_TILE_VALUE_BYTES(dim));
+    d->accumulate_chunk_tiles(rows, count, dim, weights, rescale, widened, dim, stage, expected);
+    d->accumulate_chunk_tiles_fp8(format, rows, count, dim, weights, rescale, stored, stride,
+                                  accumulator);
+    int same = 1;
+    for (int r = 0; r < rows; ++r) /* (entries past dim are scratch) */
+        same &= memcmp(expected + (size_t)r * width, accumulator + (size_t)r * width,
+                       sizeof(float) * (size_t)dim) == 0;
+    CHECK(same, "%s accumulate_chunk_tiles_fp8 %s %dx%d D=%d: the bits of widen + "
+          "accumulate_chunk_tiles", k->name, format == ATTN_DTYPE_FP8_E4M3 ? "E4M3" : "E5M2",
+          rows, count, dim);
+    free(stored), free(widened), free(queries), free(prepared), free(want), free(got);
+    free(weights), free(rescale), free(expected), free(accumulator), free(stage);
+}
+
 static void *aligned_bytes(size_t bytes) {
     void *p = aligned_alloc(64, (bytes + 63) / 64 * 64);
     if (p == NULL) abort();
@@ -886,6 +949,19 @@ int main(void) {
         check_widen_fp8(k, 3, 1, 1);
         check_widen_fp8(k, 17, 72, 200);
         check_widen_fp8(k, 64, 576, 576);
+        if (d->score_chunk_tiles_fp8 != NULL) { /* fp8 in place on the tile arithmetic */
+            CHECK(d->score_chunk_tiles != NULL && d->accumulate_chunk_tiles_fp8 != NULL,
+                  "registry %s has both fp8 tile slots beside the bf16 ones", k->name);
+            static const int fp8_counts[] = {1, 2, 15, 33, 64, 65, 128, 256};
+            static const int fp8_dims[] = {1, 31, 32, 63, 64, 72, 100, 128, 200, 576};
+            test_rng fp8_rng; /* (its own stream: the cases after keep theirs) */
+            test_rng_seed(&fp8_rng, 4099 + i);
+            for (int f = 1; f < COUNT_OF(q8_formats); ++f)
+                for (int rows = 1; rows <= 6; ++rows)
+                    for (int c = 0; c < COUNT_OF(fp8_counts); ++c)
+                        check_tiles_fp8(k, q8_formats[f], rows, fp8_counts[c],
+                                        fp8_dims[(rows + c + f) % COUNT_OF(fp8_dims)], &fp8_rng);
+        }
         for (int f = 0; f < COUNT_OF(q8_formats); ++f)
             for (int rows = 1; rows <= ATTN_DECODE_FUSED_ROWS; ++rows)
                 for (int c = 0; c < COUNT_OF(chunk_counts); c += 2)

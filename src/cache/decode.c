@@ -129,6 +129,17 @@ static decode_path decode_path_of(const attn_decode_kernels *kernels, attn_dtype
         return rows >= ATTN_DECODE_Q8_TILE_VALUE_ROWS || kernels->accumulate_chunk_q8 == NULL
                    ? PATH_Q8_TILES
                    : PATH_Q8_TILE_SCORES;
+    /* bf16 queries (never float32 ones rounded) against bf16 storage on bf16 dot products
+     * (AMX tiles, or VDPBF16PS where it runs at the FMA's rate) from the registry's
+     * tile_rows_bf16 on; against fp8 storage, whose every value is a bf16 value, from
+     * tile_rows_fp8 on: each chunk widened to bf16, the head's scales applied to the scores
+     * and to the output */
+    const bool tiles = kernels->score_chunk_tiles != NULL && query_dtype == ATTN_DTYPE_BF16;
+    if (tiles && cache_dtype == ATTN_DTYPE_BF16 && rows >= kernels->tile_rows_bf16)
+        return PATH_TILES;
+    if (tiles && (cache_dtype == ATTN_DTYPE_FP8_E4M3 || cache_dtype == ATTN_DTYPE_FP8_E5M2) &&
+        rows >= kernels->tile_rows_fp8)
+        return PATH_FP8_TILES;
     /* Small groups read bf16 storage directly (kernels/registry.h, ATTN_DECODE_FUSED_ROWS). */
     if (cache_dtype == ATTN_DTYPE_BF16 && kernels->score_chunk_bf16 != NULL &&
         rows <= ATTN_DECODE_FUSED_ROWS)
@@ -138,16 +149,6 @@ static decode_path decode_path_of(const attn_decode_kernels *kernels, attn_dtype
     if (attn_dtype_is_quantized(cache_dtype) && kernels->score_chunk_q8 != NULL &&
         (rows <= ATTN_DECODE_FUSED_ROWS || cache_dtype == ATTN_DTYPE_Q8))
         return PATH_FUSED_Q8;
-    /* bf16 queries (never float32 ones rounded) against bf16 storage on bf16 tiles */
-    if (cache_dtype == ATTN_DTYPE_BF16 && query_dtype == ATTN_DTYPE_BF16 &&
-        kernels->score_chunk_tiles != NULL && rows >= ATTN_DECODE_TILE_ROWS)
-        return PATH_TILES;
-    /* ... and against fp8 storage, whose every value is a bf16 value: each chunk widened to
-     * bf16, the head's scales applied to the scores and to the output */
-    if ((cache_dtype == ATTN_DTYPE_FP8_E4M3 || cache_dtype == ATTN_DTYPE_FP8_E5M2) &&
-        query_dtype == ATTN_DTYPE_BF16 && kernels->score_chunk_tiles != NULL &&
-        rows >= ATTN_DECODE_TILE_ROWS)
-        return PATH_FP8_TILES;
     /* Large groups (MQA, MLA): scores from queries prepared once per task for
      * score_chunk_group, keys widened or dequantised once per chunk (registry.h). */
     if (kernels->score_chunk_group != NULL && rows >= ATTN_DECODE_GROUP_ROWS) return PATH_GROUP;
@@ -325,13 +326,19 @@ const char *attn_decode_kernel_path(attn_kernel_choice choice, attn_dtype cache_
 }
 
 /* The bf16 tiles' pending P · V: `chunks` chunks of `keys` keys in all (one page, from
- * `values`), their P blocks in scratch->scores, the accumulator's factor in
- * scratch->carried. */
+ * `values`: bf16 rows, or with `stored` FP8_E4M3 / FP8_E5M2 the stored fp8 rows read in
+ * place), their P blocks in scratch->scores, the accumulator's factor in scratch->carried. */
 static void flush_tiles(const attn_decode_kernels *kernels, decode_scratch *scratch,
-                        int64_t rows, int64_t Dv, int keys, const void *values,
-                        int64_t value_stride) {
-    kernels->accumulate_chunk_tiles((int)rows, keys, (int)Dv, scratch->scores, scratch->carried,
-                                    values, value_stride, scratch->values, scratch->accumulator);
+                        attn_dtype stored, int64_t rows, int64_t Dv, int keys,
+                        const void *values, int64_t value_stride) {
+    if (stored == ATTN_DTYPE_FP8_E4M3 || stored == ATTN_DTYPE_FP8_E5M2)
+        kernels->accumulate_chunk_tiles_fp8(stored, (int)rows, keys, (int)Dv, scratch->scores,
+                                            scratch->carried, values, value_stride,
+                                            scratch->accumulator);
+    else
+        kernels->accumulate_chunk_tiles((int)rows, keys, (int)Dv, scratch->scores,
+                                        scratch->carried, values, value_stride, scratch->values,
+                                        scratch->accumulator);
 }
 
 /* One task: sequence b, KV head kv_head, split `split`; writes its partial (O, LSE).
@@ -380,7 +387,13 @@ static void run_task(const decode_plan *plan, decode_scratch *scratch, int64_t b
     const bool fused_bf16 = path == PATH_FUSED_BF16, fused_q8 = path == PATH_FUSED_Q8;
     /* bf16 tiles, on the stored bf16 rows or on fp8 rows widened to bf16 (fp8_tiles) */
     const bool fp8_tiles = path == PATH_FP8_TILES;
+    /* ... read in place by the tile arithmetic where the registry can, for small groups
+     * (registry.h score_chunk_tiles_fp8), else widened into keys16 / values16 first */
+    const bool fp8_in_place = fp8_tiles && kernels->score_chunk_tiles_fp8 != NULL &&
+                              rows <= ATTN_DECODE_FUSED_ROWS;
     const bool tiles = path == PATH_TILES || fp8_tiles;
+    /* the rows the tiles' P · V reads: bf16 (stored or widened), or the stored fp8 rows */
+    const attn_dtype tile_rows_dtype = fp8_in_place ? dtype : ATTN_DTYPE_BF16;
     /* int8 tiles: scores on them in both paths, P·V too in PATH_Q8_TILES */
     const bool q8_values_on_tiles = path == PATH_Q8_TILES;
     const bool q8_scores_on_tiles = q8_values_on_tiles || path == PATH_Q8_TILE_SCORES;
@@ -454,7 +467,8 @@ static void run_task(const decode_plan *plan, decode_scratch *scratch, int64_t b
             all_full &= scratch->classes[g] == ATTN_TILE_FULL;
         }
         if (!any && pending > 0) { /* the pending chunks end here */
-            flush_tiles(kernels, scratch, rows, Dv, pending_keys, pending_values, pending_stride);
+            flush_tiles(kernels, scratch, tile_rows_dtype, rows, Dv, pending_keys, pending_values,
+                        pending_stride);
             pending = pending_keys = 0;
         }
         if (any) {
@@ -493,15 +507,21 @@ static void run_task(const decode_plan *plan, decode_scratch *scratch, int64_t b
             if (tiles) {
                 const uint16_t *tile_keys = stored_keys;
                 int64_t tile_key_stride = cache->key_token_stride;
-                if (fp8_tiles) { /* after the pending chunks' (MLA's values are read there) */
+                if (fp8_in_place)
+                    kernels->score_chunk_tiles_fp8(dtype, (int)rows, count, (int)Dk,
+                                                   (const uint16_t *)scratch->prepared,
+                                                   stored_keys, cache->key_token_stride, scores,
+                                                   cache->value_pool != NULL ? &ahead : NULL);
+                else if (fp8_tiles) { /* after the pending chunks' (MLA's values are read there) */
                     uint16_t *widened = scratch->keys16 + (int64_t)pending_keys * Dk;
                     kernels->widen_fp8_bf16(dtype, count, (int)Dk, stored_keys,
                                             cache->key_token_stride, widened);
                     tile_keys = widened, tile_key_stride = Dk;
                 }
-                kernels->score_chunk_tiles((int)rows, count, (int)Dk,
-                                           (const uint16_t *)scratch->prepared, tile_keys,
-                                           tile_key_stride, scores);
+                if (!fp8_in_place)
+                    kernels->score_chunk_tiles((int)rows, count, (int)Dk,
+                                               (const uint16_t *)scratch->prepared, tile_keys,
+                                               tile_key_stride, scores);
                 if (fp8_tiles && key_factor != 1.0f) /* the head's key scale, per dot product */
                     for (int64_t r = 0; r < rows; ++r)
                         for (int c = 0; c < count; ++c) scores[r * ATTN_DECODE_CHUNK + c] *= key_factor;
@@ -568,12 +588,12 @@ static void run_task(const decode_plan *plan, decode_scratch *scratch, int64_t b
                 if (pending == 0) {
                     pending_values = own_values ? stored_values : stored_keys;
                     pending_stride = own_values ? stored_value_stride : cache->key_token_stride;
-                    if (fp8_tiles) { /* the widened rows (values_in_keys: the keys') */
+                    if (fp8_tiles && !fp8_in_place) { /* the widened rows (values_in_keys: the keys') */
                         pending_values = own_values ? scratch->values16 : scratch->keys16;
                         pending_stride = own_values ? Dv : Dk;
                     }
                 }
-                if (fp8_tiles && own_values) /* after the pending chunks' values */
+                if (fp8_tiles && !fp8_in_place && own_values) /* after the pending chunks' values */
                     kernels->widen_fp8_bf16(dtype, count, (int)Dv, stored_values,
                                             stored_value_stride,
                                             scratch->values16 + (int64_t)pending_keys * Dv);
@@ -582,8 +602,8 @@ static void run_task(const decode_plan *plan, decode_scratch *scratch, int64_t b
                 /* flushed when full, or when the next chunk is not the next keys of this page */
                 if (pending == tile_chunks || count < ATTN_DECODE_CHUNK ||
                     last == page_end || last >= key_end) {
-                    flush_tiles(kernels, scratch, rows, Dv, pending_keys, pending_values,
-                                pending_stride);
+                    flush_tiles(kernels, scratch, tile_rows_dtype, rows, Dv, pending_keys,
+                                pending_values, pending_stride);
                     pending = pending_keys = 0;
                 }
             } else if (late) { /* the previous chunk's P · V now, this one's held */
@@ -616,7 +636,8 @@ static void run_task(const decode_plan *plan, decode_scratch *scratch, int64_t b
         first = last;
     }
     if (pending > 0)
-        flush_tiles(kernels, scratch, rows, Dv, pending_keys, pending_values, pending_stride);
+        flush_tiles(kernels, scratch, tile_rows_dtype, rows, Dv, pending_keys, pending_values,
+                        pending_stride);
     if (held.count > 0)
         accumulate_late(kernels, path, dtype, rows, Dv, value_factor, &held, scratch);
 

@@ -8,7 +8,7 @@
  * leaf 7.0 ECX: 11 AVX512-VNNI; leaf 7.0 EDX: 22 AMX-BF16, 23 AVX512-FP16,
  * 24 AMX-TILE, 25 AMX-INT8; leaf 7.1 EAX: 5 AVX512-BF16,
  * 21 AMX-FP16. XCR0 bits: 1 SSE, 2 AVX, 5 opmask, 6 ZMM0-15 upper, 7 ZMM16-31, 17 XTILECFG,
- * 18 XTILEDATA.
+ * 18 XTILEDATA. Leaf 0 EBX, EDX, ECX: the vendor string ("AuthenticAMD").
  */
 #include "kernels/cpu_features.h"
 
@@ -54,6 +54,9 @@ static void detect(void) {
     if (!__get_cpuid(1, &a, &b, &c, &d)) { detected = f; return; }
     const int fma = bit(c, 12), osxsave = bit(c, 27), avx = bit(c, 28), f16c = bit(c, 29);
     uint32_t max_leaf = __get_cpuid_max(0, 0);
+    uint32_t vendor[3];
+    __cpuid(0, a, vendor[0], vendor[2], vendor[1]); /* EBX, EDX, ECX: "Auth" "enti" "cAMD" */
+    f.vendor_amd = vendor[0] == 0x68747541u && vendor[1] == 0x69746e65u && vendor[2] == 0x444d4163u;
     uint32_t b7 = 0, c7 = 0, d7 = 0, a71 = 0;
     if (max_leaf >= 7) {
         uint32_t a7;

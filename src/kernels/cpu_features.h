@@ -23,6 +23,11 @@ typedef struct attn_cpu_features {
     int avx512vbmi;  /* VPERMI2B (fp8 rows widened to bf16, kernels/avx512/decode_q8_avx512.h) */
     int amx_tile, amx_bf16, amx_fp16;
     int amx_int8; /* TDPBSSD / TDPBUSD (int8 decode tiles, amx/decode_q8_amx.h) */
+    /* Not an instruction set: 1 when CPUID's vendor string is "AuthenticAMD". AMD's
+     * AVX512-BF16 cores (Zen 4, Zen 5) issue VDPBF16PS at the rate of a 16-lane FMA (twice
+     * its multiply-adds), Intel's at half that rate; the registry takes the VDPBF16PS decode
+     * kernels on AMD only (registry.c). Not in the named flags below. */
+    int vendor_amd;
     /* What the detection saw, for logs: XCR0 (0 without OSXSAVE), and whether the Linux AMX
      * permission request was made (1) and granted (1). */
     uint64_t xcr0;

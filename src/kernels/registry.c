@@ -27,6 +27,12 @@ static int usable_avx512(const attn_cpu_features *f) {
 static int usable_avx512bf16(const attn_cpu_features *f) {
     return usable_avx512(f) && f->avx512_bf16 && f->f16c;
 }
+/* The VDPBF16PS decode kernels (avx512bf16/decode_avx512bf16.c): where VDPBF16PS issues at
+ * the rate of an FMA (AMD; cpu_features.h vendor_amd) and VPERMI2B widens fp8 rows to bf16
+ * (AVX512-VBMI, decode_q8_avx512.h). */
+static int usable_dpbf16_decode(const attn_cpu_features *f) {
+    return usable_avx512bf16(f) && f->vendor_amd && f->avx512vbmi;
+}
 #endif
 #if defined(ATTN_HAVE_AMX_KERNELS) && defined(ATTN_HAVE_AVX512BF16_KERNELS)
 /* amx_tile / amx_bf16 are 1 only with XCR0 tile state and the Linux XTILEDATA permission. */
@@ -69,8 +75,10 @@ typedef struct isa_entry {
 #endif
 #if defined(ATTN_HAVE_AVX512BF16_KERNELS)
 #define ISA_AVX512BF16 &attn_isa_avx512bf16, usable_avx512bf16
+#define ISA_AVX512BF16_EXTRAS {{&attn_isa_avx512bf16_decode, usable_dpbf16_decode}, {NULL, NULL}}
 #else
 #define ISA_AVX512BF16 NULL, NULL
+#define ISA_AVX512BF16_EXTRAS {{NULL, NULL}, {NULL, NULL}}
 #endif
 #if defined(ATTN_HAVE_AMX_KERNELS) && defined(ATTN_HAVE_AVX512BF16_KERNELS)
 #define ISA_AMX &attn_isa_amx, usable_amx
@@ -90,7 +98,7 @@ static const isa_entry isas[] = {
     {ATTN_KERNEL_AVX2, "avx2", "AVX2", ATTN_KERNEL_GENERIC, ISA_AVX2, "AVX2 + FMA", NO_EXTRA},
     {ATTN_KERNEL_AVX512, "avx512", "AVX512", ATTN_KERNEL_GENERIC, ISA_AVX512, "AVX-512 F/DQ/BW/VL", NO_EXTRA},
     {ATTN_KERNEL_AVX512_BF16, "avx512_bf16", "AVX512_BF16", ATTN_KERNEL_AVX512, ISA_AVX512BF16,
-     "AVX-512 F/DQ/BW/VL + AVX512-BF16 + F16C", NO_EXTRA},
+     "AVX-512 F/DQ/BW/VL + AVX512-BF16 + F16C", ISA_AVX512BF16_EXTRAS},
     {ATTN_KERNEL_AMX, "amx", "AMX", ATTN_KERNEL_AVX512_BF16, ISA_AMX,
      "AMX-TILE + AMX-BF16 (CPUID, XCR0 tile state and the OS's XTILEDATA permission)",
      ISA_AMX_EXTRAS},
@@ -157,6 +165,10 @@ static void apply(attn_kernels *into, const attn_kernel_isa *isa) {
             into->decode.score_chunk_tiles = isa->decode->score_chunk_tiles;
             into->decode.prepare_tile_queries = isa->decode->prepare_tile_queries;
             into->decode.accumulate_chunk_tiles = isa->decode->accumulate_chunk_tiles;
+            into->decode.tile_rows_bf16 = isa->decode->tile_rows_bf16;
+            into->decode.tile_rows_fp8 = isa->decode->tile_rows_fp8;
+            into->decode.score_chunk_tiles_fp8 = isa->decode->score_chunk_tiles_fp8;
+            into->decode.accumulate_chunk_tiles_fp8 = isa->decode->accumulate_chunk_tiles_fp8;
         }
         if (isa->decode->score_chunk_q8_tiles != NULL) {
             into->decode.score_chunk_q8_tiles = isa->decode->score_chunk_q8_tiles;

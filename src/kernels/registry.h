@@ -312,6 +312,24 @@ typedef struct attn_decode_kernels {
     void (*accumulate_chunk_tiles)(int rows, int count, int dim, const float *weights,
                                    const float *rescale, const uint16_t *values,
                                    int64_t value_stride, void *stage, float *accumulator);
+    /* With the three above: the smallest group that runs on them against bf16 storage
+     * (tile_rows_bf16) and against fp8 storage widened to bf16 (tile_rows_fp8); smaller
+     * groups take the in-place kernels. */
+    int tile_rows_bf16, tile_rows_fp8;
+    /* Optional, with the tile slots (NULL = widen_fp8_bf16 into a buffer, then the bf16
+     * tiles): fp8 storage (dtype FP8_E4M3 / FP8_E5M2) read in place by the same arithmetic,
+     * for groups of rows <= ATTN_DECODE_FUSED_ROWS (each stored row is widened once per 4
+     * rows, larger groups widen once into a buffer): bit for bit score_chunk_tiles /
+     * accumulate_chunk_tiles on the rows widen_fp8_bf16 gives (no scales: the loop applies
+     * the head's). ahead: as score_chunk_q8's (a hint; results never depend on it). */
+    void (*score_chunk_tiles_fp8)(attn_dtype dtype, int rows, int count, int dim,
+                                  const uint16_t *prepared, const uint8_t *keys,
+                                  int64_t key_stride, float *scores,
+                                  const attn_rows_ahead *ahead);
+    void (*accumulate_chunk_tiles_fp8)(attn_dtype dtype, int rows, int count, int dim,
+                                       const float *weights, const float *rescale,
+                                       const uint8_t *values, int64_t value_stride,
+                                       float *accumulator);
 
     /* 8-bit storage (attn_dtype Q8, FP8_E4M3, FP8_E5M2; kernels/quant.h). A stored row c
      * (elements source[c * stride + e], one byte each) stands for the floats
@@ -433,6 +451,7 @@ extern const attn_kernel_isa attn_isa_avx512;
 #endif
 #if defined(ATTN_HAVE_AVX512BF16_KERNELS)
 extern const attn_kernel_isa attn_isa_avx512bf16; /* on top of avx512 */
+extern const attn_kernel_isa attn_isa_avx512bf16_decode; /* added to it on AMD (registry.c) */
 #endif
 #if defined(ATTN_HAVE_AMX_KERNELS)
 extern const attn_kernel_isa attn_isa_amx; /* on top of avx512bf16 */

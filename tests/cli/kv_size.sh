@@ -133,7 +133,7 @@ import re, sys
 checked = 0
 bf16_tokens = {}
 for line in open(sys.argv[1]):
-    m = re.match(r"(bf16|int8) Hq=32 Hkv=(\d+) +(\d+) +(\S+) +(\S+) +(\S+) +(\S+) +(\d+)% +(\S+)x  \S+ [a-z0-9 ]+$", line)
+    m = re.match(r"(bf16|int8) Hq=32 Hkv=(\d+) +(\d+) +(\S+) +(\S+) +(\S+) +(\S+) +(\d+)% +(\S+)x  \S+ [a-z0-9 -]+$", line)  # kernels: "8-bit in place" too
     if not m:
         continue
     dtype, kv, context = m.group(1), int(m.group(2)), int(m.group(3))

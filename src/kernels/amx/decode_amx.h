@@ -258,4 +258,6 @@ static const attn_decode_kernels attn_amx_decode = {
     .prepare_tile_queries = attn_amx_prepare_tile_queries,
     .score_chunk_tiles = attn_amx_score_chunk_tiles,
     .accumulate_chunk_tiles = attn_amx_accumulate_chunk_tiles,
+    .tile_rows_bf16 = ATTN_DECODE_TILE_ROWS,
+    .tile_rows_fp8 = ATTN_DECODE_TILE_ROWS,
 };

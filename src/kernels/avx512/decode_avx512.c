@@ -223,10 +223,9 @@ static void avx512_accumulate_chunk_bf16(int rows, int count, int dim, const flo
 }
 
 /* ---- 8-bit storage (Q8, FP8), read in place ---- */
-#include <pthread.h>
-
 #include "kernels/cpu_features.h"
 #include "kernels/quant.h"
+#include "kernels/fp8_bf16_table.h"
 #include "kernels/avx512/decode_q8_avx512.h"
 
 const attn_decode_kernels attn_avx512_decode = {

@@ -136,8 +136,7 @@ static void widen_fp8_bf16_as(const attn_dtype format, int count, int dim, const
 /* The same with AVX512-VBMI, 64 stored bytes at a time: two 128-entry byte lookups on the
  * 7-bit magnitude (VPERMI2B) give each value's bf16 low and high byte, the sign is ORed into
  * the high one, and two more VPERMI2B interleave them into 64 bf16 words in order: 5
- * instructions per 64 elements instead of about 34. The tables: the bf16 bytes of each
- * magnitude's value (quant.h decode: exact), built once. */
+ * instructions per 64 elements instead of about 34. The tables: kernels/fp8_bf16_table.h. */
 /* Rows ahead that widen_fp8_bf16_vbmi requests (the fp8 groups on bf16 tiles: MQA, MLA).
  * Context 32768, 3 alternated runs, "vs bf16", fp8 E4M3 MQA / MLA V2 / V2-Lite: none
  * 0.92-0.93x / 0.95-1.00x / 0.74-0.75x; 32 rows 0.93-0.95x / 0.98-1.05x / 0.80-0.83x; 64 rows
@@ -145,38 +144,12 @@ static void widen_fp8_bf16_as(const attn_dtype format, int count, int dim, const
  * was not measured with it and requests nothing.) */
 #define FP8_WIDEN_LOOKAHEAD 32
 
-typedef struct fp8_bf16_lookup {
-    uint8_t low[2][128] __attribute__((aligned(64)));  /* [E4M3, E5M2][magnitude code] */
-    uint8_t high[2][128] __attribute__((aligned(64)));
-    uint8_t place[2][64] __attribute__((aligned(64))); /* word j: bytes low[j], high[j] */
-} fp8_bf16_lookup;
-
-static fp8_bf16_lookup fp8_bf16_table;
-static pthread_once_t fp8_bf16_table_once = PTHREAD_ONCE_INIT;
-
-static void fp8_bf16_table_build(void) {
-    for (int f = 0; f < 2; ++f)
-        for (int code = 0; code < 128; ++code) {
-            const float value = f == 0 ? attn_fp8_e4m3_decode((uint8_t)code)
-                                       : attn_fp8_e5m2_decode((uint8_t)code);
-            const uint32_t bits = attn_float_bits(value);
-            fp8_bf16_table.low[f][code] = (uint8_t)(bits >> 16);
-            fp8_bf16_table.high[f][code] = (uint8_t)(bits >> 24);
-        }
-    for (int half = 0; half < 2; ++half)
-        for (int j = 0; j < 32; ++j) {
-            fp8_bf16_table.place[half][2 * j] = (uint8_t)(32 * half + j);
-            fp8_bf16_table.place[half][2 * j + 1] = (uint8_t)(64 + 32 * half + j);
-        }
-}
-
 __attribute__((target("avx512vbmi"))) static void widen_fp8_bf16_vbmi(attn_dtype dtype, int count,
                                                                       int dim,
                                                                       const uint8_t *source,
                                                                       int64_t stride,
                                                                       uint16_t *target) {
-    pthread_once(&fp8_bf16_table_once, fp8_bf16_table_build);
-    const fp8_bf16_lookup *t = &fp8_bf16_table;
+    const attn_fp8_bf16_lookup *t = attn_fp8_bf16_lookup_get();
     const int f = dtype == ATTN_DTYPE_FP8_E4M3 ? 0 : 1;
     const __m512i low0 = _mm512_load_si512(t->low[f]), low1 = _mm512_load_si512(t->low[f] + 64);
     const __m512i high0 = _mm512_load_si512(t->high[f]);

@@ -81,26 +81,7 @@ V_INLINE vf load_first(const float *p, int lanes) {
  * at 16 lanes 256-bit halves, then 128-bit quarters (shuffle_f32x4), then within 128 bits
  * (unpack). */
 #if VLANES == 16
-V_INLINE vf transpose_reduce(const vf v[16]) {
-    /* The tree below yields lane 4k + j = sum(w[4j + k]); feeding w[4j + k] = v[4k + j]
-     * makes lane a = sum(v[a]). */
-    vf w[16];
-    for (int i = 0; i < 16; ++i) w[i] = v[(i % 4) * 4 + i / 4];
-    vf halves[8], quarters[4];
-    for (int i = 0; i < 8; ++i) /* blocks [a0+a2, a1+a3, b0+b2, b1+b3] */
-        halves[i] = vf_add(_mm512_shuffle_f32x4(w[2 * i], w[2 * i + 1], 0x44),
-                           _mm512_shuffle_f32x4(w[2 * i], w[2 * i + 1], 0xEE));
-    for (int i = 0; i < 4; ++i) /* block m = 4-lane partial of w[4i + m] */
-        quarters[i] = vf_add(_mm512_shuffle_f32x4(halves[2 * i], halves[2 * i + 1], 0x88),
-                             _mm512_shuffle_f32x4(halves[2 * i], halves[2 * i + 1], 0xDD));
-    const vf pair01 = vf_add(_mm512_unpacklo_ps(quarters[0], quarters[1]),
-                             _mm512_unpackhi_ps(quarters[0], quarters[1]));
-    const vf pair23 = vf_add(_mm512_unpacklo_ps(quarters[2], quarters[3]),
-                             _mm512_unpackhi_ps(quarters[2], quarters[3]));
-    const __m512d lo = _mm512_unpacklo_pd(_mm512_castps_pd(pair01), _mm512_castps_pd(pair23));
-    const __m512d hi = _mm512_unpackhi_pd(_mm512_castps_pd(pair01), _mm512_castps_pd(pair23));
-    return vf_add(_mm512_castpd_ps(lo), _mm512_castpd_ps(hi));
-}
+V_INLINE vf transpose_reduce(const vf v[16]) { return attn_transpose_reduce16(v); }
 #else
 V_INLINE vf transpose_reduce(const vf v[8]) {
     const vf low = _mm256_hadd_ps(_mm256_hadd_ps(v[0], v[1]), _mm256_hadd_ps(v[2], v[3]));
