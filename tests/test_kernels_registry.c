@@ -96,6 +96,18 @@ static void test_features_against_cpuinfo(void) {
         CHECK(listed == detected, "%s: /proc/cpuinfo %s it, detection says %d",
               attn_cpu_feature_name(i), listed ? "lists" : "does not list", detected);
     }
+    /* the vendor (not a flag): /proc/cpuinfo's vendor_id line */
+    FILE *cpuinfo = fopen("/proc/cpuinfo", "r");
+    if (cpuinfo != NULL) {
+        char line[512];
+        int amd = -1;
+        while (amd < 0 && fgets(line, sizeof line, cpuinfo) != NULL)
+            if (strncmp(line, "vendor_id", 9) == 0) amd = strstr(line, "AuthenticAMD") != NULL;
+        fclose(cpuinfo);
+        if (amd >= 0)
+            CHECK(amd == f->vendor_amd, "vendor_amd = %d, /proc/cpuinfo says %s", f->vendor_amd,
+                  amd ? "AuthenticAMD" : "another vendor");
+    }
 }
 
 static int complete(const attn_kernels *k) {
