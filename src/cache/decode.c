@@ -11,9 +11,10 @@
  * kernel instead, scales folded into scores and weights), and serves all rows = (Hq / Hkv) * Tq query rows of
  * its group from it (groups of >= ATTN_DECODE_GROUP_ROWS through the large-group kernels,
  * with the queries prepared and the accumulator kept transposed for the whole task; bf16
- * queries of groups of >= ATTN_DECODE_TILE_ROWS against bf16 storage on AMX tiles, keys and
- * values read in place, the P · V of up to ATTN_DECODE_TILE_CHUNKS chunks per pass, and
- * against fp8 storage on the same tiles, each chunk widened exactly to bf16 first; int8
+ * queries against bf16 storage on bf16 tiles (AMX, or VDPBF16PS on AMD) from the registry's
+ * tile_rows_bf16, keys and values read in place, the P · V of up to ATTN_DECODE_TILE_CHUNKS
+ * chunks per pass, and against fp8 storage on the same arithmetic from tile_rows_fp8, each
+ * chunk widened exactly to bf16 first or, for small groups, read in place; int8
  * storage on AMX-INT8 tiles, scores for every group and P · V from
  * ATTN_DECODE_Q8_TILE_VALUE_ROWS rows; the one choice is decode_path_of): scores, mask,
  * online softmax, value accumulation (docs/attention-math.md §2.1),
@@ -107,7 +108,7 @@ typedef enum decode_path {
     PATH_FUSED_BF16, /* small groups read bf16 storage in place (score_chunk_bf16) */
     PATH_FUSED_Q8,   /* 8-bit storage read in place (score_chunk_q8) */
     PATH_GROUP,      /* large groups on float32 chunks (score_chunk_group) */
-    PATH_TILES,      /* bf16 queries of large groups on bf16 tiles (score_chunk_tiles: AMX) */
+    PATH_TILES,      /* bf16 queries on bf16 tiles (score_chunk_tiles: AMX, VDPBF16PS) */
     PATH_Q8_TILES,   /* int8 storage on int8 tiles (score_chunk_q8_tiles: AMX-INT8) */
     PATH_Q8_TILE_SCORES, /* ... scores on the tiles, P·V by accumulate_chunk_q8 (small groups) */
     PATH_FP8_TILES,  /* bf16 queries of large groups against fp8 storage: chunks widened to
@@ -155,6 +156,13 @@ static decode_path decode_path_of(const attn_decode_kernels *kernels, attn_dtype
     return PATH_ROWS;
 }
 
+/* Whether a PATH_FP8_TILES task of `rows` rows reads the stored fp8 rows in place
+ * (registry.h score_chunk_tiles_fp8: small groups) instead of widening each chunk into
+ * keys16 / values16 first. */
+static bool fp8_tiles_in_place(const attn_decode_kernels *kernels, int64_t rows) {
+    return kernels->score_chunk_tiles_fp8 != NULL && rows <= ATTN_DECODE_FUSED_ROWS;
+}
+
 /* Bytes of each part of one thread's scratch (64-byte multiples, in decode_scratch order)
  * and their total; false on overflow. */
 static bool scratch_layout(const decode_plan *plan, int64_t most_splits,
@@ -184,11 +192,12 @@ static bool scratch_layout(const decode_plan *plan, int64_t most_splits,
     if (q8_values > values) values = q8_values;
     /* fp8 on bf16 tiles: the pending chunks widened to bf16 (only when that path runs) */
     const attn_kv_cache_config *config = &plan->cache->config;
-    const bool fp8_tiles = decode_path_of(&plan->kernels->decode, config->dtype, plan->q->dtype,
-                                          plan->rows, plan->key_dim) == PATH_FP8_TILES;
-    const size_t keys16 = fp8_tiles ? (size_t)ATTN_DECODE_TILE_KEYS * dk : 0;
+    const bool widens_fp8 = decode_path_of(&plan->kernels->decode, config->dtype, plan->q->dtype,
+                                          plan->rows, plan->key_dim) == PATH_FP8_TILES &&
+                           !fp8_tiles_in_place(&plan->kernels->decode, plan->rows);
+    const size_t keys16 = widens_fp8 ? (size_t)ATTN_DECODE_TILE_KEYS * dk : 0;
     const size_t values16 =
-        fp8_tiles && !config->values_in_keys ? (size_t)ATTN_DECODE_TILE_KEYS * dv : 0;
+        widens_fp8 && !config->values_in_keys ? (size_t)ATTN_DECODE_TILE_KEYS * dv : 0;
     const size_t counts[SCRATCH_PARTS][2] = {
         {rows * dk, f}, {prepared, f}, {rows * chunk * ATTN_DECODE_TILE_CHUNKS, f}, {accumulator, f},
         {rows, f},      {rows, f},                {2 * rows, f},     {chunk * dk, f},
@@ -389,8 +398,7 @@ static void run_task(const decode_plan *plan, decode_scratch *scratch, int64_t b
     const bool fp8_tiles = path == PATH_FP8_TILES;
     /* ... read in place by the tile arithmetic where the registry can, for small groups
      * (registry.h score_chunk_tiles_fp8), else widened into keys16 / values16 first */
-    const bool fp8_in_place = fp8_tiles && kernels->score_chunk_tiles_fp8 != NULL &&
-                              rows <= ATTN_DECODE_FUSED_ROWS;
+    const bool fp8_in_place = fp8_tiles && fp8_tiles_in_place(kernels, rows);
     const bool tiles = path == PATH_TILES || fp8_tiles;
     /* the rows the tiles' P · V reads: bf16 (stored or widened), or the stored fp8 rows */
     const attn_dtype tile_rows_dtype = fp8_in_place ? dtype : ATTN_DTYPE_BF16;

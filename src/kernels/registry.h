@@ -286,16 +286,17 @@ typedef struct attn_decode_kernels {
                                    const float *rescale, const float *values,
                                    int64_t value_stride, float *accumulator);
 
-    /* Optional (NULL = the kernels above): bf16 tiles (AMX) for a group of >=
-     * ATTN_DECODE_TILE_ROWS rows (any rows >= 1 are valid) whose queries are bf16 (the
-     * caller's dtype: never used to round float32 queries) against bf16 storage.
+    /* Optional (NULL = the kernels above): bf16 tiles (AMX tiles, or VDPBF16PS blocks on
+     * AMD: avx512bf16/decode_avx512bf16.c) for the groups of >= tile_rows_bf16 rows (below;
+     * any rows >= 1 are valid) whose queries are bf16 (the caller's dtype: never used to
+     * round float32 queries) against bf16 storage, and of >= tile_rows_fp8 against fp8.
      * prepare_tile_queries: the query rows [rows][dim] (floats holding bf16 values; others
      * are rounded to nearest even) once per task into the operand layout of the tiles,
      * prepared[ATTN_DECODE_TILE_QUERY_ELEMENTS(rows, dim)] bf16 (zero past rows and dim).
      * score_chunk_tiles: scores[r * ATTN_DECODE_CHUNK + c] = sum_d query_r[d] * key_c[d] for
      * r < rows, c < count (<= ATTN_DECODE_CHUNK), keys[c * key_stride + d] bf16 as stored
      * (products exact, sums in fp32 in the tile's order; denormal inputs and outputs flush
-     * to 0 on AMX).
+     * to 0, on AMX and with VDPBF16PS alike).
      * accumulate_chunk_tiles: accumulator[r * ATTN_DECODE_TILE_ROW_FLOATS(dim) + e] =
      *     rescale[r] * itself + sum_c bf16(w[r][c]) * values[c * value_stride + e]
      * for r < rows, e < dim, c < count (<= ATTN_DECODE_TILE_KEYS: up to

@@ -201,38 +201,6 @@ static inline __attribute__((always_inline)) void accumulate_block(
         }
 }
 
-/* registry.h accumulate_chunk_tiles (stage unused: the values are read in place). */
-static void dpbf16_accumulate_chunk_tiles(int rows, int count, int dim, const float *weights,
-                                          const float *rescale, const uint16_t *values,
-                                          int64_t value_stride, void *stage,
-                                          float *accumulator) {
-    (void)stage;
-    const int width = ATTN_DECODE_TILE_ROW_FLOATS(dim);
-    weight_pairs pairs;
-    for (int r0 = 0; r0 < rows; r0 += 4) {
-        const int block_rows = rows - r0 < 4 ? rows - r0 : 4;
-        round_weights(rows, r0, block_rows, count, weights, &pairs);
-        float *block = accumulator + (size_t)r0 * width;
-        for (int e0 = 0; e0 < width; e0 += 64) {
-            const int halves = width - e0 > 32 ? 2 : 1;
-#define ACCUMULATE(R, H)                                                                         \
-    accumulate_block(R, H, count, dim, width, e0, &pairs, rescale + r0, values, value_stride,   \
-                     block)
-            switch (block_rows * 2 + halves - 1) {
-            case 8: ACCUMULATE(4, 1); break;
-            case 9: ACCUMULATE(4, 2); break;
-            case 6: ACCUMULATE(3, 1); break;
-            case 7: ACCUMULATE(3, 2); break;
-            case 4: ACCUMULATE(2, 1); break;
-            case 5: ACCUMULATE(2, 2); break;
-            case 2: ACCUMULATE(1, 1); break;
-            default: ACCUMULATE(1, 2); break;
-            }
-#undef ACCUMULATE
-        }
-    }
-}
-
 /* ---- fp8 storage read in place (registry.h score_chunk_tiles_fp8 / accumulate_chunk_tiles_fp8) ----
  * 64 stored bytes at a time, widened to bf16 in registers as widen_fp8_bf16 does with VBMI
  * (fp8_bf16_table.h): two VPERMI2B on the 7-bit magnitude give each value's low and high
@@ -394,14 +362,15 @@ static inline __attribute__((always_inline)) FP8_TARGET void accumulate_block_fp
     }
 }
 
-/* registry.h accumulate_chunk_tiles_fp8. */
-static FP8_TARGET void dpbf16_accumulate_chunk_tiles_fp8(attn_dtype dtype, int rows, int count,
-                                                         int dim, const float *weights,
-                                                         const float *rescale,
-                                                         const uint8_t *values,
-                                                         int64_t value_stride,
-                                                         float *accumulator) {
-    const fp8_widener w = fp8_widener_of(dtype);
+/* Accumulator rows [rows][ATTN_DECODE_TILE_ROW_FLOATS(dim)] += the chunk's P · V, 4 rows x
+ * 64 elements at a time, from bf16 value rows (`stored` BF16: accumulate_block) or fp8 ones
+ * (FP8_E4M3 / FP8_E5M2: accumulate_block_fp8); each row block's weights rounded once. */
+static FP8_TARGET void accumulate_rows(attn_dtype stored, int rows, int count, int dim,
+                                       const float *weights, const float *rescale,
+                                       const void *values, int64_t value_stride,
+                                       float *accumulator) {
+    const int fp8 = stored != ATTN_DTYPE_BF16;
+    const fp8_widener w = fp8_widener_of(fp8 ? stored : ATTN_DTYPE_FP8_E4M3);
     const int width = ATTN_DECODE_TILE_ROW_FLOATS(dim);
     weight_pairs pairs;
     for (int r0 = 0; r0 < rows; r0 += 4) {
@@ -409,18 +378,53 @@ static FP8_TARGET void dpbf16_accumulate_chunk_tiles_fp8(attn_dtype dtype, int r
         round_weights(rows, r0, block_rows, count, weights, &pairs);
         float *block = accumulator + (size_t)r0 * width;
         for (int e0 = 0; e0 < width; e0 += 64) {
+#define ACCUMULATE(R, H)                                                                         \
+    accumulate_block(R, H, count, dim, width, e0, &pairs, rescale + r0, values, value_stride,   \
+                     block)
 #define ACCUMULATE_FP8(R)                                                                        \
     accumulate_block_fp8(&w, R, count, dim, width, e0, &pairs, rescale + r0, values,            \
                          value_stride, block)
-            switch (block_rows) {
-            case 4: ACCUMULATE_FP8(4); break;
-            case 3: ACCUMULATE_FP8(3); break;
-            case 2: ACCUMULATE_FP8(2); break;
-            default: ACCUMULATE_FP8(1); break;
+            if (fp8) {
+                switch (block_rows) {
+                case 4: ACCUMULATE_FP8(4); break;
+                case 3: ACCUMULATE_FP8(3); break;
+                case 2: ACCUMULATE_FP8(2); break;
+                default: ACCUMULATE_FP8(1); break;
+                }
+                continue;
             }
+            switch (block_rows * 2 + (width - e0 > 32 ? 2 : 1) - 1) { /* rows, 32-element halves */
+            case 8: ACCUMULATE(4, 1); break;
+            case 9: ACCUMULATE(4, 2); break;
+            case 6: ACCUMULATE(3, 1); break;
+            case 7: ACCUMULATE(3, 2); break;
+            case 4: ACCUMULATE(2, 1); break;
+            case 5: ACCUMULATE(2, 2); break;
+            case 2: ACCUMULATE(1, 1); break;
+            default: ACCUMULATE(1, 2); break;
+            }
+#undef ACCUMULATE
 #undef ACCUMULATE_FP8
         }
     }
+}
+
+/* registry.h accumulate_chunk_tiles (stage unused: the values are read in place). */
+static void dpbf16_accumulate_chunk_tiles(int rows, int count, int dim, const float *weights,
+                                          const float *rescale, const uint16_t *values,
+                                          int64_t value_stride, void *stage,
+                                          float *accumulator) {
+    (void)stage;
+    accumulate_rows(ATTN_DTYPE_BF16, rows, count, dim, weights, rescale, values, value_stride,
+                    accumulator);
+}
+
+/* registry.h accumulate_chunk_tiles_fp8. */
+static void dpbf16_accumulate_chunk_tiles_fp8(attn_dtype dtype, int rows, int count, int dim,
+                                              const float *weights, const float *rescale,
+                                              const uint8_t *values, int64_t value_stride,
+                                              float *accumulator) {
+    accumulate_rows(dtype, rows, count, dim, weights, rescale, values, value_stride, accumulator);
 }
 
 /* The decode slots this table adds (registry.h): the bf16 groups and the fp8 groups with
