@@ -1,6 +1,6 @@
 # kernels.cmake — architecture kernels behind runtime dispatch (src/kernels/registry.c).
 #
-# Every .c under src/kernels/avx2 is compiled with AVX2 + FMA and every .c under
+# Every .c under src/kernels/avx2 is compiled with AVX2 + FMA + F16C and every .c under
 # src/kernels/avx512 with AVX-512 (F, DQ, BW, VL) + FMA; only these files get those flags, so
 # the rest of the library still runs on any x86-64 CPU and registry.c decides from CPUID and
 # the OS which table runs. The ATTN_HAVE_*_KERNELS definitions are PUBLIC on attn_objects so every target
@@ -14,7 +14,7 @@ include(CheckCCompilerFlag)
 option(ATTN_ENABLE_SIMD_KERNELS "Build the AVX2 and AVX-512 kernel tables (x86-64)" ON)
 
 if(ATTN_ENABLE_SIMD_KERNELS AND CMAKE_SYSTEM_PROCESSOR MATCHES "x86_64|AMD64|amd64")
-  check_c_compiler_flag("-mavx2 -mfma" ATTN_COMPILER_HAS_AVX2)
+  check_c_compiler_flag("-mavx2 -mfma -mf16c" ATTN_COMPILER_HAS_AVX2)
   check_c_compiler_flag("-mavx512f -mavx512dq -mavx512bw -mavx512vl -mfma" ATTN_COMPILER_HAS_AVX512)
 
   file(GLOB ATTN_AVX2_SOURCES CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/src/kernels/avx2/*.c)
@@ -22,7 +22,14 @@ if(ATTN_ENABLE_SIMD_KERNELS AND CMAKE_SYSTEM_PROCESSOR MATCHES "x86_64|AMD64|amd
 
   if(ATTN_COMPILER_HAS_AVX2 AND ATTN_AVX2_SOURCES)
     target_sources(attn_objects PRIVATE ${ATTN_AVX2_SOURCES})
-    set_source_files_properties(${ATTN_AVX2_SOURCES} PROPERTIES COMPILE_OPTIONS "-mavx2;-mfma")
+    set_source_files_properties(${ATTN_AVX2_SOURCES} PROPERTIES COMPILE_OPTIONS "-mavx2;-mfma;-mf16c")
+    # GCC's partial redundancy elimination leaves a register copy per accumulator and step
+    # in the 8-bit decode loops at 16 registers (8 vmovdqa per 8 VPMADDWD): without it the
+    # same code runs ~25% fewer instructions (docs/inference.md, "8-bit KV decode on AVX2").
+    if(CMAKE_C_COMPILER_ID STREQUAL "GNU")
+      set_property(SOURCE ${PROJECT_SOURCE_DIR}/src/kernels/avx2/decode_avx2.c APPEND PROPERTY
+                   COMPILE_OPTIONS "-fno-tree-pre")
+    endif()
     target_compile_definitions(attn_objects PUBLIC ATTN_HAVE_AVX2_KERNELS=1)
     add_compile_definitions(ATTN_HAVE_AVX2_KERNELS=1)
   endif()

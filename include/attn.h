@@ -204,7 +204,7 @@ typedef enum attn_sparse_pattern {
 typedef enum attn_kernel_choice {
     ATTN_KERNEL_AUTO = 0,    /* the fastest this CPU supports */
     ATTN_KERNEL_GENERIC = 1, /* portable C */
-    ATTN_KERNEL_AVX2 = 2,    /* AVX2 + FMA; ATTN_ERROR_UNSUPPORTED if the CPU lacks it */
+    ATTN_KERNEL_AVX2 = 2,    /* AVX2 + FMA + F16C; ATTN_ERROR_UNSUPPORTED if the CPU lacks it */
     ATTN_KERNEL_AVX512 = 3,  /* AVX-512F; ATTN_ERROR_UNSUPPORTED if the CPU lacks it */
     ATTN_KERNEL_AVX512_BF16 = 4, /* AVX-512 plus AVX512-BF16 and F16C: bf16 operands run on
                                     VDPBF16PS tiles when this is asked for by name (AUTO, which

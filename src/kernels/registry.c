@@ -16,7 +16,9 @@
 
 static int usable_always(const attn_cpu_features *f) { return (void)f, 1; }
 #if defined(ATTN_HAVE_AVX2_KERNELS)
-static int usable_avx2(const attn_cpu_features *f) { return f->avx2 && f->fma; }
+/* F16C (VCVTPH2PS: the fp8 decode kernels, fp16 widening) comes with every AVX2 CPU made; it is
+ * checked all the same. */
+static int usable_avx2(const attn_cpu_features *f) { return f->avx2 && f->fma && f->f16c; }
 #endif
 #if defined(ATTN_HAVE_AVX512_KERNELS)
 static int usable_avx512(const attn_cpu_features *f) {
@@ -95,7 +97,7 @@ typedef struct isa_entry {
 static const isa_entry isas[] = {
     /* choice, name, label, base, table + usable, what it needs[, extra table + usable] */
     {ATTN_KERNEL_GENERIC, "generic", "GENERIC", ATTN_KERNEL_GENERIC, ISA_GENERIC, "", NO_EXTRA},
-    {ATTN_KERNEL_AVX2, "avx2", "AVX2", ATTN_KERNEL_GENERIC, ISA_AVX2, "AVX2 + FMA", NO_EXTRA},
+    {ATTN_KERNEL_AVX2, "avx2", "AVX2", ATTN_KERNEL_GENERIC, ISA_AVX2, "AVX2 + FMA + F16C", NO_EXTRA},
     {ATTN_KERNEL_AVX512, "avx512", "AVX512", ATTN_KERNEL_GENERIC, ISA_AVX512, "AVX-512 F/DQ/BW/VL", NO_EXTRA},
     {ATTN_KERNEL_AVX512_BF16, "avx512_bf16", "AVX512_BF16", ATTN_KERNEL_AVX512, ISA_AVX512BF16,
      "AVX-512 F/DQ/BW/VL + AVX512-BF16 + F16C", ISA_AVX512BF16_EXTRAS},

@@ -1,5 +1,5 @@
 /*
- * backward_avx2.c — the backward part of the AVX2 + FMA registry:
+ * backward_avx2.c — the backward part of the AVX2 + FMA + F16C registry:
  * src/kernels/simd/backward_body.h compiled at 8 lanes.
  */
 #define ATTN_VEC_WIDTH 8

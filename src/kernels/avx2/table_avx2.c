@@ -1,6 +1,6 @@
 /*
- * table_avx2.c — the AVX2 + FMA ISA table (selected by kernels/registry.c on CPUs and OSes
- * with AVX2 and FMA): the shared SIMD kernels at 8 lanes.
+ * table_avx2.c — the AVX2 + FMA + F16C ISA table (selected by kernels/registry.c on CPUs and
+ * OSes with AVX2, FMA and F16C): the shared SIMD kernels at 8 lanes.
  */
 #include "kernels/simd/parts.h"
 

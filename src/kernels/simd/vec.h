@@ -2,7 +2,7 @@
  * vec.h — the small vector abstraction the SIMD kernels are written over, so that each kernel
  * body (src/kernels/simd/<part>_body.h) exists once and is compiled once per width:
  *   ATTN_VEC_WIDTH 16: AVX-512 (F, DQ, BW, VL) + FMA, 16 floats, 32 registers, mask registers;
- *   ATTN_VEC_WIDTH 8:  AVX2 + FMA, 8 floats, 16 registers, lane masks held in a vector.
+ *   ATTN_VEC_WIDTH 8:  AVX2 + FMA + F16C, 8 floats, 16 registers, lane masks held in a vector.
  * A translation unit defines ATTN_VEC_WIDTH, then includes this and the bodies; it is built
  * with that width's compiler flags (cmake/kernels.cmake) and is selected at run time only on
  * CPUs that have them (kernels/registry.c).

@@ -1,0 +1,623 @@
+/*
+ * decode_q8_avx2.h — the AVX2 decode kernels for 8-bit KV storage (registry.h:
+ * dequantize_rows, score_chunk_q8, accumulate_chunk_q8; formats in kernels/quant.h), read in
+ * place: the AVX2 counterpart of avx512/decode_q8_avx512.h at 8 lanes and 16 registers. Part
+ * of decode_avx2.c's translation unit (included after decode_body.h, whose transpose_reduce
+ * and vector helpers it uses). The AVX2 registry requires F16C (registry.c), whose VCVTPH2PS
+ * widens the fp8 formats.
+ *
+ * Widening 16 stored bytes (one 128-bit load) to floats, in registers:
+ *   Q8 (dequantize_rows only): vpmovsxbw, then vpmovsxwd + vcvtdq2ps per 8 (exact);
+ *   FP8 E5M2: interleaved with zero bytes (vpunpcklbw / vpunpckhbw) each byte becomes the top
+ *             byte of a 16-bit word: the IEEE half with the same value; vcvtph2ps per 8;
+ *   FP8 E4M3: the same words shifted right by 1 arithmetically (the byte sign-extended and
+ *             shifted left 7), bit 14 cleared: the half whose value is the E4M3 value / 256
+ *             (subnormals included); the 256 is folded into the per-key scale (a power of
+ *             two: the rounding of the generic kernels).
+ * All in-lane operations (no lane-crossing widening). A tail of the head dimension (dim not a
+ * multiple of 16) is copied into a zeroed 16-byte block, and its query / accumulator floats
+ * are read with masked loads, so nothing past a row is read and padding contributes 0.
+ *
+ * fp8 scores: blocks of 8 dot products (4 rows x 2 keys dimension-major, each loaded key
+ * vector serving 4 rows and each query vector 2 keys; 2 x 4 and 1 x 8 key after key), kept
+ * as 8-lane partial sums and reduced by decode_body.h's transpose tree; the per-key scale
+ * multiplies each dot product once. fp8 values: blocks of up to 4 rows x 16 floats (8
+ * accumulators), each stored byte widened once per row block, the weights multiplied by
+ * their key's factor once per chunk.
+ * int8 (quant.h "Q8 decode arithmetic"): queries and weights as int16, products with the
+ * stored int8 elements summed exactly in int32 lanes by VPMADDWD + VPADDD, so the results
+ * equal attn_q8_score_exact / attn_q8_accumulate_exact bit for bit, as on every registry.
+ * Scores: the pair (2d, 2d + 1) is one 32-bit lane on both sides, blocks as fp8's, reduced
+ * in integers. Values: the words of keys c and c + 1 interleaved (vpunpcklwd / vpunpckhwd)
+ * against the broadcast weight pair (w[c], w[c + 1]); the unpack orders each 16 dimensions
+ * as (0-3, 8-11) and (4-7, 12-15), undone once per chunk when the int32 sums are added to
+ * the float accumulator. An odd last key pairs with itself at weight 0.
+ * Requests ahead (software prefetch, 1-byte rows): Q8_LOOKAHEAD rows ahead in the pass that
+ * reads the keys (values) from memory, and the `ahead` rows (the chunk's values, fp8) as
+ * each key is scored (registry.h).
+ */
+#include <string.h>
+
+/* Rows ahead that the pass reading stored 8-bit rows requests (see the header comment). */
+#ifndef Q8_LOOKAHEAD
+#define Q8_LOOKAHEAD 32
+#endif
+
+/* The `bytes` bytes of the row `rows` rows of `stride` bytes after `base` (which may lie past
+ * the pool: the address is formed as an integer, and a prefetch never faults), into L1 (T0)
+ * or L2 (T1). */
+V_INLINE void q8_prefetch_row(const void *base, int64_t rows, int64_t stride, int bytes,
+                              int into_l1) {
+    const uintptr_t row = (uintptr_t)base + (uintptr_t)(rows * stride);
+    for (int offset = 0; offset < bytes; offset += 64) {
+        if (into_l1) _mm_prefetch((const char *)(row + offset), _MM_HINT_T0);
+        else _mm_prefetch((const char *)(row + offset), _MM_HINT_T1);
+    }
+}
+
+/* Row c of `ahead` (registry.h attn_rows_ahead) into L2. */
+V_INLINE void q8_prefetch_ahead(const attn_rows_ahead *ahead, int c) {
+    const char *row = (const char *)ahead->rows + (int64_t)c * ahead->stride;
+    for (int offset = 0; offset < ahead->bytes; offset += 64) _mm_prefetch(row + offset, _MM_HINT_T1);
+}
+
+/* The scale folded into a key's factor for `format` (see above). */
+static inline float q8_format_factor(attn_dtype format) {
+    return format == ATTN_DTYPE_FP8_E4M3 ? ATTN_FP8_E4M3_HALF_FACTOR : 1.0f;
+}
+
+/* The 16 bytes source[0 .. 16); with elements < 16 only those, the rest 0 (none read). */
+V_INLINE __m128i q8_load16(const uint8_t *source, int elements) {
+    if (elements >= 16) return _mm_loadu_si128((const __m128i *)source);
+    uint8_t padded[16] = {0};
+    if (elements > 0) memcpy(padded, source, (size_t)elements);
+    return _mm_loadu_si128((const __m128i *)padded);
+}
+
+/* 16 fp8 bytes as floats: out[0] elements 0-7, out[1] 8-15 (E4M3: value / 256). */
+V_INLINE void fp8_widen16(const attn_dtype format, __m128i bytes, __m256 out[2]) {
+    const __m128i zero = _mm_setzero_si128();
+    __m128i low = _mm_unpacklo_epi8(zero, bytes), high = _mm_unpackhi_epi8(zero, bytes);
+    if (format == ATTN_DTYPE_FP8_E4M3) {
+        const __m128i clear_bit14 = _mm_set1_epi16((short)0xbfff);
+        low = _mm_and_si128(_mm_srai_epi16(low, 1), clear_bit14);
+        high = _mm_and_si128(_mm_srai_epi16(high, 1), clear_bit14);
+    }
+    out[0] = _mm256_cvtph_ps(low);
+    out[1] = _mm256_cvtph_ps(high);
+}
+
+/* ---- dequantize_rows ---- */
+static void dequantize_rows_as(const attn_dtype format, int count, int dim,
+                               const uint8_t *source, int64_t stride, const float *row_scales,
+                               float factor, float *target) {
+    for (int c = 0; c < count; ++c) {
+        const float scale = row_scales != NULL ? factor * row_scales[c] : factor;
+        const __m256 scale_vector = _mm256_set1_ps(scale * q8_format_factor(format));
+        float *row = target + (int64_t)c * dim;
+        for (int e = 0; e < dim; e += 16) {
+            const __m128i bytes = q8_load16(source + c * stride + e, dim - e);
+            __m256 x[2];
+            if (format == ATTN_DTYPE_Q8) {
+                const __m128i words_low = _mm_cvtepi8_epi16(bytes);
+                const __m128i words_high = _mm_cvtepi8_epi16(_mm_srli_si128(bytes, 8));
+                x[0] = _mm256_cvtepi32_ps(_mm256_cvtepi16_epi32(words_low));
+                x[1] = _mm256_cvtepi32_ps(_mm256_cvtepi16_epi32(words_high));
+            } else fp8_widen16(format, bytes, x);
+            for (int h = 0; h < 2; ++h) {
+                const __m256 y = _mm256_mul_ps(scale_vector, x[h]);
+                if (dim - e - 8 * h >= 8) _mm256_storeu_ps(row + e + 8 * h, y);
+                else if (dim - e - 8 * h > 0) vf_mask_storeu(row + e + 8 * h, vmask_first(dim - e - 8 * h), y);
+            }
+        }
+    }
+}
+
+static void avx2_dequantize_rows(attn_dtype dtype, int count, int dim, const uint8_t *source,
+                                 int64_t stride, const float *row_scales, float factor,
+                                 float *target) {
+    if (dtype == ATTN_DTYPE_Q8)
+        dequantize_rows_as(ATTN_DTYPE_Q8, count, dim, source, stride, row_scales, factor, target);
+    else if (dtype == ATTN_DTYPE_FP8_E4M3)
+        dequantize_rows_as(ATTN_DTYPE_FP8_E4M3, count, dim, source, stride, row_scales, factor,
+                           target);
+    else
+        dequantize_rows_as(ATTN_DTYPE_FP8_E5M2, count, dim, source, stride, row_scales, factor,
+                           target);
+}
+
+/* ---- a block's 8 dot products into the scores ---- */
+
+/* scores[r * ATTN_DECODE_CHUNK + k] = key_factor[k] * row_factor(r) * sums[r * block_keys + k]
+ * for r < rows_left (<= block_rows), k < keys_left (<= block_keys); lane a of sums is
+ * (r, k) = (a / block_keys, a % block_keys). with_rows (a constant): row_factors holds each
+ * lane's row factor, multiplied into the key factor first, (key_factor * row_factor) * sum,
+ * as attn_q8_score_exact rounds; else the key factor alone. key_factor is readable for
+ * block_keys entries. */
+V_INLINE void store_block_scores(const int block_rows, const int block_keys, const int with_rows,
+                                 int rows_left, int keys_left, const float *key_factor,
+                                 __m256 row_factors, __m256 sums, float *scores) {
+    __m256 factors;
+    if (block_keys == 2) factors = _mm256_castpd_ps(_mm256_broadcast_sd((const double *)key_factor));
+    else if (block_keys == 4) factors = _mm256_broadcast_ps((const __m128 *)key_factor);
+    else factors = _mm256_loadu_ps(key_factor);
+    if (with_rows) factors = _mm256_mul_ps(factors, row_factors);
+    const __m256 result = _mm256_mul_ps(factors, sums);
+    if (rows_left >= block_rows && keys_left >= block_keys) {
+        const __m128 low = _mm256_castps256_ps128(result), high = _mm256_extractf128_ps(result, 1);
+        if (block_keys == 2) {
+            _mm_storel_pi((__m64 *)scores, low);
+            _mm_storeh_pi((__m64 *)(scores + ATTN_DECODE_CHUNK), low);
+            _mm_storel_pi((__m64 *)(scores + 2 * ATTN_DECODE_CHUNK), high);
+            _mm_storeh_pi((__m64 *)(scores + 3 * ATTN_DECODE_CHUNK), high);
+        } else if (block_keys == 4) {
+            _mm_storeu_ps(scores, low);
+            _mm_storeu_ps(scores + ATTN_DECODE_CHUNK, high);
+        } else _mm256_storeu_ps(scores, result);
+        return;
+    }
+    float out[8];
+    _mm256_storeu_ps(out, result);
+    for (int r = 0; r < rows_left && r < block_rows; ++r)
+        for (int k = 0; k < keys_left && k < block_keys; ++k)
+            scores[r * ATTN_DECODE_CHUNK + k] = out[r * block_keys + k];
+}
+
+/* ---- fp8 scores ---- */
+
+/* The 16 floats source[0 .. 16) (past `valid`: 0, not read) as two vectors. full (a
+ * constant): all 16 valid. */
+V_INLINE void q8_load_floats16(const int full, const float *source, int valid, __m256 out[2]) {
+    if (full) {
+        out[0] = _mm256_loadu_ps(source);
+        out[1] = _mm256_loadu_ps(source + 8);
+    } else {
+        out[0] = vf_maskz_loadu(vmask_first(valid), source);
+        out[1] = vf_maskz_loadu(vmask_first(valid - 8), source + 8);
+    }
+}
+
+/* out[r * block_keys + k] = row[r] . key[k] for fp8 keys (unscaled; E4M3 / 256), 16
+ * dimensions at a time, each sum in dimension order 8 lanes wide. key_major: each key read
+ * whole before the next; else dimension-major. full (a constant): dim % 16 == 0. */
+V_INLINE void score_block_fp8(const attn_dtype format, const int block_rows, const int block_keys,
+                              const int key_major, const int full, int dim,
+                              const float *const *row, const uint8_t *const *key, float *out) {
+    __m256 sums[8];
+    for (int a = 0; a < 8; ++a) sums[a] = _mm256_setzero_ps();
+    if (key_major) {
+        for (int k = 0; k < block_keys; ++k)
+            for (int d = 0; d < dim; d += 16) {
+                __m256 key_vectors[2];
+                fp8_widen16(format, q8_load16(key[k] + d, full ? 16 : dim - d), key_vectors);
+                for (int r = 0; r < block_rows; ++r) {
+                    __m256 query[2];
+                    q8_load_floats16(full, row[r] + d, dim - d, query);
+                    __m256 *sum = &sums[r * block_keys + k];
+                    *sum = _mm256_fmadd_ps(query[0], key_vectors[0], *sum);
+                    *sum = _mm256_fmadd_ps(query[1], key_vectors[1], *sum);
+                }
+            }
+    } else {
+        for (int d = 0; d < dim; d += 16) {
+            __m256 key_vectors[2][2]; /* [key][half]: block_keys <= 2 here */
+            for (int k = 0; k < block_keys; ++k)
+                fp8_widen16(format, q8_load16(key[k] + d, full ? 16 : dim - d), key_vectors[k]);
+            for (int r = 0; r < block_rows; ++r) {
+                __m256 query[2];
+                q8_load_floats16(full, row[r] + d, dim - d, query);
+                for (int k = 0; k < block_keys; ++k) {
+                    __m256 *sum = &sums[r * block_keys + k];
+                    *sum = _mm256_fmadd_ps(query[0], key_vectors[k][0], *sum);
+                    *sum = _mm256_fmadd_ps(query[1], key_vectors[k][1], *sum);
+                }
+            }
+        }
+    }
+    _mm256_storeu_ps(out, transpose_reduce(sums));
+}
+
+static void score_chunk_fp8_as(const attn_dtype format, int rows, int count, int dim,
+                               const float *queries, const uint8_t *keys, int64_t key_stride,
+                               const float *row_scales, float factor, float *scores,
+                               const attn_rows_ahead *ahead) {
+    const int block_rows = rows >= 3 ? 4 : rows, block_keys = 8 / block_rows;
+    /* each key's factor, (factor * row scale) first, then the power of two, as the generic
+     * kernel rounds; 0 past count (a block's lanes there are dropped) */
+    float key_factors[ATTN_DECODE_CHUNK + 8] = {0};
+    const float format_factor = q8_format_factor(format);
+    for (int c = 0; c < count; ++c)
+        key_factors[c] = (row_scales != NULL ? factor * row_scales[c] : factor) * format_factor;
+    const int full = dim % 16 == 0;
+    const __m256 no_row_factors = _mm256_setzero_ps();
+    for (int r0 = 0; r0 < rows; r0 += block_rows)
+        for (int c0 = 0; c0 < count; c0 += block_keys) {
+            const float *row[4];
+            const uint8_t *key[8];
+            for (int r = 0; r < block_rows; ++r)
+                row[r] = queries + (int64_t)(r0 + r < rows ? r0 + r : rows - 1) * dim;
+            for (int k = 0; k < block_keys; ++k)
+                key[k] = keys + (c0 + k < count ? c0 + k : count - 1) * key_stride;
+            if (r0 == 0) /* the pass that reads the keys from memory */
+                for (int k = 0; k < block_keys; ++k) {
+                    if (ahead != NULL && c0 + k < count) q8_prefetch_ahead(ahead, c0 + k);
+                    q8_prefetch_row(keys, c0 + k + Q8_LOOKAHEAD, key_stride, dim, block_rows == 4);
+                }
+            float out[8];
+            if (block_rows == 4 && full) score_block_fp8(format, 4, 2, 0, 1, dim, row, key, out);
+            else if (block_rows == 4) score_block_fp8(format, 4, 2, 0, 0, dim, row, key, out);
+            else if (block_rows == 2 && full) score_block_fp8(format, 2, 4, 1, 1, dim, row, key, out);
+            else if (block_rows == 2) score_block_fp8(format, 2, 4, 1, 0, dim, row, key, out);
+            else if (full) score_block_fp8(format, 1, 8, 1, 1, dim, row, key, out);
+            else score_block_fp8(format, 1, 8, 1, 0, dim, row, key, out);
+            const __m256 sums = _mm256_loadu_ps(out);
+            float *target = scores + r0 * ATTN_DECODE_CHUNK + c0;
+            if (block_rows == 4)
+                store_block_scores(4, 2, 0, rows - r0, count - c0, key_factors + c0, no_row_factors, sums, target);
+            else if (block_rows == 2)
+                store_block_scores(2, 4, 0, rows - r0, count - c0, key_factors + c0, no_row_factors, sums, target);
+            else
+                store_block_scores(1, 8, 0, rows - r0, count - c0, key_factors + c0, no_row_factors, sums, target);
+        }
+}
+
+/* ---- fp8 values ---- */
+
+/* Accumulator rows [block_rows][dim], columns [e0, e0 + 16) (those < width valid):
+ * acc = rescale * acc + sum_c weight[r][c] * value_c, the weights already multiplied by
+ * their key's factor (fp8_scale_weights). full (a constant): width >= 16. */
+V_INLINE void accumulate_block_fp8(const attn_dtype format, const int block_rows, const int full,
+                                   int count, int e0, int width, int dim, const float *weights,
+                                   const float *rescale, const uint8_t *values,
+                                   int64_t value_stride, float *accumulator) {
+    __m256 sums[4][2];
+    for (int r = 0; r < block_rows; ++r) {
+        const __m256 factor = _mm256_set1_ps(rescale[r]);
+        q8_load_floats16(full, accumulator + (int64_t)r * dim + e0, width, sums[r]);
+        sums[r][0] = _mm256_mul_ps(factor, sums[r][0]);
+        sums[r][1] = _mm256_mul_ps(factor, sums[r][1]);
+    }
+    for (int c = 0; c < count; ++c) {
+        __m256 value_vectors[2];
+        fp8_widen16(format, q8_load16(values + c * value_stride + e0, full ? 16 : width),
+                    value_vectors);
+        for (int r = 0; r < block_rows; ++r) {
+            const __m256 weight = _mm256_broadcast_ss(weights + r * ATTN_DECODE_CHUNK + c);
+            sums[r][0] = _mm256_fmadd_ps(weight, value_vectors[0], sums[r][0]);
+            sums[r][1] = _mm256_fmadd_ps(weight, value_vectors[1], sums[r][1]);
+        }
+    }
+    for (int r = 0; r < block_rows; ++r) {
+        float *row = accumulator + (int64_t)r * dim + e0;
+        if (full) {
+            _mm256_storeu_ps(row, sums[r][0]);
+            _mm256_storeu_ps(row + 8, sums[r][1]);
+        } else {
+            vf_mask_storeu(row, vmask_first(width), sums[r][0]);
+            vf_mask_storeu(row + 8, vmask_first(width - 8), sums[r][1]);
+        }
+    }
+}
+
+/* Rows [0, block_rows) over all of dim in column blocks of 16 floats. */
+V_INLINE void accumulate_rows_fp8(const attn_dtype format, const int block_rows, int count,
+                                  int dim, const float *weights, const float *rescale,
+                                  const uint8_t *values, int64_t value_stride,
+                                  float *accumulator) {
+    for (int e0 = 0; e0 < dim; e0 += 16) {
+        if (dim - e0 >= 16)
+            accumulate_block_fp8(format, block_rows, 1, count, e0, 16, dim, weights, rescale,
+                                 values, value_stride, accumulator);
+        else
+            accumulate_block_fp8(format, block_rows, 0, count, e0, dim - e0, dim, weights,
+                                 rescale, values, value_stride, accumulator);
+    }
+}
+
+/* scaled[r][c] = weights[r][c] * ((factor * row_scales[c]) * format factor), r < rows (<= 4):
+ * the per-key scale applied once per weight, rounded as the generic kernel does. */
+static void fp8_scale_weights(const attn_dtype format, int rows, int count, const float *weights,
+                              const float *row_scales, float factor, float *scaled) {
+    const __m256 format_factor = _mm256_set1_ps(q8_format_factor(format));
+    for (int c0 = 0; c0 < count; c0 += 8) {
+        const vmask lanes = vmask_first(count - c0);
+        const __m256 scale =
+            row_scales != NULL
+                ? _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(factor),
+                                              vf_maskz_loadu(lanes, row_scales + c0)),
+                                format_factor)
+                : _mm256_mul_ps(_mm256_set1_ps(factor), format_factor);
+        for (int r = 0; r < rows; ++r)
+            vf_mask_storeu(scaled + r * ATTN_DECODE_CHUNK + c0, lanes,
+                           _mm256_mul_ps(vf_maskz_loadu(lanes, weights + r * ATTN_DECODE_CHUNK + c0),
+                                         scale));
+    }
+}
+
+static void accumulate_chunk_fp8_as(const attn_dtype format, int rows, int count, int dim,
+                                    const float *weights, const float *rescale,
+                                    const uint8_t *values, int64_t value_stride,
+                                    const float *row_scales, float factor, float *accumulator) {
+    float scaled[4 * ATTN_DECODE_CHUNK];
+    for (int r0 = 0; r0 < rows; r0 += 4) {
+        const int block_rows = rows - r0 < 4 ? rows - r0 : 4;
+        fp8_scale_weights(format, block_rows, count, weights + r0 * ATTN_DECODE_CHUNK, row_scales,
+                          factor, scaled);
+        float *block = accumulator + (int64_t)r0 * dim;
+        if (block_rows == 4)
+            accumulate_rows_fp8(format, 4, count, dim, scaled, rescale + r0, values, value_stride, block);
+        else if (block_rows == 3)
+            accumulate_rows_fp8(format, 3, count, dim, scaled, rescale + r0, values, value_stride, block);
+        else if (block_rows == 2)
+            accumulate_rows_fp8(format, 2, count, dim, scaled, rescale + r0, values, value_stride, block);
+        else
+            accumulate_rows_fp8(format, 1, count, dim, scaled, rescale + r0, values, value_stride, block);
+    }
+}
+
+/* ---- int8 in integers (quant.h "Q8 decode arithmetic") ---- */
+
+/* Widest head dimension whose int32 score lanes hold the sums without overflow (|q16| <=
+ * 16383, |k| <= 128: 2^21 per product); wider heads take attn_q8_score_exact. */
+#define Q8I_MOST_DIM 1024
+
+/* 16 stored int8 elements (past `elements`: 0) as 16 int16 words. */
+V_INLINE __m256i q8_words16(const int8_t *source, int elements) {
+    return _mm256_cvtepi8_epi16(q8_load16((const uint8_t *)source, elements));
+}
+
+/* transpose_reduce on int32 lanes: lane a = the sum of the lanes of v[a] (exact). */
+V_INLINE __m256i transpose_reduce_i32(const __m256i v[8]) {
+    const __m256i low = _mm256_hadd_epi32(_mm256_hadd_epi32(v[0], v[1]), _mm256_hadd_epi32(v[2], v[3]));
+    const __m256i high = _mm256_hadd_epi32(_mm256_hadd_epi32(v[4], v[5]), _mm256_hadd_epi32(v[6], v[7]));
+    return _mm256_add_epi32(_mm256_permute2x128_si256(low, high, 0x20),
+                            _mm256_permute2x128_si256(low, high, 0x31));
+}
+
+/* target[e] = round(x[e] * multiplier) as int16 for e < count, 0 up to padded (a multiple of
+ * 8); round to nearest even (the MXCSR default), as attn_q8_operand. */
+static void round_to_i16(int count, int padded, const float *x, float multiplier,
+                         int16_t *target) {
+    const __m256 factor = _mm256_set1_ps(multiplier);
+    for (int e = 0; e < padded; e += 8) {
+        const vmask lanes = vmask_first(count - e);
+        const __m256i q = _mm256_and_si256(
+            lanes, _mm256_cvtps_epi32(_mm256_mul_ps(vf_maskz_loadu(lanes, x + e), factor)));
+        /* |q| <= 32767: the saturating pack is exact */
+        const __m128i words = _mm_packs_epi32(_mm256_castsi256_si128(q), _mm256_extracti128_si256(q, 1));
+        _mm_storeu_si128((__m128i *)(target + e), words);
+    }
+}
+
+/* Largest |x[e]|, e < count (exact, any order). */
+static float largest_magnitude(int count, const float *x) {
+    __m256 largest = _mm256_setzero_ps();
+    for (int e = 0; e < count; e += 8)
+        largest = _mm256_max_ps(largest, vf_abs(vf_maskz_loadu(vmask_first(count - e), x + e)));
+    return vf_reduce_max(largest);
+}
+
+/* Lane r * block_keys + k = sum_d q16[r][d] * key_k[d] (int32, exact); rows padded with 0
+ * to a multiple of 16. full (a constant): dim % 16 == 0. */
+V_INLINE __m256i score_block_q8i(const int block_rows, const int block_keys, const int full,
+                                 int dim, const int16_t *const *row, const int8_t *const *key) {
+    __m256i sums[8];
+    for (int a = 0; a < 8; ++a) sums[a] = _mm256_setzero_si256();
+    for (int d = 0; d < dim; d += 16) {
+        for (int k = 0; k < block_keys; ++k) {
+            const __m256i key_words = q8_words16(key[k] + d, full ? 16 : dim - d);
+            for (int r = 0; r < block_rows; ++r)
+                sums[r * block_keys + k] = _mm256_add_epi32(
+                    sums[r * block_keys + k],
+                    _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)(row[r] + d)), key_words));
+        }
+    }
+    return transpose_reduce_i32(sums);
+}
+
+static void score_chunk_q8i(int rows, int count, int dim, const float *queries,
+                            const int8_t *keys, int64_t key_stride, const float *row_scales,
+                            float factor, float *scores) {
+    const int padded = (dim + 15) / 16 * 16;
+    int16_t rows16[4 * Q8I_MOST_DIM] __attribute__((aligned(32)));
+    float query_scale[4];
+    /* factor * row scale of each key; 0 past count (a block's lanes there are dropped) */
+    float key_factors[ATTN_DECODE_CHUNK + 8] = {0};
+    for (int c = 0; c < count; ++c)
+        key_factors[c] = row_scales != NULL ? factor * row_scales[c] : factor;
+    const int block_rows = rows >= 3 ? 4 : rows, block_keys = 8 / block_rows;
+    const int full = dim % 16 == 0;
+    for (int r0 = 0; r0 < rows; r0 += block_rows) {
+        const int16_t *row[4];
+        for (int r = 0; r < block_rows; ++r) {
+            const float *query = queries + (int64_t)(r0 + r < rows ? r0 + r : rows - 1) * dim;
+            const float largest = largest_magnitude(dim, query);
+            query_scale[r] = largest / ATTN_Q8_QUERY_LEVELS;
+            round_to_i16(dim, padded, query, attn_q8_multiplier(largest, ATTN_Q8_QUERY_LEVELS),
+                         rows16 + r * padded);
+            row[r] = rows16 + r * padded;
+        }
+        float lane_scales[8]; /* lane a: the query scale of its row, a / block_keys */
+        for (int a = 0; a < 8; ++a) lane_scales[a] = query_scale[a / block_keys];
+        const __m256 row_factors = _mm256_loadu_ps(lane_scales);
+        for (int c0 = 0; c0 < count; c0 += block_keys) {
+            const int8_t *key[8];
+            for (int k = 0; k < block_keys; ++k)
+                key[k] = keys + (c0 + k < count ? c0 + k : count - 1) * key_stride;
+            if (r0 == 0) /* the pass that reads the keys from memory */
+                for (int k = 0; k < block_keys; ++k)
+                    q8_prefetch_row(keys, c0 + k + Q8_LOOKAHEAD, key_stride, dim, 0);
+            float *target = scores + r0 * ATTN_DECODE_CHUNK + c0;
+            if (block_rows == 4) {
+                const __m256i sums = full ? score_block_q8i(4, 2, 1, dim, row, key)
+                                          : score_block_q8i(4, 2, 0, dim, row, key);
+                store_block_scores(4, 2, 1, rows - r0, count - c0, key_factors + c0, row_factors,
+                                   _mm256_cvtepi32_ps(sums), target);
+            } else if (block_rows == 2) {
+                const __m256i sums = full ? score_block_q8i(2, 4, 1, dim, row, key)
+                                          : score_block_q8i(2, 4, 0, dim, row, key);
+                store_block_scores(2, 4, 1, rows - r0, count - c0, key_factors + c0, row_factors,
+                                   _mm256_cvtepi32_ps(sums), target);
+            } else {
+                const __m256i sums = full ? score_block_q8i(1, 8, 1, dim, row, key)
+                                          : score_block_q8i(1, 8, 0, dim, row, key);
+                store_block_scores(1, 8, 1, rows - r0, count - c0, key_factors + c0, row_factors,
+                                   _mm256_cvtepi32_ps(sums), target);
+            }
+        }
+    }
+}
+
+/* int16 weights of a row: a chunk padded to an even count. */
+#define Q8I_WEIGHT_STRIDE ATTN_DECODE_CHUNK
+
+/* Rows r < rows (<= 4) of a chunk's weights times their key factors, as int16 with one scale
+ * per row (quant.h): w16 [4][Q8I_WEIGHT_STRIDE], 0 past count. */
+static void pack_weights_i16(int rows, int count, const float *weights, const float *row_scales,
+                             float factor, int16_t *w16, float *scale) {
+    float scaled[ATTN_DECODE_CHUNK] __attribute__((aligned(32)));
+    for (int r = 0; r < rows; ++r) {
+        for (int c = 0; c < count; c += 8) {
+            const vmask lanes = vmask_first(count - c);
+            const __m256 key_factor =
+                row_scales != NULL
+                    ? _mm256_mul_ps(_mm256_set1_ps(factor), vf_maskz_loadu(lanes, row_scales + c))
+                    : _mm256_set1_ps(factor);
+            vf_mask_storeu(scaled + c, lanes,
+                           _mm256_mul_ps(vf_maskz_loadu(lanes, weights + r * ATTN_DECODE_CHUNK + c),
+                                         key_factor));
+        }
+        const float largest = largest_magnitude(count, scaled);
+        scale[r] = largest / ATTN_Q8_WEIGHT_LEVELS;
+        round_to_i16(count, Q8I_WEIGHT_STRIDE, scaled,
+                     attn_q8_multiplier(largest, ATTN_Q8_WEIGHT_LEVELS),
+                     w16 + r * Q8I_WEIGHT_STRIDE);
+    }
+}
+
+/* row[0 .. valid) (valid <= 16) = fma(weight_scale, float(sums in natural order),
+ * factor * row), where low / high hold dimensions (0-3, 8-11) / (4-7, 12-15) (the unpack
+ * order). */
+V_INLINE void add_unpacked_sums(float *row, int valid, __m256i low, __m256i high,
+                                __m256 weight_scale, __m256 factor) {
+    const __m256 low_f = _mm256_cvtepi32_ps(low), high_f = _mm256_cvtepi32_ps(high);
+    const __m256 halves[2] = {_mm256_permute2f128_ps(low_f, high_f, 0x20),
+                              _mm256_permute2f128_ps(low_f, high_f, 0x31)};
+    for (int x = 0; x < 2; ++x) {
+        if (valid - 8 * x >= 8) {
+            const __m256 old = _mm256_loadu_ps(row + 8 * x);
+            _mm256_storeu_ps(row + 8 * x,
+                             _mm256_fmadd_ps(weight_scale, halves[x], _mm256_mul_ps(factor, old)));
+        } else if (valid - 8 * x > 0) {
+            const vmask lanes = vmask_first(valid - 8 * x);
+            const __m256 old = vf_maskz_loadu(lanes, row + 8 * x);
+            vf_mask_storeu(row + 8 * x, lanes,
+                           _mm256_fmadd_ps(weight_scale, halves[x], _mm256_mul_ps(factor, old)));
+        }
+    }
+}
+
+/* Accumulator rows [block_rows][dim], columns [e0, e0 + 16) (those < width valid): the
+ * int32 sums over the chunk's key pairs, added to the accumulator at the end. The first
+ * block of a chunk (`prefetch`) requests the rows Q8_LOOKAHEAD further. */
+/* Accumulator rows [block_rows][dim], columns [e0, e0 + 16) (those < width valid): the
+ * int32 sums over the chunk's key pairs, added to the accumulator at the end. */
+V_INLINE void accumulate_block_q8i(const int block_rows, const int full, int count, int e0,
+                                   int width, int dim, const int16_t *w16, const float *scale,
+                                   const float *rescale, const int8_t *values,
+                                   int64_t value_stride, float *accumulator) {
+    __m256i low[4], high[4];
+    for (int r = 0; r < block_rows; ++r) low[r] = high[r] = _mm256_setzero_si256();
+    const int elements = full ? 16 : width;
+    for (int c = 0; c < count; c += 2) {
+        const int8_t *first = values + c * value_stride + e0;
+        /* an odd last key pairs with itself, at weight 0 */
+        const int8_t *second = c + 1 < count ? first + value_stride : first;
+        const __m256i a = q8_words16(first, elements);
+        const __m256i b = q8_words16(second, elements);
+        const __m256i pairs_low = _mm256_unpacklo_epi16(a, b);
+        const __m256i pairs_high = _mm256_unpackhi_epi16(a, b);
+        for (int r = 0; r < block_rows; ++r) {
+            const __m256i weight =
+                _mm256_broadcastd_epi32(_mm_loadu_si32(w16 + r * Q8I_WEIGHT_STRIDE + c));
+            low[r] = _mm256_add_epi32(low[r], _mm256_madd_epi16(pairs_low, weight));
+            high[r] = _mm256_add_epi32(high[r], _mm256_madd_epi16(pairs_high, weight));
+        }
+    }
+    for (int r = 0; r < block_rows; ++r)
+        add_unpacked_sums(accumulator + (int64_t)r * dim + e0, width, low[r], high[r],
+                          _mm256_set1_ps(scale[r]), _mm256_set1_ps(rescale[r]));
+}
+
+/* Rows [0, block_rows) over all of dim in column blocks of 16. */
+V_INLINE void accumulate_rows_q8i(const int block_rows, int count, int dim, const int16_t *w16,
+                                  const float *scale, const float *rescale,
+                                  const int8_t *values, int64_t value_stride,
+                                  float *accumulator) {
+    for (int e0 = 0; e0 < dim; e0 += 16) {
+        if (dim - e0 >= 16)
+            accumulate_block_q8i(block_rows, 1, count, e0, 16, dim, w16, scale, rescale, values,
+                                 value_stride, accumulator);
+        else
+            accumulate_block_q8i(block_rows, 0, count, e0, dim - e0, dim, w16, scale, rescale,
+                                 values, value_stride, accumulator);
+    }
+}
+
+static void accumulate_chunk_q8i(int rows, int count, int dim, const float *weights,
+                                 const float *rescale, const int8_t *values, int64_t value_stride,
+                                 const float *row_scales, float factor, float *accumulator) {
+    /* the rows Q8_LOOKAHEAD further, as this call reads the chunk's values from memory */
+    for (int c = 0; c < count; ++c)
+        q8_prefetch_row(values, c + Q8_LOOKAHEAD, value_stride, dim, 0);
+    int16_t w16[4 * Q8I_WEIGHT_STRIDE] __attribute__((aligned(32)));
+    float scale[4];
+    for (int r0 = 0; r0 < rows; r0 += 4) {
+        const int block_rows = rows - r0 < 4 ? rows - r0 : 4;
+        pack_weights_i16(block_rows, count, weights + r0 * ATTN_DECODE_CHUNK, row_scales, factor,
+                         w16, scale);
+        float *block = accumulator + (int64_t)r0 * dim;
+        if (block_rows == 4)
+            accumulate_rows_q8i(4, count, dim, w16, scale, rescale + r0, values, value_stride, block);
+        else if (block_rows == 3)
+            accumulate_rows_q8i(3, count, dim, w16, scale, rescale + r0, values, value_stride, block);
+        else if (block_rows == 2)
+            accumulate_rows_q8i(2, count, dim, w16, scale, rescale + r0, values, value_stride, block);
+        else
+            accumulate_rows_q8i(1, count, dim, w16, scale, rescale + r0, values, value_stride, block);
+    }
+}
+
+/* ---- the slots ---- */
+static void avx2_score_chunk_q8(attn_dtype dtype, int rows, int count, int dim,
+                                const float *queries, const uint8_t *keys, int64_t key_stride,
+                                const float *row_scales, float factor, float *scores,
+                                const attn_rows_ahead *ahead) {
+    if (dtype == ATTN_DTYPE_Q8 && dim > Q8I_MOST_DIM)
+        attn_q8_score_exact(rows, count, dim, queries, (const int8_t *)keys, key_stride,
+                            row_scales, factor, scores, ATTN_DECODE_CHUNK);
+    else if (dtype == ATTN_DTYPE_Q8)
+        score_chunk_q8i(rows, count, dim, queries, (const int8_t *)keys, key_stride, row_scales,
+                        factor, scores);
+    else if (dtype == ATTN_DTYPE_FP8_E4M3)
+        score_chunk_fp8_as(ATTN_DTYPE_FP8_E4M3, rows, count, dim, queries, keys, key_stride,
+                           row_scales, factor, scores, ahead);
+    else
+        score_chunk_fp8_as(ATTN_DTYPE_FP8_E5M2, rows, count, dim, queries, keys, key_stride,
+                           row_scales, factor, scores, ahead);
+}
+
+static void avx2_accumulate_chunk_q8(attn_dtype dtype, int rows, int count, int dim,
+                                     const float *weights, const float *rescale,
+                                     const uint8_t *values, int64_t value_stride,
+                                     const float *row_scales, float factor, float *accumulator) {
+    if (dtype == ATTN_DTYPE_Q8)
+        accumulate_chunk_q8i(rows, count, dim, weights, rescale, (const int8_t *)values,
+                             value_stride, row_scales, factor, accumulator);
+    else if (dtype == ATTN_DTYPE_FP8_E4M3)
+        accumulate_chunk_fp8_as(ATTN_DTYPE_FP8_E4M3, rows, count, dim, weights, rescale, values,
+                                value_stride, row_scales, factor, accumulator);
+    else
+        accumulate_chunk_fp8_as(ATTN_DTYPE_FP8_E5M2, rows, count, dim, weights, rescale, values,
+                                value_stride, row_scales, factor, accumulator);
+}
