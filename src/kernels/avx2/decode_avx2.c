@@ -10,6 +10,46 @@
 
 #include "kernels/simd/decode_body.h"
 
+/* ---- a block's 8 dot products into the scores ---- */
+
+/* scores[r * ATTN_DECODE_CHUNK + k] = key_factor[k] * row_factor(r) * sums[r * block_keys + k]
+ * for r < rows_left (<= block_rows), k < keys_left (<= block_keys); lane a of sums is
+ * (r, k) = (a / block_keys, a % block_keys). with_rows (a constant): row_factors holds each
+ * lane's row factor, multiplied into the key factor first, (key_factor * row_factor) * sum,
+ * as attn_q8_score_exact rounds; else the key factor alone; key_factor NULL: the sums as
+ * they are (no factor at all). key_factor is readable for block_keys entries. */
+V_INLINE void store_block_scores(const int block_rows, const int block_keys, const int with_rows,
+                                 int rows_left, int keys_left, const float *key_factor,
+                                 __m256 row_factors, __m256 sums, float *scores) {
+    __m256 result = sums;
+    if (key_factor != NULL) {
+        __m256 factors;
+        if (block_keys == 2) factors = _mm256_castpd_ps(_mm256_broadcast_sd((const double *)key_factor));
+        else if (block_keys == 4) factors = _mm256_broadcast_ps((const __m128 *)key_factor);
+        else factors = _mm256_loadu_ps(key_factor);
+        if (with_rows) factors = _mm256_mul_ps(factors, row_factors);
+        result = _mm256_mul_ps(factors, sums);
+    }
+    if (rows_left >= block_rows && keys_left >= block_keys) {
+        const __m128 low = _mm256_castps256_ps128(result), high = _mm256_extractf128_ps(result, 1);
+        if (block_keys == 2) {
+            _mm_storel_pi((__m64 *)scores, low);
+            _mm_storeh_pi((__m64 *)(scores + ATTN_DECODE_CHUNK), low);
+            _mm_storel_pi((__m64 *)(scores + 2 * ATTN_DECODE_CHUNK), high);
+            _mm_storeh_pi((__m64 *)(scores + 3 * ATTN_DECODE_CHUNK), high);
+        } else if (block_keys == 4) {
+            _mm_storeu_ps(scores, low);
+            _mm_storeu_ps(scores + ATTN_DECODE_CHUNK, high);
+        } else _mm256_storeu_ps(scores, result);
+        return;
+    }
+    float out[8];
+    _mm256_storeu_ps(out, result);
+    for (int r = 0; r < rows_left && r < block_rows; ++r)
+        for (int k = 0; k < keys_left && k < block_keys; ++k)
+            scores[r * ATTN_DECODE_CHUNK + k] = out[r * block_keys + k];
+}
+
 /* ---- bfloat16 read in place, as pairs (the 16-lane scheme of decode_avx512.c at 8) ----
  * A 256-bit load holds 16 bfloat16 values, the pair (2i, 2i + 1) in 32-bit lane i: shifted
  * left by 16 it is element 2i as a float32, with its low 16 bits cleared element 2i + 1 (two
@@ -75,17 +115,17 @@ static void avx2_prepare_bf16_queries(int rows, int dim, const float *queries, f
 
 /* As score_block for bfloat16 keys read as pairs (row[r]: prepared query rows), 16
  * dimensions at a time; key_major: each key read whole before the next, else
- * dimension-major (block_keys <= 2 then). */
+ * dimension-major (block_keys <= 2 then). full (a constant): dim % 16 == 0. */
 V_INLINE void score_block_bf16(const int block_rows, const int block_keys, const int key_major,
-                               int dim, const float *const *row, const uint16_t *const *key,
-                               float *out) {
+                               const int full, int dim, const float *const *row,
+                               const uint16_t *const *key, float *out) {
     __m256 sums[8];
     for (int a = 0; a < 8; ++a) sums[a] = _mm256_setzero_ps();
     if (key_major) {
         for (int k = 0; k < block_keys; ++k)
             for (int d = 0; d < dim; d += 16) {
                 __m256 even, odd;
-                load_bf16_pairs(key[k] + d, dim - d, &even, &odd);
+                load_bf16_pairs(key[k] + d, full ? 16 : dim - d, &even, &odd);
                 for (int r = 0; r < block_rows; ++r) {
                     __m256 *sum = &sums[r * block_keys + k];
                     *sum = _mm256_fmadd_ps(_mm256_loadu_ps(row[r] + d), even, *sum);
@@ -95,7 +135,8 @@ V_INLINE void score_block_bf16(const int block_rows, const int block_keys, const
     } else {
         for (int d = 0; d < dim; d += 16) {
             __m256 even[2], odd[2];
-            for (int k = 0; k < block_keys; ++k) load_bf16_pairs(key[k] + d, dim - d, &even[k], &odd[k]);
+            for (int k = 0; k < block_keys; ++k)
+                load_bf16_pairs(key[k] + d, full ? 16 : dim - d, &even[k], &odd[k]);
             for (int r = 0; r < block_rows; ++r) {
                 const __m256 query_even = _mm256_loadu_ps(row[r] + d);
                 const __m256 query_odd = _mm256_loadu_ps(row[r] + d + 8);
@@ -116,6 +157,7 @@ static void avx2_score_chunk_bf16(int rows, int count, int dim, const float *que
                                   const uint16_t *keys, int64_t key_stride, float *scores) {
     const int prepared_dim = ATTN_DECODE_PREPARED_DIM(dim);
     const int block_rows = rows >= 3 ? 4 : rows, block_keys = 8 / block_rows;
+    const int full = dim % 16 == 0;
     for (int r0 = 0; r0 < rows; r0 += block_rows)
         for (int c0 = 0; c0 < count; c0 += block_keys) {
             const float *row[4];
@@ -129,25 +171,33 @@ static void avx2_score_chunk_bf16(int rows, int count, int dim, const float *que
                     prefetch_row(keys, c0 + k + BF16_LOOKAHEAD, key_stride, sizeof(uint16_t),
                                  dim * sizeof(uint16_t));
             float out[8];
-            if (block_rows == 4) score_block_bf16(4, 2, 0, dim, row, key, out);
-            else if (block_rows == 2) score_block_bf16(2, 4, 1, dim, row, key, out);
-            else score_block_bf16(1, 8, 1, dim, row, key, out);
-            for (int r = 0; r < block_rows && r0 + r < rows; ++r)
-                for (int k = 0; k < block_keys && c0 + k < count; ++k)
-                    scores[(r0 + r) * ATTN_DECODE_CHUNK + c0 + k] = out[r * block_keys + k];
+            if (block_rows == 4 && full) score_block_bf16(4, 2, 0, 1, dim, row, key, out);
+            else if (block_rows == 4) score_block_bf16(4, 2, 0, 0, dim, row, key, out);
+            else if (block_rows == 2 && full) score_block_bf16(2, 4, 1, 1, dim, row, key, out);
+            else if (block_rows == 2) score_block_bf16(2, 4, 1, 0, dim, row, key, out);
+            else if (full) score_block_bf16(1, 8, 1, 1, dim, row, key, out);
+            else score_block_bf16(1, 8, 1, 0, dim, row, key, out);
+            float *target = scores + r0 * ATTN_DECODE_CHUNK + c0;
+            const __m256 sums = _mm256_loadu_ps(out), no_factors = _mm256_setzero_ps();
+            if (block_rows == 4)
+                store_block_scores(4, 2, 0, rows - r0, count - c0, NULL, no_factors, sums, target);
+            else if (block_rows == 2)
+                store_block_scores(2, 4, 0, rows - r0, count - c0, NULL, no_factors, sums, target);
+            else
+                store_block_scores(1, 8, 0, rows - r0, count - c0, NULL, no_factors, sums, target);
         }
 }
 
 /* As accumulate_block for bfloat16 values read as pairs: rows [0, block_rows) (<= 4),
  * columns [e0, e0 + 16) (those < width valid), held as even / odd dimensions. */
-V_INLINE void accumulate_block_bf16(const int block_rows, int count, int e0, int width, int dim,
-                                    const float *weights, const float *rescale,
-                                    const uint16_t *values, int64_t value_stride,
-                                    float *accumulator, int prefetch) {
+V_INLINE void accumulate_block_bf16(const int block_rows, const int full, int count, int e0,
+                                    int width, int dim, const float *weights,
+                                    const float *rescale, const uint16_t *values,
+                                    int64_t value_stride, float *accumulator, const int prefetch) {
     __m256 even[4], odd[4];
     for (int r = 0; r < block_rows; ++r) {
         const __m256 factor = _mm256_set1_ps(rescale[r]);
-        load_split(accumulator + (int64_t)r * dim + e0, width, &even[r], &odd[r]);
+        load_split(accumulator + (int64_t)r * dim + e0, full ? 16 : width, &even[r], &odd[r]);
         even[r] = _mm256_mul_ps(factor, even[r]);
         odd[r] = _mm256_mul_ps(factor, odd[r]);
     }
@@ -156,7 +206,7 @@ V_INLINE void accumulate_block_bf16(const int block_rows, int count, int e0, int
             prefetch_row(values, c + BF16_LOOKAHEAD, value_stride, sizeof(uint16_t),
                          dim * sizeof(uint16_t));
         __m256 value_even, value_odd;
-        load_bf16_pairs(values + c * value_stride + e0, width, &value_even, &value_odd);
+        load_bf16_pairs(values + c * value_stride + e0, full ? 16 : width, &value_even, &value_odd);
         for (int r = 0; r < block_rows; ++r) {
             const __m256 weight = _mm256_broadcast_ss(weights + r * ATTN_DECODE_CHUNK + c);
             even[r] = _mm256_fmadd_ps(weight, value_even, even[r]);
@@ -164,7 +214,7 @@ V_INLINE void accumulate_block_bf16(const int block_rows, int count, int e0, int
         }
     }
     for (int r = 0; r < block_rows; ++r)
-        store_merged(accumulator + (int64_t)r * dim + e0, width, even[r], odd[r]);
+        store_merged(accumulator + (int64_t)r * dim + e0, full ? 16 : width, even[r], odd[r]);
 }
 
 /* accumulate_chunk for bfloat16 values: blocks of up to 4 rows x 16 floats (8 accumulator
@@ -180,17 +230,24 @@ static void avx2_accumulate_chunk_bf16(int rows, int count, int dim, const float
         for (int e0 = 0; e0 < dim; e0 += 16) {
             const int width = dim - e0 < 16 ? dim - e0 : 16;
             const int first = prefetch && r0 == 0 && e0 == 0;
-            if (block_rows == 4)
-                accumulate_block_bf16(4, count, e0, width, dim, block_weights, rescale + r0,
+            /* (the prefetch flag and whether the block is whole: constants inside each) */
+            if (block_rows == 4 && width == 16 && first)
+                accumulate_block_bf16(4, 1, count, e0, 16, dim, block_weights, rescale + r0,
+                                      values, value_stride, block, 1);
+            else if (block_rows == 4 && width == 16)
+                accumulate_block_bf16(4, 1, count, e0, 16, dim, block_weights, rescale + r0,
+                                      values, value_stride, block, 0);
+            else if (block_rows == 4)
+                accumulate_block_bf16(4, 0, count, e0, width, dim, block_weights, rescale + r0,
                                       values, value_stride, block, first);
             else if (block_rows == 3)
-                accumulate_block_bf16(3, count, e0, width, dim, block_weights, rescale + r0,
+                accumulate_block_bf16(3, 0, count, e0, width, dim, block_weights, rescale + r0,
                                       values, value_stride, block, first);
             else if (block_rows == 2)
-                accumulate_block_bf16(2, count, e0, width, dim, block_weights, rescale + r0,
+                accumulate_block_bf16(2, 0, count, e0, width, dim, block_weights, rescale + r0,
                                       values, value_stride, block, first);
             else
-                accumulate_block_bf16(1, count, e0, width, dim, block_weights, rescale + r0,
+                accumulate_block_bf16(1, 0, count, e0, width, dim, block_weights, rescale + r0,
                                       values, value_stride, block, first);
         }
     }

@@ -126,43 +126,6 @@ static void avx2_dequantize_rows(attn_dtype dtype, int count, int dim, const uin
                            target);
 }
 
-/* ---- a block's 8 dot products into the scores ---- */
-
-/* scores[r * ATTN_DECODE_CHUNK + k] = key_factor[k] * row_factor(r) * sums[r * block_keys + k]
- * for r < rows_left (<= block_rows), k < keys_left (<= block_keys); lane a of sums is
- * (r, k) = (a / block_keys, a % block_keys). with_rows (a constant): row_factors holds each
- * lane's row factor, multiplied into the key factor first, (key_factor * row_factor) * sum,
- * as attn_q8_score_exact rounds; else the key factor alone. key_factor is readable for
- * block_keys entries. */
-V_INLINE void store_block_scores(const int block_rows, const int block_keys, const int with_rows,
-                                 int rows_left, int keys_left, const float *key_factor,
-                                 __m256 row_factors, __m256 sums, float *scores) {
-    __m256 factors;
-    if (block_keys == 2) factors = _mm256_castpd_ps(_mm256_broadcast_sd((const double *)key_factor));
-    else if (block_keys == 4) factors = _mm256_broadcast_ps((const __m128 *)key_factor);
-    else factors = _mm256_loadu_ps(key_factor);
-    if (with_rows) factors = _mm256_mul_ps(factors, row_factors);
-    const __m256 result = _mm256_mul_ps(factors, sums);
-    if (rows_left >= block_rows && keys_left >= block_keys) {
-        const __m128 low = _mm256_castps256_ps128(result), high = _mm256_extractf128_ps(result, 1);
-        if (block_keys == 2) {
-            _mm_storel_pi((__m64 *)scores, low);
-            _mm_storeh_pi((__m64 *)(scores + ATTN_DECODE_CHUNK), low);
-            _mm_storel_pi((__m64 *)(scores + 2 * ATTN_DECODE_CHUNK), high);
-            _mm_storeh_pi((__m64 *)(scores + 3 * ATTN_DECODE_CHUNK), high);
-        } else if (block_keys == 4) {
-            _mm_storeu_ps(scores, low);
-            _mm_storeu_ps(scores + ATTN_DECODE_CHUNK, high);
-        } else _mm256_storeu_ps(scores, result);
-        return;
-    }
-    float out[8];
-    _mm256_storeu_ps(out, result);
-    for (int r = 0; r < rows_left && r < block_rows; ++r)
-        for (int k = 0; k < keys_left && k < block_keys; ++k)
-            scores[r * ATTN_DECODE_CHUNK + k] = out[r * block_keys + k];
-}
-
 /* ---- fp8 scores ---- */
 
 /* The 16 floats source[0 .. 16) (past `valid`: 0, not read) as two vectors. full (a
