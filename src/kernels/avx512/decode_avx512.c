@@ -1,8 +1,8 @@
 /*
  * decode_avx512.c — the decode part of the AVX-512 registry: the float32 kernels of
  * src/kernels/simd/decode_body.h at 16 lanes, and the kernels that read bfloat16 keys and
- * values in place, which exist at this width only (they rest on 512-bit masked 16-bit loads,
- * AVX-512BW, and on vpermt2ps; at 8 lanes bfloat16 is converted to float32 first).
+ * values in place with 512-bit masked 16-bit loads (AVX-512BW) and vpermt2ps (the AVX2
+ * registry has its own, written for 256 bits and 16 registers, in avx2/decode_avx2.c).
  * Used for groups of <= ATTN_DECODE_FUSED_ROWS rows, where each stored element is read once
  * or twice (see "bfloat16 read in place" below: one integer operation per 16 widened floats);
  * larger groups convert each chunk once into a float32 buffer (widen_rows) read by every row

@@ -1,8 +1,8 @@
 /*
  * decode_body.h — the float32 decode kernels of the registry (kernels/registry.h, decode
  * part) written once over vec.h, compiled per width by src/kernels/avx2/decode_avx2.c and
- * src/kernels/avx512/decode_avx512.c, which name them in their tables (the AVX-512 file adds
- * the kernels that read bfloat16 in place).
+ * src/kernels/avx512/decode_avx512.c, which name them in their tables (each file adds its
+ * width's kernels that read bfloat16 and 8-bit storage in place).
  *
  * Decoding reads every cached key and value once per step, so the kernel must keep up with
  * the memory stream (for MHA the keys are read key after key: one sequential stream), and
