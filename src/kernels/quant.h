@@ -97,6 +97,12 @@ static inline float attn_fp8_e5m2_decode(uint8_t code) {
 /* E4M3 code c as the IEEE half with bits (sign << 15) | ((c & 0x7f) << 7) is the value / 256. */
 #define ATTN_FP8_E4M3_HALF_FACTOR 256.0f
 
+/* The power of two the SIMD kernels fold into a key's scale for `format` after widening it
+ * through halves: 256 for E4M3, 1 otherwise. */
+static inline float q8_format_factor(attn_dtype format) {
+    return format == ATTN_DTYPE_FP8_E4M3 ? ATTN_FP8_E4M3_HALF_FACTOR : 1.0f;
+}
+
 /* The value of one stored element of an 8-bit format (before any scale). */
 static inline float attn_quant_decode(attn_dtype dtype, uint8_t stored) {
     if (dtype == ATTN_DTYPE_Q8) return (float)(int8_t)stored;

@@ -61,10 +61,6 @@ V_INLINE void q8_prefetch_ahead(const attn_rows_ahead *ahead, int c) {
     for (int offset = 0; offset < ahead->bytes; offset += 64) _mm_prefetch(row + offset, _MM_HINT_T1);
 }
 
-/* The scale folded into a key's factor for `format` (see above). */
-static inline float q8_format_factor(attn_dtype format) {
-    return format == ATTN_DTYPE_FP8_E4M3 ? ATTN_FP8_E4M3_HALF_FACTOR : 1.0f;
-}
 
 /* The 16 bytes source[0 .. 16); with elements < 16 only those, the rest 0 (none read). */
 V_INLINE __m128i q8_load16(const uint8_t *source, int elements) {

@@ -74,10 +74,6 @@ V_INLINE void prefetch_row_ahead(const attn_rows_ahead *ahead, int c) {
         _mm_prefetch(row + offset, _MM_HINT_T1);
 }
 
-/* The scale folded into a key's factor for `format` (see above). */
-static inline float q8_format_factor(attn_dtype format) {
-    return format == ATTN_DTYPE_FP8_E4M3 ? ATTN_FP8_E4M3_HALF_FACTOR : 1.0f;
-}
 
 /* 16 stored elements source[0 .. 16) (lanes outside `lanes` read as 0) as floats (E4M3:
  * value / 256). */
