@@ -43,16 +43,30 @@
 #define Q8_LOOKAHEAD 32
 #endif
 
-/* The `bytes` bytes of the row `rows` rows of `stride` bytes after `base` (which may lie past
- * the pool: the address is formed as an integer, and a prefetch never faults), into L1 (T0)
- * or L2 (T1). */
-V_INLINE void q8_prefetch_row(const void *base, int64_t rows, int64_t stride, int bytes,
-                              int into_l1) {
-    const uintptr_t row = (uintptr_t)base + (uintptr_t)(rows * stride);
-    for (int offset = 0; offset < bytes; offset += 64) {
-        if (into_l1) _mm_prefetch((const char *)(row + offset), _MM_HINT_T0);
-        else _mm_prefetch((const char *)(row + offset), _MM_HINT_T1);
-    }
+/* The first `bytes` bytes of rows [first, first + count) of `stride` bytes after `base`
+ * (which may lie past the pool: the addresses are formed as integers, and a prefetch never
+ * faults), into L1 (T0) or L2 (T1): a request per 64-byte line, contiguous rows (stride ==
+ * bytes) as one span (the per-row loop cost 14% of the int8 score kernel's instructions). */
+V_INLINE void q8_prefetch_rows(const void *base, int64_t first, int count, int64_t stride,
+                               int bytes, const int into_l1) {
+    uintptr_t row = (uintptr_t)base + (uintptr_t)(first * stride);
+    const int64_t span = stride == bytes ? (int64_t)count * bytes : bytes;
+    for (int r = 0; r < (stride == bytes ? 1 : count); ++r, row += (uintptr_t)stride)
+        for (int64_t offset = 0; offset < span; offset += 64) {
+            if (into_l1) _mm_prefetch((const char *)(row + offset), _MM_HINT_T0);
+            else _mm_prefetch((const char *)(row + offset), _MM_HINT_T1);
+        }
+}
+
+/* key[k] = row c0 + k of `stride` bytes after keys, k < block_keys; past count the last
+ * row again (a block's lanes there are dropped). */
+V_INLINE void q8_block_keys(const void *keys, int c0, const int block_keys, int count,
+                            int64_t stride, const uint8_t **key) {
+    const uint8_t *first = (const uint8_t *)keys + c0 * stride;
+    if (c0 + block_keys <= count)
+        for (int k = 0; k < block_keys; ++k) key[k] = first + k * stride;
+    else
+        for (int k = 0; k < block_keys; ++k) key[k] = first + (c0 + k < count ? k : count - 1 - c0) * stride;
 }
 
 /* Row c of `ahead` (registry.h attn_rows_ahead) into L2. */
@@ -195,13 +209,15 @@ static void score_chunk_fp8_as(const attn_dtype format, int rows, int count, int
             const uint8_t *key[8];
             for (int r = 0; r < block_rows; ++r)
                 row[r] = queries + (int64_t)(r0 + r < rows ? r0 + r : rows - 1) * dim;
-            for (int k = 0; k < block_keys; ++k)
-                key[k] = keys + (c0 + k < count ? c0 + k : count - 1) * key_stride;
-            if (r0 == 0) /* the pass that reads the keys from memory */
-                for (int k = 0; k < block_keys; ++k) {
+            q8_block_keys(keys, c0, block_keys, count, key_stride, key);
+            if (r0 == 0) { /* the pass that reads the keys from memory */
+                for (int k = 0; k < block_keys; ++k)
                     if (ahead != NULL && c0 + k < count) q8_prefetch_ahead(ahead, c0 + k);
-                    q8_prefetch_row(keys, c0 + k + Q8_LOOKAHEAD, key_stride, dim, block_rows == 4);
-                }
+                if (block_rows == 4)
+                    q8_prefetch_rows(keys, c0 + Q8_LOOKAHEAD, block_keys, key_stride, dim, 1);
+                else
+                    q8_prefetch_rows(keys, c0 + Q8_LOOKAHEAD, block_keys, key_stride, dim, 0);
+            }
             float out[8];
             if (block_rows == 4 && full) score_block_fp8(format, 4, 2, 0, 1, dim, row, key, out);
             else if (block_rows == 4) score_block_fp8(format, 4, 2, 0, 0, dim, row, key, out);
@@ -356,21 +372,45 @@ static float largest_magnitude(int count, const float *x) {
     return vf_reduce_max(largest);
 }
 
+/* sums[r * block_keys + k] += q16[r][d .. d + 16) . key_k[d .. d + 16) in int32 lanes
+ * (exact); past `valid` elements the key reads 0. */
+V_INLINE void score_step_q8i(const int block_rows, const int block_keys, int d, int valid,
+                             const int16_t *const *row, const int8_t *const *key, __m256i *sums) {
+    for (int k = 0; k < block_keys; ++k) {
+        const __m256i key_words = q8_words16(key[k] + d, valid);
+        for (int r = 0; r < block_rows; ++r)
+            sums[r * block_keys + k] = _mm256_add_epi32(
+                sums[r * block_keys + k],
+                _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)(row[r] + d)), key_words));
+    }
+}
+
 /* Lane r * block_keys + k = sum_d q16[r][d] * key_k[d] (int32, exact); rows padded with 0
- * to a multiple of 16. full (a constant): dim % 16 == 0. */
-V_INLINE __m256i score_block_q8i(const int block_rows, const int block_keys, const int full,
-                                 int dim, const int16_t *const *row, const int8_t *const *key) {
+ * to a multiple of 16. shape (a constant): 2 = dim % 64 == 0, 64 dimensions a step, each
+ * step requesting the line `ahead` bytes past each key's (the pass that reads the keys from
+ * memory; 0: none), so neither the loop nor the requests cost loop control of their own;
+ * 1 = dim % 16 == 0; 0 = any dim (its tail copied, the caller requests the rows). */
+V_INLINE __m256i score_block_q8i(const int block_rows, const int block_keys, const int shape,
+                                 int dim, const int16_t *const *row, const int8_t *const *key,
+                                 int64_t ahead) {
     __m256i sums[8];
     for (int a = 0; a < 8; ++a) sums[a] = _mm256_setzero_si256();
-    for (int d = 0; d < dim; d += 16) {
-        for (int k = 0; k < block_keys; ++k) {
-            const __m256i key_words = q8_words16(key[k] + d, full ? 16 : dim - d);
-            for (int r = 0; r < block_rows; ++r)
-                sums[r * block_keys + k] = _mm256_add_epi32(
-                    sums[r * block_keys + k],
-                    _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)(row[r] + d)), key_words));
+    if (shape == 2)
+        for (int d = 0; d < dim; d += 64) {
+            if (ahead != 0)
+                for (int k = 0; k < block_keys; ++k) _mm_prefetch((const char *)(key[k] + d + ahead), _MM_HINT_T1);
+            for (int k = 0; k < block_keys; ++k) /* (key-major: each query load folds into its VPMADDWD) */
+                for (int e = d; e < d + 64; e += 16) {
+                    const __m256i key_words = q8_words16(key[k] + e, 16);
+                    for (int r = 0; r < block_rows; ++r)
+                        sums[r * block_keys + k] = _mm256_add_epi32(
+                            sums[r * block_keys + k],
+                            _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)(row[r] + e)), key_words));
+                }
         }
-    }
+    else
+        for (int d = 0; d < dim; d += 16)
+            score_step_q8i(block_rows, block_keys, d, shape == 1 ? 16 : dim - d, row, key, sums);
     return transpose_reduce_i32(sums);
 }
 
@@ -385,7 +425,7 @@ static void score_chunk_q8i(int rows, int count, int dim, const float *queries,
     for (int c = 0; c < count; ++c)
         key_factors[c] = row_scales != NULL ? factor * row_scales[c] : factor;
     const int block_rows = rows >= 3 ? 4 : rows, block_keys = 8 / block_rows;
-    const int full = dim % 16 == 0;
+    const int shape = dim % 64 == 0 ? 2 : dim % 16 == 0 ? 1 : 0; /* score_block_q8i */
     for (int r0 = 0; r0 < rows; r0 += block_rows) {
         const int16_t *row[4];
         for (int r = 0; r < block_rows; ++r) {
@@ -401,25 +441,28 @@ static void score_chunk_q8i(int rows, int count, int dim, const float *queries,
         const __m256 row_factors = _mm256_loadu_ps(lane_scales);
         for (int c0 = 0; c0 < count; c0 += block_keys) {
             const int8_t *key[8];
-            for (int k = 0; k < block_keys; ++k)
-                key[k] = keys + (c0 + k < count ? c0 + k : count - 1) * key_stride;
-            if (r0 == 0) /* the pass that reads the keys from memory */
-                for (int k = 0; k < block_keys; ++k)
-                    q8_prefetch_row(keys, c0 + k + Q8_LOOKAHEAD, key_stride, dim, 0);
+            q8_block_keys(keys, c0, block_keys, count, key_stride, (const uint8_t **)key);
+            /* the pass that reads the keys from memory requests the rows Q8_LOOKAHEAD on */
+            const int64_t ahead = r0 == 0 ? Q8_LOOKAHEAD * key_stride : 0;
+            if (ahead != 0 && shape != 2)
+                q8_prefetch_rows(keys, c0 + Q8_LOOKAHEAD, block_keys, key_stride, dim, 0);
             float *target = scores + r0 * ATTN_DECODE_CHUNK + c0;
             if (block_rows == 4) {
-                const __m256i sums = full ? score_block_q8i(4, 2, 1, dim, row, key)
-                                          : score_block_q8i(4, 2, 0, dim, row, key);
+                const __m256i sums = shape == 2   ? score_block_q8i(4, 2, 2, dim, row, key, ahead)
+                                     : shape == 1 ? score_block_q8i(4, 2, 1, dim, row, key, 0)
+                                                  : score_block_q8i(4, 2, 0, dim, row, key, 0);
                 store_block_scores(4, 2, 1, rows - r0, count - c0, key_factors + c0, row_factors,
                                    _mm256_cvtepi32_ps(sums), target);
             } else if (block_rows == 2) {
-                const __m256i sums = full ? score_block_q8i(2, 4, 1, dim, row, key)
-                                          : score_block_q8i(2, 4, 0, dim, row, key);
+                const __m256i sums = shape == 2   ? score_block_q8i(2, 4, 2, dim, row, key, ahead)
+                                     : shape == 1 ? score_block_q8i(2, 4, 1, dim, row, key, 0)
+                                                  : score_block_q8i(2, 4, 0, dim, row, key, 0);
                 store_block_scores(2, 4, 1, rows - r0, count - c0, key_factors + c0, row_factors,
                                    _mm256_cvtepi32_ps(sums), target);
             } else {
-                const __m256i sums = full ? score_block_q8i(1, 8, 1, dim, row, key)
-                                          : score_block_q8i(1, 8, 0, dim, row, key);
+                const __m256i sums = shape == 2   ? score_block_q8i(1, 8, 2, dim, row, key, ahead)
+                                     : shape == 1 ? score_block_q8i(1, 8, 1, dim, row, key, 0)
+                                                  : score_block_q8i(1, 8, 0, dim, row, key, 0);
                 store_block_scores(1, 8, 1, rows - r0, count - c0, key_factors + c0, row_factors,
                                    _mm256_cvtepi32_ps(sums), target);
             }
@@ -476,11 +519,26 @@ V_INLINE void add_unpacked_sums(float *row, int valid, __m256i low, __m256i high
     }
 }
 
+/* low[r] / high[r] += the products of the key pair (first, second) (16 elements each, those
+ * past `elements` 0) with row r's weight pair w[r * Q8I_WEIGHT_STRIDE + 0, 1]. */
+V_INLINE void accumulate_pair_q8i(const int block_rows, int elements, const int8_t *first,
+                                  const int8_t *second, const int16_t *w, __m256i *low,
+                                  __m256i *high) {
+    const __m256i a = q8_words16(first, elements);
+    const __m256i b = q8_words16(second, elements);
+    const __m256i pairs_low = _mm256_unpacklo_epi16(a, b);
+    const __m256i pairs_high = _mm256_unpackhi_epi16(a, b);
+    for (int r = 0; r < block_rows; ++r) {
+        const __m256i weight = _mm256_broadcastd_epi32(_mm_loadu_si32(w + r * Q8I_WEIGHT_STRIDE));
+        low[r] = _mm256_add_epi32(low[r], _mm256_madd_epi16(pairs_low, weight));
+        high[r] = _mm256_add_epi32(high[r], _mm256_madd_epi16(pairs_high, weight));
+    }
+}
+
 /* Accumulator rows [block_rows][dim], columns [e0, e0 + 16) (those < width valid): the
- * int32 sums over the chunk's key pairs, added to the accumulator at the end. The first
- * block of a chunk (`prefetch`) requests the rows Q8_LOOKAHEAD further. */
-/* Accumulator rows [block_rows][dim], columns [e0, e0 + 16) (those < width valid): the
- * int32 sums over the chunk's key pairs, added to the accumulator at the end. */
+ * int32 sums over the chunk's key pairs, added to the accumulator at the end. The pair loop
+ * steps one pointer per operand (no per-pair test: 8 of its 32 instructions were loop
+ * control); an odd last key pairs with itself at weight 0 (w16 is 0 past count). */
 V_INLINE void accumulate_block_q8i(const int block_rows, const int full, int count, int e0,
                                    int width, int dim, const int16_t *w16, const float *scale,
                                    const float *rescale, const int8_t *values,
@@ -488,21 +546,12 @@ V_INLINE void accumulate_block_q8i(const int block_rows, const int full, int cou
     __m256i low[4], high[4];
     for (int r = 0; r < block_rows; ++r) low[r] = high[r] = _mm256_setzero_si256();
     const int elements = full ? 16 : width;
-    for (int c = 0; c < count; c += 2) {
-        const int8_t *first = values + c * value_stride + e0;
-        /* an odd last key pairs with itself, at weight 0 */
-        const int8_t *second = c + 1 < count ? first + value_stride : first;
-        const __m256i a = q8_words16(first, elements);
-        const __m256i b = q8_words16(second, elements);
-        const __m256i pairs_low = _mm256_unpacklo_epi16(a, b);
-        const __m256i pairs_high = _mm256_unpackhi_epi16(a, b);
-        for (int r = 0; r < block_rows; ++r) {
-            const __m256i weight =
-                _mm256_broadcastd_epi32(_mm_loadu_si32(w16 + r * Q8I_WEIGHT_STRIDE + c));
-            low[r] = _mm256_add_epi32(low[r], _mm256_madd_epi16(pairs_low, weight));
-            high[r] = _mm256_add_epi32(high[r], _mm256_madd_epi16(pairs_high, weight));
-        }
-    }
+    const int8_t *first = values + e0;
+    const int16_t *w = w16;
+#pragma GCC unroll 2
+    for (const int16_t *end = w16 + (count & ~1); w < end; w += 2, first += 2 * value_stride)
+        accumulate_pair_q8i(block_rows, elements, first, first + value_stride, w, low, high);
+    if (count & 1) accumulate_pair_q8i(block_rows, elements, first, first, w, low, high);
     for (int r = 0; r < block_rows; ++r)
         add_unpacked_sums(accumulator + (int64_t)r * dim + e0, width, low[r], high[r],
                           _mm256_set1_ps(scale[r]), _mm256_set1_ps(rescale[r]));
@@ -527,8 +576,7 @@ static void accumulate_chunk_q8i(int rows, int count, int dim, const float *weig
                                  const float *rescale, const int8_t *values, int64_t value_stride,
                                  const float *row_scales, float factor, float *accumulator) {
     /* the rows Q8_LOOKAHEAD further, as this call reads the chunk's values from memory */
-    for (int c = 0; c < count; ++c)
-        q8_prefetch_row(values, c + Q8_LOOKAHEAD, value_stride, dim, 0);
+    q8_prefetch_rows(values, Q8_LOOKAHEAD, count, value_stride, dim, 0);
     int16_t w16[4 * Q8I_WEIGHT_STRIDE] __attribute__((aligned(32)));
     float scale[4];
     for (int r0 = 0; r0 < rows; r0 += 4) {
