@@ -252,6 +252,7 @@ V_INLINE void accumulate_block_fp8(const attn_dtype format, const int block_rows
         sums[r][0] = _mm256_mul_ps(factor, sums[r][0]);
         sums[r][1] = _mm256_mul_ps(factor, sums[r][1]);
     }
+#pragma GCC unroll 2
     for (int c = 0; c < count; ++c) {
         __m256 value_vectors[2];
         fp8_widen16(format, q8_load16(values + c * value_stride + e0, full ? 16 : width),
