@@ -158,7 +158,21 @@ V_INLINE void score_block_fp8(const attn_dtype format, const int block_rows, con
                               const float *const *row, const uint8_t *const *key, float *out) {
     __m256 sums[8];
     for (int a = 0; a < 8; ++a) sums[a] = _mm256_setzero_ps();
-    if (key_major) {
+    if (key_major && full) { /* dimension-major, each query vector loaded once for the keys */
+        for (int d = 0; d < dim; d += 16) {
+            __m256 query[2][2]; /* [row][half]: block_rows <= 2 here */
+            for (int r = 0; r < block_rows; ++r) q8_load_floats16(1, row[r] + d, 16, query[r]);
+            for (int k = 0; k < block_keys; ++k) {
+                __m256 key_vectors[2];
+                fp8_widen16(format, q8_load16(key[k] + d, 16), key_vectors);
+                for (int r = 0; r < block_rows; ++r) {
+                    __m256 *sum = &sums[r * block_keys + k];
+                    *sum = _mm256_fmadd_ps(query[r][0], key_vectors[0], *sum);
+                    *sum = _mm256_fmadd_ps(query[r][1], key_vectors[1], *sum);
+                }
+            }
+        }
+    } else if (key_major) {
         for (int k = 0; k < block_keys; ++k)
             for (int d = 0; d < dim; d += 16) {
                 __m256 key_vectors[2];
