@@ -43,21 +43,6 @@
 #define Q8_LOOKAHEAD 32
 #endif
 
-/* The first `bytes` bytes of rows [first, first + count) of `stride` bytes after `base`
- * (which may lie past the pool: the addresses are formed as integers, and a prefetch never
- * faults), into L1 (T0) or L2 (T1): a request per 64-byte line, contiguous rows (stride ==
- * bytes) as one span (the per-row loop cost 14% of the int8 score kernel's instructions). */
-V_INLINE void q8_prefetch_rows(const void *base, int64_t first, int count, int64_t stride,
-                               int bytes, const int into_l1) {
-    uintptr_t row = (uintptr_t)base + (uintptr_t)(first * stride);
-    const int64_t span = stride == bytes ? (int64_t)count * bytes : bytes;
-    for (int r = 0; r < (stride == bytes ? 1 : count); ++r, row += (uintptr_t)stride)
-        for (int64_t offset = 0; offset < span; offset += 64) {
-            if (into_l1) _mm_prefetch((const char *)(row + offset), _MM_HINT_T0);
-            else _mm_prefetch((const char *)(row + offset), _MM_HINT_T1);
-        }
-}
-
 /* key[k] = row c0 + k of `stride` bytes after keys, k < block_keys; past count the last
  * row again (a block's lanes there are dropped). */
 V_INLINE void q8_block_keys(const void *keys, int c0, const int block_keys, int count,
@@ -68,13 +53,6 @@ V_INLINE void q8_block_keys(const void *keys, int c0, const int block_keys, int 
     else
         for (int k = 0; k < block_keys; ++k) key[k] = first + (c0 + k < count ? k : count - 1 - c0) * stride;
 }
-
-/* Row c of `ahead` (registry.h attn_rows_ahead) into L2. */
-V_INLINE void q8_prefetch_ahead(const attn_rows_ahead *ahead, int c) {
-    const char *row = (const char *)ahead->rows + (int64_t)c * ahead->stride;
-    for (int offset = 0; offset < ahead->bytes; offset += 64) _mm_prefetch(row + offset, _MM_HINT_T1);
-}
-
 
 /* The 16 bytes source[0 .. 16); with elements < 16 only those, the rest 0 (none read). */
 V_INLINE __m128i q8_load16(const uint8_t *source, int elements) {
@@ -226,11 +204,11 @@ static void score_chunk_fp8_as(const attn_dtype format, int rows, int count, int
             q8_block_keys(keys, c0, block_keys, count, key_stride, key);
             if (r0 == 0) { /* the pass that reads the keys from memory */
                 for (int k = 0; k < block_keys; ++k)
-                    if (ahead != NULL && c0 + k < count) q8_prefetch_ahead(ahead, c0 + k);
+                    if (ahead != NULL && c0 + k < count) prefetch_row_ahead(ahead, c0 + k);
                 if (block_rows == 4)
-                    q8_prefetch_rows(keys, c0 + Q8_LOOKAHEAD, block_keys, key_stride, dim, 1);
+                    prefetch_rows(keys, c0 + Q8_LOOKAHEAD, block_keys, key_stride, dim, 1);
                 else
-                    q8_prefetch_rows(keys, c0 + Q8_LOOKAHEAD, block_keys, key_stride, dim, 0);
+                    prefetch_rows(keys, c0 + Q8_LOOKAHEAD, block_keys, key_stride, dim, 0);
             }
             float out[8];
             if (block_rows == 4 && full) score_block_fp8(format, 4, 2, 0, 1, dim, row, key, out);
@@ -460,7 +438,7 @@ static void score_chunk_q8i(int rows, int count, int dim, const float *queries,
             /* the pass that reads the keys from memory requests the rows Q8_LOOKAHEAD on */
             const int64_t ahead = r0 == 0 ? Q8_LOOKAHEAD * key_stride : 0;
             if (ahead != 0 && shape != 2)
-                q8_prefetch_rows(keys, c0 + Q8_LOOKAHEAD, block_keys, key_stride, dim, 0);
+                prefetch_rows(keys, c0 + Q8_LOOKAHEAD, block_keys, key_stride, dim, 0);
             float *target = scores + r0 * ATTN_DECODE_CHUNK + c0;
             if (block_rows == 4) {
                 const __m256i sums = shape == 2   ? score_block_q8i(4, 2, 2, dim, row, key, ahead)
@@ -591,7 +569,7 @@ static void accumulate_chunk_q8i(int rows, int count, int dim, const float *weig
                                  const float *rescale, const int8_t *values, int64_t value_stride,
                                  const float *row_scales, float factor, float *accumulator) {
     /* the rows Q8_LOOKAHEAD further, as this call reads the chunk's values from memory */
-    q8_prefetch_rows(values, Q8_LOOKAHEAD, count, value_stride, dim, 0);
+    prefetch_rows(values, Q8_LOOKAHEAD, count, value_stride, dim, 0);
     int16_t w16[4 * Q8I_WEIGHT_STRIDE] __attribute__((aligned(32)));
     float scale[4];
     for (int r0 = 0; r0 < rows; r0 += 4) {

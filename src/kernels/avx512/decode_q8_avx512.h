@@ -54,26 +54,12 @@
  * 1.72-1.75x, 1.37-1.39x; fp8 into L1 and int8 into L2: E4M3 1.39-1.42x -> 1.43-1.46x, E5M2
  * 1.43-1.47x -> 1.48-1.49x. MHA (1 row) fp8 into L1: E4M3 1.44-1.47x -> 1.31-1.33x. */
 V_INLINE void prefetch_row_q8(const void *base, int64_t rows, int64_t stride, size_t bytes) {
-    const uintptr_t row = (uintptr_t)base + (uintptr_t)(rows * stride);
-    for (size_t offset = 0; offset < bytes; offset += 64)
-        _mm_prefetch((const char *)(row + offset), _MM_HINT_T1);
+    prefetch_rows(base, rows, 1, stride, (int64_t)bytes, 0);
 }
 
 V_INLINE void prefetch_row_fp8(const void *base, int64_t rows, int64_t stride, size_t bytes) {
-    const uintptr_t row = (uintptr_t)base + (uintptr_t)(rows * stride);
-    for (size_t offset = 0; offset < bytes; offset += 64)
-        _mm_prefetch((const char *)(row + offset), _MM_HINT_T0);
+    prefetch_rows(base, rows, 1, stride, (int64_t)bytes, 1);
 }
-
-/* Row c of `ahead` (registry.h attn_rows_ahead) into L2: the fp8 score kernels request each
- * key's value row as they score the key, so that the P · V after them finds the chunk's
- * values in L2 (docs/inference.md, "fp8: the values requested during the scores"). */
-V_INLINE void prefetch_row_ahead(const attn_rows_ahead *ahead, int c) {
-    const char *row = (const char *)ahead->rows + (int64_t)c * ahead->stride;
-    for (int offset = 0; offset < ahead->bytes; offset += 64)
-        _mm_prefetch(row + offset, _MM_HINT_T1);
-}
-
 
 /* 16 stored elements source[0 .. 16) (lanes outside `lanes` read as 0) as floats (E4M3:
  * value / 256). */

@@ -57,14 +57,35 @@ enum { DIMENSION_MAJOR_ROWS = 2, DECODE_PREFETCH = 0, VALUE_ROWS = 2, VALUE_VECT
  * plain stream the hardware prefetcher follows: prefetching it measured slower. */
 enum { LOOKAHEAD = 16, PREFETCH_ROWS = 2 };
 
+/* Requests the first `bytes` bytes of rows [first, first + count) of `stride` bytes after
+ * `base` (which may lie past the pool: the addresses are formed as integers, and a prefetch
+ * never faults) into L1 (into_l1, a constant) or L2: a request per 64-byte line, contiguous
+ * rows (stride == bytes) as one span (a loop per row cost 14% of the AVX2 int8 score
+ * kernel's instructions). */
+V_INLINE void prefetch_rows(const void *base, int64_t first, int count, int64_t stride,
+                            int64_t bytes, const int into_l1) {
+    uintptr_t row = (uintptr_t)base + (uintptr_t)(first * stride);
+    const int64_t span = stride == bytes ? (int64_t)count * bytes : bytes;
+    for (int r = 0; r < (stride == bytes ? 1 : count); ++r, row += (uintptr_t)stride)
+        for (int64_t offset = 0; offset < span; offset += 64) {
+            if (into_l1) _mm_prefetch((const char *)(row + offset), _MM_HINT_T0);
+            else _mm_prefetch((const char *)(row + offset), _MM_HINT_T1);
+        }
+}
+
 /* Requests the `bytes` bytes of the stored row `rows` rows of `stride` elements of
- * `element_size` bytes after `base` (which may lie past the pool: the address is formed as
- * an integer, and a prefetch never faults). */
+ * `element_size` bytes after `base` into L2. */
 V_INLINE void prefetch_row(const void *base, int64_t rows, int64_t stride, size_t element_size,
                            size_t bytes) {
-    const uintptr_t row = (uintptr_t)base + (uintptr_t)(rows * stride) * element_size;
-    for (size_t offset = 0; offset < bytes; offset += 64)
-        _mm_prefetch((const char *)(row + offset), _MM_HINT_T1);
+    prefetch_rows(base, rows, 1, stride * (int64_t)element_size, (int64_t)bytes, 0);
+}
+
+/* Row c of `ahead` (registry.h attn_rows_ahead) into L2: the fp8 score kernels request each
+ * key's value row as they score the key, so that the P · V after them finds the chunk's
+ * values in L2 (docs/inference.md, "fp8: the values requested during the scores"). */
+V_INLINE void prefetch_row_ahead(const attn_rows_ahead *ahead, int c) {
+    const char *row = (const char *)ahead->rows + (int64_t)c * ahead->stride;
+    for (int offset = 0; offset < ahead->bytes; offset += 64) _mm_prefetch(row + offset, _MM_HINT_T1);
 }
 
 /* The first `lanes` floats of p (lanes may exceed VLANES), zeros elsewhere. At 8 lanes a
