@@ -588,9 +588,13 @@ static void check_q8(const attn_kernels *k, int f, int rows, int count, int dim,
         /* the fast kernel with a prefetch hint (the stored rows themselves), the generic one
          * without: the results must not depend on it */
         const attn_rows_ahead ahead = {stored, stride, dim};
-        k->decode.score_chunk_q8(format, rows, count, dim, queries, stored, stride, scales, factor,
+        /* int8 keys: the rows rounded to int16 once, as the decode loop does (quant.h) */
+        void *rounded = floats(ATTN_Q8_PREPARED_BYTES(rows, dim) / sizeof(float) + 1, 0.0f);
+        if (format == ATTN_DTYPE_Q8) attn_q8_prepare_queries(rows, dim, queries, rounded);
+        const void *operand = format == ATTN_DTYPE_Q8 ? rounded : (const void *)queries;
+        k->decode.score_chunk_q8(format, rows, count, dim, operand, stored, stride, scales, factor,
                                  scores, &ahead);
-        generic_registry()->decode.score_chunk_q8(format, rows, count, dim, queries, stored,
+        generic_registry()->decode.score_chunk_q8(format, rows, count, dim, operand, stored,
                                                   stride, scales, factor, generic, NULL);
         double worst = 0.0;
         int untouched = 1;
@@ -706,7 +710,7 @@ static void check_q8(const attn_kernels *k, int f, int rows, int count, int dim,
             CHECK(same, "%s accumulate_chunk_q8 int8 %dx%d D=%d: the int16-weight sums bit for bit",
                   k->name, rows, count, dim);
         }
-        free(queries), free(scores), free(generic), free(weights), free(rescale), free(start);
+        free(queries), free(rounded), free(scores), free(generic), free(weights), free(rescale), free(start);
         free(accumulator), free(generic_accumulator);
     }
     free(stored), free(row_scales), free(key_factor), free(target);

@@ -78,7 +78,8 @@ typedef struct decode_scratch {
     float *prepared;    /* [rows][ATTN_DECODE_PREPARED_DIM(Dk)]: as score_chunk_bf16 reads them,
                            or [Dk][ATTN_DECODE_GROUP_STRIDE(rows)]: as score_chunk_group does,
                            or ATTN_DECODE_TILE_QUERY_ELEMENTS bf16: as score_chunk_tiles does,
-                           or ATTN_DECODE_Q8_TILE_QUERY_BYTES: as score_chunk_q8_tiles does */
+                           or ATTN_DECODE_Q8_TILE_QUERY_BYTES: as score_chunk_q8_tiles does,
+                           or ATTN_Q8_PREPARED_BYTES: as score_chunk_q8 reads int8 keys */
     float *scores;      /* [rows][ATTN_DECODE_CHUNK], or ATTN_DECODE_TILE_CHUNKS such blocks on
                            the bf16 tiles (the chunks whose P · V is pending) */
     float *accumulator; /* [rows][Dv], or [Dv][ATTN_DECODE_GROUP_STRIDE(rows)] for a large group,
@@ -180,6 +181,9 @@ static bool scratch_layout(const decode_plan *plan, int64_t most_splits,
     const size_t q8_prepared =
         (ATTN_DECODE_Q8_TILE_QUERY_BYTES(plan->rows, plan->key_dim) + f - 1) / f;
     if (q8_prepared > prepared) prepared = q8_prepared;
+    /* ... or for score_chunk_q8 on int8 storage (bytes) */
+    const size_t q8_rounded = (ATTN_Q8_PREPARED_BYTES(plan->rows, plan->key_dim) + f - 1) / f;
+    if (q8_rounded > prepared) prepared = q8_rounded;
     /* the accumulator: [rows][Dv], transposed for a large group, or with rows of
      * ATTN_DECODE_TILE_ROW_FLOATS(Dv) for the bf16 tiles, whichever is largest */
     const size_t accumulator = (size_t)ATTN_DECODE_TILE_ROW_FLOATS(plan->value_dim) *
@@ -421,6 +425,12 @@ static void run_task(const decode_plan *plan, decode_scratch *scratch, int64_t b
                                       (uint16_t *)scratch->prepared);
     if (q8_scores_on_tiles)
         kernels->prepare_q8_tile_queries((int)rows, (int)Dk, scratch->queries, scratch->prepared);
+    /* int8 storage read in place: the queries rounded to int16 once for the task (quant.h) */
+    const void *q8_queries = scratch->queries;
+    if (fused_q8 && dtype == ATTN_DTYPE_Q8) {
+        attn_q8_prepare_queries((int)rows, (int)Dk, scratch->queries, scratch->prepared);
+        q8_queries = scratch->prepared;
+    }
     /* the accumulator, [rows][Dv], (large group) [Dv][ATTN_DECODE_GROUP_STRIDE(rows)] or
      * (tiles) [ATTN_DECODE_GROUP_STRIDE(rows)][ATTN_DECODE_TILE_ROW_FLOATS(Dv)] */
     const int64_t tile_row = ATTN_DECODE_TILE_ROW_FLOATS(Dv);
@@ -547,7 +557,7 @@ static void run_task(const decode_plan *plan, decode_scratch *scratch, int64_t b
                                               stored_keys, cache->key_token_stride, key_scales,
                                               key_factor, scores);
             else if (fused_q8)
-                kernels->score_chunk_q8(dtype, (int)rows, count, (int)Dk, scratch->queries,
+                kernels->score_chunk_q8(dtype, (int)rows, count, (int)Dk, q8_queries,
                                         stored_keys, cache->key_token_stride, key_scales,
                                         key_factor, scores, values_ahead ? &ahead : NULL);
             else {

@@ -352,6 +352,8 @@ typedef struct attn_decode_kernels {
      * ATTN_DECODE_FUSED_ROWS:
      * score_chunk_q8: scores[r * ATTN_DECODE_CHUNK + c] = (factor * row_scales[c]) *
      *                 sum_d queries[r * dim + d] * decode(keys[c * key_stride + d]);
+     *     queries: for FP8 the float rows [rows][dim]; for Q8 those rows as
+     *     attn_q8_prepare_queries (quant.h) rounded them, once per task.
      * accumulate_chunk_q8: accumulator[r * dim + e] = rescale[r] * accumulator[r * dim + e] +
      *     sum_c (weights[r * ATTN_DECODE_CHUNK + c] * (factor * row_scales[c])) *
      *           decode(values[c * value_stride + e]).
@@ -364,7 +366,7 @@ typedef struct attn_decode_kernels {
      * on it. The decode loop passes the chunk's values for fp8, whose AVX-512 P · V then
      * requests nothing itself (docs/inference.md, "fp8: the values requested during the
      * scores"). */
-    void (*score_chunk_q8)(attn_dtype dtype, int rows, int count, int dim, const float *queries,
+    void (*score_chunk_q8)(attn_dtype dtype, int rows, int count, int dim, const void *queries,
                            const uint8_t *keys, int64_t key_stride, const float *row_scales,
                            float factor, float *scores, const attn_rows_ahead *ahead);
     void (*accumulate_chunk_q8)(attn_dtype dtype, int rows, int count, int dim,

@@ -24,7 +24,8 @@
  * multiplies each dot product once. fp8 values: blocks of up to 4 rows x 16 floats (8
  * accumulators), each stored byte widened once per row block, the weights multiplied by
  * their key's factor once per chunk.
- * int8 (quant.h "Q8 decode arithmetic"): queries and weights as int16, products with the
+ * int8 (quant.h "Q8 decode arithmetic"): queries (rounded once per task by
+ * attn_q8_prepare_queries) and weights as int16, products with the
  * stored int8 elements summed exactly in int32 lanes by VPMADDWD + VPADDD, so the results
  * equal attn_q8_score_exact / attn_q8_accumulate_exact bit for bit, as on every registry.
  * Scores: the pair (2d, 2d + 1) is one 32-bit lane on both sides, blocks as fp8's, reduced
@@ -407,12 +408,10 @@ V_INLINE __m256i score_block_q8i(const int block_rows, const int block_keys, con
     return transpose_reduce_i32(sums);
 }
 
-static void score_chunk_q8i(int rows, int count, int dim, const float *queries,
+static void score_chunk_q8i(int rows, int count, int dim, const void *prepared,
                             const int8_t *keys, int64_t key_stride, const float *row_scales,
                             float factor, float *scores) {
-    const int padded = (dim + 15) / 16 * 16;
-    int16_t rows16[4 * Q8I_MOST_DIM] __attribute__((aligned(32)));
-    float query_scale[4];
+    const float *query_scales = attn_q8_query_scales(prepared);
     /* factor * row scale of each key; 0 past count (a block's lanes there are dropped) */
     float key_factors[ATTN_DECODE_CHUNK + 8] = {0};
     for (int c = 0; c < count; ++c)
@@ -421,13 +420,11 @@ static void score_chunk_q8i(int rows, int count, int dim, const float *queries,
     const int shape = dim % 64 == 0 ? 2 : dim % 16 == 0 ? 1 : 0; /* score_block_q8i */
     for (int r0 = 0; r0 < rows; r0 += block_rows) {
         const int16_t *row[4];
+        float query_scale[4];
         for (int r = 0; r < block_rows; ++r) {
-            const float *query = queries + (int64_t)(r0 + r < rows ? r0 + r : rows - 1) * dim;
-            const float largest = largest_magnitude(dim, query);
-            query_scale[r] = largest / ATTN_Q8_QUERY_LEVELS;
-            round_to_i16(dim, padded, query, attn_q8_multiplier(largest, ATTN_Q8_QUERY_LEVELS),
-                         rows16 + r * padded);
-            row[r] = rows16 + r * padded;
+            const int source = r0 + r < rows ? r0 + r : rows - 1;
+            row[r] = attn_q8_query_row(prepared, rows, dim, source);
+            query_scale[r] = query_scales[source];
         }
         float lane_scales[8]; /* lane a: the query scale of its row, a / block_keys */
         for (int a = 0; a < 8; ++a) lane_scales[a] = query_scale[a / block_keys];
@@ -590,7 +587,7 @@ static void accumulate_chunk_q8i(int rows, int count, int dim, const float *weig
 
 /* ---- the slots ---- */
 static void avx2_score_chunk_q8(attn_dtype dtype, int rows, int count, int dim,
-                                const float *queries, const uint8_t *keys, int64_t key_stride,
+                                const void *queries, const uint8_t *keys, int64_t key_stride,
                                 const float *row_scales, float factor, float *scores,
                                 const attn_rows_ahead *ahead) {
     if (dtype == ATTN_DTYPE_Q8 && dim > Q8I_MOST_DIM)
@@ -600,10 +597,10 @@ static void avx2_score_chunk_q8(attn_dtype dtype, int rows, int count, int dim,
         score_chunk_q8i(rows, count, dim, queries, (const int8_t *)keys, key_stride, row_scales,
                         factor, scores);
     else if (dtype == ATTN_DTYPE_FP8_E4M3)
-        score_chunk_fp8_as(ATTN_DTYPE_FP8_E4M3, rows, count, dim, queries, keys, key_stride,
+        score_chunk_fp8_as(ATTN_DTYPE_FP8_E4M3, rows, count, dim, (const float *)queries, keys, key_stride,
                            row_scales, factor, scores, ahead);
     else
-        score_chunk_fp8_as(ATTN_DTYPE_FP8_E5M2, rows, count, dim, queries, keys, key_stride,
+        score_chunk_fp8_as(ATTN_DTYPE_FP8_E5M2, rows, count, dim, (const float *)queries, keys, key_stride,
                            row_scales, factor, scores, ahead);
 }
 

@@ -356,13 +356,6 @@ static void round_to_i16(int count, int padded, const float *x, float multiplier
     }
 }
 
-/* One query row as int16 (quant.h); returns its scale s_q. */
-static float pack_query_i16(int dim, int padded, const float *query, int16_t *target) {
-    const float largest = largest_magnitude(dim, query);
-    round_to_i16(dim, padded, query, attn_q8_multiplier(largest, ATTN_Q8_QUERY_LEVELS), target);
-    return largest / ATTN_Q8_QUERY_LEVELS;
-}
-
 /* Rows r < rows (<= 4) of a chunk's weights times their key factors, as int16 with one scale
  * per row (quant.h): w16 [4][ATTN_Q8_WEIGHT_STRIDE], 0 past count. */
 static void pack_weights_i16(int rows, int count, const float *weights, const float *row_scales,
@@ -434,7 +427,7 @@ V_INLINE const int8_t *pair_rows(const int8_t *values, int c, int count, int e0,
 static int have_vnni(void) { return cpu()->avx512_vnni; }
 
 static void avx512_score_chunk_q8(attn_dtype dtype, int rows, int count, int dim,
-                                  const float *queries, const uint8_t *keys, int64_t key_stride,
+                                  const void *queries, const uint8_t *keys, int64_t key_stride,
                                   const float *row_scales, float factor, float *scores,
                                   const attn_rows_ahead *ahead) {
     if (dtype == ATTN_DTYPE_Q8 && dim > Q8I_MOST_DIM)
@@ -447,10 +440,10 @@ static void avx512_score_chunk_q8(attn_dtype dtype, int rows, int count, int dim
         score_chunk_bw(rows, count, dim, queries, (const int8_t *)keys, key_stride, row_scales,
                        factor, scores);
     else if (dtype == ATTN_DTYPE_FP8_E4M3)
-        score_chunk_q8_as(ATTN_DTYPE_FP8_E4M3, rows, count, dim, queries, keys, key_stride,
+        score_chunk_q8_as(ATTN_DTYPE_FP8_E4M3, rows, count, dim, (const float *)queries, keys, key_stride,
                           row_scales, factor, scores, ahead);
     else
-        score_chunk_q8_as(ATTN_DTYPE_FP8_E5M2, rows, count, dim, queries, keys, key_stride,
+        score_chunk_q8_as(ATTN_DTYPE_FP8_E5M2, rows, count, dim, (const float *)queries, keys, key_stride,
                           row_scales, factor, scores, ahead);
 }
 

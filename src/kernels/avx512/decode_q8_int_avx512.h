@@ -7,7 +7,8 @@
  * Q8I(name) gives the variant's names.
  *
  * Scores: pairs of dimensions (2d, 2d + 1) are the int16 pair of a 32-bit lane on both sides
- * (queries packed once per call, keys sign-extended byte -> word, one instruction per 32),
+ * (queries rounded once per task by attn_q8_prepare_queries, keys sign-extended byte -> word,
+ * one instruction per 32),
  * blocks of 4 rows x 4 keys (2 x 8, 1 x 16) reduced by the transpose tree in integers.
  * Values: pairs of keys (c, c + 1): the words of rows c and c + 1 interleaved (unpack) so
  * that lane e holds (v[c][e'], v[c + 1][e']) against the broadcast weight pair (w[c],
@@ -53,11 +54,9 @@ Q8I_TARGET V_INLINE __m512i Q8I(score_block)(const int block_rows, const int blo
     return transpose_reduce_i32(sums);
 }
 
-Q8I_TARGET static void Q8I(score_chunk)(int rows, int count, int dim, const float *queries,
+Q8I_TARGET static void Q8I(score_chunk)(int rows, int count, int dim, const void *prepared,
                              const int8_t *keys, int64_t key_stride, const float *row_scales,
                              float factor, float *scores) {
-    const int padded = (dim + 31) / 32 * 32;
-    int16_t rows16[4 * Q8I_MOST_DIM] __attribute__((aligned(64)));
     float query_scale[4];
     float key_factors[ATTN_DECODE_CHUNK + 4] = {0}; /* factor * row scale of each key */
     for (int c = 0; c < count; ++c)
@@ -67,9 +66,8 @@ Q8I_TARGET static void Q8I(score_chunk)(int rows, int count, int dim, const floa
         const int16_t *row[4];
         for (int r = 0; r < block_rows; ++r) {
             const int source = r0 + r < rows ? r0 + r : rows - 1;
-            query_scale[r] = pack_query_i16(dim, padded, queries + (int64_t)source * dim,
-                                            rows16 + r * padded);
-            row[r] = rows16 + r * padded;
+            query_scale[r] = attn_q8_query_scales(prepared)[source];
+            row[r] = attn_q8_query_row(prepared, rows, dim, source);
         }
         for (int c0 = 0; c0 < count; c0 += block_keys) {
             const int8_t *key[16];

@@ -111,12 +111,13 @@ static float dot_product_q8(int dim, const float *a, attn_dtype dtype, const uin
 }
 
 static void generic_score_chunk_q8(attn_dtype dtype, int rows, int count, int dim,
-                                   const float *queries, const uint8_t *keys, int64_t key_stride,
+                                   const void *prepared, const uint8_t *keys, int64_t key_stride,
                                    const float *row_scales, float factor, float *scores,
                                    const attn_rows_ahead *ahead) {
     (void)ahead; /* a prefetch hint */
+    const float *queries = prepared; /* FP8: the float rows */
     if (dtype == ATTN_DTYPE_Q8) { /* int16 queries, exact integer sums (quant.h) */
-        attn_q8_score_exact(rows, count, dim, queries, (const int8_t *)keys, key_stride,
+        attn_q8_score_exact(rows, count, dim, prepared, (const int8_t *)keys, key_stride,
                             row_scales, factor, scores, ATTN_DECODE_CHUNK);
         return;
     }
