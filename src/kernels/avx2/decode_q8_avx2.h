@@ -367,45 +367,69 @@ static float largest_magnitude(int count, const float *x) {
 }
 
 /* sums[r * block_keys + k] += q16[r][d .. d + 16) . key_k[d .. d + 16) in int32 lanes
- * (exact); past `valid` elements the key reads 0. */
+ * (exact); past `valid` elements the key reads 0. Each key is widened and each query vector
+ * loaded once per step (loads, not arithmetic, bounded the step folding every query load into
+ * its VPMADDWD: 10 loads per 16 dimensions of a 4 x 2 block, now 6); up to 4 keys the
+ * widened keys stay in registers while each row's vector meets them, 8 keys (one row) go
+ * key after key. */
 V_INLINE void score_step_q8i(const int block_rows, const int block_keys, int d, int valid,
                              const int16_t *const *row, const int8_t *const *key, __m256i *sums) {
-    for (int k = 0; k < block_keys; ++k) {
-        const __m256i key_words = q8_words16(key[k] + d, valid);
-        for (int r = 0; r < block_rows; ++r)
-            sums[r * block_keys + k] = _mm256_add_epi32(
-                sums[r * block_keys + k],
-                _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)(row[r] + d)), key_words));
+    if (block_keys <= 4) {
+        __m256i key_words[4];
+        for (int k = 0; k < block_keys; ++k) key_words[k] = q8_words16(key[k] + d, valid);
+        for (int r = 0; r < block_rows; ++r) {
+            const __m256i query = _mm256_loadu_si256((const __m256i *)(row[r] + d));
+            for (int k = 0; k < block_keys; ++k)
+                sums[r * block_keys + k] = _mm256_add_epi32(sums[r * block_keys + k],
+                                                            _mm256_madd_epi16(query, key_words[k]));
+        }
+    } else {
+        const __m256i query = _mm256_loadu_si256((const __m256i *)(row[0] + d));
+        for (int k = 0; k < block_keys; ++k)
+            sums[k] = _mm256_add_epi32(sums[k], _mm256_madd_epi16(query, q8_words16(key[k] + d, valid)));
     }
 }
 
-/* Lane r * block_keys + k = sum_d q16[r][d] * key_k[d] (int32, exact); rows padded with 0
- * to a multiple of 16. shape (a constant): 2 = dim % 64 == 0, 64 dimensions a step, each
- * step requesting the line `ahead` bytes past each key's (the pass that reads the keys from
- * memory; 0: none), so neither the loop nor the requests cost loop control of their own;
- * 1 = dim % 16 == 0; 0 = any dim (its tail copied, the caller requests the rows). */
-V_INLINE __m256i score_block_q8i(const int block_rows, const int block_keys, const int shape,
-                                 int dim, const int16_t *const *row, const int8_t *const *key,
-                                 int64_t ahead) {
+/* Lane r * block_keys + k = sum_d q16[r][d] * key_k[d] (int32, exact); the query rows are
+ * attn_q8_prepare_queries' (aligned, 0 past dim). full (a constant): dim % 16 == 0; else
+ * the tail of each key is copied into zeros. */
+V_INLINE __m256i score_block_q8i(const int block_rows, const int block_keys, const int full,
+                                 int dim, const int16_t *const *row, const int8_t *const *key) {
     __m256i sums[8];
     for (int a = 0; a < 8; ++a) sums[a] = _mm256_setzero_si256();
-    if (shape == 2)
-        for (int d = 0; d < dim; d += 64) {
-            if (ahead != 0)
-                for (int k = 0; k < block_keys; ++k) _mm_prefetch((const char *)(key[k] + d + ahead), _MM_HINT_T1);
-            for (int k = 0; k < block_keys; ++k) /* (key-major: each query load folds into its VPMADDWD) */
-                for (int e = d; e < d + 64; e += 16) {
-                    const __m256i key_words = q8_words16(key[k] + e, 16);
-                    for (int r = 0; r < block_rows; ++r)
-                        sums[r * block_keys + k] = _mm256_add_epi32(
-                            sums[r * block_keys + k],
-                            _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)(row[r] + e)), key_words));
-                }
-        }
-    else
-        for (int d = 0; d < dim; d += 16)
-            score_step_q8i(block_rows, block_keys, d, shape == 1 ? 16 : dim - d, row, key, sums);
+    for (int d = 0; d < dim; d += 16)
+        score_step_q8i(block_rows, block_keys, d, full ? 16 : dim - d, row, key, sums);
     return transpose_reduce_i32(sums);
+}
+
+/* The 4-row blocks of a chunk with dim % 16 == 0 (a GQA group of 4, or 4 rows of a larger
+ * one): scores[r * ATTN_DECODE_CHUNK + c] for the key pairs c < count & ~1 (the odd last key
+ * is the caller's), one pair at a time with its pointers stepped, its look-ahead requests
+ * (`prefetch`: the pass that reads the keys from memory) and its 8 scores stored whole: the
+ * general block loop spent about 100 instructions per block on pointers, tests and spills. */
+static void score_pairs4_q8i(int count, int dim, const int16_t *const *row, __m256 row_factors,
+                             const int8_t *keys, int64_t key_stride, const float *key_factors,
+                             const int prefetch, float *scores) {
+    const int8_t *first = keys;
+    const int64_t ahead = Q8_LOOKAHEAD * key_stride;
+    for (int c0 = 0; c0 + 2 <= count; c0 += 2, first += 2 * key_stride) {
+        const int8_t *key[2] = {first, first + key_stride};
+        if (prefetch)
+            for (int offset = 0; offset < dim; offset += 64) {
+                _mm_prefetch((const char *)(key[0] + ahead + offset), _MM_HINT_T1);
+                _mm_prefetch((const char *)(key[1] + ahead + offset), _MM_HINT_T1);
+            }
+        const __m256 sums = _mm256_cvtepi32_ps(score_block_q8i(4, 2, 1, dim, row, key));
+        const __m256 factors = _mm256_mul_ps(
+            _mm256_castpd_ps(_mm256_broadcast_sd((const double *)(key_factors + c0))), row_factors);
+        const __m256 result = _mm256_mul_ps(factors, sums);
+        const __m128 low = _mm256_castps256_ps128(result), high = _mm256_extractf128_ps(result, 1);
+        float *target = scores + c0;
+        _mm_storel_pi((__m64 *)target, low);
+        _mm_storeh_pi((__m64 *)(target + ATTN_DECODE_CHUNK), low);
+        _mm_storel_pi((__m64 *)(target + 2 * ATTN_DECODE_CHUNK), high);
+        _mm_storeh_pi((__m64 *)(target + 3 * ATTN_DECODE_CHUNK), high);
+    }
 }
 
 static void score_chunk_q8i(int rows, int count, int dim, const void *prepared,
@@ -417,7 +441,7 @@ static void score_chunk_q8i(int rows, int count, int dim, const void *prepared,
     for (int c = 0; c < count; ++c)
         key_factors[c] = row_scales != NULL ? factor * row_scales[c] : factor;
     const int block_rows = rows >= 3 ? 4 : rows, block_keys = 8 / block_rows;
-    const int shape = dim % 64 == 0 ? 2 : dim % 16 == 0 ? 1 : 0; /* score_block_q8i */
+    const int full = dim % 16 == 0; /* score_block_q8i */
     for (int r0 = 0; r0 < rows; r0 += block_rows) {
         const int16_t *row[4];
         float query_scale[4];
@@ -429,30 +453,31 @@ static void score_chunk_q8i(int rows, int count, int dim, const void *prepared,
         float lane_scales[8]; /* lane a: the query scale of its row, a / block_keys */
         for (int a = 0; a < 8; ++a) lane_scales[a] = query_scale[a / block_keys];
         const __m256 row_factors = _mm256_loadu_ps(lane_scales);
-        for (int c0 = 0; c0 < count; c0 += block_keys) {
+        int c0 = 0;
+        if (block_rows == 4 && full && r0 + 4 <= rows) {
+            score_pairs4_q8i(count, dim, row, row_factors, keys, key_stride, key_factors, r0 == 0,
+                             scores + r0 * ATTN_DECODE_CHUNK);
+            c0 = count & ~1;
+        }
+        for (; c0 < count; c0 += block_keys) {
             const int8_t *key[8];
             q8_block_keys(keys, c0, block_keys, count, key_stride, (const uint8_t **)key);
             /* the pass that reads the keys from memory requests the rows Q8_LOOKAHEAD on */
-            const int64_t ahead = r0 == 0 ? Q8_LOOKAHEAD * key_stride : 0;
-            if (ahead != 0 && shape != 2)
-                prefetch_rows(keys, c0 + Q8_LOOKAHEAD, block_keys, key_stride, dim, 0);
+            if (r0 == 0) prefetch_rows(keys, c0 + Q8_LOOKAHEAD, block_keys, key_stride, dim, 0);
             float *target = scores + r0 * ATTN_DECODE_CHUNK + c0;
             if (block_rows == 4) {
-                const __m256i sums = shape == 2   ? score_block_q8i(4, 2, 2, dim, row, key, ahead)
-                                     : shape == 1 ? score_block_q8i(4, 2, 1, dim, row, key, 0)
-                                                  : score_block_q8i(4, 2, 0, dim, row, key, 0);
+                const __m256i sums = full ? score_block_q8i(4, 2, 1, dim, row, key)
+                                          : score_block_q8i(4, 2, 0, dim, row, key);
                 store_block_scores(4, 2, 1, rows - r0, count - c0, key_factors + c0, row_factors,
                                    _mm256_cvtepi32_ps(sums), target);
             } else if (block_rows == 2) {
-                const __m256i sums = shape == 2   ? score_block_q8i(2, 4, 2, dim, row, key, ahead)
-                                     : shape == 1 ? score_block_q8i(2, 4, 1, dim, row, key, 0)
-                                                  : score_block_q8i(2, 4, 0, dim, row, key, 0);
+                const __m256i sums = full ? score_block_q8i(2, 4, 1, dim, row, key)
+                                          : score_block_q8i(2, 4, 0, dim, row, key);
                 store_block_scores(2, 4, 1, rows - r0, count - c0, key_factors + c0, row_factors,
                                    _mm256_cvtepi32_ps(sums), target);
             } else {
-                const __m256i sums = shape == 2   ? score_block_q8i(1, 8, 2, dim, row, key, ahead)
-                                     : shape == 1 ? score_block_q8i(1, 8, 1, dim, row, key, 0)
-                                                  : score_block_q8i(1, 8, 0, dim, row, key, 0);
+                const __m256i sums = full ? score_block_q8i(1, 8, 1, dim, row, key)
+                                          : score_block_q8i(1, 8, 0, dim, row, key);
                 store_block_scores(1, 8, 1, rows - r0, count - c0, key_factors + c0, row_factors,
                                    _mm256_cvtepi32_ps(sums), target);
             }
