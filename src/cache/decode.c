@@ -470,7 +470,7 @@ static void run_task(const decode_plan *plan, decode_scratch *scratch, int64_t b
      * (registry.h score_chunk_q8, `ahead`), instead of the burst before the scores or the P·V
      * requesting them (GQA, context 32768, "vs bf16", E4M3 / E5M2: 1.43-1.47x / 1.49-1.56x
      * -> 1.52-1.61x / 1.64-1.71x; docs/inference.md) */
-    const bool values_ahead = fused_q8 && dtype != ATTN_DTYPE_Q8 && cache->value_pool != NULL;
+    const bool values_ahead = fused_q8 && cache->value_pool != NULL;
     late_values held = {0};
     int parity = 0;
     float gathered_scales[2][2][ATTN_DECODE_CHUNK]; /* [parity][keys, values]: Q8 scales of a caller's cache */

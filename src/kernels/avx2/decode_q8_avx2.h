@@ -409,7 +409,7 @@ V_INLINE __m256i score_block_q8i(const int block_rows, const int block_keys, con
  * general block loop spent about 100 instructions per block on pointers, tests and spills. */
 static void score_pairs4_q8i(int count, int dim, const int16_t *const *row, __m256 row_factors,
                              const int8_t *keys, int64_t key_stride, const float *key_factors,
-                             const int prefetch, float *scores) {
+                             const int prefetch, const attn_rows_ahead *values_ahead, float *scores) {
     const int8_t *first = keys;
     const int64_t ahead = Q8_LOOKAHEAD * key_stride;
     for (int c0 = 0; c0 + 2 <= count; c0 += 2, first += 2 * key_stride) {
@@ -419,6 +419,10 @@ static void score_pairs4_q8i(int count, int dim, const int16_t *const *row, __m2
                 _mm_prefetch((const char *)(key[0] + ahead + offset), _MM_HINT_T1);
                 _mm_prefetch((const char *)(key[1] + ahead + offset), _MM_HINT_T1);
             }
+        if (values_ahead != NULL) {
+            prefetch_row_ahead(values_ahead, c0);
+            prefetch_row_ahead(values_ahead, c0 + 1);
+        }
         const __m256 sums = _mm256_cvtepi32_ps(score_block_q8i(4, 2, 1, dim, row, key));
         const __m256 factors = _mm256_mul_ps(
             _mm256_castpd_ps(_mm256_broadcast_sd((const double *)(key_factors + c0))), row_factors);
@@ -434,7 +438,7 @@ static void score_pairs4_q8i(int count, int dim, const int16_t *const *row, __m2
 
 static void score_chunk_q8i(int rows, int count, int dim, const void *prepared,
                             const int8_t *keys, int64_t key_stride, const float *row_scales,
-                            float factor, float *scores) {
+                            float factor, float *scores, const attn_rows_ahead *ahead) {
     const float *query_scales = attn_q8_query_scales(prepared);
     /* factor * row scale of each key; 0 past count (a block's lanes there are dropped) */
     float key_factors[ATTN_DECODE_CHUNK + 8] = {0};
@@ -456,14 +460,18 @@ static void score_chunk_q8i(int rows, int count, int dim, const void *prepared,
         int c0 = 0;
         if (block_rows == 4 && full && r0 + 4 <= rows) {
             score_pairs4_q8i(count, dim, row, row_factors, keys, key_stride, key_factors, r0 == 0,
-                             scores + r0 * ATTN_DECODE_CHUNK);
+                             r0 == 0 ? ahead : NULL, scores + r0 * ATTN_DECODE_CHUNK);
             c0 = count & ~1;
         }
         for (; c0 < count; c0 += block_keys) {
             const int8_t *key[8];
             q8_block_keys(keys, c0, block_keys, count, key_stride, (const uint8_t **)key);
             /* the pass that reads the keys from memory requests the rows Q8_LOOKAHEAD on */
-            if (r0 == 0) prefetch_rows(keys, c0 + Q8_LOOKAHEAD, block_keys, key_stride, dim, 0);
+            if (r0 == 0) {
+                prefetch_rows(keys, c0 + Q8_LOOKAHEAD, block_keys, key_stride, dim, 0);
+                for (int k = 0; k < block_keys; ++k)
+                    if (ahead != NULL && c0 + k < count) prefetch_row_ahead(ahead, c0 + k);
+            }
             float *target = scores + r0 * ATTN_DECODE_CHUNK + c0;
             if (block_rows == 4) {
                 const __m256i sums = full ? score_block_q8i(4, 2, 1, dim, row, key)
@@ -658,7 +666,7 @@ static void avx2_score_chunk_q8(attn_dtype dtype, int rows, int count, int dim,
                             row_scales, factor, scores, ATTN_DECODE_CHUNK);
     else if (dtype == ATTN_DTYPE_Q8)
         score_chunk_q8i(rows, count, dim, queries, (const int8_t *)keys, key_stride, row_scales,
-                        factor, scores);
+                        factor, scores, ahead);
     else if (dtype == ATTN_DTYPE_FP8_E4M3)
         score_chunk_fp8_as(ATTN_DTYPE_FP8_E4M3, rows, count, dim, (const float *)queries, keys, key_stride,
                            row_scales, factor, scores, ahead);
