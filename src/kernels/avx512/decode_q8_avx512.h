@@ -435,10 +435,10 @@ static void avx512_score_chunk_q8(attn_dtype dtype, int rows, int count, int dim
                             row_scales, factor, scores, ATTN_DECODE_CHUNK);
     else if (dtype == ATTN_DTYPE_Q8 && have_vnni())
         score_chunk_vnni(rows, count, dim, queries, (const int8_t *)keys, key_stride, row_scales,
-                         factor, scores);
+                         factor, scores, ahead);
     else if (dtype == ATTN_DTYPE_Q8)
         score_chunk_bw(rows, count, dim, queries, (const int8_t *)keys, key_stride, row_scales,
-                       factor, scores);
+                       factor, scores, ahead);
     else if (dtype == ATTN_DTYPE_FP8_E4M3)
         score_chunk_q8_as(ATTN_DTYPE_FP8_E4M3, rows, count, dim, (const float *)queries, keys, key_stride,
                           row_scales, factor, scores, ahead);

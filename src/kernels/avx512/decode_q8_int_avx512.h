@@ -56,7 +56,7 @@ Q8I_TARGET V_INLINE __m512i Q8I(score_block)(const int block_rows, const int blo
 
 Q8I_TARGET static void Q8I(score_chunk)(int rows, int count, int dim, const void *prepared,
                              const int8_t *keys, int64_t key_stride, const float *row_scales,
-                             float factor, float *scores) {
+                             float factor, float *scores, const attn_rows_ahead *ahead) {
     float query_scale[4];
     float key_factors[ATTN_DECODE_CHUNK + 4] = {0}; /* factor * row scale of each key */
     for (int c = 0; c < count; ++c)
@@ -76,6 +76,8 @@ Q8I_TARGET static void Q8I(score_chunk)(int rows, int count, int dim, const void
             if (r0 == 0 && rows >= Q8_PREFETCH_ROWS)
                 for (int k = 0; k < block_keys; ++k)
                     prefetch_row_q8(keys, c0 + k + Q8_LOOKAHEAD, key_stride, (size_t)dim);
+            if (r0 == 0 && ahead != NULL) /* registry.h: the chunk's values */
+                for (int k = 0; k < block_keys && c0 + k < count; ++k) prefetch_row_ahead(ahead, c0 + k);
             if (block_rows == 4) { /* scores = (key factor * query scale) * sum, 16 at once */
                 const __m512 sums = _mm512_cvtepi32_ps(Q8I(score_block)(4, 4, dim, row, key));
                 const __m512 scale = _mm512_mul_ps(
