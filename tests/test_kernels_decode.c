@@ -819,6 +819,39 @@ static void *aligned_bytes(size_t bytes) {
 
 /* extreme: every stored code -128 or 127 and every query element +-1 (the largest sums);
  * negative: some weights < 0 (the signed high bytes). */
+/* int8 keys, a query row with a NaN / an infinite element: attn_q8_prepare_queries gives it
+ * 0 operands and a NaN scale, and score_chunk_q8 NaN scores for that row only (finite ones
+ * for the others; nothing undefined on the way: the ASan + UBSan build runs this too). */
+static void check_q8_nonfinite_query(const attn_kernels *k) {
+    if (k->decode.score_chunk_q8 == NULL) return;
+    enum { ROWS = 4, COUNT = 64, DIM = 128 };
+    float queries[ROWS * DIM];
+    int8_t stored[COUNT * DIM];
+    for (int e = 0; e < ROWS * DIM; ++e) queries[e] = (float)((e * 7) % 23 - 11) / 8.0f;
+    for (int e = 0; e < COUNT * DIM; ++e) stored[e] = (int8_t)((e * 13) % 255 - 127);
+    queries[1 * DIM + 5] = NAN, queries[2 * DIM + 77] = INFINITY;
+    float *prepared = floats(ATTN_Q8_PREPARED_BYTES(ROWS, DIM) / sizeof(float), 0.0f);
+    attn_q8_prepare_queries(ROWS, DIM, queries, prepared);
+    int zero_rows = 1;
+    for (int r = 1; r <= 2; ++r)
+        for (int d = 0; d < DIM; ++d) zero_rows &= attn_q8_query_row(prepared, ROWS, DIM, r)[d] == 0;
+    const float *scales = attn_q8_query_scales(prepared);
+    float scores[ROWS * ATTN_DECODE_CHUNK];
+    k->decode.score_chunk_q8(ATTN_DTYPE_Q8, ROWS, COUNT, DIM, prepared, (const uint8_t *)stored,
+                             DIM, NULL, 1.0f, scores, NULL);
+    int nan_rows = 1, finite_rows = 1;
+    for (int c = 0; c < COUNT; ++c) {
+        nan_rows &= isnan(scores[1 * ATTN_DECODE_CHUNK + c]) && isnan(scores[2 * ATTN_DECODE_CHUNK + c]);
+        finite_rows &= isfinite(scores[c]) && isfinite(scores[3 * ATTN_DECODE_CHUNK + c]);
+    }
+    CHECK(zero_rows && isnan(scales[1]) && isnan(scales[2]) && isfinite(scales[0]) && nan_rows &&
+              finite_rows,
+          "%s score_chunk_q8 int8: rows with a NaN / infinite query element give NaN scores "
+          "(0 operands, NaN scale), the others finite",
+          k->name);
+    free(prepared);
+}
+
 static void check_q8_tiles(const attn_kernels *k, int rows, int count, int dim, int extreme,
                            int negative, test_rng *rng) {
     const attn_decode_kernels *d = &k->decode;
@@ -973,6 +1006,7 @@ int main(void) {
                              head_dims[(rows + c + f) % COUNT_OF(head_dims)], &rng);
         for (int f = 0; f < COUNT_OF(q8_formats); ++f)
             for (int n = 0; n < COUNT_OF(q8_dims); ++n) check_q8(k, f, 4, 64, q8_dims[n], &rng);
+        check_q8_nonfinite_query(k);
     }
 #if defined(EMULATED_DECODE_TILES)
     const attn_kernels *avx512bf16 = NULL;

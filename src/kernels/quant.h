@@ -138,7 +138,9 @@ static inline float attn_q8_multiplier(float largest, float levels) {
 }
 
 static inline int32_t attn_q8_operand(float x, float multiplier) {
-    return (int32_t)attn_round_small(x * multiplier); /* |x * multiplier| <= 32767 */
+    const float scaled = x * multiplier; /* |scaled| <= 32767, or NaN from a NaN operand */
+    if (scaled != scaled) return -32768; /* as AVX2 converts and packs it (NaN -> int32 min) */
+    return (int32_t)attn_round_small(scaled);
 }
 
 /* ---- Q8 queries, rounded once per decode task ----
@@ -166,16 +168,24 @@ static inline const int16_t *attn_q8_query_row(const void *prepared, int rows, i
 }
 
 /* queries [rows][dim] (floats) -> prepared (ATTN_Q8_PREPARED_BYTES(rows, dim) bytes), each
- * row rounded as "Q8 decode arithmetic" states. */
+ * row rounded as "Q8 decode arithmetic" states; a row with a NaN or infinite element gets 0
+ * operands and a NaN scale (its scores are NaN, as float arithmetic would give). */
 static inline void attn_q8_prepare_queries(int rows, int dim, const float *queries,
                                            void *prepared) {
     float *scales = (float *)prepared;
     for (int r = 0; r < ATTN_Q8_QUERY_SCALE_FLOATS(rows); ++r) scales[r] = 0.0f;
     for (int r = 0; r < rows; ++r) {
         const float *query = queries + (int64_t)r * dim;
+        int16_t *row = (int16_t *)attn_q8_query_row(prepared, rows, dim, r);
+        int finite = 1;
+        for (int d = 0; d < dim; ++d) finite &= isfinite(query[d]) != 0;
+        if (!finite) { /* a non-finite query: 0 operands and a NaN scale, so NaN scores */
+            for (int d = 0; d < ATTN_Q8_QUERY_STRIDE(dim); ++d) row[d] = 0;
+            scales[r] = NAN;
+            continue;
+        }
         const float largest = attn_q8_largest(dim, query);
         const float multiplier = attn_q8_multiplier(largest, ATTN_Q8_QUERY_LEVELS);
-        int16_t *row = (int16_t *)attn_q8_query_row(prepared, rows, dim, r);
         for (int d = 0; d < ATTN_Q8_QUERY_STRIDE(dim); ++d)
             row[d] = d < dim ? (int16_t)attn_q8_operand(query[d], multiplier) : 0;
         scales[r] = largest / ATTN_Q8_QUERY_LEVELS;
