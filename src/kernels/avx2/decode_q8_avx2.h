@@ -367,11 +367,10 @@ static float largest_magnitude(int count, const float *x) {
 }
 
 /* sums[r * block_keys + k] += q16[r][d .. d + 16) . key_k[d .. d + 16) in int32 lanes
- * (exact); past `valid` elements the key reads 0. Each key is widened and each query vector
- * loaded once per step (loads, not arithmetic, bounded the step folding every query load into
- * its VPMADDWD: 10 loads per 16 dimensions of a 4 x 2 block, now 6); up to 4 keys the
- * widened keys stay in registers while each row's vector meets them, 8 keys (one row) go
- * key after key. */
+ * (exact); past `valid` elements the key reads 0. Dimension-major: each key is widened once
+ * per step; up to 4 keys the widened keys stay in registers while each row meets them
+ * (GCC folds the query load into every VPMADDWD; holding it in a register measured slower),
+ * 8 keys (one row) go key after key. */
 V_INLINE void score_step_q8i(const int block_rows, const int block_keys, int d, int valid,
                              const int16_t *const *row, const int8_t *const *key, __m256i *sums) {
     if (block_keys <= 4) {
@@ -405,34 +404,26 @@ V_INLINE __m256i score_block_q8i(const int block_rows, const int block_keys, con
 /* The 4-row blocks of a chunk with dim % 16 == 0 (a GQA group of 4, or 4 rows of a larger
  * one): scores[r * ATTN_DECODE_CHUNK + c] for the key pairs c < count & ~1 (the odd last key
  * is the caller's), one pair at a time with its pointers stepped, its look-ahead requests
- * (`prefetch`: the pass that reads the keys from memory) and its 8 scores stored whole: the
- * general block loop spent about 100 instructions per block on pointers, tests and spills. */
+ * (`prefetch`: the pass that reads the keys from memory; values_ahead: the chunk's values)
+ * and its 8 scores stored whole: the general block loop spent about 100 instructions per
+ * block on pointers, tests and spills. */
 static void score_pairs4_q8i(int count, int dim, const int16_t *const *row, __m256 row_factors,
                              const int8_t *keys, int64_t key_stride, const float *key_factors,
                              const int prefetch, const attn_rows_ahead *values_ahead, float *scores) {
     const int8_t *first = keys;
-    const int64_t ahead = Q8_LOOKAHEAD * key_stride;
     for (int c0 = 0; c0 + 2 <= count; c0 += 2, first += 2 * key_stride) {
         const int8_t *key[2] = {first, first + key_stride};
-        if (prefetch)
+        if (prefetch) /* (inline: prefetch_rows here cost 2% more of the kernel's instructions) */
             for (int offset = 0; offset < dim; offset += 64) {
-                _mm_prefetch((const char *)(key[0] + ahead + offset), _MM_HINT_T1);
-                _mm_prefetch((const char *)(key[1] + ahead + offset), _MM_HINT_T1);
+                _mm_prefetch((const char *)(key[0] + Q8_LOOKAHEAD * key_stride + offset), _MM_HINT_T1);
+                _mm_prefetch((const char *)(key[1] + Q8_LOOKAHEAD * key_stride + offset), _MM_HINT_T1);
             }
         if (values_ahead != NULL) {
             prefetch_row_ahead(values_ahead, c0);
             prefetch_row_ahead(values_ahead, c0 + 1);
         }
         const __m256 sums = _mm256_cvtepi32_ps(score_block_q8i(4, 2, 1, dim, row, key));
-        const __m256 factors = _mm256_mul_ps(
-            _mm256_castpd_ps(_mm256_broadcast_sd((const double *)(key_factors + c0))), row_factors);
-        const __m256 result = _mm256_mul_ps(factors, sums);
-        const __m128 low = _mm256_castps256_ps128(result), high = _mm256_extractf128_ps(result, 1);
-        float *target = scores + c0;
-        _mm_storel_pi((__m64 *)target, low);
-        _mm_storeh_pi((__m64 *)(target + ATTN_DECODE_CHUNK), low);
-        _mm_storel_pi((__m64 *)(target + 2 * ATTN_DECODE_CHUNK), high);
-        _mm_storeh_pi((__m64 *)(target + 3 * ATTN_DECODE_CHUNK), high);
+        store_block_scores(4, 2, 1, 4, 2, key_factors + c0, row_factors, sums, scores + c0);
     }
 }
 
