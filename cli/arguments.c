@@ -68,6 +68,21 @@ bool cli_parse_double(const char *text, double *value) {
     return true;
 }
 
+bool cli_parse_kernel(const char *name, attn_kernel_choice *kernel) {
+    static const struct {
+        const char *name;
+        attn_kernel_choice choice;
+    } kernels[] = {{"auto", ATTN_KERNEL_AUTO},     {"generic", ATTN_KERNEL_GENERIC},
+                   {"avx2", ATTN_KERNEL_AVX2},     {"avx512", ATTN_KERNEL_AVX512},
+                   {"avx512_bf16", ATTN_KERNEL_AVX512_BF16}, {"amx", ATTN_KERNEL_AMX}};
+    for (size_t i = 0; name != NULL && i < sizeof kernels / sizeof kernels[0]; ++i)
+        if (strcmp(name, kernels[i].name) == 0) {
+            *kernel = kernels[i].choice;
+            return true;
+        }
+    return false;
+}
+
 bool cli_parse_bytes(const char *text, size_t *bytes) {
     if (text == NULL || *text < '0' || *text > '9') return false;
     char *end = NULL;
@@ -279,16 +294,8 @@ cli_parse_result cli_parse_attention_option(cli_attention_arguments *arguments,
         options->block_q = a;
         options->block_k = b;
     } else if (strcmp(name, "--kernel") == 0) {
-        attn_kernel_choice *kernel = &arguments->execution.kernel;
-        if (strcmp(value, "auto") == 0) *kernel = ATTN_KERNEL_AUTO;
-        else if (strcmp(value, "generic") == 0) *kernel = ATTN_KERNEL_GENERIC;
-        else if (strcmp(value, "avx2") == 0) *kernel = ATTN_KERNEL_AVX2;
-        else if (strcmp(value, "avx512") == 0) *kernel = ATTN_KERNEL_AVX512;
-        else if (strcmp(value, "avx512_bf16") == 0) *kernel = ATTN_KERNEL_AVX512_BF16;
-        else if (strcmp(value, "amx") == 0) *kernel = ATTN_KERNEL_AMX;
-        else {
-            cli_error(command, "--kernel '%s': expected auto, generic, avx2, avx512, avx512_bf16 "
-                      "or amx", value);
+        if (!cli_parse_kernel(value, &arguments->execution.kernel)) {
+            cli_error(command, "--kernel '%s': expected " CLI_KERNEL_NAMES, value);
             return CLI_PARSE_ERROR;
         }
     } else if (strcmp(name, "--memory-limit") == 0) {

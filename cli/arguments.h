@@ -92,6 +92,11 @@ extern const char cli_attention_options_help[];
 /* Parses a non-negative byte count with an optional K, M or G suffix (powers of 1024). */
 bool cli_parse_bytes(const char *text, size_t *bytes);
 
+/* Parses a kernel family name (CLI_KERNEL_NAMES) into *kernel; false for any other text.
+ * Whether this CPU and build can run it is attn_kernel_name's answer (NULL: it cannot). */
+#define CLI_KERNEL_NAMES "auto, generic, avx2, avx512, avx512_bf16 or amx"
+bool cli_parse_kernel(const char *name, attn_kernel_choice *kernel);
+
 /* Parses a whole string as an int64 / a finite double; false if anything is left over. */
 bool cli_parse_int64(const char *text, int64_t *value);
 bool cli_parse_double(const char *text, double *value);

@@ -17,6 +17,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "arguments.h"
 #include "attn.h"
 #include "bench_clock.h"
 #include "bench_report.h"
@@ -198,15 +199,9 @@ static int parse_arguments(int argc, char **argv, bench_settings *s) {
             }
             ++i;
         } else if (!strcmp(option, "--kernel")) {
-            if (!value) value = "";
-            if (!strcmp(value, "auto")) s->kernel = ATTN_KERNEL_AUTO;
-            else if (!strcmp(value, "generic")) s->kernel = ATTN_KERNEL_GENERIC;
-            else if (!strcmp(value, "avx2")) s->kernel = ATTN_KERNEL_AVX2;
-            else if (!strcmp(value, "avx512")) s->kernel = ATTN_KERNEL_AVX512;
-            else if (!strcmp(value, "avx512_bf16")) s->kernel = ATTN_KERNEL_AVX512_BF16;
-            else if (!strcmp(value, "amx")) s->kernel = ATTN_KERNEL_AMX;
-            else {
-                fprintf(stderr, "attn bench: --kernel '%s': expected auto, generic, avx2, avx512, avx512_bf16 or amx\n", value);
+            if (!cli_parse_kernel(value, &s->kernel)) {
+                fprintf(stderr, "attn bench: --kernel '%s': expected " CLI_KERNEL_NAMES "\n",
+                        value ? value : "");
                 return 2;
             }
             ++i;

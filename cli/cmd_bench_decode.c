@@ -23,6 +23,7 @@
 
 #include "attn_layers.h"
 #include "bench_clock.h"
+#include "arguments.h"
 #include "cli.h"
 
 typedef struct bench_settings {
@@ -32,12 +33,14 @@ typedef struct bench_settings {
     int64_t only_kv_heads; /* 0 = 32, 8 and 1 */
     double max_gib;        /* skip caches larger than this */
     bench_clock clock;     /* --clock wall (default) or cpu */
+    attn_kernel_choice kernel; /* --kernel: the kernel family of every decode step */
 } bench_settings;
 
 static void usage(FILE *stream) {
     fprintf(stream,
             "usage: attn bench decode [--quick] [--context N] [--dtype LIST] [--kv-heads N]\n"
             "                         [--threads N] [--no-mla] [--max-gib G] [--clock wall|cpu]\n"
+            "                         [--kernel K]\n"
             "  --quick      contexts 4096 and 32768 only, shorter timing\n"
             "  --dtype LIST storage types, comma-separated: f32, bf16, int8, fp8_e4m3, fp8_e5m2\n"
             "               (or both = f32,bf16, the default; all = every one)\n"
@@ -46,6 +49,8 @@ static void usage(FILE *stream) {
             "               configuration exist together: <= 9.1 GiB with --dtype all)\n"
             "  --clock cpu  time decode steps and the read bandwidth in the threads' CPU time\n"
             "               (leaves out time spent waiting for a core; default: wall)\n"
+            "  --kernel K   the decode steps' kernel family: " CLI_KERNEL_NAMES "\n"
+            "               (default auto, the best this CPU runs; the MLA layer step runs auto)\n"
             "On a machine shared with other jobs, run with OMP_WAIT_POLICY=passive (see\n"
             "docs/inference.md, Measurements).\n");
 }
@@ -231,7 +236,7 @@ static int case_prepare(decode_case *c, const char *label, attn_kv_cache_config 
         }
         c->q.dtype = c->out.dtype = ATTN_DTYPE_BF16;
     }
-    c->path = attn_decode_kernel_path(ATTN_KERNEL_AUTO, config.dtype, query_dtype,
+    c->path = attn_decode_kernel_path(s->kernel, config.dtype, query_dtype,
                                       query_heads / config.kv_heads);
     c->options = attn_options_default();
     c->options.causal = 1;
@@ -247,9 +252,10 @@ static int case_prepare(decode_case *c, const char *label, attn_kv_cache_config 
  * on all the rows of the configuration alike, so their ratios compare like with like.
  * 1 on error (printed). */
 static int time_cases(decode_case *cases, int count, double budget_seconds, bench_clock clock,
-                      int threads) {
+                      int threads, attn_kernel_choice kernel) {
     attn_execution execution = attn_execution_default();
     execution.num_threads = threads;
+    execution.kernel = kernel;
     attn_error error;
     int live = 0;
     for (int i = 0; i < count; ++i) {
@@ -295,7 +301,7 @@ static void print_case(const decode_case *c, double bandwidth, double reference_
     if (reference_seconds > 0) snprintf(ratio, sizeof ratio, "%.2fx", reference_seconds / seconds);
     printf("%-42s %8lld %10.1f %9.3f %9.1f %9.1f %7.0f%% %8s  %s %s\n", c->label,
            (long long)c->context, 1.0 / seconds, seconds * 1e3, gbs, bandwidth,
-           100.0 * gbs / bandwidth, ratio, attn_kernel_name(ATTN_KERNEL_AUTO),
+           100.0 * gbs / bandwidth, ratio, attn_kernel_name(s->kernel),
            c->path != NULL ? c->path : "?");
 }
 
@@ -314,7 +320,8 @@ static int bench_configuration(const attn_kv_cache_config *configs, char labels[
             reference = count;
         if (!failed) ++count;
     }
-    if (!failed) failed = time_cases(cases, count, s->quick ? 0.15 : 0.5, s->clock, threads);
+    if (!failed)
+        failed = time_cases(cases, count, s->quick ? 0.15 : 0.5, s->clock, threads, s->kernel);
     if (!failed) {
         const double bandwidth = read_bandwidth_gbs(threads, s->clock); /* now, for these rows */
         const double reference_seconds =
@@ -384,7 +391,8 @@ static int bench_mla_layer(int64_t context, const bench_settings *s) {
 }
 
 int cli_bench_decode(int argc, char **argv) {
-    bench_settings s = {0, 0, 1, 0, 3, 0, 4.5, BENCH_CLOCK_WALL};
+    bench_settings s = {0, 0, 1, 0, 3, 0, 4.5, BENCH_CLOCK_WALL, ATTN_KERNEL_AUTO};
+    const char *kernel_text = "auto"; /* as given, for the error below */
     for (int i = 1; i < argc; ++i) {
         const char *value = i + 1 < argc ? argv[i + 1] : NULL;
         if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
@@ -429,6 +437,14 @@ int cli_bench_decode(int argc, char **argv) {
                 return 2;
             }
             ++i;
+        } else if (strcmp(argv[i], "--kernel") == 0 && value) {
+            if (!cli_parse_kernel(value, &s.kernel)) {
+                fprintf(stderr, "attn bench decode: --kernel %s: expected " CLI_KERNEL_NAMES "\n",
+                        value);
+                return 2;
+            }
+            kernel_text = value;
+            ++i;
         } else if (strcmp(argv[i], "--kv-heads") == 0 && value) {
             s.only_kv_heads = atoll(value), ++i;
             if (s.only_kv_heads != 32 && s.only_kv_heads != 8 && s.only_kv_heads != 1) {
@@ -440,6 +456,11 @@ int cli_bench_decode(int argc, char **argv) {
             usage(stderr);
             return 2;
         }
+    }
+    if (attn_kernel_name(s.kernel) == NULL) {
+        fprintf(stderr, "attn bench decode: --kernel %s: this CPU or build cannot run it\n",
+                kernel_text);
+        return 1;
     }
     const int threads = s.threads > 0 ? s.threads : omp_get_max_threads();
     const double bandwidth = read_bandwidth_gbs(threads, s.clock);

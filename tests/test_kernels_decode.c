@@ -875,7 +875,10 @@ static void check_q8_tiles(const attn_kernels *k, int rows, int count, int dim, 
     float *want = floats((size_t)rows * ATTN_DECODE_CHUNK, SENTINEL);
     d->prepare_q8_tile_queries(rows, dim, queries, prepared);
     d->score_chunk_q8_tiles(rows, count, dim, prepared, stored, stride, row_scales, 1.0f, scores);
-    g->score_chunk_q8(ATTN_DTYPE_Q8, rows, count, dim, queries, stored, stride, row_scales, 1.0f,
+    /* the generic kernel reads int8 scores from the rows attn_q8_prepare_queries rounded */
+    void *rounded = aligned_bytes(ATTN_Q8_PREPARED_BYTES(rows, dim));
+    attn_q8_prepare_queries(rows, dim, queries, rounded);
+    g->score_chunk_q8(ATTN_DTYPE_Q8, rows, count, dim, rounded, stored, stride, row_scales, 1.0f,
                       want, NULL);
     int same = memcmp(scores, want, sizeof(float) * (size_t)rows * ATTN_DECODE_CHUNK) == 0;
     CHECK(same, "%s score_chunk_q8_tiles %dx%d D=%d%s: the generic bits, nothing past count",
@@ -904,8 +907,8 @@ static void check_q8_tiles(const attn_kernels *k, int rows, int count, int dim, 
     CHECK(same, "%s accumulate_chunk_q8_tiles %dx%d D=%d%s%s: the generic bits, nothing past",
           k->name, rows, count, dim, negative ? " (negative weights)" : "",
           extreme ? " (extreme codes)" : "");
-    free(stored), free(row_scales), free(queries), free(prepared), free(scores), free(want);
-    free(weights), free(rescale), free(accumulator), free(expected), free(stage);
+    free(stored), free(row_scales), free(queries), free(prepared), free(rounded), free(scores);
+    free(want), free(weights), free(rescale), free(accumulator), free(expected), free(stage);
 }
 
 /* The int8 tile kernels over the shape table, the dims, the large groups and the edges. */

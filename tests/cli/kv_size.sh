@@ -5,7 +5,8 @@
 # int8 adds one float32 scale per (token, KV head) for K and for V (MLA: K only), fp8 adds
 # nothing per token and says its per-head scales apart), with MLA's cache ≥ 7× smaller than MHA's at DeepSeek-V2's sizes; and `attn kv-size` /
 # `attn bench decode` reject bad arguments with exit status 2 and a one-line message naming
-# the option, printing nothing on stdout. A tiny `attn bench decode` run prints its table.
+# the option, printing nothing on stdout. A tiny `attn bench decode` run prints its table,
+# and `--kernel generic` runs (and names) that kernel family.
 # usage: bash kv_size.sh ATTN_BINARY SOURCE_DIR
 set -uo pipefail
 attn=$1
@@ -103,6 +104,8 @@ expect_usage_error "--max-gib -1" "$attn" bench decode --max-gib -1
 expect_usage_error "--bogus" "$attn" bench decode --bogus
 expect_usage_error "--threads" "$attn" bench decode --threads
 expect_usage_error "--clock gpu" "$attn" bench decode --clock gpu
+expect_usage_error "--kernel sse" "$attn" bench decode --kernel sse
+expect_usage_error "--kernel" "$attn" bench decode --kernel
 
 "$attn" bench decode --help > "$work/help.txt" 2>&1 || fail "bench decode --help exits non-zero"
 grep -qF -- "--max-gib" "$work/help.txt" || fail "bench decode --help lacks its options"
@@ -160,6 +163,14 @@ for line in open(sys.argv[1]):
     checked += 1
 assert checked == 6, "rows checked: %d" % checked
 PY
+# --kernel K runs every decode step on that family, and the last column names it (generic:
+# every build and CPU has it).
+ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0" \
+"$attn" bench decode --context 128 --dtype int8 --kv-heads 8 --no-mla --threads 1 \
+    --kernel generic > "$work/generic.txt" 2> "$work/generic.err" ||
+    fail "bench decode --kernel generic: $(cat "$work/generic.err")"
+grep -qE "^int8 Hq=32 Hkv=8 +128 +[0-9.]+ .*  generic 8-bit in place$" "$work/generic.txt" ||
+    fail "bench decode --kernel generic: no generic int8 row: $(cat "$work/generic.txt")"
 
 [ "$failures" -eq 0 ] && echo "kv_size.sh: all checks passed"
 exit $((failures > 0))
