@@ -95,55 +95,23 @@ TARGET static double time_kind(kind k) {
     const __m512bh bx = (__m512bh)ixv, by = (__m512bh)iyv;
 #define START_F(i) __m512 a##i = _mm512_set1_ps((float)(i) * 1e-3f);
 #define START_I(i) __m512i a##i = _mm512_set1_epi32(i);
+#define OP_FMA(i) a##i = _mm512_fmadd_ps(a##i, fxv, fyv);
+#define OP_DPBF16(i) a##i = _mm512_dpbf16_ps(a##i, bx, by);
+#define OP_DPWSSD(i) a##i = _mm512_dpwssd_epi32(a##i, ixv, iyv);
+#define OP_PERMB(i) a##i = _mm512_permutexvar_epi8(a##i, ixv);
+#define OP_PERMI2B(i) a##i = _mm512_permutex2var_epi8(ixv, a##i, iyv);
+#define OP_UNPACK(i) a##i = _mm512_unpacklo_epi8(a##i, ixv);
+#define OP_AFFINE(i) a##i = _mm512_gf2p8affine_epi64_epi8(a##i, ixv, 0);
+#define OP_CVTPH2PS(i) a##i = _mm512_cvtph_ps(_mm512_castsi512_si256(_mm512_castps_si512(a##i)));
     switch (k) {
-    case FMA: {
-#define OP(i) a##i = _mm512_fmadd_ps(a##i, fxv, fyv);
-        TIMED_LOOP(START_F, OP);
-#undef OP
-        break;
-    }
-    case DPBF16: {
-#define OP(i) a##i = _mm512_dpbf16_ps(a##i, bx, by);
-        TIMED_LOOP(START_F, OP);
-#undef OP
-        break;
-    }
-    case DPWSSD: {
-#define OP(i) a##i = _mm512_dpwssd_epi32(a##i, ixv, iyv);
-        TIMED_LOOP(START_I, OP);
-#undef OP
-        break;
-    }
-    case PERMB: {
-#define OP(i) a##i = _mm512_permutexvar_epi8(a##i, ixv);
-        TIMED_LOOP(START_I, OP);
-#undef OP
-        break;
-    }
-    case PERMI2B: {
-#define OP(i) a##i = _mm512_permutex2var_epi8(ixv, a##i, iyv);
-        TIMED_LOOP(START_I, OP);
-#undef OP
-        break;
-    }
-    case UNPACK: {
-#define OP(i) a##i = _mm512_unpacklo_epi8(a##i, ixv);
-        TIMED_LOOP(START_I, OP);
-#undef OP
-        break;
-    }
-    case AFFINE: {
-#define OP(i) a##i = _mm512_gf2p8affine_epi64_epi8(a##i, ixv, 0);
-        TIMED_LOOP(START_I, OP);
-#undef OP
-        break;
-    }
-    default: {
-#define OP(i) a##i = _mm512_cvtph_ps(_mm512_castsi512_si256(_mm512_castps_si512(a##i)));
-        TIMED_LOOP(START_F, OP);
-#undef OP
-        break;
-    }
+    case FMA: TIMED_LOOP(START_F, OP_FMA); break;
+    case DPBF16: TIMED_LOOP(START_F, OP_DPBF16); break;
+    case DPWSSD: TIMED_LOOP(START_I, OP_DPWSSD); break;
+    case PERMB: TIMED_LOOP(START_I, OP_PERMB); break;
+    case PERMI2B: TIMED_LOOP(START_I, OP_PERMI2B); break;
+    case UNPACK: TIMED_LOOP(START_I, OP_UNPACK); break;
+    case AFFINE: TIMED_LOOP(START_I, OP_AFFINE); break;
+    default: TIMED_LOOP(START_F, OP_CVTPH2PS); break;
     }
 #undef START_F
 #undef START_I
