@@ -321,15 +321,17 @@ attn_status attn_kv_cache_create(const attn_kv_cache_config *config, attn_kv_cac
                          (long long)config->kv_heads, (long long)config->key_dim,
                          (long long)config->value_dim);
     }
-    created->key_page_elements = key_page;
-    created->value_page_elements = value_page;
-    created->key_token_stride = config->key_dim; /* head-major pages (cache_internal.h) */
-    created->key_head_stride = created->page_size * config->key_dim;
+    /* head-outermost pools, [Hkv][page_count][page_size][D] (cache_internal.h): a page of
+     * one head is page_size rows, and the pages of a head follow each other */
+    created->key_page_elements = created->page_size * config->key_dim;
+    created->value_page_elements = config->values_in_keys ? 0 : created->page_size * config->value_dim;
+    created->key_token_stride = config->key_dim;
+    created->key_head_stride = created->page_count * created->key_page_elements;
     created->value_token_stride = config->value_dim;
-    created->value_head_stride = created->page_size * config->value_dim;
-    created->key_scale_page_stride = created->value_scale_page_stride =
-        config->kv_heads * created->page_size; /* [page][Hkv][page_size] */
-    created->key_scale_head_stride = created->value_scale_head_stride = created->page_size;
+    created->value_head_stride = created->page_count * created->value_page_elements;
+    created->key_scale_page_stride = created->value_scale_page_stride = created->page_size;
+    created->key_scale_head_stride = created->value_scale_head_stride =
+        created->page_count * created->page_size; /* [Hkv][page_count][page_size] */
     created->key_scale_token_stride = created->value_scale_token_stride = 1;
     created->key_pool = pool_alloc((size_t)key_pool_elements * created->element_size);
     if (value_pool_elements > 0)
@@ -413,8 +415,8 @@ int64_t attn_kv_cache_free_pages(const attn_kv_cache *cache) {
 
 size_t attn_kv_cache_footprint_bytes(const attn_kv_cache *cache) {
     if (cache == NULL) return 0;
-    size_t pool = (size_t)(cache->page_count * (cache->key_page_elements +
-                                                cache->value_page_elements)) *
+    size_t pool = (size_t)(cache->page_count * cache->config.kv_heads *
+                           (cache->key_page_elements + cache->value_page_elements)) *
                   cache->element_size;
     size_t tables = (size_t)cache->page_count * 2 * sizeof(int32_t) +
                     (size_t)(cache->config.sequences * cache->pages_per_sequence) *

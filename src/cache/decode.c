@@ -913,7 +913,7 @@ attn_status attn_decode(const attn_kv_cache *cache, const attn_tensor *q,
          * between those of the others, and the hardware prefetchers fetch the neighbours'
          * lines with them. So one thread takes all heads of a (sequence, split) in turn,
          * and finds the lines it brought in for head h still in its caches for head h + 1
-         * (measured: token-major 1.15-1.2x the library's head-major pages before, 1.0-1.07x
+         * (measured: token-major 1.15-1.2x the library's page-contiguous heads before, 1.0-1.07x
          * after, one thread, bf16, Hkv = 2). Results do not change: each task still writes
          * its own partial, merged in split order. */
         const bool interleaved = cache->key_head_stride < cache->key_token_stride &&
