@@ -271,7 +271,7 @@ static const char *dtype_label(attn_dtype d) {
 
 /* int8 storage: k_scale and v_scale [pages, ps, Hkv] float32, every scale 1/127 (scales[0],
  * scales[1]; their memory in *memory, free with free()). Other storage: NULL, nothing
- * allocated. head_major: stored [page, head, slot] (the library's order). */
+ * allocated. head_major: stored [head, page, slot] (the library's order). */
 static attn_tensor *scales_new(attn_dtype dtype, int64_t pages, int64_t ps, int64_t H, int head_major,
                                attn_tensor scales[2], float **memory) {
     *memory = NULL;
@@ -282,7 +282,7 @@ static attn_tensor *scales_new(attn_dtype dtype, int64_t pages, int64_t ps, int6
     const int64_t shape[3] = {pages, ps, H};
     for (int n = 0; n < 2; ++n) {
         scales[n] = attn_tensor_contiguous(*memory + n * count, ATTN_DTYPE_F32, 3, shape);
-        if (head_major) scales[n].stride[1] = 1, scales[n].stride[2] = ps;
+        if (head_major) scales[n].stride[0] = ps, scales[n].stride[1] = 1, scales[n].stride[2] = pages * ps;
     }
     return scales;
 }
@@ -416,7 +416,7 @@ static int fill_caller_pool(const serve_settings *s, int B, const int64_t *conte
 }
 
 /* Decoding B <= 16 sequences from a library-owned cache of `dtype` vs the same tokens on the
- * same pages in two caller-owned pools (token-major and the library's head-major order);
+ * same pages in two caller-owned pools (token-major, and the library's own head-outermost order);
  * prints one line. */
 static int bench_ownership(const serve_settings *s, const int64_t *contexts, int threads, attn_dtype dtype) {
     const int B = s->sequences < 16 ? s->sequences : 16, ps = s->page_size, H = s->kv_heads, D = s->dim;
@@ -443,8 +443,8 @@ static int bench_ownership(const serve_settings *s, const int64_t *contexts, int
         }
     const int64_t max_pages = (capacity + ps - 1) / ps, pages = (int64_t)B * max_pages;
     /* Two caller-owned pools: flash-attn's token-major pages [page, slot, head, D], and the
-     * library's head-major order [page, head, slot, D] viewed through strides (int8: scales
-     * [page, slot, head] and [page, head, slot]). */
+     * library's order [head, page, slot, D] viewed through strides (int8: scales
+     * [page, slot, head] and [head, page, slot]). */
     const size_t bytes = (size_t)(pages * ps * H * D) * attn_dtype_size(dtype);
     void *kp = pool_alloc(bytes), *vp = pool_alloc(bytes), *kh = pool_alloc(bytes), *vh = pool_alloc(bytes);
     attn_tensor scale_views[2][2];
@@ -468,8 +468,9 @@ static int bench_ownership(const serve_settings *s, const int64_t *contexts, int
     attn_tensor table_view = attn_tensor_contiguous(table, ATTN_DTYPE_I32, 2, tshape);
     attn_tensor kh_pool = k_pool, vh_pool = v_pool;
     kh_pool.data = kh, vh_pool.data = vh;
-    kh_pool.stride[1] = vh_pool.stride[1] = D;          /* slot */
-    kh_pool.stride[2] = vh_pool.stride[2] = (int64_t)ps * D; /* head */
+    kh_pool.stride[0] = vh_pool.stride[0] = (int64_t)ps * D;         /* page */
+    kh_pool.stride[1] = vh_pool.stride[1] = D;                       /* slot */
+    kh_pool.stride[2] = vh_pool.stride[2] = (int64_t)pages * ps * D; /* head */
     attn_options options = attn_options_default();
     options.causal = 1, options.alignment = ATTN_ALIGN_BOTTOM_RIGHT;
     attn_execution execution = attn_execution_default();
@@ -501,7 +502,7 @@ static int bench_ownership(const serve_settings *s, const int64_t *contexts, int
     if (ok)
         printf("decode, %s, %d sequences, same pages: library-owned %.3f ms; caller-owned "
                "[page, slot, head, D] %.3f ms (caller / library = %.3f); caller-owned "
-               "[page, head, slot, D] %.3f ms (caller / library = %.3f)\n",
+               "[head, page, slot, D] %.3f ms (caller / library = %.3f)\n",
                dtype_label(dtype), B, seconds[0] * 1e3, seconds[1] * 1e3, seconds[1] / seconds[0], seconds[2] * 1e3,
                seconds[2] / seconds[0]);
     attn_kv_cache_destroy(cache);

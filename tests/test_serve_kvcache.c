@@ -105,6 +105,12 @@ static const same_case same_cases[] = {
     {"f16 paged 8, MQA, window", ATTN_DTYPE_F16, 2, 4, 1, 16, 8, 90, 8, {90, 41}, 1, 20, 0.0f},
     {"bf16 contiguous, soft-cap", ATTN_DTYPE_BF16, 2, 4, 4, 16, 16, 70, 0, {70, 12}, 2, -1, 5.0f},
     {"f32 contiguous MHA", ATTN_DTYPE_F32, 4, 2, 2, 8, 8, 33, 0, {1, 33, 20, 7}, 1, -1, 0.0f},
+    /* B x Hkv >= 16 and splits above 1024 keys: the heads of a split run in steps (decode.c
+     * run_split_stepped), the same bits as whole tasks */
+    {"bf16 paged 16, GQA, long (heads in steps)", ATTN_DTYPE_BF16, 4, 8, 4, 64, 64, 3100, 16,
+     {3100, 1500, 2047, 700}, 1, -1, 0.0f},
+    {"f32 contiguous, long, window, Tq 2 (heads in steps)", ATTN_DTYPE_F32, 4, 8, 4, 32, 32, 2600,
+     0, {2600, 2100, 1030, 40}, 2, 1500, 0.0f},
 };
 
 static attn_options causal_options(int64_t window_left, float softcap) {

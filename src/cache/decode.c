@@ -52,6 +52,12 @@
 /* An accumulator of more bytes than this takes the bf16 tiles' P · V of several chunks at
  * once (run_task); half of a 48 KiB L1. */
 #define TILE_L1_BYTES (24 * 1024)
+/* Token-major pages: the keys per step of the heads of a split (run_split_stepped), so that the
+ * lines one head's step brings in (its neighbours' rows with its own) are still in the L2 for
+ * the next head's step: 1024 tokens of K and V of 2 heads, bf16, D = 128, are 1 MiB. With
+ * whole splits of 4096 tokens one after the other, flash-attn's [page, slot, head, D] pages
+ * ran at 1.10-1.14x the library-owned time (attn bench serve, docs/inference.md). */
+#define STEP_TOKENS 1024
 
 /* Everything a task needs, fixed for the call. */
 typedef struct decode_plan {
@@ -67,6 +73,10 @@ typedef struct decode_plan {
     int64_t *split_counts;                /* [B] splits of each sequence (>= 1) */
     int64_t *first_task;                  /* [B] index of task (b, head 0, split 0) */
     int64_t task_count;
+    /* Token-major pages (attn_decode): the Hkv tasks of a split on one thread, in steps of
+     * STEP_TOKENS keys when `stepped` (kv_heads of them) */
+    bool interleaved, stepped;
+    int64_t kv_heads;
     float *partial_out;                   /* [task][rows][Dv] */
     float *partial_lse;                   /* [task][rows] */
 } decode_plan;
@@ -99,9 +109,10 @@ typedef struct decode_scratch {
     float *carried;     /* [rows] bf16 tiles: the accumulator's factor over the pending chunks */
     uint16_t *keys16;   /* fp8 on bf16 tiles: [ATTN_DECODE_TILE_KEYS][Dk] keys widened to bf16 */
     uint16_t *values16; /* ... [ATTN_DECODE_TILE_KEYS][Dv] values (none with values_in_keys) */
+    float *head_states; /* stepped: [Hkv] heads' row_max, row_sum and accumulator (head_state) */
 } decode_scratch;
 
-enum { SCRATCH_PARTS = 17 };
+enum { SCRATCH_PARTS = 18 };
 
 /* How a task computes (the one choice, used by run_task and by attn_decode_kernel_path). */
 typedef enum decode_path {
@@ -164,6 +175,15 @@ static bool fp8_tiles_in_place(const attn_decode_kernels *kernels, int64_t rows)
     return kernels->score_chunk_tiles_fp8 != NULL && rows <= ATTN_DECODE_FUSED_ROWS;
 }
 
+/* Floats of one head's state in a stepped split (run_split_stepped): row_max [rows], row_sum
+ * [rows] and the accumulator in its largest layout (scratch_layout's), each a multiple of 16
+ * floats (64 bytes). */
+static size_t head_state_floats(const decode_plan *plan) {
+    const size_t rows = ((size_t)plan->rows + 15) / 16 * 16;
+    return 2 * rows + (size_t)ATTN_DECODE_TILE_ROW_FLOATS(plan->value_dim) *
+                          (size_t)ATTN_DECODE_GROUP_STRIDE(plan->rows);
+}
+
 /* Bytes of each part of one thread's scratch (64-byte multiples, in decode_scratch order)
  * and their total; false on overflow. */
 static bool scratch_layout(const decode_plan *plan, int64_t most_splits,
@@ -207,7 +227,8 @@ static bool scratch_layout(const decode_plan *plan, int64_t most_splits,
         {rows, f},      {rows, f},                {2 * rows, f},     {chunk * dk, f},
         {values, f},    {chunk, f},              {chunk, 1},        {(size_t)plan->group_size, 1},
         {(size_t)most_splits, sizeof(double)},    {dv, f}, {rows, f},
-        {keys16, sizeof(uint16_t)}, {values16, sizeof(uint16_t)}};
+        {keys16, sizeof(uint16_t)}, {values16, sizeof(uint16_t)},
+        {plan->stepped ? (size_t)plan->kv_heads * head_state_floats(plan) : 0, f}};
     *total = 0;
     for (int n = 0; n < SCRATCH_PARTS; ++n) {
         size_t part;
@@ -232,6 +253,7 @@ static void scratch_carve(decode_scratch *scratch, const size_t bytes[SCRATCH_PA
     scratch->additive = parts[9], scratch->allowed = parts[10], scratch->classes = parts[11];
     scratch->weights = parts[12], scratch->merged = parts[13], scratch->carried = parts[14];
     scratch->keys16 = parts[15], scratch->values16 = parts[16];
+    scratch->head_states = parts[17];
 }
 
 /* Pointer to `count` float32 rows of keys (values) of tokens [token, token + count) of one
@@ -354,12 +376,26 @@ static void flush_tiles(const attn_decode_kernels *kernels, decode_scratch *scra
                                         scratch->accumulator);
 }
 
+/* A task run in steps (the interleaved heads of token-major pages, attn_decode): each call
+ * resumes at `from` (the task's first key when `resume` is false) and stops at the first chunk
+ * boundary at or after `until` where no tile P · V is pending, so the chunks, and the
+ * operations on the head's state in scratch (row_max, row_sum, accumulator: the caller points
+ * them at the head's own), are those of one whole call: the same bits. */
+typedef struct task_step {
+    bool resume;   /* false: the task's first step (state started here) */
+    int64_t from;  /* the key to resume at (resume) */
+    int64_t until; /* stop at the first chunk boundary >= until (no pending tile P · V) */
+    int64_t next;  /* out: the key the next step resumes at */
+    bool done;     /* out: the task's keys are all done (its partial written) */
+} task_step;
+
 /* One task: sequence b, KV head kv_head, split `split`; writes its partial (O, LSE).
  * Every chunk of keys (and of values) is read once and serves all `rows` query rows of the
  * group: scores [rows x chunk] = queries [rows x Dk] . keys^T, one softmax step per row,
  * accumulator [rows x Dv] += probabilities . values. */
 static void run_task(const decode_plan *plan, decode_scratch *scratch, int64_t b,
-                     int64_t kv_head, int64_t split, int64_t task) {
+                     int64_t kv_head, int64_t split, int64_t task, task_step *step) {
+    const bool start = step == NULL || !step->resume; /* this call starts the head's state */
     const attn_kv_cache *cache = plan->cache;
     const attn_decode_kernels *kernels = &plan->kernels->decode;
     const int64_t rows = plan->rows, Tq = plan->query_length, Dk = plan->key_dim,
@@ -371,8 +407,7 @@ static void run_task(const decode_plan *plan, decode_scratch *scratch, int64_t b
         if (q->dtype != ATTN_DTYPE_F32 && q->stride[3] == 1) { /* dense 16-bit rows, exactly */
             (q->dtype == ATTN_DTYPE_BF16 ? kernels->bf16_to_f32 : kernels->f16_to_f32)(
                 Dk, (const uint16_t *)q->data + first, scratch->queries + r * Dk);
-            scratch->row_max[r] = -INFINITY;
-            scratch->row_sum[r] = 0.0f;
+            if (start) scratch->row_max[r] = -INFINITY, scratch->row_sum[r] = 0.0f;
             continue;
         }
         for (int64_t d = 0; d < Dk; ++d) { /* 16-bit queries widened exactly */
@@ -382,8 +417,7 @@ static void run_task(const decode_plan *plan, decode_scratch *scratch, int64_t b
                 : q->dtype == ATTN_DTYPE_F16 ? attn_f16_to_float(((const uint16_t *)q->data)[at])
                                              : ((const float *)q->data)[at];
         }
-        scratch->row_max[r] = -INFINITY;
-        scratch->row_sum[r] = 0.0f;
+        if (start) scratch->row_max[r] = -INFINITY, scratch->row_sum[r] = 0.0f;
     }
     int64_t key_begin, key_end;
     attn_mask_candidate_keys(plan->mask, b, 0, Tq, &key_begin, &key_end);
@@ -434,7 +468,8 @@ static void run_task(const decode_plan *plan, decode_scratch *scratch, int64_t b
     /* the accumulator, [rows][Dv], (large group) [Dv][ATTN_DECODE_GROUP_STRIDE(rows)] or
      * (tiles) [ATTN_DECODE_GROUP_STRIDE(rows)][ATTN_DECODE_TILE_ROW_FLOATS(Dv)] */
     const int64_t tile_row = ATTN_DECODE_TILE_ROW_FLOATS(Dv);
-    memset(scratch->accumulator, 0,
+    if (start)
+        memset(scratch->accumulator, 0,
            (size_t)(tiles   ? tile_row * ATTN_DECODE_GROUP_STRIDE(rows)
                     : group ? Dv * ATTN_DECODE_GROUP_STRIDE(rows)
                             : Dv * rows) *
@@ -475,7 +510,9 @@ static void run_task(const decode_plan *plan, decode_scratch *scratch, int64_t b
     late_values held = {0};
     int parity = 0;
     float gathered_scales[2][2][ATTN_DECODE_CHUNK]; /* [parity][keys, values]: Q8 scales of a caller's cache */
-    for (int64_t first = key_begin; first < key_end;) {
+    int64_t first = step != NULL && step->resume ? step->from : key_begin;
+    for (; first < key_end;) {
+        if (step != NULL && first >= step->until && pending == 0) break; /* (held: flushed below) */
         const int64_t page_end = (first / cache->page_size + 1) * cache->page_size;
         int64_t last = first + ATTN_DECODE_CHUNK;
         if (last > key_end) last = key_end;
@@ -665,6 +702,11 @@ static void run_task(const decode_plan *plan, decode_scratch *scratch, int64_t b
                         pending_stride);
     if (held.count > 0)
         accumulate_late(kernels, path, dtype, rows, Dv, value_factor, &held, scratch);
+    if (step != NULL) {
+        step->next = first;
+        step->done = first >= key_end;
+        if (!step->done) return; /* more steps: the state stays in scratch */
+    }
 
     float *out = plan->partial_out + task * rows * Dv;
     float *lse = plan->partial_lse + task * rows;
@@ -684,6 +726,32 @@ static void run_task(const decode_plan *plan, decode_scratch *scratch, int64_t b
             for (int64_t e = 0; e < Dv; ++e) out[r * Dv + e] = row[e * dim_step] * inverse;
         lse[r] = sum > 0.0f ? scratch->row_max[r] + logf(sum) : -INFINITY;
     }
+}
+
+/* The Hkv tasks of split `split` of sequence b (token-major pages, plan->stepped): every head
+ * STEP_TOKENS keys at a time in turn, each head's row_max, row_sum and accumulator kept in
+ * scratch->head_states between its steps (run_task's task_step: the same bits as whole
+ * tasks). The heads share the split's keys, so they stop and resume at the same key. */
+static void run_split_stepped(const decode_plan *plan, decode_scratch *scratch, int64_t b,
+                              int64_t split) {
+    const size_t state = head_state_floats(plan), rows = ((size_t)plan->rows + 15) / 16 * 16;
+    float *const own_max = scratch->row_max, *const own_sum = scratch->row_sum;
+    float *const own_accumulator = scratch->accumulator;
+    task_step step = {false, 0, split * plan->split_tokens, 0, false};
+    while (!step.done) {
+        const int64_t from = step.next;
+        step.until += STEP_TOKENS;
+        for (int64_t head = 0; head < plan->kv_heads; ++head) {
+            float *mine = scratch->head_states + (size_t)head * state;
+            scratch->row_max = mine, scratch->row_sum = mine + rows;
+            scratch->accumulator = mine + 2 * rows;
+            step.from = from;
+            run_task(plan, scratch, b, head, split,
+                     plan->first_task[b] + head * plan->split_counts[b] + split, &step);
+        }
+        step.resume = true;
+    }
+    scratch->row_max = own_max, scratch->row_sum = own_sum, scratch->accumulator = own_accumulator;
 }
 
 /* Validates the call's tensors against the cache and fills the problem sizes. */
@@ -881,6 +949,9 @@ attn_status attn_decode(const attn_kv_cache *cache, const attn_tensor *q,
         plan.split_tokens = call.execution.tile_k > 0
                                 ? call.execution.tile_k
                                 : default_split_tokens(cache, problem->kv_heads);
+        plan.kv_heads = problem->kv_heads;
+        plan.interleaved = cache->key_head_stride < cache->key_token_stride && problem->kv_heads > 1;
+        plan.stepped = plan.interleaved && plan.split_tokens > STEP_TOKENS;
         int64_t most_splits = 1;
         for (int64_t b = 0; b < B; ++b) {
             int64_t splits = (cache->lengths[b] + plan.split_tokens - 1) / plan.split_tokens;
@@ -916,8 +987,7 @@ attn_status attn_decode(const attn_kv_cache *cache, const attn_tensor *q,
          * (measured: token-major 1.15-1.2x the library's page-contiguous heads before, 1.0-1.07x
          * after, one thread, bf16, Hkv = 2). Results do not change: each task still writes
          * its own partial, merged in split order. */
-        const bool interleaved = cache->key_head_stride < cache->key_token_stride &&
-                                 problem->kv_heads > 1;
+        const bool interleaved = plan.interleaved;
 #pragma omp parallel num_threads(call.threads)
         {
             decode_scratch scratch;
@@ -930,11 +1000,15 @@ attn_status attn_decode(const attn_kv_cache *cache, const attn_tensor *q,
                 int64_t b = 0; /* first_task[b] is a multiple of Hkv */
                 while (b + 1 < B && plan.first_task[b + 1] / per_item <= item) ++b;
                 const int64_t local = item - plan.first_task[b] / per_item;
+                if (plan.stepped) { /* the heads of the split a step at a time in turn */
+                    run_split_stepped(&plan, &scratch, b, local);
+                    continue;
+                }
                 for (int64_t n = 0; n < per_item; ++n) {
                     const int64_t head = interleaved ? n : local / plan.split_counts[b];
                     const int64_t split = interleaved ? local : local % plan.split_counts[b];
                     run_task(&plan, &scratch, b, head, split,
-                             plan.first_task[b] + head * plan.split_counts[b] + split);
+                             plan.first_task[b] + head * plan.split_counts[b] + split, NULL);
                 }
             }
         }

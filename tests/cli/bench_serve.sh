@@ -34,7 +34,7 @@ assert text.count("varlen causal prefill") == 2, text
 # library- vs caller-owned decode: bf16 and each 8-bit storage, every time finite and > 0
 owned = re.findall(r"^decode, (\S+), 6 sequences, same pages: library-owned ([\d.]+) ms; caller-owned "
                    r"\[page, slot, head, D\] ([\d.]+) ms \(caller / library = ([\d.]+|nan|inf)\); caller-owned "
-                   r"\[page, head, slot, D\] ([\d.]+) ms \(caller / library = ([\d.]+|nan|inf)\)$", text, re.M)
+                   r"\[head, page, slot, D\] ([\d.]+) ms \(caller / library = ([\d.]+|nan|inf)\)$", text, re.M)
 assert [o[0] for o in owned] == ["bf16", "int8", "fp8_e4m3", "fp8_e5m2"], text
 for dtype, library, token_major, ratio1, head_major, ratio2 in owned:
     for ratio in (ratio1, ratio2):  # of the unrounded times
