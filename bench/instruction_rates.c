@@ -87,10 +87,8 @@ static int supported(kind k) {
 /* ns per instruction of kind k, one round. */
 TARGET static double time_kind(kind k) {
     double seconds = 0.0;
-    const __m512 fx = _mm512_set1_ps(0.999f), fy = _mm512_set1_ps(1e-7f);
-    const __m512i ix = _mm512_set1_epi16(3), iy = _mm512_set1_epi16(5);
-    __m512 fxv = fx, fyv = fy;
-    __m512i ixv = ix, iyv = iy;
+    __m512 fxv = _mm512_set1_ps(0.999f), fyv = _mm512_set1_ps(1e-7f);
+    __m512i ixv = _mm512_set1_epi16(3), iyv = _mm512_set1_epi16(5);
     __asm__ volatile("" : "+v"(fxv), "+v"(fyv), "+v"(ixv), "+v"(iyv)); /* not constants */
     const __m512bh bx = (__m512bh)ixv, by = (__m512bh)iyv;
 #define START_F(i) __m512 a##i = _mm512_set1_ps((float)(i) * 1e-3f);

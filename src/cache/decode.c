@@ -175,13 +175,17 @@ static bool fp8_tiles_in_place(const attn_decode_kernels *kernels, int64_t rows)
     return kernels->score_chunk_tiles_fp8 != NULL && rows <= ATTN_DECODE_FUSED_ROWS;
 }
 
+/* Floats of a task's accumulator in its largest layout: [rows][Dv], transposed for a large
+ * group, or with rows of ATTN_DECODE_TILE_ROW_FLOATS(Dv) for the bf16 tiles (>= rows * Dv). */
+static size_t accumulator_floats(const decode_plan *plan) {
+    return (size_t)ATTN_DECODE_TILE_ROW_FLOATS(plan->value_dim) *
+           (size_t)ATTN_DECODE_GROUP_STRIDE(plan->rows);
+}
+
 /* Floats of one head's state in a stepped split (run_split_stepped): row_max [rows], row_sum
- * [rows] and the accumulator in its largest layout (scratch_layout's), each a multiple of 16
- * floats (64 bytes). */
+ * [rows] (each rounded up to 16 floats, 64 bytes) and the accumulator. */
 static size_t head_state_floats(const decode_plan *plan) {
-    const size_t rows = ((size_t)plan->rows + 15) / 16 * 16;
-    return 2 * rows + (size_t)ATTN_DECODE_TILE_ROW_FLOATS(plan->value_dim) *
-                          (size_t)ATTN_DECODE_GROUP_STRIDE(plan->rows);
+    return 2 * (size_t)ATTN_DECODE_GROUP_STRIDE(plan->rows) + accumulator_floats(plan);
 }
 
 /* Bytes of each part of one thread's scratch (64-byte multiples, in decode_scratch order)
@@ -206,8 +210,7 @@ static bool scratch_layout(const decode_plan *plan, int64_t most_splits,
     if (q8_rounded > prepared) prepared = q8_rounded;
     /* the accumulator: [rows][Dv], transposed for a large group, or with rows of
      * ATTN_DECODE_TILE_ROW_FLOATS(Dv) for the bf16 tiles, whichever is largest */
-    const size_t accumulator = (size_t)ATTN_DECODE_TILE_ROW_FLOATS(plan->value_dim) *
-                               (size_t)ATTN_DECODE_GROUP_STRIDE(plan->rows); /* >= rows*dv */
+    const size_t accumulator = accumulator_floats(plan);
     /* converted values, or the value rows interleaved for the bf16 tiles */
     size_t values = chunk * dv;
     const size_t tile_values = ATTN_DECODE_TILE_VALUE_BYTES(plan->value_dim) / f;
@@ -378,15 +381,16 @@ static void flush_tiles(const attn_decode_kernels *kernels, decode_scratch *scra
 
 /* A task run in steps (the interleaved heads of token-major pages, attn_decode): each call
  * resumes at `from` (the task's first key when `resume` is false) and stops at the first chunk
- * boundary at or after `until` where no tile P · V is pending, so the chunks, and the
- * operations on the head's state in scratch (row_max, row_sum, accumulator: the caller points
- * them at the head's own), are those of one whole call: the same bits. */
+ * boundary at least `tokens` keys later where no tile P · V is pending, so the chunks, and
+ * the operations on the head's state in scratch (row_max, row_sum, accumulator: the caller
+ * points them at the head's own), are those of one whole call: the same bits. (The queries
+ * are read and prepared again at each step: rows x Dk elements against `tokens` keys.) */
 typedef struct task_step {
-    bool resume;   /* false: the task's first step (state started here) */
-    int64_t from;  /* the key to resume at (resume) */
-    int64_t until; /* stop at the first chunk boundary >= until (no pending tile P · V) */
-    int64_t next;  /* out: the key the next step resumes at */
-    bool done;     /* out: the task's keys are all done (its partial written) */
+    bool resume;    /* false: the task's first step (state started here) */
+    int64_t from;   /* the key to resume at (resume) */
+    int64_t tokens; /* keys per step */
+    int64_t next;   /* out: the key the next step resumes at */
+    bool done;      /* out: the task's keys are all done (its partial written) */
 } task_step;
 
 /* One task: sequence b, KV head kv_head, split `split`; writes its partial (O, LSE).
@@ -511,8 +515,9 @@ static void run_task(const decode_plan *plan, decode_scratch *scratch, int64_t b
     int parity = 0;
     float gathered_scales[2][2][ATTN_DECODE_CHUNK]; /* [parity][keys, values]: Q8 scales of a caller's cache */
     int64_t first = step != NULL && step->resume ? step->from : key_begin;
+    const int64_t step_end = step != NULL ? first + step->tokens : key_end;
     for (; first < key_end;) {
-        if (step != NULL && first >= step->until && pending == 0) break; /* (held: flushed below) */
+        if (first >= step_end && pending == 0) break; /* a step's end (held: flushed below) */
         const int64_t page_end = (first / cache->page_size + 1) * cache->page_size;
         int64_t last = first + ATTN_DECODE_CHUNK;
         if (last > key_end) last = key_end;
@@ -734,13 +739,12 @@ static void run_task(const decode_plan *plan, decode_scratch *scratch, int64_t b
  * tasks). The heads share the split's keys, so they stop and resume at the same key. */
 static void run_split_stepped(const decode_plan *plan, decode_scratch *scratch, int64_t b,
                               int64_t split) {
-    const size_t state = head_state_floats(plan), rows = ((size_t)plan->rows + 15) / 16 * 16;
+    const size_t state = head_state_floats(plan), rows = ATTN_DECODE_GROUP_STRIDE(plan->rows);
     float *const own_max = scratch->row_max, *const own_sum = scratch->row_sum;
     float *const own_accumulator = scratch->accumulator;
-    task_step step = {false, 0, split * plan->split_tokens, 0, false};
+    task_step step = {false, 0, STEP_TOKENS, 0, false};
     while (!step.done) {
         const int64_t from = step.next;
-        step.until += STEP_TOKENS;
         for (int64_t head = 0; head < plan->kv_heads; ++head) {
             float *mine = scratch->head_states + (size_t)head * state;
             scratch->row_max = mine, scratch->row_sum = mine + rows;
