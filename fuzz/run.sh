@@ -29,7 +29,8 @@ if [ ${#targets[@]} -eq 0 ]; then
 fi
 [ ${#targets[@]} -gt 0 ] || { echo "fuzz/run.sh: no fuzz targets in $build_dir (ATTN_FUZZ=ON?)" >&2; exit 1; }
 
-export ASAN_OPTIONS="detect_leaks=1:halt_on_error=1:abort_on_error=1:detect_stack_use_after_return=1"
+# intercept_tls_get_addr=0: see cmake/sanitizers.cmake (LeakSanitizer's tracer and dynamic TLS).
+export ASAN_OPTIONS="detect_leaks=1:halt_on_error=1:abort_on_error=1:detect_stack_use_after_return=1:intercept_tls_get_addr=0"
 export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1"
 export OMP_NUM_THREADS=2
 status=0
