@@ -206,37 +206,60 @@ static void score_chunk(int rows, int count, int dim, const float *queries, cons
         }
 }
 
-/* The online-softmax step (registry.h) of one chunk, each row held in registers. */
-static void softmax_chunk(int rows, int count, float scale, float *scores, float *row_max,
-                          float *row_sum, float *rescale) {
+/* The online-softmax step (registry.h) of one chunk, each row held in registers, the rows
+ * SOFTMAX_ROWS at a time in phases (all maxima, then all exponentials, then the row
+ * statistics): a row's chain of maximum, reduction, shift and exponentials no longer waits
+ * for the previous row's. Each row takes the same operations as one row alone. */
+#define SOFTMAX_ROWS (VLANES == 16 ? 4 : 2) /* rows x ATTN_DECODE_CHUNK floats in registers */
+V_INLINE void softmax_rows(const int block_rows, int count, float scale, float *scores,
+                           float *row_max, float *row_sum, float *rescale) {
     enum { VECTORS = ATTN_DECODE_CHUNK / VLANES };
     const int vectors = (count + VLANES - 1) / VLANES;
     vmask masks[VECTORS];
     for (int v = 0; v < VECTORS; ++v) masks[v] = vmask_first(count - VLANES * v);
-    const vf minus_infinity = vf_set1(-INFINITY), scale_vector = vf_set1(scale);
-    for (int r = 0; r < rows; ++r) {
-        float *row = scores + r * ATTN_DECODE_CHUNK;
-        vf logits[VECTORS], maximum = minus_infinity;
+    const vf minus_infinity = vf_set1(-INFINITY), scale_vector = vf_set1(scale),
+             log2e = vf_set1(VMATH_LOG2E);
+    vf logits[SOFTMAX_ROWS][VECTORS], sums[SOFTMAX_ROWS];
+    float old_max[SOFTMAX_ROWS], new_max[SOFTMAX_ROWS], use_max[SOFTMAX_ROWS];
+    for (int r = 0; r < block_rows; ++r) {
+        const float *row = scores + r * ATTN_DECODE_CHUNK;
+        vf maximum = minus_infinity;
         for (int v = 0; v < vectors; ++v) { /* lanes past the chunk are masked keys */
-            logits[v] =
+            logits[r][v] =
                 vf_mul(vf_mask_loadu_or(minus_infinity, masks[v], row + VLANES * v), scale_vector);
-            maximum = vf_max(maximum, logits[v]);
+            maximum = vf_max(maximum, logits[r][v]);
         }
         const float chunk_max = vf_reduce_max(maximum);
-        const float old_max = row_max[r];
-        const float new_max = chunk_max > old_max ? chunk_max : old_max;
-        const float use_max = new_max == -INFINITY ? 0.0f : new_max;
-        const vf shift = vf_set1(use_max), log2e = vf_set1(VMATH_LOG2E);
-        vf sum = vf_zero();
+        old_max[r] = row_max[r];
+        new_max[r] = chunk_max > old_max[r] ? chunk_max : old_max[r];
+        use_max[r] = new_max[r] == -INFINITY ? 0.0f : new_max[r];
+    }
+    for (int r = 0; r < block_rows; ++r) {
+        float *row = scores + r * ATTN_DECODE_CHUNK;
+        const vf shift = vf_set1(use_max[r]);
+        sums[r] = vf_zero();
         for (int v = 0; v < vectors; ++v) {
-            const vf p = vf_exp2(vf_mul(vf_sub(logits[v], shift), log2e)); /* -inf -> 0 */
-            sum = vf_add(sum, p);
+            const vf p = vf_exp2(vf_mul(vf_sub(logits[r][v], shift), log2e)); /* -inf -> 0 */
+            sums[r] = vf_add(sums[r], p);
             vf_mask_storeu(row + VLANES * v, masks[v], p);
         }
-        rescale[r] = attn_softmax_rescale(old_max, use_max);
-        row_sum[r] = rescale[r] * row_sum[r] + vf_reduce_add(sum);
-        row_max[r] = new_max;
     }
+    for (int r = 0; r < block_rows; ++r) {
+        rescale[r] = attn_softmax_rescale(old_max[r], use_max[r]);
+        row_sum[r] = rescale[r] * row_sum[r] + vf_reduce_add(sums[r]);
+        row_max[r] = new_max[r];
+    }
+}
+
+static void softmax_chunk(int rows, int count, float scale, float *scores, float *row_max,
+                          float *row_sum, float *rescale) {
+    int r = 0;
+    for (; r + SOFTMAX_ROWS <= rows; r += SOFTMAX_ROWS)
+        softmax_rows(SOFTMAX_ROWS, count, scale, scores + r * ATTN_DECODE_CHUNK, row_max + r,
+                     row_sum + r, rescale + r);
+    for (; r < rows; ++r)
+        softmax_rows(1, count, scale, scores + r * ATTN_DECODE_CHUNK, row_max + r, row_sum + r,
+                     rescale + r);
 }
 
 /* accumulator rows [block_rows][dim], columns [e0, e0 + width) with width <= VLANES *
