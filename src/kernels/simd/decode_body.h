@@ -17,7 +17,8 @@
  *    every loaded key vector serves 4 (2) rows and every loaded query vector all keys of the
  *    block, from registers; smaller groups read key after key (a single sequential stream);
  *  - softmax: the online-softmax step of a row on whole vectors with vf_exp2 (e^x as
- *    2^(x·log2 e), vmath.h);
+ *    2^(x·log2 e), vmath.h), SOFTMAX_ROWS rows at a time in phases so that the rows' chains
+ *    overlap;
  *  - values: blocks of VALUE_ROWS rows x VALUE_VECTORS vectors of value floats (3 x 128 =
  *    24 zmm accumulators at 16 lanes, each value row read whole and in order; 2 x 32 = 8 ymm
  *    at 8 lanes), the rescale of the accumulator fused into its load;
