@@ -1,0 +1,243 @@
+/*
+ * decode_fp8_avx512.h — the AVX-512 fp8 decode kernels (registry.h score_chunk_q8 and
+ * accumulate_chunk_q8 for FP8 E4M3 / E5M2; the formats and the widening in
+ * decode_q8_avx512.h's opening comment): the fp8 elements widened to floats in registers,
+ * products and sums in float32 FMAs. Included twice by decode_q8_avx512.h: FP8_VBMI 0, and
+ * FP8_VBMI 1 (functions marked target("avx512vbmi")), where E5M2's byte-to-half step is one
+ * VPERMB into the high bytes instead of a zero extension and a shift (E4M3 has no shorter
+ * form: docs/inference.md, "fifth look"). The halves, hence the bits, are the same.
+ * FP8(name) gives the variant's names.
+ */
+
+#if FP8_VBMI
+#define FP8(name) name##_fp8_vbmi
+#define FP8_TARGET __attribute__((target("avx512vbmi")))
+#else
+#define FP8(name) name##_fp8
+#define FP8_TARGET
+#endif
+
+/* 32 stored fp8 elements source[0 .. 32) (lanes outside `lanes` read as 0) as floats in
+ * out[0] (elements 0-15) and out[1] (16-31) (E4M3: value / 256): load_q8's widening on 32
+ * elements at once, the byte-to-word step and the half's bit operations on whole 512-bit
+ * registers, then one VCVTPH2PS per 16. E4M3 4 instructions per 16 elements instead of 5
+ * (E5M2 3.5 instead of 4); 4 rows' FMAs included, on data in L1, 4.6 against 5.1-5.7 ns per
+ * 64 elements (E5M2 4.4 against 4.5). */
+FP8_TARGET V_INLINE void FP8(load_pair)(const attn_dtype format, const uint8_t *source,
+                                        __mmask32 lanes, __m512 out[2]) {
+    const __m256i bytes = _mm256_maskz_loadu_epi8(lanes, source);
+#if FP8_VBMI /* E5M2: byte i into the high byte of word i, the low byte zeroed, one VPERMB */
+    const __m512i high_bytes = _mm512_set_epi64(
+        0x1f001e001d001c00, 0x1b001a0019001800, 0x1700160015001400, 0x1300120011001000,
+        0x0f000e000d000c00, 0x0b000a0009000800, 0x0700060005000400, 0x0300020001000000);
+    const __m512i e5m2 = _mm512_maskz_permutexvar_epi8(
+        (__mmask64)0xaaaaaaaaaaaaaaaaull, high_bytes, _mm512_castsi256_si512(bytes));
+#else
+    const __m512i e5m2 = _mm512_slli_epi16(_mm512_cvtepu8_epi16(bytes), 8);
+#endif
+    const __m512i half =
+        format == ATTN_DTYPE_FP8_E5M2
+            ? e5m2
+            : _mm512_and_si512(_mm512_slli_epi16(_mm512_cvtepi8_epi16(bytes), 7),
+                               _mm512_set1_epi16((short)0xbfff));
+    out[0] = _mm512_cvtph_ps(_mm512_castsi512_si256(half));
+    out[1] = _mm512_cvtph_ps(_mm512_extracti64x4_epi64(half, 1));
+}
+
+/* As score_block (decode_body.h) for fp8 keys: out[r * block_keys + k] = row[r] . key[k]
+ * (unscaled; E4M3 / 256), 32 dimensions at a time (load_pair; each sum takes its
+ * products in dimension order, 16 lanes wide). full (a constant): dim is a multiple of 32,
+ * so every load is whole (unmasked, and the byte loads fold into the widening). */
+FP8_TARGET V_INLINE void FP8(score_block)(const attn_dtype format, const int block_rows,
+                                          const int block_keys, const int key_major, const int full,
+                                          int dim, const float *const *row,
+                                          const uint8_t *const *key, float *out) {
+    __m512 sums[16];
+    for (int a = 0; a < 16; ++a) sums[a] = _mm512_setzero_ps();
+    if (key_major) {
+        for (int k = 0; k < block_keys; ++k)
+            for (int d = 0; d < dim; d += 32) {
+                const __mmask16 low = full ? (__mmask16)0xffff : vmask_first(dim - d);
+                const __mmask16 high = full ? (__mmask16)0xffff : vmask_first(dim - d - 16);
+                __m512 key_vectors[2];
+                FP8(load_pair)(format, key[k] + d,
+                               full ? (__mmask32)0xffffffffu : q8_mask32(dim - d), key_vectors);
+                for (int r = 0; r < block_rows; ++r) {
+                    __m512 *sum = &sums[r * block_keys + k];
+                    *sum = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(low, row[r] + d), key_vectors[0],
+                                           *sum);
+                    *sum = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(high, row[r] + d + 16),
+                                           key_vectors[1], *sum);
+                }
+            }
+    } else {
+        for (int d = 0; d < dim; d += 32) {
+            const __mmask16 low = full ? (__mmask16)0xffff : vmask_first(dim - d);
+            const __mmask16 high = full ? (__mmask16)0xffff : vmask_first(dim - d - 16);
+            __m512 query[4][2];
+            for (int r = 0; r < block_rows; ++r) {
+                query[r][0] = _mm512_maskz_loadu_ps(low, row[r] + d);
+                query[r][1] = _mm512_maskz_loadu_ps(high, row[r] + d + 16);
+            }
+            for (int k = 0; k < block_keys; ++k) {
+                __m512 key_vectors[2];
+                FP8(load_pair)(format, key[k] + d,
+                               full ? (__mmask32)0xffffffffu : q8_mask32(dim - d), key_vectors);
+                for (int r = 0; r < block_rows; ++r) {
+                    __m512 *sum = &sums[r * block_keys + k];
+                    *sum = _mm512_fmadd_ps(query[r][0], key_vectors[0], *sum);
+                    *sum = _mm512_fmadd_ps(query[r][1], key_vectors[1], *sum);
+                }
+            }
+        }
+    }
+    _mm512_storeu_ps(out, transpose_reduce(sums));
+}
+
+FP8_TARGET static void FP8(score_chunk)(const attn_dtype format, int rows, int count, int dim,
+                                        const float *queries, const uint8_t *keys,
+                                        int64_t key_stride, const float *row_scales, float factor,
+                                        float *scores, const attn_rows_ahead *ahead) {
+    const int block_rows = rows >= 3 ? 4 : rows, block_keys = 16 / block_rows;
+    const float format_factor = q8_format_factor(format);
+    for (int r0 = 0; r0 < rows; r0 += block_rows)
+        for (int c0 = 0; c0 < count; c0 += block_keys) {
+            const float *row[4];
+            const uint8_t *key[16];
+            for (int r = 0; r < block_rows; ++r)
+                row[r] = queries + (int64_t)(r0 + r < rows ? r0 + r : rows - 1) * dim;
+            for (int k = 0; k < block_keys; ++k)
+                key[k] = keys + (c0 + k < count ? c0 + k : count - 1) * key_stride;
+            if (r0 == 0 && rows >= Q8_PREFETCH_ROWS) {
+                for (int k = 0; k < block_keys; ++k) {
+                    if (ahead != NULL && c0 + k < count) /* registry.h: the chunk's values */
+                        prefetch_row_ahead(ahead, c0 + k);
+                    if (block_rows == 4) /* (a group of >= 3 rows) */
+                        prefetch_row_fp8(keys, c0 + k + Q8_LOOKAHEAD, key_stride, (size_t)dim);
+                    else
+                        prefetch_row_q8(keys, c0 + k + Q8_LOOKAHEAD, key_stride, (size_t)dim);
+                }
+            }
+            float out[16];
+            const int full = dim % 32 == 0;
+            if (block_rows == 4 && full) FP8(score_block)(format, 4, 4, 0, 1, dim, row, key, out);
+            else if (block_rows == 4) FP8(score_block)(format, 4, 4, 0, 0, dim, row, key, out);
+            else if (block_rows == 2 && full) FP8(score_block)(format, 2, 8, 1, 1, dim, row, key, out);
+            else if (block_rows == 2) FP8(score_block)(format, 2, 8, 1, 0, dim, row, key, out);
+            else if (full) FP8(score_block)(format, 1, 16, 1, 1, dim, row, key, out);
+            else FP8(score_block)(format, 1, 16, 1, 0, dim, row, key, out);
+            if (block_rows == 4) { /* lane 4r + k: row r, key k; the scalar rounding below */
+                const int valid = count - c0 < 4 ? count - c0 : 4;
+                const __mmask8 lanes = (__mmask8)((1u << valid) - 1u);
+                const __m128 key_factor =
+                    row_scales != NULL
+                        ? _mm_mul_ps(_mm_set1_ps(factor), _mm_maskz_loadu_ps(lanes, row_scales + c0))
+                        : _mm_set1_ps(factor);
+                _mm512_storeu_ps(out, _mm512_mul_ps(_mm512_broadcast_f32x4(_mm_mul_ps(
+                                                        key_factor, _mm_set1_ps(format_factor))),
+                                                    _mm512_loadu_ps(out)));
+                for (int r = 0; r < 4 && r0 + r < rows; ++r)
+                    _mm_mask_storeu_ps(scores + (r0 + r) * ATTN_DECODE_CHUNK + c0, lanes,
+                                       _mm_loadu_ps(out + 4 * r));
+                continue;
+            }
+            for (int k = 0; k < block_keys && c0 + k < count; ++k) {
+                const int c = c0 + k;
+                const float scale =
+                    (row_scales != NULL ? factor * row_scales[c] : factor) * format_factor;
+                for (int r = 0; r < block_rows && r0 + r < rows; ++r)
+                    scores[(r0 + r) * ATTN_DECODE_CHUNK + c] = scale * out[r * block_keys + k];
+            }
+        }
+}
+
+/* Accumulator rows [block_rows][dim], columns [e0, e0 + width), width <= 16 * vectors:
+ * acc = rescale * acc + sum_c weight[r][c] * value_c, fp8 values (32 at a time,
+ * load_pair), the weights already multiplied by their key's factor (scale_weights). full
+ * (a constant): width = 16 * vectors (unmasked loads). No requests ahead: the decode loop has
+ * the score kernel request the chunk's values (registry.h score_chunk_q8, `ahead`). */
+FP8_TARGET V_INLINE void FP8(accumulate_block)(const attn_dtype format, const int block_rows,
+                                               const int vectors, const int full, int count, int e0,
+                                               int width, int dim, const float *weights,
+                                               const float *rescale, const uint8_t *values,
+                                               int64_t value_stride, float *accumulator) {
+    __mmask16 masks[8];
+    for (int x = 0; x < vectors; ++x)
+        masks[x] = full ? (__mmask16)0xffff : vmask_first(width - 16 * x);
+    __m512 sums[4][8];
+    for (int r = 0; r < block_rows; ++r) {
+        const __m512 scale = _mm512_set1_ps(rescale[r]);
+        const float *row = accumulator + (int64_t)r * dim + e0;
+        for (int x = 0; x < vectors; ++x)
+            sums[r][x] = _mm512_mul_ps(scale, _mm512_maskz_loadu_ps(masks[x], row + 16 * x));
+    }
+    for (int c = 0; c < count; ++c) {
+        /* weights arrive scaled (FP8(accumulate_chunk)): a broadcast from memory */
+        __m512 weight[4];
+        for (int r = 0; r < block_rows; ++r)
+            weight[r] = _mm512_set1_ps(weights[r * ATTN_DECODE_CHUNK + c]);
+        const uint8_t *value = values + c * value_stride + e0;
+        for (int x = 0; x < vectors; x += 2) {
+            __m512 value_vectors[2];
+            FP8(load_pair)(format, value + 16 * x,
+                          full ? (__mmask32)0xffffffffu : q8_mask32(width - 16 * x), value_vectors);
+            for (int r = 0; r < block_rows; ++r) {
+                sums[r][x] = _mm512_fmadd_ps(weight[r], value_vectors[0], sums[r][x]);
+                sums[r][x + 1] = _mm512_fmadd_ps(weight[r], value_vectors[1], sums[r][x + 1]);
+            }
+        }
+    }
+    for (int r = 0; r < block_rows; ++r) {
+        float *row = accumulator + (int64_t)r * dim + e0;
+        for (int x = 0; x < vectors; ++x)
+            _mm512_mask_storeu_ps(row + 16 * x, masks[x], sums[r][x]);
+    }
+}
+
+/* Rows [0, block_rows) over all of dim in column blocks of 16 * vectors floats. */
+FP8_TARGET V_INLINE void FP8(accumulate_rows)(const attn_dtype format, const int block_rows,
+                                              const int vectors, int count, int dim,
+                                              const float *weights, const float *rescale,
+                                              const uint8_t *values, int64_t value_stride,
+                                              float *accumulator) {
+    for (int e0 = 0; e0 < dim; e0 += 16 * vectors) {
+        const int width = dim - e0 < 16 * vectors ? dim - e0 : 16 * vectors;
+        if (width == 16 * vectors)
+            FP8(accumulate_block)(format, block_rows, vectors, 1, count, e0, width, dim, weights,
+                                rescale, values, value_stride, accumulator);
+        else
+            FP8(accumulate_block)(format, block_rows, vectors, 0, count, e0, width, dim, weights,
+                                rescale, values, value_stride, accumulator);
+    }
+}
+
+FP8_TARGET static void FP8(accumulate_chunk)(const attn_dtype format, int rows, int count, int dim,
+                                             const float *weights, const float *rescale,
+                                             const uint8_t *values, int64_t value_stride,
+                                             const float *row_scales, float factor,
+                                             float *accumulator) {
+    float scaled[4 * ATTN_DECODE_CHUNK];
+    int r = 0;
+    for (; r + 4 <= rows; r += 4) {
+        scale_weights(format, 4, count, weights + r * ATTN_DECODE_CHUNK, row_scales, factor,
+                      scaled);
+        FP8(accumulate_rows)(format, 4, 4, count, dim, scaled, rescale + r, values, value_stride,
+                           accumulator + (int64_t)r * dim);
+    }
+    scale_weights(format, rows - r, count, weights + r * ATTN_DECODE_CHUNK, row_scales, factor,
+                  scaled);
+    const float *tail_weights = scaled;
+    float *tail = accumulator + (int64_t)r * dim;
+    if (rows - r == 3)
+        FP8(accumulate_rows)(format, 3, 8, count, dim, tail_weights, rescale + r, values,
+                           value_stride, tail);
+    else if (rows - r == 2)
+        FP8(accumulate_rows)(format, 2, 8, count, dim, tail_weights, rescale + r, values,
+                           value_stride, tail);
+    else if (rows - r == 1)
+        FP8(accumulate_rows)(format, 1, 8, count, dim, tail_weights, rescale + r, values,
+                           value_stride, tail);
+}
+
+#undef FP8
+#undef FP8_TARGET
