@@ -22,7 +22,8 @@
  *     dequantize_rows exact against a decoding of the bytes written here, score_chunk_q8
  *     and accumulate_chunk_q8 against double and the generic registry, strides wider than
  *     the dim whose gaps hold bytes that would poison the result; widen_fp8_bf16 exact
- *     for every finite fp8 code;
+ *     for every finite fp8 code; the same 8-bit checks on the AVX-512 kernels without VNNI
+ *     and VBMI (attn_avx512_q8_baseline), which a CPU with them never selects;
  *   - where a registry has them (AMX), the bf16 tile kernels: prepare_tile_queries +
  *     score_chunk_tiles and accumulate_chunk_tiles (weights of up to 4 chunks, rescale 1, 0
  *     and between) against double on the bf16 values, rows 1..128, keys 1..256, dims 1..576;
@@ -44,6 +45,7 @@
 #include <string.h>
 
 #include "kernels/registry.h"
+#include "kernels/simd/parts.h" /* attn_avx512_q8_baseline */
 #include "test_support.h"
 
 #if defined(ATTN_HAVE_AVX512BF16_KERNELS) && (defined(__x86_64__) || defined(__i386__))
@@ -927,6 +929,19 @@ static void check_q8_tile_shapes(const attn_kernels *k, test_rng *rng) {
     check_q8_tiles(k, 1, 1, 1, 1, 1, rng);
 }
 
+/* check_q8 over the formats, every group up to ATTN_DECODE_FUSED_ROWS and every head
+ * dimension, and the non-finite query case. */
+static void check_q8_shapes(const attn_kernels *k, test_rng *rng) {
+    for (int f = 0; f < COUNT_OF(q8_formats); ++f)
+        for (int rows = 1; rows <= ATTN_DECODE_FUSED_ROWS; ++rows)
+            for (int c = 0; c < COUNT_OF(chunk_counts); c += 2)
+                check_q8(k, f, rows, chunk_counts[c],
+                         head_dims[(rows + c + f) % COUNT_OF(head_dims)], rng);
+    for (int f = 0; f < COUNT_OF(q8_formats); ++f)
+        for (int n = 0; n < COUNT_OF(q8_dims); ++n) check_q8(k, f, 4, 64, q8_dims[n], rng);
+    check_q8_nonfinite_query(k);
+}
+
 int main(void) {
     const attn_kernels *registries[8];
     const int count = attn_kernels_available(registries, 8);
@@ -1002,15 +1017,22 @@ int main(void) {
                         check_tiles_fp8(k, q8_formats[f], rows, fp8_counts[c],
                                         fp8_dims[(rows + c + f) % COUNT_OF(fp8_dims)], &fp8_rng);
         }
-        for (int f = 0; f < COUNT_OF(q8_formats); ++f)
-            for (int rows = 1; rows <= ATTN_DECODE_FUSED_ROWS; ++rows)
-                for (int c = 0; c < COUNT_OF(chunk_counts); c += 2)
-                    check_q8(k, f, rows, chunk_counts[c],
-                             head_dims[(rows + c + f) % COUNT_OF(head_dims)], &rng);
-        for (int f = 0; f < COUNT_OF(q8_formats); ++f)
-            for (int n = 0; n < COUNT_OF(q8_dims); ++n) check_q8(k, f, 4, 64, q8_dims[n], &rng);
-        check_q8_nonfinite_query(k);
+        check_q8_shapes(k, &rng);
     }
+#if defined(ATTN_HAVE_AVX512_KERNELS)
+    const attn_kernels *avx512 = NULL;
+    if (attn_kernels_select(ATTN_KERNEL_AVX512, &avx512, NULL) == ATTN_OK) {
+        /* the AVX-512 8-bit kernels without VNNI and VBMI, which a CPU with them never picks */
+        attn_kernels baseline = *avx512;
+        baseline.name = "avx512 8-bit without VNNI and VBMI";
+        baseline.decode.score_chunk_q8 = attn_avx512_q8_baseline.score_chunk_q8;
+        baseline.decode.accumulate_chunk_q8 = attn_avx512_q8_baseline.accumulate_chunk_q8;
+        test_rng rng;
+        test_rng_seed(&rng, 5077);
+        check_q8_shapes(&baseline, &rng);
+        printf("%s: checked as the registries above\n", baseline.name);
+    }
+#endif
 #if defined(EMULATED_DECODE_TILES)
     const attn_kernels *avx512bf16 = NULL;
     if (attn_kernels_select(ATTN_KERNEL_AVX512_BF16, &avx512bf16, NULL) == ATTN_OK) {

@@ -246,3 +246,11 @@ const attn_decode_kernels attn_avx512_decode = {
     .score_chunk_q8 = avx512_score_chunk_q8,
     .accumulate_chunk_q8 = avx512_accumulate_chunk_q8,
 };
+
+/* The 8-bit slots without VNNI and VBMI (the AVX-512BW integer kernels, E5M2 by zero extension
+ * and shift): the same bits; tests/test_kernels_decode.c runs them on CPUs that have both, so
+ * that every 8-bit kernel is tested wherever AVX-512 is. */
+const attn_decode_kernels attn_avx512_q8_baseline = {
+    .score_chunk_q8 = avx512_score_chunk_q8_baseline,
+    .accumulate_chunk_q8 = avx512_accumulate_chunk_q8_baseline,
+};

@@ -181,12 +181,10 @@ static void avx512_widen_fp8_bf16(attn_dtype dtype, int count, int dim, const ui
         widen_fp8_bf16_as(ATTN_DTYPE_FP8_E5M2, count, dim, source, stride, target);
 }
 
-
 /* The first `left` of 32 lanes (none for left <= 0). */
 V_INLINE __mmask32 q8_mask32(int left) {
     return left >= 32 ? (__mmask32)0xffffffffu : left > 0 ? (__mmask32)((1u << left) - 1u) : 0;
 }
-
 
 /* scaled[r][c] = weights[r][c] * (factor * row_scales[c] * format factor), r < rows (<= 4):
  * the per-key scale applied once per weight, vectorised. */
@@ -338,14 +336,16 @@ V_INLINE const int8_t *pair_rows(const int8_t *values, int c, int count, int e0,
 /* VPDPWSSD where the CPU has it, else VPMADDWD: the same integers. */
 static int have_vnni(void) { return cpu()->avx512_vnni; }
 
-static void avx512_score_chunk_q8(attn_dtype dtype, int rows, int count, int dim,
+/* score_chunk_q8 with VNNI (int8) and VBMI (E5M2) where `extensions` and the CPU have them;
+ * without (attn_avx512_q8_baseline), the same bits by the AVX-512BW routes. */
+V_INLINE void score_chunk_q8_with(int extensions, attn_dtype dtype, int rows, int count, int dim,
                                   const void *queries, const uint8_t *keys, int64_t key_stride,
                                   const float *row_scales, float factor, float *scores,
                                   const attn_rows_ahead *ahead) {
     if (dtype == ATTN_DTYPE_Q8 && dim > Q8I_MOST_DIM)
         attn_q8_score_exact(rows, count, dim, queries, (const int8_t *)keys, key_stride,
                             row_scales, factor, scores, ATTN_DECODE_CHUNK);
-    else if (dtype == ATTN_DTYPE_Q8 && have_vnni())
+    else if (dtype == ATTN_DTYPE_Q8 && extensions && have_vnni())
         score_chunk_vnni(rows, count, dim, queries, (const int8_t *)keys, key_stride, row_scales,
                          factor, scores, ahead);
     else if (dtype == ATTN_DTYPE_Q8)
@@ -354,7 +354,7 @@ static void avx512_score_chunk_q8(attn_dtype dtype, int rows, int count, int dim
     else if (dtype == ATTN_DTYPE_FP8_E4M3)
         score_chunk_fp8(ATTN_DTYPE_FP8_E4M3, rows, count, dim, (const float *)queries, keys,
                         key_stride, row_scales, factor, scores, ahead);
-    else if (have_vbmi())
+    else if (extensions && have_vbmi())
         score_chunk_fp8_vbmi(ATTN_DTYPE_FP8_E5M2, rows, count, dim, (const float *)queries, keys,
                              key_stride, row_scales, factor, scores, ahead);
     else
@@ -362,15 +362,30 @@ static void avx512_score_chunk_q8(attn_dtype dtype, int rows, int count, int dim
                         key_stride, row_scales, factor, scores, ahead);
 }
 
+static void avx512_score_chunk_q8(attn_dtype dtype, int rows, int count, int dim,
+                                  const void *queries, const uint8_t *keys, int64_t key_stride,
+                                  const float *row_scales, float factor, float *scores,
+                                  const attn_rows_ahead *ahead) {
+    score_chunk_q8_with(1, dtype, rows, count, dim, queries, keys, key_stride, row_scales, factor,
+                        scores, ahead);
+}
 
+static void avx512_score_chunk_q8_baseline(attn_dtype dtype, int rows, int count, int dim,
+                                           const void *queries, const uint8_t *keys,
+                                           int64_t key_stride, const float *row_scales,
+                                           float factor, float *scores,
+                                           const attn_rows_ahead *ahead) {
+    score_chunk_q8_with(0, dtype, rows, count, dim, queries, keys, key_stride, row_scales, factor,
+                        scores, ahead);
+}
 
-
-static void avx512_accumulate_chunk_q8(attn_dtype dtype, int rows, int count, int dim,
-                                       const float *weights, const float *rescale,
+/* accumulate_chunk_q8 with or without VNNI and VBMI, as score_chunk_q8_with. */
+V_INLINE void accumulate_chunk_q8_with(int extensions, attn_dtype dtype, int rows, int count,
+                                       int dim, const float *weights, const float *rescale,
                                        const uint8_t *values, int64_t value_stride,
                                        const float *row_scales, float factor,
                                        float *accumulator) {
-    if (dtype == ATTN_DTYPE_Q8 && have_vnni())
+    if (dtype == ATTN_DTYPE_Q8 && extensions && have_vnni())
         accumulate_chunk_vnni(rows, count, dim, weights, rescale, (const int8_t *)values,
                               value_stride, row_scales, factor, accumulator);
     else if (dtype == ATTN_DTYPE_Q8)
@@ -379,10 +394,28 @@ static void avx512_accumulate_chunk_q8(attn_dtype dtype, int rows, int count, in
     else if (dtype == ATTN_DTYPE_FP8_E4M3)
         accumulate_chunk_fp8(ATTN_DTYPE_FP8_E4M3, rows, count, dim, weights, rescale, values,
                              value_stride, row_scales, factor, accumulator);
-    else if (have_vbmi())
+    else if (extensions && have_vbmi())
         accumulate_chunk_fp8_vbmi(ATTN_DTYPE_FP8_E5M2, rows, count, dim, weights, rescale, values,
                                   value_stride, row_scales, factor, accumulator);
     else
         accumulate_chunk_fp8(ATTN_DTYPE_FP8_E5M2, rows, count, dim, weights, rescale, values,
                              value_stride, row_scales, factor, accumulator);
+}
+
+static void avx512_accumulate_chunk_q8(attn_dtype dtype, int rows, int count, int dim,
+                                       const float *weights, const float *rescale,
+                                       const uint8_t *values, int64_t value_stride,
+                                       const float *row_scales, float factor,
+                                       float *accumulator) {
+    accumulate_chunk_q8_with(1, dtype, rows, count, dim, weights, rescale, values, value_stride,
+                             row_scales, factor, accumulator);
+}
+
+static void avx512_accumulate_chunk_q8_baseline(attn_dtype dtype, int rows, int count, int dim,
+                                                const float *weights, const float *rescale,
+                                                const uint8_t *values, int64_t value_stride,
+                                                const float *row_scales, float factor,
+                                                float *accumulator) {
+    accumulate_chunk_q8_with(0, dtype, rows, count, dim, weights, rescale, values, value_stride,
+                             row_scales, factor, accumulator);
 }
