@@ -94,10 +94,87 @@ FP8_TARGET V_INLINE void FP8(score_block)(const attn_dtype format, const int blo
     _mm512_storeu_ps(out, transpose_reduce(sums));
 }
 
+/* FP8(score_block)'s 4 x 4 blocks for four whole rows (queries [4][dim], dim a multiple of
+ * 32) over the chunk, written out for the common GQA group: one key pointer and the stride
+ * instead of a pointer table, the first products multiplied instead of added to zeroed
+ * sums, the reduction stored straight to the rows. The decode loop waits on memory, and the
+ * fewer instructions a block issues, the further ahead the core's window reaches; the sums
+ * take the same products in the same order as FP8(score_block) (a zero sum may come out as
+ * -0 instead of +0). requests: the chunk's values (`ahead`) and the keys Q8_LOOKAHEAD rows
+ * further, as FP8(score_chunk) requests them for its first row block. */
+/* One step of 32 dimensions [d, d + 32) of FP8(score_rows4): sums[4r + k] += row r . key k
+ * (first: the sums start from these products). */
+FP8_TARGET V_INLINE void FP8(score_step4)(const int first, const attn_dtype format,
+                                          const float *queries, int dim, int d,
+                                          const uint8_t *keys, const int64_t strides[4],
+                                          __m512 sums[16]) {
+    __m512 low[4], high[4];
+    for (int r = 0; r < 4; ++r) {
+        low[r] = _mm512_loadu_ps(queries + (int64_t)r * dim + d);
+        high[r] = _mm512_loadu_ps(queries + (int64_t)r * dim + d + 16);
+    }
+    for (int k = 0; k < 4; ++k) {
+        __m512 key_vectors[2];
+        FP8(load_pair)(format, keys + strides[k] + d, (__mmask32)0xffffffffu, key_vectors);
+        for (int r = 0; r < 4; ++r) {
+            __m512 *sum = &sums[r * 4 + k];
+            *sum = first ? _mm512_mul_ps(low[r], key_vectors[0])
+                         : _mm512_fmadd_ps(low[r], key_vectors[0], *sum);
+            *sum = _mm512_fmadd_ps(high[r], key_vectors[1], *sum);
+        }
+    }
+}
+
+FP8_TARGET static void FP8(score_rows4)(const attn_dtype format, int count, int dim,
+                                        const float *queries, const uint8_t *keys,
+                                        int64_t key_stride, const float *row_scales, float factor,
+                                        float *scores, const attn_rows_ahead *ahead,
+                                        int requests) {
+    const float format_factor = q8_format_factor(format);
+    for (int c0 = 0; c0 < count; c0 += 4) {
+        const int valid = count - c0 < 4 ? count - c0 : 4;
+        const uint8_t *k0 = keys + c0 * key_stride; /* keys past count: the last one again */
+        const int64_t s1 = valid > 1 ? key_stride : 0, s2 = valid > 2 ? 2 * key_stride : s1,
+                      s3 = valid > 3 ? 3 * key_stride : s2;
+        if (requests)
+            for (int k = 0; k < valid; ++k) {
+                if (ahead != NULL) prefetch_row_ahead(ahead, c0 + k);
+                prefetch_row_fp8(keys, c0 + k + Q8_LOOKAHEAD, key_stride, (size_t)dim);
+            }
+        const int64_t strides[4] = {0, s1, s2, s3};
+        __m512 sums[16];
+        FP8(score_step4)(1, format, queries, dim, 0, k0, strides, sums);
+        for (int d = 32; d < dim; d += 32)
+            FP8(score_step4)(0, format, queries, dim, d, k0, strides, sums);
+        /* lane 4r + k: row r, key k */
+        const __mmask8 lanes = (__mmask8)((1u << valid) - 1u);
+        const __m128 key_factor =
+            row_scales != NULL
+                ? _mm_mul_ps(_mm_set1_ps(factor), _mm_maskz_loadu_ps(lanes, row_scales + c0))
+                : _mm_set1_ps(factor);
+        const __m512 out = _mm512_mul_ps(
+            _mm512_broadcast_f32x4(_mm_mul_ps(key_factor, _mm_set1_ps(format_factor))),
+            transpose_reduce(sums));
+        _mm_mask_storeu_ps(scores + c0, lanes, _mm512_castps512_ps128(out));
+        _mm_mask_storeu_ps(scores + ATTN_DECODE_CHUNK + c0, lanes, _mm512_extractf32x4_ps(out, 1));
+        _mm_mask_storeu_ps(scores + 2 * ATTN_DECODE_CHUNK + c0, lanes,
+                           _mm512_extractf32x4_ps(out, 2));
+        _mm_mask_storeu_ps(scores + 3 * ATTN_DECODE_CHUNK + c0, lanes,
+                           _mm512_extractf32x4_ps(out, 3));
+    }
+}
+
 FP8_TARGET static void FP8(score_chunk)(const attn_dtype format, int rows, int count, int dim,
                                         const float *queries, const uint8_t *keys,
                                         int64_t key_stride, const float *row_scales, float factor,
                                         float *scores, const attn_rows_ahead *ahead) {
+    if (rows % 4 == 0 && dim % 32 == 0) { /* whole 4-row blocks (GQA groups of 4, 8, ..) */
+        for (int r0 = 0; r0 < rows; r0 += 4)
+            FP8(score_rows4)(format, count, dim, queries + (int64_t)r0 * dim, keys, key_stride,
+                             row_scales, factor, scores + r0 * ATTN_DECODE_CHUNK, ahead,
+                             r0 == 0 && rows >= Q8_PREFETCH_ROWS);
+        return;
+    }
     const int block_rows = rows >= 3 ? 4 : rows, block_keys = 16 / block_rows;
     const float format_factor = q8_format_factor(format);
     for (int r0 = 0; r0 < rows; r0 += block_rows)
