@@ -22,8 +22,8 @@
  *     dequantize_rows exact against a decoding of the bytes written here, score_chunk_q8
  *     and accumulate_chunk_q8 against double and the generic registry, strides wider than
  *     the dim whose gaps hold bytes that would poison the result; widen_fp8_bf16 exact
- *     for every finite fp8 code; the same 8-bit checks on the AVX-512 kernels without VNNI
- *     and VBMI (attn_avx512_q8_baseline), which a CPU with them never selects;
+ *     for every finite fp8 code; the same 8-bit checks on the AVX-512 kernels without VNNI,
+ *     VBMI and GFNI (attn_avx512_q8_baseline), which a CPU with them never selects;
  *   - where a registry has them (AMX), the bf16 tile kernels: prepare_tile_queries +
  *     score_chunk_tiles and accumulate_chunk_tiles (weights of up to 4 chunks, rescale 1, 0
  *     and between) against double on the bf16 values, rows 1..128, keys 1..256, dims 1..576;
@@ -1022,9 +1022,9 @@ int main(void) {
 #if defined(ATTN_HAVE_AVX512_KERNELS)
     const attn_kernels *avx512 = NULL;
     if (attn_kernels_select(ATTN_KERNEL_AVX512, &avx512, NULL) == ATTN_OK) {
-        /* the AVX-512 8-bit kernels without VNNI and VBMI, which a CPU with them never picks */
+        /* the AVX-512 8-bit kernels without VNNI, VBMI and GFNI (never picked where they exist) */
         attn_kernels baseline = *avx512;
-        baseline.name = "avx512 8-bit without VNNI and VBMI";
+        baseline.name = "avx512 8-bit without VNNI, VBMI and GFNI";
         baseline.decode.score_chunk_q8 = attn_avx512_q8_baseline.score_chunk_q8;
         baseline.decode.accumulate_chunk_q8 = attn_avx512_q8_baseline.accumulate_chunk_q8;
         test_rng rng;

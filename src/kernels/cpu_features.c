@@ -82,6 +82,7 @@ static void detect(void) {
     f.avx512_fp16 = f.avx512f && bit(d7, 23);
     f.avx512_vnni = f.avx512f && bit(c7, 11);
     f.avx512vbmi = f.avx512f && bit(c7, 1);
+    f.gfni = bit(c7, 8); /* (its SSE form needs no OS state; the kernels also need AVX-512) */
 
     const int amx_tile = bit(d7, 24);
     if (amx_tile && os_amx) {
@@ -107,7 +108,7 @@ const attn_cpu_features *attn_cpu_features_get(void) {
 static const char *const feature_names[ATTN_CPU_FEATURE_COUNT] = {
     "avx2",        "fma",         "f16c",     "avx512f",  "avx512bw", "avx512dq",
     "avx512vl",    "avx512_bf16", "avx512_fp16", "amx_tile", "amx_bf16", "amx_fp16",
-    "amx_int8",    "avx512vbmi",
+    "amx_int8",    "avx512vbmi",  "gfni",
 };
 
 const char *attn_cpu_feature_name(int index) {
@@ -118,7 +119,7 @@ int attn_cpu_feature_flag(const attn_cpu_features *f, int index) {
     const int flags[ATTN_CPU_FEATURE_COUNT] = {
         f->avx2,     f->fma,         f->f16c,        f->avx512f,  f->avx512bw, f->avx512dq,
         f->avx512vl, f->avx512_bf16, f->avx512_fp16, f->amx_tile, f->amx_bf16, f->amx_fp16,
-        f->amx_int8, f->avx512vbmi,
+        f->amx_int8, f->avx512vbmi, f->gfni,
     };
     return index >= 0 && index < ATTN_CPU_FEATURE_COUNT ? flags[index] : 0;
 }

@@ -21,6 +21,7 @@ typedef struct attn_cpu_features {
     int avx512_bf16, avx512_fp16;
     int avx512_vnni; /* VPDPWSSD (int8 KV decode, kernels/avx512/decode_q8_avx512.h) */
     int avx512vbmi;  /* VPERMI2B (fp8 rows widened to bf16, kernels/avx512/decode_q8_avx512.h) */
+    int gfni;        /* GF2P8AFFINEQB (E4M3 widened in lane order, avx512/decode_fp8_lanes_avx512.h) */
     int amx_tile, amx_bf16, amx_fp16;
     int amx_int8; /* TDPBSSD / TDPBUSD (int8 decode tiles, amx/decode_q8_amx.h) */
     /* Not an instruction set: 1 when CPUID's vendor string is "AuthenticAMD". AMD's
@@ -39,8 +40,8 @@ const attn_cpu_features *attn_cpu_features_get(void);
 
 /* The names and flags of attn_cpu_features in order, for logs and tests: the i-th flag
  * (i < ATTN_CPU_FEATURE_COUNT) is named attn_cpu_feature_name(i) as /proc/cpuinfo spells it
- * ("avx2", "fma", "f16c", "avx512f", ..., "amx_int8", "avx512vbmi"). */
-enum { ATTN_CPU_FEATURE_COUNT = 14 };
+ * ("avx2", "fma", "f16c", "avx512f", ..., "amx_int8", "avx512vbmi", "gfni"). */
+enum { ATTN_CPU_FEATURE_COUNT = 15 };
 const char *attn_cpu_feature_name(int index);
 int attn_cpu_feature_flag(const attn_cpu_features *features, int index);
 

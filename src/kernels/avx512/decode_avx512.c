@@ -247,9 +247,10 @@ const attn_decode_kernels attn_avx512_decode = {
     .accumulate_chunk_q8 = avx512_accumulate_chunk_q8,
 };
 
-/* The 8-bit slots without VNNI and VBMI (the AVX-512BW integer kernels, E5M2 by zero extension
- * and shift): the same bits; tests/test_kernels_decode.c runs them on CPUs that have both, so
- * that every 8-bit kernel is tested wherever AVX-512 is. */
+/* The 8-bit slots without VNNI, VBMI and GFNI (the AVX-512BW integer kernels, fp8 widened 32
+ * codes at a time in natural order): int8 and E5M2 give the same bits, E4M3 scores sum their
+ * products in other lanes (decode_fp8_lanes_avx512.h); tests/test_kernels_decode.c runs them
+ * on CPUs that have the extensions, so that every 8-bit kernel is tested wherever AVX-512 is. */
 const attn_decode_kernels attn_avx512_q8_baseline = {
     .score_chunk_q8 = avx512_score_chunk_q8_baseline,
     .accumulate_chunk_q8 = avx512_accumulate_chunk_q8_baseline,

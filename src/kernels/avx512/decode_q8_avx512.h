@@ -219,6 +219,10 @@ static void scale_weights(const attn_dtype format, int rows, int count, const fl
 /* E5M2 with a VPERMB where the CPU has VBMI (decode_fp8_avx512.h): the same halves. */
 static int have_vbmi(void) { return cpu()->avx512vbmi; }
 
+/* E4M3 in lane order where the CPU has GFNI (decode_fp8_lanes_avx512.h). */
+#include "kernels/avx512/decode_fp8_lanes_avx512.h"
+static int have_gfni(void) { return cpu()->gfni; }
+
 /* ---- int8 in integers (quant.h "Q8 decode arithmetic"; decode_q8_int_avx512.h) ---- */
 
 /* Widest head dimension the int32 score lanes hold without overflow (|q16| <= 16383,
@@ -336,8 +340,9 @@ V_INLINE const int8_t *pair_rows(const int8_t *values, int c, int count, int e0,
 /* VPDPWSSD where the CPU has it, else VPMADDWD: the same integers. */
 static int have_vnni(void) { return cpu()->avx512_vnni; }
 
-/* score_chunk_q8 with VNNI (int8) and VBMI (E5M2) where `extensions` and the CPU have them;
- * without (attn_avx512_q8_baseline), the same bits by the AVX-512BW routes. */
+/* score_chunk_q8 with VNNI (int8), VBMI (E5M2) and GFNI (E4M3, lane order) where `extensions`
+ * and the CPU have them; without (attn_avx512_q8_baseline), by the AVX-512BW routes: the same
+ * bits but for E4M3's scores, whose lane-order sums add the products in other lanes. */
 V_INLINE void score_chunk_q8_with(int extensions, attn_dtype dtype, int rows, int count, int dim,
                                   const void *queries, const uint8_t *keys, int64_t key_stride,
                                   const float *row_scales, float factor, float *scores,
@@ -351,6 +356,9 @@ V_INLINE void score_chunk_q8_with(int extensions, attn_dtype dtype, int rows, in
     else if (dtype == ATTN_DTYPE_Q8)
         score_chunk_bw(rows, count, dim, queries, (const int8_t *)keys, key_stride, row_scales,
                        factor, scores, ahead);
+    else if (dtype == ATTN_DTYPE_FP8_E4M3 && extensions && have_gfni())
+        score_chunk_e4m3_lanes(rows, count, dim, (const float *)queries, keys, key_stride,
+                               row_scales, factor, scores, ahead);
     else if (dtype == ATTN_DTYPE_FP8_E4M3)
         score_chunk_fp8(ATTN_DTYPE_FP8_E4M3, rows, count, dim, (const float *)queries, keys,
                         key_stride, row_scales, factor, scores, ahead);
@@ -379,7 +387,7 @@ static void avx512_score_chunk_q8_baseline(attn_dtype dtype, int rows, int count
                         scores, ahead);
 }
 
-/* accumulate_chunk_q8 with or without VNNI and VBMI, as score_chunk_q8_with. */
+/* accumulate_chunk_q8 with or without VNNI, VBMI and GFNI, as score_chunk_q8_with. */
 V_INLINE void accumulate_chunk_q8_with(int extensions, attn_dtype dtype, int rows, int count,
                                        int dim, const float *weights, const float *rescale,
                                        const uint8_t *values, int64_t value_stride,
@@ -391,6 +399,9 @@ V_INLINE void accumulate_chunk_q8_with(int extensions, attn_dtype dtype, int row
     else if (dtype == ATTN_DTYPE_Q8)
         accumulate_chunk_bw(rows, count, dim, weights, rescale, (const int8_t *)values,
                             value_stride, row_scales, factor, accumulator);
+    else if (dtype == ATTN_DTYPE_FP8_E4M3 && extensions && have_gfni())
+        accumulate_chunk_e4m3_lanes(rows, count, dim, weights, rescale, values, value_stride,
+                                    row_scales, factor, accumulator);
     else if (dtype == ATTN_DTYPE_FP8_E4M3)
         accumulate_chunk_fp8(ATTN_DTYPE_FP8_E4M3, rows, count, dim, weights, rescale, values,
                              value_stride, row_scales, factor, accumulator);

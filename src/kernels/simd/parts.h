@@ -10,7 +10,7 @@
 extern const attn_forward_kernels attn_avx2_forward, attn_avx512_forward;
 extern const attn_backward_kernels attn_avx2_backward, attn_avx512_backward;
 extern const attn_decode_kernels attn_avx2_decode, attn_avx512_decode;
-/* Only the 8-bit slots (score_chunk_q8, accumulate_chunk_q8), without VNNI and VBMI: for tests. */
+/* Only the 8-bit slots (score_chunk_q8, accumulate_chunk_q8), without VNNI, VBMI, GFNI: tests. */
 extern const attn_decode_kernels attn_avx512_q8_baseline;
 
 #endif /* ATTN_KERNELS_SIMD_PARTS_H */
