@@ -182,10 +182,33 @@ static size_t accumulator_floats(const decode_plan *plan) {
            (size_t)ATTN_DECODE_GROUP_STRIDE(plan->rows);
 }
 
+/* n floats rounded up to a multiple of 16 (64 bytes). */
+static size_t round_floats(size_t n) { return (n + 15) / 16 * 16; }
+
+/* Floats of a task's prepared queries in their largest layout: for score_chunk_bf16, for
+ * score_chunk_group, for the bf16 tiles (bf16 elements, two per float), for the int8 tiles or
+ * for score_chunk_q8 on int8 storage (bytes), whichever is largest. */
+static size_t prepared_floats(const decode_plan *plan) {
+    const size_t f = sizeof(float);
+    size_t prepared = (size_t)plan->rows * (size_t)ATTN_DECODE_PREPARED_DIM(plan->key_dim);
+    const size_t candidates[4] = {
+        (size_t)plan->key_dim * (size_t)ATTN_DECODE_GROUP_STRIDE(plan->rows),
+        (ATTN_DECODE_TILE_QUERY_ELEMENTS(plan->rows, plan->key_dim) + 1) / 2,
+        (ATTN_DECODE_Q8_TILE_QUERY_BYTES(plan->rows, plan->key_dim) + f - 1) / f,
+        (ATTN_Q8_PREPARED_BYTES(plan->rows, plan->key_dim) + f - 1) / f};
+    for (int n = 0; n < 4; ++n)
+        if (candidates[n] > prepared) prepared = candidates[n];
+    return prepared;
+}
+
 /* Floats of one head's state in a stepped split (run_split_stepped): row_max [rows], row_sum
- * [rows] (each rounded up to 16 floats, 64 bytes) and the accumulator. */
+ * [rows] (each rounded up to 16 floats, 64 bytes), the accumulator, and the head's queries
+ * [rows][Dk] and prepared queries (prepared_floats), made at its first step and kept for the
+ * others (each part a multiple of 16 floats). */
 static size_t head_state_floats(const decode_plan *plan) {
-    return 2 * (size_t)ATTN_DECODE_GROUP_STRIDE(plan->rows) + accumulator_floats(plan);
+    return 2 * (size_t)ATTN_DECODE_GROUP_STRIDE(plan->rows) + round_floats(accumulator_floats(plan)) +
+           round_floats((size_t)plan->rows * (size_t)plan->key_dim) +
+           round_floats(prepared_floats(plan));
 }
 
 /* Bytes of each part of one thread's scratch (64-byte multiples, in decode_scratch order)
@@ -194,20 +217,7 @@ static bool scratch_layout(const decode_plan *plan, int64_t most_splits,
                            size_t bytes[SCRATCH_PARTS], size_t *total) {
     const size_t rows = (size_t)plan->rows, dk = (size_t)plan->key_dim, dv = (size_t)plan->value_dim;
     const size_t f = sizeof(float), chunk = ATTN_DECODE_CHUNK;
-    /* prepared queries: for score_chunk_bf16 or for score_chunk_group, whichever runs */
-    size_t prepared = rows * (size_t)ATTN_DECODE_PREPARED_DIM(plan->key_dim);
-    const size_t group_prepared = dk * (size_t)ATTN_DECODE_GROUP_STRIDE(plan->rows);
-    if (group_prepared > prepared) prepared = group_prepared;
-    /* ... or for the bf16 tiles (bf16 elements, two per float) */
-    const size_t tile_prepared = (ATTN_DECODE_TILE_QUERY_ELEMENTS(plan->rows, plan->key_dim) + 1) / 2;
-    if (tile_prepared > prepared) prepared = tile_prepared;
-    /* ... or for the int8 tiles (bytes) */
-    const size_t q8_prepared =
-        (ATTN_DECODE_Q8_TILE_QUERY_BYTES(plan->rows, plan->key_dim) + f - 1) / f;
-    if (q8_prepared > prepared) prepared = q8_prepared;
-    /* ... or for score_chunk_q8 on int8 storage (bytes) */
-    const size_t q8_rounded = (ATTN_Q8_PREPARED_BYTES(plan->rows, plan->key_dim) + f - 1) / f;
-    if (q8_rounded > prepared) prepared = q8_rounded;
+    const size_t prepared = prepared_floats(plan); /* whichever layout runs */
     /* the accumulator: [rows][Dv], transposed for a large group, or with rows of
      * ATTN_DECODE_TILE_ROW_FLOATS(Dv) for the bf16 tiles, whichever is largest */
     const size_t accumulator = accumulator_floats(plan);
@@ -382,9 +392,9 @@ static void flush_tiles(const attn_decode_kernels *kernels, decode_scratch *scra
 /* A task run in steps (the interleaved heads of token-major pages, attn_decode): each call
  * resumes at `from` (the task's first key when `resume` is false) and stops at the first chunk
  * boundary at least `tokens` keys later where no tile P · V is pending, so the chunks, and
- * the operations on the head's state in scratch (row_max, row_sum, accumulator: the caller
- * points them at the head's own), are those of one whole call: the same bits. (The queries
- * are read and prepared again at each step: rows x Dk elements against `tokens` keys.) */
+ * the operations on the head's state in scratch (row_max, row_sum, accumulator, and the
+ * queries and prepared queries, made at the first step: the caller points them at the head's
+ * own), are those of one whole call: the same bits. */
 typedef struct task_step {
     bool resume;    /* false: the task's first step (state started here) */
     int64_t from;   /* the key to resume at (resume) */
@@ -405,13 +415,15 @@ static void run_task(const decode_plan *plan, decode_scratch *scratch, int64_t b
     const int64_t rows = plan->rows, Tq = plan->query_length, Dk = plan->key_dim,
                   Dv = plan->value_dim;
     const attn_tensor *q = plan->q;
-    for (int64_t r = 0; r < rows; ++r) {
+    /* the queries, read and prepared at the task's first step (a later step finds them, with
+     * the head's state, where its first left them: run_split_stepped) */
+    for (int64_t r = 0; start && r < rows; ++r) {
         const int64_t h = kv_head * plan->group_size + r / Tq, i = r % Tq;
         const int64_t first = b * q->stride[0] + i * q->stride[1] + h * q->stride[2];
         if (q->dtype != ATTN_DTYPE_F32 && q->stride[3] == 1) { /* dense 16-bit rows, exactly */
             (q->dtype == ATTN_DTYPE_BF16 ? kernels->bf16_to_f32 : kernels->f16_to_f32)(
                 Dk, (const uint16_t *)q->data + first, scratch->queries + r * Dk);
-            if (start) scratch->row_max[r] = -INFINITY, scratch->row_sum[r] = 0.0f;
+            scratch->row_max[r] = -INFINITY, scratch->row_sum[r] = 0.0f;
             continue;
         }
         for (int64_t d = 0; d < Dk; ++d) { /* 16-bit queries widened exactly */
@@ -421,7 +433,7 @@ static void run_task(const decode_plan *plan, decode_scratch *scratch, int64_t b
                 : q->dtype == ATTN_DTYPE_F16 ? attn_f16_to_float(((const uint16_t *)q->data)[at])
                                              : ((const float *)q->data)[at];
         }
-        if (start) scratch->row_max[r] = -INFINITY, scratch->row_sum[r] = 0.0f;
+        scratch->row_max[r] = -INFINITY, scratch->row_sum[r] = 0.0f;
     }
     int64_t key_begin, key_end;
     attn_mask_candidate_keys(plan->mask, b, 0, Tq, &key_begin, &key_end);
@@ -450,24 +462,25 @@ static void run_task(const decode_plan *plan, decode_scratch *scratch, int64_t b
     /* (8-bit storage: key / value head factors, FP8) */
     const float key_factor = cache->key_head_scales[kv_head];
     const float value_factor = cache->value_head_scales[kv_head];
-    const float *bf16_queries = scratch->queries;
-    if (fused_bf16 && kernels->prepare_bf16_queries != NULL) {
-        kernels->prepare_bf16_queries((int)rows, (int)Dk, scratch->queries, scratch->prepared);
-        bf16_queries = scratch->prepared;
-    }
     const bool group = path == PATH_GROUP;
-    if (group)
-        kernels->prepare_group_queries((int)rows, (int)Dk, scratch->queries, scratch->prepared);
-    if (tiles)
-        kernels->prepare_tile_queries((int)rows, (int)Dk, scratch->queries,
-                                      (uint16_t *)scratch->prepared);
-    if (q8_scores_on_tiles)
-        kernels->prepare_q8_tile_queries((int)rows, (int)Dk, scratch->queries, scratch->prepared);
+    const bool bf16_prepared = fused_bf16 && kernels->prepare_bf16_queries != NULL;
     /* int8 storage read in place: the queries rounded to int16 once for the task (quant.h) */
-    const void *q8_queries = scratch->queries;
-    if (fused_q8 && dtype == ATTN_DTYPE_Q8) {
-        attn_q8_prepare_queries((int)rows, (int)Dk, scratch->queries, scratch->prepared);
-        q8_queries = scratch->prepared;
+    const bool q8_prepared = fused_q8 && dtype == ATTN_DTYPE_Q8;
+    const float *bf16_queries = bf16_prepared ? scratch->prepared : scratch->queries;
+    const void *q8_queries = q8_prepared ? (const void *)scratch->prepared : scratch->queries;
+    if (start) {
+        if (bf16_prepared)
+            kernels->prepare_bf16_queries((int)rows, (int)Dk, scratch->queries, scratch->prepared);
+        if (group)
+            kernels->prepare_group_queries((int)rows, (int)Dk, scratch->queries, scratch->prepared);
+        if (tiles)
+            kernels->prepare_tile_queries((int)rows, (int)Dk, scratch->queries,
+                                          (uint16_t *)scratch->prepared);
+        if (q8_scores_on_tiles)
+            kernels->prepare_q8_tile_queries((int)rows, (int)Dk, scratch->queries,
+                                             scratch->prepared);
+        if (q8_prepared)
+            attn_q8_prepare_queries((int)rows, (int)Dk, scratch->queries, scratch->prepared);
     }
     /* the accumulator, [rows][Dv], (large group) [Dv][ATTN_DECODE_GROUP_STRIDE(rows)] or
      * (tiles) [ATTN_DECODE_GROUP_STRIDE(rows)][ATTN_DECODE_TILE_ROW_FLOATS(Dv)] */
@@ -740,8 +753,9 @@ static void run_task(const decode_plan *plan, decode_scratch *scratch, int64_t b
 static void run_split_stepped(const decode_plan *plan, decode_scratch *scratch, int64_t b,
                               int64_t split) {
     const size_t state = head_state_floats(plan), rows = ATTN_DECODE_GROUP_STRIDE(plan->rows);
-    float *const own_max = scratch->row_max, *const own_sum = scratch->row_sum;
-    float *const own_accumulator = scratch->accumulator;
+    const size_t accumulator = round_floats(accumulator_floats(plan));
+    const size_t queries = round_floats((size_t)plan->rows * (size_t)plan->key_dim);
+    const decode_scratch own = *scratch;
     task_step step = {false, 0, STEP_TOKENS, 0, false};
     while (!step.done) {
         const int64_t from = step.next;
@@ -749,13 +763,15 @@ static void run_split_stepped(const decode_plan *plan, decode_scratch *scratch, 
             float *mine = scratch->head_states + (size_t)head * state;
             scratch->row_max = mine, scratch->row_sum = mine + rows;
             scratch->accumulator = mine + 2 * rows;
+            scratch->queries = scratch->accumulator + accumulator;
+            scratch->prepared = scratch->queries + queries;
             step.from = from;
             run_task(plan, scratch, b, head, split,
                      plan->first_task[b] + head * plan->split_counts[b] + split, &step);
         }
         step.resume = true;
     }
-    scratch->row_max = own_max, scratch->row_sum = own_sum, scratch->accumulator = own_accumulator;
+    *scratch = own;
 }
 
 /* Validates the call's tensors against the cache and fills the problem sizes. */
