@@ -364,6 +364,26 @@ static void prefetch_chunk(const attn_kv_cache *cache, const int32_t *table, int
                       cache->config.value_dim * element_size);
 }
 
+/* Requests the Q8 row scales of the keys and values of tokens [first, min(first + chunk,
+ * key_end, the end of first's page)) of head kv_head: the chunk after the current one (a
+ * short stream of their own, in another page of the pool, that the kernels would otherwise
+ * wait for at the start of each chunk; in a caller's [page, slot, head] scales a head's are
+ * Hkv floats apart). */
+static void prefetch_scales(const attn_kv_cache *cache, const int32_t *table, int64_t kv_head,
+                            int64_t first, int64_t key_end) {
+    if (first >= key_end) return;
+    const int64_t page = table[first / cache->page_size], slot = first % cache->page_size;
+    int64_t count = cache->page_size - slot;
+    if (count > ATTN_DECODE_CHUNK) count = ATTN_DECODE_CHUNK;
+    if (count > key_end - first) count = key_end - first;
+    const int64_t f = (int64_t)sizeof(float);
+    prefetch_rows(attn_cache_key_scales(cache, page, kv_head, slot), 1, 0,
+                  ((count - 1) * cache->key_scale_token_stride + 1) * f);
+    if (cache->value_pool != NULL)
+        prefetch_rows(attn_cache_value_scales(cache, page, kv_head, slot), 1, 0,
+                      ((count - 1) * attn_cache_value_scale_stride(cache) + 1) * f);
+}
+
 const char *attn_decode_kernel_path(attn_kernel_choice choice, attn_dtype cache_dtype,
                                     attn_dtype query_dtype, int64_t rows) {
     const attn_kernels *kernels = NULL;
@@ -574,14 +594,8 @@ static void run_task(const decode_plan *plan, decode_scratch *scratch, int64_t b
             const float *value_scales =
                 chunk_scales(attn_cache_value_scales(cache, page, kv_head, slot),
                              attn_cache_value_scale_stride(cache), count, gathered_scales[parity][1]);
-            if (key_scales != NULL && cache->key_scale_token_stride == 1 &&
-                slot + 2 * count <= cache->page_size) {
-                /* int8: the next chunk's row scales (a short stream of their own that the
-                 * kernels would otherwise wait for at the start of each chunk) */
-                prefetch_rows(key_scales + count, 1, 0, count * (int64_t)sizeof(float));
-                if (cache->value_pool != NULL)
-                    prefetch_rows(value_scales + count, 1, 0, count * (int64_t)sizeof(float));
-            }
+            if (key_scales != NULL) /* int8: the next chunk's row scales */
+                prefetch_scales(cache, table, kv_head, last, key_end);
             int64_t key_stride = Dk, value_stride = stored_value_stride;
             const float *keys = NULL;
             if (tiles) {
