@@ -32,17 +32,19 @@ for dtype, part, ms, rate, gbs, read, fraction in rows:
         assert abs(float(fraction) - float(gbs) / float(read)) <= tolerance, (gbs, read, fraction)
 assert text.count("varlen causal prefill") == 2, text
 # library- vs caller-owned decode: bf16 and each 8-bit storage, every time finite and > 0
-owned = re.findall(r"^decode, (\S+), 6 sequences, same pages: library-owned ([\d.]+) ms; caller-owned "
-                   r"\[page, slot, head, D\] ([\d.]+) ms \(caller / library = ([\d.]+|nan|inf)\); caller-owned "
-                   r"\[head, page, slot, D\] ([\d.]+) ms \(caller / library = ([\d.]+|nan|inf)\)$", text, re.M)
+owned = re.findall(r"^decode, (\S+), 6 sequences, same pages, (\d+) alternated rounds: library-owned ([\d.]+) ms; "
+                   r"caller-owned \[page, slot, head, D\] ([\d.]+) ms \(caller / library = ([\d.]+|nan|inf)\); "
+                   r"caller-owned \[head, page, slot, D\] ([\d.]+) ms \(caller / library = ([\d.]+|nan|inf)\)$",
+                   text, re.M)
 assert [o[0] for o in owned] == ["bf16", "int8", "fp8_e4m3", "fp8_e5m2"], text
-for dtype, library, token_major, ratio1, head_major, ratio2 in owned:
-    for ratio in (ratio1, ratio2):  # of the unrounded times
-        assert math.isfinite(float(ratio)) and float(ratio) > 0, (dtype, ratio)
+for dtype, rounds, library, token_major, ratio1, head_major, ratio2 in owned:
+    assert 5 <= int(rounds) <= 400, (dtype, rounds)
     for ms, ratio in ((token_major, ratio1), (head_major, ratio2)):
+        # the median of the rounds' ratios, near the ratio of the median times (not equal:
+        # each round's calls see the machine of that moment)
+        assert math.isfinite(float(ratio)) and float(ratio) > 0, (dtype, ratio)
         if float(library) >= 0.01:  # times printed to 0.001 ms
-            tolerance = 0.0005 * (1 + float(ratio)) / float(library) + 0.0006
-            assert abs(float(ratio) - float(ms) / float(library)) <= tolerance, (dtype, library, ms, ratio)
+            assert 0.67 <= float(ratio) / (float(ms) / float(library)) <= 1.5, (dtype, library, ms, ratio)
 PY
 
 # --dtype int8 alone: its step rows and the bf16 and int8 ownership lines only
@@ -54,7 +56,7 @@ import re, sys
 text = open(sys.argv[1]).read()
 assert len(re.findall(r"^int8\s+(step|decode|prefill)\s", text, re.M)) == 3, text
 assert not re.search(r"^(f32|bf16|f16|fp8_e4m3|fp8_e5m2)\s+step", text, re.M), text
-assert re.findall(r"^decode, (\S+), 3 sequences, same pages", text, re.M) == ["bf16", "int8"], text
+assert re.findall(r"^decode, (\S+), 3 sequences, same pages, \d+ alternated", text, re.M) == ["bf16", "int8"], text
 PY
 
 expect_usage_error() { # what needle option-words...
