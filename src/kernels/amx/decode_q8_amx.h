@@ -257,20 +257,34 @@ ATTN_DECODE_Q8_AMX_TARGET static void attn_amx_q8_pack_values(int count, int dim
         const __mmask64 mask = dim - s >= 64 ? ~(__mmask64)0 : (((__mmask64)1 << (dim - s)) - 1u);
         uint8_t *segment = stage + (size_t)(s / 64) * 4 * AMX_Q8_TILE_BYTES;
         for (int g = 0; g < 16; ++g) {
+            uint8_t *row = segment + (size_t)g * 256;
+            if (4 * g >= count) { /* no key of the group: zero */
+                for (int part = 0; part < 4; ++part)
+                    _mm512_store_si512((void *)(row + 64 * part), _mm512_setzero_si512());
+                continue;
+            }
             __m512i x[4];
             for (int i = 0; i < 4; ++i) {
                 const int key = 4 * g + i;
-                const uint8_t *row = values + (int64_t)key * value_stride + s;
-                /* the next chunk's values (prefetch never faults) */
-                _mm_prefetch((const char *)(row + (int64_t)AMX_Q8_LOOKAHEAD * value_stride),
+                const uint8_t *value = values + (int64_t)key * value_stride + s;
+                if (key >= count) {
+                    x[i] = _mm512_setzero_si512();
+                    continue;
+                }
+                /* the value row AMX_Q8_LOOKAHEAD keys further (the next chunk's, or with
+                 * chunks of fewer keys, short pages, a later page's; a prefetch never
+                 * faults), for the chunk's keys only: requesting it for all 64 slots of a
+                 * chunk of 16 brought four pages of other rows into L1 per chunk (int8 tiles,
+                 * pages of 16: library-owned decode 11% faster without them,
+                 * docs/inference.md) */
+                _mm_prefetch((const char *)(value + (int64_t)AMX_Q8_LOOKAHEAD * value_stride),
                              _MM_HINT_T0);
-                x[i] = key < count ? _mm512_maskz_loadu_epi8(mask, row) : _mm512_setzero_si512();
+                x[i] = _mm512_maskz_loadu_epi8(mask, value);
             }
             const __m512i ab_low = _mm512_unpacklo_epi8(x[0], x[1]);
             const __m512i ab_high = _mm512_unpackhi_epi8(x[0], x[1]);
             const __m512i cd_low = _mm512_unpacklo_epi8(x[2], x[3]);
             const __m512i cd_high = _mm512_unpackhi_epi8(x[2], x[3]);
-            uint8_t *row = segment + (size_t)g * 256;
             _mm512_store_si512((void *)row, _mm512_unpacklo_epi16(ab_low, cd_low));
             _mm512_store_si512((void *)(row + 64), _mm512_unpackhi_epi16(ab_low, cd_low));
             _mm512_store_si512((void *)(row + 128), _mm512_unpacklo_epi16(ab_high, cd_high));
