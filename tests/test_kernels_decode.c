@@ -876,7 +876,11 @@ static void check_q8_tiles(const attn_kernels *k, int rows, int count, int dim, 
     float *scores = floats((size_t)rows * ATTN_DECODE_CHUNK, SENTINEL);
     float *want = floats((size_t)rows * ATTN_DECODE_CHUNK, SENTINEL);
     d->prepare_q8_tile_queries(rows, dim, queries, prepared);
-    d->score_chunk_q8_tiles(rows, count, dim, prepared, stored, stride, row_scales, 1.0f, scores);
+    /* rows to request ahead: none, or (odd counts) rows past the chunk that a paged cache's
+     * block table could name; a request reads nothing, so the bits cannot change */
+    const uint8_t *ahead = count % 2 == 1 ? stored + (int64_t)count * stride : NULL;
+    d->score_chunk_q8_tiles(rows, count, dim, prepared, stored, stride, row_scales, 1.0f, scores,
+                            ahead);
     /* the generic kernel reads int8 scores from the rows attn_q8_prepare_queries rounded */
     void *rounded = aligned_bytes(ATTN_Q8_PREPARED_BYTES(rows, dim));
     attn_q8_prepare_queries(rows, dim, queries, rounded);
@@ -902,7 +906,7 @@ static void check_q8_tiles(const attn_kernels *k, int rows, int count, int dim, 
     memcpy(expected, accumulator, sizeof(float) * (size_t)rows * dim);
     uint8_t *stage = aligned_bytes(ATTN_DECODE_Q8_TILE_VALUE_BYTES(dim));
     d->accumulate_chunk_q8_tiles(rows, count, dim, weights, rescale, stored, stride, row_scales,
-                                 1.0f, stage, accumulator);
+                                 1.0f, stage, accumulator, ahead);
     g->accumulate_chunk_q8(ATTN_DTYPE_Q8, rows, count, dim, weights, rescale, stored, stride,
                            row_scales, 1.0f, expected);
     same = memcmp(accumulator, expected, sizeof(float) * ((size_t)rows * dim + 1)) == 0;

@@ -312,6 +312,7 @@ typedef struct late_values {
     const void *values;        /* the chunk's stored value rows, value_stride elements apart */
     int64_t value_stride;
     const float *value_scales; /* Q8 row scales (NULL for none) */
+    const void *values_ahead;  /* rows for the kernel to request (registry.h), or NULL */
     const float *weights;      /* [rows][ATTN_DECODE_CHUNK] the chunk's P */
     const float *rescale;      /* [rows] the accumulator's factor at the chunk */
 } late_values;
@@ -323,7 +324,7 @@ static void accumulate_late(const attn_decode_kernels *kernels, decode_path path
         kernels->accumulate_chunk_q8_tiles((int)rows, late->count, (int)Dv, late->weights,
                                            late->rescale, late->values, late->value_stride,
                                            late->value_scales, value_factor, scratch->values,
-                                           scratch->accumulator);
+                                           scratch->accumulator, late->values_ahead);
     else /* PATH_Q8_TILE_SCORES: P · V in place */
         kernels->accumulate_chunk_q8(dtype, (int)rows, late->count, (int)Dv, late->weights,
                                      late->rescale, late->values, late->value_stride,
@@ -596,6 +597,22 @@ static void run_task(const decode_plan *plan, decode_scratch *scratch, int64_t b
                              attn_cache_value_scale_stride(cache), count, gathered_scales[parity][1]);
             if (key_scales != NULL) /* int8: the next chunk's row scales */
                 prefetch_scales(cache, table, kv_head, last, key_end);
+            /* int8 tiles: the next chunk's rows, found through the block table, for the
+             * kernels to request as they go (registry.h keys_ahead). The kernels used to
+             * request the rows ATTN_DECODE_CHUNK further at the same stride: with pages of
+             * 16 another sequence's when a pool's pages are shuffled (the serving mix's int8
+             * decode: 87-92 ms per step with those, 65-67 ms with these), and four pages ahead
+             * when they follow one another (flash-attn's [page, slot, head, D] pages: 1.06-1.09x
+             * the library-owned time with those, 1.00-1.02x with these; docs/inference.md) */
+            const uint8_t *keys_ahead = NULL, *values_ahead = NULL;
+            if (q8_scores_on_tiles && last < key_end) {
+                const int64_t ahead = last;
+                const int64_t ahead_page = table[ahead / cache->page_size];
+                keys_ahead = attn_cache_key_address(cache, ahead_page, kv_head,
+                                                    ahead % cache->page_size);
+                values_ahead = attn_cache_value_address(cache, ahead_page, kv_head,
+                                                        ahead % cache->page_size);
+            }
             int64_t key_stride = Dk, value_stride = stored_value_stride;
             const float *keys = NULL;
             if (tiles) {
@@ -625,7 +642,7 @@ static void run_task(const decode_plan *plan, decode_scratch *scratch, int64_t b
             else if (q8_scores_on_tiles)
                 kernels->score_chunk_q8_tiles((int)rows, count, (int)Dk, scratch->prepared,
                                               stored_keys, cache->key_token_stride, key_scales,
-                                              key_factor, scores);
+                                              key_factor, scores, keys_ahead);
             else if (fused_q8)
                 kernels->score_chunk_q8(dtype, (int)rows, count, (int)Dk, q8_queries,
                                         stored_keys, cache->key_token_stride, key_scales,
@@ -703,8 +720,8 @@ static void run_task(const decode_plan *plan, decode_scratch *scratch, int64_t b
             } else if (late) { /* the previous chunk's P · V now, this one's held */
                 if (held.count > 0)
                     accumulate_late(kernels, path, dtype, rows, Dv, value_factor, &held, scratch);
-                held = (late_values){count, stored_values, value_stride, value_scales, scores,
-                                     rescale};
+                held = (late_values){count, stored_values, value_stride, value_scales,
+                                     values_ahead, scores, rescale};
                 parity ^= 1;
             } else if (fused_bf16) {
                 kernels->accumulate_chunk_bf16((int)rows, count, (int)Dv, scores, rescale,

@@ -387,15 +387,22 @@ typedef struct attn_decode_kernels {
      * on the prepared rows (count <= ATTN_DECODE_CHUNK).
      * accumulate_chunk_q8_tiles: accumulate_chunk_q8(ATTN_DTYPE_Q8, ...), accumulator
      * [rows][dim]; stage: ATTN_DECODE_Q8_TILE_VALUE_BYTES(dim) bytes, 64-byte aligned, where
-     * the kernel interleaves the chunk's value rows (any dim). */
+     * the kernel interleaves the chunk's value rows (any dim).
+     * keys_ahead / values_ahead: NULL, or the first of `count` stored rows, key_stride /
+     * value_stride apart as the chunk's, that the kernel requests (keys into L2, values into
+     * L1) as it goes: the caller passes the next chunk's, found through the block table, so
+     * that the requests follow a paged cache's pages (never read: a request never faults,
+     * rows past the pool included). */
     void (*prepare_q8_tile_queries)(int rows, int dim, const float *queries, void *prepared);
     void (*score_chunk_q8_tiles)(int rows, int count, int dim, const void *prepared,
                                  const uint8_t *keys, int64_t key_stride,
-                                 const float *row_scales, float factor, float *scores);
+                                 const float *row_scales, float factor, float *scores,
+                                 const uint8_t *keys_ahead);
     void (*accumulate_chunk_q8_tiles)(int rows, int count, int dim, const float *weights,
                                       const float *rescale, const uint8_t *values,
                                       int64_t value_stride, const float *row_scales,
-                                      float factor, void *stage, float *accumulator);
+                                      float factor, void *stage, float *accumulator,
+                                      const uint8_t *values_ahead);
 } attn_decode_kernels;
 
 /* ---------------------------------------------------------------- the registry ---------- */

@@ -38,11 +38,6 @@
 
 #define ATTN_DECODE_Q8_AMX_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq")))
 
-/* Keys ahead of the current ones whose rows the kernels request: the next chunk's, into L2
- * (PREFETCHT1: into L1 with T0, 4 rows of GQA int8 at context 32768 ran 1.55-1.59x bf16
- * against 1.62-1.63x, 4 alternated rounds each). */
-#define AMX_Q8_LOOKAHEAD ATTN_DECODE_CHUNK
-
 /* Bytes of one B or A operand tile, and the rows of one query block. */
 enum { AMX_Q8_TILE_BYTES = 1024, AMX_Q8_BLOCK_ROWS = 8 };
 
@@ -187,12 +182,12 @@ static const uint8_t *attn_amx_q8_key_operand(const uint8_t *keys, int64_t key_s
     } while (0)
 
 /* Scores of one row block (<= 8 rows): the whole chunk's key blocks in flight at once (4
- * result tiles), the queries' B tile loaded once per dimension block; prefetch: request the
- * next chunk's keys (the first row block does). */
+ * result tiles), the queries' B tile loaded once per dimension block; ahead: NULL, or rows to
+ * request into L2 (registry.h keys_ahead; the first row block passes them). */
 ATTN_DECODE_Q8_AMX_TARGET static void attn_amx_q8_score_rows8(
     int rows, int count, int dim, const uint8_t *tiles, const float *query_scales,
     const uint8_t *keys, int64_t key_stride, const float *key_factors, float *scores,
-    int prefetch) {
+    const uint8_t *ahead) {
     const int dim_blocks = (dim + 63) / 64, key_blocks = (count + 15) / 16;
     uint8_t key_stage[4][AMX_Q8_TILE_BYTES] __attribute__((aligned(64)));
     int32_t out_stage[4][256] __attribute__((aligned(64)));
@@ -209,12 +204,11 @@ ATTN_DECODE_Q8_AMX_TARGET static void attn_amx_q8_score_rows8(
     if (key_blocks > 2) AMX_STORE(2, out_stage[2], 64);
     if (key_blocks > 3) AMX_STORE(3, out_stage[3], 64);
     for (int j = 0; j < key_blocks; ++j) {
-        /* the next chunk's keys, 16 rows per block of results (spread out: a burst of
-         * requests would wait for fill buffers and stall the arithmetic) */
-        for (int c = 16 * j; prefetch && c < 16 * j + 16; ++c)
+        /* the rows ahead, 16 per block of results (spread out: a burst of requests would
+         * wait for fill buffers and stall the arithmetic) */
+        for (int c = 16 * j; ahead != NULL && c < 16 * j + 16 && c < count; ++c)
             for (int d = 0; d < dim; d += 64)
-                _mm_prefetch((const char *)(keys + (int64_t)(AMX_Q8_LOOKAHEAD + c) * key_stride + d),
-                             _MM_HINT_T1);
+                _mm_prefetch((const char *)(ahead + (int64_t)c * key_stride + d), _MM_HINT_T1);
         attn_amx_q8_scores_out(out_stage[j], rows, count - 16 * j < 16 ? count - 16 * j : 16,
                                key_factors + 16 * j, query_scales, scores + 16 * j);
     }
@@ -224,7 +218,7 @@ ATTN_DECODE_Q8_AMX_TARGET static void attn_amx_q8_score_rows8(
  * keys from L1). */
 ATTN_DECODE_Q8_AMX_TARGET static void attn_amx_score_chunk_q8_tiles(
     int rows, int count, int dim, const void *prepared, const uint8_t *keys, int64_t key_stride,
-    const float *row_scales, float factor, float *scores) {
+    const float *row_scales, float factor, float *scores, const uint8_t *keys_ahead) {
     const int dim_blocks = (dim + 63) / 64, row_blocks = (rows + 7) / 8;
     const uint8_t *tiles = prepared;
     const size_t block_bytes = (size_t)dim_blocks * AMX_Q8_TILE_BYTES; /* one row block */
@@ -237,7 +231,8 @@ ATTN_DECODE_Q8_AMX_TARGET static void attn_amx_score_chunk_q8_tiles(
         attn_amx_q8_score_rows8(rows - r0 < AMX_Q8_BLOCK_ROWS ? rows - r0 : AMX_Q8_BLOCK_ROWS,
                                 count, dim, tiles + (size_t)b * block_bytes, query_scales + r0,
                                 keys, key_stride, key_factors,
-                                scores + (size_t)r0 * ATTN_DECODE_CHUNK, b == 0);
+                                scores + (size_t)r0 * ATTN_DECODE_CHUNK,
+                                b == 0 ? keys_ahead : NULL);
     }
 }
 
@@ -252,6 +247,7 @@ ATTN_DECODE_Q8_AMX_TARGET static void attn_amx_score_chunk_q8_tiles(
 ATTN_DECODE_Q8_AMX_TARGET static void attn_amx_q8_pack_values(int count, int dim,
                                                               const uint8_t *values,
                                                               int64_t value_stride,
+                                                              const uint8_t *ahead,
                                                               uint8_t *stage) {
     for (int s = 0; s < dim; s += 64) {
         const __mmask64 mask = dim - s >= 64 ? ~(__mmask64)0 : (((__mmask64)1 << (dim - s)) - 1u);
@@ -271,14 +267,13 @@ ATTN_DECODE_Q8_AMX_TARGET static void attn_amx_q8_pack_values(int count, int dim
                     x[i] = _mm512_setzero_si512();
                     continue;
                 }
-                /* the value row AMX_Q8_LOOKAHEAD keys further (the next chunk's, or with
-                 * chunks of fewer keys, short pages, a later page's; a prefetch never
-                 * faults), for the chunk's keys only: requesting it for all 64 slots of a
-                 * chunk of 16 brought four pages of other rows into L1 per chunk (int8 tiles,
-                 * pages of 16: library-owned decode 11% faster without them,
-                 * docs/inference.md) */
-                _mm_prefetch((const char *)(value + (int64_t)AMX_Q8_LOOKAHEAD * value_stride),
-                             _MM_HINT_T0);
+                /* the row ahead (registry.h values_ahead), for the chunk's keys only:
+                 * requesting rows for all 64 slots of a chunk of 16 brought four pages of
+                 * other rows into L1 per chunk (pages of 16: library-owned decode 10-11%
+                 * faster without them, docs/inference.md) */
+                if (ahead != NULL)
+                    _mm_prefetch((const char *)(ahead + (int64_t)key * value_stride + s),
+                                 _MM_HINT_T0);
                 x[i] = _mm512_maskz_loadu_epi8(mask, value);
             }
             const __m512i ab_low = _mm512_unpacklo_epi8(x[0], x[1]);
@@ -357,7 +352,7 @@ ATTN_DECODE_Q8_AMX_TARGET static void attn_amx_q8_values_out(const int32_t (*til
 ATTN_DECODE_Q8_AMX_TARGET static void attn_amx_accumulate_chunk_q8_tiles(
     int rows, int count, int dim, const float *weights, const float *rescale,
     const uint8_t *values, int64_t value_stride, const float *row_scales, float factor,
-    void *stage, float *accumulator) {
+    void *stage, float *accumulator, const uint8_t *values_ahead) {
     uint8_t *packed = stage;
     float key_factors[ATTN_DECODE_CHUNK] __attribute__((aligned(64)));
     attn_amx_q8_key_factors(count, row_scales, factor, key_factors);
@@ -367,7 +362,7 @@ ATTN_DECODE_Q8_AMX_TARGET static void attn_amx_accumulate_chunk_q8_tiles(
     uint8_t unsigned_tile[AMX_Q8_TILE_BYTES] __attribute__((aligned(64)));
     uint8_t high_tile[AMX_Q8_TILE_BYTES] __attribute__((aligned(64)));
     int32_t out_stage[2][4][256] __attribute__((aligned(64)));
-    attn_amx_q8_pack_values(count, dim, values, value_stride, packed);
+    attn_amx_q8_pack_values(count, dim, values, value_stride, values_ahead, packed);
     amx_tiles_configure();
     for (int r0 = 0; r0 < rows; r0 += AMX_Q8_BLOCK_ROWS) {
         const int block_rows = rows - r0 < AMX_Q8_BLOCK_ROWS ? rows - r0 : AMX_Q8_BLOCK_ROWS;
