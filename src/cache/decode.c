@@ -342,6 +342,20 @@ static void prefetch_rows(const void *first_row, int count, int64_t stride_bytes
             __builtin_prefetch((const char *)first_row + c * stride_bytes + offset, 0, 2);
 }
 
+/* The chunk of a sequence that starts at token `first`: tokens [first, first + count),
+ * count = min(ATTN_DECODE_CHUNK, key_end - first, the tokens left in first's page), on page
+ * *page (of the pool, through the sequence's block table) from slot *slot; 0 when first >=
+ * key_end. */
+static int64_t chunk_at(const attn_kv_cache *cache, const int32_t *table, int64_t first,
+                        int64_t key_end, int64_t *page, int64_t *slot) {
+    if (first >= key_end) return 0;
+    *page = table[first / cache->page_size], *slot = first % cache->page_size;
+    int64_t count = cache->page_size - *slot;
+    if (count > ATTN_DECODE_CHUNK) count = ATTN_DECODE_CHUNK;
+    if (count > key_end - first) count = key_end - first;
+    return count;
+}
+
 /* Requests the stored keys (and values) of tokens [first, min(first + chunk, key_end, the
  * end of first's page)) of head kv_head: the chunk after the current one, for the groups of
  * ATTN_DECODE_FUSED_ROWS < rows < ATTN_DECODE_GROUP_ROWS that widen a chunk into a buffer
@@ -351,11 +365,9 @@ static void prefetch_rows(const void *first_row, int count, int64_t stride_bytes
  * large groups (where the burst of requests stalls the arithmetic it should overlap). */
 static void prefetch_chunk(const attn_kv_cache *cache, const int32_t *table, int64_t kv_head,
                            int64_t first, int64_t key_end) {
-    if (first >= key_end) return;
-    const int64_t page = table[first / cache->page_size], slot = first % cache->page_size;
-    int64_t count = cache->page_size - slot;
-    if (count > ATTN_DECODE_CHUNK) count = ATTN_DECODE_CHUNK;
-    if (count > key_end - first) count = key_end - first;
+    int64_t page, slot;
+    const int64_t count = chunk_at(cache, table, first, key_end, &page, &slot);
+    if (count == 0) return;
     const int64_t element_size = (int64_t)attn_dtype_size(cache->config.dtype);
     prefetch_rows(attn_cache_key_address(cache, page, kv_head, slot), (int)count,
                   cache->key_token_stride * element_size, cache->config.key_dim * element_size);
@@ -372,11 +384,9 @@ static void prefetch_chunk(const attn_kv_cache *cache, const int32_t *table, int
  * Hkv floats apart). */
 static void prefetch_scales(const attn_kv_cache *cache, const int32_t *table, int64_t kv_head,
                             int64_t first, int64_t key_end) {
-    if (first >= key_end) return;
-    const int64_t page = table[first / cache->page_size], slot = first % cache->page_size;
-    int64_t count = cache->page_size - slot;
-    if (count > ATTN_DECODE_CHUNK) count = ATTN_DECODE_CHUNK;
-    if (count > key_end - first) count = key_end - first;
+    int64_t page, slot;
+    const int64_t count = chunk_at(cache, table, first, key_end, &page, &slot);
+    if (count == 0) return;
     const int64_t f = (int64_t)sizeof(float);
     prefetch_rows(attn_cache_key_scales(cache, page, kv_head, slot), 1, 0,
                   ((count - 1) * cache->key_scale_token_stride + 1) * f);
@@ -605,13 +615,11 @@ static void run_task(const decode_plan *plan, decode_scratch *scratch, int64_t b
              * when they follow one another (flash-attn's [page, slot, head, D] pages: 1.06-1.09x
              * the library-owned time with those, 1.00-1.02x with these; docs/inference.md) */
             const uint8_t *keys_ahead = NULL, *values_ahead = NULL;
-            if (q8_scores_on_tiles && last < key_end) {
-                const int64_t ahead = last;
-                const int64_t ahead_page = table[ahead / cache->page_size];
-                keys_ahead = attn_cache_key_address(cache, ahead_page, kv_head,
-                                                    ahead % cache->page_size);
-                values_ahead = attn_cache_value_address(cache, ahead_page, kv_head,
-                                                        ahead % cache->page_size);
+            int64_t ahead_page, ahead_slot;
+            if (q8_scores_on_tiles &&
+                chunk_at(cache, table, last, key_end, &ahead_page, &ahead_slot) > 0) {
+                keys_ahead = attn_cache_key_address(cache, ahead_page, kv_head, ahead_slot);
+                values_ahead = attn_cache_value_address(cache, ahead_page, kv_head, ahead_slot);
             }
             int64_t key_stride = Dk, value_stride = stored_value_stride;
             const float *keys = NULL;
