@@ -116,9 +116,9 @@ static void *aligned_fill(size_t bytes, unsigned char fill) {
 
 /* A [count][dim] logical bf16 matrix stored in one of three layouts. */
 typedef enum layout { CONTIGUOUS, PADDED, TRANSPOSED } layout;
-typedef struct source { uint16_t *data; int64_t token_stride, dim_stride; } source;
-static source make_source(const uint16_t *logical, int count, int dim, layout kind) {
-    source s;
+typedef struct strided_source { uint16_t *data; int64_t token_stride, dim_stride; } strided_source;
+static strided_source make_source(const uint16_t *logical, int count, int dim, layout kind) {
+    strided_source s;
     const int64_t padded_dim = dim + 3;
     s.data = aligned_fill((size_t)count * padded_dim * 2 + 2, 0xAB);
     s.token_stride = kind == CONTIGUOUS ? dim : kind == PADDED ? padded_dim : 1;
@@ -140,7 +140,7 @@ static void test_packing(const attn_lowp_kernels *table, test_rng *rng) {
                 const int count = counts[i], dim = dims[j];
                 uint16_t *logical = malloc((size_t)count * dim * 2);
                 for (int n = 0; n < count * dim; ++n) logical[n] = random_bf16(rng, 1.0) | 1u;
-                source s = make_source(logical, count, dim, (layout)kind);
+                strided_source s = make_source(logical, count, dim, (layout)kind);
                 const size_t key_bytes = attn_lowp_packed_keys_bytes(count, dim);
                 const size_t value_bytes = attn_lowp_packed_values_bytes(count, dim);
                 uint16_t *keys = aligned_fill(key_bytes, 0xCD), *values = aligned_fill(value_bytes, 0xCD);
@@ -205,8 +205,8 @@ static void test_tiles(const attn_lowp_kernels *table, const operand_type *type,
             keys[i] = type->random(rng, scale);
             values[i] = type->random(rng, scale);
         }
-        source ks = make_source(keys, packed_count, dim, tc.kind);
-        source vs = make_source(values, packed_count, dim, tc.kind);
+        strided_source ks = make_source(keys, packed_count, dim, tc.kind);
+        strided_source vs = make_source(values, packed_count, dim, tc.kind);
         uint16_t *packed_keys = aligned_fill(attn_lowp_packed_keys_bytes(packed_count, dim), 0);
         uint16_t *packed_values = aligned_fill(attn_lowp_packed_values_bytes(packed_count, dim), 0);
         table->pack_keys(packed_count, dim, ks.data, ks.token_stride, ks.dim_stride, packed_keys);

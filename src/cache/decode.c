@@ -312,7 +312,7 @@ typedef struct late_values {
     const void *values;        /* the chunk's stored value rows, value_stride elements apart */
     int64_t value_stride;
     const float *value_scales; /* Q8 row scales (NULL for none) */
-    const void *values_ahead;  /* rows for the kernel to request (registry.h), or NULL */
+    const void *next_values;   /* rows for the kernel to request (registry.h values_ahead) */
     const float *weights;      /* [rows][ATTN_DECODE_CHUNK] the chunk's P */
     const float *rescale;      /* [rows] the accumulator's factor at the chunk */
 } late_values;
@@ -324,7 +324,7 @@ static void accumulate_late(const attn_decode_kernels *kernels, decode_path path
         kernels->accumulate_chunk_q8_tiles((int)rows, late->count, (int)Dv, late->weights,
                                            late->rescale, late->values, late->value_stride,
                                            late->value_scales, value_factor, scratch->values,
-                                           scratch->accumulator, late->values_ahead);
+                                           scratch->accumulator, late->next_values);
     else /* PATH_Q8_TILE_SCORES: P · V in place */
         kernels->accumulate_chunk_q8(dtype, (int)rows, late->count, (int)Dv, late->weights,
                                      late->rescale, late->values, late->value_stride,
@@ -614,12 +614,12 @@ static void run_task(const decode_plan *plan, decode_scratch *scratch, int64_t b
              * decode: 87-92 ms per step with those, 65-67 ms with these), and four pages ahead
              * when they follow one another (flash-attn's [page, slot, head, D] pages: 1.06-1.09x
              * the library-owned time with those, 1.00-1.02x with these; docs/inference.md) */
-            const uint8_t *keys_ahead = NULL, *values_ahead = NULL;
-            int64_t ahead_page, ahead_slot;
+            const uint8_t *next_keys = NULL, *next_values = NULL;
+            int64_t next_page, next_slot;
             if (q8_scores_on_tiles &&
-                chunk_at(cache, table, last, key_end, &ahead_page, &ahead_slot) > 0) {
-                keys_ahead = attn_cache_key_address(cache, ahead_page, kv_head, ahead_slot);
-                values_ahead = attn_cache_value_address(cache, ahead_page, kv_head, ahead_slot);
+                chunk_at(cache, table, last, key_end, &next_page, &next_slot) > 0) {
+                next_keys = attn_cache_key_address(cache, next_page, kv_head, next_slot);
+                next_values = attn_cache_value_address(cache, next_page, kv_head, next_slot);
             }
             int64_t key_stride = Dk, value_stride = stored_value_stride;
             const float *keys = NULL;
@@ -650,7 +650,7 @@ static void run_task(const decode_plan *plan, decode_scratch *scratch, int64_t b
             else if (q8_scores_on_tiles)
                 kernels->score_chunk_q8_tiles((int)rows, count, (int)Dk, scratch->prepared,
                                               stored_keys, cache->key_token_stride, key_scales,
-                                              key_factor, scores, keys_ahead);
+                                              key_factor, scores, next_keys);
             else if (fused_q8)
                 kernels->score_chunk_q8(dtype, (int)rows, count, (int)Dk, q8_queries,
                                         stored_keys, cache->key_token_stride, key_scales,
@@ -729,7 +729,7 @@ static void run_task(const decode_plan *plan, decode_scratch *scratch, int64_t b
                 if (held.count > 0)
                     accumulate_late(kernels, path, dtype, rows, Dv, value_factor, &held, scratch);
                 held = (late_values){count, stored_values, value_stride, value_scales,
-                                     values_ahead, scores, rescale};
+                                     next_values, scores, rescale};
                 parity ^= 1;
             } else if (fused_bf16) {
                 kernels->accumulate_chunk_bf16((int)rows, count, (int)Dv, scores, rescale,

@@ -264,12 +264,12 @@ static void run_work_item(const forward_plan *plan, forward_workspace *workspace
             int64_t chunk_begin, chunk_end;
             attn_mask_candidate_keys(mask, b, i0 + r0, i0 + r1, &chunk_begin, &chunk_end);
             const int64_t tiles_per_step = plan->span_keys / plan->tile_keys;
-            for (int64_t tile = chunk_begin / plan->tile_keys; tile * plan->tile_keys < chunk_end;
-                 tile += tiles_per_step) {
-                int64_t last = tile + tiles_per_step - 1;
+            for (int64_t key_tile = chunk_begin / plan->tile_keys;
+                 key_tile * plan->tile_keys < chunk_end; key_tile += tiles_per_step) {
+                int64_t last = key_tile + tiles_per_step - 1;
                 if ((last + 1) * plan->tile_keys > chunk_end)
                     last = (chunk_end - 1) / plan->tile_keys;
-                const span_step step = {b, kv_head, i0, rows, r0, r1, tile, last, chunk_end};
+                const span_step step = {b, kv_head, i0, rows, r0, r1, key_tile, last, chunk_end};
                 forward_compute_span(plan, workspace, &step);
             }
         }
