@@ -262,7 +262,9 @@ static void check_scores(const attn_kernels *k, int rows, int count, int dim, te
             bf16_queries = prepared;
         }
         for (int i = 0; i < rows * ATTN_DECODE_CHUNK; ++i) scores[i] = SENTINEL;
-        k->decode.score_chunk_bf16(rows, count, dim, bf16_queries, keys_bf16, key_stride, scores);
+        /* (the keys again as the "next chunk" the kernel may request: a hint only) */
+        k->decode.score_chunk_bf16(rows, count, dim, bf16_queries, keys_bf16, key_stride, scores,
+                                   keys_bf16);
         untouched = compare_scores(rows, count, scores, generic, exact, magnitude, &worst,
                                    &worst_generic);
         CHECK(worst <= DOT_TOLERANCE && worst_generic <= DOT_TOLERANCE && untouched,
@@ -388,7 +390,7 @@ static void check_accumulate(const attn_kernels *k, int rows, int count, int dim
         } else if (form == 1) {
             generic_registry()->decode.bf16_to_f32(count * value_stride, values_bf16, widened);
             k->decode.accumulate_chunk_bf16(rows, count, dim, weights, rescale, values_bf16,
-                                            value_stride, accumulator);
+                                            value_stride, accumulator, values_bf16);
         } else { /* transposed accumulator [dim][stride], padding rows 0 */
             memcpy(widened, values, sizeof(float) * (size_t)count * value_stride);
             float *transposed = floats((size_t)dim * stride, 0.0f);

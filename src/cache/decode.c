@@ -57,7 +57,7 @@
  * the next head's step: 1024 tokens of K and V of 2 heads, bf16, D = 128, are 1 MiB. With
  * whole splits of 4096 tokens one after the other, flash-attn's [page, slot, head, D] pages
  * ran at 1.10-1.14x the library-owned time (attn bench serve, docs/inference.md). */
-#define STEP_TOKENS 1024
+#define STEP_BYTES (256 * 1024)
 
 /* Everything a task needs, fixed for the call. */
 typedef struct decode_plan {
@@ -76,7 +76,7 @@ typedef struct decode_plan {
     /* Token-major pages (attn_decode): the Hkv tasks of a split on one thread, in steps of
      * STEP_TOKENS keys when `stepped` (kv_heads of them) */
     bool interleaved, stepped;
-    int64_t kv_heads;
+    int64_t kv_heads, step_tokens;
     float *partial_out;                   /* [task][rows][Dv] */
     float *partial_lse;                   /* [task][rows] */
 } decode_plan;
@@ -616,7 +616,7 @@ static void run_task(const decode_plan *plan, decode_scratch *scratch, int64_t b
              * the library-owned time with those, 1.00-1.02x with these; docs/inference.md) */
             const uint8_t *next_keys = NULL, *next_values = NULL;
             int64_t next_page, next_slot;
-            if (q8_scores_on_tiles &&
+            if ((q8_scores_on_tiles || fused_bf16) &&
                 chunk_at(cache, table, last, key_end, &next_page, &next_slot) > 0) {
                 next_keys = attn_cache_key_address(cache, next_page, kv_head, next_slot);
                 next_values = attn_cache_value_address(cache, next_page, kv_head, next_slot);
@@ -646,7 +646,8 @@ static void run_task(const decode_plan *plan, decode_scratch *scratch, int64_t b
                         for (int c = 0; c < count; ++c) scores[r * ATTN_DECODE_CHUNK + c] *= key_factor;
             } else if (fused_bf16)
                 kernels->score_chunk_bf16((int)rows, count, (int)Dk, bf16_queries, stored_keys,
-                                          cache->key_token_stride, scores);
+                                          cache->key_token_stride, scores,
+                                          (const uint16_t *)next_keys);
             else if (q8_scores_on_tiles)
                 kernels->score_chunk_q8_tiles((int)rows, count, (int)Dk, scratch->prepared,
                                               stored_keys, cache->key_token_stride, key_scales,
@@ -734,7 +735,8 @@ static void run_task(const decode_plan *plan, decode_scratch *scratch, int64_t b
             } else if (fused_bf16) {
                 kernels->accumulate_chunk_bf16((int)rows, count, (int)Dv, scores, rescale,
                                                stored_values, value_stride,
-                                               scratch->accumulator);
+                                               scratch->accumulator,
+                                               (const uint16_t *)next_values);
             } else if (fused_q8) {
                 kernels->accumulate_chunk_q8(dtype, (int)rows, count, (int)Dv, scores, rescale,
                                              stored_values, value_stride, value_scales,
@@ -795,7 +797,7 @@ static void run_split_stepped(const decode_plan *plan, decode_scratch *scratch, 
     const size_t accumulator = round_floats(accumulator_floats(plan));
     const size_t queries = round_floats((size_t)plan->rows * (size_t)plan->key_dim);
     const decode_scratch own = *scratch;
-    task_step step = {false, 0, STEP_TOKENS, 0, false};
+    task_step step = {false, 0, plan->step_tokens, 0, false};
     while (!step.done) {
         const int64_t from = step.next;
         for (int64_t head = 0; head < plan->kv_heads; ++head) {
@@ -948,6 +950,16 @@ static attn_status merge_partials(const decode_plan *plan, const attn_call *call
     return ATTN_OK;
 }
 
+/* Keys per step of the heads of a split (run_split_stepped): STEP_BYTES of stored K and V
+ * of all Hkv heads, a multiple of the chunk, at least one chunk. */
+static int64_t step_tokens(const attn_kv_cache *cache, int64_t kv_heads) {
+    const attn_kv_cache_config *config = &cache->config;
+    const int64_t token_bytes = kv_heads * (config->key_dim + (cache->value_pool != NULL ? config->value_dim : 0)) *
+                                (int64_t)attn_dtype_size(config->dtype);
+    const int64_t tokens = STEP_BYTES / token_bytes / ATTN_DECODE_CHUNK * ATTN_DECODE_CHUNK;
+    return tokens < ATTN_DECODE_CHUNK ? ATTN_DECODE_CHUNK : tokens;
+}
+
 /* The split size when execution.tile_k = 0 (see MOST_SPLIT_TOKENS). */
 static int64_t default_split_tokens(const attn_kv_cache *cache, int64_t kv_heads) {
     int64_t longest = 1;
@@ -1010,7 +1022,8 @@ attn_status attn_decode(const attn_kv_cache *cache, const attn_tensor *q,
                                 : default_split_tokens(cache, problem->kv_heads);
         plan.kv_heads = problem->kv_heads;
         plan.interleaved = cache->key_head_stride < cache->key_token_stride && problem->kv_heads > 1;
-        plan.stepped = plan.interleaved && plan.split_tokens > STEP_TOKENS;
+        plan.step_tokens = step_tokens(cache, problem->kv_heads);
+        plan.stepped = plan.interleaved && plan.split_tokens > plan.step_tokens;
         int64_t most_splits = 1;
         for (int64_t b = 0; b < B; ++b) {
             int64_t splits = (cache->lengths[b] + plan.split_tokens - 1) / plan.split_tokens;

@@ -255,12 +255,20 @@ typedef struct attn_decode_kernels {
      * bfloat16 keys / values as stored (strides in elements), widening them in registers.
      * Used for small groups (rows <= ATTN_DECODE_FUSED_ROWS), where each stored element is
      * read once or twice, so a conversion pass through a buffer would cost more than it
-     * saves. */
+     * saves.
+     * keys_ahead / values_ahead: NULL, or the first row of the next chunk (rows key_stride /
+     * value_stride apart as the chunk's), which the kernel may request into L2 once the rows
+     * it requests ahead of its own pass the chunk's end (a hint: never read, a request never
+     * faults): the decode loop passes the next chunk found through the block table, so that
+     * with pages of 16 tokens the requests follow the sequence's pages rather than the
+     * pool's next page. */
     void (*score_chunk_bf16)(int rows, int count, int dim, const float *queries,
-                             const uint16_t *keys, int64_t key_stride, float *scores);
+                             const uint16_t *keys, int64_t key_stride, float *scores,
+                             const uint16_t *keys_ahead);
     void (*accumulate_chunk_bf16)(int rows, int count, int dim, const float *weights,
                                   const float *rescale, const uint16_t *values,
-                                  int64_t value_stride, float *accumulator);
+                                  int64_t value_stride, float *accumulator,
+                                  const uint16_t *values_ahead);
     /* Optional (NULL = score_chunk_bf16 reads the queries as they are): rewrites the query
      * rows [rows][dim] once per task into the order score_chunk_bf16 reads them,
      * prepared[rows][ATTN_DECODE_PREPARED_DIM(dim)] (for instance even and odd dimensions

@@ -154,7 +154,8 @@ V_INLINE void score_block_bf16(const int block_rows, const int block_keys, const
 /* score_chunk for bfloat16 keys; `queries` as prepared by avx2_prepare_bf16_queries. Blocks
  * of 8 dot products: 4 rows x 2 keys dimension-major, 2 x 4 and 1 x 8 key after key. */
 static void avx2_score_chunk_bf16(int rows, int count, int dim, const float *queries,
-                                  const uint16_t *keys, int64_t key_stride, float *scores) {
+                                  const uint16_t *keys, int64_t key_stride, float *scores,
+                                  const uint16_t *keys_ahead) {
     const int prepared_dim = ATTN_DECODE_PREPARED_DIM(dim);
     const int block_rows = rows >= 3 ? 4 : rows, block_keys = 8 / block_rows;
     const int full = dim % 16 == 0;
@@ -168,8 +169,8 @@ static void avx2_score_chunk_bf16(int rows, int count, int dim, const float *que
                 key[k] = keys + (c0 + k < count ? c0 + k : count - 1) * key_stride;
             if (r0 == 0 && rows >= PREFETCH_ROWS) /* the pass that reads the keys */
                 for (int k = 0; k < block_keys; ++k)
-                    prefetch_row(keys, c0 + k + BF16_LOOKAHEAD, key_stride, sizeof(uint16_t),
-                                 dim * sizeof(uint16_t));
+                    prefetch_row_or_next(keys, keys_ahead, c0 + k + BF16_LOOKAHEAD, count,
+                                         key_stride, sizeof(uint16_t), dim * sizeof(uint16_t));
             float out[8];
             if (block_rows == 4 && full) score_block_bf16(4, 2, 0, 1, dim, row, key, out);
             else if (block_rows == 4) score_block_bf16(4, 2, 0, 0, dim, row, key, out);
@@ -193,7 +194,8 @@ static void avx2_score_chunk_bf16(int rows, int count, int dim, const float *que
 V_INLINE void accumulate_block_bf16(const int block_rows, const int full, int count, int e0,
                                     int width, int dim, const float *weights,
                                     const float *rescale, const uint16_t *values,
-                                    int64_t value_stride, float *accumulator, const int prefetch) {
+                                    int64_t value_stride, float *accumulator, const int prefetch,
+                                    const uint16_t *values_ahead) {
     __m256 even[4], odd[4];
     for (int r = 0; r < block_rows; ++r) {
         const __m256 factor = _mm256_set1_ps(rescale[r]);
@@ -203,8 +205,8 @@ V_INLINE void accumulate_block_bf16(const int block_rows, const int full, int co
     }
     for (int c = 0; c < count; ++c) {
         if (prefetch)
-            prefetch_row(values, c + BF16_LOOKAHEAD, value_stride, sizeof(uint16_t),
-                         dim * sizeof(uint16_t));
+            prefetch_row_or_next(values, values_ahead, c + BF16_LOOKAHEAD, count, value_stride,
+                                 sizeof(uint16_t), dim * sizeof(uint16_t));
         __m256 value_even, value_odd;
         load_bf16_pairs(values + c * value_stride + e0, full ? 16 : width, &value_even, &value_odd);
         for (int r = 0; r < block_rows; ++r) {
@@ -223,18 +225,19 @@ V_INLINE void accumulate_block_bf16(const int block_rows, const int full, int co
  * per 64 keys x 128, callgrind.) */
 V_INLINE void accumulate_rows_bf16(const int block_rows, int count, int dim, const float *weights,
                                    const float *rescale, const uint16_t *values,
-                                   int64_t value_stride, float *accumulator, int prefetch) {
+                                   int64_t value_stride, float *accumulator, int prefetch,
+                                   const uint16_t *values_ahead) {
     for (int e0 = 0; e0 < dim; e0 += 16) {
         const int first = prefetch && e0 == 0;
         if (dim - e0 >= 16 && first)
             accumulate_block_bf16(block_rows, 1, count, e0, 16, dim, weights, rescale, values,
-                                  value_stride, accumulator, 1);
+                                  value_stride, accumulator, 1, values_ahead);
         else if (dim - e0 >= 16)
             accumulate_block_bf16(block_rows, 1, count, e0, 16, dim, weights, rescale, values,
-                                  value_stride, accumulator, 0);
+                                  value_stride, accumulator, 0, values_ahead);
         else
             accumulate_block_bf16(block_rows, 0, count, e0, dim - e0, dim, weights, rescale,
-                                  values, value_stride, accumulator, first);
+                                  values, value_stride, accumulator, first, values_ahead);
     }
 }
 
@@ -242,7 +245,8 @@ V_INLINE void accumulate_rows_bf16(const int block_rows, int count, int dim, con
  * registers), the first block of the chunk requesting the rows ahead. */
 static void avx2_accumulate_chunk_bf16(int rows, int count, int dim, const float *weights,
                                        const float *rescale, const uint16_t *values,
-                                       int64_t value_stride, float *accumulator) {
+                                       int64_t value_stride, float *accumulator,
+                                       const uint16_t *values_ahead) {
     const int prefetch = rows >= PREFETCH_ROWS;
     for (int r0 = 0; r0 < rows; r0 += 4) {
         const int block_rows = rows - r0 < 4 ? rows - r0 : 4, first = prefetch && r0 == 0;
@@ -250,16 +254,16 @@ static void avx2_accumulate_chunk_bf16(int rows, int count, int dim, const float
         float *block = accumulator + (int64_t)r0 * dim;
         if (block_rows == 4)
             accumulate_rows_bf16(4, count, dim, block_weights, rescale + r0, values, value_stride,
-                                 block, first);
+                                 block, first, values_ahead);
         else if (block_rows == 3)
             accumulate_rows_bf16(3, count, dim, block_weights, rescale + r0, values, value_stride,
-                                 block, first);
+                                 block, first, values_ahead);
         else if (block_rows == 2)
             accumulate_rows_bf16(2, count, dim, block_weights, rescale + r0, values, value_stride,
-                                 block, first);
+                                 block, first, values_ahead);
         else
             accumulate_rows_bf16(1, count, dim, block_weights, rescale + r0, values, value_stride,
-                                 block, first);
+                                 block, first, values_ahead);
     }
 }
 

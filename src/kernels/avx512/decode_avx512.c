@@ -115,7 +115,8 @@ V_INLINE void score_block_bf16(const int block_rows, const int block_keys,
 
 /* score_chunk for bfloat16 keys; `queries` as prepared by avx512_prepare_bf16_queries. */
 static void avx512_score_chunk_bf16(int rows, int count, int dim, const float *queries,
-                                    const uint16_t *keys, int64_t key_stride, float *scores) {
+                                    const uint16_t *keys, int64_t key_stride, float *scores,
+                                    const uint16_t *keys_ahead) {
     const int prepared_dim = ATTN_DECODE_PREPARED_DIM(dim);
     const int block_rows = rows >= 3 ? 4 : rows, block_keys = 16 / block_rows;
     const int key_major = rows < DIMENSION_MAJOR_ROWS;
@@ -129,8 +130,8 @@ static void avx512_score_chunk_bf16(int rows, int count, int dim, const float *q
                 key[k] = keys + (c0 + k < count ? c0 + k : count - 1) * key_stride;
             if (r0 == 0 && rows >= PREFETCH_ROWS)
                 for (int k = 0; k < block_keys; ++k)
-                    prefetch_row(keys, c0 + k + LOOKAHEAD, key_stride, sizeof(uint16_t),
-                                 dim * sizeof(uint16_t));
+                    prefetch_row_or_next(keys, keys_ahead, c0 + k + LOOKAHEAD, count,
+                                         key_stride, sizeof(uint16_t), dim * sizeof(uint16_t));
             float out[16];
             if (block_rows == 4 && key_major) score_block_bf16(4, 4, 1, dim, row, key, out);
             else if (block_rows == 4) score_block_bf16(4, 4, 0, dim, row, key, out);
@@ -148,7 +149,7 @@ V_INLINE void accumulate_block_bf16(const int block_rows, const int segments, in
                                     int e0, int width, int dim, const float *weights,
                                     const float *rescale, const uint16_t *values,
                                     int64_t value_stride, float *accumulator,
-                                    int prefetch) {
+                                    int prefetch, const uint16_t *values_ahead) {
     __mmask32 elements[4];
     for (int x = 0; x < segments; ++x) elements[x] = element_mask(width - 32 * x);
     __m512 even[4][4], odd[4][4];
@@ -167,8 +168,8 @@ V_INLINE void accumulate_block_bf16(const int block_rows, const int segments, in
             weight[r] = _mm512_set1_ps(weights[r * ATTN_DECODE_CHUNK + c]);
         const uint16_t *value = values + c * value_stride + e0;
         if (prefetch)
-            prefetch_row(values, c + LOOKAHEAD, value_stride, sizeof(uint16_t),
-                         dim * sizeof(uint16_t));
+            prefetch_row_or_next(values, values_ahead, c + LOOKAHEAD, count, value_stride,
+                                 sizeof(uint16_t), dim * sizeof(uint16_t));
         for (int x = 0; x < segments; ++x) {
             __m512 value_even, value_odd;
             load_bf16_pairs(value + 32 * x, elements[x], &value_even, &value_odd);
@@ -189,11 +190,13 @@ V_INLINE void accumulate_block_bf16(const int block_rows, const int segments, in
 V_INLINE void accumulate_rows_bf16(const int block_rows, const int segments, int count,
                                    int dim, const float *weights, const float *rescale,
                                    const uint16_t *values, int64_t value_stride,
-                                   float *accumulator, int prefetch) {
+                                   float *accumulator, int prefetch,
+                                   const uint16_t *values_ahead) {
     for (int e0 = 0; e0 < dim; e0 += 32 * segments) {
         const int width = dim - e0 < 32 * segments ? dim - e0 : 32 * segments;
         accumulate_block_bf16(block_rows, segments, count, e0, width, dim, weights, rescale,
-                              values, value_stride, accumulator, prefetch && e0 == 0);
+                              values, value_stride, accumulator, prefetch && e0 == 0,
+                              values_ahead);
     }
 }
 
@@ -201,25 +204,26 @@ V_INLINE void accumulate_rows_bf16(const int block_rows, const int segments, int
  * x 64, 2 or 1 rows x 128 floats (at most 16 accumulator registers). */
 static void avx512_accumulate_chunk_bf16(int rows, int count, int dim, const float *weights,
                                          const float *rescale, const uint16_t *values,
-                                         int64_t value_stride, float *accumulator) {
+                                         int64_t value_stride, float *accumulator,
+                                         const uint16_t *values_ahead) {
     const int prefetch = rows >= PREFETCH_ROWS; /* by the first block, which reads memory */
     int r = 0;
     for (; r + 4 <= rows; r += 4)
         accumulate_rows_bf16(4, 2, count, dim, weights + r * ATTN_DECODE_CHUNK, rescale + r,
                              values, value_stride, accumulator + (int64_t)r * dim,
-                             prefetch && r == 0);
+                             prefetch && r == 0, values_ahead);
     const float *tail_weights = weights + r * ATTN_DECODE_CHUNK;
     float *tail = accumulator + (int64_t)r * dim;
     const int tail_prefetch = prefetch && r == 0;
     if (rows - r == 3)
         accumulate_rows_bf16(3, 2, count, dim, tail_weights, rescale + r, values, value_stride,
-                             tail, tail_prefetch);
+                             tail, tail_prefetch, values_ahead);
     else if (rows - r == 2)
         accumulate_rows_bf16(2, 4, count, dim, tail_weights, rescale + r, values, value_stride,
-                             tail, tail_prefetch);
+                             tail, tail_prefetch, values_ahead);
     else if (rows - r == 1)
         accumulate_rows_bf16(1, 4, count, dim, tail_weights, rescale + r, values, value_stride,
-                             tail, tail_prefetch);
+                             tail, tail_prefetch, values_ahead);
 }
 
 /* ---- 8-bit storage (Q8, FP8), read in place ---- */

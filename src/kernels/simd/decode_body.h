@@ -81,6 +81,21 @@ V_INLINE void prefetch_row(const void *base, int64_t rows, int64_t stride, size_
     prefetch_rows(base, rows, 1, stride * (int64_t)element_size, (int64_t)bytes, 0);
 }
 
+/* Requests `bytes` bytes of row `row` of a chunk of `count` stored rows at `base`, `stride`
+ * elements of `element_size` bytes apart, into L2. Rows past the chunk continue in the next
+ * chunk, whose rows start at `next` with the same stride (registry.h keys_ahead /
+ * values_ahead: the decode loop finds it through the block table, since with pages of 16
+ * tokens the rows past a chunk lie in another page, in a shuffled pool another sequence's);
+ * none when next is NULL. */
+V_INLINE void prefetch_row_or_next(const void *base, const void *next, int64_t row, int count,
+                                   int64_t stride, size_t element_size, size_t bytes) {
+    if (row >= count) {
+        if (next == NULL) return;
+        base = next, row -= count;
+    }
+    prefetch_rows(base, row, 1, stride * (int64_t)element_size, (int64_t)bytes, 0);
+}
+
 /* Row c of `ahead` (registry.h attn_rows_ahead) into L2: the fp8 score kernels request each
  * key's value row as they score the key, so that the P · V after them finds the chunk's
  * values in L2 (docs/inference.md, "fp8: the values requested during the scores"). */
