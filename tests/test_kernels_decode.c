@@ -597,9 +597,9 @@ static void check_q8(const attn_kernels *k, int f, int rows, int count, int dim,
         if (format == ATTN_DTYPE_Q8) attn_q8_prepare_queries(rows, dim, queries, rounded);
         const void *operand = format == ATTN_DTYPE_Q8 ? rounded : (const void *)queries;
         k->decode.score_chunk_q8(format, rows, count, dim, operand, stored, stride, scales, factor,
-                                 scores, &ahead);
+                                 scores, &ahead, stored);
         generic_registry()->decode.score_chunk_q8(format, rows, count, dim, operand, stored,
-                                                  stride, scales, factor, generic, NULL);
+                                                  stride, scales, factor, generic, NULL, NULL);
         double worst = 0.0;
         int untouched = 1;
         for (int r = 0; r < rows; ++r) {
@@ -667,10 +667,10 @@ static void check_q8(const attn_kernels *k, int f, int rows, int count, int dim,
         memcpy(accumulator, start, sizeof(float) * (size_t)rows * dim);
         memcpy(generic_accumulator, start, sizeof(float) * (size_t)rows * dim);
         k->decode.accumulate_chunk_q8(format, rows, count, dim, weights, rescale, stored, stride,
-                                      scales, factor, accumulator);
+                                      scales, factor, accumulator, stored);
         generic_registry()->decode.accumulate_chunk_q8(format, rows, count, dim, weights, rescale,
                                                        stored, stride, scales, factor,
-                                                       generic_accumulator);
+                                                       generic_accumulator, NULL);
         worst = 0.0;
         for (int r = 0; r < rows; ++r)
             for (int e = 0; e < dim; ++e) {
@@ -842,7 +842,7 @@ static void check_q8_nonfinite_query(const attn_kernels *k) {
     const float *scales = attn_q8_query_scales(prepared);
     float scores[ROWS * ATTN_DECODE_CHUNK];
     k->decode.score_chunk_q8(ATTN_DTYPE_Q8, ROWS, COUNT, DIM, prepared, (const uint8_t *)stored,
-                             DIM, NULL, 1.0f, scores, NULL);
+                             DIM, NULL, 1.0f, scores, NULL, NULL);
     int nan_rows = 1, finite_rows = 1;
     for (int c = 0; c < COUNT; ++c) {
         nan_rows &= isnan(scores[1 * ATTN_DECODE_CHUNK + c]) && isnan(scores[2 * ATTN_DECODE_CHUNK + c]);
@@ -887,7 +887,7 @@ static void check_q8_tiles(const attn_kernels *k, int rows, int count, int dim, 
     void *rounded = aligned_bytes(ATTN_Q8_PREPARED_BYTES(rows, dim));
     attn_q8_prepare_queries(rows, dim, queries, rounded);
     g->score_chunk_q8(ATTN_DTYPE_Q8, rows, count, dim, rounded, stored, stride, row_scales, 1.0f,
-                      want, NULL);
+                      want, NULL, NULL);
     int same = memcmp(scores, want, sizeof(float) * (size_t)rows * ATTN_DECODE_CHUNK) == 0;
     CHECK(same, "%s score_chunk_q8_tiles %dx%d D=%d%s: the generic bits, nothing past count",
           k->name, rows, count, dim, extreme ? " (extreme codes)" : "");
@@ -910,7 +910,7 @@ static void check_q8_tiles(const attn_kernels *k, int rows, int count, int dim, 
     d->accumulate_chunk_q8_tiles(rows, count, dim, weights, rescale, stored, stride, row_scales,
                                  1.0f, stage, accumulator, ahead);
     g->accumulate_chunk_q8(ATTN_DTYPE_Q8, rows, count, dim, weights, rescale, stored, stride,
-                           row_scales, 1.0f, expected);
+                           row_scales, 1.0f, expected, NULL);
     same = memcmp(accumulator, expected, sizeof(float) * ((size_t)rows * dim + 1)) == 0;
     CHECK(same, "%s accumulate_chunk_q8_tiles %dx%d D=%d%s%s: the generic bits, nothing past",
           k->name, rows, count, dim, negative ? " (negative weights)" : "",

@@ -328,7 +328,8 @@ static void accumulate_late(const attn_decode_kernels *kernels, decode_path path
     else /* PATH_Q8_TILE_SCORES: P · V in place */
         kernels->accumulate_chunk_q8(dtype, (int)rows, late->count, (int)Dv, late->weights,
                                      late->rescale, late->values, late->value_stride,
-                                     late->value_scales, value_factor, scratch->accumulator);
+                                     late->value_scales, value_factor, scratch->accumulator,
+                                     late->next_values);
 }
 
 /* Requests `count` stored rows of `row_bytes` bytes, `stride_bytes` apart, into the L2 cache.
@@ -616,7 +617,7 @@ static void run_task(const decode_plan *plan, decode_scratch *scratch, int64_t b
              * the library-owned time with those, 1.00-1.02x with these; docs/inference.md) */
             const uint8_t *next_keys = NULL, *next_values = NULL;
             int64_t next_page, next_slot;
-            if ((q8_scores_on_tiles || fused_bf16) &&
+            if ((q8_scores_on_tiles || fused_bf16 || fused_q8) &&
                 chunk_at(cache, table, last, key_end, &next_page, &next_slot) > 0) {
                 next_keys = attn_cache_key_address(cache, next_page, kv_head, next_slot);
                 next_values = attn_cache_value_address(cache, next_page, kv_head, next_slot);
@@ -655,7 +656,8 @@ static void run_task(const decode_plan *plan, decode_scratch *scratch, int64_t b
             else if (fused_q8)
                 kernels->score_chunk_q8(dtype, (int)rows, count, (int)Dk, q8_queries,
                                         stored_keys, cache->key_token_stride, key_scales,
-                                        key_factor, scores, values_ahead ? &ahead : NULL);
+                                        key_factor, scores, values_ahead ? &ahead : NULL,
+                                        next_keys);
             else {
                 keys = chunk_rows(plan, stored_keys, key_scales, key_factor, count, Dk,
                                   cache->key_token_stride,
@@ -740,7 +742,7 @@ static void run_task(const decode_plan *plan, decode_scratch *scratch, int64_t b
             } else if (fused_q8) {
                 kernels->accumulate_chunk_q8(dtype, (int)rows, count, (int)Dv, scores, rescale,
                                              stored_values, value_stride, value_scales,
-                                             value_factor, scratch->accumulator);
+                                             value_factor, scratch->accumulator, next_values);
             } else {
                 /* With values_in_keys (MLA) a value is the start of its key row: reuse the
                  * converted keys. */

@@ -374,14 +374,18 @@ typedef struct attn_decode_kernels {
      * on it. The decode loop passes the chunk's values (fp8, and int8 since the AVX2 int8
      * kernels gained 4-5% from it), instead of requesting them all before the scores; the
      * AVX-512 fp8 P · V then requests nothing itself (docs/inference.md, "fp8: the values
-     * requested during the scores"). */
+     * requested during the scores").
+     * keys_ahead / values_ahead: NULL, or the next chunk's first key / value row, as for
+     * score_chunk_bf16 (requests past the chunk's end go there; hints only). */
     void (*score_chunk_q8)(attn_dtype dtype, int rows, int count, int dim, const void *queries,
                            const uint8_t *keys, int64_t key_stride, const float *row_scales,
-                           float factor, float *scores, const attn_rows_ahead *ahead);
+                           float factor, float *scores, const attn_rows_ahead *ahead,
+                           const uint8_t *keys_ahead);
     void (*accumulate_chunk_q8)(attn_dtype dtype, int rows, int count, int dim,
                                 const float *weights, const float *rescale,
                                 const uint8_t *values, int64_t value_stride,
-                                const float *row_scales, float factor, float *accumulator);
+                                const float *row_scales, float factor, float *accumulator,
+                                const uint8_t *values_ahead);
 
     /* Optional (NULL = score_chunk_q8 / accumulate_chunk_q8): int8 storage (Q8 only) on int8
      * tiles (AMX-INT8), for any group (rows >= 1) with dim <= ATTN_DECODE_Q8_TILE_MOST_DIM

@@ -169,8 +169,8 @@ static void avx2_score_chunk_bf16(int rows, int count, int dim, const float *que
                 key[k] = keys + (c0 + k < count ? c0 + k : count - 1) * key_stride;
             if (r0 == 0 && rows >= PREFETCH_ROWS) /* the pass that reads the keys */
                 for (int k = 0; k < block_keys; ++k)
-                    prefetch_row_or_next(keys, keys_ahead, c0 + k + BF16_LOOKAHEAD, count,
-                                         key_stride, sizeof(uint16_t), dim * sizeof(uint16_t));
+                    prefetch_row_or_next(keys, keys_ahead, c0 + k, BF16_LOOKAHEAD, count,
+                                         key_stride * 2, dim * 2, 0);
             float out[8];
             if (block_rows == 4 && full) score_block_bf16(4, 2, 0, 1, dim, row, key, out);
             else if (block_rows == 4) score_block_bf16(4, 2, 0, 0, dim, row, key, out);
@@ -205,8 +205,8 @@ V_INLINE void accumulate_block_bf16(const int block_rows, const int full, int co
     }
     for (int c = 0; c < count; ++c) {
         if (prefetch)
-            prefetch_row_or_next(values, values_ahead, c + BF16_LOOKAHEAD, count, value_stride,
-                                 sizeof(uint16_t), dim * sizeof(uint16_t));
+            prefetch_row_or_next(values, values_ahead, c, BF16_LOOKAHEAD, count,
+                                 value_stride * 2, dim * 2, 0);
         __m256 value_even, value_odd;
         load_bf16_pairs(values + c * value_stride + e0, full ? 16 : width, &value_even, &value_odd);
         for (int r = 0; r < block_rows; ++r) {

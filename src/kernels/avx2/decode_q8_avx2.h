@@ -186,7 +186,7 @@ V_INLINE void score_block_fp8(const attn_dtype format, const int block_rows, con
 static void score_chunk_fp8_as(const attn_dtype format, int rows, int count, int dim,
                                const float *queries, const uint8_t *keys, int64_t key_stride,
                                const float *row_scales, float factor, float *scores,
-                               const attn_rows_ahead *ahead) {
+                               const attn_rows_ahead *ahead, const uint8_t *keys_ahead) {
     const int block_rows = rows >= 3 ? 4 : rows, block_keys = 8 / block_rows;
     /* each key's factor, (factor * row scale) first, then the power of two, as the generic
      * kernel rounds; 0 past count (a block's lanes there are dropped) */
@@ -206,10 +206,13 @@ static void score_chunk_fp8_as(const attn_dtype format, int rows, int count, int
             if (r0 == 0) { /* the pass that reads the keys from memory */
                 for (int k = 0; k < block_keys; ++k)
                     if (ahead != NULL && c0 + k < count) prefetch_row_ahead(ahead, c0 + k);
-                if (block_rows == 4)
-                    prefetch_rows(keys, c0 + Q8_LOOKAHEAD, block_keys, key_stride, dim, 1);
-                else
-                    prefetch_rows(keys, c0 + Q8_LOOKAHEAD, block_keys, key_stride, dim, 0);
+                for (int k = 0; k < block_keys; ++k)
+                    if (block_rows == 4)
+                        prefetch_row_or_next(keys, keys_ahead, c0 + k, Q8_LOOKAHEAD, count,
+                                             key_stride, dim, 1);
+                    else
+                        prefetch_row_or_next(keys, keys_ahead, c0 + k, Q8_LOOKAHEAD, count,
+                                             key_stride, dim, 0);
             }
             float out[8];
             if (block_rows == 4 && full) score_block_fp8(format, 4, 2, 0, 1, dim, row, key, out);
@@ -409,15 +412,19 @@ V_INLINE __m256i score_block_q8i(const int block_rows, const int block_keys, con
  * block on pointers, tests and spills. */
 static void score_pairs4_q8i(int count, int dim, const int16_t *const *row, __m256 row_factors,
                              const int8_t *keys, int64_t key_stride, const float *key_factors,
-                             const int prefetch, const attn_rows_ahead *values_ahead, float *scores) {
+                             const int prefetch, const attn_rows_ahead *values_ahead,
+                             const int8_t *keys_ahead, float *scores) {
     const int8_t *first = keys;
     for (int c0 = 0; c0 + 2 <= count; c0 += 2, first += 2 * key_stride) {
         const int8_t *key[2] = {first, first + key_stride};
-        if (prefetch) /* (inline: prefetch_rows here cost 2% more of the kernel's instructions) */
-            for (int offset = 0; offset < dim; offset += 64) {
-                _mm_prefetch((const char *)(key[0] + Q8_LOOKAHEAD * key_stride + offset), _MM_HINT_T1);
-                _mm_prefetch((const char *)(key[1] + Q8_LOOKAHEAD * key_stride + offset), _MM_HINT_T1);
+        if (prefetch) { /* (inline: prefetch_rows here cost 2% more of the kernel's instructions) */
+            const char *ahead0 = row_ahead(keys, keys_ahead, c0, Q8_LOOKAHEAD, count, key_stride);
+            const char *ahead1 = row_ahead(keys, keys_ahead, c0 + 1, Q8_LOOKAHEAD, count, key_stride);
+            for (int offset = 0; ahead0 != NULL && offset < dim; offset += 64) {
+                _mm_prefetch(ahead0 + offset, _MM_HINT_T1);
+                _mm_prefetch(ahead1 + offset, _MM_HINT_T1);
             }
+        }
         if (values_ahead != NULL) {
             prefetch_row_ahead(values_ahead, c0);
             prefetch_row_ahead(values_ahead, c0 + 1);
@@ -429,7 +436,8 @@ static void score_pairs4_q8i(int count, int dim, const int16_t *const *row, __m2
 
 static void score_chunk_q8i(int rows, int count, int dim, const void *prepared,
                             const int8_t *keys, int64_t key_stride, const float *row_scales,
-                            float factor, float *scores, const attn_rows_ahead *ahead) {
+                            float factor, float *scores, const attn_rows_ahead *ahead,
+                            const int8_t *keys_ahead) {
     const float *query_scales = attn_q8_query_scales(prepared);
     /* factor * row scale of each key; 0 past count (a block's lanes there are dropped) */
     float key_factors[ATTN_DECODE_CHUNK + 8] = {0};
@@ -451,7 +459,7 @@ static void score_chunk_q8i(int rows, int count, int dim, const void *prepared,
         int c0 = 0;
         if (block_rows == 4 && full && r0 + 4 <= rows) {
             score_pairs4_q8i(count, dim, row, row_factors, keys, key_stride, key_factors, r0 == 0,
-                             r0 == 0 ? ahead : NULL, scores + r0 * ATTN_DECODE_CHUNK);
+                             r0 == 0 ? ahead : NULL, keys_ahead, scores + r0 * ATTN_DECODE_CHUNK);
             c0 = count & ~1;
         }
         for (; c0 < count; c0 += block_keys) {
@@ -459,9 +467,11 @@ static void score_chunk_q8i(int rows, int count, int dim, const void *prepared,
             q8_block_keys(keys, c0, block_keys, count, key_stride, (const uint8_t **)key);
             /* the pass that reads the keys from memory requests the rows Q8_LOOKAHEAD on */
             if (r0 == 0) {
-                prefetch_rows(keys, c0 + Q8_LOOKAHEAD, block_keys, key_stride, dim, 0);
-                for (int k = 0; k < block_keys; ++k)
+                for (int k = 0; k < block_keys; ++k) {
+                    prefetch_row_or_next(keys, keys_ahead, c0 + k, Q8_LOOKAHEAD, count, key_stride,
+                                         dim, 0);
                     if (ahead != NULL && c0 + k < count) prefetch_row_ahead(ahead, c0 + k);
+                }
             }
             float *target = scores + r0 * ATTN_DECODE_CHUNK + c0;
             if (block_rows == 4) {
@@ -651,25 +661,27 @@ static void accumulate_chunk_q8i(int rows, int count, int dim, const float *weig
 static void avx2_score_chunk_q8(attn_dtype dtype, int rows, int count, int dim,
                                 const void *queries, const uint8_t *keys, int64_t key_stride,
                                 const float *row_scales, float factor, float *scores,
-                                const attn_rows_ahead *ahead) {
+                                const attn_rows_ahead *ahead, const uint8_t *keys_ahead) {
     if (dtype == ATTN_DTYPE_Q8 && dim > Q8I_MOST_DIM)
         attn_q8_score_exact(rows, count, dim, queries, (const int8_t *)keys, key_stride,
                             row_scales, factor, scores, ATTN_DECODE_CHUNK);
     else if (dtype == ATTN_DTYPE_Q8)
         score_chunk_q8i(rows, count, dim, queries, (const int8_t *)keys, key_stride, row_scales,
-                        factor, scores, ahead);
+                        factor, scores, ahead, (const int8_t *)keys_ahead);
     else if (dtype == ATTN_DTYPE_FP8_E4M3)
         score_chunk_fp8_as(ATTN_DTYPE_FP8_E4M3, rows, count, dim, (const float *)queries, keys, key_stride,
-                           row_scales, factor, scores, ahead);
+                           row_scales, factor, scores, ahead, keys_ahead);
     else
         score_chunk_fp8_as(ATTN_DTYPE_FP8_E5M2, rows, count, dim, (const float *)queries, keys, key_stride,
-                           row_scales, factor, scores, ahead);
+                           row_scales, factor, scores, ahead, keys_ahead);
 }
 
 static void avx2_accumulate_chunk_q8(attn_dtype dtype, int rows, int count, int dim,
                                      const float *weights, const float *rescale,
                                      const uint8_t *values, int64_t value_stride,
-                                     const float *row_scales, float factor, float *accumulator) {
+                                     const float *row_scales, float factor, float *accumulator,
+                                     const uint8_t *values_ahead) {
+    (void)values_ahead; /* (the score kernel requested the values: accumulate_chunk_q8i) */
     if (dtype == ATTN_DTYPE_Q8)
         accumulate_chunk_q8i(rows, count, dim, weights, rescale, (const int8_t *)values,
                              value_stride, row_scales, factor, accumulator);

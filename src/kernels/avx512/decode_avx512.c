@@ -130,8 +130,8 @@ static void avx512_score_chunk_bf16(int rows, int count, int dim, const float *q
                 key[k] = keys + (c0 + k < count ? c0 + k : count - 1) * key_stride;
             if (r0 == 0 && rows >= PREFETCH_ROWS)
                 for (int k = 0; k < block_keys; ++k)
-                    prefetch_row_or_next(keys, keys_ahead, c0 + k + LOOKAHEAD, count,
-                                         key_stride, sizeof(uint16_t), dim * sizeof(uint16_t));
+                    prefetch_row_or_next(keys, keys_ahead, c0 + k, LOOKAHEAD, count,
+                                         key_stride * 2, dim * 2, 0);
             float out[16];
             if (block_rows == 4 && key_major) score_block_bf16(4, 4, 1, dim, row, key, out);
             else if (block_rows == 4) score_block_bf16(4, 4, 0, dim, row, key, out);
@@ -168,8 +168,8 @@ V_INLINE void accumulate_block_bf16(const int block_rows, const int segments, in
             weight[r] = _mm512_set1_ps(weights[r * ATTN_DECODE_CHUNK + c]);
         const uint16_t *value = values + c * value_stride + e0;
         if (prefetch)
-            prefetch_row_or_next(values, values_ahead, c + LOOKAHEAD, count, value_stride,
-                                 sizeof(uint16_t), dim * sizeof(uint16_t));
+            prefetch_row_or_next(values, values_ahead, c, LOOKAHEAD, count, value_stride * 2,
+                                 dim * 2, 0);
         for (int x = 0; x < segments; ++x) {
             __m512 value_even, value_odd;
             load_bf16_pairs(value + 32 * x, elements[x], &value_even, &value_odd);

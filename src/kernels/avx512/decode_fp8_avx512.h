@@ -129,7 +129,7 @@ FP8_TARGET static void FP8(score_rows4)(const attn_dtype format, int count, int 
                                         const float *queries, const uint8_t *keys,
                                         int64_t key_stride, const float *row_scales, float factor,
                                         float *scores, const attn_rows_ahead *ahead,
-                                        int requests) {
+                                        const uint8_t *keys_ahead, int requests) {
     const float format_factor = q8_format_factor(format);
     for (int c0 = 0; c0 < count; c0 += 4) {
         const int valid = count - c0 < 4 ? count - c0 : 4;
@@ -139,7 +139,8 @@ FP8_TARGET static void FP8(score_rows4)(const attn_dtype format, int count, int 
         if (requests)
             for (int k = 0; k < valid; ++k) {
                 if (ahead != NULL) prefetch_row_ahead(ahead, c0 + k);
-                prefetch_row_fp8(keys, c0 + k + Q8_LOOKAHEAD, key_stride, (size_t)dim);
+                prefetch_row_or_next(keys, keys_ahead, c0 + k, Q8_LOOKAHEAD, count, key_stride,
+                                     dim, 1);
             }
         const int64_t strides[4] = {0, s1, s2, s3};
         __m512 sums[16];
@@ -167,12 +168,13 @@ FP8_TARGET static void FP8(score_rows4)(const attn_dtype format, int count, int 
 FP8_TARGET static void FP8(score_chunk)(const attn_dtype format, int rows, int count, int dim,
                                         const float *queries, const uint8_t *keys,
                                         int64_t key_stride, const float *row_scales, float factor,
-                                        float *scores, const attn_rows_ahead *ahead) {
+                                        float *scores, const attn_rows_ahead *ahead,
+                                        const uint8_t *keys_ahead) {
     if (rows % 4 == 0 && dim % 32 == 0) { /* whole 4-row blocks (GQA groups of 4, 8, ..) */
         for (int r0 = 0; r0 < rows; r0 += 4)
             FP8(score_rows4)(format, count, dim, queries + (int64_t)r0 * dim, keys, key_stride,
                              row_scales, factor, scores + r0 * ATTN_DECODE_CHUNK, ahead,
-                             r0 == 0 && rows >= Q8_PREFETCH_ROWS);
+                             keys_ahead, r0 == 0 && rows >= Q8_PREFETCH_ROWS);
         return;
     }
     const int block_rows = rows >= 3 ? 4 : rows, block_keys = 16 / block_rows;
@@ -190,9 +192,11 @@ FP8_TARGET static void FP8(score_chunk)(const attn_dtype format, int rows, int c
                     if (ahead != NULL && c0 + k < count) /* registry.h: the chunk's values */
                         prefetch_row_ahead(ahead, c0 + k);
                     if (block_rows == 4) /* (a group of >= 3 rows) */
-                        prefetch_row_fp8(keys, c0 + k + Q8_LOOKAHEAD, key_stride, (size_t)dim);
+                        prefetch_row_or_next(keys, keys_ahead, c0 + k, Q8_LOOKAHEAD, count,
+                                             key_stride, dim, 1);
                     else
-                        prefetch_row_q8(keys, c0 + k + Q8_LOOKAHEAD, key_stride, (size_t)dim);
+                        prefetch_row_or_next(keys, keys_ahead, c0 + k, Q8_LOOKAHEAD, count,
+                                             key_stride, dim, 0);
                 }
             }
             float out[16];

@@ -52,7 +52,7 @@ FP8_LANES_TARGET static void score_rows4_e4m3_lanes(int count, int dim, const fl
                                                     const uint8_t *keys, int64_t key_stride,
                                                     const float *row_scales, float factor,
                                                     float *scores, const attn_rows_ahead *ahead,
-                                                    int requests) {
+                                                    const uint8_t *keys_ahead, int requests) {
     float permuted[4 * FP8_LANES_MOST_DIM] __attribute__((aligned(64)));
     for (int e = 0; e < 4 * dim; e += 64) {
         const __m512 n[4] = {_mm512_loadu_ps(queries + e), _mm512_loadu_ps(queries + e + 16),
@@ -71,7 +71,8 @@ FP8_LANES_TARGET static void score_rows4_e4m3_lanes(int count, int dim, const fl
         if (requests)
             for (int k = 0; k < valid; ++k) {
                 if (ahead != NULL) prefetch_row_ahead(ahead, c0 + k);
-                prefetch_row_fp8(keys, c0 + k + Q8_LOOKAHEAD, key_stride, (size_t)dim);
+                prefetch_row_or_next(keys, keys_ahead, c0 + k, Q8_LOOKAHEAD, count, key_stride,
+                                     dim, 1);
             }
         __m512 sums[16];
         for (int a = 0; a < 16; ++a) sums[a] = _mm512_setzero_ps();
@@ -147,16 +148,16 @@ FP8_LANES_TARGET static void accumulate_rows4_e4m3_lanes(int count, int dim, con
 static void score_chunk_e4m3_lanes(int rows, int count, int dim, const float *queries,
                                    const uint8_t *keys, int64_t key_stride,
                                    const float *row_scales, float factor, float *scores,
-                                   const attn_rows_ahead *ahead) {
+                                   const attn_rows_ahead *ahead, const uint8_t *keys_ahead) {
     if (rows % 4 != 0 || dim % 64 != 0 || dim > FP8_LANES_MOST_DIM) {
         score_chunk_fp8(ATTN_DTYPE_FP8_E4M3, rows, count, dim, queries, keys, key_stride,
-                        row_scales, factor, scores, ahead);
+                        row_scales, factor, scores, ahead, keys_ahead);
         return;
     }
     for (int r0 = 0; r0 < rows; r0 += 4)
         score_rows4_e4m3_lanes(count, dim, queries + (int64_t)r0 * dim, keys, key_stride,
                                row_scales, factor, scores + r0 * ATTN_DECODE_CHUNK, ahead,
-                               r0 == 0 && rows >= Q8_PREFETCH_ROWS);
+                               keys_ahead, r0 == 0 && rows >= Q8_PREFETCH_ROWS);
 }
 
 /* accumulate_chunk_q8 for E4M3 with GFNI, as score_chunk_e4m3_lanes. */

@@ -45,21 +45,14 @@
 #define Q8_LOOKAHEAD 32
 #endif
 
-/* prefetch_row for 1-byte rows: the `bytes` bytes of stored row `rows` rows of `stride` bytes
- * after `base` (which may lie past the pool; a prefetch never faults), into L2
- * (prefetch_row_q8: int8, and fp8 groups of 1-2 rows) or into L1 (prefetch_row_fp8: fp8
- * blocks of 3-4 rows, whose widening and FMAs keep the core busy long enough for the rows
- * to wait in L1). Context 32768, alternated runs, "vs bf16": GQA (4 rows) with every
- * request into L1, int8 1.67-1.74x, E4M3 1.44-1.47x; into L2 1.73-1.80x, 1.38x; PREFETCHT2
- * 1.72-1.75x, 1.37-1.39x; fp8 into L1 and int8 into L2: E4M3 1.39-1.42x -> 1.43-1.46x, E5M2
- * 1.43-1.47x -> 1.48-1.49x. MHA (1 row) fp8 into L1: E4M3 1.44-1.47x -> 1.31-1.33x. */
-V_INLINE void prefetch_row_q8(const void *base, int64_t rows, int64_t stride, size_t bytes) {
-    prefetch_rows(base, rows, 1, stride, (int64_t)bytes, 0);
-}
-
-V_INLINE void prefetch_row_fp8(const void *base, int64_t rows, int64_t stride, size_t bytes) {
-    prefetch_rows(base, rows, 1, stride, (int64_t)bytes, 1);
-}
+/* Requests of 1-byte rows (prefetch_row_or_next, decode_body.h: rows past the chunk in the
+ * next one, which the decode loop finds through the block table) go into L2 for int8 and fp8
+ * groups of 1-2 rows, into L1 for fp8 blocks of 3-4 rows, whose widening and FMAs keep the
+ * core busy long enough for the rows to wait in L1. Context 32768, alternated runs, "vs
+ * bf16": GQA (4 rows) with every request into L1, int8 1.67-1.74x, E4M3 1.44-1.47x; into L2
+ * 1.73-1.80x, 1.38x; PREFETCHT2 1.72-1.75x, 1.37-1.39x; fp8 into L1 and int8 into L2: E4M3
+ * 1.39-1.42x -> 1.43-1.46x, E5M2 1.43-1.47x -> 1.48-1.49x. MHA (1 row) fp8 into L1: E4M3
+ * 1.44-1.47x -> 1.31-1.33x. */
 
 /* 16 stored elements source[0 .. 16) (lanes outside `lanes` read as 0) as floats (E4M3:
  * value / 256). */
@@ -316,15 +309,16 @@ V_INLINE void add_unpacked_sums(float *row, int valid, __m512i low, __m512i high
 
 /* The stored rows of the key pair (c, c + 1) from column e0 (an odd last key pairs with
  * itself, at weight 0: nothing is read past the chunk); with `prefetch`, the rows
- * Q8_LOOKAHEAD further are requested whole. */
+ * Q8_LOOKAHEAD further (past the chunk: in the next one, values_ahead) are requested whole. */
 V_INLINE const int8_t *pair_rows(const int8_t *values, int c, int count, int e0,
                                  int64_t value_stride, int dim, int prefetch,
-                                 const int8_t **second) {
+                                 const int8_t *values_ahead, const int8_t **second) {
     const int8_t *first = values + c * value_stride + e0;
     *second = c + 1 < count ? first + value_stride : first;
     if (prefetch) {
-        prefetch_row_q8(values, c + Q8_LOOKAHEAD, value_stride, (size_t)dim);
-        prefetch_row_q8(values, c + 1 + Q8_LOOKAHEAD, value_stride, (size_t)dim);
+        prefetch_row_or_next(values, values_ahead, c, Q8_LOOKAHEAD, count, value_stride, dim, 0);
+        prefetch_row_or_next(values, values_ahead, c + 1, Q8_LOOKAHEAD, count, value_stride, dim,
+                             0);
     }
     return first;
 }
@@ -346,45 +340,46 @@ static int have_vnni(void) { return cpu()->avx512_vnni; }
 V_INLINE void score_chunk_q8_with(int extensions, attn_dtype dtype, int rows, int count, int dim,
                                   const void *queries, const uint8_t *keys, int64_t key_stride,
                                   const float *row_scales, float factor, float *scores,
-                                  const attn_rows_ahead *ahead) {
+                                  const attn_rows_ahead *ahead, const uint8_t *keys_ahead) {
     if (dtype == ATTN_DTYPE_Q8 && dim > Q8I_MOST_DIM)
         attn_q8_score_exact(rows, count, dim, queries, (const int8_t *)keys, key_stride,
                             row_scales, factor, scores, ATTN_DECODE_CHUNK);
     else if (dtype == ATTN_DTYPE_Q8 && extensions && have_vnni())
         score_chunk_vnni(rows, count, dim, queries, (const int8_t *)keys, key_stride, row_scales,
-                         factor, scores, ahead);
+                         factor, scores, ahead, (const int8_t *)keys_ahead);
     else if (dtype == ATTN_DTYPE_Q8)
         score_chunk_bw(rows, count, dim, queries, (const int8_t *)keys, key_stride, row_scales,
-                       factor, scores, ahead);
+                       factor, scores, ahead, (const int8_t *)keys_ahead);
     else if (dtype == ATTN_DTYPE_FP8_E4M3 && extensions && have_gfni())
         score_chunk_e4m3_lanes(rows, count, dim, (const float *)queries, keys, key_stride,
-                               row_scales, factor, scores, ahead);
+                               row_scales, factor, scores, ahead, keys_ahead);
     else if (dtype == ATTN_DTYPE_FP8_E4M3)
         score_chunk_fp8(ATTN_DTYPE_FP8_E4M3, rows, count, dim, (const float *)queries, keys,
-                        key_stride, row_scales, factor, scores, ahead);
+                        key_stride, row_scales, factor, scores, ahead, keys_ahead);
     else if (extensions && have_vbmi())
         score_chunk_fp8_vbmi(ATTN_DTYPE_FP8_E5M2, rows, count, dim, (const float *)queries, keys,
-                             key_stride, row_scales, factor, scores, ahead);
+                             key_stride, row_scales, factor, scores, ahead, keys_ahead);
     else
         score_chunk_fp8(ATTN_DTYPE_FP8_E5M2, rows, count, dim, (const float *)queries, keys,
-                        key_stride, row_scales, factor, scores, ahead);
+                        key_stride, row_scales, factor, scores, ahead, keys_ahead);
 }
 
 static void avx512_score_chunk_q8(attn_dtype dtype, int rows, int count, int dim,
                                   const void *queries, const uint8_t *keys, int64_t key_stride,
                                   const float *row_scales, float factor, float *scores,
-                                  const attn_rows_ahead *ahead) {
+                                  const attn_rows_ahead *ahead, const uint8_t *keys_ahead) {
     score_chunk_q8_with(1, dtype, rows, count, dim, queries, keys, key_stride, row_scales, factor,
-                        scores, ahead);
+                        scores, ahead, keys_ahead);
 }
 
 static void avx512_score_chunk_q8_baseline(attn_dtype dtype, int rows, int count, int dim,
                                            const void *queries, const uint8_t *keys,
                                            int64_t key_stride, const float *row_scales,
                                            float factor, float *scores,
-                                           const attn_rows_ahead *ahead) {
+                                           const attn_rows_ahead *ahead,
+                                           const uint8_t *keys_ahead) {
     score_chunk_q8_with(0, dtype, rows, count, dim, queries, keys, key_stride, row_scales, factor,
-                        scores, ahead);
+                        scores, ahead, keys_ahead);
 }
 
 /* accumulate_chunk_q8 with or without VNNI, VBMI and GFNI, as score_chunk_q8_with. */
@@ -392,13 +387,15 @@ V_INLINE void accumulate_chunk_q8_with(int extensions, attn_dtype dtype, int row
                                        int dim, const float *weights, const float *rescale,
                                        const uint8_t *values, int64_t value_stride,
                                        const float *row_scales, float factor,
-                                       float *accumulator) {
+                                       float *accumulator, const uint8_t *values_ahead) {
     if (dtype == ATTN_DTYPE_Q8 && extensions && have_vnni())
         accumulate_chunk_vnni(rows, count, dim, weights, rescale, (const int8_t *)values,
-                              value_stride, row_scales, factor, accumulator);
+                              value_stride, row_scales, factor, accumulator,
+                              (const int8_t *)values_ahead);
     else if (dtype == ATTN_DTYPE_Q8)
         accumulate_chunk_bw(rows, count, dim, weights, rescale, (const int8_t *)values,
-                            value_stride, row_scales, factor, accumulator);
+                            value_stride, row_scales, factor, accumulator,
+                            (const int8_t *)values_ahead);
     else if (dtype == ATTN_DTYPE_FP8_E4M3 && extensions && have_gfni())
         accumulate_chunk_e4m3_lanes(rows, count, dim, weights, rescale, values, value_stride,
                                     row_scales, factor, accumulator);
@@ -417,16 +414,17 @@ static void avx512_accumulate_chunk_q8(attn_dtype dtype, int rows, int count, in
                                        const float *weights, const float *rescale,
                                        const uint8_t *values, int64_t value_stride,
                                        const float *row_scales, float factor,
-                                       float *accumulator) {
+                                       float *accumulator, const uint8_t *values_ahead) {
     accumulate_chunk_q8_with(1, dtype, rows, count, dim, weights, rescale, values, value_stride,
-                             row_scales, factor, accumulator);
+                             row_scales, factor, accumulator, values_ahead);
 }
 
 static void avx512_accumulate_chunk_q8_baseline(attn_dtype dtype, int rows, int count, int dim,
                                                 const float *weights, const float *rescale,
                                                 const uint8_t *values, int64_t value_stride,
                                                 const float *row_scales, float factor,
-                                                float *accumulator) {
+                                                float *accumulator,
+                                                const uint8_t *values_ahead) {
     accumulate_chunk_q8_with(0, dtype, rows, count, dim, weights, rescale, values, value_stride,
-                             row_scales, factor, accumulator);
+                             row_scales, factor, accumulator, values_ahead);
 }

@@ -56,7 +56,8 @@ Q8I_TARGET V_INLINE __m512i Q8I(score_block)(const int block_rows, const int blo
 
 Q8I_TARGET static void Q8I(score_chunk)(int rows, int count, int dim, const void *prepared,
                              const int8_t *keys, int64_t key_stride, const float *row_scales,
-                             float factor, float *scores, const attn_rows_ahead *ahead) {
+                             float factor, float *scores, const attn_rows_ahead *ahead,
+                             const int8_t *keys_ahead) {
     float query_scale[4];
     float key_factors[ATTN_DECODE_CHUNK + 4] = {0}; /* factor * row scale of each key */
     for (int c = 0; c < count; ++c)
@@ -75,7 +76,8 @@ Q8I_TARGET static void Q8I(score_chunk)(int rows, int count, int dim, const void
                 key[k] = keys + (c0 + k < count ? c0 + k : count - 1) * key_stride;
             if (r0 == 0 && rows >= Q8_PREFETCH_ROWS)
                 for (int k = 0; k < block_keys; ++k)
-                    prefetch_row_q8(keys, c0 + k + Q8_LOOKAHEAD, key_stride, (size_t)dim);
+                    prefetch_row_or_next(keys, keys_ahead, c0 + k, Q8_LOOKAHEAD, count,
+                                         key_stride, dim, 0);
             if (r0 == 0 && ahead != NULL) /* registry.h: the chunk's values */
                 for (int k = 0; k < block_keys && c0 + k < count; ++k) prefetch_row_ahead(ahead, c0 + k);
             if (block_rows == 4) { /* scores = (key factor * query scale) * sum, 16 at once */
@@ -121,7 +123,8 @@ Q8I_TARGET static void Q8I(score_chunk)(int rows, int count, int dim, const void
 Q8I_TARGET V_INLINE void Q8I(accumulate_block)(const int block_rows, const int segments, int count, int e0,
                                     int width, int dim, const int16_t *w16, const float *scale,
                                     const float *rescale, const int8_t *values,
-                                    int64_t value_stride, float *accumulator, int prefetch) {
+                                    int64_t value_stride, float *accumulator, int prefetch,
+                                    const int8_t *values_ahead) {
     __mmask32 elements[2];
     for (int x = 0; x < segments; ++x) elements[x] = element_mask(width - 32 * x);
     __m512i low[4][2], high[4][2];
@@ -130,7 +133,8 @@ Q8I_TARGET V_INLINE void Q8I(accumulate_block)(const int block_rows, const int s
             low[r][x] = high[r][x] = _mm512_setzero_si512();
     for (int c = 0; c < count; c += 2) {
         const int8_t *second;
-        const int8_t *first = pair_rows(values, c, count, e0, value_stride, dim, prefetch, &second);
+        const int8_t *first = pair_rows(values, c, count, e0, value_stride, dim, prefetch,
+                                       values_ahead, &second);
         __m512i weight[4];
         for (int r = 0; r < block_rows; ++r) {
             int32_t pair;
@@ -183,7 +187,7 @@ Q8I_TARGET static void Q8I(accumulate_block4)(int count, int e0, int width, int 
                                               const int16_t *w16, const float *scale,
                                               const float *rescale, const int8_t *values,
                                               int64_t value_stride, float *accumulator,
-                                              int prefetch) {
+                                              int prefetch, const int8_t *values_ahead) {
     const __mmask32 elements0 = element_mask(width), elements1 = element_mask(width - 32);
     /* low_rx / high_rx: row r, segment x (accumulate_block's low[r][x], high[r][x]) */
     __m512i low_00 = _mm512_setzero_si512(), low_01 = low_00, low_10 = low_00, low_11 = low_00,
@@ -192,7 +196,8 @@ Q8I_TARGET static void Q8I(accumulate_block4)(int count, int e0, int width, int 
             high_20 = low_00, high_21 = low_00, high_30 = low_00, high_31 = low_00;
     for (int c = 0; c < count; c += 2) {
         const int8_t *second;
-        const int8_t *first = pair_rows(values, c, count, e0, value_stride, dim, prefetch, &second);
+        const int8_t *first = pair_rows(values, c, count, e0, value_stride, dim, prefetch,
+                                       values_ahead, &second);
         int32_t pair[4];
         for (int r = 0; r < 4; ++r) memcpy(&pair[r], w16 + r * ATTN_Q8_WEIGHT_STRIDE + c, sizeof pair[r]);
         const __m512i weight0 = _mm512_set1_epi32(pair[0]), weight1 = _mm512_set1_epi32(pair[1]);
@@ -217,7 +222,7 @@ Q8I_TARGET static void Q8I(accumulate_block4)(int count, int e0, int width, int 
 Q8I_TARGET static void Q8I(accumulate_chunk)(int rows, int count, int dim, const float *weights,
                                   const float *rescale, const int8_t *values,
                                   int64_t value_stride, const float *row_scales, float factor,
-                                  float *accumulator) {
+                                  float *accumulator, const int8_t *values_ahead) {
     const int prefetch = rows >= Q8_PREFETCH_ROWS;
     int16_t w16[4 * ATTN_Q8_WEIGHT_STRIDE] __attribute__((aligned(64)));
     float scale[4];
@@ -231,19 +236,19 @@ Q8I_TARGET static void Q8I(accumulate_chunk)(int rows, int count, int dim, const
             if (block_rows == 4)
                 Q8I(accumulate_block4)(count, e0, width, dim, w16, scale, rescale + r0, values,
                                        value_stride, accumulator + (int64_t)r0 * dim,
-                                       prefetch && r0 == 0 && e0 == 0);
+                                       prefetch && r0 == 0 && e0 == 0, values_ahead);
             else if (block_rows == 3)
                 Q8I(accumulate_block)(3, 2, count, e0, width, dim, w16, scale, rescale + r0,
                                       values, value_stride, accumulator + (int64_t)r0 * dim,
-                                      prefetch && r0 == 0 && e0 == 0);
+                                      prefetch && r0 == 0 && e0 == 0, values_ahead);
             else if (block_rows == 2)
                 Q8I(accumulate_block)(2, 2, count, e0, width, dim, w16, scale, rescale + r0,
                                       values, value_stride, accumulator + (int64_t)r0 * dim,
-                                      prefetch && r0 == 0 && e0 == 0);
+                                      prefetch && r0 == 0 && e0 == 0, values_ahead);
             else
                 Q8I(accumulate_block)(1, 2, count, e0, width, dim, w16, scale, rescale + r0,
                                       values, value_stride, accumulator + (int64_t)r0 * dim,
-                                      prefetch && r0 == 0 && e0 == 0);
+                                      prefetch && r0 == 0 && e0 == 0, values_ahead);
         }
     }
 }

@@ -113,8 +113,8 @@ static float dot_product_q8(int dim, const float *a, attn_dtype dtype, const uin
 static void generic_score_chunk_q8(attn_dtype dtype, int rows, int count, int dim,
                                    const void *prepared, const uint8_t *keys, int64_t key_stride,
                                    const float *row_scales, float factor, float *scores,
-                                   const attn_rows_ahead *ahead) {
-    (void)ahead; /* a prefetch hint */
+                                   const attn_rows_ahead *ahead, const uint8_t *keys_ahead) {
+    (void)ahead, (void)keys_ahead; /* prefetch hints */
     const float *queries = prepared; /* FP8: the float rows */
     if (dtype == ATTN_DTYPE_Q8) { /* int16 queries, exact integer sums (quant.h) */
         attn_q8_score_exact(rows, count, dim, prepared, (const int8_t *)keys, key_stride,
@@ -133,7 +133,8 @@ static void generic_accumulate_chunk_q8(attn_dtype dtype, int rows, int count, i
                                         const float *weights, const float *rescale,
                                         const uint8_t *values, int64_t value_stride,
                                         const float *row_scales, float factor,
-                                        float *accumulator) {
+                                        float *accumulator, const uint8_t *values_ahead) {
+    (void)values_ahead; /* a prefetch hint */
     if (dtype == ATTN_DTYPE_Q8) { /* int16 weights, exact integer sums (quant.h) */
         attn_q8_accumulate_exact(rows, count, dim, weights, rescale, (const int8_t *)values,
                                  value_stride, row_scales, factor, accumulator,

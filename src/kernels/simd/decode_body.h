@@ -81,19 +81,28 @@ V_INLINE void prefetch_row(const void *base, int64_t rows, int64_t stride, size_
     prefetch_rows(base, rows, 1, stride * (int64_t)element_size, (int64_t)bytes, 0);
 }
 
-/* Requests `bytes` bytes of row `row` of a chunk of `count` stored rows at `base`, `stride`
- * elements of `element_size` bytes apart, into L2. Rows past the chunk continue in the next
- * chunk, whose rows start at `next` with the same stride (registry.h keys_ahead /
- * values_ahead: the decode loop finds it through the block table, since with pages of 16
- * tokens the rows past a chunk lie in another page, in a shuffled pool another sequence's);
- * none when next is NULL. */
-V_INLINE void prefetch_row_or_next(const void *base, const void *next, int64_t row, int count,
-                                   int64_t stride, size_t element_size, size_t bytes) {
+/* The stored row `lookahead` rows after row c of a chunk of `count` rows at `base`, `stride`
+ * bytes apart (row_ahead: its address; prefetch_row_or_next: requests `bytes` bytes of it
+ * into L1 (into_l1, a constant) or L2). Past the chunk's end the row lies in the next chunk,
+ * whose rows start at `next`, as far into it as it would lie past the end (lookahead <
+ * count), else its row c (one chunk ahead: the chunk after the next is unknown here); none
+ * (NULL) when next is NULL. The decode loop finds the next chunk through the block table
+ * (registry.h keys_ahead / values_ahead): with pages of 16 tokens the rows past a chunk lie in
+ * another page, in a shuffled pool another sequence's. */
+V_INLINE const char *row_ahead(const void *base, const void *next, int c, const int lookahead,
+                               int count, int64_t stride) {
+    int64_t row = (int64_t)c + lookahead;
     if (row >= count) {
-        if (next == NULL) return;
-        base = next, row -= count;
+        if (next == NULL) return NULL;
+        base = next, row = lookahead >= count ? c : row - count;
     }
-    prefetch_rows(base, row, 1, stride * (int64_t)element_size, (int64_t)bytes, 0);
+    return (const char *)base + row * stride;
+}
+
+V_INLINE void prefetch_row_or_next(const void *base, const void *next, int c, const int lookahead,
+                                   int count, int64_t stride, int64_t bytes, const int into_l1) {
+    const char *row = row_ahead(base, next, c, lookahead, count, stride);
+    if (row != NULL) prefetch_rows(row, 0, 1, stride, bytes, into_l1);
 }
 
 /* Row c of `ahead` (registry.h attn_rows_ahead) into L2: the fp8 score kernels request each
