@@ -220,9 +220,11 @@ static void check_scores(const attn_kernels *k, int rows, int count, int dim, te
     float *scores = floats((size_t)rows * ATTN_DECODE_CHUNK, SENTINEL);
     float *again = floats((size_t)rows * ATTN_DECODE_CHUNK, SENTINEL);
     float *generic = floats((size_t)rows * ATTN_DECODE_CHUNK, SENTINEL);
-    k->decode.score_chunk(rows, count, dim, queries, keys, key_stride, scores);
-    k->decode.score_chunk(rows, count, dim, queries, keys, key_stride, again);
-    generic_registry()->decode.score_chunk(rows, count, dim, queries, keys, key_stride, generic);
+    /* (the keys again as the "next chunk" the kernel may request: a hint only) */
+    k->decode.score_chunk(rows, count, dim, queries, keys, key_stride, scores, keys);
+    k->decode.score_chunk(rows, count, dim, queries, keys, key_stride, again, NULL);
+    generic_registry()->decode.score_chunk(rows, count, dim, queries, keys, key_stride, generic,
+                                           NULL);
     double worst, worst_generic;
     int untouched = compare_scores(rows, count, scores, generic, exact, magnitude, &worst,
                                    &worst_generic);
@@ -236,8 +238,8 @@ static void check_scores(const attn_kernels *k, int rows, int count, int dim, te
         float *prepared = floats((size_t)prepared_floats, NAN);
         k->decode.prepare_group_queries(rows, dim, queries, prepared);
         for (int i = 0; i < rows * ATTN_DECODE_CHUNK; ++i) scores[i] = again[i] = SENTINEL;
-        k->decode.score_chunk_group(rows, count, dim, prepared, keys, key_stride, scores);
-        k->decode.score_chunk_group(rows, count, dim, prepared, keys, key_stride, again);
+        k->decode.score_chunk_group(rows, count, dim, prepared, keys, key_stride, scores, keys);
+        k->decode.score_chunk_group(rows, count, dim, prepared, keys, key_stride, again, NULL);
         untouched = compare_scores(rows, count, scores, generic, exact, magnitude, &worst,
                                    &worst_generic);
         CHECK(worst <= DOT_TOLERANCE && worst_generic <= DOT_TOLERANCE && untouched &&
@@ -253,7 +255,7 @@ static void check_scores(const attn_kernels *k, int rows, int count, int dim, te
         float *widened = floats((size_t)count * key_stride, 0.0f);
         generic_registry()->decode.bf16_to_f32(count * key_stride, keys_bf16, widened);
         generic_registry()->decode.score_chunk(rows, count, dim, queries, widened, key_stride,
-                                               generic);
+                                               generic, NULL);
         const int prepared_dim = ATTN_DECODE_PREPARED_DIM(dim);
         float *prepared = floats((size_t)rows * prepared_dim, NAN);
         const float *bf16_queries = queries;
@@ -386,7 +388,7 @@ static void check_accumulate(const attn_kernels *k, int rows, int count, int dim
         if (form == 0) {
             memcpy(widened, values, sizeof(float) * (size_t)count * value_stride);
             k->decode.accumulate_chunk(rows, count, dim, weights, rescale, values, value_stride,
-                                       accumulator);
+                                       accumulator, values);
         } else if (form == 1) {
             generic_registry()->decode.bf16_to_f32(count * value_stride, values_bf16, widened);
             k->decode.accumulate_chunk_bf16(rows, count, dim, weights, rescale, values_bf16,
@@ -405,7 +407,7 @@ static void check_accumulate(const attn_kernels *k, int rows, int count, int dim
             free(transposed);
         }
         generic_registry()->decode.accumulate_chunk(rows, count, dim, weights, rescale, widened,
-                                                    value_stride, generic);
+                                                    value_stride, generic, NULL);
         double worst = 0.0;
         for (int r = 0; r < rows; ++r)
             for (int e = 0; e < dim; ++e) {

@@ -617,7 +617,10 @@ static void run_task(const decode_plan *plan, decode_scratch *scratch, int64_t b
              * the library-owned time with those, 1.00-1.02x with these; docs/inference.md) */
             const uint8_t *next_keys = NULL, *next_values = NULL;
             int64_t next_page, next_slot;
-            if ((q8_scores_on_tiles || fused_bf16 || fused_q8) &&
+            /* (the rows read in place: 8-bit, bf16 in place, float32 storage) */
+            const bool in_place = q8_scores_on_tiles || fused_bf16 || fused_q8 ||
+                                  (dtype == ATTN_DTYPE_F32 && !tiles);
+            if (in_place &&
                 chunk_at(cache, table, last, key_end, &next_page, &next_slot) > 0) {
                 next_keys = attn_cache_key_address(cache, next_page, kv_head, next_slot);
                 next_values = attn_cache_value_address(cache, next_page, kv_head, next_slot);
@@ -662,12 +665,14 @@ static void run_task(const decode_plan *plan, decode_scratch *scratch, int64_t b
                 keys = chunk_rows(plan, stored_keys, key_scales, key_factor, count, Dk,
                                   cache->key_token_stride,
                                   scratch->keys, &key_stride);
+                /* (float32 storage read in place: the next chunk's rows; a buffer: none) */
+                const float *keys_ahead = keys == stored_keys ? (const float *)next_keys : NULL;
                 if (group)
                     kernels->score_chunk_group((int)rows, count, (int)Dk, scratch->prepared, keys,
-                                               key_stride, scores);
+                                               key_stride, scores, keys_ahead);
                 else
                     kernels->score_chunk((int)rows, count, (int)Dk, scratch->queries, keys,
-                                         key_stride, scores);
+                                         key_stride, scores, keys_ahead);
             }
             float scale = plan->scale;
             if (transform || !all_full) { /* the logit pipeline, then a softmax at scale 1 */
@@ -751,9 +756,18 @@ static void run_task(const decode_plan *plan, decode_scratch *scratch, int64_t b
                 if (cache->value_pool != NULL)
                     values = chunk_rows(plan, stored_values, value_scales, value_factor, count,
                                         Dv, stored_value_stride, scratch->values, &value_stride);
-                (group ? kernels->accumulate_chunk_group : kernels->accumulate_chunk)(
-                    (int)rows, count, (int)Dv, scores, rescale, values,
-                    value_stride, scratch->accumulator);
+                /* (float32 storage read in place: the next chunk's rows; a buffer: none) */
+                const float *values_ahead_f32 =
+                    values == stored_values ? (const float *)next_values
+                    : values == stored_keys ? (const float *)next_keys
+                                            : NULL;
+                if (group)
+                    kernels->accumulate_chunk_group((int)rows, count, (int)Dv, scores, rescale,
+                                                    values, value_stride, scratch->accumulator);
+                else
+                    kernels->accumulate_chunk((int)rows, count, (int)Dv, scores, rescale, values,
+                                              value_stride, scratch->accumulator,
+                                              values_ahead_f32);
             }
         }
         first = last;

@@ -237,9 +237,17 @@ typedef struct attn_decode_kernels {
     void (*widen_rows)(attn_dtype dtype, int count, int dim, const uint16_t *source,
                        int64_t stride, float *target);
     /* scores[r * ATTN_DECODE_CHUNK + c] = sum_d queries[r * dim + d] * keys[c * key_stride + d]
-     * for r < rows, c < count (<= ATTN_DECODE_CHUNK). */
+     * for r < rows, c < count (<= ATTN_DECODE_CHUNK).
+     * keys_ahead (here and in every score kernel below that has it), values_ahead (in the
+     * value kernels): NULL, or the first row of the next chunk (rows key_stride /
+     * value_stride apart as the chunk's), which the kernel may request once the rows it
+     * requests ahead of its own pass the chunk's end (a hint: never read, a request never
+     * faults). The decode loop passes the next chunk of stored rows read in place, found
+     * through the block table, so that with pages of 16 tokens the requests follow the
+     * sequence's pages rather than the pool's next page (another sequence's in a shuffled
+     * pool); NULL for rows converted into a buffer. */
     void (*score_chunk)(int rows, int count, int dim, const float *queries, const float *keys,
-                        int64_t key_stride, float *scores);
+                        int64_t key_stride, float *scores, const float *keys_ahead);
     /* The online-softmax step (above) for r < rows on the logits
      * x_c = scale * scores[r * ATTN_DECODE_CHUNK + c], c < count; p_c replaces them. */
     void (*softmax_chunk)(int rows, int count, float scale, float *scores, float *row_max,
@@ -250,18 +258,12 @@ typedef struct attn_decode_kernels {
      * A key whose weight is 0 may be skipped (its value is never read). */
     void (*accumulate_chunk)(int rows, int count, int dim, const float *weights,
                              const float *rescale, const float *values, int64_t value_stride,
-                             float *accumulator);
+                             float *accumulator, const float *values_ahead);
     /* Optional (NULL = convert to float32 first): score_chunk and accumulate_chunk reading
      * bfloat16 keys / values as stored (strides in elements), widening them in registers.
      * Used for small groups (rows <= ATTN_DECODE_FUSED_ROWS), where each stored element is
      * read once or twice, so a conversion pass through a buffer would cost more than it
-     * saves.
-     * keys_ahead / values_ahead: NULL, or the first row of the next chunk (rows key_stride /
-     * value_stride apart as the chunk's), which the kernel may request into L2 once the rows
-     * it requests ahead of its own pass the chunk's end (a hint: never read, a request never
-     * faults): the decode loop passes the next chunk found through the block table, so that
-     * with pages of 16 tokens the requests follow the sequence's pages rather than the
-     * pool's next page. */
+     * saves. keys_ahead / values_ahead: as for score_chunk. */
     void (*score_chunk_bf16)(int rows, int count, int dim, const float *queries,
                              const uint16_t *keys, int64_t key_stride, float *scores,
                              const uint16_t *keys_ahead);
@@ -283,7 +285,8 @@ typedef struct attn_decode_kernels {
      * first, once per chunk, by widen_rows: every row of the group reuses them). */
     void (*prepare_group_queries)(int rows, int dim, const float *queries, float *prepared);
     void (*score_chunk_group)(int rows, int count, int dim, const float *prepared,
-                              const float *keys, int64_t key_stride, float *scores);
+                              const float *keys, int64_t key_stride, float *scores,
+                              const float *keys_ahead);
     /* With score_chunk_group (NULL = accumulate_chunk): accumulate_chunk for a large group
      * whose accumulator is kept transposed for the whole task,
      *   accumulator[e * ATTN_DECODE_GROUP_STRIDE(rows) + r] = rescale[r] * itself +
@@ -375,8 +378,7 @@ typedef struct attn_decode_kernels {
      * kernels gained 4-5% from it), instead of requesting them all before the scores; the
      * AVX-512 fp8 P · V then requests nothing itself (docs/inference.md, "fp8: the values
      * requested during the scores").
-     * keys_ahead / values_ahead: NULL, or the next chunk's first key / value row, as for
-     * score_chunk_bf16 (requests past the chunk's end go there; hints only). */
+     * keys_ahead / values_ahead: as for score_chunk. */
     void (*score_chunk_q8)(attn_dtype dtype, int rows, int count, int dim, const void *queries,
                            const uint8_t *keys, int64_t key_stride, const float *row_scales,
                            float factor, float *scores, const attn_rows_ahead *ahead,

@@ -43,7 +43,9 @@ static float dot_product(int dim, const float *a, const float *b) {
 }
 
 static void generic_score_chunk(int rows, int count, int dim, const float *queries,
-                                const float *keys, int64_t key_stride, float *scores) {
+                                const float *keys, int64_t key_stride, float *scores,
+                                const float *keys_ahead) {
+    (void)keys_ahead; /* a prefetch hint */
     for (int c = 0; c < count; ++c)
         for (int r = 0; r < rows; ++r)
             scores[r * ATTN_DECODE_CHUNK + c] =
@@ -59,7 +61,9 @@ static void generic_softmax_chunk(int rows, int count, float scale, float *score
 
 static void generic_accumulate_chunk(int rows, int count, int dim, const float *weights,
                                      const float *rescale, const float *values,
-                                     int64_t value_stride, float *accumulator) {
+                                     int64_t value_stride, float *accumulator,
+                                     const float *values_ahead) {
+    (void)values_ahead; /* a prefetch hint */
     for (int r = 0; r < rows; ++r) {
         float *row = accumulator + (int64_t)r * dim;
         if (rescale[r] != 1.0f)

@@ -74,13 +74,6 @@ V_INLINE void prefetch_rows(const void *base, int64_t first, int count, int64_t 
         }
 }
 
-/* Requests the `bytes` bytes of the stored row `rows` rows of `stride` elements of
- * `element_size` bytes after `base` into L2. */
-V_INLINE void prefetch_row(const void *base, int64_t rows, int64_t stride, size_t element_size,
-                           size_t bytes) {
-    prefetch_rows(base, rows, 1, stride * (int64_t)element_size, (int64_t)bytes, 0);
-}
-
 /* The stored row `lookahead` rows after row c of a chunk of `count` rows at `base`, `stride`
  * bytes apart (row_ahead: its address; prefetch_row_or_next: requests `bytes` bytes of it
  * into L1 (into_l1, a constant) or L2). Past the chunk's end the row lies in the next chunk,
@@ -204,7 +197,7 @@ V_INLINE void score_block(const int block_rows, const int block_keys, const int 
 
 /* scores[r * ATTN_DECODE_CHUNK + c] = queries[r] . keys[c] for float32 keys. */
 static void score_chunk(int rows, int count, int dim, const float *queries, const float *keys,
-                        int64_t key_stride, float *scores) {
+                        int64_t key_stride, float *scores, const float *keys_ahead) {
     const int block_rows = rows >= 3 ? 4 : rows, block_keys = VLANES / block_rows;
     for (int r0 = 0; r0 < rows; r0 += block_rows)
         for (int c0 = 0; c0 < count; c0 += block_keys) {
@@ -217,8 +210,8 @@ static void score_chunk(int rows, int count, int dim, const float *queries, cons
                 key[k] = keys + (c0 + k < count ? c0 + k : count - 1) * key_stride;
             if (DECODE_PREFETCH && r0 == 0 && rows >= PREFETCH_ROWS) /* the pass that reads keys */
                 for (int k = 0; k < block_keys; ++k)
-                    prefetch_row(keys, c0 + k + LOOKAHEAD, key_stride, sizeof(float),
-                                 dim * sizeof(float));
+                    prefetch_row_or_next(keys, keys_ahead, c0 + k, LOOKAHEAD, count,
+                                         key_stride * 4, dim * 4, 0);
             float out[VLANES];
             /* 4 rows: always >= DIMENSION_MAJOR_ROWS; 1 row: always key after key */
             if (block_rows == 4) score_block(4, VLANES / 4, 0, dim, row, key, out);
@@ -292,7 +285,7 @@ static void softmax_chunk(int rows, int count, float scale, float *scores, float
 V_INLINE void accumulate_block(const int block_rows, const int vectors, int count, int e0,
                                int width, int dim, const float *weights, const float *rescale,
                                const float *values, int64_t value_stride, float *accumulator,
-                               int prefetch) {
+                               int prefetch, const float *values_ahead) {
     vmask masks[VALUE_VECTORS];
     for (int x = 0; x < vectors; ++x) masks[x] = vmask_first(width - VLANES * x);
     vf sums[VALUE_ROWS][VALUE_VECTORS];
@@ -308,7 +301,8 @@ V_INLINE void accumulate_block(const int block_rows, const int vectors, int coun
             weight[r] = vf_set1(weights[r * ATTN_DECODE_CHUNK + c]);
         const float *value = values + c * value_stride + e0;
         if (DECODE_PREFETCH && prefetch)
-            prefetch_row(values, c + LOOKAHEAD, value_stride, sizeof(float), dim * sizeof(float));
+            prefetch_row_or_next(values, values_ahead, c, LOOKAHEAD, count, value_stride * 4,
+                                 dim * 4, 0);
         for (int x = 0; x < vectors; ++x) {
             const vf value_vector = vf_maskz_loadu(masks[x], value + VLANES * x);
             for (int r = 0; r < block_rows; ++r)
@@ -325,12 +319,12 @@ V_INLINE void accumulate_block(const int block_rows, const int vectors, int coun
  * VLANES * VALUE_VECTORS floats. */
 V_INLINE void accumulate_rows(const int block_rows, int count, int dim, const float *weights,
                               const float *rescale, const float *values, int64_t value_stride,
-                              float *accumulator, int prefetch) {
+                              float *accumulator, int prefetch, const float *values_ahead) {
     enum { BLOCK = VLANES * VALUE_VECTORS };
     for (int e0 = 0; e0 < dim; e0 += BLOCK) {
         const int width = dim - e0 < BLOCK ? dim - e0 : BLOCK;
         accumulate_block(block_rows, VALUE_VECTORS, count, e0, width, dim, weights, rescale,
-                         values, value_stride, accumulator, prefetch && e0 == 0);
+                         values, value_stride, accumulator, prefetch && e0 == 0, values_ahead);
     }
 }
 
@@ -340,20 +334,21 @@ V_INLINE void accumulate_rows(const int block_rows, int count, int dim, const fl
  * slower on streamed values.) */
 static void accumulate_chunk(int rows, int count, int dim, const float *weights,
                              const float *rescale, const float *values, int64_t value_stride,
-                             float *accumulator) {
+                             float *accumulator, const float *values_ahead) {
     const int prefetch = rows >= PREFETCH_ROWS; /* by the first block, which reads memory */
     int r = 0;
     for (; r + VALUE_ROWS <= rows; r += VALUE_ROWS)
         accumulate_rows(VALUE_ROWS, count, dim, weights + r * ATTN_DECODE_CHUNK, rescale + r,
-                        values, value_stride, accumulator + (int64_t)r * dim, prefetch && r == 0);
+                        values, value_stride, accumulator + (int64_t)r * dim, prefetch && r == 0,
+                        values_ahead);
     const float *tail_weights = weights + r * ATTN_DECODE_CHUNK;
     float *tail = accumulator + (int64_t)r * dim;
     if (rows - r == 2) /* only when VALUE_ROWS is 3 */
         accumulate_rows(2, count, dim, tail_weights, rescale + r, values, value_stride, tail,
-                        prefetch && r == 0);
+                        prefetch && r == 0, values_ahead);
     else if (rows - r == 1)
         accumulate_rows(1, count, dim, tail_weights, rescale + r, values, value_stride, tail,
-                        prefetch && r == 0);
+                        prefetch && r == 0, values_ahead);
 }
 
 /* ---- 16-bit storage widened a chunk at a time ----
@@ -464,7 +459,8 @@ static void store_tile(int r0, int r_end, int count, const float *tile, float *s
 /* score_chunk_group (registry.h): scores of float32 keys for queries prepared by
  * prepare_group_queries. */
 static void score_chunk_group(int rows, int count, int dim, const float *prepared,
-                              const float *keys, int64_t key_stride, float *scores) {
+                              const float *keys, int64_t key_stride, float *scores,
+                              const float *keys_ahead) {
     const int stride = ATTN_DECODE_GROUP_STRIDE(rows);
     float tile[ATTN_DECODE_CHUNK * GROUP_TILE];
     for (int r0 = 0; r0 < rows; r0 += GROUP_TILE) {
@@ -476,8 +472,8 @@ static void score_chunk_group(int rows, int count, int dim, const float *prepare
                 key[k] = keys + (c0 + k < count ? c0 + k : count - 1) * key_stride;
             if (DECODE_PREFETCH && r0 == 0) /* the pass that reads the keys */
                 for (int k = 0; k < GROUP_KEYS; ++k)
-                    prefetch_row(keys, c0 + k + LOOKAHEAD, key_stride, sizeof(float),
-                                 dim * sizeof(float));
+                    prefetch_row_or_next(keys, keys_ahead, c0 + k, LOOKAHEAD, count,
+                                         key_stride * 4, dim * 4, 0);
             const float *columns = prepared + r0;
             float *block = tile + c0 * GROUP_TILE;
             if (vectors == GROUP_VECTORS) group_block(GROUP_VECTORS, dim, columns, stride, key, block);
