@@ -285,7 +285,7 @@ static void softmax_chunk(int rows, int count, float scale, float *scores, float
 V_INLINE void accumulate_block(const int block_rows, const int vectors, int count, int e0,
                                int width, int dim, const float *weights, const float *rescale,
                                const float *values, int64_t value_stride, float *accumulator,
-                               int prefetch, const float *values_ahead) {
+                               const int prefetch, const float *values_ahead) {
     vmask masks[VALUE_VECTORS];
     for (int x = 0; x < vectors; ++x) masks[x] = vmask_first(width - VLANES * x);
     vf sums[VALUE_ROWS][VALUE_VECTORS];
@@ -323,8 +323,12 @@ V_INLINE void accumulate_rows(const int block_rows, int count, int dim, const fl
     enum { BLOCK = VLANES * VALUE_VECTORS };
     for (int e0 = 0; e0 < dim; e0 += BLOCK) {
         const int width = dim - e0 < BLOCK ? dim - e0 : BLOCK;
-        accumulate_block(block_rows, VALUE_VECTORS, count, e0, width, dim, weights, rescale,
-                         values, value_stride, accumulator, prefetch && e0 == 0, values_ahead);
+        if (prefetch && e0 == 0) /* (the request a constant inside each block) */
+            accumulate_block(block_rows, VALUE_VECTORS, count, e0, width, dim, weights, rescale,
+                             values, value_stride, accumulator, 1, values_ahead);
+        else
+            accumulate_block(block_rows, VALUE_VECTORS, count, e0, width, dim, weights, rescale,
+                             values, value_stride, accumulator, 0, values_ahead);
     }
 }
 
