@@ -128,10 +128,13 @@ static void avx512_score_chunk_bf16(int rows, int count, int dim, const float *q
                 row[r] = queries + (int64_t)(r0 + r < rows ? r0 + r : rows - 1) * prepared_dim;
             for (int k = 0; k < block_keys; ++k)
                 key[k] = keys + (c0 + k < count ? c0 + k : count - 1) * key_stride;
-            if (r0 == 0 && rows >= PREFETCH_ROWS)
-                for (int k = 0; k < block_keys; ++k)
-                    prefetch_row_or_next(keys, keys_ahead, c0 + k, LOOKAHEAD, count,
-                                         key_stride * 2, dim * 2, 0);
+            if (r0 == 0 && rows >= PREFETCH_ROWS) {
+                /* (the block's rows ahead from its first one's: one test per block) */
+                const char *ahead_row = row_ahead(keys, keys_ahead, c0, LOOKAHEAD, count,
+                                                  key_stride * 2);
+                for (int k = 0; ahead_row != NULL && k < block_keys; ++k)
+                    prefetch_rows(ahead_row, k, 1, key_stride * 2, dim * 2, 0);
+            }
             float out[16];
             if (block_rows == 4 && key_major) score_block_bf16(4, 4, 1, dim, row, key, out);
             else if (block_rows == 4) score_block_bf16(4, 4, 0, dim, row, key, out);
@@ -149,7 +152,7 @@ V_INLINE void accumulate_block_bf16(const int block_rows, const int segments, in
                                     int e0, int width, int dim, const float *weights,
                                     const float *rescale, const uint16_t *values,
                                     int64_t value_stride, float *accumulator,
-                                    int prefetch, const uint16_t *values_ahead) {
+                                    const int prefetch, const uint16_t *values_ahead) {
     __mmask32 elements[4];
     for (int x = 0; x < segments; ++x) elements[x] = element_mask(width - 32 * x);
     __m512 even[4][4], odd[4][4];
@@ -194,9 +197,12 @@ V_INLINE void accumulate_rows_bf16(const int block_rows, const int segments, int
                                    const uint16_t *values_ahead) {
     for (int e0 = 0; e0 < dim; e0 += 32 * segments) {
         const int width = dim - e0 < 32 * segments ? dim - e0 : 32 * segments;
-        accumulate_block_bf16(block_rows, segments, count, e0, width, dim, weights, rescale,
-                              values, value_stride, accumulator, prefetch && e0 == 0,
-                              values_ahead);
+        if (prefetch && e0 == 0) /* (the request a constant inside each block) */
+            accumulate_block_bf16(block_rows, segments, count, e0, width, dim, weights, rescale,
+                                  values, value_stride, accumulator, 1, values_ahead);
+        else
+            accumulate_block_bf16(block_rows, segments, count, e0, width, dim, weights, rescale,
+                                  values, value_stride, accumulator, 0, values_ahead);
     }
 }
 

@@ -68,12 +68,14 @@ FP8_LANES_TARGET static void score_rows4_e4m3_lanes(int count, int dim, const fl
         const int64_t s1 = valid > 1 ? key_stride : 0, s2 = valid > 2 ? 2 * key_stride : s1,
                       s3 = valid > 3 ? 3 * key_stride : s2;
         const int64_t strides[4] = {0, s1, s2, s3};
-        if (requests)
+        if (requests) {
+            /* (the block's rows ahead from its first one's: one test per block, not per key) */
+            const char *row = row_ahead(keys, keys_ahead, c0, Q8_LOOKAHEAD, count, key_stride);
             for (int k = 0; k < valid; ++k) {
                 if (ahead != NULL) prefetch_row_ahead(ahead, c0 + k);
-                prefetch_row_or_next(keys, keys_ahead, c0 + k, Q8_LOOKAHEAD, count, key_stride,
-                                     dim, 1);
+                if (row != NULL) prefetch_rows(row, k, 1, key_stride, dim, 1);
             }
+        }
         __m512 sums[16];
         for (int a = 0; a < 16; ++a) sums[a] = _mm512_setzero_ps();
         for (int d = 0; d < dim; d += 64)

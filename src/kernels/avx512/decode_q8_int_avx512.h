@@ -74,10 +74,13 @@ Q8I_TARGET static void Q8I(score_chunk)(int rows, int count, int dim, const void
             const int8_t *key[16];
             for (int k = 0; k < block_keys; ++k)
                 key[k] = keys + (c0 + k < count ? c0 + k : count - 1) * key_stride;
-            if (r0 == 0 && rows >= Q8_PREFETCH_ROWS)
-                for (int k = 0; k < block_keys; ++k)
-                    prefetch_row_or_next(keys, keys_ahead, c0 + k, Q8_LOOKAHEAD, count,
-                                         key_stride, dim, 0);
+            if (r0 == 0 && rows >= Q8_PREFETCH_ROWS) {
+                /* (the block's rows ahead from its first one's: one test per block) */
+                const char *ahead_row =
+                    row_ahead(keys, keys_ahead, c0, Q8_LOOKAHEAD, count, key_stride);
+                for (int k = 0; ahead_row != NULL && k < block_keys; ++k)
+                    prefetch_rows(ahead_row, k, 1, key_stride, dim, 0);
+            }
             if (r0 == 0 && ahead != NULL) /* registry.h: the chunk's values */
                 for (int k = 0; k < block_keys && c0 + k < count; ++k) prefetch_row_ahead(ahead, c0 + k);
             if (block_rows == 4) { /* scores = (key factor * query scale) * sum, 16 at once */
