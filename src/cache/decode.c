@@ -593,7 +593,10 @@ static void run_task(const decode_plan *plan, decode_scratch *scratch, int64_t b
             const int64_t stored_value_stride = attn_cache_value_row_stride(cache);
             /* (the tile kernels request the next chunk's rows themselves) */
             const bool own_prefetch = group || tiles || q8_scores_on_tiles;
-            if (!own_prefetch && rows > ATTN_DECODE_FUSED_ROWS) /* widened, then many FMAs per key */
+            /* chunks widened into a buffer (fp16, and fp8 / bf16 groups of > 4 rows) whose
+             * kernels read the buffer; float32 rows read in place by > 4 rows too */
+            const bool widened = !fused_bf16 && !fused_q8 && dtype != ATTN_DTYPE_F32;
+            if (!own_prefetch && (rows > ATTN_DECODE_FUSED_ROWS || (widened && rows >= 2)))
                 prefetch_chunk(cache, table, kv_head, last, key_end);
             const attn_rows_ahead ahead = {stored_values, stored_value_stride * element_size,
                                            (int)Dv};
