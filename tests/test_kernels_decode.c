@@ -577,7 +577,8 @@ static void check_q8(const attn_kernels *k, int f, int rows, int count, int dim,
 
     /* dequantize_rows: exactly (factor * scale) * value */
     float *target = floats((size_t)count * dim, SENTINEL);
-    k->decode.dequantize_rows(format, count, dim, stored, stride, scales, factor, target);
+    k->decode.dequantize_rows(format, count, dim, stored, stride, scales, factor, target,
+                              stored); /* (the rows again as the "next chunk": a hint only) */
     int exact = target[(size_t)count * dim] == SENTINEL;
     for (int c = 0; c < count; ++c)
         for (int e = 0; e < dim; ++e)

@@ -271,10 +271,12 @@ static void scratch_carve(decode_scratch *scratch, const size_t bytes[SCRATCH_PA
 
 /* Pointer to `count` float32 rows of keys (values) of tokens [token, token + count) of one
  * head, all in one page: the stored rows themselves for F32, else converted into `buffer`
- * (8-bit formats: dequantised with their row scales and head factor, kernels/quant.h). */
+ * (8-bit formats: dequantised with their row scales and head factor, kernels/quant.h, the
+ * conversion requesting the next chunk's rows `next` as it goes: NULL for none). */
 static const float *chunk_rows(const decode_plan *plan, const void *stored,
                                const float *row_scales, float factor, int64_t count,
-                               int64_t dim, int64_t row_stride, float *buffer, int64_t *stride) {
+                               int64_t dim, int64_t row_stride, const void *next, float *buffer,
+                               int64_t *stride) {
     const attn_kv_cache *cache = plan->cache;
     if (cache->config.dtype == ATTN_DTYPE_F32) {
         *stride = row_stride;
@@ -283,7 +285,7 @@ static const float *chunk_rows(const decode_plan *plan, const void *stored,
     *stride = dim;
     if (attn_dtype_is_quantized(cache->config.dtype)) {
         plan->kernels->decode.dequantize_rows(cache->config.dtype, (int)count, (int)dim, stored,
-                                              row_stride, row_scales, factor, buffer);
+                                              row_stride, row_scales, factor, buffer, next);
         return buffer;
     }
     /* one call per chunk, strided (token-major pages) or not */
@@ -593,10 +595,17 @@ static void run_task(const decode_plan *plan, decode_scratch *scratch, int64_t b
             const int64_t stored_value_stride = attn_cache_value_row_stride(cache);
             /* (the tile kernels request the next chunk's rows themselves) */
             const bool own_prefetch = group || tiles || q8_scores_on_tiles;
-            /* chunks widened into a buffer (fp16, and fp8 / bf16 groups of > 4 rows) whose
-             * kernels read the buffer; float32 rows read in place by > 4 rows too */
-            const bool widened = !fused_bf16 && !fused_q8 && dtype != ATTN_DTYPE_F32;
-            if (!own_prefetch && (rows > ATTN_DECODE_FUSED_ROWS || (widened && rows >= 2)))
+            /* The next chunk in one burst: for chunks widened from 16-bit storage into a
+             * buffer (fp16, and bf16 groups of > 4 rows), and for > 4 rows read in place
+             * (float32, int8 on AVX2). 8-bit chunks dequantised into a buffer request the next
+             * chunk's rows as they convert (chunk_rows): fp8 with float32 queries, 8 rows,
+             * flash-attn's pages, E5M2 1.083-1.092x the library-owned time with the burst,
+             * 1.062-1.064x so (docs/inference.md). */
+            const bool quantized = attn_dtype_is_quantized(dtype);
+            const bool dequantized = quantized && !fused_q8;
+            const bool widens16 = !quantized && !fused_bf16 && dtype != ATTN_DTYPE_F32;
+            if (!own_prefetch && !dequantized &&
+                (rows > ATTN_DECODE_FUSED_ROWS || (widens16 && rows >= 2)))
                 prefetch_chunk(cache, table, kv_head, last, key_end);
             const attn_rows_ahead ahead = {stored_values, stored_value_stride * element_size,
                                            (int)Dv};
@@ -623,7 +632,7 @@ static void run_task(const decode_plan *plan, decode_scratch *scratch, int64_t b
             /* (the rows read in place: 8-bit, bf16 in place, float32 storage) */
             const bool in_place = q8_scores_on_tiles || fused_bf16 || fused_q8 ||
                                   (dtype == ATTN_DTYPE_F32 && !tiles);
-            if (in_place &&
+            if ((in_place || (dequantized && !own_prefetch)) &&
                 chunk_at(cache, table, last, key_end, &next_page, &next_slot) > 0) {
                 next_keys = attn_cache_key_address(cache, next_page, kv_head, next_slot);
                 next_values = attn_cache_value_address(cache, next_page, kv_head, next_slot);
@@ -666,8 +675,7 @@ static void run_task(const decode_plan *plan, decode_scratch *scratch, int64_t b
                                         next_keys);
             else {
                 keys = chunk_rows(plan, stored_keys, key_scales, key_factor, count, Dk,
-                                  cache->key_token_stride,
-                                  scratch->keys, &key_stride);
+                                  cache->key_token_stride, next_keys, scratch->keys, &key_stride);
                 /* (float32 storage read in place: the next chunk's rows; a buffer: none) */
                 const float *keys_ahead = keys == stored_keys ? (const float *)next_keys : NULL;
                 if (group)
@@ -758,7 +766,8 @@ static void run_task(const decode_plan *plan, decode_scratch *scratch, int64_t b
                 value_stride = key_stride;
                 if (cache->value_pool != NULL)
                     values = chunk_rows(plan, stored_values, value_scales, value_factor, count,
-                                        Dv, stored_value_stride, scratch->values, &value_stride);
+                                        Dv, stored_value_stride, next_values, scratch->values,
+                                        &value_stride);
                 /* (float32 storage read in place: the next chunk's rows; a buffer: none) */
                 const float *values_ahead_f32 =
                     values == stored_values ? (const float *)next_values

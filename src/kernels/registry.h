@@ -349,10 +349,14 @@ typedef struct attn_decode_kernels {
      * (row_scales: Q8's per-token scales, NULL = 1; factor: FP8's per-head scale, else 1).
      * Pointers, strides and scales only, no cache: the same slots serve any cache layout.
      * dequantize_rows: target[c * dim + e] = x_c[e] for c < count, e < dim, rounded as
-     * (factor * row_scales[c]) * decode (the scales' product first). Required. */
+     * (factor * row_scales[c]) * decode (the scales' product first). Required.
+     * rows_ahead: NULL, or the first of the next chunk's rows (stride apart as these), of
+     * which the kernel may request row c into L2 as it converts row c (a hint: never read;
+     * the decode loop passes the next chunk found through the block table: spread over the
+     * conversion, these requests measured faster than the same ones in a burst before it). */
     void (*dequantize_rows)(attn_dtype dtype, int count, int dim, const uint8_t *source,
                             int64_t stride, const float *row_scales, float factor,
-                            float *target);
+                            float *target, const uint8_t *rows_ahead);
     /* FP8 (E4M3, E5M2) only: target[c * dim + e] = the bf16 bits of decode(dtype,
      * source[c * stride + e]) for c < count, e < dim, exact (every fp8 value is a bf16
      * value; no scale). Required. The bf16 tiles' operands for fp8 storage. */

@@ -79,8 +79,10 @@ V_INLINE void fp8_widen16(const attn_dtype format, __m128i bytes, __m256 out[2])
 /* ---- dequantize_rows ---- */
 static void dequantize_rows_as(const attn_dtype format, int count, int dim,
                                const uint8_t *source, int64_t stride, const float *row_scales,
-                               float factor, float *target) {
+                               float factor, float *target, const uint8_t *rows_ahead) {
     for (int c = 0; c < count; ++c) {
+        if (rows_ahead != NULL) /* the next chunk's row c (registry.h) */
+            prefetch_rows(rows_ahead, c, 1, stride, dim, 0);
         const float scale = row_scales != NULL ? factor * row_scales[c] : factor;
         const __m256 scale_vector = _mm256_set1_ps(scale * q8_format_factor(format));
         float *row = target + (int64_t)c * dim;
@@ -104,15 +106,16 @@ static void dequantize_rows_as(const attn_dtype format, int count, int dim,
 
 static void avx2_dequantize_rows(attn_dtype dtype, int count, int dim, const uint8_t *source,
                                  int64_t stride, const float *row_scales, float factor,
-                                 float *target) {
+                                 float *target, const uint8_t *rows_ahead) {
     if (dtype == ATTN_DTYPE_Q8)
-        dequantize_rows_as(ATTN_DTYPE_Q8, count, dim, source, stride, row_scales, factor, target);
+        dequantize_rows_as(ATTN_DTYPE_Q8, count, dim, source, stride, row_scales, factor, target,
+                           rows_ahead);
     else if (dtype == ATTN_DTYPE_FP8_E4M3)
         dequantize_rows_as(ATTN_DTYPE_FP8_E4M3, count, dim, source, stride, row_scales, factor,
-                           target);
+                           target, rows_ahead);
     else
         dequantize_rows_as(ATTN_DTYPE_FP8_E5M2, count, dim, source, stride, row_scales, factor,
-                           target);
+                           target, rows_ahead);
 }
 
 /* ---- fp8 scores ---- */

@@ -138,10 +138,11 @@ FP8_TARGET static void FP8(score_rows4)(const attn_dtype format, int count, int 
                       s3 = valid > 3 ? 3 * key_stride : s2;
         if (requests) {
             /* (the block's rows ahead from its first one's: one test per block, not per key) */
-            const char *row = row_ahead(keys, keys_ahead, c0, Q8_LOOKAHEAD, count, key_stride);
+            const char *ahead_row =
+                row_ahead(keys, keys_ahead, c0, Q8_LOOKAHEAD, count, key_stride);
             for (int k = 0; k < valid; ++k) {
                 if (ahead != NULL) prefetch_row_ahead(ahead, c0 + k);
-                if (row != NULL) prefetch_rows(row, k, 1, key_stride, dim, 1);
+                if (ahead_row != NULL) prefetch_rows(ahead_row, k, 1, key_stride, dim, 1);
             }
         }
         const int64_t strides[4] = {0, s1, s2, s3};
@@ -191,14 +192,15 @@ FP8_TARGET static void FP8(score_chunk)(const attn_dtype format, int rows, int c
                 key[k] = keys + (c0 + k < count ? c0 + k : count - 1) * key_stride;
             if (r0 == 0 && rows >= Q8_PREFETCH_ROWS) {
                 /* (the block's rows ahead from its first one's, as score_rows4) */
-                const char *row = row_ahead(keys, keys_ahead, c0, Q8_LOOKAHEAD, count, key_stride);
+                const char *ahead_row =
+                row_ahead(keys, keys_ahead, c0, Q8_LOOKAHEAD, count, key_stride);
                 for (int k = 0; k < block_keys; ++k) {
                     if (ahead != NULL && c0 + k < count) /* registry.h: the chunk's values */
                         prefetch_row_ahead(ahead, c0 + k);
-                    if (row != NULL && block_rows == 4) /* (a group of >= 3 rows) */
-                        prefetch_rows(row, k, 1, key_stride, dim, 1);
-                    else if (row != NULL)
-                        prefetch_rows(row, k, 1, key_stride, dim, 0);
+                    if (ahead_row != NULL && block_rows == 4) /* (a group of >= 3 rows) */
+                        prefetch_rows(ahead_row, k, 1, key_stride, dim, 1);
+                    else if (ahead_row != NULL)
+                        prefetch_rows(ahead_row, k, 1, key_stride, dim, 0);
                 }
             }
             float out[16];

@@ -70,10 +70,11 @@ FP8_LANES_TARGET static void score_rows4_e4m3_lanes(int count, int dim, const fl
         const int64_t strides[4] = {0, s1, s2, s3};
         if (requests) {
             /* (the block's rows ahead from its first one's: one test per block, not per key) */
-            const char *row = row_ahead(keys, keys_ahead, c0, Q8_LOOKAHEAD, count, key_stride);
+            const char *ahead_row =
+                row_ahead(keys, keys_ahead, c0, Q8_LOOKAHEAD, count, key_stride);
             for (int k = 0; k < valid; ++k) {
                 if (ahead != NULL) prefetch_row_ahead(ahead, c0 + k);
-                if (row != NULL) prefetch_rows(row, k, 1, key_stride, dim, 1);
+                if (ahead_row != NULL) prefetch_rows(ahead_row, k, 1, key_stride, dim, 1);
             }
         }
         __m512 sums[16];

@@ -67,8 +67,10 @@ V_INLINE __m512 load_q8(const attn_dtype format, const uint8_t *source, __mmask1
 
 static void dequantize_rows_as(const attn_dtype format, int count, int dim,
                                const uint8_t *source, int64_t stride, const float *row_scales,
-                               float factor, float *target) {
+                               float factor, float *target, const uint8_t *rows_ahead) {
     for (int c = 0; c < count; ++c) {
+        if (rows_ahead != NULL) /* the next chunk's row c (registry.h) */
+            prefetch_rows(rows_ahead, c, 1, stride, dim, 0);
         const float scale = row_scales != NULL ? factor * row_scales[c] : factor;
         const __m512 scale_vector = _mm512_set1_ps(scale * q8_format_factor(format));
         for (int e = 0; e < dim; e += 16) {
@@ -82,15 +84,16 @@ static void dequantize_rows_as(const attn_dtype format, int count, int dim,
 
 static void avx512_dequantize_rows(attn_dtype dtype, int count, int dim, const uint8_t *source,
                                    int64_t stride, const float *row_scales, float factor,
-                                   float *target) {
+                                   float *target, const uint8_t *rows_ahead) {
     if (dtype == ATTN_DTYPE_Q8)
-        dequantize_rows_as(ATTN_DTYPE_Q8, count, dim, source, stride, row_scales, factor, target);
+        dequantize_rows_as(ATTN_DTYPE_Q8, count, dim, source, stride, row_scales, factor, target,
+                           rows_ahead);
     else if (dtype == ATTN_DTYPE_FP8_E4M3)
         dequantize_rows_as(ATTN_DTYPE_FP8_E4M3, count, dim, source, stride, row_scales, factor,
-                           target);
+                           target, rows_ahead);
     else
         dequantize_rows_as(ATTN_DTYPE_FP8_E5M2, count, dim, source, stride, row_scales, factor,
-                           target);
+                           target, rows_ahead);
 }
 
 /* registry.h widen_fp8_bf16: load_q8's floats (E4M3: value / 256) times the power of two

@@ -85,7 +85,8 @@ static float row_factor(const float *row_scales, int c, float factor) {
 
 static void generic_dequantize_rows(attn_dtype dtype, int count, int dim, const uint8_t *source,
                                     int64_t stride, const float *row_scales, float factor,
-                                    float *target) {
+                                    float *target, const uint8_t *rows_ahead) {
+    (void)rows_ahead; /* a prefetch hint */
     for (int c = 0; c < count; ++c) {
         const float scale = row_factor(row_scales, c, factor);
         for (int e = 0; e < dim; ++e)
