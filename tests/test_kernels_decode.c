@@ -135,8 +135,9 @@ static void test_conversions(const attn_kernels *k, test_rng *rng) {
                 for (int gap = 0; gap <= 3; gap += 3) {
                     const int stride = dim + gap, rows = (count - dim) / stride + 1;
                     float *wide = floats((size_t)rows * dim, SENTINEL);
+                    /* with and without the next chunk to request (a hint: the same result) */
                     k->decode.widen_rows(format == 0 ? ATTN_DTYPE_BF16 : ATTN_DTYPE_F16, rows, dim,
-                                         source, stride, wide);
+                                         source, stride, wide, gap == 0 ? NULL : source);
                     int same = wide[rows * dim] == SENTINEL;
                     for (int c = 0; c < rows; ++c)
                         for (int e = 0; e < dim; ++e) {

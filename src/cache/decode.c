@@ -271,8 +271,8 @@ static void scratch_carve(decode_scratch *scratch, const size_t bytes[SCRATCH_PA
 
 /* Pointer to `count` float32 rows of keys (values) of tokens [token, token + count) of one
  * head, all in one page: the stored rows themselves for F32, else converted into `buffer`
- * (8-bit formats: dequantised with their row scales and head factor, kernels/quant.h, the
- * conversion requesting the next chunk's rows `next` as it goes: NULL for none). */
+ * (8-bit formats: dequantised with their row scales and head factor, kernels/quant.h), the
+ * conversion requesting the next chunk's rows `next` as it goes (NULL for none). */
 static const float *chunk_rows(const decode_plan *plan, const void *stored,
                                const float *row_scales, float factor, int64_t count,
                                int64_t dim, int64_t row_stride, const void *next, float *buffer,
@@ -290,7 +290,7 @@ static const float *chunk_rows(const decode_plan *plan, const void *stored,
     }
     /* one call per chunk, strided (token-major pages) or not */
     plan->kernels->decode.widen_rows(cache->config.dtype, (int)count, (int)dim, stored,
-                                     row_stride, buffer);
+                                     row_stride, buffer, next);
     return buffer;
 }
 
@@ -360,12 +360,11 @@ static int64_t chunk_at(const attn_kv_cache *cache, const int32_t *table, int64_
 }
 
 /* Requests the stored keys (and values) of tokens [first, min(first + chunk, key_end, the
- * end of first's page)) of head kv_head: the chunk after the current one, for the groups of
- * ATTN_DECODE_FUSED_ROWS < rows < ATTN_DECODE_GROUP_ROWS that widen a chunk into a buffer
- * and then score it (the kernels' own lookahead then reads the buffer, and with pages of 16
- * tokens the next chunk is elsewhere). Measured (one thread, bf16, pages of 16, 8 rows)
- * 5-7% faster; slower for groups of <= 4 rows (whose kernels prefetch in place) and for
- * large groups (where the burst of requests stalls the arithmetic it should overlap). */
+ * end of first's page)) of head kv_head: the chunk after the current one, in one burst, for
+ * groups of > ATTN_DECODE_FUSED_ROWS rows that read float32 (or, on AVX2, int8) rows in place
+ * (their kernels' requests reach only LOOKAHEAD rows ahead). Slower for large groups (where
+ * the burst stalls the arithmetic it should overlap) and for chunks converted into a buffer,
+ * whose conversion requests the next chunk row by row (chunk_rows). */
 static void prefetch_chunk(const attn_kv_cache *cache, const int32_t *table, int64_t kv_head,
                            int64_t first, int64_t key_end) {
     int64_t page, slot;
@@ -595,17 +594,16 @@ static void run_task(const decode_plan *plan, decode_scratch *scratch, int64_t b
             const int64_t stored_value_stride = attn_cache_value_row_stride(cache);
             /* (the tile kernels request the next chunk's rows themselves) */
             const bool own_prefetch = group || tiles || q8_scores_on_tiles;
-            /* The next chunk in one burst: for chunks widened from 16-bit storage into a
-             * buffer (fp16, and bf16 groups of > 4 rows), and for > 4 rows read in place
-             * (float32, int8 on AVX2). 8-bit chunks dequantised into a buffer request the next
-             * chunk's rows as they convert (chunk_rows): fp8 with float32 queries, 8 rows,
-             * flash-attn's pages, E5M2 1.083-1.092x the library-owned time with the burst,
-             * 1.062-1.064x so (docs/inference.md). */
+            /* Chunks converted into a buffer (16-bit widened, 8-bit dequantised) request the
+             * next chunk's rows as they convert (chunk_rows), found through the block table:
+             * against the burst of prefetch_chunk before the conversion, bf16 and fp8 8-row
+             * groups decode 5-12% faster (docs/inference.md). The burst stays for > 4 rows
+             * read in place (float32, int8 on AVX2), whose kernels request only the rows a
+             * lookahead ahead of their own. */
             const bool quantized = attn_dtype_is_quantized(dtype);
-            const bool dequantized = quantized && !fused_q8;
-            const bool widens16 = !quantized && !fused_bf16 && dtype != ATTN_DTYPE_F32;
-            if (!own_prefetch && !dequantized &&
-                (rows > ATTN_DECODE_FUSED_ROWS || (widens16 && rows >= 2)))
+            const bool converted = (quantized && !fused_q8) ||
+                                   (!quantized && !fused_bf16 && dtype != ATTN_DTYPE_F32);
+            if (!own_prefetch && !converted && rows > ATTN_DECODE_FUSED_ROWS)
                 prefetch_chunk(cache, table, kv_head, last, key_end);
             const attn_rows_ahead ahead = {stored_values, stored_value_stride * element_size,
                                            (int)Dv};
@@ -632,7 +630,7 @@ static void run_task(const decode_plan *plan, decode_scratch *scratch, int64_t b
             /* (the rows read in place: 8-bit, bf16 in place, float32 storage) */
             const bool in_place = q8_scores_on_tiles || fused_bf16 || fused_q8 ||
                                   (dtype == ATTN_DTYPE_F32 && !tiles);
-            if ((in_place || (dequantized && !own_prefetch)) &&
+            if ((in_place || (converted && !own_prefetch)) &&
                 chunk_at(cache, table, last, key_end, &next_page, &next_slot) > 0) {
                 next_keys = attn_cache_key_address(cache, next_page, kv_head, next_slot);
                 next_values = attn_cache_value_address(cache, next_page, kv_head, next_slot);

@@ -233,9 +233,10 @@ typedef struct attn_decode_kernels {
     void (*f16_to_f32)(int64_t count, const uint16_t *source, float *target);
     /* target[c * dim + e] = float(source[c * stride + e]) for c < count, e < dim: `count`
      * stored rows of bfloat16 (dtype BF16) or IEEE half (F16) elements, `stride` elements
-     * apart, widened into dense rows in one call (a chunk of keys or values). */
+     * apart, widened into dense rows in one call (a chunk of keys or values). rows_ahead:
+     * as for dequantize_rows (below). */
     void (*widen_rows)(attn_dtype dtype, int count, int dim, const uint16_t *source,
-                       int64_t stride, float *target);
+                       int64_t stride, float *target, const uint16_t *rows_ahead);
     /* scores[r * ATTN_DECODE_CHUNK + c] = sum_d queries[r * dim + d] * keys[c * key_stride + d]
      * for r < rows, c < count (<= ATTN_DECODE_CHUNK).
      * keys_ahead (here and in every score kernel below that has it), values_ahead (in the

@@ -20,7 +20,8 @@ static void generic_f16_to_f32(int64_t count, const uint16_t *source, float *tar
 }
 
 static void generic_widen_rows(attn_dtype dtype, int count, int dim, const uint16_t *source,
-                               int64_t stride, float *target) {
+                               int64_t stride, float *target, const uint16_t *rows_ahead) {
+    (void)rows_ahead; /* a prefetch hint */
     for (int c = 0; c < count; ++c)
         for (int e = 0; e < dim; ++e)
             target[(int64_t)c * dim + e] = dtype == ATTN_DTYPE_BF16

@@ -360,14 +360,18 @@ static void accumulate_chunk(int rows, int count, int dim, const float *weights,
  * apart, into dense float32 rows, in one call per chunk (strided rows, as in a token-major
  * page [page, slot, head, D], cost one call per row before). */
 static void widen_rows(attn_dtype dtype, int count, int dim, const uint16_t *source,
-                       int64_t stride, float *target) {
+                       int64_t stride, float *target, const uint16_t *rows_ahead) {
     void (*convert)(int64_t, const uint16_t *, float *) =
         dtype == ATTN_DTYPE_BF16 ? bf16_to_f32 : f16_to_f32;
-    if (stride == dim) { /* contiguous rows: one pass */
+    if (stride == dim && rows_ahead == NULL) { /* contiguous rows: one pass */
         convert((int64_t)count * dim, source, target);
         return;
     }
-    for (int c = 0; c < count; ++c) convert(dim, source + c * stride, target + (int64_t)c * dim);
+    for (int c = 0; c < count; ++c) {
+        if (rows_ahead != NULL) /* the next chunk's row c (registry.h dequantize_rows) */
+            prefetch_rows(rows_ahead, c, 1, stride * 2, dim * 2, 0);
+        convert(dim, source + c * stride, target + (int64_t)c * dim);
+    }
 }
 
 /* ---- large groups (rows >= ATTN_DECODE_GROUP_ROWS): the query rows as vector lanes ----
