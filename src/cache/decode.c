@@ -564,7 +564,9 @@ static void run_task(const decode_plan *plan, decode_scratch *scratch, int64_t b
     const int64_t step_end = step != NULL ? first + step->tokens : key_end;
     for (; first < key_end;) {
         if (first >= step_end && pending == 0) break; /* a step's end (held: flushed below) */
-        const int64_t page_end = (first / cache->page_size + 1) * cache->page_size;
+        /* (one division per chunk: this loop's overhead is a few percent of a one-row chunk) */
+        const int64_t page_index = first / cache->page_size;
+        const int64_t page_end = (page_index + 1) * cache->page_size;
         int64_t last = first + ATTN_DECODE_CHUNK;
         if (last > key_end) last = key_end;
         if (last > page_end) last = page_end;
@@ -588,7 +590,7 @@ static void run_task(const decode_plan *plan, decode_scratch *scratch, int64_t b
             float *scores = scratch->scores +
                             (int64_t)(late ? parity : pending) * rows * ATTN_DECODE_CHUNK;
             float *rescale = scratch->rescale + (late ? parity * rows : 0);
-            const int64_t page = table[first / cache->page_size], slot = first % cache->page_size;
+            const int64_t page = table[page_index], slot = first - page_index * cache->page_size;
             const void *stored_keys = attn_cache_key_address(cache, page, kv_head, slot);
             const void *stored_values = attn_cache_value_address(cache, page, kv_head, slot);
             const int64_t stored_value_stride = attn_cache_value_row_stride(cache);
@@ -625,13 +627,15 @@ static void run_task(const decode_plan *plan, decode_scratch *scratch, int64_t b
              * decode: 87-92 ms per step with those, 65-67 ms with these), and four pages ahead
              * when they follow one another (flash-attn's [page, slot, head, D] pages: 1.06-1.09x
              * the library-owned time with those, 1.00-1.02x with these; docs/inference.md) */
+            /* The next chunk's rows (chunk_at's, without its divisions): right after this
+             * chunk in its page, or at the start of the sequence's next page. */
             const uint8_t *next_keys = NULL, *next_values = NULL;
-            int64_t next_page, next_slot;
             /* (the rows read in place: 8-bit, bf16 in place, float32 storage) */
             const bool in_place = q8_scores_on_tiles || fused_bf16 || fused_q8 ||
                                   (dtype == ATTN_DTYPE_F32 && !tiles);
-            if ((in_place || (converted && !own_prefetch)) &&
-                chunk_at(cache, table, last, key_end, &next_page, &next_slot) > 0) {
+            if ((in_place || (converted && !own_prefetch)) && last < key_end) {
+                const int64_t next_page = last < page_end ? page : table[page_index + 1];
+                const int64_t next_slot = last < page_end ? slot + count : 0;
                 next_keys = attn_cache_key_address(cache, next_page, kv_head, next_slot);
                 next_values = attn_cache_value_address(cache, next_page, kv_head, next_slot);
             }
