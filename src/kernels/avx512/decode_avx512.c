@@ -152,7 +152,7 @@ V_INLINE void accumulate_block_bf16(const int block_rows, const int segments, in
                                     int e0, int width, int dim, const float *weights,
                                     const float *rescale, const uint16_t *values,
                                     int64_t value_stride, float *accumulator,
-                                    const int prefetch, const uint16_t *values_ahead) {
+                                    int prefetch, const uint16_t *values_ahead) {
     __mmask32 elements[4];
     for (int x = 0; x < segments; ++x) elements[x] = element_mask(width - 32 * x);
     __m512 even[4][4], odd[4][4];
@@ -197,12 +197,9 @@ V_INLINE void accumulate_rows_bf16(const int block_rows, const int segments, int
                                    const uint16_t *values_ahead) {
     for (int e0 = 0; e0 < dim; e0 += 32 * segments) {
         const int width = dim - e0 < 32 * segments ? dim - e0 : 32 * segments;
-        if (prefetch && e0 == 0) /* (the request a constant inside each block) */
-            accumulate_block_bf16(block_rows, segments, count, e0, width, dim, weights, rescale,
-                                  values, value_stride, accumulator, 1, values_ahead);
-        else
-            accumulate_block_bf16(block_rows, segments, count, e0, width, dim, weights, rescale,
-                                  values, value_stride, accumulator, 0, values_ahead);
+        accumulate_block_bf16(block_rows, segments, count, e0, width, dim, weights, rescale,
+                              values, value_stride, accumulator, prefetch && e0 == 0,
+                              values_ahead);
     }
 }
 
