@@ -52,11 +52,12 @@
 /* An accumulator of more bytes than this takes the bf16 tiles' P · V of several chunks at
  * once (run_task); half of a 48 KiB L1. */
 #define TILE_L1_BYTES (24 * 1024)
-/* Token-major pages: the keys per step of the heads of a split (run_split_stepped), so that the
- * lines one head's step brings in (its neighbours' rows with its own) are still in the L2 for
- * the next head's step: 1024 tokens of K and V of 2 heads, bf16, D = 128, are 1 MiB. With
- * whole splits of 4096 tokens one after the other, flash-attn's [page, slot, head, D] pages
- * ran at 1.10-1.14x the library-owned time (attn bench serve, docs/inference.md). */
+/* Token-major pages: the stored K and V bytes of all heads per step of the heads of a split
+ * (run_split_stepped, step_tokens), so that the lines one head's step brings in (its
+ * neighbours' rows with its own) are still in the L2 for the next head's step. With whole
+ * splits of 4096 tokens one after the other, flash-attn's [page, slot, head, D] pages ran at
+ * 1.10-1.14x the library-owned time; with steps of 1024 keys, 4 MiB for Hkv 8 (bf16, D 128),
+ * 1.46x there, 1.16x with these (attn bench serve, docs/inference.md). */
 #define STEP_BYTES (256 * 1024)
 
 /* Everything a task needs, fixed for the call. */
@@ -74,7 +75,7 @@ typedef struct decode_plan {
     int64_t *first_task;                  /* [B] index of task (b, head 0, split 0) */
     int64_t task_count;
     /* Token-major pages (attn_decode): the Hkv tasks of a split on one thread, in steps of
-     * STEP_TOKENS keys when `stepped` (kv_heads of them) */
+     * step_tokens keys when `stepped` (kv_heads of them) */
     bool interleaved, stepped;
     int64_t kv_heads, step_tokens;
     float *partial_out;                   /* [task][rows][Dv] */
@@ -818,9 +819,9 @@ static void run_task(const decode_plan *plan, decode_scratch *scratch, int64_t b
 }
 
 /* The Hkv tasks of split `split` of sequence b (token-major pages, plan->stepped): every head
- * STEP_TOKENS keys at a time in turn, each head's row_max, row_sum and accumulator kept in
- * scratch->head_states between its steps (run_task's task_step: the same bits as whole
- * tasks). The heads share the split's keys, so they stop and resume at the same key. */
+ * plan->step_tokens keys at a time in turn, each head's row_max, row_sum and accumulator
+ * kept in scratch->head_states between its steps (run_task's task_step: the same bits as
+ * whole tasks). The heads share the split's keys, so they stop and resume at the same key. */
 static void run_split_stepped(const decode_plan *plan, decode_scratch *scratch, int64_t b,
                               int64_t split) {
     const size_t state = head_state_floats(plan), rows = ATTN_DECODE_GROUP_STRIDE(plan->rows);
