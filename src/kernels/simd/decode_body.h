@@ -89,7 +89,7 @@ V_INLINE const char *row_ahead(const void *base, const void *next, int c, const 
         if (next == NULL) return NULL;
         base = next, row = lookahead >= count ? c : row - count;
     }
-    return (const char *)base + row * stride;
+    return (const char *)((uintptr_t)base + (uintptr_t)(row * stride)); /* (as prefetch_rows) */
 }
 
 V_INLINE void prefetch_row_or_next(const void *base, const void *next, int c, const int lookahead,
