@@ -346,30 +346,19 @@ static void prefetch_rows(const void *first_row, int count, int64_t stride_bytes
             __builtin_prefetch((const char *)first_row + c * stride_bytes + offset, 0, 2);
 }
 
-/* The chunk of a sequence that starts at token `first`: tokens [first, first + count),
- * count = min(ATTN_DECODE_CHUNK, key_end - first, the tokens left in first's page), on page
- * *page (of the pool, through the sequence's block table) from slot *slot; 0 when first >=
- * key_end. */
-static int64_t chunk_at(const attn_kv_cache *cache, const int32_t *table, int64_t first,
-                        int64_t key_end, int64_t *page, int64_t *slot) {
-    if (first >= key_end) return 0;
-    *page = table[first / cache->page_size], *slot = first % cache->page_size;
-    int64_t count = cache->page_size - *slot;
-    if (count > ATTN_DECODE_CHUNK) count = ATTN_DECODE_CHUNK;
-    if (count > key_end - first) count = key_end - first;
-    return count;
-}
+/* The chunk after the current one (run_task): `count` tokens (0: none) on pool page `page`
+ * from slot `slot`. */
+typedef struct next_chunk {
+    int64_t page, slot, count;
+} next_chunk;
 
-/* Requests the stored keys (and values) of tokens [first, min(first + chunk, key_end, the
- * end of first's page)) of head kv_head: the chunk after the current one, in one burst, for
+/* Requests the stored keys (and values) of head kv_head of the next chunk, in one burst, for
  * groups of > ATTN_DECODE_FUSED_ROWS rows that read float32 (or, on AVX2, int8) rows in place
  * (their kernels' requests reach only LOOKAHEAD rows ahead). Slower for large groups (where
  * the burst stalls the arithmetic it should overlap) and for chunks converted into a buffer,
  * whose conversion requests the next chunk row by row (chunk_rows). */
-static void prefetch_chunk(const attn_kv_cache *cache, const int32_t *table, int64_t kv_head,
-                           int64_t first, int64_t key_end) {
-    int64_t page, slot;
-    const int64_t count = chunk_at(cache, table, first, key_end, &page, &slot);
+static void prefetch_chunk(const attn_kv_cache *cache, int64_t kv_head, const next_chunk *next) {
+    const int64_t page = next->page, slot = next->slot, count = next->count;
     if (count == 0) return;
     const int64_t element_size = (int64_t)attn_dtype_size(cache->config.dtype);
     prefetch_rows(attn_cache_key_address(cache, page, kv_head, slot), (int)count,
@@ -380,15 +369,12 @@ static void prefetch_chunk(const attn_kv_cache *cache, const int32_t *table, int
                       cache->config.value_dim * element_size);
 }
 
-/* Requests the Q8 row scales of the keys and values of tokens [first, min(first + chunk,
- * key_end, the end of first's page)) of head kv_head: the chunk after the current one (a
+/* Requests the Q8 row scales of the keys and values of head kv_head of the next chunk (a
  * short stream of their own, in another page of the pool, that the kernels would otherwise
  * wait for at the start of each chunk; in a caller's [page, slot, head] scales a head's are
  * Hkv floats apart). */
-static void prefetch_scales(const attn_kv_cache *cache, const int32_t *table, int64_t kv_head,
-                            int64_t first, int64_t key_end) {
-    int64_t page, slot;
-    const int64_t count = chunk_at(cache, table, first, key_end, &page, &slot);
+static void prefetch_scales(const attn_kv_cache *cache, int64_t kv_head, const next_chunk *next) {
+    const int64_t page = next->page, slot = next->slot, count = next->count;
     if (count == 0) return;
     const int64_t f = (int64_t)sizeof(float);
     prefetch_rows(attn_cache_key_scales(cache, page, kv_head, slot), 1, 0,
@@ -558,6 +544,21 @@ static void run_task(const decode_plan *plan, decode_scratch *scratch, int64_t b
      * -> 1.52-1.61x / 1.64-1.71x; docs/inference.md); int8 likewise (Zen 3, AVX2, three
      * alternated runs: 221-224 -> 232-235 tokens/s, 1.67-1.70x -> 1.76-1.77x) */
     const bool values_ahead = fused_q8 && cache->value_pool != NULL;
+    /* The next chunk's rows (`next` in the loop below): the tile kernels request them themselves;
+     * the kernels reading stored rows in place (8-bit, bf16 in place, float32 storage) and
+     * the conversions into a buffer (16-bit widened, 8-bit dequantised: chunk_rows) are
+     * passed them and request them as they go. Row by row during the conversion, against the
+     * burst of prefetch_chunk before it, bf16 and fp8 groups of 8 rows decode 5-12% faster
+     * (docs/inference.md); the burst stays for > 4 rows read in place (float32, int8 on
+     * AVX2), whose kernels request only the rows a lookahead ahead of their own. */
+    const bool own_prefetch = group || tiles || q8_scores_on_tiles;
+    const bool quantized = attn_dtype_is_quantized(dtype);
+    const bool converted = (quantized && !fused_q8) ||
+                           (!quantized && !fused_bf16 && dtype != ATTN_DTYPE_F32);
+    const bool burst = !own_prefetch && !converted && rows > ATTN_DECODE_FUSED_ROWS;
+    const bool in_place = q8_scores_on_tiles || fused_bf16 || fused_q8 ||
+                          (dtype == ATTN_DTYPE_F32 && !tiles);
+    const bool passes_next = in_place || (converted && !own_prefetch);
     late_values held = {0};
     int parity = 0;
     float gathered_scales[2][2][ATTN_DECODE_CHUNK]; /* [parity][keys, values]: Q8 scales of a caller's cache */
@@ -595,19 +596,24 @@ static void run_task(const decode_plan *plan, decode_scratch *scratch, int64_t b
             const void *stored_keys = attn_cache_key_address(cache, page, kv_head, slot);
             const void *stored_values = attn_cache_value_address(cache, page, kv_head, slot);
             const int64_t stored_value_stride = attn_cache_value_row_stride(cache);
-            /* (the tile kernels request the next chunk's rows themselves) */
-            const bool own_prefetch = group || tiles || q8_scores_on_tiles;
-            /* Chunks converted into a buffer (16-bit widened, 8-bit dequantised) request the
-             * next chunk's rows as they convert (chunk_rows), found through the block table:
-             * against the burst of prefetch_chunk before the conversion, bf16 and fp8 8-row
-             * groups decode 5-12% faster (docs/inference.md). The burst stays for > 4 rows
-             * read in place (float32, int8 on AVX2), whose kernels request only the rows a
-             * lookahead ahead of their own. */
-            const bool quantized = attn_dtype_is_quantized(dtype);
-            const bool converted = (quantized && !fused_q8) ||
-                                   (!quantized && !fused_bf16 && dtype != ATTN_DTYPE_F32);
-            if (!own_prefetch && !converted && rows > ATTN_DECODE_FUSED_ROWS)
-                prefetch_chunk(cache, table, kv_head, last, key_end);
+            /* The next chunk, found through the block table once per chunk (no division):
+             * right after this one in its page, or at the start of the sequence's next page.
+             * The kernels request its rows as they go (registry.h keys_ahead / values_ahead /
+             * rows_ahead), or prefetch_chunk in a burst. With the rows ATTN_DECODE_CHUNK or
+             * LOOKAHEAD further at the same stride, as the kernels requested them before,
+             * pages of 16 sent the requests to another sequence's rows in a shuffled pool
+             * (the serving mix's int8 decode: 87-92 ms per step with those, 65-67 ms with
+             * these; docs/inference.md, "Every decode path's requests follow the block
+             * table"). */
+            next_chunk next = {0, 0, 0};
+            if (last < key_end) {
+                next.page = last < page_end ? page : table[page_index + 1];
+                next.slot = last < page_end ? slot + count : 0;
+                next.count = cache->page_size - next.slot;
+                if (next.count > ATTN_DECODE_CHUNK) next.count = ATTN_DECODE_CHUNK;
+                if (next.count > key_end - last) next.count = key_end - last;
+            }
+            if (burst) prefetch_chunk(cache, kv_head, &next);
             const attn_rows_ahead ahead = {stored_values, stored_value_stride * element_size,
                                            (int)Dv};
             if (!own_prefetch && !values_ahead && rows >= 2 && cache->value_pool != NULL) /* one row: a stream the hardware follows */
@@ -620,25 +626,11 @@ static void run_task(const decode_plan *plan, decode_scratch *scratch, int64_t b
                 chunk_scales(attn_cache_value_scales(cache, page, kv_head, slot),
                              attn_cache_value_scale_stride(cache), count, gathered_scales[parity][1]);
             if (key_scales != NULL) /* int8: the next chunk's row scales */
-                prefetch_scales(cache, table, kv_head, last, key_end);
-            /* int8 tiles: the next chunk's rows, found through the block table, for the
-             * kernels to request as they go (registry.h keys_ahead). The kernels used to
-             * request the rows ATTN_DECODE_CHUNK further at the same stride: with pages of
-             * 16 another sequence's when a pool's pages are shuffled (the serving mix's int8
-             * decode: 87-92 ms per step with those, 65-67 ms with these), and four pages ahead
-             * when they follow one another (flash-attn's [page, slot, head, D] pages: 1.06-1.09x
-             * the library-owned time with those, 1.00-1.02x with these; docs/inference.md) */
-            /* The next chunk's rows (chunk_at's, without its divisions): right after this
-             * chunk in its page, or at the start of the sequence's next page. */
+                prefetch_scales(cache, kv_head, &next);
             const uint8_t *next_keys = NULL, *next_values = NULL;
-            /* (the rows read in place: 8-bit, bf16 in place, float32 storage) */
-            const bool in_place = q8_scores_on_tiles || fused_bf16 || fused_q8 ||
-                                  (dtype == ATTN_DTYPE_F32 && !tiles);
-            if ((in_place || (converted && !own_prefetch)) && last < key_end) {
-                const int64_t next_page = last < page_end ? page : table[page_index + 1];
-                const int64_t next_slot = last < page_end ? slot + count : 0;
-                next_keys = attn_cache_key_address(cache, next_page, kv_head, next_slot);
-                next_values = attn_cache_value_address(cache, next_page, kv_head, next_slot);
+            if (passes_next && next.count > 0) {
+                next_keys = attn_cache_key_address(cache, next.page, kv_head, next.slot);
+                next_values = attn_cache_value_address(cache, next.page, kv_head, next.slot);
             }
             int64_t key_stride = Dk, value_stride = stored_value_stride;
             const float *keys = NULL;
