@@ -352,23 +352,6 @@ typedef struct next_chunk {
     int64_t page, slot, count;
 } next_chunk;
 
-/* Requests the stored keys (and values) of head kv_head of the next chunk, in one burst, for
- * groups of > ATTN_DECODE_FUSED_ROWS rows that read float32 (or, on AVX2, int8) rows in place
- * (their kernels' requests reach only LOOKAHEAD rows ahead). Slower for large groups (where
- * the burst stalls the arithmetic it should overlap) and for chunks converted into a buffer,
- * whose conversion requests the next chunk row by row (chunk_rows). */
-static void prefetch_chunk(const attn_kv_cache *cache, int64_t kv_head, const next_chunk *next) {
-    const int64_t page = next->page, slot = next->slot, count = next->count;
-    if (count == 0) return;
-    const int64_t element_size = (int64_t)attn_dtype_size(cache->config.dtype);
-    prefetch_rows(attn_cache_key_address(cache, page, kv_head, slot), (int)count,
-                  cache->key_token_stride * element_size, cache->config.key_dim * element_size);
-    if (cache->value_pool != NULL)
-        prefetch_rows(attn_cache_value_address(cache, page, kv_head, slot), (int)count,
-                      attn_cache_value_row_stride(cache) * element_size,
-                      cache->config.value_dim * element_size);
-}
-
 /* Requests the Q8 row scales of the keys and values of head kv_head of the next chunk (a
  * short stream of their own, in another page of the pool, that the kernels would otherwise
  * wait for at the start of each chunk; in a caller's [page, slot, head] scales a head's are
@@ -544,18 +527,23 @@ static void run_task(const decode_plan *plan, decode_scratch *scratch, int64_t b
      * -> 1.52-1.61x / 1.64-1.71x; docs/inference.md); int8 likewise (Zen 3, AVX2, three
      * alternated runs: 221-224 -> 232-235 tokens/s, 1.67-1.70x -> 1.76-1.77x) */
     const bool values_ahead = fused_q8 && cache->value_pool != NULL;
+    /* ... and the fp8 P · V requests the next chunk's values as well where the hardware
+     * prefetchers cannot follow a head's rows (token-major pages, one row in Hkv): flash-attn's
+     * pages, Hq 8 or 32 with Hkv 2 or 8, 1-5% faster in each of 8 alternated comparisons; on
+     * the library's pages, which the prefetchers follow, the same requests cost 6-8% (the
+     * score loop's instructions; docs/inference.md, "fp8's values through flash-attn's pages") */
+    const bool fp8_values_ahead = fused_q8 && dtype != ATTN_DTYPE_Q8 && plan->interleaved;
     /* The next chunk's rows (`next` in the loop below): the tile kernels request them themselves;
      * the kernels reading stored rows in place (8-bit, bf16 in place, float32 storage) and
      * the conversions into a buffer (16-bit widened, 8-bit dequantised: chunk_rows) are
-     * passed them and request them as they go. Row by row during the conversion, against the
-     * burst of prefetch_chunk before it, bf16 and fp8 groups of 8 rows decode 5-12% faster
-     * (docs/inference.md); the burst stays for > 4 rows read in place (float32, int8 on
-     * AVX2), whose kernels request only the rows a lookahead ahead of their own. */
+     * passed them and request them as they go, row by row. (A burst of requests for the
+     * whole next chunk before the scores, kept until 2026-12-05 for > 4 rows read in place,
+     * made float32 and int8 groups of 8 rows 4-12% slower once the kernels' own requests
+     * followed the block table; docs/inference.md, "No bursts".) */
     const bool own_prefetch = group || tiles || q8_scores_on_tiles;
     const bool quantized = attn_dtype_is_quantized(dtype);
     const bool converted = (quantized && !fused_q8) ||
                            (!quantized && !fused_bf16 && dtype != ATTN_DTYPE_F32);
-    const bool burst = !own_prefetch && !converted && rows > ATTN_DECODE_FUSED_ROWS;
     const bool in_place = q8_scores_on_tiles || fused_bf16 || fused_q8 ||
                           (dtype == ATTN_DTYPE_F32 && !tiles);
     const bool passes_next = in_place || (converted && !own_prefetch);
@@ -599,7 +587,7 @@ static void run_task(const decode_plan *plan, decode_scratch *scratch, int64_t b
             /* The next chunk, found through the block table once per chunk (no division):
              * right after this one in its page, or at the start of the sequence's next page.
              * The kernels request its rows as they go (registry.h keys_ahead / values_ahead /
-             * rows_ahead), or prefetch_chunk in a burst. With the rows ATTN_DECODE_CHUNK or
+             * rows_ahead). With the rows ATTN_DECODE_CHUNK or
              * LOOKAHEAD further at the same stride, as the kernels requested them before,
              * pages of 16 sent the requests to another sequence's rows in a shuffled pool
              * (the serving mix's int8 decode: 87-92 ms per step with those, 65-67 ms with
@@ -613,10 +601,13 @@ static void run_task(const decode_plan *plan, decode_scratch *scratch, int64_t b
                 if (next.count > ATTN_DECODE_CHUNK) next.count = ATTN_DECODE_CHUNK;
                 if (next.count > key_end - last) next.count = key_end - last;
             }
-            if (burst) prefetch_chunk(cache, kv_head, &next);
             const attn_rows_ahead ahead = {stored_values, stored_value_stride * element_size,
                                            (int)Dv};
-            if (!own_prefetch && !values_ahead && rows >= 2 && cache->value_pool != NULL) /* one row: a stream the hardware follows */
+            /* the chunk's values before its scores, for groups reading them in place (one
+             * row: a stream the hardware follows; converted values: requested a chunk
+             * earlier by their conversion, and bf16 groups of 8 rows 2-3% faster without) */
+            if (!own_prefetch && !values_ahead && !converted && rows >= 2 &&
+                cache->value_pool != NULL)
                 prefetch_rows(stored_values, count, stored_value_stride * element_size,
                               Dv * element_size);
             const float *key_scales =
@@ -753,7 +744,10 @@ static void run_task(const decode_plan *plan, decode_scratch *scratch, int64_t b
             } else if (fused_q8) {
                 kernels->accumulate_chunk_q8(dtype, (int)rows, count, (int)Dv, scores, rescale,
                                              stored_values, value_stride, value_scales,
-                                             value_factor, scratch->accumulator, next_values);
+                                             value_factor, scratch->accumulator,
+                                             dtype == ATTN_DTYPE_Q8 || fp8_values_ahead
+                                                 ? next_values
+                                                 : NULL);
             } else {
                 /* With values_in_keys (MLA) a value is the start of its key row: reuse the
                  * converted keys. */

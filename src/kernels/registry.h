@@ -380,9 +380,10 @@ typedef struct attn_decode_kernels {
      * ahead (score_chunk_q8): NULL, or rows that the kernel may request into the L2 cache as
      * it scores, row c as it scores key c (attn_rows_ahead); a hint, the results never depend
      * on it. The decode loop passes the chunk's values (fp8, and int8 since the AVX2 int8
-     * kernels gained 4-5% from it), instead of requesting them all before the scores; the
-     * AVX-512 fp8 P · V then requests nothing itself (docs/inference.md, "fp8: the values
-     * requested during the scores").
+     * kernels gained 4-5% from it), instead of requesting them all before the scores
+     * (docs/inference.md, "fp8: the values requested during the scores"); the AVX-512 fp8
+     * P · V requests the next chunk's (values_ahead) only when given them, which the loop
+     * does for token-major pages alone ("fp8's values through flash-attn's pages").
      * keys_ahead / values_ahead: as for score_chunk. */
     void (*score_chunk_q8)(attn_dtype dtype, int rows, int count, int dim, const void *queries,
                            const uint8_t *keys, int64_t key_stride, const float *row_scales,

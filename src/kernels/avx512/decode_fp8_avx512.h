@@ -239,13 +239,16 @@ FP8_TARGET static void FP8(score_chunk)(const attn_dtype format, int rows, int c
 /* Accumulator rows [block_rows][dim], columns [e0, e0 + width), width <= 16 * vectors:
  * acc = rescale * acc + sum_c weight[r][c] * value_c, fp8 values (32 at a time,
  * load_pair), the weights already multiplied by their key's factor (scale_weights). full
- * (a constant): width = 16 * vectors (unmasked loads). No requests ahead: the decode loop has
- * the score kernel request the chunk's values (registry.h score_chunk_q8, `ahead`). */
+ * (a constant): width = 16 * vectors (unmasked loads). The score kernel requested the chunk's
+ * values (registry.h score_chunk_q8, `ahead`); values_ahead (non-NULL only where the
+ * hardware cannot follow the rows: token-major pages): the next chunk's rows, requested
+ * value row by value row (row_ahead), as the int8 P · V does. */
 FP8_TARGET V_INLINE void FP8(accumulate_block)(const attn_dtype format, const int block_rows,
                                                const int vectors, const int full, int count, int e0,
                                                int width, int dim, const float *weights,
                                                const float *rescale, const uint8_t *values,
-                                               int64_t value_stride, float *accumulator) {
+                                               int64_t value_stride, float *accumulator,
+                                               const uint8_t *values_ahead) {
     __mmask16 masks[8];
     for (int x = 0; x < vectors; ++x)
         masks[x] = full ? (__mmask16)0xffff : vmask_first(width - 16 * x);
@@ -262,6 +265,8 @@ FP8_TARGET V_INLINE void FP8(accumulate_block)(const attn_dtype format, const in
         for (int r = 0; r < block_rows; ++r)
             weight[r] = _mm512_set1_ps(weights[r * ATTN_DECODE_CHUNK + c]);
         const uint8_t *value = values + c * value_stride + e0;
+        if (values_ahead != NULL)
+            prefetch_row_or_next(values, values_ahead, c, Q8_LOOKAHEAD, count, value_stride, dim, 0);
         for (int x = 0; x < vectors; x += 2) {
             __m512 value_vectors[2];
             FP8(load_pair)(format, value + 16 * x,
@@ -284,15 +289,16 @@ FP8_TARGET V_INLINE void FP8(accumulate_rows)(const attn_dtype format, const int
                                               const int vectors, int count, int dim,
                                               const float *weights, const float *rescale,
                                               const uint8_t *values, int64_t value_stride,
-                                              float *accumulator) {
+                                              float *accumulator, const uint8_t *values_ahead) {
     for (int e0 = 0; e0 < dim; e0 += 16 * vectors) {
+        const uint8_t *ahead = e0 == 0 ? values_ahead : NULL;
         const int width = dim - e0 < 16 * vectors ? dim - e0 : 16 * vectors;
         if (width == 16 * vectors)
             FP8(accumulate_block)(format, block_rows, vectors, 1, count, e0, width, dim, weights,
-                                rescale, values, value_stride, accumulator);
+                                rescale, values, value_stride, accumulator, ahead);
         else
             FP8(accumulate_block)(format, block_rows, vectors, 0, count, e0, width, dim, weights,
-                                rescale, values, value_stride, accumulator);
+                                rescale, values, value_stride, accumulator, ahead);
     }
 }
 
@@ -300,14 +306,14 @@ FP8_TARGET static void FP8(accumulate_chunk)(const attn_dtype format, int rows, 
                                              const float *weights, const float *rescale,
                                              const uint8_t *values, int64_t value_stride,
                                              const float *row_scales, float factor,
-                                             float *accumulator) {
+                                             float *accumulator, const uint8_t *values_ahead) {
     float scaled[4 * ATTN_DECODE_CHUNK];
     int r = 0;
     for (; r + 4 <= rows; r += 4) {
         scale_weights(format, 4, count, weights + r * ATTN_DECODE_CHUNK, row_scales, factor,
                       scaled);
         FP8(accumulate_rows)(format, 4, 4, count, dim, scaled, rescale + r, values, value_stride,
-                           accumulator + (int64_t)r * dim);
+                           accumulator + (int64_t)r * dim, r == 0 ? values_ahead : NULL);
     }
     scale_weights(format, rows - r, count, weights + r * ATTN_DECODE_CHUNK, row_scales, factor,
                   scaled);
@@ -315,13 +321,13 @@ FP8_TARGET static void FP8(accumulate_chunk)(const attn_dtype format, int rows, 
     float *tail = accumulator + (int64_t)r * dim;
     if (rows - r == 3)
         FP8(accumulate_rows)(format, 3, 8, count, dim, tail_weights, rescale + r, values,
-                           value_stride, tail);
+                           value_stride, tail, r == 0 ? values_ahead : NULL);
     else if (rows - r == 2)
         FP8(accumulate_rows)(format, 2, 8, count, dim, tail_weights, rescale + r, values,
-                           value_stride, tail);
+                           value_stride, tail, r == 0 ? values_ahead : NULL);
     else if (rows - r == 1)
         FP8(accumulate_rows)(format, 1, 8, count, dim, tail_weights, rescale + r, values,
-                           value_stride, tail);
+                           value_stride, tail, r == 0 ? values_ahead : NULL);
 }
 
 #undef FP8

@@ -116,7 +116,8 @@ FP8_LANES_TARGET static void accumulate_rows4_e4m3_lanes(int count, int dim, con
                                                          const float *rescale,
                                                          const uint8_t *values,
                                                          int64_t value_stride,
-                                                         float *accumulator) {
+                                                         float *accumulator,
+                                                         const uint8_t *values_ahead) {
     for (int e0 = 0; e0 < dim; e0 += 64) {
         __m512 sums[4][4];
         for (int r = 0; r < 4; ++r) {
@@ -130,6 +131,9 @@ FP8_LANES_TARGET static void accumulate_rows4_e4m3_lanes(int count, int dim, con
         }
         for (int c = 0; c < count; ++c) {
             __m512 value_vectors[4];
+            if (values_ahead != NULL && e0 == 0)
+                prefetch_row_or_next(values, values_ahead, c, Q8_LOOKAHEAD, count, value_stride,
+                                     dim, 0);
             e4m3_lanes(values + c * value_stride + e0, value_vectors);
             for (int r = 0; r < 4; ++r) {
                 const __m512 weight = _mm512_set1_ps(weights[r * ATTN_DECODE_CHUNK + c]);
@@ -167,10 +171,11 @@ static void score_chunk_e4m3_lanes(int rows, int count, int dim, const float *qu
 static void accumulate_chunk_e4m3_lanes(int rows, int count, int dim, const float *weights,
                                         const float *rescale, const uint8_t *values,
                                         int64_t value_stride, const float *row_scales,
-                                        float factor, float *accumulator) {
+                                        float factor, float *accumulator,
+                                        const uint8_t *values_ahead) {
     if (rows % 4 != 0 || dim % 64 != 0) {
         accumulate_chunk_fp8(ATTN_DTYPE_FP8_E4M3, rows, count, dim, weights, rescale, values,
-                             value_stride, row_scales, factor, accumulator);
+                             value_stride, row_scales, factor, accumulator, values_ahead);
         return;
     }
     float scaled[4 * ATTN_DECODE_CHUNK];
@@ -178,7 +183,7 @@ static void accumulate_chunk_e4m3_lanes(int rows, int count, int dim, const floa
         scale_weights(ATTN_DTYPE_FP8_E4M3, 4, count, weights + r * ATTN_DECODE_CHUNK, row_scales,
                       factor, scaled);
         accumulate_rows4_e4m3_lanes(count, dim, scaled, rescale + r, values, value_stride,
-                                    accumulator + (int64_t)r * dim);
+                                    accumulator + (int64_t)r * dim, r == 0 ? values_ahead : NULL);
     }
 }
 

@@ -401,16 +401,16 @@ V_INLINE void accumulate_chunk_q8_with(int extensions, attn_dtype dtype, int row
                             (const int8_t *)values_ahead);
     else if (dtype == ATTN_DTYPE_FP8_E4M3 && extensions && have_gfni())
         accumulate_chunk_e4m3_lanes(rows, count, dim, weights, rescale, values, value_stride,
-                                    row_scales, factor, accumulator);
+                                    row_scales, factor, accumulator, values_ahead);
     else if (dtype == ATTN_DTYPE_FP8_E4M3)
         accumulate_chunk_fp8(ATTN_DTYPE_FP8_E4M3, rows, count, dim, weights, rescale, values,
-                             value_stride, row_scales, factor, accumulator);
+                             value_stride, row_scales, factor, accumulator, values_ahead);
     else if (extensions && have_vbmi())
         accumulate_chunk_fp8_vbmi(ATTN_DTYPE_FP8_E5M2, rows, count, dim, weights, rescale, values,
-                                  value_stride, row_scales, factor, accumulator);
+                                  value_stride, row_scales, factor, accumulator, values_ahead);
     else
         accumulate_chunk_fp8(ATTN_DTYPE_FP8_E5M2, rows, count, dim, weights, rescale, values,
-                             value_stride, row_scales, factor, accumulator);
+                             value_stride, row_scales, factor, accumulator, values_ahead);
 }
 
 static void avx512_accumulate_chunk_q8(attn_dtype dtype, int rows, int count, int dim,
