@@ -169,6 +169,23 @@ static void run_case(const decode_case *c, attn_dtype dtype, uint64_t seed) {
     attn_kv_cache_destroy(cache);
 }
 
+/* IEEE half storage: groups of <= ATTN_DECODE_FUSED_ROWS rows read it in place where the
+ * registry has score_chunk_f16 (the cases above then test them: the same bits as the
+ * converted path), larger groups convert each chunk. */
+static void test_f16_path_taken(void) {
+    const attn_kernels *best = NULL;
+    CHECK(attn_kernels_select(ATTN_KERNEL_AUTO, &best, NULL) == ATTN_OK && best != NULL,
+          "AUTO registry");
+    if (best == NULL) return;
+    const char *small = attn_decode_kernel_path(ATTN_KERNEL_AUTO, ATTN_DTYPE_F16, ATTN_DTYPE_F32, 4);
+    const char *large = attn_decode_kernel_path(ATTN_KERNEL_AUTO, ATTN_DTYPE_F16, ATTN_DTYPE_F32, 8);
+    const char *want = best->decode.score_chunk_f16 != NULL ? "f16 in place" : "fp32 rows";
+    CHECK(small != NULL && strcmp(small, want) == 0, "f16, 4 rows: %s (%s expected on %s)",
+          small != NULL ? small : "NULL", want, best->name);
+    CHECK(large != NULL && strcmp(large, "fp32 rows") == 0, "f16, 8 rows converted (%s)",
+          large != NULL ? large : "NULL");
+}
+
 /* Where the CPU has AMX, bf16 queries of a large group against bf16 storage run on the bf16
  * tiles (the cases above then test them); float32 queries never do (they are not rounded). */
 static void test_tile_path_taken(void) {
@@ -209,6 +226,7 @@ static void test_tile_path_taken(void) {
 
 int main(void) {
     test_tile_path_taken();
+    test_f16_path_taken();
     for (size_t n = 0; n < sizeof cases / sizeof *cases; ++n) {
         run_case(&cases[n], ATTN_DTYPE_BF16, 700 + n);
         run_case(&cases[n], ATTN_DTYPE_F16, 800 + n);

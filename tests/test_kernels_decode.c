@@ -13,6 +13,10 @@
  *     wider than the dim whose gaps hold NaN (never read into the result);
  *   - where a registry has them, score_chunk_bf16 (after prepare_bf16_queries when given)
  *     and accumulate_chunk_bf16 against the same products on the widened bfloat16 values;
+ *   - where a registry has them, score_chunk_f16 and accumulate_chunk_f16 against double on
+ *     the half values, and bit for bit against the same registry's f16_to_f32 followed by
+ *     score_chunk / accumulate_chunk (halves of every magnitude, subnormals included; the
+ *     stride gaps hold NaN);
  *   - where a registry has them, the large-group kernels score_chunk_group (after
  *     prepare_group_queries) and accumulate_chunk_group (transposed accumulator) against
  *     double and the generic score_chunk / accumulate_chunk, for every group of 1..40 rows
@@ -44,6 +48,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/half.h"
 #include "kernels/registry.h"
 #include "kernels/simd/parts.h" /* attn_avx512_q8_baseline */
 #include "test_support.h"
@@ -104,6 +109,13 @@ static uint16_t random_bf16(test_rng *rng) {
     uint32_t bits;
     memcpy(&bits, &x, sizeof bits);
     return (uint16_t)(bits >> 16);
+}
+
+/* A stored IEEE half near N(0, 1) scaled by 2^-26 .. 2^4 (rounded to nearest even): normal
+ * halves, and subnormal ones for the small scales. */
+static uint16_t random_f16(test_rng *rng) {
+    const double scale = ldexp(1.0, (int)(test_rng_uniform(rng) * 30.0) - 26);
+    return attn_float_to_f16((float)(test_rng_normal(rng) * scale));
 }
 
 static void test_conversions(const attn_kernels *k, test_rng *rng) {
@@ -275,6 +287,35 @@ static void check_scores(const attn_kernels *k, int rows, int count, int dim, te
               k->name, rows, count, dim, worst, worst_generic, untouched);
         free(widened), free(prepared);
     }
+    if (k->decode.score_chunk_f16 != NULL && rows <= ATTN_DECODE_FUSED_ROWS) {
+        /* halves read in place: the bits of f16_to_f32 + score_chunk (registry.h) */
+        uint16_t *keys_f16 = malloc(sizeof(uint16_t) * (size_t)count * key_stride);
+        double *keys_f16_double = malloc(sizeof(double) * (size_t)count * key_stride);
+        for (int64_t at = 0; at < count * key_stride; ++at) {
+            keys_f16[at] = at % key_stride < dim ? random_f16(rng) : 0x7e01; /* NaN in gaps */
+            keys_f16_double[at] = bits_to_double_f16(keys_f16[at]);
+        }
+        exact_scores(rows, count, dim, queries, keys_f16_double, key_stride, exact, magnitude);
+        float *widened = floats((size_t)count * key_stride, 0.0f);
+        float *same = floats((size_t)rows * ATTN_DECODE_CHUNK, SENTINEL);
+        k->decode.f16_to_f32(count * key_stride, keys_f16, widened);
+        k->decode.score_chunk(rows, count, dim, queries, widened, key_stride, same, NULL);
+        generic_registry()->decode.score_chunk(rows, count, dim, queries, widened, key_stride,
+                                               generic, NULL);
+        for (int i = 0; i < rows * ATTN_DECODE_CHUNK; ++i) scores[i] = SENTINEL;
+        /* (the keys again as the "next chunk" the kernel may request: a hint only) */
+        k->decode.score_chunk_f16(rows, count, dim, queries, keys_f16, key_stride, scores,
+                                  keys_f16);
+        untouched = compare_scores(rows, count, scores, generic, exact, magnitude, &worst,
+                                   &worst_generic);
+        const int bitwise =
+            memcmp(scores, same, sizeof(float) * (size_t)rows * ATTN_DECODE_CHUNK) == 0;
+        CHECK(worst <= DOT_TOLERANCE && worst_generic <= DOT_TOLERANCE && untouched && bitwise,
+              "%s score_chunk_f16 %dx%d D=%d: error %.3g, vs generic %.3g, untouched %d, "
+              "= widened + score_chunk bit for bit %d",
+              k->name, rows, count, dim, worst, worst_generic, untouched, bitwise);
+        free(keys_f16), free(keys_f16_double), free(widened), free(same);
+    }
     free(queries), free(keys), free(keys_bf16), free(keys_double), free(keys_bf16_double);
     free(exact), free(magnitude), free(scores), free(again), free(generic);
 }
@@ -360,6 +401,7 @@ static void check_accumulate(const attn_kernels *k, int rows, int count, int dim
     float *rescale = floats((size_t)rows, 0.0f);
     float *values = floats((size_t)count * value_stride, NAN);
     uint16_t *values_bf16 = malloc(sizeof(uint16_t) * (size_t)count * value_stride);
+    uint16_t *values_f16 = malloc(sizeof(uint16_t) * (size_t)count * value_stride);
     float *start = floats((size_t)rows * dim, 0.0f);
     test_fill_normal(rng, start, (int64_t)rows * dim, 1.0f);
     int *masked = calloc((size_t)count, sizeof(int));
@@ -375,10 +417,13 @@ static void check_accumulate(const attn_kernels *k, int rows, int count, int dim
             /* the stride gaps hold NaN: never read into the result */
             values[at] = e < dim ? (float)test_rng_normal(rng) : NAN;
             values_bf16[at] = e < dim ? random_bf16(rng) : 0x7fc1;
+            values_f16[at] = e < dim ? random_f16(rng) : 0x7e01;
         }
     const int stride = ATTN_DECODE_GROUP_STRIDE(rows); /* the group form's accumulator */
-    for (int form = 0; form < 3; ++form) {
+    for (int form = 0; form < 4; ++form) {
         if (form == 1 && (k->decode.accumulate_chunk_bf16 == NULL || rows > ATTN_DECODE_FUSED_ROWS))
+            continue;
+        if (form == 3 && (k->decode.accumulate_chunk_f16 == NULL || rows > ATTN_DECODE_FUSED_ROWS))
             continue;
         if (form == 2 && k->decode.accumulate_chunk_group == NULL) continue;
         float *accumulator = floats((size_t)rows * dim, 0.0f);
@@ -394,6 +439,18 @@ static void check_accumulate(const attn_kernels *k, int rows, int count, int dim
             generic_registry()->decode.bf16_to_f32(count * value_stride, values_bf16, widened);
             k->decode.accumulate_chunk_bf16(rows, count, dim, weights, rescale, values_bf16,
                                             value_stride, accumulator, values_bf16);
+        } else if (form == 3) { /* halves in place: the bits of f16_to_f32 + accumulate_chunk */
+            k->decode.f16_to_f32(count * value_stride, values_f16, widened);
+            float *same = floats((size_t)rows * dim, 0.0f);
+            memcpy(same, start, sizeof(float) * (size_t)rows * dim);
+            k->decode.accumulate_chunk(rows, count, dim, weights, rescale, widened, value_stride,
+                                       same, NULL);
+            k->decode.accumulate_chunk_f16(rows, count, dim, weights, rescale, values_f16,
+                                           value_stride, accumulator, values_f16);
+            CHECK(memcmp(same, accumulator, sizeof(float) * (size_t)rows * dim) == 0,
+                  "%s accumulate_chunk_f16 %dx%d D=%d = widened + accumulate_chunk bit for bit",
+                  k->name, rows, count, dim);
+            free(same);
         } else { /* transposed accumulator [dim][stride], padding rows 0 */
             memcpy(widened, values, sizeof(float) * (size_t)count * value_stride);
             float *transposed = floats((size_t)dim * stride, 0.0f);
@@ -428,12 +485,13 @@ static void check_accumulate(const attn_kernels *k, int rows, int count, int dim
                 if (!(difference <= worst)) worst = difference;
             }
         static const char *const forms[] = {"accumulate_chunk", "accumulate_chunk_bf16",
-                                            "accumulate_chunk_group"};
+                                            "accumulate_chunk_group", "accumulate_chunk_f16"};
         CHECK(worst <= DOT_TOLERANCE, "%s %s %dx%d D=%d: error %.3g (double and generic)",
               k->name, forms[form], rows, count, dim, worst);
         free(accumulator), free(generic), free(widened);
     }
-    free(weights), free(rescale), free(values), free(values_bf16), free(start), free(masked);
+    free(weights), free(rescale), free(values), free(values_bf16), free(values_f16), free(start);
+    free(masked);
 }
 
 /* ---- bf16 tiles (AMX): prepare_tile_queries, score_chunk_tiles, accumulate_chunk_tiles ----
@@ -962,8 +1020,12 @@ int main(void) {
         CHECK(d->bf16_to_f32 && d->f16_to_f32 && d->widen_rows && d->score_chunk &&
                   d->softmax_chunk && d->accumulate_chunk,
               "registry %s fills every mandatory decode slot", k->name);
-        printf("registry %s: bf16 in place %s; large-group kernels %s; bf16 tiles %s\n", k->name,
+        CHECK((d->score_chunk_f16 == NULL) == (d->accumulate_chunk_f16 == NULL),
+              "registry %s has both f16 in-place slots or neither", k->name);
+        printf("registry %s: bf16 in place %s; f16 in place %s; large-group kernels %s; bf16 "
+               "tiles %s\n", k->name,
                d->score_chunk_bf16 ? "score and accumulate" : "no (converted first)",
+               d->score_chunk_f16 ? "score and accumulate" : "no (converted first)",
                d->score_chunk_group ? "yes" : "no (score_chunk, accumulate_chunk)",
                d->score_chunk_tiles ? "yes" : "no (none on this CPU or registry)");
         printf("registry %s: int8 tiles %s\n", k->name,

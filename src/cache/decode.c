@@ -7,8 +7,8 @@
  * [s * split_tokens, (s + 1) * split_tokens) of b, clipped to the keys the mask can allow.
  * A task streams its keys chunk by chunk (a chunk never crosses a page), converting stored
  * bf16/fp16 and dequantising 8-bit storage (int8, fp8) to float32 once per chunk into a
- * chunk-sized buffer (bf16 and fp8 for groups of <= 4 rows, int8 always: read in place by the
- * kernel instead, scales folded into scores and weights), and serves all rows = (Hq / Hkv) * Tq query rows of
+ * chunk-sized buffer (bf16, fp16 and fp8 for groups of <= 4 rows, int8 always: read in place
+ * by the kernel instead, scales folded into scores and weights), and serves all rows = (Hq / Hkv) * Tq query rows of
  * its group from it (groups of >= ATTN_DECODE_GROUP_ROWS through the large-group kernels,
  * with the queries prepared and the accumulator kept transposed for the whole task; bf16
  * queries against bf16 storage on bf16 tiles (AMX, or VDPBF16PS on AMD) from the registry's
@@ -119,6 +119,7 @@ enum { SCRATCH_PARTS = 18 };
 typedef enum decode_path {
     PATH_ROWS,       /* chunks converted to float32 (if stored narrower), score_chunk etc. */
     PATH_FUSED_BF16, /* small groups read bf16 storage in place (score_chunk_bf16) */
+    PATH_FUSED_F16,  /* ... and IEEE half storage (score_chunk_f16: the converted path's bits) */
     PATH_FUSED_Q8,   /* 8-bit storage read in place (score_chunk_q8) */
     PATH_GROUP,      /* large groups on float32 chunks (score_chunk_group) */
     PATH_TILES,      /* bf16 queries on bf16 tiles (score_chunk_tiles: AMX, VDPBF16PS) */
@@ -128,7 +129,8 @@ typedef enum decode_path {
                         bf16 (exactly), then the bf16 tiles of PATH_TILES */
 } decode_path;
 
-static const char *const decode_path_names[] = {"fp32 rows", "bf16 in place", "8-bit in place",
+static const char *const decode_path_names[] = {"fp32 rows", "bf16 in place", "f16 in place",
+                                                 "8-bit in place",
                                                  "fp32 large group", "bf16 tiles", "int8 tiles",
                                                  "int8 tile scores", "fp8 on bf16 tiles"};
 
@@ -158,6 +160,9 @@ static decode_path decode_path_of(const attn_decode_kernels *kernels, attn_dtype
     if (cache_dtype == ATTN_DTYPE_BF16 && kernels->score_chunk_bf16 != NULL &&
         rows <= ATTN_DECODE_FUSED_ROWS)
         return PATH_FUSED_BF16;
+    if (cache_dtype == ATTN_DTYPE_F16 && kernels->score_chunk_f16 != NULL &&
+        rows <= ATTN_DECODE_FUSED_ROWS)
+        return PATH_FUSED_F16;
     /* ... and 8-bit storage likewise, with its scales (int8: every group; its integer
      * products cost less than float FMAs even when many rows share a chunk, quant.h) */
     if (attn_dtype_is_quantized(cache_dtype) && kernels->score_chunk_q8 != NULL &&
@@ -451,6 +456,7 @@ static void run_task(const decode_plan *plan, decode_scratch *scratch, int64_t b
     const attn_dtype dtype = cache->config.dtype;
     const decode_path path = decode_path_of(kernels, dtype, q->dtype, rows, Dk);
     const bool fused_bf16 = path == PATH_FUSED_BF16, fused_q8 = path == PATH_FUSED_Q8;
+    const bool fused_f16 = path == PATH_FUSED_F16;
     /* bf16 tiles, on the stored bf16 rows or on fp8 rows widened to bf16 (fp8_tiles) */
     const bool fp8_tiles = path == PATH_FP8_TILES;
     /* ... read in place by the tile arithmetic where the registry can, for small groups
@@ -543,8 +549,8 @@ static void run_task(const decode_plan *plan, decode_scratch *scratch, int64_t b
     const bool own_prefetch = group || tiles || q8_scores_on_tiles;
     const bool quantized = attn_dtype_is_quantized(dtype);
     const bool converted = (quantized && !fused_q8) ||
-                           (!quantized && !fused_bf16 && dtype != ATTN_DTYPE_F32);
-    const bool in_place = q8_scores_on_tiles || fused_bf16 || fused_q8 ||
+                           (!quantized && !fused_bf16 && !fused_f16 && dtype != ATTN_DTYPE_F32);
+    const bool in_place = q8_scores_on_tiles || fused_bf16 || fused_f16 || fused_q8 ||
                           (dtype == ATTN_DTYPE_F32 && !tiles);
     const bool passes_next = in_place || (converted && !own_prefetch);
     late_values held = {0};
@@ -650,6 +656,10 @@ static void run_task(const decode_plan *plan, decode_scratch *scratch, int64_t b
                 kernels->score_chunk_bf16((int)rows, count, (int)Dk, bf16_queries, stored_keys,
                                           cache->key_token_stride, scores,
                                           (const uint16_t *)next_keys);
+            else if (fused_f16)
+                kernels->score_chunk_f16((int)rows, count, (int)Dk, scratch->queries, stored_keys,
+                                         cache->key_token_stride, scores,
+                                         (const uint16_t *)next_keys);
             else if (q8_scores_on_tiles)
                 kernels->score_chunk_q8_tiles((int)rows, count, (int)Dk, scratch->prepared,
                                               stored_keys, cache->key_token_stride, key_scales,
@@ -741,6 +751,10 @@ static void run_task(const decode_plan *plan, decode_scratch *scratch, int64_t b
                                                stored_values, value_stride,
                                                scratch->accumulator,
                                                (const uint16_t *)next_values);
+            } else if (fused_f16) {
+                kernels->accumulate_chunk_f16((int)rows, count, (int)Dv, scores, rescale,
+                                              stored_values, value_stride, scratch->accumulator,
+                                              (const uint16_t *)next_values);
             } else if (fused_q8) {
                 kernels->accumulate_chunk_q8(dtype, (int)rows, count, (int)Dv, scores, rescale,
                                              stored_values, value_stride, value_scales,

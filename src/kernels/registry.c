@@ -159,6 +159,10 @@ static void apply(attn_kernels *into, const attn_kernel_isa *isa) {
             into->decode.score_chunk_q8 = isa->decode->score_chunk_q8;
             into->decode.accumulate_chunk_q8 = isa->decode->accumulate_chunk_q8;
         }
+        if (isa->decode->score_chunk_f16 != NULL) {
+            into->decode.score_chunk_f16 = isa->decode->score_chunk_f16;
+            into->decode.accumulate_chunk_f16 = isa->decode->accumulate_chunk_f16;
+        }
         if (isa->decode->score_chunk_bf16 != NULL) {
             into->decode.score_chunk_bf16 = isa->decode->score_chunk_bf16;
             into->decode.prepare_bf16_queries = isa->decode->prepare_bf16_queries;

@@ -152,9 +152,9 @@ typedef struct attn_backward_kernels {
  * page boundary, so it may be shorter). */
 #define ATTN_DECODE_CHUNK 64
 
-/* Largest group (query rows per task) that reads bfloat16 storage directly when the
- * registry can (score_chunk_bf16); larger groups convert each chunk once into a float32
- * buffer. */
+/* Largest group (query rows per task) that reads bfloat16 or IEEE half storage directly
+ * when the registry can (score_chunk_bf16, score_chunk_f16); larger groups convert each chunk
+ * once into a float32 buffer. */
 #define ATTN_DECODE_FUSED_ROWS 4
 
 /* Smallest group (query rows per task) scored by score_chunk_group when the registry has it
@@ -277,6 +277,19 @@ typedef struct attn_decode_kernels {
      * prepared[rows][ATTN_DECODE_PREPARED_DIM(dim)] (for instance even and odd dimensions
      * apart, matching bfloat16 pairs widened without a shuffle; padding is 0). */
     void (*prepare_bf16_queries)(int rows, int dim, const float *queries, float *prepared);
+    /* Optional (NULL = convert to float32 first), both or neither: score_chunk and
+     * accumulate_chunk reading IEEE half (F16) keys / values as stored, for the same small
+     * groups (rows <= ATTN_DECODE_FUSED_ROWS); the queries as score_chunk reads them. Every
+     * half is a float32 value, so these give exactly the bits of widen_rows followed by the
+     * same registry's score_chunk / accumulate_chunk (same operations, same order).
+     * keys_ahead / values_ahead: as for score_chunk (rows of halves). */
+    void (*score_chunk_f16)(int rows, int count, int dim, const float *queries,
+                            const uint16_t *keys, int64_t key_stride, float *scores,
+                            const uint16_t *keys_ahead);
+    void (*accumulate_chunk_f16)(int rows, int count, int dim, const float *weights,
+                                 const float *rescale, const uint16_t *values,
+                                 int64_t value_stride, float *accumulator,
+                                 const uint16_t *values_ahead);
     /* Optional (NULL = score_chunk): the scores of a large group (rows >=
      * ATTN_DECODE_GROUP_ROWS; any rows >= 1 are valid) from its query rows prepared once per
      * task, prepared[dim][ATTN_DECODE_GROUP_STRIDE(rows)] (prepare_group_queries; for
@@ -456,6 +469,7 @@ typedef struct attn_kernels {
  *   forward {pack_keys, packed_keys_floats, score_tile},
  *   forward {pack_values, packed_values_floats, accumulate_values},
  *   decode  {score_chunk_bf16, prepare_bf16_queries},
+ *   decode  {score_chunk_f16, accumulate_chunk_f16},
  *   decode  {score_chunk_group, prepare_group_queries, accumulate_chunk_group},
  *   decode  {score_chunk_q8, accumulate_chunk_q8},
  *   decode  {score_chunk_tiles, prepare_tile_queries, accumulate_chunk_tiles},

@@ -2,7 +2,9 @@
  * decode_body.h — the float32 decode kernels of the registry (kernels/registry.h, decode
  * part) written once over vec.h, compiled per width by src/kernels/avx2/decode_avx2.c and
  * src/kernels/avx512/decode_avx512.c, which name them in their tables (each file adds its
- * width's kernels that read bfloat16 and 8-bit storage in place).
+ * width's kernels that read bfloat16 and 8-bit storage in place). The float32 score and
+ * value kernels read IEEE half storage in place too (score_chunk_f16, accumulate_chunk_f16:
+ * the same code, each element widened exactly as it is loaded).
  *
  * Decoding reads every cached key and value once per step, so the kernel must keep up with
  * the memory stream (for MHA the keys are read key after key: one sequential stream), and
@@ -163,19 +165,48 @@ static void f16_to_f32(int64_t count, const uint16_t *source, float *target) {
     for (; e < count; ++e) target[e] = attn_f16_to_float(source[e]);
 }
 
-/* VLANES dot products over `dim`: block_rows query rows x block_keys float32 keys
- * (block_rows * block_keys = VLANES). out[r * block_keys + k] = row[r] . key[k]. key_major:
- * each key is read whole before the next, a purely sequential stream (the query vectors are
- * reloaded from L1 for each key); else dimension-major: each loaded key vector serves all
- * rows of the block and each loaded query vector all keys, from registers. */
+/* ---- Stored rows of float32 or IEEE half, read in place ----
+ * The score and value kernels below read keys and values through load_stored: float32 rows
+ * as they are, or (`half`, a constant: the F16 storage of small groups, registry.h
+ * score_chunk_f16) IEEE half rows widened in registers by vcvtph2ps, exactly. The operations
+ * and their order are those of the float32 kernels on the widened values, so a half chunk
+ * read in place gives the bits of widen_rows followed by score_chunk / accumulate_chunk. */
+
+/* The halves p[0 .. lanes) as floats, zeros past lanes (lanes may exceed VLANES). */
+V_INLINE vf load_half(const uint16_t *p, int lanes) {
+#if VLANES == 16
+    if (lanes >= 16) return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p));
+    return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(vmask_first(lanes), p));
+#else
+    if (lanes >= 8) return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p));
+    uint16_t part[8] = {0}; /* (no 16-bit masked load at 8 lanes) */
+    for (int e = 0; e < lanes; ++e) part[e] = p[e];
+    return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)part));
+#endif
+}
+
+/* Elements [index, index + lanes) of a stored row (float32, or IEEE half when `half`) as
+ * floats, zeros past lanes. */
+V_INLINE vf load_stored(const void *row, int64_t index, int lanes, const int half) {
+    if (half) return load_half((const uint16_t *)row + index, lanes);
+    return load_first((const float *)row + index, lanes);
+}
+
+/* VLANES dot products over `dim`: block_rows query rows x block_keys stored keys (float32,
+ * or IEEE half when `half`; block_rows * block_keys = VLANES). out[r * block_keys + k] =
+ * row[r] . key[k]. key_major: each key is read whole before the next, a purely sequential
+ * stream (the query vectors are reloaded from L1 for each key); else dimension-major: each
+ * loaded key vector serves all rows of the block and each loaded query vector all keys, from
+ * registers. */
 V_INLINE void score_block(const int block_rows, const int block_keys, const int key_major,
-                          int dim, const float *const *row, const float *const *key, float *out) {
+                          const int half, int dim, const float *const *row,
+                          const void *const *key, float *out) {
     vf sums[VLANES];
     for (int a = 0; a < VLANES; ++a) sums[a] = vf_zero();
     if (key_major) {
         for (int k = 0; k < block_keys; ++k)
             for (int d = 0; d < dim; d += VLANES) {
-                const vf key_vector = load_first(key[k] + d, dim - d);
+                const vf key_vector = load_stored(key[k], d, dim - d, half);
                 for (int r = 0; r < block_rows; ++r)
                     sums[r * block_keys + k] = vf_fmadd(load_first(row[r] + d, dim - d),
                                                         key_vector, sums[r * block_keys + k]);
@@ -185,7 +216,7 @@ V_INLINE void score_block(const int block_rows, const int block_keys, const int 
             vf query[4];
             for (int r = 0; r < block_rows; ++r) query[r] = load_first(row[r] + d, dim - d);
             for (int k = 0; k < block_keys; ++k) {
-                const vf key_vector = load_first(key[k] + d, dim - d);
+                const vf key_vector = load_stored(key[k], d, dim - d, half);
                 for (int r = 0; r < block_rows; ++r)
                     sums[r * block_keys + k] =
                         vf_fmadd(query[r], key_vector, sums[r * block_keys + k]);
@@ -195,33 +226,51 @@ V_INLINE void score_block(const int block_rows, const int block_keys, const int 
     vf_storeu(out, transpose_reduce(sums));
 }
 
-/* scores[r * ATTN_DECODE_CHUNK + c] = queries[r] . keys[c] for float32 keys. */
-static void score_chunk(int rows, int count, int dim, const float *queries, const float *keys,
-                        int64_t key_stride, float *scores, const float *keys_ahead) {
+/* scores[r * ATTN_DECODE_CHUNK + c] = queries[r] . keys[c] for stored keys of
+ * `element_size` bytes (4: float32; 2: IEEE half, `half`), key_stride elements apart. */
+V_INLINE void score_stored_chunk(const int half, int rows, int count, int dim,
+                                 const float *queries, const void *keys, int64_t key_stride,
+                                 float *scores, const void *keys_ahead) {
+    const int64_t element_size = half ? 2 : 4;
     const int block_rows = rows >= 3 ? 4 : rows, block_keys = VLANES / block_rows;
     for (int r0 = 0; r0 < rows; r0 += block_rows)
         for (int c0 = 0; c0 < count; c0 += block_keys) {
             /* Rows / keys past the end repeat the last one; their results are dropped. */
             const float *row[4];
-            const float *key[VLANES];
+            const void *key[VLANES];
             for (int r = 0; r < block_rows; ++r)
                 row[r] = queries + (int64_t)(r0 + r < rows ? r0 + r : rows - 1) * dim;
             for (int k = 0; k < block_keys; ++k)
-                key[k] = keys + (c0 + k < count ? c0 + k : count - 1) * key_stride;
+                key[k] = (const char *)keys +
+                         (c0 + k < count ? c0 + k : count - 1) * key_stride * element_size;
             if (DECODE_PREFETCH && r0 == 0 && rows >= PREFETCH_ROWS) /* the pass that reads keys */
                 for (int k = 0; k < block_keys; ++k)
                     prefetch_row_or_next(keys, keys_ahead, c0 + k, LOOKAHEAD, count,
-                                         key_stride * 4, dim * 4, 0);
+                                         key_stride * element_size, dim * element_size, 0);
             float out[VLANES];
             /* 4 rows: always >= DIMENSION_MAJOR_ROWS; 1 row: always key after key */
-            if (block_rows == 4) score_block(4, VLANES / 4, 0, dim, row, key, out);
+            if (block_rows == 4) score_block(4, VLANES / 4, 0, half, dim, row, key, out);
             else if (block_rows == 2)
-                score_block(2, VLANES / 2, 2 < DIMENSION_MAJOR_ROWS, dim, row, key, out);
-            else score_block(1, VLANES, 1, dim, row, key, out);
+                score_block(2, VLANES / 2, 2 < DIMENSION_MAJOR_ROWS, half, dim, row, key, out);
+            else score_block(1, VLANES, 1, half, dim, row, key, out);
             for (int r = 0; r < block_rows && r0 + r < rows; ++r)
                 for (int k = 0; k < block_keys && c0 + k < count; ++k)
                     scores[(r0 + r) * ATTN_DECODE_CHUNK + c0 + k] = out[r * block_keys + k];
         }
+}
+
+/* score_chunk (registry.h) for float32 keys. */
+static void score_chunk(int rows, int count, int dim, const float *queries, const float *keys,
+                        int64_t key_stride, float *scores, const float *keys_ahead) {
+    score_stored_chunk(0, rows, count, dim, queries, keys, key_stride, scores, keys_ahead);
+}
+
+/* score_chunk_f16 (registry.h): IEEE half keys read in place, the bits of score_chunk on
+ * them widened. */
+static void score_chunk_f16(int rows, int count, int dim, const float *queries,
+                            const uint16_t *keys, int64_t key_stride, float *scores,
+                            const uint16_t *keys_ahead) {
+    score_stored_chunk(1, rows, count, dim, queries, keys, key_stride, scores, keys_ahead);
 }
 
 /* The online-softmax step (registry.h) of one chunk, each row held in registers, the rows
@@ -281,11 +330,13 @@ static void softmax_chunk(int rows, int count, float scale, float *scores, float
 }
 
 /* accumulator rows [block_rows][dim], columns [e0, e0 + width) with width <= VLANES *
- * vectors: acc = rescale * acc + sum_c weight[r][c] * values[c] for float32 values. */
-V_INLINE void accumulate_block(const int block_rows, const int vectors, int count, int e0,
-                               int width, int dim, const float *weights, const float *rescale,
-                               const float *values, int64_t value_stride, float *accumulator,
-                               const int prefetch, const float *values_ahead) {
+ * vectors: acc = rescale * acc + sum_c weight[r][c] * values[c] for stored values (float32,
+ * or IEEE half when `half`), value_stride elements apart. */
+V_INLINE void accumulate_block(const int block_rows, const int vectors, const int half,
+                               int count, int e0, int width, int dim, const float *weights,
+                               const float *rescale, const void *values, int64_t value_stride,
+                               float *accumulator, const int prefetch, const void *values_ahead) {
+    const int64_t element_size = half ? 2 : 4;
     vmask masks[VALUE_VECTORS];
     for (int x = 0; x < vectors; ++x) masks[x] = vmask_first(width - VLANES * x);
     vf sums[VALUE_ROWS][VALUE_VECTORS];
@@ -299,12 +350,14 @@ V_INLINE void accumulate_block(const int block_rows, const int vectors, int coun
         vf weight[VALUE_ROWS];
         for (int r = 0; r < block_rows; ++r)
             weight[r] = vf_set1(weights[r * ATTN_DECODE_CHUNK + c]);
-        const float *value = values + c * value_stride + e0;
+        const char *value = (const char *)values + (c * value_stride + e0) * element_size;
         if (DECODE_PREFETCH && prefetch)
-            prefetch_row_or_next(values, values_ahead, c, LOOKAHEAD, count, value_stride * 4,
-                                 dim * 4, 0);
+            prefetch_row_or_next(values, values_ahead, c, LOOKAHEAD, count,
+                                 value_stride * element_size, dim * element_size, 0);
         for (int x = 0; x < vectors; ++x) {
-            const vf value_vector = vf_maskz_loadu(masks[x], value + VLANES * x);
+            const vf value_vector =
+                half ? load_half((const uint16_t *)value + VLANES * x, width - VLANES * x)
+                     : vf_maskz_loadu(masks[x], (const float *)value + VLANES * x);
             for (int r = 0; r < block_rows; ++r)
                 sums[r][x] = vf_fmadd(weight[r], value_vector, sums[r][x]);
         }
@@ -317,42 +370,62 @@ V_INLINE void accumulate_block(const int block_rows, const int vectors, int coun
 
 /* Rows [0, block_rows) of accumulate_chunk over all of dim, in column blocks of
  * VLANES * VALUE_VECTORS floats. */
-V_INLINE void accumulate_rows(const int block_rows, int count, int dim, const float *weights,
-                              const float *rescale, const float *values, int64_t value_stride,
-                              float *accumulator, int prefetch, const float *values_ahead) {
+V_INLINE void accumulate_rows(const int block_rows, const int half, int count, int dim,
+                              const float *weights, const float *rescale, const void *values,
+                              int64_t value_stride, float *accumulator, int prefetch,
+                              const void *values_ahead) {
     enum { BLOCK = VLANES * VALUE_VECTORS };
     for (int e0 = 0; e0 < dim; e0 += BLOCK) {
         const int width = dim - e0 < BLOCK ? dim - e0 : BLOCK;
         if (prefetch && e0 == 0) /* (the request a constant inside each block) */
-            accumulate_block(block_rows, VALUE_VECTORS, count, e0, width, dim, weights, rescale,
-                             values, value_stride, accumulator, 1, values_ahead);
+            accumulate_block(block_rows, VALUE_VECTORS, half, count, e0, width, dim, weights,
+                             rescale, values, value_stride, accumulator, 1, values_ahead);
         else
-            accumulate_block(block_rows, VALUE_VECTORS, count, e0, width, dim, weights, rescale,
-                             values, value_stride, accumulator, 0, values_ahead);
+            accumulate_block(block_rows, VALUE_VECTORS, half, count, e0, width, dim, weights,
+                             rescale, values, value_stride, accumulator, 0, values_ahead);
     }
 }
 
-/* accumulate_chunk for float32 values: blocks of VALUE_ROWS rows (the first block reads each
- * value row whole, in order), then the remaining rows. (At 16 lanes, blocks of 4 rows x 64
- * floats need fewer loads but read each value row in two strided passes, which measured
- * slower on streamed values.) */
-static void accumulate_chunk(int rows, int count, int dim, const float *weights,
-                             const float *rescale, const float *values, int64_t value_stride,
-                             float *accumulator, const float *values_ahead) {
+/* accumulate_chunk for stored values (float32, or IEEE half when `half`): blocks of
+ * VALUE_ROWS rows (the first block reads each value row whole, in order), then the remaining
+ * rows. (At 16 lanes, blocks of 4 rows x 64 floats need fewer loads but read each value row
+ * in two strided passes, which measured slower on streamed values.) */
+V_INLINE void accumulate_stored_chunk(const int half, int rows, int count, int dim,
+                                      const float *weights, const float *rescale,
+                                      const void *values, int64_t value_stride,
+                                      float *accumulator, const void *values_ahead) {
     const int prefetch = rows >= PREFETCH_ROWS; /* by the first block, which reads memory */
     int r = 0;
     for (; r + VALUE_ROWS <= rows; r += VALUE_ROWS)
-        accumulate_rows(VALUE_ROWS, count, dim, weights + r * ATTN_DECODE_CHUNK, rescale + r,
-                        values, value_stride, accumulator + (int64_t)r * dim, prefetch && r == 0,
-                        values_ahead);
+        accumulate_rows(VALUE_ROWS, half, count, dim, weights + r * ATTN_DECODE_CHUNK,
+                        rescale + r, values, value_stride, accumulator + (int64_t)r * dim,
+                        prefetch && r == 0, values_ahead);
     const float *tail_weights = weights + r * ATTN_DECODE_CHUNK;
     float *tail = accumulator + (int64_t)r * dim;
     if (rows - r == 2) /* only when VALUE_ROWS is 3 */
-        accumulate_rows(2, count, dim, tail_weights, rescale + r, values, value_stride, tail,
-                        prefetch && r == 0, values_ahead);
+        accumulate_rows(2, half, count, dim, tail_weights, rescale + r, values, value_stride,
+                        tail, prefetch && r == 0, values_ahead);
     else if (rows - r == 1)
-        accumulate_rows(1, count, dim, tail_weights, rescale + r, values, value_stride, tail,
-                        prefetch && r == 0, values_ahead);
+        accumulate_rows(1, half, count, dim, tail_weights, rescale + r, values, value_stride,
+                        tail, prefetch && r == 0, values_ahead);
+}
+
+/* accumulate_chunk (registry.h) for float32 values. */
+static void accumulate_chunk(int rows, int count, int dim, const float *weights,
+                             const float *rescale, const float *values, int64_t value_stride,
+                             float *accumulator, const float *values_ahead) {
+    accumulate_stored_chunk(0, rows, count, dim, weights, rescale, values, value_stride,
+                            accumulator, values_ahead);
+}
+
+/* accumulate_chunk_f16 (registry.h): IEEE half values read in place, the bits of
+ * accumulate_chunk on them widened. */
+static void accumulate_chunk_f16(int rows, int count, int dim, const float *weights,
+                                 const float *rescale, const uint16_t *values,
+                                 int64_t value_stride, float *accumulator,
+                                 const uint16_t *values_ahead) {
+    accumulate_stored_chunk(1, rows, count, dim, weights, rescale, values, value_stride,
+                            accumulator, values_ahead);
 }
 
 /* ---- 16-bit storage widened a chunk at a time ----
