@@ -533,12 +533,12 @@ static void run_task(const decode_plan *plan, decode_scratch *scratch, int64_t b
      * -> 1.52-1.61x / 1.64-1.71x; docs/inference.md); int8 likewise (Zen 3, AVX2, three
      * alternated runs: 221-224 -> 232-235 tokens/s, 1.67-1.70x -> 1.76-1.77x) */
     const bool values_ahead = fused_q8 && cache->value_pool != NULL;
-    /* ... and the fp8 P · V requests the next chunk's values as well where the hardware
-     * prefetchers cannot follow a head's rows (token-major pages, one row in Hkv): flash-attn's
-     * pages, Hq 8 or 32 with Hkv 2 or 8, 1-5% faster in each of 8 alternated comparisons; on
+    /* The in-place 8-bit P · V requests the next chunk's values: int8 always, fp8 where the
+     * hardware prefetchers cannot follow a head's rows (token-major pages, one row in Hkv):
+     * flash-attn's pages, Hq 8 or 32 with Hkv 2 or 8, 1-5% faster in each of 8 alternated comparisons; on
      * the library's pages, which the prefetchers follow, the same requests cost 6-8% (the
      * score loop's instructions; docs/inference.md, "fp8's values through flash-attn's pages") */
-    const bool fp8_values_ahead = fused_q8 && dtype != ATTN_DTYPE_Q8 && plan->interleaved;
+    const bool values_next_in_pv = fused_q8 && (dtype == ATTN_DTYPE_Q8 || plan->interleaved);
     /* The next chunk's rows (`next` in the loop below): the tile kernels request them themselves;
      * the kernels reading stored rows in place (8-bit, bf16 in place, float32 storage) and
      * the conversions into a buffer (16-bit widened, 8-bit dequantised: chunk_rows) are
@@ -759,9 +759,7 @@ static void run_task(const decode_plan *plan, decode_scratch *scratch, int64_t b
                 kernels->accumulate_chunk_q8(dtype, (int)rows, count, (int)Dv, scores, rescale,
                                              stored_values, value_stride, value_scales,
                                              value_factor, scratch->accumulator,
-                                             dtype == ATTN_DTYPE_Q8 || fp8_values_ahead
-                                                 ? next_values
-                                                 : NULL);
+                                             values_next_in_pv ? next_values : NULL);
             } else {
                 /* With values_in_keys (MLA) a value is the start of its key row: reuse the
                  * converted keys. */
