@@ -26,6 +26,7 @@
 #include <sys/mman.h>
 #endif
 
+#include "arguments.h"
 #include "attn.h"
 #include "cli.h"
 
@@ -34,6 +35,9 @@ typedef struct serve_settings {
     int64_t min_context, max_context;
     int dtypes; /* bits: 1 f32, 2 bf16, 4 f16, 8 int8, 16 fp8_e4m3, 32 fp8_e5m2 */
     double seconds;
+    int rounds;                /* --rounds: alternated rounds of the ownership comparison (0: timed) */
+    int ownership_only;        /* --ownership: only the library- vs caller-owned comparison */
+    attn_kernel_choice kernel; /* --kernel: the kernel family of every call */
 } serve_settings;
 
 /* The storage types, in --dtype's bit order. */
@@ -47,17 +51,22 @@ static void usage(FILE *stream) {
             "usage: attn bench serve [--quick] [--sequences N] [--context MIN MAX] [--seed S]\n"
             "                        [--prefills N] [--chunk N] [--heads HQ] [--kv-heads HKV]\n"
             "                        [--dim D] [--dtype f32|bf16|f16|int8|fp8_e4m3|fp8_e5m2|all]\n"
-            "                        [--threads N]"
-            " [--seconds S]\n"
+            "                        [--threads N] [--seconds S] [--page-size N] [--kernel K]\n"
+            "                        [--ownership] [--rounds N]\n"
             "  defaults: 64 sequences, contexts 512..32768, seed 1, 4 prefill chunks of 512\n"
             "  tokens per step, Hq 16, Hkv 2, D 128, pages of 16 tokens, every dtype\n"
             "  --quick   16 sequences, contexts 512..8192, shorter timing\n"
             "  --seconds S  timing budget of each measurement (default 2; --quick 0.6)\n"
+            "  --page-size N  tokens per page of every cache (default 16)\n"
+            "  --kernel K   the kernel family of every call: " CLI_KERNEL_NAMES "\n"
+            "  --ownership  only the library- vs caller-owned decode, for each --dtype\n"
+            "  --rounds N   that comparison in exactly N alternated rounds (1..400; default: timed)\n"
             "On a machine shared with other jobs, run with OMP_WAIT_POLICY=passive.\n");
 }
 
 static int parse(int argc, char **argv, serve_settings *s) {
-    *s = (serve_settings){64, 4, 512, 16, 2, 128, 16, 0, 1, 512, 32768, 63, 2.0};
+    *s = (serve_settings){64, 4, 512, 16, 2, 128, 16, 0, 1, 512, 32768, 63, 2.0, 0, 0, ATTN_KERNEL_AUTO};
+    int rounds_given = 0;
     for (int i = 1; i < argc; ++i) {
         const char *a = argv[i];
         const int more = i + 1 < argc;
@@ -78,6 +87,20 @@ static int parse(int argc, char **argv, serve_settings *s) {
         else if (strcmp(a, "--dim") == 0 && more) s->dim = atoi(argv[++i]);
         else if (strcmp(a, "--threads") == 0 && more) s->threads = atoi(argv[++i]);
         else if (strcmp(a, "--seconds") == 0 && more) s->seconds = atof(argv[++i]);
+        else if (strcmp(a, "--page-size") == 0 && more) s->page_size = atoi(argv[++i]);
+        else if (strcmp(a, "--rounds") == 0 && more) s->rounds = atoi(argv[++i]), rounds_given = 1;
+        else if (strcmp(a, "--ownership") == 0) s->ownership_only = 1;
+        else if (strcmp(a, "--kernel") == 0 && more) {
+            const char *k = argv[++i];
+            if (!cli_parse_kernel(k, &s->kernel)) {
+                fprintf(stderr, "attn bench serve: --kernel '%s': expected " CLI_KERNEL_NAMES "\n", k);
+                return 2;
+            }
+            if (attn_kernel_name(s->kernel) == NULL) {
+                fprintf(stderr, "attn bench serve: --kernel '%s': this CPU or build cannot run it\n", k);
+                return 2;
+            }
+        }
         else if (strcmp(a, "--dtype") == 0 && more) {
             const char *d = argv[++i];
             s->dtypes = strcmp(d, "all") == 0 ? 63 : 0;
@@ -101,14 +124,18 @@ static int parse(int argc, char **argv, serve_settings *s) {
                           ? "--heads / --kv-heads (Hq a multiple of Hkv >= 1)"
                       : s->dim < 1                                     ? "--dim (>= 1)"
                       : !(s->seconds > 0 && s->seconds <= 600)         ? "--seconds (0 < S <= 600)"
+                      : s->page_size < 1 || s->page_size > 65536       ? "--page-size (1 .. 65536)"
+                      : s->rounds < 0 || s->rounds > 400 || (s->rounds == 0 && rounds_given)
+                          ? "--rounds (1 .. 400)"
                       : s->min_context < 1 || s->max_context < s->min_context
                           ? "--context (1 <= MIN <= MAX)"
                           : NULL;
     if (bad != NULL) {
         fprintf(stderr, "attn bench serve: %s is out of range (sequences %d, prefills %d, chunk %d, "
-                        "heads %d/%d, dim %d, context %lld..%lld)\n",
+                        "heads %d/%d, dim %d, context %lld..%lld, seconds %g, page size %d, rounds %d)\n",
                 bad, s->sequences, s->prefills, s->chunk, s->heads, s->kv_heads, s->dim,
-                (long long)s->min_context, (long long)s->max_context);
+                (long long)s->min_context, (long long)s->max_context, s->seconds, s->page_size,
+                s->rounds);
         return 2;
     }
     return 0;
@@ -339,6 +366,7 @@ static int bench_storage(const serve_settings *s, attn_dtype dtype, const int64_
     options.causal = 1, options.alignment = ATTN_ALIGN_BOTTOM_RIGHT;
     attn_execution execution = attn_execution_default();
     execution.num_threads = threads;
+    execution.kernel = s->kernel;
     /* Step 0's split: prefill sequences 0..P-1, decode the rest (every step is alike). */
     for (int n = 0; n < s->prefills; ++n) members[n] = n;
     call_select(&prefill, members, tables, contexts, max_pages, token_bytes);
@@ -475,6 +503,7 @@ static int bench_ownership(const serve_settings *s, const int64_t *contexts, int
     options.causal = 1, options.alignment = ATTN_ALIGN_BOTTOM_RIGHT;
     attn_execution execution = attn_execution_default();
     execution.num_threads = threads;
+    execution.kernel = s->kernel;
     if (ok && (fill_caller_pool(s, B, contexts, table, max_pages, &k_pool, &v_pool, scales[0], k, v, chunk,
                                 &execution, &error) != 0 ||
                fill_caller_pool(s, B, contexts, table, max_pages, &kh_pool, &vh_pool, scales[1], k, v, chunk,
@@ -498,7 +527,10 @@ static int bench_ownership(const serve_settings *s, const int64_t *contexts, int
                                               &table_view, seqlens, &execution, &options, caller};
     int rounds = 0;
     const double start = omp_get_wtime();
-    for (int round = -2; ok && round < MOST_ROUNDS && (round < 5 || omp_get_wtime() - start < 1.5 * s->seconds);
+    /* --rounds: exactly that many; else at least 5 and about 1.5 x --seconds */
+    for (int round = -2; ok && round < MOST_ROUNDS &&
+                         (s->rounds > 0 ? round < s->rounds
+                                        : round < 5 || omp_get_wtime() - start < 1.5 * s->seconds);
          ++round)
         for (int caller = 0; caller <= 2 && ok; ++caller) {
             const double before = omp_get_wtime();
@@ -607,6 +639,7 @@ static int bench_varlen(const serve_settings *s, int threads, int B, int low, in
     options.causal = 1, options.alignment = ATTN_ALIGN_BOTTOM_RIGHT, options.empty_rows = ATTN_EMPTY_ROWS_ZERO;
     attn_execution execution = attn_execution_default();
     execution.num_threads = threads;
+    execution.kernel = s->kernel;
     attn_execution one_thread = execution;
     one_thread.num_threads = 1;
     /* The key-padding mask of the padded batch ([B][max] flags viewed as [B, 1, max, max]);
@@ -655,10 +688,16 @@ int cli_bench_serve(int argc, char **argv) {
     printf("attn bench serve: %d sequences, contexts %lld..%lld (seed %d), Hq %d, Hkv %d, D %d, pages of %d, "
            "each step %d prefill chunks of %d tokens + %d decode tokens, causal, %d threads, kernels %s\n",
            s.sequences, (long long)s.min_context, (long long)s.max_context, s.seed, s.heads, s.kv_heads, s.dim,
-           s.page_size, s.prefills, s.chunk, s.sequences - s.prefills, threads, attn_kernel_name(ATTN_KERNEL_AUTO));
+           s.page_size, s.prefills, s.chunk, s.sequences - s.prefills, threads, attn_kernel_name(s.kernel));
+    int status = 0;
+    if (s.ownership_only) { /* --ownership: the comparison alone, for each storage asked for */
+        for (int d = 0; d < STORAGE_COUNT && status == 0; ++d)
+            if (s.dtypes & (1 << d)) status = bench_ownership(&s, contexts, threads, storages[d]);
+        free(contexts);
+        return status;
+    }
     printf("%-8s %-8s %10s %12s %9s %10s %9s\n", "storage", "part", "ms/step", "tokens/s", "KV GB/s", "read GB/s",
            "fraction");
-    int status = 0;
     for (int d = 0; d < STORAGE_COUNT && status == 0; ++d)
         if (s.dtypes & (1 << d)) status = bench_storage(&s, storages[d], contexts, threads);
     /* Library- vs caller-owned decode: bf16 always, and each 8-bit storage asked for. */

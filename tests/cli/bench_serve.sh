@@ -3,8 +3,10 @@
 # whose tokens/s and KV GB/s follow from its ms/step and the sizes (tokens per step = prefills x
 # chunk + the other sequences' decode tokens) for f32, bf16, f16, int8 and both fp8; the
 # library-/caller-owned decode lines (bf16 and each 8-bit storage asked for) have finite,
-# positive times and ratios; the two varlen lines appear; --dtype int8 runs int8 alone; bad arguments exit 2 with a one-line message naming the option and
-# nothing on stdout.
+# positive times and ratios; the two varlen lines appear; --dtype int8 runs int8 alone;
+# --ownership --rounds N --page-size P --kernel K runs only that comparison, N rounds, on pages of
+# P with the kernels named in the header; bad arguments exit 2 with a one-line message naming
+# the option and nothing on stdout.
 # usage: bash bench_serve.sh ATTN_BINARY SOURCE_DIR
 set -uo pipefail
 attn=$1
@@ -59,6 +61,19 @@ assert not re.search(r"^(f32|bf16|f16|fp8_e4m3|fp8_e5m2)\s+step", text, re.M), t
 assert re.findall(r"^decode, (\S+), 3 sequences, same pages, \d+ alternated", text, re.M) == ["bf16", "int8"], text
 PY
 
+# --ownership: the comparison alone, exactly --rounds rounds, pages and kernels as asked
+OMP_NUM_THREADS=2 "$attn" bench serve --sequences 3 --context 20 60 --prefills 1 --chunk 8 \
+    --heads 2 --kv-heads 1 --dim 8 --dtype f16 --ownership --rounds 3 --page-size 8 --kernel generic \
+    > "$work/own.txt" 2> "$work/err.txt" || fail "ownership run: exit $? ($(cat "$work/err.txt"))"
+python3 - "$work/own.txt" <<'PY' || fail "ownership run: lines"
+import re, sys
+text = open(sys.argv[1]).read()
+assert re.search(r"^attn bench serve: .*pages of 8, .*kernels generic$", text, re.M), text
+assert not re.search(r"^(f32|bf16|f16|int8|fp8_e4m3|fp8_e5m2)\s+step", text, re.M), text
+assert "varlen" not in text, text
+assert re.findall(r"^decode, (\S+), 3 sequences, same pages, (\d+) alternated", text, re.M) == [("f16", "3")], text
+PY
+
 expect_usage_error() { # what needle option-words...
     local what=$1 needle=$2; shift 2
     "$attn" bench serve "$@" > "$work/stdout.txt" 2> "$work/stderr.txt"
@@ -72,6 +87,10 @@ expect_usage_error "unknown dtype" --dtype --dtype int4
 expect_usage_error "unknown option" --frobnicate --frobnicate
 expect_usage_error "prefills >= sequences" --prefills --sequences 4 --prefills 4
 expect_usage_error "Hq not a multiple of Hkv" --kv-heads --heads 6 --kv-heads 4
+expect_usage_error "zero rounds" "--rounds (1 .. 400).*rounds 0" --rounds 0
+expect_usage_error "too many rounds" "rounds 401" --rounds 401
+expect_usage_error "zero page size" "--page-size (1 .. 65536).*page size 0" --page-size 0
+expect_usage_error "unknown kernel" "--kernel 'sse9'" --kernel sse9
 
 [ "$failures" -eq 0 ] && echo "bench_serve: all passed"
 exit "$failures"
