@@ -559,7 +559,8 @@ static int bench_ownership(const serve_settings *s, const int64_t *contexts, int
 
 /* ---- varlen prefill vs per-sequence calls vs the padded batch ---- */
 typedef struct varlen_context {
-    int mode; /* 0 varlen, 1 per sequence, 2 padded with lengths, 4 padded with a key mask */
+    int mode; /* 0 varlen, 1 per sequence, 2 padded with lengths, 4 padded with a key mask,
+                 5 padded with neither (every tile computed) */
     int B;
     const int32_t *cu;
     int64_t max_length;
@@ -594,10 +595,12 @@ static attn_status run_varlen(void *context, attn_error *error) {
         return ATTN_OK;
     }
     attn_options padded = *c->options;
-    if (c->mode == 4) /* as a framework without lengths pads: keys masked, every tile computed */
+    if (c->mode == 4) /* keys masked: attn skips the tiles whose keys are all padding */
         padded.mask = c->key_mask;
-    else
+    else if (c->mode == 2)
         padded.query_lengths = c->lengths, padded.key_lengths = c->lengths;
+    /* mode 5: causal alone, every tile of the padded batch computed, the work of a framework
+     * that pads (its padding keys are not masked: the time, not the result, is used) */
     return attn_forward(c->Q, c->K, c->V, &padded, c->O, NULL, c->execution, error);
 }
 
@@ -607,13 +610,20 @@ static int bench_varlen(const serve_settings *s, int threads, int B, int low, in
     int32_t cu[MOST + 1] = {0}, lengths[MOST];
     uint64_t state = (uint64_t)s->seed * 131u + (uint64_t)B;
     int64_t longest = 0;
-    double useful = 0;
     for (int b = 0; b < B; ++b) {
         lengths[b] = low + (int32_t)(next_random(&state) % (uint64_t)(high - low + 1));
         cu[b + 1] = cu[b] + lengths[b];
         longest = lengths[b] > longest ? lengths[b] : longest;
-        useful += (double)lengths[b] * lengths[b];
     }
+    /* (query, key) pairs the causal mask allows: of the sequences (the useful work), of the
+     * padded batch with its padding keys masked, and of the whole padded batch */
+    double useful = 0, key_masked = 0;
+    for (int b = 0; b < B; ++b) {
+        const double L = lengths[b];
+        useful += L * (L + 1) / 2;
+        key_masked += L * (L + 1) / 2 + (double)(longest - lengths[b]) * L;
+    }
+    const double padded_pairs = (double)B * (double)longest * (double)(longest + 1) / 2;
     const int64_t H = s->heads, D = s->dim, total = cu[B];
     float *q = malloc((size_t)(total * H * D) * 4), *k = malloc((size_t)(total * Hkv * D) * 4);
     float *v = malloc((size_t)(total * Hkv * D) * 4), *o = malloc((size_t)(total * H * D) * 4);
@@ -647,10 +657,10 @@ static int bench_varlen(const serve_settings *s, int threads, int B, int low, in
     uint8_t *flags = calloc((size_t)(B * longest), 1);
     for (int b = 0; b < B; ++b) memset(flags + b * longest, 1, (size_t)lengths[b]);
     attn_tensor key_mask = {flags, ATTN_DTYPE_BOOL, 4, {B, 1, longest, longest}, {longest, 0, 0, 1}};
-    double seconds[5] = {0, 0, 0, 0, 0};
+    double seconds[6] = {0, 0, 0, 0, 0, 0};
     attn_error error;
     for (int round = 0; round < 3; ++round) /* interleaved rounds, best median of each */
-        for (int mode = 0; mode < 5; ++mode) { /* mode 3: varlen on one thread (the split's speedup) */
+        for (int mode = 0; mode < 6; ++mode) { /* mode 3: varlen on one thread (the split's speedup) */
             if (mode == 3 && threads == 1) continue;
             varlen_context context = {mode == 3 ? 0 : mode, B, cu, longest, &qv, &kv, &vv, &ov, &Qv, &Kv, &Vv, &Ov,
                                       &options, mode == 3 ? &one_thread : &execution, lengths, &key_mask};
@@ -661,15 +671,16 @@ static int bench_varlen(const serve_settings *s, int threads, int B, int low, in
             }
             if (round == 0 || t < seconds[mode]) seconds[mode] = t;
         }
-    const double padding_ratio = (double)B * (double)longest * (double)longest / useful;
+    const double token_ratio = (double)B * (double)longest / (double)total;
     printf("varlen causal prefill, %d sequences of %d..%d tokens, Hkv %d (%lld in all, longest %lld): varlen %.2f ms, "
            "one call per sequence %.2f ms (varlen / separate = %.3f), padded batch with lengths %.2f ms "
-           "(padded / varlen = %.2f), padded batch with a key mask %.2f ms (padded / varlen = %.2f; padding "
-           "ratio of the work, B x max^2 / sum L^2 = %.2f); varlen on 1 thread %.2f ms (speedup of %d threads "
-           "%.2f)\n",
+           "(padded / varlen = %.2f), padded batch with a key mask %.2f ms (padded / varlen = %.2f; its allowed pairs / "
+           "the sequences' = %.2f), padded batch computing every tile %.2f ms (padded / varlen = %.2f; padding ratio of "
+           "the work, causal pairs of B x max / of the sequences = %.2f, of the tokens = %.2f); varlen on 1 thread "
+           "%.2f ms (speedup of %d threads %.2f)\n",
            B, low, high, Hkv, (long long)total, (long long)longest, seconds[0] * 1e3, seconds[1] * 1e3, seconds[0] / seconds[1],
-           seconds[2] * 1e3, seconds[2] / seconds[0], seconds[4] * 1e3, seconds[4] / seconds[0], padding_ratio,
-           seconds[3] * 1e3, threads,
+           seconds[2] * 1e3, seconds[2] / seconds[0], seconds[4] * 1e3, seconds[4] / seconds[0], key_masked / useful,
+           seconds[5] * 1e3, seconds[5] / seconds[0], padded_pairs / useful, token_ratio, seconds[3] * 1e3, threads,
            seconds[3] > 0 ? seconds[3] / seconds[0] : 1.0);
     free(q), free(k), free(v), free(o), free(Q), free(K), free(V), free(O), free(flags);
     return 0;

@@ -33,6 +33,29 @@ for dtype, part, ms, rate, gbs, read, fraction in rows:
         tolerance = 0.005 / float(read) * (1 + float(fraction)) + 0.0006
         assert abs(float(fraction) - float(gbs) / float(read)) <= tolerance, (gbs, read, fraction)
 assert text.count("varlen causal prefill") == 2, text
+# each varlen line: its ratios follow from its times, the token padding ratio from B, the total
+# and the longest, and the work ratios order as the pairs they count (sequences <= key-masked
+# padded batch <= whole padded batch)
+number = r"([\d.]+)"
+varlen = re.findall(r"^varlen causal prefill, (\d+) sequences of \d+\.\.\d+ tokens, Hkv \d+ \((\d+) in all, longest (\d+)\): "
+                    rf"varlen {number} ms, one call per sequence {number} ms \(varlen / separate = {number}\), "
+                    rf"padded batch with lengths {number} ms \(padded / varlen = {number}\), "
+                    rf"padded batch with a key mask {number} ms \(padded / varlen = {number}; its allowed pairs / the sequences' = {number}\), "
+                    rf"padded batch computing every tile {number} ms \(padded / varlen = {number}; padding ratio of the work, "
+                    rf"causal pairs of B x max / of the sequences = {number}, of the tokens = {number}\); "
+                    rf"varlen on 1 thread {number} ms \(speedup of 2 threads {number}\)$", text, re.M)
+assert len(varlen) == 2, text
+for line in varlen:
+    B, total, longest = (int(x) for x in line[:3])
+    t = [float(x) for x in line[3:]]
+    varlen_ms, separate, r_sep, lengths_ms, r_lengths, masked_ms, r_masked, masked_pairs, every_ms, r_every, work, tokens, one, speedup = t
+    def close(ratio, a, b):  # times printed to 0.01 ms, ratios to 0.01 or 0.001
+        return abs(ratio - a / b) <= 0.006 + 0.01 / b * (1 + a / b)
+    assert close(r_sep, varlen_ms, separate) and close(r_lengths, lengths_ms, varlen_ms), line
+    assert close(r_masked, masked_ms, varlen_ms) and close(r_every, every_ms, varlen_ms), line
+    assert close(speedup, one, varlen_ms), line
+    assert abs(tokens - B * longest / total) <= 0.006, line
+    assert 1 <= masked_pairs <= work + 0.01 and tokens <= work + 0.01, line
 # library- vs caller-owned decode: bf16 and each 8-bit storage, every time finite and > 0
 owned = re.findall(r"^decode, (\S+), 6 sequences, same pages, (\d+) alternated rounds: library-owned ([\d.]+) ms; "
                    r"caller-owned \[page, slot, head, D\] ([\d.]+) ms \(caller / library = ([\d.]+|nan|inf)\); "
