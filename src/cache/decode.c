@@ -539,6 +539,11 @@ static void run_task(const decode_plan *plan, decode_scratch *scratch, int64_t b
      * the library's pages, which the prefetchers follow, the same requests cost 6-8% (the
      * score loop's instructions; docs/inference.md, "fp8's values through flash-attn's pages") */
     const bool values_next_in_pv = fused_q8 && (dtype == ATTN_DTYPE_Q8 || plan->interleaved);
+    /* ... so on token-major pages the score kernel does not request the chunk's values again
+     * (the previous chunk's P · V did): flash-attn's pages 1-3 points closer to the library's
+     * for int8 and fp8 (Hq 8 / Hkv 2 fp8 1.095-1.102 -> 1.076-1.084, Hq 32 / Hkv 8 E4M3
+     * 1.117-1.121 -> 1.082-1.097, int8 1.060-1.065 -> 1.056-1.057; two alternated passes) */
+    const bool score_requests_values = values_ahead && !plan->interleaved;
     /* The next chunk's rows (`next` in the loop below): the tile kernels request them themselves;
      * the kernels reading stored rows in place (8-bit, bf16 in place, float32 storage) and
      * the conversions into a buffer (16-bit widened, 8-bit dequantised: chunk_rows) are
@@ -667,7 +672,7 @@ static void run_task(const decode_plan *plan, decode_scratch *scratch, int64_t b
             else if (fused_q8)
                 kernels->score_chunk_q8(dtype, (int)rows, count, (int)Dk, q8_queries,
                                         stored_keys, cache->key_token_stride, key_scales,
-                                        key_factor, scores, values_ahead ? &ahead : NULL,
+                                        key_factor, scores, score_requests_values ? &ahead : NULL,
                                         next_keys);
             else {
                 keys = chunk_rows(plan, stored_keys, key_scales, key_factor, count, Dk,
