@@ -368,7 +368,10 @@ ATTN_API const char *attn_kernel_f16_tiles(attn_kernel_choice choice);
  * place), "fp8 on bf16 tiles" (AMX: bf16 queries against fp8 storage, rows >= 5, each chunk
  * widened exactly to bf16), "8-bit in place" (int8 elsewhere, fp8 for <= 4
  * rows), "fp32 large group" (>= 12 rows on chunks converted to float32) or "fp32 rows"
- * (the rest); NULL when `choice` is not available here or rows < 1. For tools and tests
+ * (the rest); NULL when `choice` is not available here or rows < 1. This is the path of the
+ * library's own cache; on token-major pages (a caller's [page, slot, head, D],
+ * attn_forward_with_kvcache) groups of 5..11 rows that would run "fp32 rows" on 16-bit
+ * storage read it in place instead, with the same bits. For tools and tests
  * (docs/inference.md, "AMX decode"). */
 ATTN_API const char *attn_decode_kernel_path(attn_kernel_choice choice, attn_dtype cache_dtype,
                                              attn_dtype query_dtype, int64_t rows);

@@ -17,6 +17,9 @@
  *     the half values, and bit for bit against the same registry's f16_to_f32 followed by
  *     score_chunk / accumulate_chunk (halves of every magnitude, subnormals included; the
  *     stride gaps hold NaN);
+ *   - where a registry has them, score_chunk_bf16_widened and accumulate_chunk_bf16_widened
+ *     (every group size) against double on the bfloat16 values, and bit for bit against the
+ *     same registry's bf16_to_f32 followed by score_chunk / accumulate_chunk;
  *   - where a registry has them, the large-group kernels score_chunk_group (after
  *     prepare_group_queries) and accumulate_chunk_group (transposed accumulator) against
  *     double and the generic score_chunk / accumulate_chunk, for every group of 1..40 rows
@@ -316,6 +319,29 @@ static void check_scores(const attn_kernels *k, int rows, int count, int dim, te
               k->name, rows, count, dim, worst, worst_generic, untouched, bitwise);
         free(keys_f16), free(keys_f16_double), free(widened), free(same);
     }
+    if (k->decode.score_chunk_bf16_widened != NULL) { /* any rows: the token-major pages' */
+        /* bf16 read in place: the bits of bf16_to_f32 + score_chunk (registry.h); the stride
+         * gaps hold NaN */
+        exact_scores(rows, count, dim, queries, keys_bf16_double, key_stride, exact, magnitude);
+        float *widened = floats((size_t)count * key_stride, 0.0f);
+        float *same = floats((size_t)rows * ATTN_DECODE_CHUNK, SENTINEL);
+        k->decode.bf16_to_f32(count * key_stride, keys_bf16, widened);
+        k->decode.score_chunk(rows, count, dim, queries, widened, key_stride, same, NULL);
+        generic_registry()->decode.score_chunk(rows, count, dim, queries, widened, key_stride,
+                                               generic, NULL);
+        for (int i = 0; i < rows * ATTN_DECODE_CHUNK; ++i) scores[i] = SENTINEL;
+        k->decode.score_chunk_bf16_widened(rows, count, dim, queries, keys_bf16, key_stride,
+                                           scores, keys_bf16);
+        untouched = compare_scores(rows, count, scores, generic, exact, magnitude, &worst,
+                                   &worst_generic);
+        const int bitwise =
+            memcmp(scores, same, sizeof(float) * (size_t)rows * ATTN_DECODE_CHUNK) == 0;
+        CHECK(worst <= DOT_TOLERANCE && worst_generic <= DOT_TOLERANCE && untouched && bitwise,
+              "%s score_chunk_bf16_widened %dx%d D=%d: error %.3g, vs generic %.3g, untouched "
+              "%d, = widened + score_chunk bit for bit %d",
+              k->name, rows, count, dim, worst, worst_generic, untouched, bitwise);
+        free(widened), free(same);
+    }
     free(queries), free(keys), free(keys_bf16), free(keys_double), free(keys_bf16_double);
     free(exact), free(magnitude), free(scores), free(again), free(generic);
 }
@@ -420,9 +446,10 @@ static void check_accumulate(const attn_kernels *k, int rows, int count, int dim
             values_f16[at] = e < dim ? random_f16(rng) : 0x7e01;
         }
     const int stride = ATTN_DECODE_GROUP_STRIDE(rows); /* the group form's accumulator */
-    for (int form = 0; form < 4; ++form) {
+    for (int form = 0; form < 5; ++form) {
         if (form == 1 && (k->decode.accumulate_chunk_bf16 == NULL || rows > ATTN_DECODE_FUSED_ROWS))
             continue;
+        if (form == 4 && k->decode.accumulate_chunk_bf16_widened == NULL) continue;
         if (form == 3 && (k->decode.accumulate_chunk_f16 == NULL || rows > ATTN_DECODE_FUSED_ROWS))
             continue;
         if (form == 2 && k->decode.accumulate_chunk_group == NULL) continue;
@@ -439,17 +466,21 @@ static void check_accumulate(const attn_kernels *k, int rows, int count, int dim
             generic_registry()->decode.bf16_to_f32(count * value_stride, values_bf16, widened);
             k->decode.accumulate_chunk_bf16(rows, count, dim, weights, rescale, values_bf16,
                                             value_stride, accumulator, values_bf16);
-        } else if (form == 3) { /* halves in place: the bits of f16_to_f32 + accumulate_chunk */
-            k->decode.f16_to_f32(count * value_stride, values_f16, widened);
+        } else if (form == 3 || form == 4) { /* 16-bit in place: the bits of widening +
+                                                 accumulate_chunk */
+            const uint16_t *stored = form == 3 ? values_f16 : values_bf16;
+            (form == 3 ? k->decode.f16_to_f32 : k->decode.bf16_to_f32)(count * value_stride,
+                                                                      stored, widened);
             float *same = floats((size_t)rows * dim, 0.0f);
             memcpy(same, start, sizeof(float) * (size_t)rows * dim);
             k->decode.accumulate_chunk(rows, count, dim, weights, rescale, widened, value_stride,
                                        same, NULL);
-            k->decode.accumulate_chunk_f16(rows, count, dim, weights, rescale, values_f16,
-                                           value_stride, accumulator, values_f16);
+            (form == 3 ? k->decode.accumulate_chunk_f16 : k->decode.accumulate_chunk_bf16_widened)(
+                rows, count, dim, weights, rescale, stored, value_stride, accumulator, stored);
             CHECK(memcmp(same, accumulator, sizeof(float) * (size_t)rows * dim) == 0,
-                  "%s accumulate_chunk_f16 %dx%d D=%d = widened + accumulate_chunk bit for bit",
-                  k->name, rows, count, dim);
+                  "%s %s %dx%d D=%d = widened + accumulate_chunk bit for bit", k->name,
+                  form == 3 ? "accumulate_chunk_f16" : "accumulate_chunk_bf16_widened", rows,
+                  count, dim);
             free(same);
         } else { /* transposed accumulator [dim][stride], padding rows 0 */
             memcpy(widened, values, sizeof(float) * (size_t)count * value_stride);
@@ -485,7 +516,8 @@ static void check_accumulate(const attn_kernels *k, int rows, int count, int dim
                 if (!(difference <= worst)) worst = difference;
             }
         static const char *const forms[] = {"accumulate_chunk", "accumulate_chunk_bf16",
-                                            "accumulate_chunk_group", "accumulate_chunk_f16"};
+                                            "accumulate_chunk_group", "accumulate_chunk_f16",
+                                            "accumulate_chunk_bf16_widened"};
         CHECK(worst <= DOT_TOLERANCE, "%s %s %dx%d D=%d: error %.3g (double and generic)",
               k->name, forms[form], rows, count, dim, worst);
         free(accumulator), free(generic), free(widened);
@@ -1022,6 +1054,8 @@ int main(void) {
               "registry %s fills every mandatory decode slot", k->name);
         CHECK((d->score_chunk_f16 == NULL) == (d->accumulate_chunk_f16 == NULL),
               "registry %s has both f16 in-place slots or neither", k->name);
+        CHECK((d->score_chunk_bf16_widened == NULL) == (d->accumulate_chunk_bf16_widened == NULL),
+              "registry %s has both bf16 widened in-place slots or neither", k->name);
         printf("registry %s: bf16 in place %s; f16 in place %s; large-group kernels %s; bf16 "
                "tiles %s\n", k->name,
                d->score_chunk_bf16 ? "score and accumulate" : "no (converted first)",

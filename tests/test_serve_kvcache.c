@@ -105,6 +105,12 @@ static const same_case same_cases[] = {
     {"f16 paged 8, MQA, window", ATTN_DTYPE_F16, 2, 4, 1, 16, 8, 90, 8, {90, 41}, 1, 20, 0.0f},
     {"bf16 contiguous, soft-cap", ATTN_DTYPE_BF16, 2, 4, 4, 16, 16, 70, 0, {70, 12}, 2, -1, 5.0f},
     {"f32 contiguous MHA", ATTN_DTYPE_F32, 4, 2, 2, 8, 8, 33, 0, {1, 33, 20, 7}, 1, -1, 0.0f},
+    /* groups of 5..11 rows on token-major pages: 16-bit rows read in place (decode.c
+     * layout_path), the library's converted chunk by chunk: the same bits */
+    {"bf16 paged 16, GQA 8 rows, soft-cap (widened in place)", ATTN_DTYPE_BF16, 3, 16, 2, 40, 24,
+     1500, 16, {1500, 37, 1100}, 1, -1, 7.0f},
+    {"f16 paged 16, GQA, Tq 2, 8 rows, window (in place)", ATTN_DTYPE_F16, 2, 8, 2, 72, 72, 300,
+     16, {300, 77}, 2, 50, 0.0f},
     /* B x Hkv >= 16 and splits above 1024 keys: the heads of a split run in steps (decode.c
      * run_split_stepped), the same bits as whole tasks */
     {"bf16 paged 16, GQA, long (heads in steps)", ATTN_DTYPE_BF16, 4, 8, 4, 64, 64, 3100, 16,

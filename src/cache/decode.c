@@ -120,6 +120,8 @@ typedef enum decode_path {
     PATH_ROWS,       /* chunks converted to float32 (if stored narrower), score_chunk etc. */
     PATH_FUSED_BF16, /* small groups read bf16 storage in place (score_chunk_bf16) */
     PATH_FUSED_F16,  /* ... and IEEE half storage (score_chunk_f16: the converted path's bits) */
+    PATH_WIDENED_BF16, /* bf16 storage read in place with PATH_ROWS's bits (token-major pages:
+                          score_chunk_bf16_widened, in_place_path) */
     PATH_FUSED_Q8,   /* 8-bit storage read in place (score_chunk_q8) */
     PATH_GROUP,      /* large groups on float32 chunks (score_chunk_group) */
     PATH_TILES,      /* bf16 queries on bf16 tiles (score_chunk_tiles: AMX, VDPBF16PS) */
@@ -130,7 +132,7 @@ typedef enum decode_path {
 } decode_path;
 
 static const char *const decode_path_names[] = {"fp32 rows", "bf16 in place", "f16 in place",
-                                                 "8-bit in place",
+                                                 "bf16 widened in place", "8-bit in place",
                                                  "fp32 large group", "bf16 tiles", "int8 tiles",
                                                  "int8 tile scores", "fp8 on bf16 tiles"};
 
@@ -172,6 +174,23 @@ static decode_path decode_path_of(const attn_decode_kernels *kernels, attn_dtype
      * score_chunk_group, keys widened or dequantised once per chunk (registry.h). */
     if (kernels->score_chunk_group != NULL && rows >= ATTN_DECODE_GROUP_ROWS) return PATH_GROUP;
     return PATH_ROWS;
+}
+
+/* The path of a task on token-major pages ([page, slot, head, D]: `interleaved`), where the
+ * rows of one head are strided between the others': a group that would convert each 16-bit
+ * chunk to float32 rows (PATH_ROWS) reads them in place instead, through the float32
+ * kernels' own in-place forms (score_chunk_f16, score_chunk_bf16_widened: the same bits).
+ * The conversion's pass over strided rows cost more than reading them in place there
+ * (Hq 16 / Hkv 2, groups of 8 rows: flash-attn's pages at 1.05-1.08x the library-owned time
+ * converted, docs/inference.md), while on the library's contiguous pages converting once per
+ * chunk stays faster (fp16 groups of 8 read in place: 19.7 -> 20.6 ms there). */
+static decode_path layout_path(const attn_decode_kernels *kernels, decode_path path,
+                               attn_dtype cache_dtype, bool interleaved) {
+    if (path != PATH_ROWS || !interleaved) return path;
+    if (cache_dtype == ATTN_DTYPE_F16 && kernels->score_chunk_f16 != NULL) return PATH_FUSED_F16;
+    if (cache_dtype == ATTN_DTYPE_BF16 && kernels->score_chunk_bf16_widened != NULL)
+        return PATH_WIDENED_BF16;
+    return path;
 }
 
 /* Whether a PATH_FP8_TILES task of `rows` rows reads the stored fp8 rows in place
@@ -454,9 +473,10 @@ static void run_task(const decode_plan *plan, decode_scratch *scratch, int64_t b
     /* Logits need more than the scale when a soft-cap or additive term applies. */
     const bool transform = plan->softcap > 0.0f || plan->mask->has_additive;
     const attn_dtype dtype = cache->config.dtype;
-    const decode_path path = decode_path_of(kernels, dtype, q->dtype, rows, Dk);
+    const decode_path path = layout_path(kernels, decode_path_of(kernels, dtype, q->dtype, rows, Dk),
+                                         dtype, plan->interleaved);
     const bool fused_bf16 = path == PATH_FUSED_BF16, fused_q8 = path == PATH_FUSED_Q8;
-    const bool fused_f16 = path == PATH_FUSED_F16;
+    const bool fused_f16 = path == PATH_FUSED_F16, widened_bf16 = path == PATH_WIDENED_BF16;
     /* bf16 tiles, on the stored bf16 rows or on fp8 rows widened to bf16 (fp8_tiles) */
     const bool fp8_tiles = path == PATH_FP8_TILES;
     /* ... read in place by the tile arithmetic where the registry can, for small groups
@@ -554,8 +574,9 @@ static void run_task(const decode_plan *plan, decode_scratch *scratch, int64_t b
     const bool own_prefetch = group || tiles || q8_scores_on_tiles;
     const bool quantized = attn_dtype_is_quantized(dtype);
     const bool converted = (quantized && !fused_q8) ||
-                           (!quantized && !fused_bf16 && !fused_f16 && dtype != ATTN_DTYPE_F32);
-    const bool in_place = q8_scores_on_tiles || fused_bf16 || fused_f16 || fused_q8 ||
+                           (!quantized && !fused_bf16 && !fused_f16 && !widened_bf16 &&
+                            dtype != ATTN_DTYPE_F32);
+    const bool in_place = q8_scores_on_tiles || fused_bf16 || fused_f16 || widened_bf16 || fused_q8 ||
                           (dtype == ATTN_DTYPE_F32 && !tiles);
     const bool passes_next = in_place || (converted && !own_prefetch);
     late_values held = {0};
@@ -661,10 +682,10 @@ static void run_task(const decode_plan *plan, decode_scratch *scratch, int64_t b
                 kernels->score_chunk_bf16((int)rows, count, (int)Dk, bf16_queries, stored_keys,
                                           cache->key_token_stride, scores,
                                           (const uint16_t *)next_keys);
-            else if (fused_f16)
-                kernels->score_chunk_f16((int)rows, count, (int)Dk, scratch->queries, stored_keys,
-                                         cache->key_token_stride, scores,
-                                         (const uint16_t *)next_keys);
+            else if (fused_f16 || widened_bf16)
+                (fused_f16 ? kernels->score_chunk_f16 : kernels->score_chunk_bf16_widened)(
+                    (int)rows, count, (int)Dk, scratch->queries, stored_keys,
+                    cache->key_token_stride, scores, (const uint16_t *)next_keys);
             else if (q8_scores_on_tiles)
                 kernels->score_chunk_q8_tiles((int)rows, count, (int)Dk, scratch->prepared,
                                               stored_keys, cache->key_token_stride, key_scales,
@@ -756,10 +777,10 @@ static void run_task(const decode_plan *plan, decode_scratch *scratch, int64_t b
                                                stored_values, value_stride,
                                                scratch->accumulator,
                                                (const uint16_t *)next_values);
-            } else if (fused_f16) {
-                kernels->accumulate_chunk_f16((int)rows, count, (int)Dv, scores, rescale,
-                                              stored_values, value_stride, scratch->accumulator,
-                                              (const uint16_t *)next_values);
+            } else if (fused_f16 || widened_bf16) {
+                (fused_f16 ? kernels->accumulate_chunk_f16 : kernels->accumulate_chunk_bf16_widened)(
+                    (int)rows, count, (int)Dv, scores, rescale, stored_values, value_stride,
+                    scratch->accumulator, (const uint16_t *)next_values);
             } else if (fused_q8) {
                 kernels->accumulate_chunk_q8(dtype, (int)rows, count, (int)Dv, scores, rescale,
                                              stored_values, value_stride, value_scales,

@@ -163,6 +163,10 @@ static void apply(attn_kernels *into, const attn_kernel_isa *isa) {
             into->decode.score_chunk_f16 = isa->decode->score_chunk_f16;
             into->decode.accumulate_chunk_f16 = isa->decode->accumulate_chunk_f16;
         }
+        if (isa->decode->score_chunk_bf16_widened != NULL) {
+            into->decode.score_chunk_bf16_widened = isa->decode->score_chunk_bf16_widened;
+            into->decode.accumulate_chunk_bf16_widened = isa->decode->accumulate_chunk_bf16_widened;
+        }
         if (isa->decode->score_chunk_bf16 != NULL) {
             into->decode.score_chunk_bf16 = isa->decode->score_chunk_bf16;
             into->decode.prepare_bf16_queries = isa->decode->prepare_bf16_queries;

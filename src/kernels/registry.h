@@ -290,6 +290,22 @@ typedef struct attn_decode_kernels {
                                  const float *rescale, const uint16_t *values,
                                  int64_t value_stride, float *accumulator,
                                  const uint16_t *values_ahead);
+    /* Optional (NULL = convert to float32 first), both or neither: score_chunk and
+     * accumulate_chunk reading bfloat16 keys / values as stored, each element widened exactly
+     * as it is loaded, for any rows: exactly the bits of widen_rows followed by the same
+     * registry's score_chunk / accumulate_chunk (unlike score_chunk_bf16, whose order of
+     * operations is its own). The decode loop takes them for the groups it would otherwise
+     * convert chunk by chunk (ATTN_DECODE_FUSED_ROWS < rows < ATTN_DECODE_GROUP_ROWS) on
+     * token-major pages ([page, slot, head, D]: a caller's), where the conversion's strided
+     * pass cost more than reading in place, and keeps the conversion on the library's pages,
+     * so both give the same bits. keys_ahead / values_ahead: as for score_chunk. */
+    void (*score_chunk_bf16_widened)(int rows, int count, int dim, const float *queries,
+                                     const uint16_t *keys, int64_t key_stride, float *scores,
+                                     const uint16_t *keys_ahead);
+    void (*accumulate_chunk_bf16_widened)(int rows, int count, int dim, const float *weights,
+                                          const float *rescale, const uint16_t *values,
+                                          int64_t value_stride, float *accumulator,
+                                          const uint16_t *values_ahead);
     /* Optional (NULL = score_chunk): the scores of a large group (rows >=
      * ATTN_DECODE_GROUP_ROWS; any rows >= 1 are valid) from its query rows prepared once per
      * task, prepared[dim][ATTN_DECODE_GROUP_STRIDE(rows)] (prepare_group_queries; for
@@ -470,6 +486,7 @@ typedef struct attn_kernels {
  *   forward {pack_values, packed_values_floats, accumulate_values},
  *   decode  {score_chunk_bf16, prepare_bf16_queries},
  *   decode  {score_chunk_f16, accumulate_chunk_f16},
+ *   decode  {score_chunk_bf16_widened, accumulate_chunk_bf16_widened},
  *   decode  {score_chunk_group, prepare_group_queries, accumulate_chunk_group},
  *   decode  {score_chunk_q8, accumulate_chunk_q8},
  *   decode  {score_chunk_tiles, prepare_tile_queries, accumulate_chunk_tiles},

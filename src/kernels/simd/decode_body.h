@@ -3,8 +3,9 @@
  * part) written once over vec.h, compiled per width by src/kernels/avx2/decode_avx2.c and
  * src/kernels/avx512/decode_avx512.c, which name them in their tables (each file adds its
  * width's kernels that read bfloat16 and 8-bit storage in place). The float32 score and
- * value kernels read IEEE half storage in place too (score_chunk_f16, accumulate_chunk_f16:
- * the same code, each element widened exactly as it is loaded).
+ * value kernels read IEEE half and bfloat16 storage in place too (score_chunk_f16,
+ * accumulate_chunk_f16, score_chunk_bf16_widened, accumulate_chunk_bf16_widened: the same
+ * code, each element widened exactly as it is loaded).
  *
  * Decoding reads every cached key and value once per step, so the kernel must keep up with
  * the memory stream (for MHA the keys are read key after key: one sequential stream), and
@@ -165,12 +166,15 @@ static void f16_to_f32(int64_t count, const uint16_t *source, float *target) {
     for (; e < count; ++e) target[e] = attn_f16_to_float(source[e]);
 }
 
-/* ---- Stored rows of float32 or IEEE half, read in place ----
+/* ---- Stored rows of float32, IEEE half or bfloat16, read in place ----
  * The score and value kernels below read keys and values through load_stored: float32 rows
- * as they are, or (`half`, a constant: the F16 storage of small groups, registry.h
- * score_chunk_f16) IEEE half rows widened in registers by vcvtph2ps, exactly. The operations
- * and their order are those of the float32 kernels on the widened values, so a half chunk
- * read in place gives the bits of widen_rows followed by score_chunk / accumulate_chunk. */
+ * as they are, or (`stored`, a constant) IEEE half rows widened in registers by vcvtph2ps
+ * (STORED_F16: the F16 storage of small groups, registry.h score_chunk_f16) or bfloat16 rows
+ * widened by a 16-bit shift (STORED_BF16: groups of more rows on token-major pages,
+ * score_chunk_bf16_widened), exactly. The operations and their order are those of the
+ * float32 kernels on the widened values, so a 16-bit chunk read in place gives the bits of
+ * widen_rows followed by score_chunk / accumulate_chunk. */
+enum { STORED_F32 = 0, STORED_F16 = 1, STORED_BF16 = 2 };
 
 /* The halves p[0 .. lanes) as floats, zeros past lanes (lanes may exceed VLANES). */
 V_INLINE vf load_half(const uint16_t *p, int lanes) {
@@ -185,28 +189,45 @@ V_INLINE vf load_half(const uint16_t *p, int lanes) {
 #endif
 }
 
-/* Elements [index, index + lanes) of a stored row (float32, or IEEE half when `half`) as
- * floats, zeros past lanes. */
-V_INLINE vf load_stored(const void *row, int64_t index, int lanes, const int half) {
-    if (half) return load_half((const uint16_t *)row + index, lanes);
+/* The bfloat16 values p[0 .. lanes) as floats (each the upper half of its float's bits, as
+ * bf16_to_f32 widens them), zeros past lanes (lanes may exceed VLANES). */
+V_INLINE vf load_bf16(const uint16_t *p, int lanes) {
+#if VLANES == 16
+    const __m256i bits = lanes >= 16 ? _mm256_loadu_si256((const __m256i *)p)
+                                     : _mm256_maskz_loadu_epi16(vmask_first(lanes), p);
+    return vi_as_vf(vi_slli(_mm512_cvtepu16_epi32(bits), 16));
+#else
+    if (lanes >= 8)
+        return vi_as_vf(vi_slli(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p)), 16));
+    uint16_t part[8] = {0}; /* (no 16-bit masked load at 8 lanes) */
+    for (int e = 0; e < lanes; ++e) part[e] = p[e];
+    return vi_as_vf(vi_slli(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)part)), 16));
+#endif
+}
+
+/* Elements [index, index + lanes) of a stored row (float32, or `stored` 16-bit) as floats,
+ * zeros past lanes. */
+V_INLINE vf load_stored(const void *row, int64_t index, int lanes, const int stored) {
+    if (stored == STORED_F16) return load_half((const uint16_t *)row + index, lanes);
+    if (stored == STORED_BF16) return load_bf16((const uint16_t *)row + index, lanes);
     return load_first((const float *)row + index, lanes);
 }
 
 /* VLANES dot products over `dim`: block_rows query rows x block_keys stored keys (float32,
- * or IEEE half when `half`; block_rows * block_keys = VLANES). out[r * block_keys + k] =
+ * or `stored` 16-bit; block_rows * block_keys = VLANES). out[r * block_keys + k] =
  * row[r] . key[k]. key_major: each key is read whole before the next, a purely sequential
  * stream (the query vectors are reloaded from L1 for each key); else dimension-major: each
  * loaded key vector serves all rows of the block and each loaded query vector all keys, from
  * registers. */
 V_INLINE void score_block(const int block_rows, const int block_keys, const int key_major,
-                          const int half, int dim, const float *const *row,
+                          const int stored, int dim, const float *const *row,
                           const void *const *key, float *out) {
     vf sums[VLANES];
     for (int a = 0; a < VLANES; ++a) sums[a] = vf_zero();
     if (key_major) {
         for (int k = 0; k < block_keys; ++k)
             for (int d = 0; d < dim; d += VLANES) {
-                const vf key_vector = load_stored(key[k], d, dim - d, half);
+                const vf key_vector = load_stored(key[k], d, dim - d, stored);
                 for (int r = 0; r < block_rows; ++r)
                     sums[r * block_keys + k] = vf_fmadd(load_first(row[r] + d, dim - d),
                                                         key_vector, sums[r * block_keys + k]);
@@ -216,7 +237,7 @@ V_INLINE void score_block(const int block_rows, const int block_keys, const int 
             vf query[4];
             for (int r = 0; r < block_rows; ++r) query[r] = load_first(row[r] + d, dim - d);
             for (int k = 0; k < block_keys; ++k) {
-                const vf key_vector = load_stored(key[k], d, dim - d, half);
+                const vf key_vector = load_stored(key[k], d, dim - d, stored);
                 for (int r = 0; r < block_rows; ++r)
                     sums[r * block_keys + k] =
                         vf_fmadd(query[r], key_vector, sums[r * block_keys + k]);
@@ -227,11 +248,11 @@ V_INLINE void score_block(const int block_rows, const int block_keys, const int 
 }
 
 /* scores[r * ATTN_DECODE_CHUNK + c] = queries[r] . keys[c] for stored keys of
- * `element_size` bytes (4: float32; 2: IEEE half, `half`), key_stride elements apart. */
-V_INLINE void score_stored_chunk(const int half, int rows, int count, int dim,
+ * `element_size` bytes (4: float32; 2: `stored` 16-bit), key_stride elements apart. */
+V_INLINE void score_stored_chunk(const int stored, int rows, int count, int dim,
                                  const float *queries, const void *keys, int64_t key_stride,
                                  float *scores, const void *keys_ahead) {
-    const int64_t element_size = half ? 2 : 4;
+    const int64_t element_size = stored != STORED_F32 ? 2 : 4;
     const int block_rows = rows >= 3 ? 4 : rows, block_keys = VLANES / block_rows;
     for (int r0 = 0; r0 < rows; r0 += block_rows)
         for (int c0 = 0; c0 < count; c0 += block_keys) {
@@ -249,10 +270,10 @@ V_INLINE void score_stored_chunk(const int half, int rows, int count, int dim,
                                          key_stride * element_size, dim * element_size, 0);
             float out[VLANES];
             /* 4 rows: always >= DIMENSION_MAJOR_ROWS; 1 row: always key after key */
-            if (block_rows == 4) score_block(4, VLANES / 4, 0, half, dim, row, key, out);
+            if (block_rows == 4) score_block(4, VLANES / 4, 0, stored, dim, row, key, out);
             else if (block_rows == 2)
-                score_block(2, VLANES / 2, 2 < DIMENSION_MAJOR_ROWS, half, dim, row, key, out);
-            else score_block(1, VLANES, 1, half, dim, row, key, out);
+                score_block(2, VLANES / 2, 2 < DIMENSION_MAJOR_ROWS, stored, dim, row, key, out);
+            else score_block(1, VLANES, 1, stored, dim, row, key, out);
             for (int r = 0; r < block_rows && r0 + r < rows; ++r)
                 for (int k = 0; k < block_keys && c0 + k < count; ++k)
                     scores[(r0 + r) * ATTN_DECODE_CHUNK + c0 + k] = out[r * block_keys + k];
@@ -262,7 +283,8 @@ V_INLINE void score_stored_chunk(const int half, int rows, int count, int dim,
 /* score_chunk (registry.h) for float32 keys. */
 static void score_chunk(int rows, int count, int dim, const float *queries, const float *keys,
                         int64_t key_stride, float *scores, const float *keys_ahead) {
-    score_stored_chunk(0, rows, count, dim, queries, keys, key_stride, scores, keys_ahead);
+    score_stored_chunk(STORED_F32, rows, count, dim, queries, keys, key_stride, scores,
+                       keys_ahead);
 }
 
 /* score_chunk_f16 (registry.h): IEEE half keys read in place, the bits of score_chunk on
@@ -270,7 +292,17 @@ static void score_chunk(int rows, int count, int dim, const float *queries, cons
 static void score_chunk_f16(int rows, int count, int dim, const float *queries,
                             const uint16_t *keys, int64_t key_stride, float *scores,
                             const uint16_t *keys_ahead) {
-    score_stored_chunk(1, rows, count, dim, queries, keys, key_stride, scores, keys_ahead);
+    score_stored_chunk(STORED_F16, rows, count, dim, queries, keys, key_stride, scores,
+                       keys_ahead);
+}
+
+/* score_chunk_bf16_widened (registry.h): bfloat16 keys read in place, the bits of
+ * score_chunk on them widened. */
+static void score_chunk_bf16_widened(int rows, int count, int dim, const float *queries,
+                                     const uint16_t *keys, int64_t key_stride, float *scores,
+                                     const uint16_t *keys_ahead) {
+    score_stored_chunk(STORED_BF16, rows, count, dim, queries, keys, key_stride, scores,
+                       keys_ahead);
 }
 
 /* The online-softmax step (registry.h) of one chunk, each row held in registers, the rows
@@ -331,12 +363,12 @@ static void softmax_chunk(int rows, int count, float scale, float *scores, float
 
 /* accumulator rows [block_rows][dim], columns [e0, e0 + width) with width <= VLANES *
  * vectors: acc = rescale * acc + sum_c weight[r][c] * values[c] for stored values (float32,
- * or IEEE half when `half`), value_stride elements apart. */
-V_INLINE void accumulate_block(const int block_rows, const int vectors, const int half,
+ * or `stored` 16-bit), value_stride elements apart. */
+V_INLINE void accumulate_block(const int block_rows, const int vectors, const int stored,
                                int count, int e0, int width, int dim, const float *weights,
                                const float *rescale, const void *values, int64_t value_stride,
                                float *accumulator, const int prefetch, const void *values_ahead) {
-    const int64_t element_size = half ? 2 : 4;
+    const int64_t element_size = stored != STORED_F32 ? 2 : 4;
     vmask masks[VALUE_VECTORS];
     for (int x = 0; x < vectors; ++x) masks[x] = vmask_first(width - VLANES * x);
     vf sums[VALUE_ROWS][VALUE_VECTORS];
@@ -356,8 +388,9 @@ V_INLINE void accumulate_block(const int block_rows, const int vectors, const in
                                  value_stride * element_size, dim * element_size, 0);
         for (int x = 0; x < vectors; ++x) {
             const vf value_vector =
-                half ? load_half((const uint16_t *)value + VLANES * x, width - VLANES * x)
-                     : vf_maskz_loadu(masks[x], (const float *)value + VLANES * x);
+                stored == STORED_F32
+                    ? vf_maskz_loadu(masks[x], (const float *)value + VLANES * x)
+                    : load_stored(value, VLANES * x, width - VLANES * x, stored);
             for (int r = 0; r < block_rows; ++r)
                 sums[r][x] = vf_fmadd(weight[r], value_vector, sums[r][x]);
         }
@@ -370,7 +403,7 @@ V_INLINE void accumulate_block(const int block_rows, const int vectors, const in
 
 /* Rows [0, block_rows) of accumulate_chunk over all of dim, in column blocks of
  * VLANES * VALUE_VECTORS floats. */
-V_INLINE void accumulate_rows(const int block_rows, const int half, int count, int dim,
+V_INLINE void accumulate_rows(const int block_rows, const int stored, int count, int dim,
                               const float *weights, const float *rescale, const void *values,
                               int64_t value_stride, float *accumulator, int prefetch,
                               const void *values_ahead) {
@@ -378,35 +411,35 @@ V_INLINE void accumulate_rows(const int block_rows, const int half, int count, i
     for (int e0 = 0; e0 < dim; e0 += BLOCK) {
         const int width = dim - e0 < BLOCK ? dim - e0 : BLOCK;
         if (prefetch && e0 == 0) /* (the request a constant inside each block) */
-            accumulate_block(block_rows, VALUE_VECTORS, half, count, e0, width, dim, weights,
+            accumulate_block(block_rows, VALUE_VECTORS, stored, count, e0, width, dim, weights,
                              rescale, values, value_stride, accumulator, 1, values_ahead);
         else
-            accumulate_block(block_rows, VALUE_VECTORS, half, count, e0, width, dim, weights,
+            accumulate_block(block_rows, VALUE_VECTORS, stored, count, e0, width, dim, weights,
                              rescale, values, value_stride, accumulator, 0, values_ahead);
     }
 }
 
-/* accumulate_chunk for stored values (float32, or IEEE half when `half`): blocks of
+/* accumulate_chunk for stored values (float32, or `stored` 16-bit): blocks of
  * VALUE_ROWS rows (the first block reads each value row whole, in order), then the remaining
  * rows. (At 16 lanes, blocks of 4 rows x 64 floats need fewer loads but read each value row
  * in two strided passes, which measured slower on streamed values.) */
-V_INLINE void accumulate_stored_chunk(const int half, int rows, int count, int dim,
+V_INLINE void accumulate_stored_chunk(const int stored, int rows, int count, int dim,
                                       const float *weights, const float *rescale,
                                       const void *values, int64_t value_stride,
                                       float *accumulator, const void *values_ahead) {
     const int prefetch = rows >= PREFETCH_ROWS; /* by the first block, which reads memory */
     int r = 0;
     for (; r + VALUE_ROWS <= rows; r += VALUE_ROWS)
-        accumulate_rows(VALUE_ROWS, half, count, dim, weights + r * ATTN_DECODE_CHUNK,
+        accumulate_rows(VALUE_ROWS, stored, count, dim, weights + r * ATTN_DECODE_CHUNK,
                         rescale + r, values, value_stride, accumulator + (int64_t)r * dim,
                         prefetch && r == 0, values_ahead);
     const float *tail_weights = weights + r * ATTN_DECODE_CHUNK;
     float *tail = accumulator + (int64_t)r * dim;
     if (rows - r == 2) /* only when VALUE_ROWS is 3 */
-        accumulate_rows(2, half, count, dim, tail_weights, rescale + r, values, value_stride,
+        accumulate_rows(2, stored, count, dim, tail_weights, rescale + r, values, value_stride,
                         tail, prefetch && r == 0, values_ahead);
     else if (rows - r == 1)
-        accumulate_rows(1, half, count, dim, tail_weights, rescale + r, values, value_stride,
+        accumulate_rows(1, stored, count, dim, tail_weights, rescale + r, values, value_stride,
                         tail, prefetch && r == 0, values_ahead);
 }
 
@@ -414,8 +447,8 @@ V_INLINE void accumulate_stored_chunk(const int half, int rows, int count, int d
 static void accumulate_chunk(int rows, int count, int dim, const float *weights,
                              const float *rescale, const float *values, int64_t value_stride,
                              float *accumulator, const float *values_ahead) {
-    accumulate_stored_chunk(0, rows, count, dim, weights, rescale, values, value_stride,
-                            accumulator, values_ahead);
+    accumulate_stored_chunk(STORED_F32, rows, count, dim, weights, rescale, values,
+                            value_stride, accumulator, values_ahead);
 }
 
 /* accumulate_chunk_f16 (registry.h): IEEE half values read in place, the bits of
@@ -424,8 +457,18 @@ static void accumulate_chunk_f16(int rows, int count, int dim, const float *weig
                                  const float *rescale, const uint16_t *values,
                                  int64_t value_stride, float *accumulator,
                                  const uint16_t *values_ahead) {
-    accumulate_stored_chunk(1, rows, count, dim, weights, rescale, values, value_stride,
-                            accumulator, values_ahead);
+    accumulate_stored_chunk(STORED_F16, rows, count, dim, weights, rescale, values,
+                            value_stride, accumulator, values_ahead);
+}
+
+/* accumulate_chunk_bf16_widened (registry.h): bfloat16 values read in place, the bits of
+ * accumulate_chunk on them widened. */
+static void accumulate_chunk_bf16_widened(int rows, int count, int dim, const float *weights,
+                                          const float *rescale, const uint16_t *values,
+                                          int64_t value_stride, float *accumulator,
+                                          const uint16_t *values_ahead) {
+    accumulate_stored_chunk(STORED_BF16, rows, count, dim, weights, rescale, values,
+                            value_stride, accumulator, values_ahead);
 }
 
 /* ---- 16-bit storage widened a chunk at a time ----
