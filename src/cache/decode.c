@@ -183,10 +183,12 @@ static decode_path decode_path_of(const attn_decode_kernels *kernels, attn_dtype
  * The conversion's pass over strided rows cost more than reading them in place there
  * (Hq 16 / Hkv 2, groups of 8 rows: flash-attn's pages at 1.05-1.08x the library-owned time
  * converted, docs/inference.md), while on the library's contiguous pages converting once per
- * chunk stays faster (fp16 groups of 8 read in place: 19.7 -> 20.6 ms there). */
+ * chunk stays faster (fp16 groups of 8 read in place: 19.7 -> 20.6 ms there). Up to the
+ * registry's token_major_in_place_rows (AVX-512; AVX2 converts). */
 static decode_path layout_path(const attn_decode_kernels *kernels, decode_path path,
-                               attn_dtype cache_dtype, bool interleaved) {
-    if (path != PATH_ROWS || !interleaved) return path;
+                               attn_dtype cache_dtype, int64_t rows, bool interleaved) {
+    if (path != PATH_ROWS || !interleaved || rows > kernels->token_major_in_place_rows)
+        return path;
     if (cache_dtype == ATTN_DTYPE_F16 && kernels->score_chunk_f16 != NULL) return PATH_FUSED_F16;
     if (cache_dtype == ATTN_DTYPE_BF16 && kernels->score_chunk_bf16_widened != NULL)
         return PATH_WIDENED_BF16;
@@ -474,7 +476,7 @@ static void run_task(const decode_plan *plan, decode_scratch *scratch, int64_t b
     const bool transform = plan->softcap > 0.0f || plan->mask->has_additive;
     const attn_dtype dtype = cache->config.dtype;
     const decode_path path = layout_path(kernels, decode_path_of(kernels, dtype, q->dtype, rows, Dk),
-                                         dtype, plan->interleaved);
+                                         dtype, rows, plan->interleaved);
     const bool fused_bf16 = path == PATH_FUSED_BF16, fused_q8 = path == PATH_FUSED_Q8;
     const bool fused_f16 = path == PATH_FUSED_F16, widened_bf16 = path == PATH_WIDENED_BF16;
     /* bf16 tiles, on the stored bf16 rows or on fp8 rows widened to bf16 (fp8_tiles) */
@@ -560,10 +562,12 @@ static void run_task(const decode_plan *plan, decode_scratch *scratch, int64_t b
      * score loop's instructions; docs/inference.md, "fp8's values through flash-attn's pages") */
     const bool values_next_in_pv = fused_q8 && (dtype == ATTN_DTYPE_Q8 || plan->interleaved);
     /* ... so on token-major pages the score kernel does not request the chunk's values again
-     * (the previous chunk's P · V did): flash-attn's pages 1-3 points closer to the library's
-     * for int8 and fp8 (Hq 8 / Hkv 2 fp8 1.095-1.102 -> 1.076-1.084, Hq 32 / Hkv 8 E4M3
-     * 1.117-1.121 -> 1.082-1.097, int8 1.060-1.065 -> 1.056-1.057; two alternated passes) */
-    const bool score_requests_values = values_ahead && !plan->interleaved;
+     * where the previous chunk's P · V did (AVX-512: registry.h accumulate_q8_requests_ahead):
+     * flash-attn's pages 1-3 points closer to the library's for int8 and fp8 (Hq 8 / Hkv 2
+     * fp8 1.095-1.102 -> 1.076-1.084, Hq 32 / Hkv 8 E4M3 1.117-1.121 -> 1.082-1.097, int8
+     * 1.060-1.065 -> 1.056-1.057; two alternated passes) */
+    const bool score_requests_values =
+        values_ahead && !(plan->interleaved && kernels->accumulate_q8_requests_ahead);
     /* The next chunk's rows (`next` in the loop below): the tile kernels request them themselves;
      * the kernels reading stored rows in place (8-bit, bf16 in place, float32 storage) and
      * the conversions into a buffer (16-bit widened, 8-bit dequantised: chunk_rows) are

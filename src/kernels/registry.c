@@ -158,6 +158,7 @@ static void apply(attn_kernels *into, const attn_kernel_isa *isa) {
         if (isa->decode->score_chunk_q8 != NULL) {
             into->decode.score_chunk_q8 = isa->decode->score_chunk_q8;
             into->decode.accumulate_chunk_q8 = isa->decode->accumulate_chunk_q8;
+            into->decode.accumulate_q8_requests_ahead = isa->decode->accumulate_q8_requests_ahead;
         }
         if (isa->decode->score_chunk_f16 != NULL) {
             into->decode.score_chunk_f16 = isa->decode->score_chunk_f16;
@@ -166,6 +167,7 @@ static void apply(attn_kernels *into, const attn_kernel_isa *isa) {
         if (isa->decode->score_chunk_bf16_widened != NULL) {
             into->decode.score_chunk_bf16_widened = isa->decode->score_chunk_bf16_widened;
             into->decode.accumulate_chunk_bf16_widened = isa->decode->accumulate_chunk_bf16_widened;
+            into->decode.token_major_in_place_rows = isa->decode->token_major_in_place_rows;
         }
         if (isa->decode->score_chunk_bf16 != NULL) {
             into->decode.score_chunk_bf16 = isa->decode->score_chunk_bf16;

@@ -299,6 +299,12 @@ typedef struct attn_decode_kernels {
      * token-major pages ([page, slot, head, D]: a caller's), where the conversion's strided
      * pass cost more than reading in place, and keeps the conversion on the library's pages,
      * so both give the same bits. keys_ahead / values_ahead: as for score_chunk. */
+    /* With the two below: the largest group that reads 16-bit storage in place on
+     * token-major pages, through score_chunk_bf16_widened or score_chunk_f16 (0: those groups
+     * convert, as on the library's pages). AVX-512 ATTN_DECODE_GROUP_ROWS - 1; AVX2 0 (its
+     * 8-lane blocks widen each key once per 4 rows: groups of 8 read in place ran at 2x the
+     * converted time there). */
+    int token_major_in_place_rows;
     void (*score_chunk_bf16_widened)(int rows, int count, int dim, const float *queries,
                                      const uint16_t *keys, int64_t key_stride, float *scores,
                                      const uint16_t *keys_ahead);
@@ -423,6 +429,11 @@ typedef struct attn_decode_kernels {
                                 const uint8_t *values, int64_t value_stride,
                                 const float *row_scales, float factor, float *accumulator,
                                 const uint8_t *values_ahead);
+    /* With the two above: 1 when accumulate_chunk_q8 requests the values_ahead rows it is
+     * given (AVX-512), 0 when it ignores them (AVX2, generic: their score kernels request the
+     * values, `ahead`). On token-major pages the decode loop then leaves the score kernel's
+     * requests of the same rows out (decode.c score_requests_values). */
+    int accumulate_q8_requests_ahead;
 
     /* Optional (NULL = score_chunk_q8 / accumulate_chunk_q8): int8 storage (Q8 only) on int8
      * tiles (AMX-INT8), for any group (rows >= 1) with dim <= ATTN_DECODE_Q8_TILE_MOST_DIM
@@ -486,9 +497,9 @@ typedef struct attn_kernels {
  *   forward {pack_values, packed_values_floats, accumulate_values},
  *   decode  {score_chunk_bf16, prepare_bf16_queries},
  *   decode  {score_chunk_f16, accumulate_chunk_f16},
- *   decode  {score_chunk_bf16_widened, accumulate_chunk_bf16_widened},
+ *   decode  {score_chunk_bf16_widened, accumulate_chunk_bf16_widened, token_major_in_place_rows},
  *   decode  {score_chunk_group, prepare_group_queries, accumulate_chunk_group},
- *   decode  {score_chunk_q8, accumulate_chunk_q8},
+ *   decode  {score_chunk_q8, accumulate_chunk_q8, accumulate_q8_requests_ahead},
  *   decode  {score_chunk_tiles, prepare_tile_queries, accumulate_chunk_tiles},
  *   decode  {score_chunk_q8_tiles, prepare_q8_tile_queries, accumulate_chunk_q8_tiles}.
  */

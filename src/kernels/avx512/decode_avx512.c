@@ -249,6 +249,7 @@ const attn_decode_kernels attn_avx512_decode = {
     .accumulate_chunk_f16 = accumulate_chunk_f16,
     .score_chunk_bf16_widened = score_chunk_bf16_widened,
     .accumulate_chunk_bf16_widened = accumulate_chunk_bf16_widened,
+    .token_major_in_place_rows = ATTN_DECODE_GROUP_ROWS - 1,
     .score_chunk_bf16 = avx512_score_chunk_bf16,
     .accumulate_chunk_bf16 = avx512_accumulate_chunk_bf16,
     .prepare_bf16_queries = avx512_prepare_bf16_queries,
@@ -256,6 +257,7 @@ const attn_decode_kernels attn_avx512_decode = {
     .widen_fp8_bf16 = avx512_widen_fp8_bf16,
     .score_chunk_q8 = avx512_score_chunk_q8,
     .accumulate_chunk_q8 = avx512_accumulate_chunk_q8,
+    .accumulate_q8_requests_ahead = 1,
 };
 
 /* The 8-bit slots without VNNI, VBMI and GFNI (the AVX-512BW integer kernels, fp8 widened 32
@@ -265,4 +267,5 @@ const attn_decode_kernels attn_avx512_decode = {
 const attn_decode_kernels attn_avx512_q8_baseline = {
     .score_chunk_q8 = avx512_score_chunk_q8_baseline,
     .accumulate_chunk_q8 = avx512_accumulate_chunk_q8_baseline,
+    .accumulate_q8_requests_ahead = 1,
 };

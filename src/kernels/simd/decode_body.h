@@ -25,9 +25,12 @@
  *  - values: blocks of VALUE_ROWS rows x VALUE_VECTORS vectors of value floats (3 x 128 =
  *    24 zmm accumulators at 16 lanes, each value row read whole and in order; 2 x 32 = 8 ymm
  *    at 8 lanes), the rescale of the accumulator fused into its load;
- *  - at 16 lanes, software prefetch of the keys and values LOOKAHEAD rows ahead for groups
- *    of >= 2 rows (see LOOKAHEAD): without it the core waits on memory during most of its
- *    arithmetic. (Not measured at 8 lanes, where it stays off.)
+ *  - software prefetch of the keys and values LOOKAHEAD rows ahead for groups of >= 2 rows
+ *    (see LOOKAHEAD): without it the core waits on memory during most of its arithmetic. At
+ *    8 lanes too since 2026-12-06 (the AVX2 kernels on an Intel Xeon, `attn bench decode
+ *    --kernel avx2`, three alternated runs: float32 GQA 60.7-62.8 -> 74.0-76.1 tokens/s, MQA
+ *    163-189 -> 191-200, MHA unchanged; flash-attn's pages of float32 and fp16 groups of 4 at
+ *    1.13-1.17x -> 1.00-1.01x the library-owned time; not measured on an AVX2-only AMD).
  *  - large groups (>= ATTN_DECODE_GROUP_ROWS: MQA, MLA) take the *_group kernels at the end
  *    of this file instead: the query rows as vector lanes, so a block of rows x keys (or
  *    rows x value dimensions) needs no reduction tree and reads each key / value once per
@@ -48,7 +51,7 @@
  * 15-20% faster than key-major for 4 rows once the keys are prefetched. */
 enum { DIMENSION_MAJOR_ROWS = 3, DECODE_PREFETCH = 1, VALUE_ROWS = 3, VALUE_VECTORS = 8 };
 #else
-enum { DIMENSION_MAJOR_ROWS = 2, DECODE_PREFETCH = 0, VALUE_ROWS = 2, VALUE_VECTORS = 4 };
+enum { DIMENSION_MAJOR_ROWS = 2, DECODE_PREFETCH = 1, VALUE_ROWS = 2, VALUE_VECTORS = 4 };
 #endif
 
 /* Software prefetch. With a group of several rows each key costs many FMAs, and the hardware
