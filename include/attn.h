@@ -363,7 +363,7 @@ ATTN_API const char *attn_kernel_f16_tiles(attn_kernel_choice choice);
  * and queries of `query_dtype`, with `rows` = (Hq / Hkv) * Tq query rows per KV head:
  * "bf16 tiles" (AMX: bf16 queries against bf16 storage, rows >= 5), "bf16 in place"
  * (groups of <= 4 rows reading bf16 storage), "f16 in place" (groups of <= 4 rows reading
- * fp16 storage, AVX2 and AVX-512: the bits of "fp32 rows"), "int8 tiles" (AMX-INT8: int8 storage, rows >= 5,
+ * fp16 storage, AVX-512: the bits of "fp32 rows"), "int8 tiles" (AMX-INT8: int8 storage, rows >= 5,
  * key dims <= 1024), "int8 tile scores" (the same for rows <= 4: scores on the tiles, P·V in
  * place), "fp8 on bf16 tiles" (AMX: bf16 queries against fp8 storage, rows >= 5, each chunk
  * widened exactly to bf16), "8-bit in place" (int8 elsewhere, fp8 for <= 4

@@ -279,7 +279,8 @@ typedef struct attn_decode_kernels {
     void (*prepare_bf16_queries)(int rows, int dim, const float *queries, float *prepared);
     /* Optional (NULL = convert to float32 first), both or neither: score_chunk and
      * accumulate_chunk reading IEEE half (F16) keys / values as stored, for the same small
-     * groups (rows <= ATTN_DECODE_FUSED_ROWS); the queries as score_chunk reads them. Every
+     * groups (rows <= ATTN_DECODE_FUSED_ROWS; on token-major pages up to
+     * token_major_in_place_rows, below); the queries as score_chunk reads them. Every
      * half is a float32 value, so these give exactly the bits of widen_rows followed by the
      * same registry's score_chunk / accumulate_chunk (same operations, same order).
      * keys_ahead / values_ahead: as for score_chunk (rows of halves). */
@@ -298,12 +299,12 @@ typedef struct attn_decode_kernels {
      * convert chunk by chunk (ATTN_DECODE_FUSED_ROWS < rows < ATTN_DECODE_GROUP_ROWS) on
      * token-major pages ([page, slot, head, D]: a caller's), where the conversion's strided
      * pass cost more than reading in place, and keeps the conversion on the library's pages,
-     * so both give the same bits. keys_ahead / values_ahead: as for score_chunk. */
-    /* With the two below: the largest group that reads 16-bit storage in place on
+     * so both give the same bits. keys_ahead / values_ahead: as for score_chunk. (AVX-512;
+     * at 8 lanes reading 16-bit rows in place measured 1.4-2x slower than converting, so
+     * the AVX2 registry has neither these nor score_chunk_f16.) */
+    /* With the two above: the largest group that reads 16-bit storage in place on
      * token-major pages, through score_chunk_bf16_widened or score_chunk_f16 (0: those groups
-     * convert, as on the library's pages). AVX-512 ATTN_DECODE_GROUP_ROWS - 1; AVX2 0 (its
-     * 8-lane blocks widen each key once per 4 rows: groups of 8 read in place ran at 2x the
-     * converted time there). */
+     * convert, as on the library's pages). AVX-512: ATTN_DECODE_GROUP_ROWS - 1. */
     int token_major_in_place_rows;
     void (*score_chunk_bf16_widened)(int rows, int count, int dim, const float *queries,
                                      const uint16_t *keys, int64_t key_stride, float *scores,

@@ -176,7 +176,10 @@ static void f16_to_f32(int64_t count, const uint16_t *source, float *target) {
  * widened by a 16-bit shift (STORED_BF16: groups of more rows on token-major pages,
  * score_chunk_bf16_widened), exactly. The operations and their order are those of the
  * float32 kernels on the widened values, so a 16-bit chunk read in place gives the bits of
- * widen_rows followed by score_chunk / accumulate_chunk. */
+ * widen_rows followed by score_chunk / accumulate_chunk. Only the 16-lane registry names
+ * them: at 8 lanes (the AVX2 kernels on an Intel Xeon, `attn bench serve --ownership
+ * --kernel avx2 --dtype f16`, three alternated runs) fp16 groups of 4 rows read in place took
+ * 42-45 ms against 22-28 converted, groups of 2 rows 19.5-23.6 against 13.7-15.1. */
 enum { STORED_F32 = 0, STORED_F16 = 1, STORED_BF16 = 2 };
 
 /* The halves p[0 .. lanes) as floats, zeros past lanes (lanes may exceed VLANES). */
@@ -290,6 +293,7 @@ static void score_chunk(int rows, int count, int dim, const float *queries, cons
                        keys_ahead);
 }
 
+#if VLANES == 16
 /* score_chunk_f16 (registry.h): IEEE half keys read in place, the bits of score_chunk on
  * them widened. */
 static void score_chunk_f16(int rows, int count, int dim, const float *queries,
@@ -298,7 +302,9 @@ static void score_chunk_f16(int rows, int count, int dim, const float *queries,
     score_stored_chunk(STORED_F16, rows, count, dim, queries, keys, key_stride, scores,
                        keys_ahead);
 }
+#endif
 
+#if VLANES == 16
 /* score_chunk_bf16_widened (registry.h): bfloat16 keys read in place, the bits of
  * score_chunk on them widened. */
 static void score_chunk_bf16_widened(int rows, int count, int dim, const float *queries,
@@ -307,6 +313,7 @@ static void score_chunk_bf16_widened(int rows, int count, int dim, const float *
     score_stored_chunk(STORED_BF16, rows, count, dim, queries, keys, key_stride, scores,
                        keys_ahead);
 }
+#endif
 
 /* The online-softmax step (registry.h) of one chunk, each row held in registers, the rows
  * SOFTMAX_ROWS at a time in phases (all maxima, then all exponentials, then the row
@@ -454,6 +461,7 @@ static void accumulate_chunk(int rows, int count, int dim, const float *weights,
                             value_stride, accumulator, values_ahead);
 }
 
+#if VLANES == 16
 /* accumulate_chunk_f16 (registry.h): IEEE half values read in place, the bits of
  * accumulate_chunk on them widened. */
 static void accumulate_chunk_f16(int rows, int count, int dim, const float *weights,
@@ -463,7 +471,9 @@ static void accumulate_chunk_f16(int rows, int count, int dim, const float *weig
     accumulate_stored_chunk(STORED_F16, rows, count, dim, weights, rescale, values,
                             value_stride, accumulator, values_ahead);
 }
+#endif
 
+#if VLANES == 16
 /* accumulate_chunk_bf16_widened (registry.h): bfloat16 values read in place, the bits of
  * accumulate_chunk on them widened. */
 static void accumulate_chunk_bf16_widened(int rows, int count, int dim, const float *weights,
@@ -473,6 +483,7 @@ static void accumulate_chunk_bf16_widened(int rows, int count, int dim, const fl
     accumulate_stored_chunk(STORED_BF16, rows, count, dim, weights, rescale, values,
                             value_stride, accumulator, values_ahead);
 }
+#endif
 
 /* ---- 16-bit storage widened a chunk at a time ----
  * widen_rows (registry.h): `count` stored rows of `dim` bfloat16 / half elements, `stride`
