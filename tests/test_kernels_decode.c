@@ -213,6 +213,41 @@ static int compare_scores(int rows, int count, const float *scores, const float 
     return untouched;
 }
 
+/* A 16-bit score kernel that reads keys16 (rows key_stride apart, NaN in the gaps) in place
+ * and widens each element as it loads it (score_chunk_f16, score_chunk_bf16_widened): against
+ * double on the 16-bit values and the generic score_chunk, and bit for bit against the same
+ * registry's `widen` followed by its score_chunk (registry.h). */
+typedef void (*score16_kernel)(int rows, int count, int dim, const float *queries,
+                               const uint16_t *keys, int64_t key_stride, float *scores,
+                               const uint16_t *keys_ahead);
+static void check_score_widened(const attn_kernels *k, const char *name, score16_kernel kernel,
+                                void (*widen)(int64_t, const uint16_t *, float *), int rows,
+                                int count, int dim, const float *queries, const uint16_t *keys16,
+                                const double *keys16_double, int64_t key_stride) {
+    double *exact = malloc(sizeof(double) * (size_t)rows * count);
+    double *magnitude = malloc(sizeof(double) * (size_t)rows * count);
+    exact_scores(rows, count, dim, queries, keys16_double, key_stride, exact, magnitude);
+    float *widened = floats((size_t)count * key_stride, 0.0f);
+    float *same = floats((size_t)rows * ATTN_DECODE_CHUNK, SENTINEL);
+    float *generic = floats((size_t)rows * ATTN_DECODE_CHUNK, SENTINEL);
+    float *scores = floats((size_t)rows * ATTN_DECODE_CHUNK, SENTINEL);
+    widen(count * key_stride, keys16, widened);
+    k->decode.score_chunk(rows, count, dim, queries, widened, key_stride, same, NULL);
+    generic_registry()->decode.score_chunk(rows, count, dim, queries, widened, key_stride, generic,
+                                           NULL);
+    /* (the keys again as the "next chunk" the kernel may request: a hint only) */
+    kernel(rows, count, dim, queries, keys16, key_stride, scores, keys16);
+    double worst, worst_generic;
+    const int untouched = compare_scores(rows, count, scores, generic, exact, magnitude, &worst,
+                                         &worst_generic);
+    const int bitwise = memcmp(scores, same, sizeof(float) * (size_t)rows * ATTN_DECODE_CHUNK) == 0;
+    CHECK(worst <= DOT_TOLERANCE && worst_generic <= DOT_TOLERANCE && untouched && bitwise,
+          "%s %s %dx%d D=%d: error %.3g, vs generic %.3g, untouched %d, = widened + score_chunk "
+          "bit for bit %d",
+          k->name, name, rows, count, dim, worst, worst_generic, untouched, bitwise);
+    free(exact), free(magnitude), free(widened), free(same), free(generic), free(scores);
+}
+
 static void check_scores(const attn_kernels *k, int rows, int count, int dim, test_rng *rng) {
     const int64_t key_stride = dim + 3;
     float *queries = floats((size_t)rows * dim, 0.0f);
@@ -291,57 +326,21 @@ static void check_scores(const attn_kernels *k, int rows, int count, int dim, te
         free(widened), free(prepared);
     }
     if (k->decode.score_chunk_f16 != NULL && rows <= ATTN_DECODE_FUSED_ROWS) {
-        /* halves read in place: the bits of f16_to_f32 + score_chunk (registry.h) */
+        /* halves of every magnitude, subnormals included; NaN in the gaps */
         uint16_t *keys_f16 = malloc(sizeof(uint16_t) * (size_t)count * key_stride);
         double *keys_f16_double = malloc(sizeof(double) * (size_t)count * key_stride);
         for (int64_t at = 0; at < count * key_stride; ++at) {
-            keys_f16[at] = at % key_stride < dim ? random_f16(rng) : 0x7e01; /* NaN in gaps */
+            keys_f16[at] = at % key_stride < dim ? random_f16(rng) : 0x7e01;
             keys_f16_double[at] = bits_to_double_f16(keys_f16[at]);
         }
-        exact_scores(rows, count, dim, queries, keys_f16_double, key_stride, exact, magnitude);
-        float *widened = floats((size_t)count * key_stride, 0.0f);
-        float *same = floats((size_t)rows * ATTN_DECODE_CHUNK, SENTINEL);
-        k->decode.f16_to_f32(count * key_stride, keys_f16, widened);
-        k->decode.score_chunk(rows, count, dim, queries, widened, key_stride, same, NULL);
-        generic_registry()->decode.score_chunk(rows, count, dim, queries, widened, key_stride,
-                                               generic, NULL);
-        for (int i = 0; i < rows * ATTN_DECODE_CHUNK; ++i) scores[i] = SENTINEL;
-        /* (the keys again as the "next chunk" the kernel may request: a hint only) */
-        k->decode.score_chunk_f16(rows, count, dim, queries, keys_f16, key_stride, scores,
-                                  keys_f16);
-        untouched = compare_scores(rows, count, scores, generic, exact, magnitude, &worst,
-                                   &worst_generic);
-        const int bitwise =
-            memcmp(scores, same, sizeof(float) * (size_t)rows * ATTN_DECODE_CHUNK) == 0;
-        CHECK(worst <= DOT_TOLERANCE && worst_generic <= DOT_TOLERANCE && untouched && bitwise,
-              "%s score_chunk_f16 %dx%d D=%d: error %.3g, vs generic %.3g, untouched %d, "
-              "= widened + score_chunk bit for bit %d",
-              k->name, rows, count, dim, worst, worst_generic, untouched, bitwise);
-        free(keys_f16), free(keys_f16_double), free(widened), free(same);
+        check_score_widened(k, "score_chunk_f16", k->decode.score_chunk_f16, k->decode.f16_to_f32,
+                            rows, count, dim, queries, keys_f16, keys_f16_double, key_stride);
+        free(keys_f16), free(keys_f16_double);
     }
-    if (k->decode.score_chunk_bf16_widened != NULL) { /* any rows: the token-major pages' */
-        /* bf16 read in place: the bits of bf16_to_f32 + score_chunk (registry.h); the stride
-         * gaps hold NaN */
-        exact_scores(rows, count, dim, queries, keys_bf16_double, key_stride, exact, magnitude);
-        float *widened = floats((size_t)count * key_stride, 0.0f);
-        float *same = floats((size_t)rows * ATTN_DECODE_CHUNK, SENTINEL);
-        k->decode.bf16_to_f32(count * key_stride, keys_bf16, widened);
-        k->decode.score_chunk(rows, count, dim, queries, widened, key_stride, same, NULL);
-        generic_registry()->decode.score_chunk(rows, count, dim, queries, widened, key_stride,
-                                               generic, NULL);
-        for (int i = 0; i < rows * ATTN_DECODE_CHUNK; ++i) scores[i] = SENTINEL;
-        k->decode.score_chunk_bf16_widened(rows, count, dim, queries, keys_bf16, key_stride,
-                                           scores, keys_bf16);
-        untouched = compare_scores(rows, count, scores, generic, exact, magnitude, &worst,
-                                   &worst_generic);
-        const int bitwise =
-            memcmp(scores, same, sizeof(float) * (size_t)rows * ATTN_DECODE_CHUNK) == 0;
-        CHECK(worst <= DOT_TOLERANCE && worst_generic <= DOT_TOLERANCE && untouched && bitwise,
-              "%s score_chunk_bf16_widened %dx%d D=%d: error %.3g, vs generic %.3g, untouched "
-              "%d, = widened + score_chunk bit for bit %d",
-              k->name, rows, count, dim, worst, worst_generic, untouched, bitwise);
-        free(widened), free(same);
-    }
+    if (k->decode.score_chunk_bf16_widened != NULL) /* any rows: the token-major pages' */
+        check_score_widened(k, "score_chunk_bf16_widened", k->decode.score_chunk_bf16_widened,
+                            k->decode.bf16_to_f32, rows, count, dim, queries, keys_bf16,
+                            keys_bf16_double, key_stride);
     free(queries), free(keys), free(keys_bf16), free(keys_double), free(keys_bf16_double);
     free(exact), free(magnitude), free(scores), free(again), free(generic);
 }

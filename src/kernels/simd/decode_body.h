@@ -302,9 +302,7 @@ static void score_chunk_f16(int rows, int count, int dim, const float *queries,
     score_stored_chunk(STORED_F16, rows, count, dim, queries, keys, key_stride, scores,
                        keys_ahead);
 }
-#endif
 
-#if VLANES == 16
 /* score_chunk_bf16_widened (registry.h): bfloat16 keys read in place, the bits of
  * score_chunk on them widened. */
 static void score_chunk_bf16_widened(int rows, int count, int dim, const float *queries,
@@ -471,9 +469,7 @@ static void accumulate_chunk_f16(int rows, int count, int dim, const float *weig
     accumulate_stored_chunk(STORED_F16, rows, count, dim, weights, rescale, values,
                             value_stride, accumulator, values_ahead);
 }
-#endif
 
-#if VLANES == 16
 /* accumulate_chunk_bf16_widened (registry.h): bfloat16 values read in place, the bits of
  * accumulate_chunk on them widened. */
 static void accumulate_chunk_bf16_widened(int rows, int count, int dim, const float *weights,
