@@ -2,7 +2,9 @@
  * test_serve_kvcache.c — attention against a KV cache the caller owns
  * (attn_forward_with_kvcache), over tables of cases:
  *  - caller-owned equals library-owned: the same tokens on the same pages (paged) or rows
- *    (contiguous), F32 / BF16 / F16 storage, Tq = 1 and 4: bitwise equal to attn_decode;
+ *    (contiguous), F32 / BF16 / F16 storage, Tq = 1, 2 and 4, groups of 1 to 16 rows (8-row
+ *    16-bit groups on flash-attn's pages read in place): bitwise equal to attn_decode, which
+ *    equals the double-precision oracle (attn_reference_decode) within 1e-5;
  *  - chunked prefill with append in chunks of 1, 7 and 512 (and speculative verification
  *    with Tq = Tnew = 5) equals one prefill by the double-precision oracle on the whole
  *    sequence, row for row, with RoPE (either layout) applied on append and to the queries,
@@ -188,6 +190,15 @@ static void test_same_as_library(const same_case *sc, uint64_t seed) {
     test_tensor lib_lse = test_tensor_new_shape(3, lse_shape);
     CHECK_STATUS(attn_decode(cache, &q.view, &options, &lib_out.view, &lib_lse.view, NULL, &error), ATTN_OK, &error,
                  "%s: library decode", sc->name);
+    /* the library-owned result against the double-precision oracle on the same stored values
+     * (so the caller-owned one, equal to it bit for bit below, is checked against it too) */
+    test_tensor oracle = test_tensor_new(sc->B, sc->Tq, sc->Hq, sc->Dv, TEST_LAYOUT_BTHD);
+    CHECK_STATUS(attn_reference_decode(cache, &q.view, &options, &oracle.view, NULL, &error), ATTN_OK, &error,
+                 "%s: reference decode", sc->name);
+    const double oracle_error = test_max_relative_error(&lib_out.view, &oracle.view);
+    CHECK(oracle_error <= 1e-5, "%s: library-owned decode = double-precision oracle (err %.3g)", sc->name,
+          oracle_error);
+    test_tensor_free(&oracle);
     for (int threads = 1; threads <= 3; ++threads) {
         attn_execution execution = attn_execution_default();
         execution.num_threads = threads;
