@@ -7,8 +7,9 @@
  * [s * split_tokens, (s + 1) * split_tokens) of b, clipped to the keys the mask can allow.
  * A task streams its keys chunk by chunk (a chunk never crosses a page), converting stored
  * bf16/fp16 and dequantising 8-bit storage (int8, fp8) to float32 once per chunk into a
- * chunk-sized buffer (bf16, fp16 and fp8 for groups of <= 4 rows, int8 always: read in place
- * by the kernel instead, scales folded into scores and weights), and serves all rows = (Hq / Hkv) * Tq query rows of
+ * chunk-sized buffer (bf16, fp16 and fp8 for groups of <= 4 rows, 16-bit groups of up to 11
+ * rows on token-major pages, int8 always: read in place by the kernel instead, scales folded
+ * into scores and weights), and serves all rows = (Hq / Hkv) * Tq query rows of
  * its group from it (groups of >= ATTN_DECODE_GROUP_ROWS through the large-group kernels,
  * with the queries prepared and the accumulator kept transposed for the whole task; bf16
  * queries against bf16 storage on bf16 tiles (AMX, or VDPBF16PS on AMD) from the registry's
@@ -121,7 +122,7 @@ typedef enum decode_path {
     PATH_FUSED_BF16, /* small groups read bf16 storage in place (score_chunk_bf16) */
     PATH_FUSED_F16,  /* ... and IEEE half storage (score_chunk_f16: the converted path's bits) */
     PATH_WIDENED_BF16, /* bf16 storage read in place with PATH_ROWS's bits (token-major pages:
-                          score_chunk_bf16_widened, in_place_path) */
+                          score_chunk_bf16_widened, layout_path) */
     PATH_FUSED_Q8,   /* 8-bit storage read in place (score_chunk_q8) */
     PATH_GROUP,      /* large groups on float32 chunks (score_chunk_group) */
     PATH_TILES,      /* bf16 queries on bf16 tiles (score_chunk_tiles: AMX, VDPBF16PS) */

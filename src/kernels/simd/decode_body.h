@@ -182,40 +182,31 @@ static void f16_to_f32(int64_t count, const uint16_t *source, float *target) {
  * 42-45 ms against 22-28 converted, groups of 2 rows 19.5-23.6 against 13.7-15.1. */
 enum { STORED_F32 = 0, STORED_F16 = 1, STORED_BF16 = 2 };
 
+#if VLANES == 16
 /* The halves p[0 .. lanes) as floats, zeros past lanes (lanes may exceed VLANES). */
 V_INLINE vf load_half(const uint16_t *p, int lanes) {
-#if VLANES == 16
     if (lanes >= 16) return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p));
     return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(vmask_first(lanes), p));
-#else
-    if (lanes >= 8) return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p));
-    uint16_t part[8] = {0}; /* (no 16-bit masked load at 8 lanes) */
-    for (int e = 0; e < lanes; ++e) part[e] = p[e];
-    return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)part));
-#endif
 }
 
 /* The bfloat16 values p[0 .. lanes) as floats (each the upper half of its float's bits, as
  * bf16_to_f32 widens them), zeros past lanes (lanes may exceed VLANES). */
 V_INLINE vf load_bf16(const uint16_t *p, int lanes) {
-#if VLANES == 16
     const __m256i bits = lanes >= 16 ? _mm256_loadu_si256((const __m256i *)p)
                                      : _mm256_maskz_loadu_epi16(vmask_first(lanes), p);
     return vi_as_vf(vi_slli(_mm512_cvtepu16_epi32(bits), 16));
-#else
-    if (lanes >= 8)
-        return vi_as_vf(vi_slli(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p)), 16));
-    uint16_t part[8] = {0}; /* (no 16-bit masked load at 8 lanes) */
-    for (int e = 0; e < lanes; ++e) part[e] = p[e];
-    return vi_as_vf(vi_slli(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)part)), 16));
-#endif
 }
+#endif
 
-/* Elements [index, index + lanes) of a stored row (float32, or `stored` 16-bit) as floats,
- * zeros past lanes. */
+/* Elements [index, index + lanes) of a stored row (float32, or `stored` 16-bit at 16 lanes)
+ * as floats, zeros past lanes. */
 V_INLINE vf load_stored(const void *row, int64_t index, int lanes, const int stored) {
+#if VLANES == 16
     if (stored == STORED_F16) return load_half((const uint16_t *)row + index, lanes);
     if (stored == STORED_BF16) return load_bf16((const uint16_t *)row + index, lanes);
+#else
+    (void)stored; /* (float32 only: no 16-bit in-place kernels at 8 lanes) */
+#endif
     return load_first((const float *)row + index, lanes);
 }
 
