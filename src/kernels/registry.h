@@ -302,10 +302,6 @@ typedef struct attn_decode_kernels {
      * so both give the same bits. keys_ahead / values_ahead: as for score_chunk. (AVX-512;
      * at 8 lanes reading 16-bit rows in place measured 1.4-2x slower than converting, so
      * the AVX2 registry has neither these nor score_chunk_f16.) */
-    /* With the two above: the largest group that reads 16-bit storage in place on
-     * token-major pages, through score_chunk_bf16_widened or score_chunk_f16 (0: those groups
-     * convert, as on the library's pages). AVX-512: ATTN_DECODE_GROUP_ROWS - 1. */
-    int token_major_in_place_rows;
     void (*score_chunk_bf16_widened)(int rows, int count, int dim, const float *queries,
                                      const uint16_t *keys, int64_t key_stride, float *scores,
                                      const uint16_t *keys_ahead);
@@ -313,6 +309,10 @@ typedef struct attn_decode_kernels {
                                           const float *rescale, const uint16_t *values,
                                           int64_t value_stride, float *accumulator,
                                           const uint16_t *values_ahead);
+    /* With the two above: the largest group that reads 16-bit storage in place on
+     * token-major pages, through score_chunk_bf16_widened or score_chunk_f16 (0: those groups
+     * convert, as on the library's pages). AVX-512: ATTN_DECODE_GROUP_ROWS - 1. */
+    int token_major_in_place_rows;
     /* Optional (NULL = score_chunk): the scores of a large group (rows >=
      * ATTN_DECODE_GROUP_ROWS; any rows >= 1 are valid) from its query rows prepared once per
      * task, prepared[dim][ATTN_DECODE_GROUP_STRIDE(rows)] (prepare_group_queries; for
