@@ -104,8 +104,6 @@ int64_t attn_tensor_numel(const attn_tensor *t) {
 attn_status attn_check_tensor(const attn_tensor *t, const char *name, attn_dtype dtype, int rank,
                               attn_error *error) {
     if (t == NULL) return attn_fail(error, ATTN_ERROR_NULL_ARGUMENT, "%s is NULL", name);
-    if (t->data == NULL)
-        return attn_fail(error, ATTN_ERROR_NULL_ARGUMENT, "%s.data is NULL", name);
     if (t->dtype != dtype)
         return attn_fail(error, ATTN_ERROR_INVALID_ARGUMENT, "%s.dtype = %s: expected %s", name,
                          attn_dtype_name(t->dtype), attn_dtype_name(dtype));
@@ -126,6 +124,10 @@ attn_status attn_check_tensor(const attn_tensor *t, const char *name, attn_dtype
                              "%s: shape[%d] = %lld with stride %lld overflows the address range",
                              name, d, (long long)t->shape[d], (long long)t->stride[d]);
     }
+    /* (after the shape: an empty tensor of PyTorch or NumPy may have no data pointer, and its
+     * size is what is wrong) */
+    if (t->data == NULL)
+        return attn_fail(error, ATTN_ERROR_NULL_ARGUMENT, "%s.data is NULL", name);
     int64_t bytes;
     if (!attn_mul_i64(span + 1, (int64_t)attn_dtype_size(dtype), &bytes) ||
         (uint64_t)bytes > (uint64_t)(SIZE_MAX / 2))

@@ -98,6 +98,11 @@ def test_varlen_torch_tensors_and_errors(rng):
         attn.varlen_forward(q, q, q, cu, cu, 6, 5)
     with pytest.raises(ValueError, match=r"cu_seqlens_q\[2\] = 3 < cu_seqlens_q\[1\] = 4"):
         attn.varlen_forward(q, q, q, np.array([0, 4, 3], np.int32), cu, 6, 6)
+    # an empty torch tensor has no data pointer: the error names its size, as for NumPy's
+    empty, no_keys = torch.zeros(0, 2, 8), torch.zeros(3, dtype=torch.int32)
+    for k in (empty, empty.numpy()):
+        with pytest.raises(ValueError, match=r"k.shape\[0\] = 0: must be >= 1"):
+            attn.varlen_forward(torch.from_numpy(q), k, k, torch.from_numpy(cu), no_keys, 6, 1)
 
 
 def _rope(x, cos, sin, positions, interleaved):
