@@ -113,11 +113,18 @@ static const same_case same_cases[] = {
      1500, 16, {1500, 37, 1100}, 1, -1, 7.0f},
     {"f16 paged 16, GQA, Tq 2, 8 rows, window (in place)", ATTN_DTYPE_F16, 2, 8, 2, 72, 72, 300,
      16, {300, 77}, 2, 50, 0.0f},
-    /* B x Hkv >= 16 and splits above 1024 keys: the heads of a split run in steps (decode.c
-     * run_split_stepped), the same bits as whole tasks */
-    {"bf16 paged 16, GQA, long (heads in steps)", ATTN_DTYPE_BF16, 4, 8, 4, 64, 64, 3100, 16,
+    /* the heads of a split together, chunk by chunk (decode.c run_split_together), with the
+     * large-group kernels, and with pages of 5 slots (chunks of 5 keys or fewer) */
+    {"f32 paged 16, 16 rows a group (large-group kernels)", ATTN_DTYPE_F32, 2, 32, 2, 32, 32, 700,
+     16, {700, 300}, 1, -1, 0.0f},
+    {"bf16 paged 5, GQA, Tq 3, window, soft-cap", ATTN_DTYPE_BF16, 3, 8, 2, 24, 16, 400, 5,
+     {400, 9, 333}, 3, 37, 4.0f},
+    /* B x Hkv >= 16 and splits above 1024 keys: several splits, each with its heads together
+     * (decode.c run_split_together; run_split_stepped on the tiles' paths), the same bits as
+     * whole tasks */
+    {"bf16 paged 16, GQA, long (several splits)", ATTN_DTYPE_BF16, 4, 8, 4, 64, 64, 3100, 16,
      {3100, 1500, 2047, 700}, 1, -1, 0.0f},
-    {"f32 contiguous, long, window, Tq 2 (heads in steps)", ATTN_DTYPE_F32, 4, 8, 4, 32, 32, 2600,
+    {"f32 contiguous, long, window, Tq 2 (several splits)", ATTN_DTYPE_F32, 4, 8, 4, 32, 32, 2600,
      0, {2600, 2100, 1030, 40}, 2, 1500, 0.0f},
 };
 

@@ -205,10 +205,11 @@ static const same_case same_cases[] = {
     {"contiguous, head-major scales, MHA", 3, 2, 2, 16, 16, 70, 0, {1, 66, 20}, 3, 0, 1, 0, -1, 0.0f, 0},
     {"paged 64 shuffled, MQA 16, bf16 queries", 2, 16, 1, 64, 48, 300, 64, {290, 77}, 1, 1, 0, 1, -1, 0.0f, 1},
     {"contiguous, GQA 8, Tq 2, bf16 queries, soft-cap", 2, 8, 2, 32, 32, 180, 0, {170, 12}, 2, 0, 0, 1, -1, 5.0f, 1},
-    /* B x Hkv >= 16, splits above 1024 keys: the heads of a split in steps (decode.c
-     * run_split_stepped; int8's late P · V and the tiles' pending chunks at a step's end) */
-    {"paged 16 in order, GQA 2, long (heads in steps)", 3, 16, 8, 32, 32, 2600, 16, {2500, 1100, 300}, 1, 0, 0, 1, -1, 0.0f, 0},
-    {"paged 64 shuffled, GQA 6, long, bf16 queries (heads in steps)", 3, 48, 8, 32, 32, 2600, 64, {2500, 1400, 90}, 1, 1, 0, 1, -1, 0.0f, 1},
+    /* B x Hkv >= 16, splits above 1024 keys: the heads of a split together chunk by chunk
+     * (decode.c run_split_together), or on the tiles' paths in steps (run_split_stepped;
+     * int8's late P · V and the tiles' pending chunks at a step's end) */
+    {"paged 16 in order, GQA 2, long (several splits)", 3, 16, 8, 32, 32, 2600, 16, {2500, 1100, 300}, 1, 0, 0, 1, -1, 0.0f, 0},
+    {"paged 64 shuffled, GQA 6, long, bf16 queries (several splits)", 3, 48, 8, 32, 32, 2600, 64, {2500, 1400, 90}, 1, 1, 0, 1, -1, 0.0f, 1},
 };
 
 static void test_same_as_library(const format_case *f, const same_case *sc, uint64_t seed) {

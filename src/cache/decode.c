@@ -21,6 +21,8 @@
  * online softmax, value accumulation (docs/attention-math.md §2.1),
  * each step a call into the kernel registry (kernels/registry.h, decode part: generic, AVX2,
  * AVX-512 or AMX).
+ * On token-major pages (a caller's [page, slot, head, D]) one thread runs the Hkv tasks of a
+ * split, every head's rows of a chunk together (run_split_together).
  * Its normalised partial (O, LSE) goes to its own slot; the merge then combines the splits of
  * each row in split order (§3). No shared accumulation, split boundaries independent of the
  * thread count: results are bitwise identical for any thread count.
@@ -53,19 +55,38 @@
 /* An accumulator of more bytes than this takes the bf16 tiles' P · V of several chunks at
  * once (run_task); half of a 48 KiB L1. */
 #define TILE_L1_BYTES (24 * 1024)
-/* Token-major pages: the stored K and V bytes of all heads per step of the heads of a split
- * (run_split_stepped, step_tokens), so that the lines one head's step brings in (its
- * neighbours' rows with its own) are still in the L2 for the next head's step. With whole
+/* Token-major pages on the tiles' paths: the stored K and V bytes of all heads per step of
+ * the heads of a split (run_split_stepped, step_tokens), so that the lines one head's step
+ * brings in (its neighbours' rows with its own) are still in the L2 for the next head's step.
+ * With whole
  * splits of 4096 tokens one after the other, flash-attn's [page, slot, head, D] pages ran at
  * 1.10-1.14x the library-owned time; with steps of 1024 keys, 4 MiB for Hkv 8 (bf16, D 128),
  * 1.46x there, 1.16x with these (attn bench serve, docs/inference.md). */
 #define STEP_BYTES (256 * 1024)
+
+/* How a task computes (the one choice, used by run_task and by attn_decode_kernel_path). */
+typedef enum decode_path {
+    PATH_ROWS,       /* chunks converted to float32 (if stored narrower), score_chunk etc. */
+    PATH_FUSED_BF16, /* small groups read bf16 storage in place (score_chunk_bf16) */
+    PATH_FUSED_F16,  /* ... and IEEE half storage (score_chunk_f16: the converted path's bits) */
+    PATH_WIDENED_BF16, /* bf16 storage read in place with PATH_ROWS's bits (token-major pages:
+                          score_chunk_bf16_widened, layout_path) */
+    PATH_FUSED_Q8,   /* 8-bit storage read in place (score_chunk_q8) */
+    PATH_GROUP,      /* large groups on float32 chunks (score_chunk_group) */
+    PATH_TILES,      /* bf16 queries on bf16 tiles (score_chunk_tiles: AMX, VDPBF16PS) */
+    PATH_Q8_TILES,   /* int8 storage on int8 tiles (score_chunk_q8_tiles: AMX-INT8) */
+    PATH_Q8_TILE_SCORES, /* ... scores on the tiles, P·V by accumulate_chunk_q8 (small groups) */
+    PATH_FP8_TILES,  /* bf16 queries of large groups against fp8 storage: chunks widened to
+                        bf16 (exactly), then the bf16 tiles of PATH_TILES */
+} decode_path;
 
 /* Everything a task needs, fixed for the call. */
 typedef struct decode_plan {
     const attn_kv_cache *cache;
     const attn_tensor *q;                 /* [B, Tq, Hq, Dk] */
     const attn_kernels *kernels;
+    decode_path path;                     /* every task's (decode_path_of, layout_path) */
+    const struct decode_kind *kind;       /* ... and what follows from it (decode_kind_of) */
     const attn_mask_context *mask;        /* the call's */
     attn_logit_pipeline logits;           /* scale, soft-cap, additive terms of a chunk */
     float scale, softcap;
@@ -75,9 +96,9 @@ typedef struct decode_plan {
     int64_t *split_counts;                /* [B] splits of each sequence (>= 1) */
     int64_t *first_task;                  /* [B] index of task (b, head 0, split 0) */
     int64_t task_count;
-    /* Token-major pages (attn_decode): the Hkv tasks of a split on one thread, in steps of
-     * step_tokens keys when `stepped` (kv_heads of them) */
-    bool interleaved, stepped;
+    /* Token-major pages (attn_decode): the Hkv tasks of a split on one thread, chunk by chunk
+     * when `together` (heads_together), else in steps of step_tokens keys when `stepped` */
+    bool interleaved, together, stepped;
     int64_t kv_heads, step_tokens;
     float *partial_out;                   /* [task][rows][Dv] */
     float *partial_lse;                   /* [task][rows] */
@@ -111,26 +132,12 @@ typedef struct decode_scratch {
     float *carried;     /* [rows] bf16 tiles: the accumulator's factor over the pending chunks */
     uint16_t *keys16;   /* fp8 on bf16 tiles: [ATTN_DECODE_TILE_KEYS][Dk] keys widened to bf16 */
     uint16_t *values16; /* ... [ATTN_DECODE_TILE_KEYS][Dv] values (none with values_in_keys) */
-    float *head_states; /* stepped: [Hkv] heads' row_max, row_sum and accumulator (head_state) */
+    float *head_states; /* stepped, together: [Hkv] heads' state (head_state_floats) */
+    uint8_t *head_flags; /* together: [2][Hkv] whether a chunk has any / only allowed keys for
+                            a head's group */
 } decode_scratch;
 
-enum { SCRATCH_PARTS = 18 };
-
-/* How a task computes (the one choice, used by run_task and by attn_decode_kernel_path). */
-typedef enum decode_path {
-    PATH_ROWS,       /* chunks converted to float32 (if stored narrower), score_chunk etc. */
-    PATH_FUSED_BF16, /* small groups read bf16 storage in place (score_chunk_bf16) */
-    PATH_FUSED_F16,  /* ... and IEEE half storage (score_chunk_f16: the converted path's bits) */
-    PATH_WIDENED_BF16, /* bf16 storage read in place with PATH_ROWS's bits (token-major pages:
-                          score_chunk_bf16_widened, layout_path) */
-    PATH_FUSED_Q8,   /* 8-bit storage read in place (score_chunk_q8) */
-    PATH_GROUP,      /* large groups on float32 chunks (score_chunk_group) */
-    PATH_TILES,      /* bf16 queries on bf16 tiles (score_chunk_tiles: AMX, VDPBF16PS) */
-    PATH_Q8_TILES,   /* int8 storage on int8 tiles (score_chunk_q8_tiles: AMX-INT8) */
-    PATH_Q8_TILE_SCORES, /* ... scores on the tiles, P·V by accumulate_chunk_q8 (small groups) */
-    PATH_FP8_TILES,  /* bf16 queries of large groups against fp8 storage: chunks widened to
-                        bf16 (exactly), then the bf16 tiles of PATH_TILES */
-} decode_path;
+enum { SCRATCH_PARTS = 19 };
 
 static const char *const decode_path_names[] = {"fp32 rows", "bf16 in place", "f16 in place",
                                                  "bf16 widened in place", "8-bit in place",
@@ -229,14 +236,17 @@ static size_t prepared_floats(const decode_plan *plan) {
     return prepared;
 }
 
-/* Floats of one head's state in a stepped split (run_split_stepped): row_max [rows], row_sum
- * [rows] (each rounded up to 16 floats, 64 bytes), the accumulator, and the head's queries
- * [rows][Dk] and prepared queries (prepared_floats), made at its first step and kept for the
- * others (each part a multiple of 16 floats). */
+/* Floats of one head's state in a split whose heads take turns (run_split_stepped,
+ * run_split_together; head_state): row_max [rows], row_sum [rows] (each rounded up to 16
+ * floats, 64 bytes), the accumulator, the head's queries [rows][Dk] and prepared queries
+ * (prepared_floats), made at its first step and kept for the others, and (together) its
+ * scores [rows][ATTN_DECODE_CHUNK] and rescale factors [rows] of a chunk (each part a
+ * multiple of 16 floats). */
 static size_t head_state_floats(const decode_plan *plan) {
     return 2 * (size_t)ATTN_DECODE_GROUP_STRIDE(plan->rows) + round_floats(accumulator_floats(plan)) +
            round_floats((size_t)plan->rows * (size_t)plan->key_dim) +
-           round_floats(prepared_floats(plan));
+           round_floats(prepared_floats(plan)) +
+           round_floats((size_t)plan->rows * ATTN_DECODE_CHUNK) + round_floats((size_t)plan->rows);
 }
 
 /* Bytes of each part of one thread's scratch (64-byte multiples, in decode_scratch order)
@@ -257,8 +267,7 @@ static bool scratch_layout(const decode_plan *plan, int64_t most_splits,
     if (q8_values > values) values = q8_values;
     /* fp8 on bf16 tiles: the pending chunks widened to bf16 (only when that path runs) */
     const attn_kv_cache_config *config = &plan->cache->config;
-    const bool widens_fp8 = decode_path_of(&plan->kernels->decode, config->dtype, plan->q->dtype,
-                                          plan->rows, plan->key_dim) == PATH_FP8_TILES &&
+    const bool widens_fp8 = plan->path == PATH_FP8_TILES &&
                            !fp8_tiles_in_place(&plan->kernels->decode, plan->rows);
     const size_t keys16 = widens_fp8 ? (size_t)ATTN_DECODE_TILE_KEYS * dk : 0;
     const size_t values16 =
@@ -269,7 +278,8 @@ static bool scratch_layout(const decode_plan *plan, int64_t most_splits,
         {values, f},    {chunk, f},              {chunk, 1},        {(size_t)plan->group_size, 1},
         {(size_t)most_splits, sizeof(double)},    {dv, f}, {rows, f},
         {keys16, sizeof(uint16_t)}, {values16, sizeof(uint16_t)},
-        {plan->stepped ? (size_t)plan->kv_heads * head_state_floats(plan) : 0, f}};
+        {plan->stepped || plan->together ? (size_t)plan->kv_heads * head_state_floats(plan) : 0, f},
+        {plan->together ? 2 * (size_t)plan->kv_heads : 0, 1}};
     *total = 0;
     for (int n = 0; n < SCRATCH_PARTS; ++n) {
         size_t part;
@@ -294,7 +304,7 @@ static void scratch_carve(decode_scratch *scratch, const size_t bytes[SCRATCH_PA
     scratch->additive = parts[9], scratch->allowed = parts[10], scratch->classes = parts[11];
     scratch->weights = parts[12], scratch->merged = parts[13], scratch->carried = parts[14];
     scratch->keys16 = parts[15], scratch->values16 = parts[16];
-    scratch->head_states = parts[17];
+    scratch->head_states = parts[17], scratch->head_flags = parts[18];
 }
 
 /* Pointer to `count` float32 rows of keys (values) of tokens [token, token + count) of one
@@ -419,12 +429,389 @@ static void flush_tiles(const attn_decode_kernels *kernels, decode_scratch *scra
                                         scratch->accumulator);
 }
 
-/* A task run in steps (the interleaved heads of token-major pages, attn_decode): each call
- * resumes at `from` (the task's first key when `resume` is false) and stops at the first chunk
- * boundary at least `tokens` keys later where no tile P · V is pending, so the chunks, and
- * the operations on the head's state in scratch (row_max, row_sum, accumulator, and the
- * queries and prepared queries, made at the first step: the caller points them at the head's
- * own), are those of one whole call: the same bits. */
+/* What every task of the call computes with (its one decode_path) and what its kernels
+ * request, fixed for the call (decode_kind_of). */
+typedef struct decode_kind {
+    decode_path path;
+    bool fused_bf16, fused_f16, widened_bf16, fused_q8, group;
+    bool fp8_tiles, fp8_in_place, tiles;  /* bf16 tiles (stored bf16 or fp8 rows) */
+    attn_dtype tile_rows_dtype;           /* the rows the tiles' P · V reads */
+    int tile_chunks;                      /* chunks per tile P · V */
+    bool q8_values_on_tiles, q8_scores_on_tiles, late;
+    bool bf16_prepared, q8_prepared;      /* queries prepared for score_chunk_bf16 / _q8 */
+    bool transform;                       /* logits need more than the scale */
+    bool per_head_classes;                /* a chunk's class differs between query heads */
+    bool values_ahead, values_next_in_pv, score_requests_values;
+    bool own_prefetch, converted, in_place, passes_next;
+} decode_kind;
+
+static decode_kind decode_kind_of(const decode_plan *plan) {
+    const attn_kv_cache *cache = plan->cache;
+    const attn_decode_kernels *kernels = &plan->kernels->decode;
+    const attn_dtype dtype = cache->config.dtype;
+    const int64_t rows = plan->rows;
+    decode_kind kind;
+    memset(&kind, 0, sizeof kind);
+    const decode_path path = kind.path = plan->path;
+    kind.fused_bf16 = path == PATH_FUSED_BF16, kind.fused_q8 = path == PATH_FUSED_Q8;
+    kind.fused_f16 = path == PATH_FUSED_F16, kind.widened_bf16 = path == PATH_WIDENED_BF16;
+    kind.group = path == PATH_GROUP;
+    /* bf16 tiles, on the stored bf16 rows or on fp8 rows widened to bf16 (fp8_tiles) */
+    kind.fp8_tiles = path == PATH_FP8_TILES;
+    /* ... read in place by the tile arithmetic where the registry can, for small groups
+     * (registry.h score_chunk_tiles_fp8), else widened into keys16 / values16 first */
+    kind.fp8_in_place = kind.fp8_tiles && fp8_tiles_in_place(kernels, rows);
+    kind.tiles = path == PATH_TILES || kind.fp8_tiles;
+    /* the rows the tiles' P · V reads: bf16 (stored or widened), or the stored fp8 rows */
+    kind.tile_rows_dtype = kind.fp8_in_place ? dtype : ATTN_DTYPE_BF16;
+    /* int8 tiles: scores on them in both paths, P·V too in PATH_Q8_TILES */
+    kind.q8_values_on_tiles = path == PATH_Q8_TILES;
+    kind.q8_scores_on_tiles = kind.q8_values_on_tiles || path == PATH_Q8_TILE_SCORES;
+    kind.bf16_prepared = kind.fused_bf16 && kernels->prepare_bf16_queries != NULL;
+    /* int8 storage read in place: the queries rounded to int16 once for the task (quant.h) */
+    kind.q8_prepared = kind.fused_q8 && dtype == ATTN_DTYPE_Q8;
+    /* Logits need more than the scale when a soft-cap or additive term applies. */
+    kind.transform = plan->softcap > 0.0f || plan->mask->has_additive;
+    /* A chunk's class depends on the query head only through a per-head block layout or
+     * boolean mask (src/mask/tiles.c); otherwise one classification serves the group (MQA:
+     * 32 calls per chunk were ≈ 5% of the time). */
+    const attn_options *mask_options = plan->mask->options;
+    kind.per_head_classes = mask_options->block_layout != NULL || mask_options->mask != NULL;
+    /* bf16 tiles: P · V of up to ATTN_DECODE_TILE_CHUNKS consecutive chunks of one page at once
+     * (registry.h accumulate_chunk_tiles) */
+    /* (an accumulator that stays in L1, MQA's 32 x 128 floats, gains nothing from it, and the
+     * value stage of 4 chunks would leave L1) */
+    /* fp8 read in place: up to 4 chunks too, so that a chunk's P · V runs after the next
+     * chunks' scores (GQA, context 32768, 3 alternated runs, "vs bf16" E4M3 / E5M2: one
+     * chunk 1.44-1.48x / 1.30-1.45x, two 1.47-1.56x / 1.47-1.51x, four 1.48-1.52x /
+     * 1.48-1.49x; docs/inference.md) */
+    const int64_t tile_row = ATTN_DECODE_TILE_ROW_FLOATS(plan->value_dim);
+    kind.tile_chunks =
+        kind.fp8_in_place || rows * tile_row * (int64_t)sizeof(float) > TILE_L1_BYTES
+            ? ATTN_DECODE_TILE_CHUNKS
+            : 1;
+    /* int8 scores on the tiles: P · V one chunk late (late_values), each chunk's P, rescale
+     * and gathered value scales in the buffers of its parity. (Measured, one thread, data in
+     * L2, Hq 32, Hkv 8: int8 1.51-1.54 -> 1.43-1.48 us per chunk; bf16 in place and fp8 in
+     * place no faster, 2.44-2.65 and 2.01-2.23 us either way: their scores do not wait.) */
+    _Static_assert(ATTN_DECODE_TILE_CHUNKS >= 2, "late_values: two chunks' scores in scratch");
+    kind.late = kind.q8_scores_on_tiles;
+    /* fp8 in place: the score kernel requests each key's value row as it scores the key
+     * (registry.h score_chunk_q8, `ahead`), instead of the burst before the scores or the P·V
+     * requesting them (GQA, context 32768, "vs bf16", E4M3 / E5M2: 1.43-1.47x / 1.49-1.56x
+     * -> 1.52-1.61x / 1.64-1.71x; docs/inference.md); int8 likewise (Zen 3, AVX2, three
+     * alternated runs: 221-224 -> 232-235 tokens/s, 1.67-1.70x -> 1.76-1.77x) */
+    kind.values_ahead = kind.fused_q8 && cache->value_pool != NULL;
+    /* The in-place 8-bit P · V requests the next chunk's values: int8 always, fp8 where the
+     * hardware prefetchers cannot follow a head's rows (token-major pages, one row in Hkv):
+     * flash-attn's pages, Hq 8 or 32 with Hkv 2 or 8, 1-5% faster in each of 8 alternated comparisons; on
+     * the library's pages, which the prefetchers follow, the same requests cost 6-8% (the
+     * score loop's instructions; docs/inference.md, "fp8's values through flash-attn's pages") */
+    kind.values_next_in_pv = kind.fused_q8 && (dtype == ATTN_DTYPE_Q8 || plan->interleaved);
+    /* ... so on token-major pages the score kernel does not request the chunk's values again
+     * where the previous chunk's P · V did (AVX-512: registry.h accumulate_q8_requests_ahead):
+     * flash-attn's pages 1-3 points closer to the library's for int8 and fp8 (Hq 8 / Hkv 2
+     * fp8 1.095-1.102 -> 1.076-1.084, Hq 32 / Hkv 8 E4M3 1.117-1.121 -> 1.082-1.097, int8
+     * 1.060-1.065 -> 1.056-1.057; two alternated passes) */
+    kind.score_requests_values =
+        kind.values_ahead && !(plan->interleaved && kernels->accumulate_q8_requests_ahead);
+    /* The next chunk's rows (`next` in the loop below): the tile kernels request them themselves;
+     * the kernels reading stored rows in place (8-bit, bf16 in place, float32 storage) and
+     * the conversions into a buffer (16-bit widened, 8-bit dequantised: chunk_rows) are
+     * passed them and request them as they go, row by row. (A burst of requests for the
+     * whole next chunk before the scores, kept until 2026-12-05 for > 4 rows read in place,
+     * made float32 and int8 groups of 8 rows 4-12% slower once the kernels' own requests
+     * followed the block table; docs/inference.md, "No bursts".) */
+    kind.own_prefetch = kind.group || kind.tiles || kind.q8_scores_on_tiles;
+    const bool quantized = attn_dtype_is_quantized(dtype);
+    kind.converted = (quantized && !kind.fused_q8) ||
+                     (!quantized && !kind.fused_bf16 && !kind.fused_f16 && !kind.widened_bf16 &&
+                      dtype != ATTN_DTYPE_F32);
+    kind.in_place = kind.q8_scores_on_tiles || kind.fused_bf16 || kind.fused_f16 ||
+                    kind.widened_bf16 || kind.fused_q8 || (dtype == ATTN_DTYPE_F32 && !kind.tiles);
+    kind.passes_next = kind.in_place || (kind.converted && !kind.own_prefetch);
+    return kind;
+}
+
+/* Whether the heads of a split on token-major pages run together, chunk by chunk
+ * (run_split_together): every path but the tiles', whose P · V of a chunk may wait for later
+ * chunks in the thread's scratch (pending tiles, late values), and not for a cache whose
+ * values are its keys (MLA, one head). */
+static bool heads_together(const decode_plan *plan) {
+    const decode_path path = plan->path;
+    return plan->interleaved && plan->cache->value_pool != NULL && path != PATH_TILES &&
+           path != PATH_FP8_TILES && path != PATH_Q8_TILES && path != PATH_Q8_TILE_SCORES;
+}
+
+/* Reads the queries of KV head kv_head's group of sequence b as float32 rows into
+ * scratch->queries [rows][Dk], prepares them for the path's score kernel
+ * (scratch->prepared), and starts the state: row_max -inf, row_sum 0, accumulator 0. */
+static void task_start(const decode_plan *plan, decode_scratch *scratch, int64_t b,
+                       int64_t kv_head) {
+    const decode_kind *kind = plan->kind;
+    const attn_decode_kernels *kernels = &plan->kernels->decode;
+    const int64_t rows = plan->rows, Tq = plan->query_length, Dk = plan->key_dim,
+                  Dv = plan->value_dim;
+    const attn_tensor *q = plan->q;
+    for (int64_t r = 0; r < rows; ++r) {
+        const int64_t h = kv_head * plan->group_size + r / Tq, i = r % Tq;
+        const int64_t first = b * q->stride[0] + i * q->stride[1] + h * q->stride[2];
+        scratch->row_max[r] = -INFINITY, scratch->row_sum[r] = 0.0f;
+        if (q->dtype != ATTN_DTYPE_F32 && q->stride[3] == 1) { /* dense 16-bit rows, exactly */
+            (q->dtype == ATTN_DTYPE_BF16 ? kernels->bf16_to_f32 : kernels->f16_to_f32)(
+                Dk, (const uint16_t *)q->data + first, scratch->queries + r * Dk);
+            continue;
+        }
+        for (int64_t d = 0; d < Dk; ++d) { /* 16-bit queries widened exactly */
+            const int64_t at = first + d * q->stride[3];
+            scratch->queries[r * Dk + d] =
+                q->dtype == ATTN_DTYPE_BF16  ? attn_bf16_to_float(((const uint16_t *)q->data)[at])
+                : q->dtype == ATTN_DTYPE_F16 ? attn_f16_to_float(((const uint16_t *)q->data)[at])
+                                             : ((const float *)q->data)[at];
+        }
+    }
+    if (kind->bf16_prepared)
+        kernels->prepare_bf16_queries((int)rows, (int)Dk, scratch->queries, scratch->prepared);
+    if (kind->group)
+        kernels->prepare_group_queries((int)rows, (int)Dk, scratch->queries, scratch->prepared);
+    if (kind->tiles)
+        kernels->prepare_tile_queries((int)rows, (int)Dk, scratch->queries,
+                                      (uint16_t *)scratch->prepared);
+    if (kind->q8_scores_on_tiles)
+        kernels->prepare_q8_tile_queries((int)rows, (int)Dk, scratch->queries, scratch->prepared);
+    if (kind->q8_prepared)
+        attn_q8_prepare_queries((int)rows, (int)Dk, scratch->queries, scratch->prepared);
+    /* the accumulator, [rows][Dv], (large group) [Dv][ATTN_DECODE_GROUP_STRIDE(rows)] or
+     * (tiles) [ATTN_DECODE_GROUP_STRIDE(rows)][ATTN_DECODE_TILE_ROW_FLOATS(Dv)] */
+    memset(scratch->accumulator, 0,
+           (size_t)(kind->tiles   ? ATTN_DECODE_TILE_ROW_FLOATS(Dv) * ATTN_DECODE_GROUP_STRIDE(rows)
+                    : kind->group ? Dv * ATTN_DECODE_GROUP_STRIDE(rows)
+                                  : Dv * rows) *
+               sizeof(float));
+}
+
+/* The keys [*begin, *end) of split `split` of sequence b that the mask may allow. */
+static void task_keys(const decode_plan *plan, int64_t b, int64_t split, int64_t *begin,
+                      int64_t *end) {
+    attn_mask_candidate_keys(plan->mask, b, 0, plan->query_length, begin, end);
+    const int64_t split_begin = split * plan->split_tokens;
+    if (*begin < split_begin) *begin = split_begin;
+    if (*end > split_begin + plan->split_tokens) *end = split_begin + plan->split_tokens;
+    if (*end > plan->cache->lengths[b]) *end = plan->cache->lengths[b];
+}
+
+/* Writes task `task`'s normalised partial (O [rows][Dv], LSE [rows]) from its state. */
+static void task_finish(const decode_plan *plan, const decode_scratch *scratch, int64_t task,
+                        int64_t kv_head) {
+    const decode_kind *kind = plan->kind;
+    const int64_t rows = plan->rows, Dv = plan->value_dim;
+    float *out = plan->partial_out + task * rows * Dv;
+    float *lse = plan->partial_lse + task * rows;
+    /* accumulator element (r, e): [r][Dv], transposed for a large group, rows of tile_row
+     * floats on the tiles */
+    const int64_t row_step = kind->group ? 1 : kind->tiles ? ATTN_DECODE_TILE_ROW_FLOATS(Dv) : Dv;
+    const int64_t dim_step = kind->group ? ATTN_DECODE_GROUP_STRIDE(rows) : 1;
+    /* fp8 on the tiles: the head's value scale, once per output (the tiles summed P · v) */
+    const float value_scale = kind->fp8_tiles ? plan->cache->value_head_scales[kv_head] : 1.0f;
+    for (int64_t r = 0; r < rows; ++r) {
+        const float sum = scratch->row_sum[r];
+        const float inverse = sum > 0.0f ? value_scale / sum : 0.0f;
+        const float *row = scratch->accumulator + r * row_step;
+        if (dim_step == 1) /* dense rows (vectorised) */
+            for (int64_t e = 0; e < Dv; ++e) out[r * Dv + e] = row[e] * inverse;
+        else
+            for (int64_t e = 0; e < Dv; ++e) out[r * Dv + e] = row[e * dim_step] * inverse;
+        lse[r] = sum > 0.0f ? scratch->row_max[r] + logf(sum) : -INFINITY;
+    }
+}
+
+/* A chunk of keys [first, last) of a sequence, on pool page `page` from slot `slot` (never
+ * across a page), and the chunk after it (chunk_at). */
+typedef struct chunk_place {
+    int64_t first, last, page_end, page, slot;
+    int count;
+    next_chunk next;
+} chunk_place;
+
+/* The chunk from key `first` of sequence b, up to key_end. The next chunk is found through the
+ * block table once per chunk (no division): right after this one in its page, or at the start
+ * of the sequence's next page. The kernels request its rows as they go (registry.h keys_ahead
+ * / values_ahead / rows_ahead). With the rows ATTN_DECODE_CHUNK or LOOKAHEAD further at the
+ * same stride, as the kernels requested them before, pages of 16 sent the requests to another
+ * sequence's rows in a shuffled pool (the serving mix's int8 decode: 87-92 ms per step with
+ * those, 65-67 ms with these; docs/inference.md, "Every decode path's requests follow the
+ * block table"). */
+static chunk_place chunk_at(const attn_kv_cache *cache, int64_t b, int64_t first,
+                            int64_t key_end) {
+    const int32_t *table = cache->block_tables + b * cache->pages_per_sequence;
+    /* (one division per chunk: the loop's overhead is a few percent of a one-row chunk) */
+    const int64_t page_index = first / cache->page_size;
+    const int64_t page_end = (page_index + 1) * cache->page_size;
+    chunk_place at = {first, first + ATTN_DECODE_CHUNK, page_end, table[page_index], 0, 0, {0, 0, 0}};
+    if (at.last > key_end) at.last = key_end;
+    if (at.last > page_end) at.last = page_end;
+    at.count = (int)(at.last - first);
+    at.slot = first - page_index * cache->page_size;
+    if (at.last < key_end) {
+        at.next.page = at.last < page_end ? at.page : table[page_index + 1];
+        at.next.slot = at.last < page_end ? at.slot + at.count : 0;
+        at.next.count = cache->page_size - at.next.slot;
+        if (at.next.count > ATTN_DECODE_CHUNK) at.next.count = ATTN_DECODE_CHUNK;
+        if (at.next.count > key_end - at.last) at.next.count = key_end - at.last;
+    }
+    return at;
+}
+
+/* The tile class of chunk [first, last) for each query head of KV head kv_head's group
+ * (scratch->classes); returns whether any key of it is allowed, *all_full whether all are. */
+static bool chunk_classes(const decode_plan *plan, decode_scratch *scratch, int64_t b,
+                          int64_t kv_head, int64_t first, int64_t last, bool *all_full) {
+    bool any = false;
+    *all_full = true;
+    for (int64_t g = 0; g < plan->group_size; ++g) {
+        scratch->classes[g] = g > 0 && !plan->kind->per_head_classes
+                                  ? scratch->classes[0]
+                                  : (uint8_t)attn_mask_classify_tile(
+                                        plan->mask, b, kv_head * plan->group_size + g, 0,
+                                        plan->query_length, first, last);
+        any |= scratch->classes[g] != ATTN_TILE_EMPTY;
+        *all_full &= scratch->classes[g] == ATTN_TILE_FULL;
+    }
+    return any;
+}
+
+/* Scores [rows][ATTN_DECODE_CHUNK] of a chunk of `count` stored key rows (head kv_head, from
+ * `stored_keys`) on every path but the tiles': read in place, or converted to float32 rows
+ * first (returned, with *key_stride, for values_in_keys; NULL when read in place). The
+ * kernels request the next chunk's rows (next_keys) and, fp8, this chunk's values (ahead). */
+static const float *chunk_scores(const decode_plan *plan, decode_scratch *scratch,
+                                 int64_t kv_head, const void *stored_keys,
+                                 const float *key_scales, const attn_rows_ahead *ahead,
+                                 const void *next_keys, int count, float *scores,
+                                 int64_t *key_stride) {
+    const decode_kind *kind = plan->kind;
+    const attn_kv_cache *cache = plan->cache;
+    const attn_decode_kernels *kernels = &plan->kernels->decode;
+    const int rows = (int)plan->rows, Dk = (int)plan->key_dim;
+    const int64_t stride = cache->key_token_stride;
+    const float key_factor = cache->key_head_scales[kv_head]; /* (8-bit: the head's factor) */
+    *key_stride = Dk;
+    if (kind->fused_bf16) {
+        kernels->score_chunk_bf16(rows, count, Dk,
+                                  kind->bf16_prepared ? scratch->prepared : scratch->queries,
+                                  stored_keys, stride, scores, (const uint16_t *)next_keys);
+        return NULL;
+    }
+    if (kind->fused_f16 || kind->widened_bf16) {
+        (kind->fused_f16 ? kernels->score_chunk_f16 : kernels->score_chunk_bf16_widened)(
+            rows, count, Dk, scratch->queries, stored_keys, stride, scores,
+            (const uint16_t *)next_keys);
+        return NULL;
+    }
+    if (kind->fused_q8) {
+        kernels->score_chunk_q8(cache->config.dtype, rows, count, Dk,
+                                kind->q8_prepared ? (const void *)scratch->prepared
+                                                  : scratch->queries,
+                                stored_keys, stride, key_scales, key_factor, scores,
+                                kind->score_requests_values ? ahead : NULL, next_keys);
+        return NULL;
+    }
+    const float *keys = chunk_rows(plan, stored_keys, key_scales, key_factor, count, Dk, stride,
+                                   next_keys, scratch->keys, key_stride);
+    /* (float32 storage read in place: the next chunk's rows; a buffer: none) */
+    const float *keys_ahead = keys == stored_keys ? (const float *)next_keys : NULL;
+    if (kind->group)
+        kernels->score_chunk_group(rows, count, Dk, scratch->prepared, keys, *key_stride,
+                                   scores, keys_ahead);
+    else
+        kernels->score_chunk(rows, count, Dk, scratch->queries, keys, *key_stride, scores,
+                             keys_ahead);
+    return keys;
+}
+
+/* The chunk's probabilities: the logit pipeline where the chunk needs more than the scale
+ * (soft-cap, additive terms, a partial chunk: then a softmax at scale 1), one online-softmax
+ * step per row (rescale [rows]: the accumulator's factor), and for 16-bit queries off the
+ * tiles P rounded to their type for P · V, as attn_forward does (the row sums keep the
+ * unrounded P; the bf16 tiles round it themselves, after the pending chunks' P is rescaled to
+ * the last one's maximum). */
+static void chunk_probabilities(const decode_plan *plan, decode_scratch *scratch, int64_t b,
+                                int64_t kv_head, int64_t first, int count, bool all_full,
+                                float *scores, float *rescale) {
+    const int64_t rows = plan->rows, Tq = plan->query_length;
+    float scale = plan->scale;
+    if (plan->kind->transform || !all_full) { /* the logit pipeline, then a softmax at scale 1 */
+        const attn_logit_buffers buffers = {scratch->allowed, scratch->additive, NULL, NULL};
+        for (int64_t r = 0; r < rows; ++r)
+            attn_logits_row(plan->mask, &plan->logits, (attn_tile_class)scratch->classes[r / Tq],
+                            b, kv_head * plan->group_size + r / Tq, r % Tq, first, count,
+                            scores + r * ATTN_DECODE_CHUNK, &buffers);
+        scale = 1.0f;
+    }
+    plan->kernels->decode.softmax_chunk((int)rows, count, scale, scores, scratch->row_max,
+                                        scratch->row_sum, rescale);
+    if (plan->kind->tiles) return;
+    if (plan->q->dtype == ATTN_DTYPE_BF16)
+        plan->kernels->convert.round_bf16_rows((int)rows, count, scores, ATTN_DECODE_CHUNK);
+    else if (plan->q->dtype == ATTN_DTYPE_F16)
+        plan->kernels->convert.round_f16_rows((int)rows, count, scores, ATTN_DECODE_CHUNK);
+}
+
+/* accumulator += P · V of a chunk of `count` stored value rows (head kv_head, from
+ * `stored_values`) on every path but the tiles' and the late one's: read in place, or
+ * converted to float32 rows first (values_in_keys, MLA: the converted keys, `keys`). The
+ * kernels request the next chunk's rows (next_values). */
+static void chunk_values(const decode_plan *plan, decode_scratch *scratch, int64_t kv_head,
+                         const void *stored_values, const float *value_scales,
+                         const void *next_values, const float *keys, int64_t key_stride,
+                         int count, const float *weights, const float *rescale) {
+    const decode_kind *kind = plan->kind;
+    const attn_kv_cache *cache = plan->cache;
+    const attn_decode_kernels *kernels = &plan->kernels->decode;
+    const int rows = (int)plan->rows, Dv = (int)plan->value_dim;
+    const int64_t stride = attn_cache_value_row_stride(cache);
+    const float value_factor = cache->value_head_scales[kv_head];
+    if (kind->fused_bf16) {
+        kernels->accumulate_chunk_bf16(rows, count, Dv, weights, rescale, stored_values, stride,
+                                       scratch->accumulator, (const uint16_t *)next_values);
+        return;
+    }
+    if (kind->fused_f16 || kind->widened_bf16) {
+        (kind->fused_f16 ? kernels->accumulate_chunk_f16 : kernels->accumulate_chunk_bf16_widened)(
+            rows, count, Dv, weights, rescale, stored_values, stride, scratch->accumulator,
+            (const uint16_t *)next_values);
+        return;
+    }
+    if (kind->fused_q8) {
+        kernels->accumulate_chunk_q8(cache->config.dtype, rows, count, Dv, weights, rescale,
+                                     stored_values, stride, value_scales, value_factor,
+                                     scratch->accumulator,
+                                     kind->values_next_in_pv ? next_values : NULL);
+        return;
+    }
+    /* With values_in_keys (MLA) a value is the start of its key row: reuse the converted
+     * keys. */
+    const float *values = keys;
+    int64_t value_stride = key_stride;
+    if (cache->value_pool != NULL)
+        values = chunk_rows(plan, stored_values, value_scales, value_factor, count, Dv, stride,
+                            next_values, scratch->values, &value_stride);
+    /* (float32 storage read in place: the next chunk's rows; a buffer: none) */
+    const float *values_ahead_f32 = values == stored_values ? (const float *)next_values : NULL;
+    if (kind->group)
+        kernels->accumulate_chunk_group(rows, count, Dv, weights, rescale, values, value_stride,
+                                        scratch->accumulator);
+    else
+        kernels->accumulate_chunk(rows, count, Dv, weights, rescale, values, value_stride,
+                                  scratch->accumulator, values_ahead_f32);
+}
+
+/* A task run in steps (the interleaved heads of token-major pages, on the tiles' paths,
+ * attn_decode): each call resumes at `from` (the task's first key when `resume` is false)
+ * and stops at the first chunk boundary at least `tokens` keys later where no tile P · V is
+ * pending, so the chunks, and the operations on the head's state in scratch (row_max,
+ * row_sum, accumulator, and the queries and prepared queries, made at the first step: the
+ * caller points them at the head's own), are those of one whole call: the same bits. */
 typedef struct task_step {
     bool resume;    /* false: the task's first step (state started here) */
     int64_t from;   /* the key to resume at (resume) */
@@ -439,151 +826,26 @@ typedef struct task_step {
  * accumulator [rows x Dv] += probabilities . values. */
 static void run_task(const decode_plan *plan, decode_scratch *scratch, int64_t b,
                      int64_t kv_head, int64_t split, int64_t task, task_step *step) {
-    const bool start = step == NULL || !step->resume; /* this call starts the head's state */
-    const attn_kv_cache *cache = plan->cache;
-    const attn_decode_kernels *kernels = &plan->kernels->decode;
-    const int64_t rows = plan->rows, Tq = plan->query_length, Dk = plan->key_dim,
-                  Dv = plan->value_dim;
-    const attn_tensor *q = plan->q;
     /* the queries, read and prepared at the task's first step (a later step finds them, with
      * the head's state, where its first left them: run_split_stepped) */
-    for (int64_t r = 0; start && r < rows; ++r) {
-        const int64_t h = kv_head * plan->group_size + r / Tq, i = r % Tq;
-        const int64_t first = b * q->stride[0] + i * q->stride[1] + h * q->stride[2];
-        if (q->dtype != ATTN_DTYPE_F32 && q->stride[3] == 1) { /* dense 16-bit rows, exactly */
-            (q->dtype == ATTN_DTYPE_BF16 ? kernels->bf16_to_f32 : kernels->f16_to_f32)(
-                Dk, (const uint16_t *)q->data + first, scratch->queries + r * Dk);
-            scratch->row_max[r] = -INFINITY, scratch->row_sum[r] = 0.0f;
-            continue;
-        }
-        for (int64_t d = 0; d < Dk; ++d) { /* 16-bit queries widened exactly */
-            const int64_t at = first + d * q->stride[3];
-            scratch->queries[r * Dk + d] =
-                q->dtype == ATTN_DTYPE_BF16  ? attn_bf16_to_float(((const uint16_t *)q->data)[at])
-                : q->dtype == ATTN_DTYPE_F16 ? attn_f16_to_float(((const uint16_t *)q->data)[at])
-                                             : ((const float *)q->data)[at];
-        }
-        scratch->row_max[r] = -INFINITY, scratch->row_sum[r] = 0.0f;
-    }
+    if (step == NULL || !step->resume) task_start(plan, scratch, b, kv_head);
+    const decode_kind *kind = plan->kind;
+    const attn_kv_cache *cache = plan->cache;
+    const attn_decode_kernels *kernels = &plan->kernels->decode;
+    const int64_t rows = plan->rows, Dk = plan->key_dim, Dv = plan->value_dim;
     int64_t key_begin, key_end;
-    attn_mask_candidate_keys(plan->mask, b, 0, Tq, &key_begin, &key_end);
-    const int64_t split_begin = split * plan->split_tokens;
-    if (key_begin < split_begin) key_begin = split_begin;
-    if (key_end > split_begin + plan->split_tokens) key_end = split_begin + plan->split_tokens;
-    if (key_end > cache->lengths[b]) key_end = cache->lengths[b];
-    const int32_t *table = cache->block_tables + b * cache->pages_per_sequence;
+    task_keys(plan, b, split, &key_begin, &key_end);
     const int64_t element_size = (int64_t)attn_dtype_size(cache->config.dtype);
-    /* Logits need more than the scale when a soft-cap or additive term applies. */
-    const bool transform = plan->softcap > 0.0f || plan->mask->has_additive;
     const attn_dtype dtype = cache->config.dtype;
-    const decode_path path = layout_path(kernels, decode_path_of(kernels, dtype, q->dtype, rows, Dk),
-                                         dtype, rows, plan->interleaved);
-    const bool fused_bf16 = path == PATH_FUSED_BF16, fused_q8 = path == PATH_FUSED_Q8;
-    const bool fused_f16 = path == PATH_FUSED_F16, widened_bf16 = path == PATH_WIDENED_BF16;
-    /* bf16 tiles, on the stored bf16 rows or on fp8 rows widened to bf16 (fp8_tiles) */
-    const bool fp8_tiles = path == PATH_FP8_TILES;
-    /* ... read in place by the tile arithmetic where the registry can, for small groups
-     * (registry.h score_chunk_tiles_fp8), else widened into keys16 / values16 first */
-    const bool fp8_in_place = fp8_tiles && fp8_tiles_in_place(kernels, rows);
-    const bool tiles = path == PATH_TILES || fp8_tiles;
-    /* the rows the tiles' P · V reads: bf16 (stored or widened), or the stored fp8 rows */
-    const attn_dtype tile_rows_dtype = fp8_in_place ? dtype : ATTN_DTYPE_BF16;
-    /* int8 tiles: scores on them in both paths, P·V too in PATH_Q8_TILES */
-    const bool q8_values_on_tiles = path == PATH_Q8_TILES;
-    const bool q8_scores_on_tiles = q8_values_on_tiles || path == PATH_Q8_TILE_SCORES;
+    const bool tiles = kind->tiles, late = kind->late;
+    const bool fp8_tiles = kind->fp8_tiles, fp8_in_place = kind->fp8_in_place;
     /* (8-bit storage: key / value head factors, FP8) */
     const float key_factor = cache->key_head_scales[kv_head];
     const float value_factor = cache->value_head_scales[kv_head];
-    const bool group = path == PATH_GROUP;
-    const bool bf16_prepared = fused_bf16 && kernels->prepare_bf16_queries != NULL;
-    /* int8 storage read in place: the queries rounded to int16 once for the task (quant.h) */
-    const bool q8_prepared = fused_q8 && dtype == ATTN_DTYPE_Q8;
-    const float *bf16_queries = bf16_prepared ? scratch->prepared : scratch->queries;
-    const void *q8_queries = q8_prepared ? (const void *)scratch->prepared : scratch->queries;
-    if (start) {
-        if (bf16_prepared)
-            kernels->prepare_bf16_queries((int)rows, (int)Dk, scratch->queries, scratch->prepared);
-        if (group)
-            kernels->prepare_group_queries((int)rows, (int)Dk, scratch->queries, scratch->prepared);
-        if (tiles)
-            kernels->prepare_tile_queries((int)rows, (int)Dk, scratch->queries,
-                                          (uint16_t *)scratch->prepared);
-        if (q8_scores_on_tiles)
-            kernels->prepare_q8_tile_queries((int)rows, (int)Dk, scratch->queries,
-                                             scratch->prepared);
-        if (q8_prepared)
-            attn_q8_prepare_queries((int)rows, (int)Dk, scratch->queries, scratch->prepared);
-    }
-    /* the accumulator, [rows][Dv], (large group) [Dv][ATTN_DECODE_GROUP_STRIDE(rows)] or
-     * (tiles) [ATTN_DECODE_GROUP_STRIDE(rows)][ATTN_DECODE_TILE_ROW_FLOATS(Dv)] */
-    const int64_t tile_row = ATTN_DECODE_TILE_ROW_FLOATS(Dv);
-    if (start)
-        memset(scratch->accumulator, 0,
-           (size_t)(tiles   ? tile_row * ATTN_DECODE_GROUP_STRIDE(rows)
-                    : group ? Dv * ATTN_DECODE_GROUP_STRIDE(rows)
-                            : Dv * rows) *
-               sizeof(float));
-
-    /* A chunk's class depends on the query head only through a per-head block layout or
-     * boolean mask (src/mask/tiles.c); otherwise one classification serves the group (MQA:
-     * 32 calls per chunk were ≈ 5% of the time). */
-    const attn_options *mask_options = plan->mask->options;
-    const bool per_head_classes = mask_options->block_layout != NULL || mask_options->mask != NULL;
-    /* bf16 tiles: P · V of up to ATTN_DECODE_TILE_CHUNKS consecutive chunks of one page at once
-     * (registry.h accumulate_chunk_tiles), from pending_values on */
+    /* bf16 tiles: the pending chunks (kind->tile_chunks at most), from pending_values on */
     int pending = 0, pending_keys = 0;
-    /* (an accumulator that stays in L1, MQA's 32 x 128 floats, gains nothing from it, and the
-     * value stage of 4 chunks would leave L1) */
-    /* fp8 read in place: up to 4 chunks too, so that a chunk's P · V runs after the next
-     * chunks' scores (GQA, context 32768, 3 alternated runs, "vs bf16" E4M3 / E5M2: one
-     * chunk 1.44-1.48x / 1.30-1.45x, two 1.47-1.56x / 1.47-1.51x, four 1.48-1.52x /
-     * 1.48-1.49x; docs/inference.md) */
-    const int tile_chunks =
-        fp8_in_place || rows * tile_row * (int64_t)sizeof(float) > TILE_L1_BYTES
-            ? ATTN_DECODE_TILE_CHUNKS
-            : 1;
     const void *pending_values = NULL;
     int64_t pending_stride = 0;
-    /* int8 scores on the tiles: P · V one chunk late (late_values), each chunk's P, rescale
-     * and gathered value scales in the buffers of its parity. (Measured, one thread, data in
-     * L2, Hq 32, Hkv 8: int8 1.51-1.54 -> 1.43-1.48 us per chunk; bf16 in place and fp8 in
-     * place no faster, 2.44-2.65 and 2.01-2.23 us either way: their scores do not wait.) */
-    _Static_assert(ATTN_DECODE_TILE_CHUNKS >= 2, "late_values: two chunks' scores in scratch");
-    const bool late = q8_scores_on_tiles;
-    /* fp8 in place: the score kernel requests each key's value row as it scores the key
-     * (registry.h score_chunk_q8, `ahead`), instead of the burst before the scores or the P·V
-     * requesting them (GQA, context 32768, "vs bf16", E4M3 / E5M2: 1.43-1.47x / 1.49-1.56x
-     * -> 1.52-1.61x / 1.64-1.71x; docs/inference.md); int8 likewise (Zen 3, AVX2, three
-     * alternated runs: 221-224 -> 232-235 tokens/s, 1.67-1.70x -> 1.76-1.77x) */
-    const bool values_ahead = fused_q8 && cache->value_pool != NULL;
-    /* The in-place 8-bit P · V requests the next chunk's values: int8 always, fp8 where the
-     * hardware prefetchers cannot follow a head's rows (token-major pages, one row in Hkv):
-     * flash-attn's pages, Hq 8 or 32 with Hkv 2 or 8, 1-5% faster in each of 8 alternated comparisons; on
-     * the library's pages, which the prefetchers follow, the same requests cost 6-8% (the
-     * score loop's instructions; docs/inference.md, "fp8's values through flash-attn's pages") */
-    const bool values_next_in_pv = fused_q8 && (dtype == ATTN_DTYPE_Q8 || plan->interleaved);
-    /* ... so on token-major pages the score kernel does not request the chunk's values again
-     * where the previous chunk's P · V did (AVX-512: registry.h accumulate_q8_requests_ahead):
-     * flash-attn's pages 1-3 points closer to the library's for int8 and fp8 (Hq 8 / Hkv 2
-     * fp8 1.095-1.102 -> 1.076-1.084, Hq 32 / Hkv 8 E4M3 1.117-1.121 -> 1.082-1.097, int8
-     * 1.060-1.065 -> 1.056-1.057; two alternated passes) */
-    const bool score_requests_values =
-        values_ahead && !(plan->interleaved && kernels->accumulate_q8_requests_ahead);
-    /* The next chunk's rows (`next` in the loop below): the tile kernels request them themselves;
-     * the kernels reading stored rows in place (8-bit, bf16 in place, float32 storage) and
-     * the conversions into a buffer (16-bit widened, 8-bit dequantised: chunk_rows) are
-     * passed them and request them as they go, row by row. (A burst of requests for the
-     * whole next chunk before the scores, kept until 2026-12-05 for > 4 rows read in place,
-     * made float32 and int8 groups of 8 rows 4-12% slower once the kernels' own requests
-     * followed the block table; docs/inference.md, "No bursts".) */
-    const bool own_prefetch = group || tiles || q8_scores_on_tiles;
-    const bool quantized = attn_dtype_is_quantized(dtype);
-    const bool converted = (quantized && !fused_q8) ||
-                           (!quantized && !fused_bf16 && !fused_f16 && !widened_bf16 &&
-                            dtype != ATTN_DTYPE_F32);
-    const bool in_place = q8_scores_on_tiles || fused_bf16 || fused_f16 || widened_bf16 || fused_q8 ||
-                          (dtype == ATTN_DTYPE_F32 && !tiles);
-    const bool passes_next = in_place || (converted && !own_prefetch);
     late_values held = {0};
     int parity = 0;
     float gathered_scales[2][2][ATTN_DECODE_CHUNK]; /* [parity][keys, values]: Q8 scales of a caller's cache */
@@ -591,59 +853,30 @@ static void run_task(const decode_plan *plan, decode_scratch *scratch, int64_t b
     const int64_t step_end = step != NULL ? first + step->tokens : key_end;
     for (; first < key_end;) {
         if (first >= step_end && pending == 0) break; /* a step's end (held: flushed below) */
-        /* (one division per chunk: this loop's overhead is a few percent of a one-row chunk) */
-        const int64_t page_index = first / cache->page_size;
-        const int64_t page_end = (page_index + 1) * cache->page_size;
-        int64_t last = first + ATTN_DECODE_CHUNK;
-        if (last > key_end) last = key_end;
-        if (last > page_end) last = page_end;
-        const int count = (int)(last - first);
-        bool any = false, all_full = true;
-        for (int64_t g = 0; g < plan->group_size; ++g) {
-            scratch->classes[g] = g > 0 && !per_head_classes
-                                      ? scratch->classes[0]
-                                      : (uint8_t)attn_mask_classify_tile(
-                                            plan->mask, b, kv_head * plan->group_size + g, 0,
-                                            Tq, first, last);
-            any |= scratch->classes[g] != ATTN_TILE_EMPTY;
-            all_full &= scratch->classes[g] == ATTN_TILE_FULL;
-        }
+        const chunk_place at = chunk_at(cache, b, first, key_end);
+        const int64_t last = at.last;
+        const int count = at.count;
+        bool all_full;
+        const bool any = chunk_classes(plan, scratch, b, kv_head, first, last, &all_full);
         if (!any && pending > 0) { /* the pending chunks end here */
-            flush_tiles(kernels, scratch, tile_rows_dtype, rows, Dv, pending_keys, pending_values,
-                        pending_stride);
+            flush_tiles(kernels, scratch, kind->tile_rows_dtype, rows, Dv, pending_keys,
+                        pending_values, pending_stride);
             pending = pending_keys = 0;
         }
         if (any) {
             float *scores = scratch->scores +
                             (int64_t)(late ? parity : pending) * rows * ATTN_DECODE_CHUNK;
             float *rescale = scratch->rescale + (late ? parity * rows : 0);
-            const int64_t page = table[page_index], slot = first - page_index * cache->page_size;
+            const int64_t page = at.page, slot = at.slot;
             const void *stored_keys = attn_cache_key_address(cache, page, kv_head, slot);
             const void *stored_values = attn_cache_value_address(cache, page, kv_head, slot);
             const int64_t stored_value_stride = attn_cache_value_row_stride(cache);
-            /* The next chunk, found through the block table once per chunk (no division):
-             * right after this one in its page, or at the start of the sequence's next page.
-             * The kernels request its rows as they go (registry.h keys_ahead / values_ahead /
-             * rows_ahead). With the rows ATTN_DECODE_CHUNK or
-             * LOOKAHEAD further at the same stride, as the kernels requested them before,
-             * pages of 16 sent the requests to another sequence's rows in a shuffled pool
-             * (the serving mix's int8 decode: 87-92 ms per step with those, 65-67 ms with
-             * these; docs/inference.md, "Every decode path's requests follow the block
-             * table"). */
-            next_chunk next = {0, 0, 0};
-            if (last < key_end) {
-                next.page = last < page_end ? page : table[page_index + 1];
-                next.slot = last < page_end ? slot + count : 0;
-                next.count = cache->page_size - next.slot;
-                if (next.count > ATTN_DECODE_CHUNK) next.count = ATTN_DECODE_CHUNK;
-                if (next.count > key_end - last) next.count = key_end - last;
-            }
             const attn_rows_ahead ahead = {stored_values, stored_value_stride * element_size,
                                            (int)Dv};
             /* the chunk's values before its scores, for groups reading them in place (one
              * row: a stream the hardware follows; converted values: requested a chunk
              * earlier by their conversion, and bf16 groups of 8 rows 2-3% faster without) */
-            if (!own_prefetch && !values_ahead && !converted && rows >= 2 &&
+            if (!kind->own_prefetch && !kind->values_ahead && !kind->converted && rows >= 2 &&
                 cache->value_pool != NULL)
                 prefetch_rows(stored_values, count, stored_value_stride * element_size,
                               Dv * element_size);
@@ -654,13 +887,13 @@ static void run_task(const decode_plan *plan, decode_scratch *scratch, int64_t b
                 chunk_scales(attn_cache_value_scales(cache, page, kv_head, slot),
                              attn_cache_value_scale_stride(cache), count, gathered_scales[parity][1]);
             if (key_scales != NULL) /* int8: the next chunk's row scales */
-                prefetch_scales(cache, kv_head, &next);
+                prefetch_scales(cache, kv_head, &at.next);
             const uint8_t *next_keys = NULL, *next_values = NULL;
-            if (passes_next && next.count > 0) {
-                next_keys = attn_cache_key_address(cache, next.page, kv_head, next.slot);
-                next_values = attn_cache_value_address(cache, next.page, kv_head, next.slot);
+            if (kind->passes_next && at.next.count > 0) {
+                next_keys = attn_cache_key_address(cache, at.next.page, kv_head, at.next.slot);
+                next_values = attn_cache_value_address(cache, at.next.page, kv_head, at.next.slot);
             }
-            int64_t key_stride = Dk, value_stride = stored_value_stride;
+            int64_t key_stride = Dk;
             const float *keys = NULL;
             if (tiles) {
                 const uint16_t *tile_keys = stored_keys;
@@ -683,51 +916,15 @@ static void run_task(const decode_plan *plan, decode_scratch *scratch, int64_t b
                 if (fp8_tiles && key_factor != 1.0f) /* the head's key scale, per dot product */
                     for (int64_t r = 0; r < rows; ++r)
                         for (int c = 0; c < count; ++c) scores[r * ATTN_DECODE_CHUNK + c] *= key_factor;
-            } else if (fused_bf16)
-                kernels->score_chunk_bf16((int)rows, count, (int)Dk, bf16_queries, stored_keys,
-                                          cache->key_token_stride, scores,
-                                          (const uint16_t *)next_keys);
-            else if (fused_f16 || widened_bf16)
-                (fused_f16 ? kernels->score_chunk_f16 : kernels->score_chunk_bf16_widened)(
-                    (int)rows, count, (int)Dk, scratch->queries, stored_keys,
-                    cache->key_token_stride, scores, (const uint16_t *)next_keys);
-            else if (q8_scores_on_tiles)
+            } else if (kind->q8_scores_on_tiles)
                 kernels->score_chunk_q8_tiles((int)rows, count, (int)Dk, scratch->prepared,
                                               stored_keys, cache->key_token_stride, key_scales,
                                               key_factor, scores, next_keys);
-            else if (fused_q8)
-                kernels->score_chunk_q8(dtype, (int)rows, count, (int)Dk, q8_queries,
-                                        stored_keys, cache->key_token_stride, key_scales,
-                                        key_factor, scores, score_requests_values ? &ahead : NULL,
-                                        next_keys);
-            else {
-                keys = chunk_rows(plan, stored_keys, key_scales, key_factor, count, Dk,
-                                  cache->key_token_stride, next_keys, scratch->keys, &key_stride);
-                /* (float32 storage read in place: the next chunk's rows; a buffer: none) */
-                const float *keys_ahead = keys == stored_keys ? (const float *)next_keys : NULL;
-                if (group)
-                    kernels->score_chunk_group((int)rows, count, (int)Dk, scratch->prepared, keys,
-                                               key_stride, scores, keys_ahead);
-                else
-                    kernels->score_chunk((int)rows, count, (int)Dk, scratch->queries, keys,
-                                         key_stride, scores, keys_ahead);
-            }
-            float scale = plan->scale;
-            if (transform || !all_full) { /* the logit pipeline, then a softmax at scale 1 */
-                const attn_logit_buffers buffers = {scratch->allowed, scratch->additive, NULL,
-                                                    NULL};
-                for (int64_t r = 0; r < rows; ++r)
-                    attn_logits_row(plan->mask, &plan->logits,
-                                    (attn_tile_class)scratch->classes[r / Tq], b,
-                                    kv_head * plan->group_size + r / Tq, r % Tq, first, count,
-                                    scores + r * ATTN_DECODE_CHUNK, &buffers);
-                scale = 1.0f;
-            }
-            kernels->softmax_chunk((int)rows, count, scale, scores, scratch->row_max,
-                                   scratch->row_sum, rescale);
-            /* 16-bit queries: P rounded to their type for P·V, as attn_forward does (the row
-             * sums keep the unrounded P; the bf16 tiles round it themselves, after the pending
-             * chunks' P is rescaled to the last one's maximum). */
+            else
+                keys = chunk_scores(plan, scratch, kv_head, stored_keys, key_scales, &ahead,
+                                    next_keys, count, scores, &key_stride);
+            chunk_probabilities(plan, scratch, b, kv_head, first, count, all_full, scores,
+                                rescale);
             if (tiles) {
                 for (int64_t r = 0; r < rows; ++r) {
                     const float factor = rescale[r];
@@ -742,13 +939,7 @@ static void run_task(const decode_plan *plan, decode_scratch *scratch, int64_t b
                             for (int c = 0; c < ATTN_DECODE_CHUNK; ++c) row[c] *= factor;
                         }
                 }
-            } else if (q->dtype == ATTN_DTYPE_BF16)
-                plan->kernels->convert.round_bf16_rows((int)rows, count, scores,
-                                                       ATTN_DECODE_CHUNK);
-            else if (q->dtype == ATTN_DTYPE_F16)
-                plan->kernels->convert.round_f16_rows((int)rows, count, scores,
-                                                      ATTN_DECODE_CHUNK);
-            if (tiles) { /* MLA (values_in_keys): a value is the start of its key row */
+                /* MLA (values_in_keys): a value is the start of its key row */
                 const bool own_values = cache->value_pool != NULL;
                 if (pending == 0) {
                     pending_values = own_values ? stored_values : stored_keys;
@@ -765,112 +956,181 @@ static void run_task(const decode_plan *plan, decode_scratch *scratch, int64_t b
                 ++pending;
                 pending_keys += count;
                 /* flushed when full, or when the next chunk is not the next keys of this page */
-                if (pending == tile_chunks || count < ATTN_DECODE_CHUNK ||
-                    last == page_end || last >= key_end) {
-                    flush_tiles(kernels, scratch, tile_rows_dtype, rows, Dv, pending_keys,
+                if (pending == kind->tile_chunks || count < ATTN_DECODE_CHUNK ||
+                    last == at.page_end || last >= key_end) {
+                    flush_tiles(kernels, scratch, kind->tile_rows_dtype, rows, Dv, pending_keys,
                                 pending_values, pending_stride);
                     pending = pending_keys = 0;
                 }
             } else if (late) { /* the previous chunk's P · V now, this one's held */
                 if (held.count > 0)
-                    accumulate_late(kernels, path, dtype, rows, Dv, value_factor, &held, scratch);
-                held = (late_values){count, stored_values, value_stride, value_scales,
+                    accumulate_late(kernels, kind->path, dtype, rows, Dv, value_factor, &held,
+                                    scratch);
+                held = (late_values){count, stored_values, stored_value_stride, value_scales,
                                      next_values, scores, rescale};
                 parity ^= 1;
-            } else if (fused_bf16) {
-                kernels->accumulate_chunk_bf16((int)rows, count, (int)Dv, scores, rescale,
-                                               stored_values, value_stride,
-                                               scratch->accumulator,
-                                               (const uint16_t *)next_values);
-            } else if (fused_f16 || widened_bf16) {
-                (fused_f16 ? kernels->accumulate_chunk_f16 : kernels->accumulate_chunk_bf16_widened)(
-                    (int)rows, count, (int)Dv, scores, rescale, stored_values, value_stride,
-                    scratch->accumulator, (const uint16_t *)next_values);
-            } else if (fused_q8) {
-                kernels->accumulate_chunk_q8(dtype, (int)rows, count, (int)Dv, scores, rescale,
-                                             stored_values, value_stride, value_scales,
-                                             value_factor, scratch->accumulator,
-                                             values_next_in_pv ? next_values : NULL);
-            } else {
-                /* With values_in_keys (MLA) a value is the start of its key row: reuse the
-                 * converted keys. */
-                const float *values = keys;
-                value_stride = key_stride;
-                if (cache->value_pool != NULL)
-                    values = chunk_rows(plan, stored_values, value_scales, value_factor, count,
-                                        Dv, stored_value_stride, next_values, scratch->values,
-                                        &value_stride);
-                /* (float32 storage read in place: the next chunk's rows; a buffer: none) */
-                const float *values_ahead_f32 =
-                    values == stored_values ? (const float *)next_values
-                    : values == stored_keys ? (const float *)next_keys
-                                            : NULL;
-                if (group)
-                    kernels->accumulate_chunk_group((int)rows, count, (int)Dv, scores, rescale,
-                                                    values, value_stride, scratch->accumulator);
-                else
-                    kernels->accumulate_chunk((int)rows, count, (int)Dv, scores, rescale, values,
-                                              value_stride, scratch->accumulator,
-                                              values_ahead_f32);
-            }
+            } else
+                chunk_values(plan, scratch, kv_head, stored_values, value_scales, next_values,
+                             keys, key_stride, count, scores, rescale);
         }
         first = last;
     }
     if (pending > 0)
-        flush_tiles(kernels, scratch, tile_rows_dtype, rows, Dv, pending_keys, pending_values,
-                        pending_stride);
+        flush_tiles(kernels, scratch, kind->tile_rows_dtype, rows, Dv, pending_keys,
+                    pending_values, pending_stride);
     if (held.count > 0)
-        accumulate_late(kernels, path, dtype, rows, Dv, value_factor, &held, scratch);
+        accumulate_late(kernels, kind->path, dtype, rows, Dv, value_factor, &held, scratch);
     if (step != NULL) {
         step->next = first;
         step->done = first >= key_end;
         if (!step->done) return; /* more steps: the state stays in scratch */
     }
-
-    float *out = plan->partial_out + task * rows * Dv;
-    float *lse = plan->partial_lse + task * rows;
-    /* accumulator element (r, e): [r][Dv], transposed for a large group, rows of tile_row
-     * floats on the tiles */
-    const int64_t row_step = group ? 1 : tiles ? tile_row : Dv;
-    const int64_t dim_step = group ? ATTN_DECODE_GROUP_STRIDE(rows) : 1;
-    /* fp8 on the tiles: the head's value scale, once per output (the tiles summed P · v) */
-    const float value_scale = fp8_tiles ? value_factor : 1.0f;
-    for (int64_t r = 0; r < rows; ++r) {
-        const float sum = scratch->row_sum[r];
-        const float inverse = sum > 0.0f ? value_scale / sum : 0.0f;
-        const float *row = scratch->accumulator + r * row_step;
-        if (dim_step == 1) /* dense rows (vectorised) */
-            for (int64_t e = 0; e < Dv; ++e) out[r * Dv + e] = row[e] * inverse;
-        else
-            for (int64_t e = 0; e < Dv; ++e) out[r * Dv + e] = row[e * dim_step] * inverse;
-        lse[r] = sum > 0.0f ? scratch->row_max[r] + logf(sum) : -INFINITY;
-    }
+    task_finish(plan, scratch, task, kv_head);
 }
 
-/* The Hkv tasks of split `split` of sequence b (token-major pages, plan->stepped): every head
- * plan->step_tokens keys at a time in turn, each head's row_max, row_sum and accumulator
- * kept in scratch->head_states between its steps (run_task's task_step: the same bits as
- * whole tasks). The heads share the split's keys, so they stop and resume at the same key. */
+/* Where each head's state lies in scratch->head_states (head_state_floats), in floats from
+ * the head's first: row_max, row_sum at 0 and `rows` apart, then the others. */
+typedef struct head_layout {
+    size_t stride, rows, accumulator, queries, prepared, scores, rescale;
+} head_layout;
+
+static head_layout head_layout_of(const decode_plan *plan) {
+    head_layout at;
+    at.stride = head_state_floats(plan);
+    at.rows = ATTN_DECODE_GROUP_STRIDE(plan->rows);
+    at.accumulator = 2 * at.rows;
+    at.queries = at.accumulator + round_floats(accumulator_floats(plan));
+    at.prepared = at.queries + round_floats((size_t)plan->rows * (size_t)plan->key_dim);
+    at.scores = at.prepared + round_floats(prepared_floats(plan));
+    at.rescale = at.scores + round_floats((size_t)plan->rows * ATTN_DECODE_CHUNK);
+    return at;
+}
+
+/* Points scratch's per-task state (row_max, row_sum, accumulator, queries, prepared) at head
+ * `head`'s own (run_split_stepped, run_split_together), and returns where that head's scores
+ * [rows][ATTN_DECODE_CHUNK] and rescale factors [rows] lie. */
+static float *head_state(decode_scratch *scratch, const head_layout *at, int64_t head,
+                         float **rescale) {
+    float *mine = scratch->head_states + (size_t)head * at->stride;
+    scratch->row_max = mine, scratch->row_sum = mine + at->rows;
+    scratch->accumulator = mine + at->accumulator;
+    scratch->queries = mine + at->queries, scratch->prepared = mine + at->prepared;
+    *rescale = mine + at->rescale;
+    return mine + at->scores;
+}
+
+/* The Hkv tasks of split `split` of sequence b (token-major pages on the tiles' paths,
+ * plan->stepped): every head plan->step_tokens keys at a time in turn, each head's row_max,
+ * row_sum and accumulator kept in scratch->head_states between its steps (run_task's
+ * task_step: the same bits as whole tasks). The heads share the split's keys, so they stop
+ * and resume at the same key. */
 static void run_split_stepped(const decode_plan *plan, decode_scratch *scratch, int64_t b,
                               int64_t split) {
-    const size_t state = head_state_floats(plan), rows = ATTN_DECODE_GROUP_STRIDE(plan->rows);
-    const size_t accumulator = round_floats(accumulator_floats(plan));
-    const size_t queries = round_floats((size_t)plan->rows * (size_t)plan->key_dim);
     const decode_scratch own = *scratch;
+    const head_layout layout = head_layout_of(plan);
     task_step step = {false, 0, plan->step_tokens, 0, false};
     while (!step.done) {
         const int64_t from = step.next;
         for (int64_t head = 0; head < plan->kv_heads; ++head) {
-            float *mine = scratch->head_states + (size_t)head * state;
-            scratch->row_max = mine, scratch->row_sum = mine + rows;
-            scratch->accumulator = mine + 2 * rows;
-            scratch->queries = scratch->accumulator + accumulator;
-            scratch->prepared = scratch->queries + queries;
+            float *rescale;
+            (void)head_state(scratch, &layout, head, &rescale);
             step.from = from;
             run_task(plan, scratch, b, head, split,
                      plan->first_task[b] + head * plan->split_counts[b] + split, &step);
         }
         step.resume = true;
+    }
+    *scratch = own;
+}
+
+/* The Hkv tasks of split `split` of sequence b (token-major pages, heads_together): chunk by
+ * chunk, the scores and probabilities of every head's rows of the chunk, then every head's
+ * P · V, so that each page's K rows of all heads, and then its V rows, are read together
+ * (flash-attn's pages of 16 tokens, fp8 groups of 4 rows with Hkv 2: 1.06-1.08x the
+ * library-owned time with the heads in steps of 512 keys, 0.98-1.01x so; docs/inference.md,
+ * "Caller-owned pages without AMX, third look"). Each head's state, scores and rescale
+ * factors are its own (head_state), and each head sees the operations of run_task on the
+ * same chunks in the same order: the same bits. */
+static void run_split_together(const decode_plan *plan, decode_scratch *scratch, int64_t b,
+                               int64_t split) {
+    const decode_kind *kind = plan->kind;
+    const attn_kv_cache *cache = plan->cache;
+    const decode_scratch own = *scratch;
+    const head_layout layout = head_layout_of(plan);
+    const int64_t H = plan->kv_heads, rows = plan->rows, Dk = plan->key_dim,
+                  Dv = plan->value_dim;
+    const int64_t element_size = (int64_t)attn_dtype_size(cache->config.dtype);
+    const int64_t value_stride = attn_cache_value_row_stride(cache);
+    int64_t key_begin, key_end;
+    task_keys(plan, b, split, &key_begin, &key_end);
+    float *rescale;
+    for (int64_t head = 0; head < H; ++head) {
+        (void)head_state(scratch, &layout, head, &rescale);
+        task_start(plan, scratch, b, head);
+    }
+    /* [Hkv]: whether the chunk has keys for the head's group, and all its keys */
+    uint8_t *any = scratch->head_flags, *full = scratch->head_flags + H;
+    float gathered[ATTN_DECODE_CHUNK]; /* Q8 scales of a caller's cache */
+    for (int64_t first = key_begin; first < key_end;) {
+        const chunk_place at = chunk_at(cache, b, first, key_end);
+        /* one classification for every head unless the mask has per-head parts (as a
+         * group's query heads share one, chunk_classes) */
+        for (int64_t head = 0; head < H; ++head) {
+            bool all_full = true;
+            any[head] = head > 0 && !kind->per_head_classes
+                            ? any[0]
+                            : chunk_classes(plan, scratch, b, head, first, at.last, &all_full);
+            full[head] = head > 0 && !kind->per_head_classes ? full[0] : all_full;
+        }
+        for (int64_t head = 0; head < H; ++head) { /* scores */
+            if (!any[head]) continue;
+            float *scores = head_state(scratch, &layout, head, &rescale);
+            const void *stored_values = attn_cache_value_address(cache, at.page, head, at.slot);
+            const attn_rows_ahead ahead = {stored_values, value_stride * element_size, (int)Dv};
+            if (!kind->own_prefetch && !kind->values_ahead && !kind->converted && rows >= 2)
+                prefetch_rows(stored_values, at.count, value_stride * element_size,
+                              Dv * element_size); /* (as run_task) */
+            const float *key_scales =
+                chunk_scales(attn_cache_key_scales(cache, at.page, head, at.slot),
+                             cache->key_scale_token_stride, at.count, gathered);
+            if (key_scales != NULL) prefetch_scales(cache, head, &at.next);
+            const void *next_keys =
+                kind->passes_next && at.next.count > 0
+                    ? attn_cache_key_address(cache, at.next.page, head, at.next.slot)
+                    : NULL;
+            int64_t key_stride;
+            (void)chunk_scores(plan, scratch, head,
+                               attn_cache_key_address(cache, at.page, head, at.slot), key_scales,
+                               &ahead, next_keys, at.count, scores, &key_stride);
+        }
+        for (int64_t head = 0; head < H; ++head) { /* probabilities */
+            if (!any[head]) continue;
+            if (kind->per_head_classes) /* (scratch->classes holds the last head's) */
+                (void)chunk_classes(plan, scratch, b, head, first, at.last, &(bool){true});
+            float *scores = head_state(scratch, &layout, head, &rescale);
+            chunk_probabilities(plan, scratch, b, head, first, at.count, full[head], scores,
+                                rescale);
+        }
+        for (int64_t head = 0; head < H; ++head) { /* P · V */
+            if (!any[head]) continue;
+            float *scores = head_state(scratch, &layout, head, &rescale);
+            const float *value_scales =
+                chunk_scales(attn_cache_value_scales(cache, at.page, head, at.slot),
+                             attn_cache_value_scale_stride(cache), at.count, gathered);
+            const void *next_values =
+                kind->passes_next && at.next.count > 0
+                    ? attn_cache_value_address(cache, at.next.page, head, at.next.slot)
+                    : NULL;
+            chunk_values(plan, scratch, head,
+                         attn_cache_value_address(cache, at.page, head, at.slot), value_scales,
+                         next_values, NULL, Dk, at.count, scores, rescale);
+        }
+        first = at.last;
+    }
+    for (int64_t head = 0; head < H; ++head) {
+        (void)head_state(scratch, &layout, head, &rescale);
+        task_finish(plan, scratch, plan->first_task[b] + head * plan->split_counts[b] + split,
+                    head);
     }
     *scratch = own;
 }
@@ -1082,8 +1342,13 @@ attn_status attn_decode(const attn_kv_cache *cache, const attn_tensor *q,
                                 : default_split_tokens(cache, problem->kv_heads);
         plan.kv_heads = problem->kv_heads;
         plan.interleaved = cache->key_head_stride < cache->key_token_stride && problem->kv_heads > 1;
+        plan.path = layout_path(&call.kernels->decode,
+                                decode_path_of(&call.kernels->decode, cache->config.dtype,
+                                               q->dtype, plan.rows, plan.key_dim),
+                                cache->config.dtype, plan.rows, plan.interleaved);
+        plan.together = heads_together(&plan);
         plan.step_tokens = step_tokens(cache, problem->kv_heads);
-        plan.stepped = plan.interleaved && plan.split_tokens > plan.step_tokens;
+        plan.stepped = plan.interleaved && !plan.together && plan.split_tokens > plan.step_tokens;
         int64_t most_splits = 1;
         for (int64_t b = 0; b < B; ++b) {
             int64_t splits = (cache->lengths[b] + plan.split_tokens - 1) / plan.split_tokens;
@@ -1105,8 +1370,11 @@ attn_status attn_decode(const attn_kv_cache *cache, const attn_tensor *q,
     if (status == ATTN_OK)
         status = attn_call_reserve(&call, attn_call_thread_count(&call, 0), scratch_total,
                                    partial_bytes, "attn_decode", error);
+    decode_kind kind;
     if (status == ATTN_OK) {
         plan.mask = &call.mask;
+        kind = decode_kind_of(&plan);
+        plan.kind = &kind;
         /* Soft-cap or additive terms (or a PARTIAL chunk): the loop's pipeline applies the
          * scale too, and the softmax runs at scale 1 (run_task). */
         plan.logits = (attn_logit_pipeline){plan.scale, plan.softcap, call.mask.has_additive};
@@ -1117,8 +1385,10 @@ attn_status attn_decode(const attn_kv_cache *cache, const attn_tensor *q,
          * lines with them. So one thread takes all heads of a (sequence, split) in turn,
          * and finds the lines it brought in for head h still in its caches for head h + 1
          * (measured: token-major 1.15-1.2x the library's page-contiguous heads before, 1.0-1.07x
-         * after, one thread, bf16, Hkv = 2). Results do not change: each task still writes
-         * its own partial, merged in split order. */
+         * after, one thread, bf16, Hkv = 2), every head's rows of a chunk together
+         * (run_split_together) or, on the tiles' paths, in steps (run_split_stepped).
+         * Results do not change: each task still writes its own partial, merged in split
+         * order. */
         const bool interleaved = plan.interleaved;
 #pragma omp parallel num_threads(call.threads)
         {
@@ -1132,6 +1402,10 @@ attn_status attn_decode(const attn_kv_cache *cache, const attn_tensor *q,
                 int64_t b = 0; /* first_task[b] is a multiple of Hkv */
                 while (b + 1 < B && plan.first_task[b + 1] / per_item <= item) ++b;
                 const int64_t local = item - plan.first_task[b] / per_item;
+                if (plan.together) { /* the heads of the split chunk by chunk */
+                    run_split_together(&plan, &scratch, b, local);
+                    continue;
+                }
                 if (plan.stepped) { /* the heads of the split a step at a time in turn */
                     run_split_stepped(&plan, &scratch, b, local);
                     continue;
