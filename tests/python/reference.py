@@ -81,3 +81,19 @@ def reference(q, k, v, *, causal=None, alignment=None, window=None, mask=None, b
     lse = np.where(rows, lse_fill, lse)
     lse = np.where(padded, -np.inf, lse)
     return out, lse
+
+
+def rope(x, cos, sin, positions, interleaved):
+    """RoPE of x [T, H, D] at `positions` in float64: cos / sin [positions, rotary_dim / 2],
+    rotate-half pairs (d, d + rotary_dim / 2) or interleaved pairs (2d, 2d + 1); dimensions
+    past rotary_dim unchanged."""
+    x = x.astype(np.float64).copy()
+    half = cos.shape[1]
+    c, s = cos[positions][:, None, :], sin[positions][:, None, :]
+    if interleaved:
+        a, b = x[..., 0:2 * half:2].copy(), x[..., 1:2 * half:2].copy()
+        x[..., 0:2 * half:2], x[..., 1:2 * half:2] = a * c - b * s, b * c + a * s
+    else:
+        a, b = x[..., :half].copy(), x[..., half:2 * half].copy()
+        x[..., :half], x[..., half:2 * half] = a * c - b * s, b * c + a * s
+    return x

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import attn
-from reference import reference
+from reference import reference, rope
 
 VARLEN_CASES = [
     # lengths_q, lengths_k, Hq, Hkv, D, causal, window, softcap, alibi
@@ -105,19 +105,6 @@ def test_varlen_torch_tensors_and_errors(rng):
             attn.varlen_forward(torch.from_numpy(q), k, k, torch.from_numpy(cu), no_keys, 6, 1)
 
 
-def _rope(x, cos, sin, positions, interleaved):
-    x = x.astype(np.float64).copy()
-    half = cos.shape[1]
-    c, s = cos[positions][:, None, :], sin[positions][:, None, :]
-    if interleaved:
-        a, b = x[..., 0:2 * half:2].copy(), x[..., 1:2 * half:2].copy()
-        x[..., 0:2 * half:2], x[..., 1:2 * half:2] = a * c - b * s, b * c + a * s
-    else:
-        a, b = x[..., :half].copy(), x[..., half:2 * half].copy()
-        x[..., :half], x[..., half:2 * half] = a * c - b * s, b * c + a * s
-    return x
-
-
 @pytest.mark.parametrize("chunk", [1, 7, 64])
 @pytest.mark.parametrize("interleaved", [False, True])
 def test_kvcache_chunked_prefill_with_rope(rng, chunk, interleaved):
@@ -141,8 +128,8 @@ def test_kvcache_chunked_prefill_with_rope(rng, chunk, interleaved):
             rotary_interleaved=interleaved, causal=True))
         seqlens += n
     out = np.concatenate(outs, axis=1)
-    qr = np.stack([_rope(q[b], cos, sin, np.arange(T), interleaved) for b in range(B)])
-    kr = np.stack([_rope(k[b], cos, sin, np.arange(T), interleaved) for b in range(B)])
+    qr = np.stack([rope(q[b], cos, sin, np.arange(T), interleaved) for b in range(B)])
+    kr = np.stack([rope(k[b], cos, sin, np.arange(T), interleaved) for b in range(B)])
     expected, _ = reference(qr, kr, v, causal="bottom-right")
     np.testing.assert_allclose(out, expected, rtol=2e-5, atol=2e-5)
 

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import attn
-from reference import reference
+from reference import reference, rope
 
 torch = pytest.importorskip("torch")
 
@@ -100,20 +100,6 @@ def test_varlen_random_configurations(seed):
         np.testing.assert_allclose(got, want.numpy(), rtol=1e-4, atol=1e-4)
 
 
-def _rope(x, cos, sin, positions, interleaved):
-    """RoPE of x [T, H, D] at `positions` in float64 (rotate-half or interleaved pairs)."""
-    x = x.astype(np.float64).copy()
-    half = cos.shape[1]
-    c, s = cos[positions][:, None, :], sin[positions][:, None, :]
-    if interleaved:
-        a, b = x[..., 0:2 * half:2].copy(), x[..., 1:2 * half:2].copy()
-        x[..., 0:2 * half:2], x[..., 1:2 * half:2] = a * c - b * s, b * c + a * s
-    else:
-        a, b = x[..., :half].copy(), x[..., half:2 * half].copy()
-        x[..., :half], x[..., half:2 * half] = a * c - b * s, b * c + a * s
-    return x
-
-
 DTYPES = {"float32": (torch.float32, 2e-5), "float16": (torch.float16, 1e-2),
           "bfloat16": (torch.bfloat16, 4e-2)}
 
@@ -169,8 +155,8 @@ def test_kvcache_random_configurations(seed):
         appended = np.arange(Tnew) + int(seqlens[b])
         if rotary:  # flash-attn: query i at cache_seqlens + i when causal or windowed
             positions = appended if causal or window is not None else np.full(Tq, seqlens[b])
-            qb = _rope(qb, cos, sin, positions, interleaved)
-            want = _rope(k_new[b].float().numpy(), cos, sin, appended, interleaved)
+            qb = rope(qb, cos, sin, positions, interleaved)
+            want = rope(k_new[b].float().numpy(), cos, sin, appended, interleaved)
             np.testing.assert_allclose(K[seqlens[b]:], want, rtol=tolerance, atol=tolerance)
         elif Tnew:
             np.testing.assert_array_equal(K[seqlens[b]:], k_new[b].float().numpy())
