@@ -1087,9 +1087,15 @@ static void run_split_together(const decode_plan *plan, decode_scratch *scratch,
             float *scores = head_state(scratch, &layout, head, &rescale);
             const void *stored_values = attn_cache_value_address(cache, at.page, head, at.slot);
             const attn_rows_ahead ahead = {stored_values, value_stride * element_size, (int)Dv};
-            if (!kind->own_prefetch && !kind->values_ahead && !kind->converted && rows >= 2)
+            /* the chunk's values before the scores, as run_task requests them, for float32
+             * storage only: 16-bit rows read in place went faster without (caller / library,
+             * AVX-512 Hq 8 / Hkv 2: bf16 1.021-1.025 -> 0.986-1.014, fp16 1.002-1.007 ->
+             * 0.968-0.973; AVX2 bf16 1.04-1.07 -> 1.01-1.06), float32 rows slower (AVX2
+             * 0.98-1.02 -> 1.07-1.09) */
+            if (!kind->own_prefetch && !kind->values_ahead && !kind->converted && rows >= 2 &&
+                cache->config.dtype == ATTN_DTYPE_F32)
                 prefetch_rows(stored_values, at.count, value_stride * element_size,
-                              Dv * element_size); /* (as run_task) */
+                              Dv * element_size);
             const float *key_scales =
                 chunk_scales(attn_cache_key_scales(cache, at.page, head, at.slot),
                              cache->key_scale_token_stride, at.count, gathered);
