@@ -21,11 +21,12 @@
  * online softmax, value accumulation (docs/attention-math.md §2.1),
  * each step a call into the kernel registry (kernels/registry.h, decode part: generic, AVX2,
  * AVX-512 or AMX).
+ * A task's normalised partial (O, LSE) goes to its own slot; the merge then combines the
+ * splits of each row in split order (§3). No shared accumulation, split boundaries
+ * independent of the thread count: results are bitwise identical for any thread count.
  * On token-major pages (a caller's [page, slot, head, D]) one thread runs the Hkv tasks of a
- * split, every head's rows of a chunk together (run_split_together).
- * Its normalised partial (O, LSE) goes to its own slot; the merge then combines the splits of
- * each row in split order (§3). No shared accumulation, split boundaries independent of the
- * thread count: results are bitwise identical for any thread count.
+ * split, every head's rows of a chunk together (run_split_together), each head's operations
+ * those of its whole task.
  */
 #include <math.h>
 #include <omp.h>
