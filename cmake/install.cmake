@@ -67,13 +67,13 @@ else()
   set(ATTN_PC_INCLUDEDIR "\${prefix}/${CMAKE_INSTALL_INCLUDEDIR}")
 endif()
 
-# What a static link of libattn.a needs besides it: OpenMP's flag and libm here, and what the
+# What a static link of libattn.a needs besides it: -pthread and libm here, and what the
 # dependencies' cmake files (blas.cmake, ...) appended to ATTN_PC_REQUIRES_PRIVATE (their .pc
 # modules) and ATTN_PC_LIBS_PRIVATE (link flags, where a dependency has no .pc), listing what
 # they so covered in ATTN_PC_COVERED_LIBRARIES. Any other library of ATTN_EXTRA_LIBRARIES (a
 # file path or a plain name) is named here as -L<dir> -l<name>, so nothing libattn links is
 # left out of attn.pc.
-list(PREPEND ATTN_PC_LIBS_PRIVATE ${OpenMP_C_FLAGS} -lm)
+list(PREPEND ATTN_PC_LIBS_PRIVATE -pthread -lm)
 foreach(library ${ATTN_EXTRA_LIBRARIES})
   if(library IN_LIST ATTN_PC_COVERED_LIBRARIES)
     continue()

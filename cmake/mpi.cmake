@@ -19,10 +19,10 @@ file(GLOB ATTN_MPI_SOURCES CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/src/mpi/*.c)
 add_library(attn_mpi_objects OBJECT ${ATTN_MPI_SOURCES})
 target_include_directories(attn_mpi_objects PUBLIC ${PROJECT_SOURCE_DIR}/include
                                             PRIVATE ${PROJECT_SOURCE_DIR}/src)
-target_link_libraries(attn_mpi_objects PUBLIC MPI::MPI_C OpenMP::OpenMP_C)
-# attn_mpi.h includes mpi.h, so MPI is a public requirement; OpenMP stays private.
+target_link_libraries(attn_mpi_objects PUBLIC MPI::MPI_C Threads::Threads)
+# attn_mpi.h includes mpi.h, so MPI is a public requirement; threads stay private.
 add_library(attn_mpi SHARED $<TARGET_OBJECTS:attn_mpi_objects>)
-target_link_libraries(attn_mpi PUBLIC attn MPI::MPI_C PRIVATE OpenMP::OpenMP_C)
+target_link_libraries(attn_mpi PUBLIC attn MPI::MPI_C PRIVATE Threads::Threads)
 # libattn.so exports only its public API (hidden visibility); the internal helpers the ring
 # uses come from a private, hidden copy of libattn.a's objects (--exclude-libs keeps them out
 # of libattn_mpi.so's exports), and --no-undefined proves nothing is left unresolved. A
@@ -34,7 +34,7 @@ if(NOT ATTN_SANITIZE)
   target_link_options(attn_mpi PRIVATE -Wl,--no-undefined)
 endif()
 add_library(attn_mpi_static STATIC $<TARGET_OBJECTS:attn_mpi_objects>)
-target_link_libraries(attn_mpi_static PUBLIC attn_static MPI::MPI_C PRIVATE OpenMP::OpenMP_C)
+target_link_libraries(attn_mpi_static PUBLIC attn_static MPI::MPI_C PRIVATE Threads::Threads)
 set_target_properties(attn_mpi PROPERTIES VERSION ${PROJECT_VERSION}
                                           SOVERSION ${PROJECT_VERSION_MAJOR})
 set_target_properties(attn_mpi_static PROPERTIES OUTPUT_NAME attn_mpi)

@@ -20,7 +20,6 @@
  * broadcasts over batches or heads, one task covers all of them, so that every entry is
  * summed by one thread in (b, h) order.
  */
-#include <omp.h>
 #include <string.h>
 
 #include "backward.h"
@@ -28,6 +27,7 @@
 
 #include "../call/call.h"
 #include "../core/internal.h"
+#include "../core/parallel.h"
 
 /* Default tiles: 64 query rows x 128 keys keep P and dS (32 KiB each) in L1/L2 and the
  * tile's dK, dV accumulators (128 x D each) in L2; each key tile streams Q, dO and the dQ
@@ -65,11 +65,11 @@ static double dot_unit_stride(const float *a, const float *b, int64_t count) {
 /* row_dot[b][h][i] = sum_c dO[b,i,h,c] * O[b,i,h,c], summed in double. Rows are taken in
  * memory order, (b, i) then h: the rows of one head are Hq * Dv elements apart, a page or
  * more, where the hardware prefetchers do not follow. */
-static void compute_row_dots(const backward_plan *plan, int threads) {
-    const int64_t B = plan->problem.batch, Hq = plan->problem.query_heads;
+static void row_dots_of(void *context, int64_t first, int64_t end, int worker) {
+    const backward_plan *plan = context;
+    const int64_t Hq = plan->problem.query_heads;
     const int64_t Tq = plan->problem.query_length, Dv = plan->problem.value_dim;
-#pragma omp parallel for num_threads(threads) schedule(static)
-    for (int64_t bi = 0; bi < B * Tq; ++bi) {
+    for (int64_t bi = first; bi < end; ++bi) {
         const int64_t b = bi / Tq, i = bi % Tq;
         const int64_t dout_stride = plan->dout->stride[3], out_stride = plan->out->stride[3];
         for (int64_t h = 0; h < Hq; ++h) {
@@ -94,6 +94,11 @@ static void compute_row_dots(const backward_plan *plan, int threads) {
     }
 }
 
+static void compute_row_dots(const backward_plan *plan, int threads) {
+    attn_parallel_for(threads, plan->problem.batch * plan->problem.query_length, 16, row_dots_of,
+                      (void *)plan);
+}
+
 /* Query rows per block of reduce_query_partials. */
 enum { REDUCE_ROWS = 16 };
 
@@ -102,13 +107,19 @@ enum { REDUCE_ROWS = 16 };
  * both the partials (rows of a head consecutive) and dq (heads of a row consecutive) are read
  * and written in runs of several lines, not one row per page. Returns how many finite values
  * did not fit a 16-bit dq. */
-static int64_t reduce_query_partials(const backward_plan *plan, int threads) {
+typedef struct reduce_region {
+    const backward_plan *plan;
+    int64_t *overflowed; /* [threads]: values that did not fit, per worker */
+} reduce_region;
+
+static void reduce_blocks(void *context, int64_t first, int64_t end, int worker) {
+    const reduce_region *region = context;
+    const backward_plan *plan = region->plan;
     int64_t overflowed = 0;
-    const int64_t B = plan->problem.batch, Hq = plan->problem.query_heads;
+    const int64_t Hq = plan->problem.query_heads;
     const int64_t Tq = plan->problem.query_length, Dk = plan->problem.key_dim;
     const int64_t blocks = (Tq + REDUCE_ROWS - 1) / REDUCE_ROWS;
-#pragma omp parallel for num_threads(threads) schedule(static) reduction(+ : overflowed)
-    for (int64_t block = 0; block < B * blocks; ++block) {
+    for (int64_t block = first; block < end; ++block) {
         const int64_t b = block / blocks, i0 = block % blocks * REDUCE_ROWS;
         const int64_t i1 = i0 + REDUCE_ROWS < Tq ? i0 + REDUCE_ROWS : Tq;
         float sums[256];
@@ -146,7 +157,18 @@ static int64_t reduce_query_partials(const backward_plan *plan, int threads) {
                 }
             }
     }
-    return overflowed;
+    region->overflowed[worker] += overflowed;
+}
+
+static int64_t reduce_query_partials(const backward_plan *plan, int threads) {
+    int64_t overflowed[threads]; /* threads <= ATTN_MAX_THREADS */
+    for (int t = 0; t < threads; ++t) overflowed[t] = 0;
+    const reduce_region region = {plan, overflowed};
+    const int64_t blocks = (plan->problem.query_length + REDUCE_ROWS - 1) / REDUCE_ROWS;
+    attn_parallel_for(threads, plan->problem.batch * blocks, 1, reduce_blocks, (void *)&region);
+    int64_t total = 0;
+    for (int t = 0; t < threads; ++t) total += overflowed[t];
+    return total;
 }
 
 /* The work split of pass 1: tasks over (task batch, task KV head, chunk). A task covers every
@@ -359,6 +381,26 @@ static int64_t band_query_tile_slots(const backward_plan *plan, const attn_optio
     return bytes <= BACKWARD_QUERY_SLOT_BYTES ? slots : 1;
 }
 
+/* The backward's task loop: each worker claims tasks in ascending order; a task writes only
+ * its own dK/dV rows and dQ partials, so which worker runs it never changes a bit. */
+typedef struct task_region {
+    const backward_plan *plan;
+    const backward_tasks *tasks;
+    const attn_call *call;
+    int64_t *overflows; /* [threads][2] */
+    int64_t next_task;
+} task_region;
+
+static void run_tasks(void *context, int worker) {
+    task_region *region = context;
+    backward_workspace workspace;
+    backward_workspace_assign(region->plan, attn_call_workspace(region->call, worker), &workspace);
+    for (int64_t task; (task = attn_parallel_claim(&region->next_task)) < region->tasks->count;)
+        run_task(region->plan, region->tasks, &workspace, task);
+    region->overflows[2 * worker] = workspace.overflowed;
+    region->overflows[2 * worker + 1] = workspace.query_overflowed;
+}
+
 /* ---- the public entry point ------------------------------------------------------------- */
 
 attn_status attn_backward(const attn_tensor *q, const attn_tensor *k, const attn_tensor *v,
@@ -480,17 +522,14 @@ attn_status attn_backward_run(attn_call *call, const attn_tensor *q, const attn_
     compute_row_dots(&plan, threads);
 
     const backward_tasks tasks = plan_tasks(&plan);
+    int64_t overflows[2 * threads]; /* per worker: dk/dv values, then dq values */
+    for (int t = 0; t < 2 * threads; ++t) overflows[t] = 0;
+    task_region region = {&plan, &tasks, call, overflows, 0};
+    attn_parallel_run(threads, run_tasks, &region);
     int64_t key_overflows = 0, task_query_overflows = 0;
-#pragma omp parallel num_threads(threads) reduction(+ : key_overflows, task_query_overflows)
-    {
-        backward_workspace workspace;
-        backward_workspace_assign(&plan, attn_call_workspace(call, omp_get_thread_num()),
-                                  &workspace);
-#pragma omp for schedule(dynamic, 1)
-        for (int64_t task = 0; task < tasks.count; ++task)
-            run_task(&plan, &tasks, &workspace, task);
-        key_overflows += workspace.overflowed;
-        task_query_overflows += workspace.query_overflowed;
+    for (int t = 0; t < threads; ++t) {
+        key_overflows += overflows[2 * t];
+        task_query_overflows += overflows[2 * t + 1];
     }
     const int64_t query_overflows = reduce_query_partials(&plan, threads) + task_query_overflows;
 

@@ -29,7 +29,6 @@
  * those of its whole task.
  */
 #include <math.h>
-#include <omp.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -39,6 +38,7 @@
 #include "cache/merge.h"
 #include "call/call.h"
 #include "core/internal.h"
+#include "core/parallel.h"
 #include "kernels/half.h"
 #include "mask/logits.h"
 #include "mask/mask.h"
@@ -1209,58 +1209,95 @@ static attn_status validate_decode(const attn_kv_cache *cache, const attn_tensor
     return ATTN_OK;
 }
 
+/* One region of merge_partials: the rows it claims, and per worker the first empty and the
+ * first overflowing row it met (linear index b*Hq*Tq + h*Tq + i; row_total when none). */
+typedef struct merge_region {
+    const decode_plan *plan;
+    const attn_call *call;
+    const size_t *scratch_bytes;
+    attn_tensor *out, *lse;
+    int64_t next_rows, row_total;
+    int64_t *first_empty, *first_overflow; /* [threads] each */
+} merge_region;
+
+enum { MERGE_CLAIM_ROWS = 16 }; /* rows per claim: one claim's cost against 16 rows' merges */
+
+/* Merges row `index` = b*Hq*Tq + h*Tq + i into out / lse (the empty-row policy applied);
+ * records it in *first_empty / *first_overflow when it is the first such row seen. */
+static void merge_row(const merge_region *region, decode_scratch *scratch, int64_t index,
+                      int64_t *first_empty, int64_t *first_overflow) {
+    const decode_plan *plan = region->plan;
+    const attn_options *options = &region->call->options;
+    attn_tensor *out = region->out, *lse = region->lse;
+    const int64_t Hq = plan->q->shape[2], Tq = plan->query_length, Dv = plan->value_dim;
+    const int64_t rows = plan->rows;
+    const int64_t b = index / (Hq * Tq), h = index / Tq % Hq, i = index % Tq;
+    const int64_t kv_head = h / plan->group_size;
+    const int64_t r = (h % plan->group_size) * Tq + i;
+    const int64_t task = plan->first_task[b] + kv_head * plan->split_counts[b];
+    float *row = scratch->merged;
+    float merged_lse;
+    attn_merge_row((int)plan->split_counts[b], plan->partial_lse + task * rows + r, rows,
+                   plan->partial_out + (task * rows + r) * Dv, rows * Dv, Dv, scratch->weights,
+                   row, &merged_lse);
+    if (i >= attn_mask_query_count(plan->mask, b)) { /* padding row */
+        for (int64_t e = 0; e < Dv; ++e) row[e] = 0.0f;
+        merged_lse = -INFINITY;
+    } else if (merged_lse == -INFINITY) {
+        if (options->empty_rows == ATTN_EMPTY_ROWS_ERROR && index < *first_empty)
+            *first_empty = index;
+        if (options->empty_rows == ATTN_EMPTY_ROWS_NAN) {
+            for (int64_t e = 0; e < Dv; ++e) row[e] = NAN;
+            merged_lse = NAN;
+        }
+    }
+    if (out->dtype == ATTN_DTYPE_F32) {
+        for (int64_t e = 0; e < Dv; ++e) *attn_f32_at4(out, b, i, h, e) = row[e];
+    } else { /* rounded once; a finite value beyond the type is an error */
+        uint16_t *o_row = (uint16_t *)out->data + b * out->stride[0] + i * out->stride[1] +
+                          h * out->stride[2];
+        const int64_t stride = out->stride[3];
+        const int64_t overflowed = out->dtype == ATTN_DTYPE_BF16
+                                       ? plan->kernels->convert.f32_to_bf16(Dv, row, o_row, stride)
+                                       : plan->kernels->convert.f32_to_f16(Dv, row, o_row, stride);
+        if (overflowed > 0 && index < *first_overflow) *first_overflow = index;
+    }
+    if (lse != NULL) *attn_f32_at3(lse, b, h, i) = merged_lse;
+}
+
+static void merge_worker(void *context, int worker) {
+    merge_region *region = context;
+    decode_scratch scratch;
+    scratch_carve(&scratch, region->scratch_bytes, attn_call_workspace(region->call, worker));
+    int64_t first_empty = region->row_total, first_overflow = region->row_total;
+    for (int64_t first; (first = attn_parallel_claim(&region->next_rows) * MERGE_CLAIM_ROWS) <
+                        region->row_total;) {
+        const int64_t end = first + MERGE_CLAIM_ROWS < region->row_total ? first + MERGE_CLAIM_ROWS
+                                                                          : region->row_total;
+        for (int64_t index = first; index < end; ++index)
+            merge_row(region, &scratch, index, &first_empty, &first_overflow);
+    }
+    region->first_empty[worker] = first_empty;
+    region->first_overflow[worker] = first_overflow;
+}
+
 /* Writes the merged rows of every (b, h, i) into out / lse and applies the empty-row policy;
  * returns the first empty row under ATTN_EMPTY_ROWS_ERROR. */
 static attn_status merge_partials(const decode_plan *plan, const attn_call *call,
                                   const size_t scratch_bytes[SCRATCH_PARTS], attn_tensor *out,
                                   attn_tensor *lse, attn_error *error) {
-    const attn_options *options = &call->options;
     const int64_t B = plan->cache->config.sequences, Hq = plan->q->shape[2];
-    const int64_t Tq = plan->query_length, Dv = plan->value_dim, rows = plan->rows;
-    const int64_t row_total = B * Hq * Tq;
-    int64_t first_empty = row_total; /* linear index b*Hq*Tq + h*Tq + i of the first empty row */
-    int64_t first_overflow = row_total; /* the same for a row that does not fit a 16-bit out */
-#pragma omp parallel num_threads(call->threads) reduction(min : first_empty, first_overflow)
-    {
-        decode_scratch scratch;
-        scratch_carve(&scratch, scratch_bytes, attn_call_workspace(call, omp_get_thread_num()));
-        double *weights = scratch.weights;
-        float *row = scratch.merged;
-#pragma omp for schedule(static)
-        for (int64_t index = 0; index < row_total; ++index) {
-            const int64_t b = index / (Hq * Tq), h = index / Tq % Hq, i = index % Tq;
-            const int64_t kv_head = h / plan->group_size;
-            const int64_t r = (h % plan->group_size) * Tq + i;
-            const int64_t task = plan->first_task[b] + kv_head * plan->split_counts[b];
-            float merged_lse;
-            attn_merge_row((int)plan->split_counts[b], plan->partial_lse + task * rows + r, rows,
-                           plan->partial_out + (task * rows + r) * Dv, rows * Dv, Dv, weights,
-                           row, &merged_lse);
-            if (i >= attn_mask_query_count(plan->mask, b)) { /* padding row */
-                for (int64_t e = 0; e < Dv; ++e) row[e] = 0.0f;
-                merged_lse = -INFINITY;
-            } else if (merged_lse == -INFINITY) {
-                if (options->empty_rows == ATTN_EMPTY_ROWS_ERROR && index < first_empty)
-                    first_empty = index;
-                if (options->empty_rows == ATTN_EMPTY_ROWS_NAN) {
-                    for (int64_t e = 0; e < Dv; ++e) row[e] = NAN;
-                    merged_lse = NAN;
-                }
-            }
-            if (out->dtype == ATTN_DTYPE_F32) {
-                for (int64_t e = 0; e < Dv; ++e) *attn_f32_at4(out, b, i, h, e) = row[e];
-            } else { /* rounded once; a finite value beyond the type is an error */
-                uint16_t *o_row = (uint16_t *)out->data + b * out->stride[0] + i * out->stride[1] +
-                                  h * out->stride[2];
-                const int64_t stride = out->stride[3];
-                const int64_t overflowed =
-                    out->dtype == ATTN_DTYPE_BF16
-                        ? plan->kernels->convert.f32_to_bf16(Dv, row, o_row, stride)
-                        : plan->kernels->convert.f32_to_f16(Dv, row, o_row, stride);
-                if (overflowed > 0 && index < first_overflow) first_overflow = index;
-            }
-            if (lse != NULL) *attn_f32_at3(lse, b, h, i) = merged_lse;
-        }
+    const int64_t Tq = plan->query_length, row_total = B * Hq * Tq;
+    int64_t firsts[2 * call->threads]; /* at most ATTN_MAX_THREADS pairs */
+    merge_region region = {.plan = plan, .call = call, .scratch_bytes = scratch_bytes,
+                           .out = out, .lse = lse, .row_total = row_total,
+                           .first_empty = firsts, .first_overflow = firsts + call->threads};
+    for (int t = 0; t < 2 * call->threads; ++t) firsts[t] = row_total;
+    attn_parallel_run(call->threads, merge_worker, &region);
+    int64_t first_empty = row_total, first_overflow = row_total;
+    for (int t = 0; t < call->threads; ++t) {
+        if (region.first_empty[t] < first_empty) first_empty = region.first_empty[t];
+        if (region.first_overflow[t] < first_overflow) first_overflow = region.first_overflow[t];
     }
     if (first_empty >= row_total && first_overflow < row_total)
         return attn_fail(error, ATTN_ERROR_OVERFLOW,
@@ -1297,6 +1334,45 @@ static int64_t default_split_tokens(const attn_kv_cache *cache, int64_t kv_heads
     int64_t tokens = (longest + splits_wanted - 1) / splits_wanted;
     tokens = (tokens + ATTN_DECODE_CHUNK - 1) / ATTN_DECODE_CHUNK * ATTN_DECODE_CHUNK;
     return tokens > MOST_SPLIT_TOKENS ? MOST_SPLIT_TOKENS : tokens;
+}
+
+/* One region of attn_decode: the work items it claims (a task, or on interleaved pages the
+ * Hkv tasks of one split). Each task writes its own partial, merged in split order, so which
+ * worker runs an item never changes a bit. */
+typedef struct decode_region {
+    const decode_plan *plan;
+    const size_t *scratch_bytes;
+    const attn_call *call;
+    int64_t next_item;
+} decode_region;
+
+static void decode_worker(void *context, int worker) {
+    decode_region *region = context;
+    const decode_plan *plan = region->plan;
+    decode_scratch scratch;
+    scratch_carve(&scratch, region->scratch_bytes, attn_call_workspace(region->call, worker));
+    const int64_t B = plan->cache->config.sequences;
+    const int64_t per_item = plan->interleaved ? plan->kv_heads : 1;
+    const int64_t item_count = plan->task_count / per_item;
+    for (int64_t item; (item = attn_parallel_claim(&region->next_item)) < item_count;) {
+        int64_t b = 0; /* first_task[b] is a multiple of Hkv */
+        while (b + 1 < B && plan->first_task[b + 1] / per_item <= item) ++b;
+        const int64_t local = item - plan->first_task[b] / per_item;
+        if (plan->together) { /* the heads of the split chunk by chunk */
+            run_split_together(plan, &scratch, b, local);
+            continue;
+        }
+        if (plan->stepped) { /* the heads of the split a step at a time in turn */
+            run_split_stepped(plan, &scratch, b, local);
+            continue;
+        }
+        for (int64_t n = 0; n < per_item; ++n) {
+            const int64_t head = plan->interleaved ? n : local / plan->split_counts[b];
+            const int64_t split = plan->interleaved ? local : local % plan->split_counts[b];
+            run_task(plan, &scratch, b, head, split,
+                     plan->first_task[b] + head * plan->split_counts[b] + split, NULL);
+        }
+    }
 }
 
 attn_status attn_decode(const attn_kv_cache *cache, const attn_tensor *q,
@@ -1390,41 +1466,13 @@ attn_status attn_decode(const attn_kv_cache *cache, const attn_tensor *q,
         /* Token-major pages ([page, slot, head, D], caller-owned): the rows of one head lie
          * between those of the others, and the hardware prefetchers fetch the neighbours'
          * lines with them. So one thread takes all heads of a (sequence, split) in turn,
-         * and finds the lines it brought in for head h still in its caches for head h + 1
-         * (measured: token-major 1.15-1.2x the library's page-contiguous heads before, 1.0-1.07x
-         * after, one thread, bf16, Hkv = 2), every head's rows of a chunk together
+         * and finds the lines it brought in for head h still in its caches for head h + 1,
+         * every head's rows of a chunk together
          * (run_split_together) or, on the tiles' paths, in steps (run_split_stepped).
          * Results do not change: each task still writes its own partial, merged in split
          * order. */
-        const bool interleaved = plan.interleaved;
-#pragma omp parallel num_threads(call.threads)
-        {
-            decode_scratch scratch;
-            scratch_carve(&scratch, scratch_bytes,
-                          attn_call_workspace(&call, omp_get_thread_num()));
-            /* a work item: one task, or (interleaved) the Hkv tasks of one split */
-            const int64_t per_item = interleaved ? problem->kv_heads : 1;
-#pragma omp for schedule(dynamic, 1)
-            for (int64_t item = 0; item < plan.task_count / per_item; ++item) {
-                int64_t b = 0; /* first_task[b] is a multiple of Hkv */
-                while (b + 1 < B && plan.first_task[b + 1] / per_item <= item) ++b;
-                const int64_t local = item - plan.first_task[b] / per_item;
-                if (plan.together) { /* the heads of the split chunk by chunk */
-                    run_split_together(&plan, &scratch, b, local);
-                    continue;
-                }
-                if (plan.stepped) { /* the heads of the split a step at a time in turn */
-                    run_split_stepped(&plan, &scratch, b, local);
-                    continue;
-                }
-                for (int64_t n = 0; n < per_item; ++n) {
-                    const int64_t head = interleaved ? n : local / plan.split_counts[b];
-                    const int64_t split = interleaved ? local : local % plan.split_counts[b];
-                    run_task(&plan, &scratch, b, head, split,
-                             plan.first_task[b] + head * plan.split_counts[b] + split, NULL);
-                }
-            }
-        }
+        decode_region region = {&plan, scratch_bytes, &call, 0};
+        attn_parallel_run(call.threads, decode_worker, &region);
         status = merge_partials(&plan, &call, scratch_bytes, out, lse, error);
     }
     attn_call_end(&call);

@@ -21,7 +21,6 @@
  * scales at one address, no new row inside it) in kvcache_layout.c.
  */
 #include <math.h>
-#include <omp.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -30,8 +29,10 @@
 #include "cache/kvcache_scales.h"
 #include "call/call.h"
 #include "core/internal.h"
+#include "core/parallel.h"
 #include "kernels/half.h"
 #include "kernels/quant.h"
+#include "mask/mask.h"
 #include "varlen/varlen.h"
 
 /* Largest Tq that runs on the decoding kernels. */
@@ -323,6 +324,18 @@ static attn_status check_arguments(external_plan *plan, const attn_tensor *q,
         if (total > plan->longest) plan->longest = total;
     }
 
+    /* The options as the attention will check them (scale, soft-cap, window, alignment,
+     * pattern, ALiBi slopes, empty-row policy), here: the append writes before it runs. */
+    attn_problem problem;
+    memset(&problem, 0, sizeof problem);
+    problem.batch = plan->B, problem.query_length = plan->Tq;
+    problem.key_length = plan->longest > 0 ? plan->longest : 1;
+    problem.query_heads = plan->Hq, problem.kv_heads = plan->Hkv;
+    problem.group_size = plan->Hq / plan->Hkv;
+    problem.key_dim = plan->Dk, problem.value_dim = plan->Dv;
+    problem.scale = options->custom_scale ? options->scale : (float)(1.0 / sqrt((double)plan->Dk));
+    if ((status = attn_validate_options(options, &problem, error)) != ATTN_OK) return status;
+
     /* Rotary tables. */
     if ((append->rotary_cos == NULL) != (append->rotary_sin == NULL))
         return attn_fail(error, ATTN_ERROR_NULL_ARGUMENT, "append->%s is NULL but %s is given",
@@ -506,6 +519,33 @@ static attn_tensor batch_row(const attn_tensor *t, int64_t b) {
     return view;
 }
 
+/* The rows of sequence b widened into contiguous [token, head, D] K and V operands. */
+typedef struct gather_region {
+    const external_plan *plan;
+    int64_t b;
+    attn_dtype operand;
+    char *keys, *values;
+} gather_region;
+
+static void gather_tokens(void *context, int64_t first, int64_t end, int worker) {
+    const gather_region *region = context;
+    const external_plan *plan = region->plan;
+    const int64_t b = region->b, Hkv = plan->Hkv, Dk = plan->Dk, Dv = plan->Dv;
+    const size_t operand_size = attn_dtype_size(region->operand);
+    const int q8 = plan->dtype == ATTN_DTYPE_Q8;
+    for (int64_t t = first; t < end; ++t)
+        for (int64_t h = 0; h < Hkv; ++h) {
+            convert_row(plan->dtype, stored_row(plan, plan->k_cache, b, t, h),
+                        q8 ? *scale_slot(plan, plan->k_scale, b, t, h) : 1.0f,
+                        attn_kv_view_head_scale(plan->k_head, h), region->operand, Dk,
+                        region->keys + (size_t)((t * Hkv + h) * Dk) * operand_size);
+            convert_row(plan->dtype, stored_row(plan, plan->v_cache, b, t, h),
+                        q8 ? *scale_slot(plan, plan->v_scale, b, t, h) : 1.0f,
+                        attn_kv_view_head_scale(plan->v_head, h), region->operand, Dv,
+                        region->values + (size_t)((t * Hkv + h) * Dv) * operand_size);
+        }
+}
+
 /* The prefill path: attn_forward per sequence on its tokens [0, total). */
 static attn_status prefill(const external_plan *plan, const attn_tensor *q,
                            const attn_options *options, attn_tensor *out, attn_tensor *lse,
@@ -528,19 +568,9 @@ static attn_status prefill(const external_plan *plan, const attn_tensor *q,
             const int64_t Hkv = plan->Hkv, Dk = plan->Dk, Dv = plan->Dv;
             char *keys = (char *)gathered;
             char *values = keys + (size_t)(plan->longest * Hkv * Dk) * operand_size;
-#pragma omp parallel for schedule(static) num_threads(attn_thread_count(execution != NULL ? execution->num_threads : 0))
-            for (int64_t t = 0; t < total; ++t)
-                for (int64_t h = 0; h < Hkv; ++h) {
-                    const int q8 = plan->dtype == ATTN_DTYPE_Q8;
-                    convert_row(plan->dtype, stored_row(plan, plan->k_cache, b, t, h),
-                                q8 ? *scale_slot(plan, plan->k_scale, b, t, h) : 1.0f,
-                                attn_kv_view_head_scale(plan->k_head, h), operand, Dk,
-                                keys + (size_t)((t * Hkv + h) * Dk) * operand_size);
-                    convert_row(plan->dtype, stored_row(plan, plan->v_cache, b, t, h),
-                                q8 ? *scale_slot(plan, plan->v_scale, b, t, h) : 1.0f,
-                                attn_kv_view_head_scale(plan->v_head, h), operand, Dv,
-                                values + (size_t)((t * Hkv + h) * Dv) * operand_size);
-                }
+            gather_region region = {plan, b, operand, keys, values};
+            attn_parallel_for(attn_thread_count(execution != NULL ? execution->num_threads : 0),
+                              total, 64, gather_tokens, &region);
             const int64_t kshape[4] = {1, total, Hkv, Dk}, vshape[4] = {1, total, Hkv, Dv};
             k = attn_tensor_contiguous(keys, operand, 4, kshape);
             v = attn_tensor_contiguous(values, operand, 4, vshape);

@@ -61,7 +61,8 @@ attn_status attn_check_tensor(const attn_tensor *t, const char *name, attn_dtype
 /* Name of a dtype for messages ("float32", "bool", ...). */
 const char *attn_dtype_name(attn_dtype dtype);
 
-/* The effective thread count for a call: execution->num_threads or the OpenMP default. */
+/* The effective thread count for a call: execution->num_threads or the default
+ * (attn_default_threads in parallel.h). */
 int attn_thread_count(int requested);
 
 #endif /* ATTN_INTERNAL_H */

@@ -2,11 +2,9 @@
  * memory.c — overflow-checked size arithmetic, aligned allocation and the thread count.
  */
 #include "internal.h"
+#include "parallel.h"
 
 #include <stdlib.h>
-#ifdef _OPENMP
-#include <omp.h>
-#endif
 
 bool attn_mul_i64(int64_t a, int64_t b, int64_t *result) {
     int64_t r;
@@ -46,11 +44,4 @@ void *attn_aligned_alloc(size_t bytes) {
 
 void attn_aligned_free(void *pointer) { free(pointer); }
 
-int attn_thread_count(int requested) {
-    if (requested > 0) return requested;
-#ifdef _OPENMP
-    return omp_get_max_threads();
-#else
-    return 1;
-#endif
-}
+int attn_thread_count(int requested) { return attn_default_threads(requested); }

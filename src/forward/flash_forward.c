@@ -42,12 +42,11 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#ifdef _OPENMP
-#include <omp.h>
-#endif
+#include <pthread.h>
 
 #include "../call/call.h"
 #include "../core/internal.h"
+#include "../core/parallel.h"
 #include "../kernels/registry.h"
 #include "../mask/mask.h"
 #include "forward_internal.h"
@@ -467,16 +466,14 @@ static work_item span_item(const forward_plan *plan, int64_t item) {
     return (work_item){item / tiles / kv_heads, item / tiles % kv_heads, item % tiles};
 }
 
-/* The band path's next run for thread `self` (see run_thread): items [*first, *end) of its
+/* The band path's next run for thread `self` (see run_span_worker): items [*first, *end) of its
  * own region's front, or else of the back of the region with the most items left; an empty
  * run when every region is done. The regions' bounds are shared (plan->span_regions), so
  * they change under one lock; which thread runs an item never changes its result. */
 static void span_take(const forward_plan *plan, int64_t self, int64_t *first, int64_t *end) {
     int64_t(*regions)[2] = plan->span_regions;
     const int64_t count = plan->call->threads;
-#ifdef _OPENMP
-    omp_set_lock((omp_lock_t *)plan->span_lock);
-#endif
+    pthread_mutex_lock((pthread_mutex_t *)plan->span_lock);
     {
         int64_t *own = regions[self];
         if (own[0] < own[1]) {
@@ -499,59 +496,90 @@ static void span_take(const forward_plan *plan, int64_t self, int64_t *first, in
             }
         }
     }
-#ifdef _OPENMP
-    omp_unset_lock((omp_lock_t *)plan->span_lock);
-#endif
+    pthread_mutex_unlock((pthread_mutex_t *)plan->span_lock);
 }
 
-/* One thread's part of the parallel loops (see the top of the file). */
-static void run_thread(const forward_plan *plan, forward_workspace *workspace,
-                       const attn_tensor *k, const attn_tensor *v) {
-    const attn_problem *problem = &plan->call->problem;
-    const int64_t head_count = problem->batch * problem->kv_heads;
-    if (plan->packing != PACK_SHARED && plan->span_path) {
-        /* The band path: runs of consecutive items, ascending, so that a thread packs only
-         * the key tiles near its own rows (threads taking alternate tiles would each pack the
-         * whole head). The items are cut into one region per thread; each thread walks its
-         * own region from the front, plan->items_per_chunk items at a time (its rings still
-         * hold the band: nothing is repacked), and when it is done takes half of what is left
-         * of the fullest region from its back, until nothing is left. The work of an item is
-         * about constant here, so the threads end within about one item of each other. */
-#ifdef _OPENMP
-        const int64_t self = omp_get_thread_num();
-#else
-        const int64_t self = 0;
-#endif
-        for (;;) {
-            int64_t first = 0, end = 0;
-            span_take(plan, self, &first, &end);
-            if (first >= end) return;
-            for (int64_t item = first; item < end; ++item) {
-                const work_item this_one = span_item(plan, item);
-                run_work_item(plan, workspace, this_one.b, this_one.kv_head, this_one.tile);
-            }
+/* One region of the forward: the plan, every worker's workspace, and the shared counters. */
+typedef struct forward_region {
+    const forward_plan *plan;
+    forward_workspace *workspaces; /* [threads] */
+    const attn_tensor *k, *v;
+    int64_t next_item;             /* the next (batch, KV head, query tile) item to claim */
+    int64_t head;                  /* PACK_SHARED: the (batch, KV head) being run */
+} forward_region;
+
+/* The band path: runs of consecutive items, ascending, so that a worker packs only the key
+ * tiles near its own rows (workers taking alternate tiles would each pack the whole head). The
+ * items are cut into one region per worker; each walks its own region from the front,
+ * plan->items_per_chunk items at a time (its rings still hold the band: nothing is repacked),
+ * and when it is done takes half of what is left of the fullest region from its back, until
+ * nothing is left; a worker that never starts leaves its region to the others. */
+static void run_span_worker(forward_region *region, int worker) {
+    const forward_plan *plan = region->plan;
+    for (;;) {
+        int64_t first = 0, end = 0;
+        span_take(plan, worker, &first, &end);
+        if (first >= end) return;
+        for (int64_t item = first; item < end; ++item) {
+            const work_item this_one = span_item(plan, item);
+            run_work_item(plan, &region->workspaces[worker], this_one.b, this_one.kv_head,
+                          this_one.tile);
         }
     }
-    if (plan->packing != PACK_SHARED) {
-        const int64_t item_count = head_count * plan->query_tiles;
-#pragma omp for schedule(dynamic, 1)
-        for (int64_t item = 0; item < item_count; ++item) {
-            const int64_t head = item / plan->query_tiles;
-            run_work_item(plan, workspace, head / problem->kv_heads, head % problem->kv_heads,
-                          plan->query_tiles - 1 - item % plan->query_tiles);
-        }
+}
+
+/* Each worker packs its own K/V tiles: items (batch, KV head, query tile), the longest query
+ * tiles of a head first. */
+static void run_items_worker(void *context, int worker) {
+    forward_region *region = context;
+    const forward_plan *plan = region->plan;
+    if (plan->span_path) {
+        run_span_worker(region, worker);
         return;
     }
-    for (int64_t head = 0; head < head_count; ++head) {
-        const int64_t b = head / problem->kv_heads, kv_head = head % problem->kv_heads;
-        const int64_t key_count = attn_mask_key_count(&plan->call->mask, b);
-#pragma omp for schedule(static)
-        for (int64_t key_tile = 0; key_tile < plan->key_tiles; ++key_tile)
-            packed_kv_pack_tile(plan->shared_packed, k, v, b, kv_head, key_tile, key_count,
-                                workspace->value_staging);
-#pragma omp for schedule(dynamic, 1)
-        for (int64_t order = 0; order < plan->query_tiles; ++order)
-            run_work_item(plan, workspace, b, kv_head, plan->query_tiles - 1 - order);
+    const attn_problem *problem = &plan->call->problem;
+    const int64_t item_count = problem->batch * problem->kv_heads * plan->query_tiles;
+    for (int64_t item; (item = attn_parallel_claim(&region->next_item)) < item_count;) {
+        const int64_t head = item / plan->query_tiles;
+        run_work_item(plan, &region->workspaces[worker], head / problem->kv_heads,
+                      head % problem->kv_heads, plan->query_tiles - 1 - item % plan->query_tiles);
+    }
+}
+
+/* PACK_SHARED: the key tiles [first, end) of the current head into the shared store. */
+static void pack_shared_tiles(void *context, int64_t first, int64_t end, int worker) {
+    forward_region *region = context;
+    const forward_plan *plan = region->plan;
+    const attn_problem *problem = &plan->call->problem;
+    const int64_t b = region->head / problem->kv_heads, kv_head = region->head % problem->kv_heads;
+    const int64_t key_count = attn_mask_key_count(&plan->call->mask, b);
+    for (int64_t key_tile = first; key_tile < end; ++key_tile)
+        packed_kv_pack_tile(plan->shared_packed, region->k, region->v, b, kv_head, key_tile,
+                            key_count, region->workspaces[worker].value_staging);
+}
+
+/* PACK_SHARED: the query tiles [first, end) (longest first) of the current head. */
+static void run_shared_tiles(void *context, int64_t first, int64_t end, int worker) {
+    forward_region *region = context;
+    const forward_plan *plan = region->plan;
+    const int64_t kv_heads = plan->call->problem.kv_heads;
+    for (int64_t order = first; order < end; ++order)
+        run_work_item(plan, &region->workspaces[worker], region->head / kv_heads,
+                      region->head % kv_heads, plan->query_tiles - 1 - order);
+}
+
+/* Runs every item of the plan on up to `threads` workers (see the top of the file). Which
+ * worker runs an item never changes its result. */
+static void run_items(forward_region *region, int threads) {
+    const forward_plan *plan = region->plan;
+    if (plan->packing != PACK_SHARED) {
+        attn_parallel_run(threads, run_items_worker, region);
+        return;
+    }
+    const attn_problem *problem = &plan->call->problem;
+    for (region->head = 0; region->head < problem->batch * problem->kv_heads; ++region->head) {
+        attn_parallel_for(threads, plan->key_tiles, 1, pack_shared_tiles, region);
+        attn_parallel_for(threads, plan->query_tiles, 1, run_shared_tiles, region);
     }
 }
 
@@ -650,7 +678,7 @@ attn_status attn_forward_run(attn_call *call, const attn_tensor *q, const attn_t
         attn_call_end(call);
         return status;
     }
-    /* The band path's regions: one per thread, consecutive items (run_thread). */
+    /* The band path's regions: one per thread, consecutive items (run_span_worker). */
     if (plan.span_path) {
         const int64_t region_items = (item_count + thread_count - 1) / thread_count;
         for (int t = 0; t < thread_count; ++t) {
@@ -660,13 +688,11 @@ attn_status attn_forward_run(attn_call *call, const attn_tensor *q, const attn_t
         }
         plan.span_regions = span_regions;
     }
-#ifdef _OPENMP
-    omp_lock_t span_lock; /* guards span_regions (span_take) */
+    pthread_mutex_t span_lock; /* guards span_regions (span_take) */
     if (plan.span_path) {
-        omp_init_lock(&span_lock);
+        pthread_mutex_init(&span_lock, NULL);
         plan.span_lock = &span_lock;
     }
-#endif
     /* Soft-cap with additive terms: the loop transforms the scores (scale, cap, add, mask);
      * otherwise the loop only adds and masks (queries prescaled, or the kernel caps). */
     plan.logits = (attn_logit_pipeline){plan.loop_transforms ? problem->scale : 1.0f,
@@ -685,15 +711,8 @@ attn_status attn_forward_run(attn_call *call, const attn_tensor *q, const attn_t
                         attn_call_workspace(call, t));
     }
 
-#pragma omp parallel num_threads(thread_count)
-    {
-#ifdef _OPENMP
-        forward_workspace *workspace = &workspaces[omp_get_thread_num()];
-#else
-        forward_workspace *workspace = &workspaces[0];
-#endif
-        run_thread(&plan, workspace, k, v);
-    }
+    forward_region region = {&plan, workspaces, k, v, 0, 0};
+    run_items(&region, thread_count);
 
     /* The first empty row in (b, h, i) order over all threads. */
     forward_workspace *first_empty = NULL;
@@ -714,9 +733,7 @@ attn_status attn_forward_run(attn_call *call, const attn_tensor *q, const attn_t
                            (long long)first_empty->empty_i);
     if (status == ATTN_OK) status = forward_overflow_status(&plan, workspaces, thread_count, error);
 
-#ifdef _OPENMP
-    if (plan.span_path) omp_destroy_lock(&span_lock);
-#endif
+    if (plan.span_path) pthread_mutex_destroy(&span_lock);
     free(span_regions);
     free(head_stores);
     free(workspaces);

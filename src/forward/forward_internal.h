@@ -49,7 +49,7 @@ typedef struct forward_plan {
     /* Span path with per-thread packing: [threads][2], the items [front, back) left in each
      * thread's region (changed under a lock only: flash_forward.c, span_take). */
     int64_t (*span_regions)[2];
-    void *span_lock;        /* the omp_lock_t that guards span_regions (OpenMP builds) */
+    void *span_lock;        /* the pthread_mutex_t that guards span_regions */
     /* Span path with per-thread packing, when > 0: each thread keeps one ring of span_ring
      * packed tiles per KV head (head_stores), of span_ring_bytes each, and takes items in the
      * order (b, query tile, KV head), so that the rows of every head at the same tokens (one

@@ -13,13 +13,14 @@
 #include "varlen.h"
 
 #include <math.h>
-#include <omp.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "call/call.h"
 #include "core/internal.h"
+#include "core/parallel.h"
 
 /* Query rows per work item the split assumes (the forward's usual query tile). */
 #define ROWS_PER_ITEM 64
@@ -226,6 +227,33 @@ static int by_cost_descending(const void *a, const void *b) {
     return x->b < y->b ? -1 : (x->b > y->b);
 }
 
+/* The narrow sequences of run_sequences, most costly first, each on one thread; the failure
+ * kept is that of the lowest-numbered sequence, whichever worker met it. */
+typedef struct narrow_region {
+    const varlen_job *job;
+    const sequence_cost *narrow;
+    pthread_mutex_t lock; /* guards the failure below */
+    int64_t failed;
+    attn_status failed_status;
+    attn_error failed_error;
+} narrow_region;
+
+static void run_narrow(void *context, int64_t first, int64_t end, int worker) {
+    narrow_region *region = context;
+    for (int64_t n = first; n < end; ++n) {
+        attn_error local;
+        const attn_status status = run_sequence(region->job, region->narrow[n].b, 1, &local);
+        if (status == ATTN_OK) continue;
+        pthread_mutex_lock(&region->lock);
+        if (region->narrow[n].b < region->failed) {
+            region->failed = region->narrow[n].b;
+            region->failed_status = status;
+            region->failed_error = local;
+        }
+        pthread_mutex_unlock(&region->lock);
+    }
+}
+
 /* Runs every sequence of the job (see the file comment). The wide sequences run first, in
  * order, and the first that fails stops the call; otherwise the narrow ones run and the error
  * reported is that of the lowest-numbered one that failed. */
@@ -257,17 +285,12 @@ static attn_status run_sequences(const varlen_job *job, attn_error *error) {
     }
     if (failed == B && narrow_count > 0) {
         qsort(narrow, (size_t)narrow_count, sizeof *narrow, by_cost_descending);
-#pragma omp parallel for schedule(dynamic, 1) num_threads(threads)
-        for (int64_t n = 0; n < narrow_count; ++n) {
-            attn_error local;
-            attn_status status = run_sequence(job, narrow[n].b, 1, &local);
-            if (status != ATTN_OK) {
-#pragma omp critical
-                if (narrow[n].b < failed) {
-                    failed = narrow[n].b, failed_status = status, failed_error = local;
-                }
-            }
-        }
+        narrow_region region = {.job = job, .narrow = narrow, .failed = failed};
+        pthread_mutex_init(&region.lock, NULL);
+        attn_parallel_for(threads, narrow_count, 1, run_narrow, &region);
+        pthread_mutex_destroy(&region.lock);
+        failed = region.failed, failed_status = region.failed_status;
+        if (failed_status != ATTN_OK) failed_error = region.failed_error;
     }
     free(narrow);
     if (failed_status != ATTN_OK && error != NULL) *error = failed_error;
