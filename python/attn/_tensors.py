@@ -199,21 +199,37 @@ def as_dtype(array, code):
     return array.astype(numpy_dtype(code))
 
 
-def int32_array(values, name, count):
-    """A C-contiguous int32 NumPy array of `count` values (lengths), checked."""
+def int32_array(values, name, count=None, *, ndim=1, layout=None):
+    """A C-contiguous int32 NumPy array of integers (lengths, prefix sums, block tables): the
+    one checked conversion of every integer array from Python. Refused: a dtype that is not
+    an integer one (floats, even whole ones, and bool), any value outside int32 (named by its
+    index, never wrapped), a rank other than `ndim` (`layout` names the expected shape), and
+    for ndim = 1 a length other than `count` (when given)."""
     if is_torch(values):
-        values = values.detach().cpu().numpy()
+        if values.device.type != "cpu":
+            raise ValueError(f"{name} is on device {values.device}; attn computes on the CPU")
+        values = values.detach().numpy()
     try:
         array = np.asarray(values)
     except Exception as e:
         raise TypeError(f"{name} must be a sequence of ints: {e}") from None
-    if array.ndim != 1 or array.shape[0] != count:
+    if array.ndim != ndim:
+        if ndim == 1 and count is not None:
+            raise ValueError(f"{name} must have {count} entries (one per batch), got shape "
+                             f"{array.shape}")
+        expected = f"{ndim} dimension{'s' if ndim > 1 else ''}" + (f" {layout}" if layout else "")
+        raise ValueError(f"{name} must have {expected}, got shape {array.shape}")
+    if ndim == 1 and count is not None and array.shape[0] != count:
         raise ValueError(f"{name} must have {count} entries (one per batch), got shape "
                          f"{array.shape}")
-    if array.dtype.kind not in "iub":
+    if array.dtype.kind not in "iu":
         raise ValueError(f"{name} must hold integers, got dtype {array.dtype}")
-    if array.size and (array.min() < -2**31 or array.max() >= 2**31):
-        raise ValueError(f"{name} holds a value outside int32")
+    if array.size and array.dtype.itemsize >= 4 and array.dtype != np.int32:
+        outside = (array < -2**31) | (array > 2**31 - 1)
+        if outside.any():
+            where = np.unravel_index(int(np.flatnonzero(outside)[0]), array.shape)
+            index = ", ".join(str(int(i)) for i in where)
+            raise ValueError(f"{name}[{index}] = {int(array[where])}: outside int32")
     return np.ascontiguousarray(array, dtype=np.int32)
 
 

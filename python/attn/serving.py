@@ -61,13 +61,11 @@ def _f32(view, name):
 
 
 def _prefix(values, name, batch=None):
-    if T.is_torch(values):
-        values = values.detach().cpu().numpy()
-    import numpy as np
-    array = np.asarray(values)
-    if array.ndim != 1 or array.shape[0] < 2:
+    array = T.int32_array(values, name, batch + 1 if batch is not None else None,
+                          layout="[B + 1]")
+    if array.shape[0] < 2:
         raise ValueError(f"{name} must be a 1-D int32 array of B + 1 >= 2 entries, got shape {array.shape}")
-    return T.int32_array(array, name, array.shape[0] if batch is None else batch + 1)
+    return array
 
 
 def varlen_forward(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, *,
@@ -202,13 +200,8 @@ def forward_with_kvcache(q, k_cache, v_cache, cache_seqlens, *, k_new=None, v_ne
     seqlens = T.int32_array(cache_seqlens, "cache_seqlens", B)
     table = None
     if block_table is not None:
-        if T.is_torch(block_table):
-            block_table = block_table.detach().cpu().numpy()
-        import numpy as np
-        table_array = np.ascontiguousarray(np.asarray(block_table), dtype=np.int32)
-        if table_array.ndim != 2:
-            raise ValueError(f"block_table must be int32 [B, max_pages], got shape {table_array.shape}")
-        table = T.view(table_array, "block_table")
+        table = T.view(T.int32_array(block_table, "block_table", ndim=2,
+                                     layout="[B, max_pages]"), "block_table")
     news = []
     for x, name in ((k_new, "k_new"), (v_new, "v_new")):
         if x is None:
