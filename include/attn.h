@@ -157,7 +157,7 @@ ATTN_API attn_tensor attn_tensor_f32_bhtd(float *data, int64_t B, int64_t T, int
  * type (fp16: |x| >= 65520; ATTN_ERROR_OVERFLOW naming the index and the value) — checked
  * before anything is written, so on any error `destination` is untouched.
  */
-attn_status attn_tensor_convert(const attn_tensor *source, attn_tensor *destination,
+ATTN_API attn_status attn_tensor_convert(const attn_tensor *source, attn_tensor *destination,
                                 attn_error *error);
 
 /*

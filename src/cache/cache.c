@@ -180,8 +180,10 @@ static void copy_page_prefix(attn_kv_cache *cache, int32_t from, int32_t to, int
     }
 }
 
+/* ceil(tokens / page_size) without forming tokens + page_size - 1, which overflows for a
+ * capacity or page size near INT64_MAX. */
 static int64_t pages_for(const attn_kv_cache *cache, int64_t tokens) {
-    return (tokens + cache->page_size - 1) / cache->page_size;
+    return tokens / cache->page_size + (tokens % cache->page_size != 0);
 }
 
 /* Pages an append of `tokens` to `sequence` takes from the pool: new pages, plus one when the
@@ -240,6 +242,16 @@ static attn_status check_config(const attn_kv_cache_config *config, attn_error *
                                  (long long)h, (double)scale);
         }
     }
+    /* The head-dim limit of every attention call (docs/conventions.md), so a cache that
+     * could never be decoded is refused when it is made. */
+    const int64_t most_dim = (int64_t)1 << 20;
+    if (config->key_dim > most_dim || config->value_dim > most_dim)
+        return attn_fail(error, ATTN_ERROR_INVALID_ARGUMENT,
+                         "config.%s = %lld: head dims are limited to 2^20 = %lld",
+                         config->key_dim > most_dim ? "key_dim" : "value_dim",
+                         (long long)(config->key_dim > most_dim ? config->key_dim
+                                                                 : config->value_dim),
+                         (long long)most_dim);
     if (config->values_in_keys && config->value_dim > config->key_dim)
         return attn_fail(error, ATTN_ERROR_INVALID_ARGUMENT,
                          "config.value_dim = %lld: must be <= key_dim = %lld with values_in_keys",
@@ -315,9 +327,10 @@ attn_status attn_kv_cache_create(const attn_kv_cache_config *config, attn_kv_cac
     if (!fits) {
         free(created);
         return attn_fail(error, ATTN_ERROR_OVERFLOW,
-                         "config: %lld sequences x capacity %lld x %lld heads x dims %lld/%lld "
-                         "overflows the page pool size",
+                         "config: %lld sequences x capacity %lld (page_size = %lld, page_count = "
+                         "%lld) x %lld heads x dims %lld/%lld overflows the page pool size",
                          (long long)config->sequences, (long long)config->capacity,
+                         (long long)config->page_size, (long long)config->page_count,
                          (long long)config->kv_heads, (long long)config->key_dim,
                          (long long)config->value_dim);
     }
@@ -689,10 +702,9 @@ attn_status attn_kv_cache_read(const attn_kv_cache *cache, int64_t sequence, int
     }
     if (first_token < 0 || first_token > cache->lengths[sequence] - tokens)
         return attn_fail(error, ATTN_ERROR_INVALID_ARGUMENT,
-                         "first_token = %lld: tokens [%lld, %lld) are not all in sequence %lld "
-                         "(length %lld)",
-                         (long long)first_token, (long long)first_token,
-                         (long long)(first_token + tokens), (long long)sequence,
+                         "first_token = %lld: %lld tokens from there are not all in sequence "
+                         "%lld (length %lld)",
+                         (long long)first_token, (long long)tokens, (long long)sequence,
                          (long long)cache->lengths[sequence]);
     const int64_t widest = config->key_dim > config->value_dim ? config->key_dim : config->value_dim;
     float *row = malloc((size_t)widest * sizeof(float));

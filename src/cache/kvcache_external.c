@@ -401,6 +401,12 @@ static attn_status check_arguments(external_plan *plan, const attn_tensor *q,
     return attn_call_check_aliasing(outputs, 2, inputs, 11, options, &sizes, error);
 }
 
+/* ceil(tokens / page_size), without forming tokens + page_size - 1 (a page size may be near
+ * INT64_MAX: a zero token stride lets any shape[1] pass the tensor check). */
+static int64_t blocks_for(int64_t tokens, int64_t page_size) {
+    return tokens / page_size + (tokens % page_size != 0);
+}
+
 /* Block-table entries of every block a sequence uses, and pages an append writes that any
  * other block (of another sequence, or of the same one) also uses. owner: int64[page_count]
  * scratch. Writes nothing but the scratch. */
@@ -408,7 +414,7 @@ static attn_status check_block_table(const external_plan *plan, int64_t *owner, 
     if (!plan->paged) return ATTN_OK;
     const int64_t ps = plan->page_size;
     for (int64_t b = 0; b < plan->B; ++b) {
-        const int64_t blocks = (plan->cache_seqlens[b] + plan->Tnew + ps - 1) / ps;
+        const int64_t blocks = blocks_for(plan->cache_seqlens[b] + plan->Tnew, ps);
         for (int64_t block = 0; block < blocks; ++block) {
             const int64_t page = table_entry(plan, b, block);
             if (page < 0 || page >= plan->page_count)
@@ -424,7 +430,7 @@ static attn_status check_block_table(const external_plan *plan, int64_t *owner, 
     /* Pages written by the appends: one (sequence, block) each. */
     for (int64_t b = 0; b < plan->B; ++b) {
         const int64_t first = plan->cache_seqlens[b] / ps;
-        const int64_t end = (plan->cache_seqlens[b] + plan->Tnew + ps - 1) / ps;
+        const int64_t end = blocks_for(plan->cache_seqlens[b] + plan->Tnew, ps);
         for (int64_t block = first; block < end; ++block) {
             const int64_t page = table_entry(plan, b, block);
             if (owner[page] >= 0)
@@ -440,7 +446,7 @@ static attn_status check_block_table(const external_plan *plan, int64_t *owner, 
     }
     /* Any other block that uses a written page would see (or clobber) the new tokens. */
     for (int64_t b = 0; b < plan->B; ++b) {
-        const int64_t blocks = (plan->cache_seqlens[b] + plan->Tnew + ps - 1) / ps;
+        const int64_t blocks = blocks_for(plan->cache_seqlens[b] + plan->Tnew, ps);
         for (int64_t block = 0; block < blocks; ++block) {
             const int64_t page = table_entry(plan, b, block);
             if (owner[page] >= 0 && owner[page] != b * plan->max_pages + block)

@@ -5,6 +5,7 @@
  * attention loops (those convert tiles with the registry's convert part, kernels/lowp.h).
  */
 #include "core/internal.h"
+#include "core/overlap.h"
 #include "kernels/half.h"
 
 static int is_float_type(attn_dtype dtype) {
@@ -62,6 +63,26 @@ attn_status attn_tensor_convert(const attn_tensor *source, attn_tensor *destinat
                              (long long)destination->shape[d], d, (long long)source->shape[d]);
         count *= source->shape[d]; /* fits: attn_check_tensor bounded the span */
     }
+    /* Elements are read and written in one pass: a destination that shares a byte with the
+     * source would read values already overwritten (a destination one element past the
+     * source copies the first value everywhere). The test is exact on the strided lattices. */
+    attn_region from, to;
+    attn_region_set(&from, source, "source", false);
+    attn_region_set(&to, destination, "destination", false);
+    const attn_overlap shared = attn_regions_overlap(&to, &from);
+    if (shared != ATTN_OVERLAP_NONE) {
+        uintptr_t tb, te, fb, fe;
+        attn_region_span(&to, &tb, &te), attn_region_span(&from, &fb, &fe);
+        return attn_fail(error, ATTN_ERROR_INVALID_ARGUMENT,
+                         "destination (bytes [%p, %p)) and source (bytes [%p, %p)) %s: they "
+                         "must not overlap",
+                         (const void *)tb, (const void *)te, (const void *)fb, (const void *)fe,
+                         shared == ATTN_OVERLAP_SHARED ? "share memory"
+                                                       : "may share memory (a layout too "
+                                                         "intricate to tell apart)");
+    }
+    if ((status = attn_check_output_layout(destination, "destination", error)) != ATTN_OK)
+        return status;
     if (destination->dtype != ATTN_DTYPE_F32)
         for (int64_t n = 0; n < count; ++n) {
             const float x = load(source, offset_of(source, n));

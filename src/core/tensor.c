@@ -112,26 +112,39 @@ attn_status attn_check_tensor(const attn_tensor *t, const char *name, attn_dtype
                          t->rank, rank);
     /* The furthest element addressed, in elements, must fit; so must its byte offset. */
     int64_t span = 0;
-    for (int d = 0; d < rank; ++d) {
+    for (int d = 0; d < rank; ++d)
         if (t->shape[d] < 1)
             return attn_fail(error, ATTN_ERROR_INVALID_ARGUMENT, "%s.shape[%d] = %lld: must be >= 1",
                              name, d, (long long)t->shape[d]);
-        int64_t magnitude = t->stride[d] < 0 ? -t->stride[d] : t->stride[d];
-        int64_t extent;
-        if (t->stride[d] == INT64_MIN || !attn_mul_i64(t->shape[d] - 1, magnitude, &extent) ||
-            !attn_add_i64(span, extent, &span))
-            return attn_fail(error, ATTN_ERROR_OVERFLOW,
-                             "%s: shape[%d] = %lld with stride %lld overflows the address range",
-                             name, d, (long long)t->shape[d], (long long)t->stride[d]);
+    /* A span that overflows is reported against the dimension that reaches furthest (the
+     * one whose stride is too large), not the one whose addition happened to overflow. */
+    int widest = 0;
+    int64_t widest_extent = -1;
+    for (int d = 0; d < rank; ++d) {
+        /* INT64_MIN has no magnitude in int64: refused before it is negated */
+        int64_t extent = INT64_MAX;
+        const int fits = t->stride[d] != INT64_MIN &&
+                         attn_mul_i64(t->shape[d] - 1, t->stride[d] < 0 ? -t->stride[d] : t->stride[d],
+                                      &extent);
+        if (!fits) extent = INT64_MAX;
+        if (extent > widest_extent) widest = d, widest_extent = extent;
+        if (!fits || !attn_add_i64(span, extent, &span)) span = INT64_MAX;
     }
+    if (span == INT64_MAX)
+        return attn_fail(error, ATTN_ERROR_OVERFLOW,
+                         "%s: shape[%d] = %lld with stride %lld overflows the address range",
+                         name, widest, (long long)t->shape[widest], (long long)t->stride[widest]);
     /* (after the shape: an empty tensor of PyTorch or NumPy may have no data pointer, and its
      * size is what is wrong) */
     if (t->data == NULL)
         return attn_fail(error, ATTN_ERROR_NULL_ARGUMENT, "%s.data is NULL", name);
-    int64_t bytes;
+    int64_t bytes; /* span < INT64_MAX here, so span + 1 fits */
     if (!attn_mul_i64(span + 1, (int64_t)attn_dtype_size(dtype), &bytes) ||
         (uint64_t)bytes > (uint64_t)(SIZE_MAX / 2))
-        return attn_fail(error, ATTN_ERROR_OVERFLOW, "%s: addressed span of %lld elements overflows",
-                         name, (long long)span + 1);
+        return attn_fail(error, ATTN_ERROR_OVERFLOW,
+                         "%s: shape[%d] = %lld with stride %lld: the addressed span of %lld "
+                         "elements overflows the address range",
+                         name, widest, (long long)t->shape[widest], (long long)t->stride[widest],
+                         (long long)(span + 1));
     return ATTN_OK;
 }
