@@ -19,6 +19,7 @@ int cli_train(int argc, char **argv);      /* cmd_train.c: a small model that le
 int cli_bench(int argc, char **argv);      /* cmd_bench.c: forward/backward benchmark, --peak */
 int cli_bench_decode(int argc, char **argv); /* cmd_bench_decode.c: `attn bench decode` */
 int cli_bench_serve(int argc, char **argv);  /* cmd_bench_serve.c: `attn bench serve` */
+int cli_bench_small(int argc, char **argv);  /* cmd_bench_small.c: `attn bench small` */
 int cli_kv_size(int argc, char **argv);    /* cmd_kv_size.c: KV-cache bytes per token */
 int cli_inspect(int argc, char **argv);    /* cmd_inspect.c: weight files and their layers */
 int cli_heatmap_command(int argc, char **argv); /* cmd_heatmap.c: draw a weights file */

@@ -5,6 +5,7 @@
  * the same process (peak.c). `attn bench --peak` prints the peak and the memory bandwidth;
  * `attn bench decode ...` is the decoding benchmark (cmd_bench_decode.c).
  * `attn bench serve ...` is the serving step mix (cmd_bench_serve.c).
+ * `attn bench small ...` is the per-call time of small calls (cmd_bench_small.c).
  *
  * FLOP counts per allowed pair (i, j) and per (batch, query head): forward 2·Dk + 2·Dv
  * (= 4·D; S = Q·Kᵀ and O += P·V), backward 4·Dk + 6·Dv... counted as the usual 10·D
@@ -46,7 +47,8 @@ static void print_help(FILE *stream) {
         "                                     AMX / fp16 AMX-FP16 peaks where present) and read\n"
         "                                     bandwidth\n"
         "       attn bench decode [options]   the decoding benchmark (see attn bench decode --help)\n"
-        "       attn bench serve [options]    continuous-batching step mix (see attn bench serve --help)\n\n"
+        "       attn bench serve [options]    continuous-batching step mix (see attn bench serve --help)\n"
+        "       attn bench small [options]    per-call time of small calls (see attn bench small --help)\n\n"
         "The default grid (B = 1): T in 512,1024,2048,4096,8192,16384; Hq in 8,32; Hkv = Hq and\n"
         "Hq/4 (--groups 1,4); D in 64,128; masks none, causal and a causal sliding window of 256\n"
         "keys per query. Q = K = V length T. Reported: median of --repeats timed runs after one\n"
@@ -474,6 +476,7 @@ static void print_peak_line(const char *name, double peak, const char *clock_not
 int cli_bench(int argc, char **argv) {
     if (argc >= 2 && strcmp(argv[1], "decode") == 0) return cli_bench_decode(argc - 1, argv + 1);
     if (argc >= 2 && strcmp(argv[1], "serve") == 0) return cli_bench_serve(argc - 1, argv + 1);
+    if (argc >= 2 && strcmp(argv[1], "small") == 0) return cli_bench_small(argc - 1, argv + 1);
     bench_settings s;
     const int parsed = parse_arguments(argc, argv, &s);
     if (parsed != 0) return parsed == 1 ? 0 : 2;

@@ -452,7 +452,12 @@ attn_status attn_backward_run(attn_call *call, const attn_tensor *q, const attn_
     if (plan.tile_q > Tq) plan.tile_q = (int)Tq;
     if (plan.tile_k > Tk) plan.tile_k = (int)Tk;
     if (plan.contiguous_chunks) plan.query_tile_slots = band_query_tile_slots(&plan, &call->options);
-    const int threads = attn_call_thread_count(call, 0);
+    /* The backward's products: about 2.5 times the forward's (S, P, dP, dS, dQ, dK, dV). */
+    const double pairs = (double)B * (double)Tq * (double)Tk;
+    const int threads = attn_call_threads_for_work(
+        call, 0, 5.0 * pairs * (double)Hq * (double)(plan.problem.key_dim + plan.problem.value_dim),
+        (double)B * ((double)Tq * (double)Hq + (double)Tk * (double)plan.problem.kv_heads) * 4.0 *
+            (double)(plan.problem.key_dim + plan.problem.value_dim) * 4.0);
     /* The kernels index tiles with int: a tile of the largest dimension must fit. */
     const int64_t largest_dim = Dk > plan.problem.value_dim ? Dk : plan.problem.value_dim;
     const int64_t largest_tile = plan.tile_q > plan.tile_k ? plan.tile_q : plan.tile_k;

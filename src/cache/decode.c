@@ -1450,9 +1450,18 @@ attn_status attn_decode(const attn_kv_cache *cache, const attn_tensor *q,
             status = attn_fail(error, ATTN_ERROR_OVERFLOW,
                                "q: the split-KV partial buffer overflows");
     }
-    if (status == ATTN_OK)
-        status = attn_call_reserve(&call, attn_call_thread_count(&call, 0), scratch_total,
-                                   partial_bytes, "attn_decode", error);
+    if (status == ATTN_OK) {
+        double keys = 0.0; /* cached keys over all sequences */
+        for (int64_t b = 0; b < B; ++b) keys += (double)cache->lengths[b];
+        const double row_floats = (double)(problem->key_dim + problem->value_dim);
+        const int64_t items = plan.interleaved ? plan.task_count / problem->kv_heads
+                                               : plan.task_count;
+        const int threads = attn_call_threads_for_work(
+            &call, items, 2.0 * keys * (double)(problem->query_heads * problem->query_length) * row_floats,
+            keys * (double)problem->kv_heads * row_floats * (double)attn_dtype_size(cache->config.dtype));
+        status = attn_call_reserve(&call, threads, scratch_total, partial_bytes, "attn_decode",
+                                   error);
+    }
     decode_kind kind;
     if (status == ATTN_OK) {
         plan.mask = &call.mask;

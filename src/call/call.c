@@ -4,7 +4,9 @@
  */
 #include "call.h"
 
+#include <pthread.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "../backward/backward.h"
@@ -46,6 +48,34 @@ int attn_call_thread_count(const attn_call *call, int64_t work_items) {
     int threads = attn_thread_count(call->execution.num_threads);
     if (work_items > 0 && threads > work_items) threads = (int)work_items;
     return threads < 1 ? 1 : threads;
+}
+
+/* The tunables of attn_call_threads_for_work: a small call's rates on one core, and the
+ * least work worth a thread (the pool's wake and join cost a few microseconds). */
+#define ATTN_ONE_THREAD_FLOPS_PER_NS 50.0
+#define ATTN_ONE_THREAD_BYTES_PER_NS 8.0
+#define ATTN_MIN_THREAD_NS 25000.0
+
+double attn_call_one_thread_ns(double flops, double bytes) {
+    return flops / ATTN_ONE_THREAD_FLOPS_PER_NS + bytes / ATTN_ONE_THREAD_BYTES_PER_NS;
+}
+
+static int threads_by_work_disabled;
+static pthread_once_t threads_by_work_once = PTHREAD_ONCE_INIT;
+
+static void read_threads_by_work(void) {
+    const char *text = getenv("ATTN_THREADS_BY_WORK");
+    threads_by_work_disabled = text != NULL && strcmp(text, "0") == 0;
+}
+
+int attn_call_threads_for_work(const attn_call *call, int64_t work_items, double flops,
+                               double bytes) {
+    const int threads = attn_call_thread_count(call, work_items);
+    pthread_once(&threads_by_work_once, read_threads_by_work);
+    if (threads_by_work_disabled) return threads;
+    const double worth = attn_call_one_thread_ns(flops, bytes) / ATTN_MIN_THREAD_NS;
+    if (!(worth < (double)threads)) return threads; /* NaN estimates keep every thread */
+    return worth < 1.0 ? 1 : (int)worth;
 }
 
 attn_status attn_call_reserve(attn_call *call, int threads, size_t workspace_bytes,

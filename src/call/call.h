@@ -138,9 +138,22 @@ attn_status attn_check_backward_aliasing(const attn_tensor *q, const attn_tensor
                                          const attn_options *options, const attn_problem *problem,
                                          attn_error *error);
 
-/* The thread count for `work_items` independent items: execution.num_threads, or the OpenMP
- * default, capped at work_items when work_items > 0. Never changes results. */
+/* The thread count for `work_items` independent items: execution.num_threads, or the default
+ * (attn_default_threads), capped at work_items when work_items > 0. Never changes results. */
 int attn_call_thread_count(const attn_call *call, int64_t work_items);
+
+/* Threads chosen by work: attn_call_thread_count(call, work_items), further capped so that each
+ * thread has at least ATTN_MIN_THREAD_NS of the call's estimated one-thread time, `flops`
+ * floating-point operations plus `bytes` read from memory (attn_call_one_thread_ns). A tiny call
+ * runs on its caller alone: waking a helper and joining it would cost more than it saves. With
+ * the environment variable ATTN_THREADS_BY_WORK=0 the work is not looked at (the tests that
+ * compare thread counts on small problems set it). */
+int attn_call_threads_for_work(const attn_call *call, int64_t work_items, double flops,
+                               double bytes);
+
+/* The estimated time of `flops` and `bytes` on one thread, in nanoseconds: the rates are a
+ * small call's, well below a core's peaks (ATTN_ONE_THREAD_FLOPS_PER_NS, _BYTES_PER_NS). */
+double attn_call_one_thread_ns(double flops, double bytes);
 
 /*
  * Step 3: the working memory of the call, sized once. threads x workspace_bytes (each

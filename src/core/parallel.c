@@ -170,7 +170,8 @@ void attn_parallel_run(int threads, attn_parallel_body body, void *context) {
     pool.body = body;
     pool.context = context;
     __atomic_store_n(&pool.finished, 0, __ATOMIC_RELAXED);
-    const uint64_t generation = state_generation(pool.state) + 1u;
+    const uint64_t generation =
+        state_generation(__atomic_load_n(&pool.state, __ATOMIC_RELAXED)) + 1u;
     __atomic_store_n(&pool.state,
                      (generation << 32) | ((uint64_t)helpers << STATE_SLOTS_SHIFT),
                      __ATOMIC_RELEASE);

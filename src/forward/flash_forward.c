@@ -636,7 +636,16 @@ attn_status attn_forward_run(attn_call *call, const attn_tensor *q, const attn_t
         attn_call_end(call);
         return attn_fail(error, ATTN_ERROR_OVERFLOW, "B x Hkv x query tiles overflows int64");
     }
-    const int thread_count = attn_call_thread_count(call, item_count);
+    const double pairs = (double)problem->batch * (double)problem->query_length *
+                         (double)problem->key_length; /* at most: masks only lower it */
+    const double elements = (double)problem->batch *
+                            ((double)problem->key_length * (double)problem->kv_heads +
+                             (double)problem->query_length * (double)problem->query_heads) *
+                            (double)(problem->key_dim + problem->value_dim);
+    const int thread_count = attn_call_threads_for_work(
+        call, item_count,
+        2.0 * pairs * (double)problem->query_heads * (double)(problem->key_dim + problem->value_dim),
+        elements * (double)attn_dtype_size(q->dtype));
 
     /* Working memory: one part of the arena per thread (+ a shared store), sized once. */
     size_t part_bytes[WORKSPACE_PARTS], parts_bytes = 0, workspace_bytes = 0, shared_bytes = 0;
