@@ -13,6 +13,7 @@
  */
 #define _POSIX_C_SOURCE 200809L
 
+#include <errno.h>
 #include <glib.h>
 #include <math.h>
 #include <stdbool.h>
@@ -66,9 +67,10 @@ typedef struct heatmap_arguments {
 /* The labels of `path`, one per line; NULL (after printing one line) on error. */
 static char **read_labels(const char *option, const char *path, int64_t expected,
                           const char *what) {
+    if (!cli_input_file(command, option, path, false)) return NULL;
     FILE *file = fopen(path, "rb");
     if (file == NULL) {
-        cli_error(command, "%s %s: cannot open the file", option, path);
+        cli_error(command, "%s %s: cannot open the file (%s)", option, path, strerror(errno));
         return NULL;
     }
     char **labels = calloc((size_t)expected, sizeof *labels);
@@ -94,6 +96,10 @@ static char **read_labels(const char *option, const char *path, int64_t expected
             ok = labels[count] != NULL;
         }
         ++count;
+    }
+    if (ok && ferror(file)) {
+        cli_error(command, "%s %s: read error (%s)", option, path, strerror(errno));
+        ok = false;
     }
     fclose(file);
     if (ok && count != expected) {

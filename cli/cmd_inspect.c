@@ -197,6 +197,7 @@ int cli_inspect(int argc, char **argv) {
         usage(stderr);
         return 2;
     }
+    if (!cli_input_file("inspect", "", path, true)) return 1;
     if (is_npy(path)) return inspect_npy(path);
     return inspect_safetensors(path, list_tensors);
 }

@@ -6,6 +6,7 @@
 
 #include "figure.h"
 
+#include <errno.h>
 #include <cairo-svg.h>
 #include <ctype.h>
 #include <math.h>
@@ -161,20 +162,34 @@ bool figure_save(figure *f, const char *path, const char *title, const char *des
     }
     char *partial = cli_partial_name(path);
     bool ok = partial != NULL;
+    /* The reason of a failure: the system's (errno, e.g. a missing folder) where there is
+     * one, else cairo's. */
+    const char *reason = ok ? NULL : "out of memory";
+    errno = 0;
     if (ok && f->format == FIGURE_FORMAT_PNG) {
         cairo_surface_flush(f->surface);
-        ok = cairo_surface_write_to_png(f->surface, partial) == CAIRO_STATUS_SUCCESS;
+        const cairo_status_t written = cairo_surface_write_to_png(f->surface, partial);
+        ok = written == CAIRO_STATUS_SUCCESS;
+        if (!ok) reason = errno != 0 ? strerror(errno) : cairo_status_to_string(written);
     } else if (ok) {
         cairo_destroy(f->cr);
         f->cr = NULL;
         cairo_surface_finish(f->surface); /* flushes the document into svg_data */
-        ok = !f->svg_failed && cairo_surface_status(f->surface) == CAIRO_STATUS_SUCCESS &&
-             write_svg(f, partial, title, description);
+        const cairo_status_t drawn = cairo_surface_status(f->surface);
+        ok = !f->svg_failed && drawn == CAIRO_STATUS_SUCCESS;
+        if (!ok) reason = f->svg_failed ? "the SVG document could not be built"
+                                        : cairo_status_to_string(drawn);
+        if (ok && !(ok = write_svg(f, partial, title, description)))
+            reason = errno != 0 ? strerror(errno) : "write error";
     }
-    if (ok && rename(partial, path) != 0) ok = false;
+    if (ok && rename(partial, path) != 0) {
+        ok = false;
+        reason = strerror(errno);
+    }
     if (!ok) {
         if (partial) unlink(partial);
-        snprintf(message, message_capacity, "%s: cannot write the picture", path);
+        snprintf(message, message_capacity, "%s: cannot write the picture (%s)", path,
+                 reason != NULL ? reason : "unknown reason");
     }
     free(partial);
     figure_discard(f);

@@ -4,10 +4,13 @@
 #include "attn_io.h"
 #include "npy_tensor.h"
 
+#include <errno.h>
+#include <fcntl.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 void cli_error(const char *command, const char *format, ...) {
@@ -19,6 +22,33 @@ void cli_error(const char *command, const char *format, ...) {
     for (char *c = message; *c; ++c)
         if (*c == '\n' || *c == '\r') *c = ' ';
     fprintf(stderr, "attn %s: %s\n", command, message);
+}
+
+bool cli_input_file(const char *command, const char *option, const char *path,
+                    bool folder_allowed) {
+    const char *space = option[0] != '\0' ? " " : "";
+    const int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0) {
+        cli_error(command, "%s%s%s: cannot open (%s)", option, space, path, strerror(errno));
+        return false;
+    }
+    struct stat info;
+    const int stated = fstat(fd, &info);
+    close(fd);
+    if (stated != 0) {
+        cli_error(command, "%s%s%s: cannot stat (%s)", option, space, path, strerror(errno));
+        return false;
+    }
+    if (S_ISREG(info.st_mode) || (folder_allowed && S_ISDIR(info.st_mode))) return true;
+    const char *kind = S_ISDIR(info.st_mode)    ? "a folder"
+                       : S_ISFIFO(info.st_mode) ? "a FIFO"
+                       : S_ISCHR(info.st_mode)  ? "a character device"
+                       : S_ISBLK(info.st_mode)  ? "a block device"
+                       : S_ISSOCK(info.st_mode) ? "a socket"
+                                                : "not a regular file";
+    cli_error(command, "%s%s%s: %s, not a regular file%s", option, space, path, kind,
+              folder_allowed ? " or a folder" : "");
+    return false;
 }
 
 const char *cli_shape_text(int rank, const int64_t *shape, char *buffer, size_t capacity) {

@@ -20,6 +20,13 @@
 /* Prints "attn COMMAND: MESSAGE" as one line on stderr. */
 void cli_error(const char *command, const char *format, ...) CLI_PRINTF_LIKE(2, 3);
 
+/* Whether `path` (given to `option`; "" for a positional argument) is a file the CLI may
+ * read: opened without blocking (a FIFO with no writer would hold a plain open forever) and
+ * checked to be a regular file, or a folder when folder_allowed. Otherwise prints one line
+ * naming the path and what it is (a FIFO, a character device such as /dev/zero, ...). */
+bool cli_input_file(const char *command, const char *option, const char *path,
+                    bool folder_allowed);
+
 /* "PATH.partial-PID" (malloc'ed; NULL when out of memory): where an output file is written
  * before it is renamed into place, so a failed command never leaves a partial file at PATH. */
 char *cli_partial_name(const char *path);

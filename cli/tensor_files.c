@@ -119,6 +119,7 @@ static bool load_safetensors(const char *command, const cli_location *location, 
     attn_error error;
     char what[512];
     snprintf(what, sizeof what, "%s %s", input->option, input->argument);
+    if (!cli_input_file(command, input->option, location->path, false)) return false;
     if (attn_safetensors_read(location->path, 0, &input->file, &error) != ATTN_OK) {
         cli_error(command, "%s %s", input->option, error.message);
         return false;

@@ -16,6 +16,7 @@
 
 #include "../core/internal.h"
 #include "attn_io.h"
+#include "regular_file.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -360,16 +361,20 @@ attn_status attn_npy_read(const char *path, size_t memory_limit_bytes, attn_npy_
     if (array == NULL) return attn_fail(error, ATTN_ERROR_NULL_ARGUMENT, "array is NULL");
     memset(array, 0, sizeof *array);
     if (path == NULL) return attn_fail(error, ATTN_ERROR_NULL_ARGUMENT, "path is NULL");
-    FILE *file = fopen(path, "rb");
-    if (file == NULL)
-        return attn_fail(error, ATTN_ERROR_IO, "%s: cannot open: %s", path, strerror(errno));
-    attn_status status = ATTN_OK;
-    char *header_text = NULL;
+    /* Opened without blocking and refused unless regular: a FIFO with no writer would hold
+     * the open forever, and a device such as /dev/zero has no size to check the header by. */
     struct stat info;
-    if (fstat(fileno(file), &info) != 0 || !S_ISREG(info.st_mode)) {
-        status = attn_fail(error, ATTN_ERROR_IO, "%s: not a regular file", path);
-        goto done;
+    const int descriptor = attn_io_open(path, &info, error);
+    if (descriptor < 0) return ATTN_ERROR_IO;
+    attn_status status = attn_io_require_regular(descriptor, &info, path, error);
+    if (status != ATTN_OK) return status;
+    FILE *file = fdopen(descriptor, "rb");
+    if (file == NULL) {
+        const int code = errno;
+        close(descriptor);
+        return attn_fail(error, ATTN_ERROR_IO, "%s: cannot open: %s", path, strerror(code));
     }
+    char *header_text = NULL;
     size_t file_size = (size_t)info.st_size;
 
     unsigned char preamble[12];

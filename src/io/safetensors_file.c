@@ -12,6 +12,7 @@
 #include <errno.h>
 #include <dirent.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,6 +21,7 @@
 #include <unistd.h>
 
 #include "io/json.h"
+#include "io/regular_file.h"
 
 /* Index files larger than this are refused (a 90k-tensor index is about 10 MB). */
 #define SAFETENSORS_MAX_INDEX_BYTES ((size_t)100 << 20)
@@ -71,18 +73,132 @@ static attn_status read_all(int fd, const char *path, size_t cap, size_t used, s
     return ATTN_OK;
 }
 
+/* How long a FIFO may go without a writer before it is refused (its open does not wait:
+ * attn_io_open). */
+#define SAFETENSORS_FIFO_WAIT_MS 10000
+
+/* Reads exactly `count` bytes (fewer only at the end of the stream); -1 on a read error. */
+static ssize_t read_fully(int fd, unsigned char *data, size_t count) {
+    size_t have = 0;
+    while (have < count) {
+        const ssize_t got = read(fd, data + have, count - have);
+        if (got < 0 && errno == EINTR) continue;
+        if (got < 0) return -1;
+        if (got == 0) break;
+        have += (size_t)got;
+    }
+    return (ssize_t)have;
+}
+
+/* The end of the data section a header declares: the largest data_offsets[1] of its
+ * entries (0 when there is none or the header is malformed: the parser reports that). */
+static uint64_t declared_data_end(const unsigned char *header, size_t length) {
+    cJSON *root = NULL;
+    if (attn_json_parse((const char *)header, length, "safetensors header", &root, NULL) !=
+        ATTN_OK)
+        return 0;
+    uint64_t end = 0;
+    for (const cJSON *item = root != NULL ? root->child : NULL; item != NULL; item = item->next) {
+        if (item->string == NULL || strcmp(item->string, "__metadata__") == 0) continue;
+        const cJSON *offsets = attn_json_member(item, "data_offsets");
+        const cJSON *last = cJSON_IsArray(offsets) ? cJSON_GetArrayItem(offsets, 1) : NULL;
+        if (cJSON_IsNumber(last) && last->valuedouble > (double)end &&
+            last->valuedouble < 18446744073709551616.0)
+            end = (uint64_t)last->valuedouble;
+    }
+    cJSON_Delete(root);
+    return end;
+}
+
+/* A safetensors image from a stream that cannot be mapped (a pipe), read no further than its
+ * header says: the 8-byte header length first (refused past the format's limit before a
+ * buffer is sized), the header, then the data bytes its data_offsets reach. An endless
+ * stream is never read to its end. */
+static attn_status read_stream_image(int fd, const char *path, size_t used, size_t limit,
+                                     void **buffer, size_t *length, attn_error *error) {
+    unsigned char prefix[8];
+    const ssize_t got = read_fully(fd, prefix, sizeof prefix);
+    if (got < 0)
+        return attn_fail(error, ATTN_ERROR_IO, "%s: read failed (%s)", path, strerror(errno));
+    uint64_t header_length = 0;
+    for (int i = 7; i >= 0; --i) header_length = header_length << 8 | prefix[i];
+    if (got == (ssize_t)sizeof prefix && header_length > ATTN_SAFETENSORS_MAX_HEADER_BYTES)
+        return attn_fail(error, ATTN_ERROR_FORMAT,
+                         "%s: header length %llu exceeds the limit of %llu bytes (100 MiB)", path,
+                         (unsigned long long)header_length,
+                         (unsigned long long)ATTN_SAFETENSORS_MAX_HEADER_BYTES);
+    if (got < (ssize_t)sizeof prefix) header_length = 0;
+    size_t total = (size_t)got + (size_t)header_length;
+    unsigned char *data = malloc(total > 0 ? total : 1);
+    if (data == NULL) return attn_fail(error, ATTN_ERROR_OUT_OF_MEMORY, "%s: read buffer", path);
+    memcpy(data, prefix, (size_t)got);
+    ssize_t more = read_fully(fd, data + got, (size_t)header_length);
+    if (more < 0) {
+        const int code = errno;
+        free(data);
+        return attn_fail(error, ATTN_ERROR_IO, "%s: read failed (%s)", path, strerror(code));
+    }
+    total = (size_t)got + (size_t)more;
+    if ((uint64_t)more == header_length && header_length > 0) {
+        const uint64_t end = declared_data_end(data + 8, (size_t)header_length);
+        if (end > (uint64_t)(SIZE_MAX / 2) - total) {
+            free(data);
+            return attn_fail(error, ATTN_ERROR_OVERFLOW, "%s: data_offsets reach byte %llu", path,
+                             (unsigned long long)end);
+        }
+        if (limit > 0 && (used > limit || total + (size_t)end > limit - used)) {
+            free(data);
+            return limit_fail(error, path, used, total + (size_t)end, limit);
+        }
+        unsigned char *bigger = end > 0 ? realloc(data, total + (size_t)end) : data;
+        if (bigger == NULL) {
+            free(data);
+            return attn_fail(error, ATTN_ERROR_OUT_OF_MEMORY, "%s: %llu data bytes", path,
+                             (unsigned long long)end);
+        }
+        data = bigger;
+        more = read_fully(fd, data + total, (size_t)end);
+        if (more < 0) {
+            const int code = errno;
+            free(data);
+            return attn_fail(error, ATTN_ERROR_IO, "%s: read failed (%s)", path, strerror(code));
+        }
+        total += (size_t)more;
+    }
+    *buffer = data;
+    *length = total;
+    return ATTN_OK;
+}
+
 attn_status safetensors_load_image(attn_safetensors_file *file, const char *path,
                                    size_t memory_limit_bytes, size_t *memory_used,
                                    const void **bytes, size_t *byte_count, int *mapped,
                                    attn_error *error) {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return attn_fail(error, ATTN_ERROR_IO, "%s: cannot open (%s)", path, strerror(errno));
+    /* Opened without blocking; a regular file is mapped, a FIFO (a pipe) read as far as its
+     * header says once a writer has sent something, anything else refused. */
     struct stat st;
-    if (fstat(fd, &st) != 0 || S_ISDIR(st.st_mode)) {
+    int fd = attn_io_open(path, &st, error);
+    if (fd < 0) return ATTN_ERROR_IO;
+    if (S_ISDIR(st.st_mode)) {
         close(fd);
-        return attn_fail(error, ATTN_ERROR_IO, "%s: %s", path,
-                         S_ISDIR(st.st_mode) ? "a folder, not a file" : "cannot stat");
+        return attn_fail(error, ATTN_ERROR_IO, "%s: a folder, not a file", path);
+    }
+    if (!S_ISREG(st.st_mode) && !S_ISFIFO(st.st_mode)) {
+        close(fd);
+        return attn_fail(error, ATTN_ERROR_IO, "%s: %s, not a regular file or a pipe", path,
+                         attn_io_file_kind(st.st_mode));
+    }
+    if (S_ISFIFO(st.st_mode)) {
+        struct pollfd wait = {fd, POLLIN, 0};
+        int ready;
+        do ready = poll(&wait, 1, SAFETENSORS_FIFO_WAIT_MS);
+        while (ready < 0 && errno == EINTR);
+        if (ready <= 0) {
+            close(fd);
+            return attn_fail(error, ATTN_ERROR_IO,
+                             "%s: a FIFO with nothing written to it within %d s (no writer?)",
+                             path, SAFETENSORS_FIFO_WAIT_MS / 1000);
+        }
     }
     size_t used = *memory_used;
     void *address = NULL;
@@ -106,7 +222,9 @@ attn_status safetensors_load_image(attn_safetensors_file *file, const char *path
     }
     if (!is_mapped) {
         attn_status status =
-            read_all(fd, path, 0, used, memory_limit_bytes, &address, &length, error);
+            S_ISFIFO(st.st_mode)
+                ? read_stream_image(fd, path, used, memory_limit_bytes, &address, &length, error)
+                : read_all(fd, path, 0, used, memory_limit_bytes, &address, &length, error);
         if (status != ATTN_OK) {
             close(fd);
             return status;
@@ -319,9 +437,11 @@ attn_status safetensors_open_index_text(const char *text, size_t length, const c
 /* Opens the shards an index file lists. */
 static attn_status open_index(const char *path, size_t memory_limit_bytes,
                               attn_safetensors_file *file, attn_error *error) {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return attn_fail(error, ATTN_ERROR_IO, "%s: cannot open (%s)", path, strerror(errno));
+    struct stat st;
+    int fd = attn_io_open(path, &st, error);
+    if (fd < 0) return ATTN_ERROR_IO;
+    attn_status opened = attn_io_require_regular(fd, &st, path, error);
+    if (opened != ATTN_OK) return opened;
     void *text = NULL;
     size_t length = 0;
     attn_status status =
