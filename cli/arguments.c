@@ -255,8 +255,9 @@ cli_parse_result cli_parse_attention_option(cli_attention_arguments *arguments,
             return CLI_PARSE_ERROR;
         }
     } else if (strcmp(name, "--threads") == 0) {
-        if (!cli_parse_int64(value, &a) || a < 1 || a > 4096) {
-            cli_error(command, "--threads '%s': expected an integer in 1..4096", value);
+        if (!cli_parse_int64(value, &a) || a < 1 || a > ATTN_MAX_THREADS) {
+            cli_error(command, "--threads '%s': expected an integer in 1..%d (the library's "
+                      "ATTN_MAX_THREADS)", value, ATTN_MAX_THREADS);
             return CLI_PARSE_ERROR;
         }
         arguments->execution.num_threads = (int)a;

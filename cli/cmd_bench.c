@@ -173,6 +173,11 @@ static int parse_arguments(int argc, char **argv, bench_settings *s) {
                         value ? value : "");
                 return 2;
             }
+            if (!strcmp(option, "--threads") && number[0] > ATTN_MAX_THREADS) {
+                fprintf(stderr, "attn bench: --threads '%s': expected an integer in 1..%d (the "
+                        "library's ATTN_MAX_THREADS)\n", value, ATTN_MAX_THREADS);
+                return 2;
+            }
             if (!strcmp(option, "--window")) s->window = number[0];
             else if (!strcmp(option, "--batch")) s->batch = number[0];
             else if (!strcmp(option, "--repeats")) s->repeats = (int)number[0];

@@ -410,8 +410,9 @@ int cli_bench_decode(int argc, char **argv) {
             }
         } else if (strcmp(argv[i], "--threads") == 0 && value) {
             s.threads = atoi(value), ++i;
-            if (s.threads < 1) {
-                fprintf(stderr, "attn bench decode: --threads %s: expected >= 1\n", value);
+            if (s.threads < 1 || s.threads > ATTN_MAX_THREADS) {
+                fprintf(stderr, "attn bench decode: --threads %s: expected an integer in 1..%d "
+                        "(the library's ATTN_MAX_THREADS)\n", value, ATTN_MAX_THREADS);
                 return 2;
             }
         } else if (strcmp(argv[i], "--max-gib") == 0 && value) {
