@@ -27,6 +27,11 @@ def _alignment(value, name):
                      "(attn never guesses where a query sits: name the alignment)")
 
 
+# The smallest positive (subnormal) and the first overflowing float32 magnitudes.
+_FLOAT32_TINY = 1.401298464324817e-45
+_FLOAT32_HUGE = 3.4028235677973366e38
+
+
 def _integer(value, name, low=None, high=None):
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
         raise TypeError(f"{name} must be an int, got {type(value).__name__}")
@@ -165,7 +170,13 @@ def build(B, Hq, Tq, Tk, *, causal, alignment, window, mask, bias, scale, softca
     if empty_rows not in _EMPTY_ROWS:
         raise ValueError(f"empty_rows must be 'error', 'zero' or 'nan', got {empty_rows!r}")
     if scale is not None and not (math.isfinite(scale) and scale > 0):
-        raise ValueError(f"scale = {scale} must be finite and > 0")
+        raise ValueError(f"scale = {scale!r} must be finite and > 0")
+    # attn computes in float32: a value that becomes 0 or inf there is refused as given.
+    for value, name in ((scale, "scale"), (softcap, "softcap")):
+        if value is not None and value != 0 and math.isfinite(value) and \
+                not _FLOAT32_TINY / 2 < abs(value) < _FLOAT32_HUGE:
+            raise ValueError(f"{name} = {value!r} is outside float32 (attn computes in float32: "
+                             "about 1.4e-45 to 3.4e38)")
 
     options = (scale, align, is_causal, window,
                mask_view.desc() if mask_view else None,

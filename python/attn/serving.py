@@ -56,6 +56,14 @@ def _float_views(arrays, names, rank, layout):
     return views
 
 
+def _same_dtype(views, names):
+    """q, k and v in one dtype, as attn.forward requires (a mixed call would be computed in
+    float32 from values the caller did not mean to mix)."""
+    if len({x.code for x in views}) != 1:
+        raise ValueError(f"{', '.join(names[:-1])} and {names[-1]} must have the same dtype, got "
+                         + ", ".join(x.dtype_name for x in views))
+
+
 def _f32(view, name):
     return view if view.code == T.F32 else T.converted(view, T.F32, name)
 
@@ -81,6 +89,7 @@ def varlen_forward(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen
     lse [Hq, total_q] float32. Bitwise identical for any thread count.
     """
     qv, kv, vv = _float_views((q, k, v), "qkv", 3, "[total, H, D]")
+    _same_dtype((qv, kv, vv), "qkv")
     total_q, Hq, _ = qv.shape
     cu_q = _prefix(cu_seqlens_q, "cu_seqlens_q")
     B = cu_q.shape[0] - 1
@@ -109,6 +118,7 @@ def varlen_backward(q, k, v, out, lse, dout, cu_seqlens_q, cu_seqlens_k, max_seq
     from . import Gradients
     qv, kv, vv, ov, dov = _float_views((q, k, v, out, dout), ("q", "k", "v", "out", "dout"), 3,
                                        "[total, H, D]")
+    _same_dtype((qv, kv, vv), "qkv")
     lv = _f32(T.view(lse, "lse"), "lse")
     total_q, Hq, Dk = qv.shape
     total_k, Hkv, Dv = vv.shape[0], kv.shape[1], vv.shape[2]
@@ -196,6 +206,10 @@ def forward_with_kvcache(q, k_cache, v_cache, cache_seqlens, *, k_new=None, v_ne
     qv = _float_views((q,), ("q",), 4, "[B, Tq, Hq, Dk]")[0]
     B, Tq, Hq, _ = qv.shape
     kc, vc = _cache_view(k_cache, "k_cache"), _cache_view(v_cache, "v_cache")
+    for view, name in ((kc, "k_cache"), (vc, "v_cache")):
+        if view.rank != 4:
+            raise ValueError(f"{name} must be [B, S_max, Hkv, D] or [num_pages, page_size, Hkv, "
+                             f"D] (rank 4), got shape {view.shape}")
     scales = [_scale_view(x, n, kc.code) for x, n in ((k_scale, "k_scale"), (v_scale, "v_scale"))]
     seqlens = T.int32_array(cache_seqlens, "cache_seqlens", B)
     table = None

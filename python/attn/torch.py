@@ -24,6 +24,37 @@ _ALIGN = {0: None, 1: "bottom-right", 2: "top-left"}
 _EMPTY = {0: "error", 1: "zero", 2: "nan"}
 
 
+_FLOATS = (torch.float32, torch.float16, torch.bfloat16)
+
+
+def _check(tensors, alignment, empty_rows):
+    """What every op checks before it dispatches (and again in its kernels, which a direct
+    torch.ops call reaches): the enum codes, q, k and v of one float dtype attn computes in,
+    and every tensor on the CPU, or every one on 'meta' (shape inference). A tensor on another
+    device would send the call to the fake kernel (meta) or to no kernel at all, and the
+    result would be uninitialised memory: ValueError naming the argument and its device."""
+    if alignment not in _ALIGN:
+        raise ValueError(f"alignment = {alignment!r}: must be 0 (unset), 1 (bottom-right) or "
+                         "2 (top-left)")
+    if empty_rows not in _EMPTY:
+        raise ValueError(f"empty_rows = {empty_rows!r}: must be 0 (error), 1 (zero) or 2 (nan)")
+    given = [(name, t) for name, t in tensors if isinstance(t, torch.Tensor)]
+    q = given[0][1]
+    for name, t in given[:3]:
+        if t.dtype not in _FLOATS:
+            raise ValueError(f"{name}: dtype {t.dtype} is not supported (float32, float16, "
+                             "bfloat16)")
+        if t.dtype != q.dtype:
+            raise ValueError(f"{name}.dtype = {t.dtype}: q is {q.dtype}; q, k and v must have "
+                             "the same dtype")
+    everywhere = "meta" if all(t.device.type == "meta" for _, t in given) else "cpu"
+    for name, t in given:
+        if t.device.type != everywhere:
+            others = ", ".join(f"{n} on {u.device}" for n, u in given if n != name)
+            raise ValueError(f"{name} is on device {t.device} ({others}): attn computes on the "
+                             "CPU, every tensor must be there")
+
+
 def _kwargs(causal, alignment, window, window_left, window_right, scale, softcap, alibi,
             alibi_slopes, empty_rows):
     return dict(causal=_ALIGN[alignment] if causal else None,
@@ -42,6 +73,8 @@ def _forward_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: Optiona
     """out [B, Tq, Hq, Dv] (q's dtype), lse [B, Hq, Tq] float32. alignment: 0 unset,
     1 bottom-right, 2 top-left; empty_rows: 0 error, 1 zero, 2 nan; mask bool and bias float
     [B|1, Hq|1, Tq, Tk]."""
+    _check((("q", q), ("k", k), ("v", v), ("mask", mask), ("bias", bias),
+            ("alibi_slopes", alibi_slopes)), alignment, empty_rows)
     return _attn.forward(q, k, v, mask=mask, bias=bias, return_lse=True,
                          **_kwargs(causal, alignment, window, window_left, window_right, scale,
                                    softcap, alibi, alibi_slopes, empty_rows))
@@ -50,6 +83,8 @@ def _forward_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: Optiona
 @_forward_op.register_fake
 def _forward_fake(q, k, v, mask, bias, alibi_slopes, causal, alignment, window, window_left,
                   window_right, scale, softcap, alibi, empty_rows):
+    _check((("q", q), ("k", k), ("v", v), ("mask", mask), ("bias", bias),
+            ("alibi_slopes", alibi_slopes)), alignment, empty_rows)
     B, Tq, Hq, _ = q.shape
     out = q.new_empty((B, Tq, Hq, v.shape[3]))
     lse = q.new_empty((B, Hq, Tq), dtype=torch.float32)
@@ -67,6 +102,9 @@ def _backward_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.T
                                            torch.Tensor]:
     """(dq, dk, dv, dbias): dbias has bias's shape, or is an empty tensor without bias.
     dlse (optional) is the gradient of lse."""
+    _check((("q", q), ("k", k), ("v", v), ("out", out), ("lse", lse), ("dout", dout),
+            ("dlse", dlse), ("mask", mask), ("bias", bias), ("alibi_slopes", alibi_slopes)),
+           alignment, empty_rows)
     g = _attn.backward(q, k, v, out, lse, dout, dlse=dlse, mask=mask, bias=bias,
                        **_kwargs(causal, alignment, window, window_left, window_right, scale,
                                  softcap, alibi, alibi_slopes, empty_rows))
@@ -77,6 +115,9 @@ def _backward_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.T
 @_backward_op.register_fake
 def _backward_fake(q, k, v, out, lse, dout, dlse, mask, bias, alibi_slopes, causal, alignment,
                    window, window_left, window_right, scale, softcap, alibi, empty_rows):
+    _check((("q", q), ("k", k), ("v", v), ("out", out), ("lse", lse), ("dout", dout),
+            ("dlse", dlse), ("mask", mask), ("bias", bias), ("alibi_slopes", alibi_slopes)),
+           alignment, empty_rows)
     dbias = bias.new_empty(bias.shape) if bias is not None else \
         q.new_empty((0,), dtype=torch.float32)
     return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape), dbias
@@ -112,6 +153,13 @@ def attention(q, k, v, *, causal=None, window=None, mask=None, bias=None, scale=
               softcap=0.0, alibi=False, alibi_slopes=None, empty_rows="error", alignment=None):
     """Differentiable attn.forward on [B, T, H, D] torch tensors through the custom op:
     returns (out, lse). Masks and biases broadcast to [B, Hq, Tq, Tk] (bias gets a gradient)."""
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+        if t.dim() != 4:
+            raise ValueError(f"{name} must be [B, T, H, D] (rank 4), got shape {tuple(t.shape)}")
+    _check((("q", q), ("k", k), ("v", v), ("mask", mask), ("bias", bias),
+            ("alibi_slopes", alibi_slopes)), 0, 0)
     B, Tq, Hq, _ = q.shape
     Tk = k.shape[1]
     if q.numel() == 0 or k.numel() == 0 or v.numel() == 0:

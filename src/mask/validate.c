@@ -127,10 +127,10 @@ attn_status attn_validate_options(const attn_options *options, const attn_proble
 
     if (options->custom_scale && (!isfinite(options->scale) || options->scale <= 0.0f))
         return attn_fail(error, ATTN_ERROR_INVALID_ARGUMENT,
-                         "options.scale = %g: must be finite and > 0", (double)options->scale);
+                         "options.scale = %.9g: must be finite and > 0", (double)options->scale);
     if (!isfinite(options->softcap) || options->softcap < 0.0f)
         return attn_fail(error, ATTN_ERROR_INVALID_ARGUMENT,
-                         "options.softcap = %g: must be 0 (off) or finite and > 0",
+                         "options.softcap = %.9g: must be 0 (off) or finite and > 0",
                          (double)options->softcap);
 
     if (options->alignment != ATTN_ALIGN_UNSET && options->alignment != ATTN_ALIGN_BOTTOM_RIGHT &&
@@ -225,7 +225,7 @@ attn_status attn_validate_options(const attn_options *options, const attn_proble
             for (int64_t h = 0; h < problem->query_heads; ++h)
                 if (!isfinite(options->alibi_slopes[h]))
                     return attn_fail(error, ATTN_ERROR_INVALID_ARGUMENT,
-                                     "options.alibi_slopes[%lld] = %g: must be finite", (long long)h,
+                                     "options.alibi_slopes[%lld] = %.9g: must be finite", (long long)h,
                                      (double)options->alibi_slopes[h]);
     }
 
