@@ -79,6 +79,39 @@ static void test_kvcache_options_checked_before_append(void) {
           "kvcache with valid options: the new row is at token 2");
 }
 
+/* A head dim above 2^20 is refused before the append (the attention refuses it after). */
+static void test_kvcache_head_dim_before_append(void) {
+    const int64_t D = ((int64_t)1 << 20) + 1;
+    float *k_cache = calloc((size_t)D, sizeof(float)), *v_cache = calloc((size_t)D, sizeof(float));
+    float *k_new = malloc((size_t)D * sizeof(float)), *q = calloc((size_t)D, sizeof(float));
+    float *out = malloc((size_t)D * sizeof(float));
+    if (!k_cache || !v_cache || !k_new || !q || !out) {
+        CHECK(0, "memory for the head-dim case");
+        free(k_cache), free(v_cache), free(k_new), free(q), free(out);
+        return;
+    }
+    for (int64_t e = 0; e < D; ++e) k_new[e] = 7.0f;
+    attn_tensor kc = attn_tensor_f32_4d(k_cache, 1, 1, 1, D);
+    attn_tensor vc = attn_tensor_f32_4d(v_cache, 1, 1, 1, D);
+    attn_tensor kn = attn_tensor_f32_4d(k_new, 1, 1, 1, D);
+    attn_tensor qt = attn_tensor_f32_4d(q, 1, 1, 1, D);
+    attn_tensor ot = attn_tensor_f32_4d(out, 1, 1, 1, D);
+    const int32_t seqlens[1] = {0};
+    attn_kv_cache_view cache = {0};
+    cache.k_cache = &kc, cache.v_cache = &vc, cache.cache_seqlens = seqlens;
+    attn_kv_append append = {&kn, &kn, NULL, NULL, ATTN_ROPE_HALF};
+    attn_error error = {0};
+    const attn_status status =
+        attn_forward_with_kvcache(&qt, &cache, &append, NULL, &ot, NULL, NULL, &error);
+    CHECK(status == ATTN_ERROR_INVALID_ARGUMENT && strstr(error.message, "1048577") != NULL,
+          "kvcache with Dk = 2^20 + 1: INVALID_ARGUMENT naming it (%d: %s)", (int)status,
+          error.message);
+    int untouched = 1;
+    for (int64_t e = 0; e < D; ++e) untouched &= k_cache[e] == 0.0f && v_cache[e] == 0.0f;
+    CHECK(untouched, "kvcache with Dk = 2^20 + 1: the cache is unchanged");
+    free(k_cache), free(v_cache), free(k_new), free(q), free(out);
+}
+
 static void test_convert_overlap(void) {
     float data[9];
     for (int i = 0; i < 9; ++i) data[i] = (float)(i + 1);
@@ -186,6 +219,7 @@ static void test_cache_extremes(void) {
 
 int main(void) {
     test_kvcache_options_checked_before_append();
+    test_kvcache_head_dim_before_append();
     test_convert_overlap();
     test_tensor_check_extremes();
     test_cache_extremes();

@@ -335,6 +335,23 @@ static attn_status check_arguments(external_plan *plan, const attn_tensor *q,
     problem.key_dim = plan->Dk, problem.value_dim = plan->Dv;
     problem.scale = options->custom_scale ? options->scale : (float)(1.0 / sqrt((double)plan->Dk));
     if ((status = attn_validate_options(options, &problem, error)) != ATTN_OK) return status;
+    /* The attention's other refusals that do not depend on the values: head dims, and a
+     * sequence left with no token under the error policy. */
+    const int64_t most_dim = (int64_t)1 << 20;
+    if (plan->Dk > most_dim || plan->Dv > most_dim)
+        return attn_fail(error, ATTN_ERROR_INVALID_ARGUMENT,
+                         "%s = %lld: head dims above %lld are not supported",
+                         plan->Dk > most_dim ? "q.shape[3] (Dk)" : "cache->v_cache.shape[3] (Dv)",
+                         (long long)(plan->Dk > most_dim ? plan->Dk : plan->Dv),
+                         (long long)most_dim);
+    if (options->empty_rows == ATTN_EMPTY_ROWS_ERROR)
+        for (int64_t b = 0; b < plan->B; ++b)
+            if (cache->cache_seqlens[b] + plan->Tnew == 0)
+                return attn_fail(error, ATTN_ERROR_EMPTY_ROW,
+                                 "query row (b = %lld, h = 0, i = 0) has no allowed key: the "
+                                 "sequence holds no token (cache_seqlens[%lld] = 0 and nothing "
+                                 "appended)",
+                                 (long long)b, (long long)b);
 
     /* Rotary tables. */
     if ((append->rotary_cos == NULL) != (append->rotary_sin == NULL))
