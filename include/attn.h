@@ -324,7 +324,11 @@ ATTN_API attn_options attn_options_default(void);
  */
 typedef struct attn_execution {
     int version;     /* 0 or ATTN_EXECUTION_VERSION (other values: INVALID_ARGUMENT) */
-    int num_threads; /* 0 = the OpenMP default (omp_get_max_threads), else 1..ATTN_MAX_THREADS */
+    /* The most threads the call may use: 0 = the default (OMP_NUM_THREADS when set, else the
+       CPUs this process may run on), else 1..ATTN_MAX_THREADS. A call uses fewer when its
+       work is small (one thread for a tiny call); threads are attn's own pool, safe across
+       fork() (docs/architecture.md, "Threads"). */
+    int num_threads;
     /* Tiles: 0 = tuned default, else 1..4096: tile_q query rows per head, tile_k keys per
        tile. For attn_decode tile_k is the split-KV split size in tokens (0 = automatic). */
     int tile_q;

@@ -274,11 +274,13 @@ static void test_errors(void) {
 /* An fp16 output beyond 65504 is an error, for every registry: one key with logit 0 (p = 1)
  * and 255 keys whose p in (0.50026, 0.50029) rounds up to 0.500488 in fp16, all values 65504,
  * so that O = 65504 * sum(rounded p) / sum(p) > 65530 rounds to inf in fp16. With all logits
- * 0 (p = 1), O = 65504 exactly and the call succeeds. */
+ * 0 (p = 1), O = 65504 exactly and the call succeeds. The rounding of p to fp16 is the tiled
+ * path's: 17 query rows (rows 1-16 zero: all their logits 0) keep the call off the decode loop
+ * of small calls, which keeps p in float32. */
 static void test_fp16_overflow(void) {
-    enum { T = 256 };
-    uint16_t q16[1], k16[T], v16[T], o16[1];
-    const int64_t q_shape[4] = {1, 1, 1, 1}, k_shape[4] = {1, T, 1, 1};
+    enum { T = 256, TQ = 17 };
+    uint16_t q16[TQ] = {0}, k16[T], v16[T], o16[TQ];
+    const int64_t q_shape[4] = {1, TQ, 1, 1}, k_shape[4] = {1, T, 1, 1};
     uint16_t key = 0;
     double p = 0.0;
     for (uint16_t query = f16_bits(0.9f); f16_value(query) < 1.1f; ++query)

@@ -65,6 +65,9 @@ struct attn_kv_cache {
        {page_size, page_count * page_size, 1}; a caller's follow its k_scale / v_scale tensors. */
     int64_t key_scale_page_stride, key_scale_head_stride, key_scale_token_stride;
     int64_t value_scale_page_stride, value_scale_head_stride, value_scale_token_stride;
+    /* How messages name where the keys are: NULL = "the cache"; attn_forward's small calls
+       (forward_small.c) name their k tensor. */
+    const char *keys_name;
 };
 
 /* Address of the first stored key (value) element of slot `slot` of KV head `head` in page

@@ -1308,9 +1308,11 @@ static attn_status merge_partials(const decode_plan *plan, const attn_call *call
                          out->dtype == ATTN_DTYPE_F16 ? 65504.0 : 3.3895313892515355e38);
     if (first_empty < row_total)
         return attn_fail(error, ATTN_ERROR_EMPTY_ROW,
-                         "query row (b = %lld, h = %lld, i = %lld) has no allowed key in the cache",
+                         "query row (b = %lld, h = %lld, i = %lld) has no allowed key in %s "
+                         "(options.empty_rows = ERROR; use ZERO or NAN to accept it)",
                          (long long)(first_empty / (Hq * Tq)), (long long)(first_empty / Tq % Hq),
-                         (long long)(first_empty % Tq));
+                         (long long)(first_empty % Tq),
+                         plan->cache->keys_name != NULL ? plan->cache->keys_name : "the cache");
     return ATTN_OK;
 }
 
@@ -1397,9 +1399,13 @@ attn_status attn_decode(const attn_kv_cache *cache, const attn_tensor *q,
     memset(&plan, 0, sizeof plan);
     /* The plan's bookkeeping (B entries each); the cache defines the key lengths. */
     const int64_t B = problem->batch;
-    int32_t *key_lengths = malloc((size_t)B * sizeof(int32_t));
-    plan.split_counts = malloc((size_t)B * sizeof(int64_t));
-    plan.first_task = malloc((size_t)B * sizeof(int64_t));
+    enum { STACK_SEQUENCES = 64 }; /* a small batch's bookkeeping needs no allocation */
+    int32_t stack_lengths[STACK_SEQUENCES];
+    int64_t stack_splits[STACK_SEQUENCES], stack_first[STACK_SEQUENCES];
+    const bool on_stack = B <= STACK_SEQUENCES;
+    int32_t *key_lengths = on_stack ? stack_lengths : malloc((size_t)B * sizeof(int32_t));
+    plan.split_counts = on_stack ? stack_splits : malloc((size_t)B * sizeof(int64_t));
+    plan.first_task = on_stack ? stack_first : malloc((size_t)B * sizeof(int64_t));
     if (key_lengths == NULL || plan.split_counts == NULL || plan.first_task == NULL)
         status = attn_fail(error, ATTN_ERROR_OUT_OF_MEMORY, "no memory for the decode plan");
     if (status == ATTN_OK) {
@@ -1485,6 +1491,6 @@ attn_status attn_decode(const attn_kv_cache *cache, const attn_tensor *q,
         status = merge_partials(&plan, &call, scratch_bytes, out, lse, error);
     }
     attn_call_end(&call);
-    free(key_lengths), free(plan.split_counts), free(plan.first_task);
+    if (!on_stack) free(key_lengths), free(plan.split_counts), free(plan.first_task);
     return status;
 }

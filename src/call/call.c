@@ -78,6 +78,41 @@ int attn_call_threads_for_work(const attn_call *call, int64_t work_items, double
     return worth < 1.0 ? 1 : (int)worth;
 }
 
+/* Working memory up to ARENA_CACHE_BYTES is kept by the calling thread for its next call:
+ * small calls (a decode step, a short chunk) then allocate nothing. A nested call on the same
+ * thread (varlen's sequences, the ring's blocks) allocates its own. Freed at thread exit. */
+enum { ARENA_CACHE_BYTES = 1 << 20 };
+
+typedef struct arena_cache {
+    char *memory;
+    size_t bytes;
+    bool in_use;
+} arena_cache;
+
+static __thread arena_cache thread_arena;
+static pthread_key_t arena_key;
+static pthread_once_t arena_key_once = PTHREAD_ONCE_INIT;
+
+static void free_thread_arena(void *memory) { attn_aligned_free(memory); }
+static void make_arena_key(void) { pthread_key_create(&arena_key, free_thread_arena); }
+
+/* `bytes` of 64-byte aligned memory from this thread's cache, or NULL (then the caller
+ * allocates). */
+static char *take_cached_arena(size_t bytes) {
+    if (bytes > ARENA_CACHE_BYTES || thread_arena.in_use) return NULL;
+    if (thread_arena.bytes < bytes) {
+        pthread_once(&arena_key_once, make_arena_key);
+        char *memory = attn_aligned_alloc(bytes);
+        if (memory == NULL) return NULL;
+        attn_aligned_free(thread_arena.memory);
+        thread_arena.memory = memory;
+        thread_arena.bytes = bytes;
+        pthread_setspecific(arena_key, memory);
+    }
+    thread_arena.in_use = true;
+    return thread_arena.memory;
+}
+
 attn_status attn_call_reserve(attn_call *call, int threads, size_t workspace_bytes,
                               size_t shared_bytes, const char *who, attn_error *error) {
     size_t per_thread, workspaces, total;
@@ -101,7 +136,9 @@ attn_status attn_call_reserve(attn_call *call, int threads, size_t workspace_byt
     if (status != ATTN_OK) return status;
     call->mask_ready = true;
     if (total == 0) return ATTN_OK;
-    call->arena = attn_aligned_alloc(total);
+    call->arena = take_cached_arena(total);
+    call->arena_cached = call->arena != NULL;
+    if (call->arena == NULL) call->arena = attn_aligned_alloc(total);
     if (call->arena == NULL)
         return attn_fail(error, ATTN_ERROR_OUT_OF_MEMORY,
                          "%s: %zu bytes of working memory (%d threads x %zu + %zu shared) could "
@@ -113,8 +150,10 @@ attn_status attn_call_reserve(attn_call *call, int threads, size_t workspace_byt
 void attn_call_end(attn_call *call) {
     if (call->mask_ready) attn_mask_context_free(&call->mask);
     call->mask_ready = false;
-    attn_aligned_free(call->arena);
+    if (call->arena_cached) thread_arena.in_use = false;
+    else attn_aligned_free(call->arena);
     call->arena = NULL;
+    call->arena_cached = false;
     call->threads = 0;
     call->workspace_bytes = call->shared_bytes = 0;
 }

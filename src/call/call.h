@@ -68,6 +68,7 @@ typedef struct attn_call {
     size_t workspace_bytes;      /* one thread's part of the arena (a multiple of 64) */
     size_t shared_bytes;         /* the shared part, after the threads' parts */
     char *arena;                 /* 64-byte aligned; NULL when nothing was needed */
+    bool arena_cached;           /* the arena is the calling thread's cached one (call.c) */
 } attn_call;
 
 /* Step 1: zeroes `call`, resolves options and execution and selects the kernel registry.

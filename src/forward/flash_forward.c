@@ -47,6 +47,7 @@
 #include "../call/call.h"
 #include "../core/internal.h"
 #include "../core/parallel.h"
+#include "forward_small.h"
 #include "../kernels/registry.h"
 #include "../mask/mask.h"
 #include "forward_internal.h"
@@ -603,6 +604,8 @@ attn_status attn_forward_run(attn_call *call, const attn_tensor *q, const attn_t
         attn_call_end(call);
         return status;
     }
+    if (attn_forward_small_applies(call, k, v))
+        return attn_forward_small(call, q, k, v, out, lse, error);
     forward_plan plan;
     memset(&plan, 0, sizeof plan);
     plan.call = call;
