@@ -57,6 +57,12 @@ static double merge_weights(int count, const float *lses, int64_t lse_stride, do
 void attn_merge_row(int count, const float *partial_lse, int64_t lse_stride,
                     const float *partial_out, int64_t out_stride, int64_t dim, double *weights,
                     float *out, float *lse) {
+    if (count == 1) { /* the general sum's bits: weight 1, -0 summed to +0; an empty row 0 */
+        const bool empty = !(partial_lse[0] > -INFINITY);
+        for (int64_t e = 0; e < dim; ++e) out[e] = empty ? 0.0f : partial_out[e] + 0.0f;
+        *lse = empty ? -INFINITY : partial_lse[0] + 0.0f;
+        return;
+    }
     double merged = merge_weights(count, partial_lse, lse_stride, weights);
     for (int64_t e = 0; e < dim; ++e) {
         double accumulator = 0.0;
