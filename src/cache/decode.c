@@ -1221,6 +1221,7 @@ typedef struct merge_region {
 } merge_region;
 
 enum { MERGE_CLAIM_ROWS = 16 }; /* rows per claim: one claim's cost against 16 rows' merges */
+enum { MERGE_PARALLEL_FLOATS = 1 << 16 }; /* partial floats worth a merge on several threads */
 
 /* Merges row `index` = b*Hq*Tq + h*Tq + i into out / lse (the empty-row policy applied);
  * records it in *first_empty / *first_overflow when it is the first such row seen. */
@@ -1293,7 +1294,13 @@ static attn_status merge_partials(const decode_plan *plan, const attn_call *call
                            .out = out, .lse = lse, .row_total = row_total,
                            .first_empty = firsts, .first_overflow = firsts + call->threads};
     for (int t = 0; t < 2 * call->threads; ++t) firsts[t] = row_total;
-    attn_parallel_run(call->threads, merge_worker, &region);
+    /* The merge reads every split's partial rows: below MERGE_PARALLEL_FLOATS of them a
+     * second thread's hand-off costs more than it saves. */
+    double partial_floats = 0.0;
+    for (int64_t b = 0; b < B; ++b)
+        partial_floats += (double)plan->split_counts[b] * (double)(Hq * Tq * plan->value_dim);
+    attn_parallel_run(partial_floats < MERGE_PARALLEL_FLOATS ? 1 : call->threads, merge_worker,
+                      &region);
     int64_t first_empty = row_total, first_overflow = row_total;
     for (int t = 0; t < call->threads; ++t) {
         if (region.first_empty[t] < first_empty) first_empty = region.first_empty[t];
