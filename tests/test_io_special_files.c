@@ -27,10 +27,12 @@ static double now(void) {
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
-/* A safetensors image: one F32 tensor "x" of 4 values 1 2 3 4. */
+/* A safetensors image: one F32 tensor "x" of 4 values 1 2 3 4 (header padded with spaces to
+ * a multiple of 8 bytes, so the data are aligned). */
 static size_t image(unsigned char *out) {
-    const char header[] = "{\"x\":{\"dtype\":\"F32\",\"shape\":[4],\"data_offsets\":[0,16]}}";
-    const size_t n = sizeof header - 1;
+    char header[128] = "{\"x\":{\"dtype\":\"F32\",\"shape\":[4],\"data_offsets\":[0,16]}}";
+    size_t n = strlen(header);
+    while (n % 8 != 0) header[n++] = ' ';
     for (int i = 0; i < 8; ++i) out[i] = (unsigned char)((uint64_t)n >> (8 * i));
     memcpy(out + 8, header, n);
     const float values[4] = {1, 2, 3, 4};
@@ -90,6 +92,10 @@ static void test_dev_zero(void) {
 static pid_t writer(const char *fifo, const unsigned char *bytes, size_t count, int endless) {
     const pid_t child = fork();
     if (child != 0) return child;
+    /* Never outlive the test (a minute at most) nor hold its output open. */
+    alarm(60);
+    freopen("/dev/null", "w", stdout);
+    freopen("/dev/null", "w", stderr);
     FILE *out = fopen(fifo, "wb");
     if (out == NULL) _exit(1);
     if (count > 0) fwrite(bytes, 1, count, out);

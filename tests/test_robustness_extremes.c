@@ -148,6 +148,17 @@ static void test_convert_overlap(void) {
                  "convert between interleaved views");
     CHECK(pairs[1] == 1 && pairs[3] == 2 && pairs[5] == 3 && pairs[7] == 4,
           "interleaved convert copies 1 2 3 4");
+    /* The same with a leading dimension of size 1 whose stride is INT64_MAX (allowed: it is
+     * never stepped; the overlap search must not form its byte stride). */
+    const int64_t one_by_four[2] = {1, 4};
+    float again[8] = {5, 0, 6, 0, 7, 0, 8, 0};
+    attn_tensor even2 = attn_tensor_contiguous(again, ATTN_DTYPE_F32, 2, one_by_four);
+    attn_tensor odd2 = attn_tensor_contiguous(again + 1, ATTN_DTYPE_F32, 2, one_by_four);
+    even2.stride[0] = odd2.stride[0] = INT64_MAX, even2.stride[1] = odd2.stride[1] = 2;
+    CHECK_STATUS(attn_tensor_convert(&even2, &odd2, &error), ATTN_OK, &error,
+                 "convert between interleaved views with a size-1 dimension of stride INT64_MAX");
+    CHECK(again[1] == 5 && again[3] == 6 && again[5] == 7 && again[7] == 8,
+          "interleaved convert with a size-1 INT64_MAX stride copies 5 6 7 8");
 }
 
 static void test_tensor_check_extremes(void) {

@@ -65,8 +65,11 @@ typedef struct term {
 /* The nonzero strides of r's dims of size > 1, each times sign (+1 or -1), into terms. */
 static int collect_terms(const attn_region *r, int sign, term *terms, int count) {
     for (int d = 0; d < r->dims; ++d) {
+        /* a dimension of size 1 may have any stride (the tensor check bounds only the others'
+         * reach), so its byte stride is not formed */
+        if (r->shape[d] <= 1) continue;
         const int64_t s = sign * r->stride[d] * r->element;
-        if (r->shape[d] <= 1 || s == 0) continue;
+        if (s == 0) continue;
         terms[count].stride = s > 0 ? s : -s;
         terms[count].low = s > 0 ? 0 : -(r->shape[d] - 1);
         terms[count].high = s > 0 ? r->shape[d] - 1 : 0;
