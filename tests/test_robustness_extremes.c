@@ -112,6 +112,30 @@ static void test_kvcache_head_dim_before_append(void) {
     free(k_cache), free(v_cache), free(k_new), free(q), free(out);
 }
 
+/* A caller's page pool whose page_size (k_cache.shape[1], token stride 0) is INT64_MAX: the
+ * capacity overflows, and the message names page_size with its value. */
+static void test_kvcache_page_size_named(void) {
+    float pool[4] = {0}, q[4] = {0}, out[4];
+    attn_tensor kc = attn_tensor_f32_4d(pool, 1, INT64_MAX, 1, 4);
+    kc.stride[1] = 0;
+    attn_tensor vc = kc;
+    const int32_t pages[2] = {0, 0};
+    const int64_t table_shape[2] = {1, 2};
+    attn_tensor table = attn_tensor_contiguous((void *)pages, ATTN_DTYPE_I32, 2, table_shape);
+    attn_tensor qt = attn_tensor_f32_4d(q, 1, 1, 1, 4), ot = attn_tensor_f32_4d(out, 1, 1, 1, 4);
+    const int32_t seqlens[1] = {1};
+    attn_kv_cache_view cache = {0};
+    cache.k_cache = &kc, cache.v_cache = &vc, cache.block_table = &table;
+    cache.cache_seqlens = seqlens;
+    attn_error error = {0};
+    const attn_status status =
+        attn_forward_with_kvcache(&qt, &cache, NULL, NULL, &ot, NULL, NULL, &error);
+    CHECK(status == ATTN_ERROR_OVERFLOW &&
+              strstr(error.message, "page_size) = 9223372036854775807") != NULL,
+          "page_size = INT64_MAX with 2 pages a sequence: OVERFLOW naming page_size (%d: %s)",
+          (int)status, error.message);
+}
+
 static void test_convert_overlap(void) {
     float data[9];
     for (int i = 0; i < 9; ++i) data[i] = (float)(i + 1);
@@ -231,6 +255,7 @@ static void test_cache_extremes(void) {
 int main(void) {
     test_kvcache_options_checked_before_append();
     test_kvcache_head_dim_before_append();
+    test_kvcache_page_size_named();
     test_convert_overlap();
     test_tensor_check_extremes();
     test_cache_extremes();

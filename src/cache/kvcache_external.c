@@ -242,7 +242,10 @@ static attn_status check_arguments(external_plan *plan, const attn_tensor *q,
     plan->k_head = fp8 ? cache->k_scale : NULL;
     plan->v_head = fp8 ? cache->v_scale : NULL;
     if (!attn_mul_i64(plan->max_pages, plan->page_size, &plan->capacity))
-        return attn_fail(error, ATTN_ERROR_OVERFLOW, "max_pages x page_size overflows int64");
+        return attn_fail(error, ATTN_ERROR_OVERFLOW,
+                         "cache->k_cache.shape[1] (page_size) = %lld: times max_pages = %lld "
+                         "overflows int64",
+                         (long long)plan->page_size, (long long)plan->max_pages);
     if (plan->page_count > INT32_MAX)
         return attn_fail(error, ATTN_ERROR_UNSUPPORTED,
                          "cache->k_cache.shape[0] = %lld pages: at most %d are addressable",
