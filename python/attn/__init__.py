@@ -261,6 +261,11 @@ def alibi_slopes(num_heads: int):
 _ROPE_LAYOUTS = {"interleaved": 0, "half": 1}
 
 
+# The range of the int64 arguments the cache's C functions take: outside it, a ValueError
+# naming the argument instead of the conversion's OverflowError.
+_INT64 = (-2**63, 2**63 - 1)
+
+
 class KVCache:
     """A KV cache for one attention layer, with decoding (attn_kv_cache + attn_decode).
 
@@ -314,13 +319,13 @@ class KVCache:
         if v is not None:
             vv = T.view(v, "v")
             vc = T.converted(vv, T.F32, "v") if vv.code != T.F32 else vv
-        first = _O._integer(first_sequence, "first_sequence")
+        first = _O._integer(first_sequence, "first_sequence", *_INT64)
         with self._lock:
             _attn.cache_append(self._cache, first, kc.desc(), vc.desc() if vc else None)
 
     def length(self, sequence=0) -> int:
         """Tokens held by `sequence`."""
-        sequence = _O._integer(sequence, "sequence")
+        sequence = _O._integer(sequence, "sequence", *_INT64)
         with self._lock:
             n = _attn.cache_length(self._cache, sequence)
         if n < 0:
@@ -339,16 +344,16 @@ class KVCache:
     def truncate(self, sequence, length):
         """Shortens `sequence` to `length` tokens."""
         with self._lock:
-            _attn.cache_truncate(self._cache, _O._integer(sequence, "sequence"),
-                                 _O._integer(length, "length"))
+            _attn.cache_truncate(self._cache, _O._integer(sequence, "sequence", *_INT64),
+                                 _O._integer(length, "length", *_INT64))
 
     def share_prefix(self, source, destination, length):
         """Makes the empty sequence `destination` start with the first `length` tokens of
         `source` (full pages shared, copied on write)."""
         with self._lock:
-            _attn.cache_share_prefix(self._cache, _O._integer(source, "source"),
-                                     _O._integer(destination, "destination"),
-                                     _O._integer(length, "length"))
+            _attn.cache_share_prefix(self._cache, _O._integer(source, "source", *_INT64),
+                                     _O._integer(destination, "destination", *_INT64),
+                                     _O._integer(length, "length", *_INT64))
 
     @property
     def free_pages(self) -> int:
@@ -365,13 +370,13 @@ class KVCache:
         arrays [1, count, Hkv, Dk] / [1, count, Hkv, Dv] (count None = to the end)."""
         import numpy as np
         if count is None:
-            count = self.length(sequence) - _O._integer(first_token, "first_token")
+            count = self.length(sequence) - _O._integer(first_token, "first_token", *_INT64)
         count = _O._integer(count, "count", 1, 2**62)
         k = np.empty((1, count, self.kv_heads, self.key_dim), np.float32)
         v = np.empty((1, count, self.kv_heads, self.value_dim), np.float32)
         with self._lock:
-            _attn.cache_read(self._cache, _O._integer(sequence, "sequence"),
-                             _O._integer(first_token, "first_token"), T.view(k, "k").desc(),
+            _attn.cache_read(self._cache, _O._integer(sequence, "sequence", *_INT64),
+                             _O._integer(first_token, "first_token", *_INT64), T.view(k, "k").desc(),
                              T.view(v, "v").desc())
         return k, v
 

@@ -211,3 +211,16 @@ def test_torch_mixed_dtypes_named():
     q = torch.randn(1, 4, 2, 8)
     with pytest.raises(ValueError, match=r"k\.dtype = torch\.bfloat16: q is torch\.float32"):
         at.attention(q, q.bfloat16(), q)
+
+
+@pytest.mark.parametrize("call, name", [
+    (lambda c: c.read(0, 2**64, 5), "first_token"),
+    (lambda c: c.truncate(2**64, 1), "sequence"),
+    (lambda c: c.length(-2**63 - 1), "sequence"),
+    (lambda c: c.share_prefix(0, 1, 2**70), "length"),
+])
+def test_kvcache_int64_arguments_named(call, name):
+    cache = attn.KVCache(2, 1, 4, capacity=8)
+    with pytest.raises(ValueError, match=rf"{name} = -?\d+ is out of range "
+                                         r"\[-9223372036854775808, 9223372036854775807\]"):
+        call(cache)
