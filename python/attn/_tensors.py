@@ -41,9 +41,23 @@ def is_torch(x) -> bool:
     return torch is not None and isinstance(x, torch.Tensor)
 
 
+_TORCH_CODES = None   # torch dtype -> attn_dtype code, made once torch is imported
+_TORCH_DTYPES = None  # the inverse
+
+
 def _torch_codes(torch):
-    return {torch.float32: F32, torch.float16: F16, torch.bfloat16: BF16, torch.bool: BOOL,
-            torch.int32: I32, torch.int64: I64, torch.float64: F64}
+    global _TORCH_CODES, _TORCH_DTYPES
+    if _TORCH_CODES is None:
+        codes = {torch.float32: F32, torch.float16: F16, torch.bfloat16: BF16, torch.bool: BOOL,
+                 torch.int32: I32, torch.int64: I64, torch.float64: F64}
+        _TORCH_DTYPES = {c: d for d, c in codes.items()}
+        _TORCH_CODES = codes
+    return _TORCH_CODES
+
+
+def _torch_dtype(torch, code):
+    _torch_codes(torch)
+    return _TORCH_DTYPES[code]
 
 
 class View:
@@ -138,7 +152,7 @@ def _torch_view(x, name, writable):
     if code is None:
         raise ValueError(f"{name}: dtype {x.dtype} is not supported (float32, float16, "
                          "bfloat16, bool, int32, int64, float64)")
-    if x.device.type != "cpu":
+    if not x.is_cpu:
         raise ValueError(f"{name} is on device {x.device}; attn computes on the CPU")
     if x.layout != torch.strided:
         raise ValueError(f"{name}: layout {x.layout} is not supported (dense tensors only)")
@@ -151,7 +165,7 @@ def empty(like: View, shape, code):
     """A new C-order array of the same kind (NumPy or torch) as `like`."""
     if like.torch:
         torch = torch_module()
-        dtype = {v: k for k, v in _torch_codes(torch).items()}[code]
+        dtype = _torch_dtype(torch, code)
         return torch.empty(tuple(shape), dtype=dtype)
     return np.empty(tuple(shape), dtype=numpy_dtype(code))
 
@@ -178,7 +192,7 @@ def converted(v: View, code, name):
         return v
     if v.torch:
         torch = torch_module()
-        dtype = {c: d for d, c in _torch_codes(torch).items()}[code]
+        dtype = _torch_dtype(torch, code)
         return view(v.obj.to(dtype).contiguous(), name)
     return view(np.ascontiguousarray(v.obj, dtype=numpy_dtype(code)), name)
 
@@ -195,7 +209,7 @@ def as_dtype(array, code):
     """`array` converted to dtype `code` (a new array of the same kind)."""
     if is_torch(array):
         torch = torch_module()
-        return array.to({c: d for d, c in _torch_codes(torch).items()}[code])
+        return array.to(_torch_dtype(torch, code))
     return array.astype(numpy_dtype(code))
 
 

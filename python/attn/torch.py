@@ -64,6 +64,14 @@ def _kwargs(causal, alignment, window, window_left, window_right, scale, softcap
                 empty_rows=_EMPTY[empty_rows])
 
 
+def _forward_kernel(q, k, v, mask, bias, alibi_slopes, causal, alignment, window, window_left,
+                    window_right, scale, softcap, alibi, empty_rows):
+    """The forward op's CPU kernel (arguments as torch.ops.attn.forward takes them, checked)."""
+    return _attn.forward(q, k, v, mask=mask, bias=bias, return_lse=True,
+                         **_kwargs(causal, alignment, window, window_left, window_right, scale,
+                                   softcap, alibi, alibi_slopes, empty_rows))
+
+
 @torch.library.custom_op("attn::forward", mutates_args=(), device_types="cpu")
 def _forward_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: Optional[torch.Tensor],
                 bias: Optional[torch.Tensor], alibi_slopes: Optional[torch.Tensor],
@@ -75,9 +83,24 @@ def _forward_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: Optiona
     [B|1, Hq|1, Tq, Tk]."""
     _check((("q", q), ("k", k), ("v", v), ("mask", mask), ("bias", bias),
             ("alibi_slopes", alibi_slopes)), alignment, empty_rows)
-    return _attn.forward(q, k, v, mask=mask, bias=bias, return_lse=True,
-                         **_kwargs(causal, alignment, window, window_left, window_right, scale,
-                                   softcap, alibi, alibi_slopes, empty_rows))
+    return _forward_kernel(q, k, v, mask, bias, alibi_slopes, causal, alignment, window,
+                           window_left, window_right, scale, softcap, alibi, empty_rows)
+
+
+def _plain_call(tensors) -> bool:
+    """Whether the forward can run as a plain call of its kernel, without the dispatcher: no
+    gradient to record, nothing tracing or transforming the call (torch.compile, fake tensors,
+    vmap, a dispatch mode) and every tensor a plain CPU tensor. Inference then skips the custom
+    op's dispatch and autograd wrappers, which cost more than a small attention call."""
+    if torch.compiler.is_compiling() or torch._C._len_torch_dispatch_stack() > 0 or \
+            torch._C._are_functorch_transforms_active():
+        return False
+    grad = torch.is_grad_enabled()
+    for t in tensors:
+        if t is not None and (type(t) is not torch.Tensor or not t.is_cpu or
+                              (grad and t.requires_grad)):
+            return False
+    return True
 
 
 @_forward_op.register_fake
@@ -184,10 +207,12 @@ def attention(q, k, v, *, causal=None, window=None, mask=None, bias=None, scale=
         alibi_slopes = torch.as_tensor(alibi_slopes, dtype=torch.float32).reshape(-1)
         alibi = True
     wl, wr = (-1, -1) if window is None else (int(window[0]), int(window[1]))
-    return torch.ops.attn.forward(q, k, v, mask, bias, alibi_slopes, causal is not None, a,
-                                  window is not None, wl, wr,
-                                  None if scale is None else float(scale), float(softcap or 0),
-                                  bool(alibi), {"error": 0, "zero": 1, "nan": 2}[empty_rows])
+    arguments = (q, k, v, mask, bias, alibi_slopes, causal is not None, a, window is not None,
+                 wl, wr, None if scale is None else float(scale), float(softcap or 0),
+                 bool(alibi), {"error": 0, "zero": 1, "nan": 2}[empty_rows])
+    if _plain_call((q, k, v, mask, bias, alibi_slopes)):
+        return _forward_kernel(*arguments)
+    return torch.ops.attn.forward(*arguments)
 
 
 def _empty_attention(q, k, v):
