@@ -64,9 +64,8 @@ _KERNELS = None
 
 
 def execution(threads, memory_limit, kernel=None):
-    """The execution tuple (threads, memory_limit_bytes, kernel choice); 0 = OpenMP default /
-    no limit / the fastest kernel."""
-    # Capped: libgomp aborts the process when it cannot create the threads it is asked for.
+    """The execution tuple (threads, memory_limit_bytes, kernel choice); 0 = attn's default /
+    no limit / the fastest kernel. threads is at most the library's ATTN_MAX_THREADS."""
     threads = 0 if threads is None else _integer(threads, "threads", 1, MAX_THREADS)
     limit = 0 if memory_limit is None else _integer(memory_limit, "memory_limit", 1, 2**63)
     choice = 0

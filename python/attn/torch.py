@@ -12,11 +12,14 @@ autograd (gradients for q, k, v and the float bias, through out and lse).
 """
 from __future__ import annotations
 
+import functools
 from typing import Optional, Tuple
 
 import torch
 
 import attn as _attn
+from attn import _attn as _extension
+from attn import _options as _O
 
 __all__ = ["scaled_dot_product_attention", "flash_attn_func", "attention"]
 
@@ -85,6 +88,44 @@ def _forward_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: Optiona
             ("alibi_slopes", alibi_slopes)), alignment, empty_rows)
     return _forward_kernel(q, k, v, mask, bias, alibi_slopes, causal, alignment, window,
                            window_left, window_right, scale, softcap, alibi, empty_rows)
+
+
+_CODES = {torch.float32: 0, torch.bfloat16: 1, torch.float16: 2}  # attn_dtype (include/attn.h)
+_DEFAULT_RUN = (0, 0, 0)  # the execution tuple: default threads, no memory limit, AUTO kernels
+
+
+@functools.lru_cache(maxsize=256)
+def _scalar_options(same_length, causal, alignment, window, window_left, window_right, scale,
+                    softcap, alibi, empty_rows):
+    """The options tuple of a call whose options are all scalars (no mask, bias or slopes),
+    built once per combination; only whether Tq == Tk matters of the sizes (the default
+    alignment of windows and ALiBi)."""
+    options, _, _ = _O.build(1, 1, 1, 1 if same_length else 2, mask=None, bias=None,
+                             key_lengths=None, query_lengths=None,
+                             **{name: value for name, value in _kwargs(
+                                 causal, alignment, window, window_left, window_right, scale,
+                                 softcap, alibi, None, empty_rows).items()
+                                if name != "alibi_slopes"},
+                             alibi_slopes=None)
+    return options
+
+
+def _descriptor(t):
+    return (t.data_ptr(), _CODES[t.dtype], tuple(t.shape), t.stride())
+
+
+def _scalar_forward(q, k, v, causal, alignment, window, window_left, window_right, scale,
+                    softcap, alibi, empty_rows):
+    """The forward kernel for plain CPU tensors of one float dtype and scalar options:
+    descriptors made here, the options tuple from a cache, out and lse allocated by torch."""
+    B, Tq, Hq, _ = q.shape
+    out = torch.empty((B, Tq, Hq, v.shape[3]), dtype=q.dtype)
+    lse = torch.empty((B, Hq, Tq), dtype=torch.float32)
+    options = _scalar_options(Tq == k.shape[1], causal, alignment, window, window_left,
+                              window_right, scale, softcap, alibi, empty_rows)
+    _extension.forward(_descriptor(q), _descriptor(k), _descriptor(v), _descriptor(out),
+                       _descriptor(lse), options, _DEFAULT_RUN)
+    return out, lse
 
 
 def _plain_call(tensors) -> bool:
@@ -211,6 +252,9 @@ def attention(q, k, v, *, causal=None, window=None, mask=None, bias=None, scale=
                  wl, wr, None if scale is None else float(scale), float(softcap or 0),
                  bool(alibi), {"error": 0, "zero": 1, "nan": 2}[empty_rows])
     if _plain_call((q, k, v, mask, bias, alibi_slopes)):
+        if mask is None and bias is None and alibi_slopes is None and \
+                not (q.is_neg() or k.is_neg() or v.is_neg()):
+            return _scalar_forward(q, k, v, *arguments[6:])
         return _forward_kernel(*arguments)
     return torch.ops.attn.forward(*arguments)
 
