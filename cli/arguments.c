@@ -41,7 +41,8 @@ const char cli_attention_options_help[] =
     "  --block-layout L.npy       bool [B|1, Hq|1, ceil(Tq/BQ), ceil(Tk/BK)]: which tiles may\n"
     "                             be computed (FlexAttention BlockMask); needs --block-size\n"
     "  --block-size BQ,BK         tile sizes of --block-layout\n"
-    "  --threads N                OpenMP threads (default: all); results are bitwise the same\n"
+    "  --threads N                the most threads (default: all; fewer for small work);\n"
+    "                             results are bitwise the same\n"
     "  --kernel K                 auto (default), generic, avx2 or avx512\n"
     "  --memory-limit BYTES       refuse a call whose working memory exceeds BYTES (suffix\n"
     "                             K, M or G = powers of 1024)\n";

@@ -50,7 +50,7 @@ static void print_help(void) {
            "  --batch B             sequences per step (default 32)\n"
            "  --lr LR               Adam learning rate (default 3e-3)\n"
            "  --threads T           threads for attention (default 1: these problems are tiny;\n"
-           "                        0 = OpenMP default); results are identical for any T\n"
+           "                        0 = the default); results are identical for any T\n"
            "  --save FILE           write the weights as safetensors (HF-style names)\n"
            "  --out DIR             write attention heat maps of one evaluation sequence (one PNG\n"
            "                        per layer, a panel per head)\n"

@@ -1,10 +1,10 @@
 /*
  * test_threaded_calls.c — the library is safe to call from many application threads at once:
  * 8 pthreads call attn_forward, attn_backward and attn_decode concurrently (1000 calls in
- * all, interleaved), each call with its own OpenMP team (execution.num_threads 1 or 2), on
- * shared read-only inputs (one KV cache read by every decode) and their own outputs. Every
- * result is checked against the naive references (attn_reference_forward / _backward /
- * _decode, within 1e-5) and must equal, bitwise, the result of the same call made alone
+ * all, interleaved), each call with 1 or 2 threads (execution.num_threads; the pool runs one
+ * region at a time, a concurrent one on its caller alone), on shared read-only inputs (one KV
+ * cache read by every decode) and their own outputs. Every result is checked against the naive
+ * references (attn_reference_forward / _backward / _decode, within 1e-5) and must equal, bitwise, the result of the same call made alone
  * before the threads start (results never depend on threads or on other calls). Runs under
  * ThreadSanitizer in CI (label "threaded"), which must report nothing.
  */
@@ -238,7 +238,7 @@ int main(void) {
     }
     CHECK(total_calls == CALLS, "%d calls made (expected %d)", total_calls, CALLS);
     printf("%d application threads, %d calls (%d forward, %d backward, %d decode), "
-           "teams of 1-2 OpenMP threads: worst error vs reference %.3g\n",
+           "calls of 1-2 threads: worst error vs reference %.3g\n",
            started, total_calls, kinds[0], kinds[1], kinds[2], worst);
 
     for (int t = 0; t < APPLICATION_THREADS; ++t) {

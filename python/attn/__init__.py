@@ -115,7 +115,8 @@ def forward(q, k, v, *, causal=None, window=None, mask=None, bias=None, scale=No
       key_lengths / query_lengths: int[B], valid lengths of padded batches.
       empty_rows: "error" (default), "zero" (O = 0, LSE = -inf) or "nan" for rows that
           attend no key.
-      out: an array to write (shape and dtype of the result). threads: OpenMP threads.
+      out: an array to write (shape and dtype of the result). threads: the most threads the
+          call uses (fewer for small work; default: OMP_NUM_THREADS, else every CPU).
       memory_limit: refuse (MemoryError) calls whose working memory exceeds this many bytes.
       kernel: None / "auto" (the fastest this CPU runs) or a family of attn.kernels().
     """

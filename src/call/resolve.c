@@ -55,11 +55,10 @@ attn_status attn_execution_resolve(const attn_execution *execution, attn_executi
         return attn_fail(error, ATTN_ERROR_INVALID_ARGUMENT,
                          "execution.version = %d: must be 0 or ATTN_EXECUTION_VERSION (%d)",
                          execution->version, ATTN_EXECUTION_VERSION);
-    /* An upper bound too: OpenMP runtimes abort the process when they cannot start the
-     * threads asked for, and the library never aborts. */
+    /* An upper bound too: each thread a call asks for may become one of the pool's. */
     if (execution->num_threads < 0 || execution->num_threads > ATTN_MAX_THREADS)
         return attn_fail(error, ATTN_ERROR_INVALID_ARGUMENT,
-                         "execution.num_threads = %d: must be in [0, %d] (0 = OpenMP default)",
+                         "execution.num_threads = %d: must be in [0, %d] (0 = the default)",
                          execution->num_threads, ATTN_MAX_THREADS);
     if (execution->tile_q < 0 || execution->tile_q > ATTN_MAX_TILE)
         return attn_fail(error, ATTN_ERROR_INVALID_ARGUMENT,

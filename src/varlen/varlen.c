@@ -7,7 +7,7 @@
  * every option means exactly what it means for attn_forward and nothing is padded. Work
  * split: a sequence with enough work items of its own (KV heads x query tiles >= 2 x threads)
  * runs alone on every thread; the others run side by side, one thread each, longest first
- * (an OpenMP dynamic loop). Each sequence's result is bitwise identical for any thread count
+ * (a parallel loop of the pool). Each sequence's result is bitwise identical for any thread count
  * (attn_forward's guarantee), so neither the split nor the schedule changes a bit.
  */
 #include "varlen.h"

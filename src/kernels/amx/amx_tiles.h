@@ -36,7 +36,7 @@
  * data) only when the two differ: the first call on a thread, or after other code on the
  * thread configured other shapes or released the tiles. No kernel keeps tile data from one
  * call to the next, and no kernel releases the tiles (TILERELEASE) on return: the state stays
- * configured on the threads that ran AMX kernels (OpenMP workers included), so the next call
+ * configured on the threads that ran AMX kernels (pool workers included), so the next call
  * on the same thread skips LDTILECFG. Code that needs the INIT state back (another library
  * that requires it, or to save the 8 KiB of tile data at context switches) may run
  * TILERELEASE at any time between attn calls; the next kernel then configures again. There is
