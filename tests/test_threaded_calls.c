@@ -4,8 +4,8 @@
  * all, interleaved), each call with 1 or 2 threads (execution.num_threads; the pool runs one
  * region at a time, a concurrent one on its caller alone), on shared read-only inputs (one KV
  * cache read by every decode) and their own outputs. Every result is checked against the naive
- * references (attn_reference_forward / _backward / _decode, within 1e-5) and must equal, bitwise, the result of the same call made alone
- * before the threads start (results never depend on threads or on other calls). Runs under
+ * references (attn_reference_forward / _backward / _decode, within 1e-5) and must equal,
+ * bitwise, the result of the same call made alone before the threads start (results never depend on threads or on other calls). Runs under
  * ThreadSanitizer in CI (label "threaded"), which must report nothing.
  */
 #include <pthread.h>
