@@ -5,8 +5,9 @@
  * region at a time, a concurrent one on its caller alone), on shared read-only inputs (one KV
  * cache read by every decode) and their own outputs. Every result is checked against the naive
  * references (attn_reference_forward / _backward / _decode, within 1e-5) and must equal,
- * bitwise, the result of the same call made alone before the threads start (results never depend on threads or on other calls). Runs under
- * ThreadSanitizer in CI (label "threaded"), which must report nothing.
+ * bitwise, the result of the same call made alone before the threads start (results never
+ * depend on threads or on other calls). Runs under ThreadSanitizer in CI (label "threaded"),
+ * which must report nothing.
  */
 #include <pthread.h>
 #include <stdio.h>
