@@ -173,7 +173,9 @@ def _backward_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.T
                        **_kwargs(causal, alignment, window, window_left, window_right, scale,
                                  softcap, alibi, alibi_slopes, empty_rows))
     dbias = g.dbias if g.dbias is not None else q.new_empty((0,), dtype=torch.float32)
-    return g.dq, g.dk, g.dv, dbias
+    # Contiguous, as the fake kernel declares (compiled graphs assert the strides): attn's
+    # LSE-gradient path computes dv with one padding column and returns a view of it.
+    return g.dq.contiguous(), g.dk.contiguous(), g.dv.contiguous(), dbias.contiguous()
 
 
 @_backward_op.register_fake
