@@ -25,6 +25,7 @@
 #include "bench_clock.h"
 #include "arguments.h"
 #include "cli.h"
+#include "../src/cache/decode_path.h" /* a benchmark names the decode path it ran */
 
 typedef struct bench_settings {
     int quick, threads, mla;

@@ -28,6 +28,7 @@
 #include <string.h>
 
 #include "kernels/registry.h"
+#include "cache/decode_path.h"
 #include "test_support.h"
 
 #define COUNT_OF(array) ((int)(sizeof(array) / sizeof((array)[0])))

@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "kernels/registry.h"
+#include "cache/decode_path.h"
 #include "test_support.h"
 
 typedef struct decode_case {

@@ -24,6 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cache/decode_path.h"
 #include "test_support.h"
 
 #define COUNT_OF(array) ((int)(sizeof(array) / sizeof((array)[0])))

@@ -33,6 +33,7 @@
 #include <string.h>
 
 #include "cache/cache_internal.h"
+#include "cache/decode_path.h"
 #include "kernels/quant.h"
 #include "kernels/registry.h"
 #include "cache/merge.h"
