@@ -15,22 +15,22 @@ import torch
 
 from . import torch as _attn_torch
 
-__all__ = ["register", "attention_forward"]
+__all__ = ["register", "attention_forward", "probabilities"]
 
 
 def attention_forward(module, query, key, value, attention_mask, dropout=0.0, scaling=None,
                       is_causal=None, position_bias=None, **kwargs):
     """transformers' attention-function protocol: query [B, Hq, Tq, D], key/value
-    [B, Hkv, Tk, D] -> (output [B, Tq, Hq, Dv], None). attention_mask: None, bool
-    (True = attend) or additive float, broadcasting to [B, Hq, Tq, Tk]."""
+    [B, Hkv, Tk, D] -> (output [B, Tq, Hq, Dv], weights). attention_mask: None, bool
+    (True = attend) or additive float, broadcasting to [B, Hq, Tq, Tk]. weights is None,
+    or, when the caller asks for attention weights (output_attentions=True), the
+    probabilities [B, Hq, Tq, Tk] in query's dtype (see probabilities(); rows that attend
+    no key are 0, where eager's additive-minimum masks give a uniform row)."""
     if dropout:
         raise NotImplementedError("attn: attention dropout is not supported (attn is exact "
                                   "attention); call model.eval() or set the dropout to 0")
     if kwargs.get("s_aux") is not None:
         raise NotImplementedError("attn: attention sinks (s_aux) are not supported")
-    if kwargs.get("output_attentions"):
-        raise NotImplementedError("attn: output_attentions=True is not supported; use "
-                                  "attn_implementation='eager' for attention weights")
     softcap = kwargs.get("softcap") or 0.0
     q_length = query.shape[2]
     if is_causal is None:
@@ -48,12 +48,64 @@ def attention_forward(module, query, key, value, attention_mask, dropout=0.0, sc
         if mask is not None:
             bias = bias.masked_fill(~mask, float("-inf"))
             mask = None
-    out, _ = _attn_torch.attention(query.transpose(1, 2), key.transpose(1, 2),
-                                   value.transpose(1, 2),
-                                   causal="bottom-right" if is_causal else None, mask=mask,
-                                   bias=bias, scale=scaling, softcap=softcap,
-                                   empty_rows="zero")
-    return out, None
+    out, lse = _attn_torch.attention(query.transpose(1, 2), key.transpose(1, 2),
+                                     value.transpose(1, 2),
+                                     causal="bottom-right" if is_causal else None, mask=mask,
+                                     bias=bias, scale=scaling, softcap=softcap,
+                                     empty_rows="zero")
+    weights = None
+    if _weights_requested(kwargs):
+        weights = probabilities(query, key, lse, mask=mask, bias=bias, scale=scaling,
+                                softcap=softcap, causal=is_causal).to(query.dtype)
+    return out, weights
+
+
+def _weights_requested(kwargs) -> bool:
+    """Whether the caller asked for the attention probabilities: output_attentions=True among
+    the layer's keyword arguments, or transformers' output collector gathering "attentions"
+    (output_attentions from the call or the config, through its forward hooks)."""
+    if kwargs.get("output_attentions"):
+        return True
+    try:
+        from transformers.utils.output_capturing import _active_collector
+    except ImportError:
+        return False
+    collected = _active_collector.get()
+    return bool(collected) and ("attentions" in collected or "cross_attentions" in collected)
+
+
+def probabilities(query, key, lse, *, mask=None, bias=None, scale=None, softcap=0.0,
+                  causal=False):
+    """The attention probabilities P [B, Hq, Tq, Tk] (float32) of the call attn computed:
+    query [B, Hq, Tq, D], key [B, Hkv, Tk, D] (Hq a multiple of Hkv), lse [B, Hq, Tq] the
+    LSE attn returned for it, and the same options (mask bool, True = attend; bias additive;
+    scale, default 1/sqrt(D); softcap c > 0 on the scaled logit, before the bias; causal
+    bottom-right). P = exp(x - lse) with x = softcap(scale * q.k) + bias, computed in float32,
+    exactly 0 where the mask, the causal limit or a bias of -inf forbids the pair and in rows
+    that attend no key (lse = -inf). Differentiable through q, k, the bias and lse."""
+    B, Hq, Tq, D = query.shape
+    Hkv, Tk = key.shape[1], key.shape[2]
+    k = key.float()
+    if Hkv != Hq:
+        k = k.repeat_interleave(Hq // Hkv, dim=1)
+    x = torch.matmul(query.float(), k.transpose(2, 3)) * (D ** -0.5 if scale is None
+                                                          else float(scale))
+    if softcap:
+        x = torch.tanh(x / softcap) * softcap
+    if bias is not None:
+        x = x + bias.float()
+    allowed = torch.ones((), dtype=torch.bool)
+    if mask is not None:
+        allowed = allowed & mask
+    if causal:
+        rows = torch.arange(Tq).unsqueeze(1) + (Tk - Tq)
+        allowed = allowed & (torch.arange(Tk).unsqueeze(0) <= rows)
+    # Forbidden logits become -inf before exp (no overflow, and zero gradients there).
+    x = x.masked_fill(~allowed, float("-inf"))
+    lse = lse.unsqueeze(-1)
+    finite = torch.isfinite(lse)
+    p = torch.exp(x - torch.where(finite, lse, torch.zeros_like(lse)))
+    return torch.where(finite, p, torch.zeros_like(p))
 
 
 def register(name: str = "attn") -> None:
