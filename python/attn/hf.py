@@ -11,21 +11,26 @@ through attn.torch's custom op, gradients included.
 """
 from __future__ import annotations
 
+from typing import Optional
+
 import torch
 
+from . import _options as _O
 from . import torch as _attn_torch
 
 __all__ = ["register", "attention_forward", "probabilities"]
 
 
 def attention_forward(module, query, key, value, attention_mask, dropout=0.0, scaling=None,
-                      is_causal=None, position_bias=None, **kwargs):
+                      is_causal=None, position_bias=None, threads=None, **kwargs):
     """transformers' attention-function protocol: query [B, Hq, Tq, D], key/value
     [B, Hkv, Tk, D] -> (output [B, Tq, Hq, Dv], weights). attention_mask: None, bool
     (True = attend) or additive float, broadcasting to [B, Hq, Tq, Tk]. weights is None,
     or, when the caller asks for attention weights (output_attentions=True), the
     probabilities [B, Hq, Tq, Tk] in query's dtype (see probabilities(); rows that attend
-    no key are 0, where eager's additive-minimum masks give a uniform row)."""
+    no key are 0, where eager's additive-minimum masks give a uniform row). threads: the most
+    threads attn uses for this call, forward and backward (None = attn's default; see
+    register(threads=...))."""
     if dropout:
         raise NotImplementedError("attn: attention dropout is not supported (attn is exact "
                                   "attention); call model.eval() or set the dropout to 0")
@@ -52,7 +57,7 @@ def attention_forward(module, query, key, value, attention_mask, dropout=0.0, sc
                                      value.transpose(1, 2),
                                      causal="bottom-right" if is_causal else None, mask=mask,
                                      bias=bias, scale=scaling, softcap=softcap,
-                                     empty_rows="zero")
+                                     empty_rows="zero", threads=threads)
     weights = None
     if _weights_requested(kwargs):
         weights = probabilities(query, key, lse, mask=mask, bias=bias, scale=scaling,
@@ -108,10 +113,22 @@ def probabilities(query, key, lse, *, mask=None, bias=None, scale=None, softcap=
     return torch.where(finite, p, torch.zeros_like(p))
 
 
-def register(name: str = "attn") -> None:
-    """Registers attn under `name` in transformers' attention and mask interfaces."""
+def register(name: str = "attn", threads: Optional[int] = None) -> None:
+    """Registers attn under `name` in transformers' attention and mask interfaces. threads:
+    the most threads attn uses in every attention call of models with
+    attn_implementation=name, forward and backward (None = attn's default: OMP_NUM_THREADS,
+    else every CPU; results are bitwise the same for any count). Registering again under the
+    same name replaces the setting; different names can carry different counts."""
     from transformers import AttentionInterface
     from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
-    AttentionInterface.register(name, attention_forward)
+    if threads is None:
+        function = attention_forward
+    else:
+        count = _O.execution(threads, None)[0]      # checked here: 1..ATTN_MAX_THREADS
+
+        def function(module, query, key, value, attention_mask, **kwargs):
+            kwargs.setdefault("threads", count)
+            return attention_forward(module, query, key, value, attention_mask, **kwargs)
+    AttentionInterface.register(name, function)
     AttentionMaskInterface.register(name, sdpa_mask)

@@ -68,9 +68,10 @@ def _kwargs(causal, alignment, window, window_left, window_right, scale, softcap
 
 
 def _forward_kernel(q, k, v, mask, bias, alibi_slopes, causal, alignment, window, window_left,
-                    window_right, scale, softcap, alibi, empty_rows):
+                    window_right, scale, softcap, alibi, empty_rows, threads=0):
     """The forward op's CPU kernel (arguments as torch.ops.attn.forward takes them, checked)."""
     return _attn.forward(q, k, v, mask=mask, bias=bias, return_lse=True,
+                         threads=threads or None,
                          **_kwargs(causal, alignment, window, window_left, window_right, scale,
                                    softcap, alibi, alibi_slopes, empty_rows))
 
@@ -80,14 +81,15 @@ def _forward_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: Optiona
                 bias: Optional[torch.Tensor], alibi_slopes: Optional[torch.Tensor],
                 causal: bool, alignment: int, window: bool, window_left: int,
                 window_right: int, scale: Optional[float], softcap: float, alibi: bool,
-                empty_rows: int) -> Tuple[torch.Tensor, torch.Tensor]:
+                empty_rows: int, threads: int = 0) -> Tuple[torch.Tensor, torch.Tensor]:
     """out [B, Tq, Hq, Dv] (q's dtype), lse [B, Hq, Tq] float32. alignment: 0 unset,
     1 bottom-right, 2 top-left; empty_rows: 0 error, 1 zero, 2 nan; mask bool and bias float
-    [B|1, Hq|1, Tq, Tk]."""
+    [B|1, Hq|1, Tq, Tk]; threads: the most threads attn uses (0 = its default)."""
     _check((("q", q), ("k", k), ("v", v), ("mask", mask), ("bias", bias),
             ("alibi_slopes", alibi_slopes)), alignment, empty_rows)
     return _forward_kernel(q, k, v, mask, bias, alibi_slopes, causal, alignment, window,
-                           window_left, window_right, scale, softcap, alibi, empty_rows)
+                           window_left, window_right, scale, softcap, alibi, empty_rows,
+                           threads)
 
 
 _CODES = {torch.float32: 0, torch.bfloat16: 1, torch.float16: 2}  # attn_dtype (include/attn.h)
@@ -115,7 +117,7 @@ def _descriptor(t):
 
 
 def _scalar_forward(q, k, v, causal, alignment, window, window_left, window_right, scale,
-                    softcap, alibi, empty_rows):
+                    softcap, alibi, empty_rows, threads=0):
     """The forward kernel for plain CPU tensors of one float dtype and scalar options:
     descriptors made here, the options tuple from a cache, out and lse allocated by torch."""
     B, Tq, Hq, _ = q.shape
@@ -124,7 +126,8 @@ def _scalar_forward(q, k, v, causal, alignment, window, window_left, window_righ
     options = _scalar_options(Tq == k.shape[1], causal, alignment, window, window_left,
                               window_right, scale, softcap, alibi, empty_rows)
     _extension.forward(_descriptor(q), _descriptor(k), _descriptor(v), _descriptor(out),
-                       _descriptor(lse), options, _DEFAULT_RUN)
+                       _descriptor(lse), options,
+                       _DEFAULT_RUN if not threads else _O.execution(threads, None))
     return out, lse
 
 
@@ -146,7 +149,7 @@ def _plain_call(tensors) -> bool:
 
 @_forward_op.register_fake
 def _forward_fake(q, k, v, mask, bias, alibi_slopes, causal, alignment, window, window_left,
-                  window_right, scale, softcap, alibi, empty_rows):
+                  window_right, scale, softcap, alibi, empty_rows, threads=0):
     _check((("q", q), ("k", k), ("v", v), ("mask", mask), ("bias", bias),
             ("alibi_slopes", alibi_slopes)), alignment, empty_rows)
     B, Tq, Hq, _ = q.shape
@@ -162,14 +165,15 @@ def _backward_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.T
                  bias: Optional[torch.Tensor], alibi_slopes: Optional[torch.Tensor],
                  causal: bool, alignment: int, window: bool, window_left: int,
                  window_right: int, scale: Optional[float], softcap: float, alibi: bool,
-                 empty_rows: int) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor,
-                                           torch.Tensor]:
-    """(dq, dk, dv, dbias): dbias has bias's shape, or is an empty tensor without bias.
-    dlse (optional) is the gradient of lse."""
+                 empty_rows: int, threads: int = 0) -> Tuple[torch.Tensor, torch.Tensor,
+                                                             torch.Tensor, torch.Tensor]:
+    """(dq, dk, dv, dbias), contiguous: dbias has bias's shape, or is an empty tensor without
+    bias. dlse (optional) is the gradient of lse; threads as the forward's."""
     _check((("q", q), ("k", k), ("v", v), ("out", out), ("lse", lse), ("dout", dout),
             ("dlse", dlse), ("mask", mask), ("bias", bias), ("alibi_slopes", alibi_slopes)),
            alignment, empty_rows)
     g = _attn.backward(q, k, v, out, lse, dout, dlse=dlse, mask=mask, bias=bias,
+                       threads=threads or None,
                        **_kwargs(causal, alignment, window, window_left, window_right, scale,
                                  softcap, alibi, alibi_slopes, empty_rows))
     dbias = g.dbias if g.dbias is not None else q.new_empty((0,), dtype=torch.float32)
@@ -180,7 +184,8 @@ def _backward_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.T
 
 @_backward_op.register_fake
 def _backward_fake(q, k, v, out, lse, dout, dlse, mask, bias, alibi_slopes, causal, alignment,
-                   window, window_left, window_right, scale, softcap, alibi, empty_rows):
+                   window, window_left, window_right, scale, softcap, alibi, empty_rows,
+                   threads=0):
     _check((("q", q), ("k", k), ("v", v), ("out", out), ("lse", lse), ("dout", dout),
             ("dlse", dlse), ("mask", mask), ("bias", bias), ("alibi_slopes", alibi_slopes)),
            alignment, empty_rows)
@@ -190,14 +195,14 @@ def _backward_fake(q, k, v, out, lse, dout, dlse, mask, bias, alibi_slopes, caus
 
 
 _CONFIG = ("causal", "alignment", "window", "window_left", "window_right", "scale", "softcap",
-           "alibi", "empty_rows")
+           "alibi", "empty_rows", "threads")
 
 
 def _setup_context(ctx, inputs, output):
     q, k, v, mask, bias, alibi_slopes = inputs[:6]
     out, lse = output
     ctx.save_for_backward(q, k, v, out, lse, mask, bias, alibi_slopes)
-    ctx.config = inputs[6:]
+    ctx.config = inputs[6:]                       # options and threads, as the op took them
     ctx.bias_shape = None if bias is None else bias.shape
 
 
@@ -216,9 +221,12 @@ torch.library.register_autograd("attn::forward", _backward, setup_context=_setup
 
 
 def attention(q, k, v, *, causal=None, window=None, mask=None, bias=None, scale=None,
-              softcap=0.0, alibi=False, alibi_slopes=None, empty_rows="error", alignment=None):
+              softcap=0.0, alibi=False, alibi_slopes=None, empty_rows="error", alignment=None,
+              threads=None):
     """Differentiable attn.forward on [B, T, H, D] torch tensors through the custom op:
-    returns (out, lse). Masks and biases broadcast to [B, Hq, Tq, Tk] (bias gets a gradient)."""
+    returns (out, lse). Masks and biases broadcast to [B, Hq, Tq, Tk] (bias gets a gradient).
+    threads: the most threads attn uses, forward and backward (None = attn's default);
+    results are bitwise the same for any count."""
     for name, t in (("q", q), ("k", k), ("v", v)):
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
@@ -252,7 +260,8 @@ def attention(q, k, v, *, causal=None, window=None, mask=None, bias=None, scale=
     wl, wr = (-1, -1) if window is None else (int(window[0]), int(window[1]))
     arguments = (q, k, v, mask, bias, alibi_slopes, causal is not None, a, window is not None,
                  wl, wr, None if scale is None else float(scale), float(softcap or 0),
-                 bool(alibi), {"error": 0, "zero": 1, "nan": 2}[empty_rows])
+                 bool(alibi), {"error": 0, "zero": 1, "nan": 2}[empty_rows],
+                 _O.execution(threads, None)[0])
     if _plain_call((q, k, v, mask, bias, alibi_slopes)):
         if mask is None and bias is None and alibi_slopes is None and \
                 not (q.is_neg() or k.is_neg() or v.is_neg()):

@@ -88,3 +88,41 @@ def test_probabilities_bidirectional_bias_and_empty_rows():
     # P V is attn's output.
     torch.testing.assert_close((got @ v.repeat_interleave(2, dim=1)).transpose(1, 2), out,
                                rtol=1e-5, atol=1e-6)
+
+
+def test_register_threads_reaches_forward_and_backward(monkeypatch):
+    """register(threads=N): every attention call of the model, forward and backward, runs
+    with attn's execution threads = N; register() again restores attn's default (0)."""
+    from attn import _attn as extension
+    seen = []
+    for name in ("forward", "backward"):
+        original = getattr(extension, name)
+
+        def recording(*args, _original=original, _name=name):
+            seen.append((_name, args[-1][0]))            # the execution tuple's thread count
+            return _original(*args)
+        monkeypatch.setattr(extension, name, recording)
+    models = _pair(transformers.LlamaConfig, transformers.LlamaForCausalLM, vocab_size=31,
+                   hidden_size=32, intermediate_size=48, num_hidden_layers=2,
+                   num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=32)
+    model = models["attn"].train()
+    ids = torch.randint(0, 31, (2, 6))
+    attn.hf.register(threads=3)
+    model(input_ids=ids, labels=ids).loss.backward()
+    assert sorted(set(seen)) == [("backward", 3), ("forward", 3)]
+    assert len(seen) == 4                                # 2 layers, forward and backward
+    grads = [p.grad.clone() for p in model.parameters()]
+    seen.clear()
+    with torch.no_grad():                                # the inference fast path too
+        model(input_ids=ids)
+    assert seen == [("forward", 3)] * 2
+    seen.clear()
+    attn.hf.register()
+    model.zero_grad()
+    model(input_ids=ids, labels=ids).loss.backward()
+    assert sorted(set(seen)) == [("backward", 0), ("forward", 0)]
+    for p, g in zip(model.parameters(), grads):         # any thread count: the same bits
+        assert torch.equal(p.grad, g)
+    for bad in (0, -1, 10**6):
+        with pytest.raises(ValueError):
+            attn.hf.register(threads=bad)
