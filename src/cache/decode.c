@@ -1346,6 +1346,62 @@ static int64_t default_split_tokens(const attn_kv_cache *cache, int64_t kv_heads
     return tokens > MOST_SPLIT_TOKENS ? MOST_SPLIT_TOKENS : tokens;
 }
 
+/* Fills the plan from the begun call and the cache: sizes, split size, the path and how the
+ * heads of a split run, the splits of each sequence and the first task of each; returns the
+ * most splits of a sequence. */
+static int64_t plan_decode(decode_plan *plan, const attn_call *call, const attn_kv_cache *cache,
+                           const attn_tensor *q) {
+    const attn_problem *problem = &call->problem;
+    plan->cache = cache;
+    plan->q = q;
+    plan->kernels = call->kernels;
+    plan->scale = problem->scale;
+    plan->softcap = call->options.softcap;
+    plan->query_length = problem->query_length;
+    plan->group_size = problem->group_size;
+    plan->rows = problem->group_size * problem->query_length;
+    plan->key_dim = problem->key_dim;
+    plan->value_dim = problem->value_dim;
+    plan->split_tokens = call->execution.tile_k > 0 ? call->execution.tile_k
+                                                    : default_split_tokens(cache, problem->kv_heads);
+    plan->kv_heads = problem->kv_heads;
+    plan->interleaved = cache->key_head_stride < cache->key_token_stride && problem->kv_heads > 1;
+    plan->path = layout_path(&call->kernels->decode,
+                             decode_path_of(&call->kernels->decode, cache->config.dtype, q->dtype,
+                                            plan->rows, plan->key_dim),
+                             cache->config.dtype, plan->rows, plan->interleaved);
+    plan->together = heads_together(plan);
+    plan->step_tokens = step_tokens(cache, problem->kv_heads);
+    plan->stepped = plan->interleaved && !plan->together && plan->split_tokens > plan->step_tokens;
+    int64_t most_splits = 1;
+    for (int64_t b = 0; b < problem->batch; ++b) {
+        const int64_t splits = (cache->lengths[b] + plan->split_tokens - 1) / plan->split_tokens;
+        plan->split_counts[b] = splits < 1 ? 1 : splits;
+        if (plan->split_counts[b] > most_splits) most_splits = plan->split_counts[b];
+        plan->first_task[b] = plan->task_count;
+        plan->task_count += problem->kv_heads * plan->split_counts[b];
+    }
+    return most_splits;
+}
+
+/* The threads by the call's work: every cached key's products with every query row and one
+ * read of the keys and values. Items: the tasks, or on token-major pages (where one worker
+ * takes every head of a split, so that the lines it brings in for head h serve head h + 1)
+ * the splits. */
+static int decode_threads(const decode_plan *plan, const attn_call *call) {
+    const attn_problem *problem = &call->problem;
+    double keys = 0.0;
+    for (int64_t b = 0; b < problem->batch; ++b) keys += (double)plan->cache->lengths[b];
+    const double row_floats = (double)(problem->key_dim + problem->value_dim);
+    const int64_t items =
+        plan->interleaved ? plan->task_count / problem->kv_heads : plan->task_count;
+    return attn_call_threads_for_work(
+        call, items,
+        2.0 * keys * (double)(problem->query_heads * problem->query_length) * row_floats,
+        keys * (double)problem->kv_heads * row_floats *
+            (double)attn_dtype_size(plan->cache->config.dtype));
+}
+
 /* One region of attn_decode: the work items it claims (a task, or on interleaved pages the
  * Hkv tasks of one split). Each task writes its own partial, merged in split order, so which
  * worker runs an item never changes a bit. */
@@ -1424,36 +1480,7 @@ attn_status attn_decode(const attn_kv_cache *cache, const attn_tensor *q,
 
     size_t scratch_bytes[SCRATCH_PARTS], scratch_total = 0, partial_bytes = 0;
     if (status == ATTN_OK) {
-        plan.cache = cache;
-        plan.q = q;
-        plan.kernels = call.kernels;
-        plan.scale = problem->scale;
-        plan.softcap = call.options.softcap;
-        plan.query_length = problem->query_length;
-        plan.group_size = problem->group_size;
-        plan.rows = problem->group_size * problem->query_length;
-        plan.key_dim = problem->key_dim;
-        plan.value_dim = problem->value_dim;
-        plan.split_tokens = call.execution.tile_k > 0
-                                ? call.execution.tile_k
-                                : default_split_tokens(cache, problem->kv_heads);
-        plan.kv_heads = problem->kv_heads;
-        plan.interleaved = cache->key_head_stride < cache->key_token_stride && problem->kv_heads > 1;
-        plan.path = layout_path(&call.kernels->decode,
-                                decode_path_of(&call.kernels->decode, cache->config.dtype,
-                                               q->dtype, plan.rows, plan.key_dim),
-                                cache->config.dtype, plan.rows, plan.interleaved);
-        plan.together = heads_together(&plan);
-        plan.step_tokens = step_tokens(cache, problem->kv_heads);
-        plan.stepped = plan.interleaved && !plan.together && plan.split_tokens > plan.step_tokens;
-        int64_t most_splits = 1;
-        for (int64_t b = 0; b < B; ++b) {
-            int64_t splits = (cache->lengths[b] + plan.split_tokens - 1) / plan.split_tokens;
-            plan.split_counts[b] = splits < 1 ? 1 : splits;
-            if (plan.split_counts[b] > most_splits) most_splits = plan.split_counts[b];
-            plan.first_task[b] = plan.task_count;
-            plan.task_count += problem->kv_heads * plan.split_counts[b];
-        }
+        const int64_t most_splits = plan_decode(&plan, &call, cache, q);
         /* Working memory: a scratch per thread, then the partial results shared by the
          * tasks and the merge, task_count * rows * (Dv + 1) floats. */
         size_t partial_floats;
@@ -1464,18 +1491,9 @@ attn_status attn_decode(const attn_kv_cache *cache, const attn_tensor *q,
             status = attn_fail(error, ATTN_ERROR_OVERFLOW,
                                "q: the split-KV partial buffer overflows");
     }
-    if (status == ATTN_OK) {
-        double keys = 0.0; /* cached keys over all sequences */
-        for (int64_t b = 0; b < B; ++b) keys += (double)cache->lengths[b];
-        const double row_floats = (double)(problem->key_dim + problem->value_dim);
-        const int64_t items = plan.interleaved ? plan.task_count / problem->kv_heads
-                                               : plan.task_count;
-        const int threads = attn_call_threads_for_work(
-            &call, items, 2.0 * keys * (double)(problem->query_heads * problem->query_length) * row_floats,
-            keys * (double)problem->kv_heads * row_floats * (double)attn_dtype_size(cache->config.dtype));
-        status = attn_call_reserve(&call, threads, scratch_total, partial_bytes, "attn_decode",
-                                   error);
-    }
+    if (status == ATTN_OK)
+        status = attn_call_reserve(&call, decode_threads(&plan, &call), scratch_total,
+                                   partial_bytes, "attn_decode", error);
     decode_kind kind;
     if (status == ATTN_OK) {
         plan.mask = &call.mask;
@@ -1486,14 +1504,6 @@ attn_status attn_decode(const attn_kv_cache *cache, const attn_tensor *q,
         plan.logits = (attn_logit_pipeline){plan.scale, plan.softcap, call.mask.has_additive};
         plan.partial_out = attn_call_shared(&call);
         plan.partial_lse = plan.partial_out + plan.task_count * plan.rows * plan.value_dim;
-        /* Token-major pages ([page, slot, head, D], caller-owned): the rows of one head lie
-         * between those of the others, and the hardware prefetchers fetch the neighbours'
-         * lines with them. So one thread takes all heads of a (sequence, split) in turn,
-         * and finds the lines it brought in for head h still in its caches for head h + 1,
-         * every head's rows of a chunk together
-         * (run_split_together) or, on the tiles' paths, in steps (run_split_stepped).
-         * Results do not change: each task still writes its own partial, merged in split
-         * order. */
         decode_region region = {&plan, scratch_bytes, &call, 0};
         attn_parallel_run(call.threads, decode_worker, &region);
         status = merge_partials(&plan, &call, scratch_bytes, out, lse, error);

@@ -584,6 +584,92 @@ static void run_items(forward_region *region, int threads) {
     }
 }
 
+/* The plan's tensors, formats and tiles. bf16 runs on the registry's bf16 tiles where they
+ * beat widening to fp32 (AMX), or when asked for by name (registry.h:
+ * attn_kernels_bf16_on_tiles); fp16 on the f16 tiles where the CPU has AMX-FP16
+ * (attn_kernels_f16_on_tiles), else through fp32. format.bf16_tiles means "16-bit tiles": the
+ * tile table is attn_kernels_tiles16(kernels, dtype). */
+static void plan_call(forward_plan *plan, attn_call *call, const attn_tensor *q,
+                      const attn_tensor *k, const attn_tensor *v, attn_tensor *out,
+                      attn_tensor *lse) {
+    memset(plan, 0, sizeof *plan);
+    plan->call = call;
+    plan->format.kernels = call->kernels;
+    plan->format.dtype = q->dtype;
+    plan->format.bf16_tiles =
+        (q->dtype == ATTN_DTYPE_BF16 &&
+         attn_kernels_bf16_on_tiles(call->kernels, call->execution.kernel)) ||
+        (q->dtype == ATTN_DTYPE_F16 && attn_kernels_f16_on_tiles(call->kernels));
+    plan->q = q;
+    plan->k = k;
+    plan->v = v;
+    plan->out = out;
+    plan->lse = lse;
+    choose_tiles(plan);
+    const float softcap = call->options.softcap;
+    plan->prescale_queries = softcap == 0.0f && !plan->format.bf16_tiles;
+    /* Additive terms need logits first: the loop scales (and soft-caps) them unless the
+     * queries carry the scale (bf16 tiles read the queries as stored). */
+    plan->loop_transforms = (softcap > 0.0f || plan->format.bf16_tiles) &&
+                            (call->options.bias != NULL || call->options.alibi);
+}
+
+/* The threads for `item_count` items, by the call's work: every allowed pair's products (at
+ * most B Tq Tk of them: masks only lower it) and one read of Q, K, V and O. */
+static int forward_threads(const attn_call *call, int64_t item_count, attn_dtype dtype) {
+    const attn_problem *problem = &call->problem;
+    const double row_floats = (double)(problem->key_dim + problem->value_dim);
+    const double pairs =
+        (double)problem->batch * (double)problem->query_length * (double)problem->key_length;
+    const double elements = (double)problem->batch *
+                            ((double)problem->key_length * (double)problem->kv_heads +
+                             (double)problem->query_length * (double)problem->query_heads) *
+                            row_floats;
+    return attn_call_threads_for_work(call, item_count,
+                                      2.0 * pairs * (double)problem->query_heads * row_floats,
+                                      elements * (double)attn_dtype_size(dtype));
+}
+
+/* The band path's items per run: about 2 bands of rows of a worker's own region at a time.
+ * Its runs follow one another, so the size sets only how often it takes the lock; a run that
+ * did not follow the worker's previous one would pack the band before its first row again. */
+static int64_t span_run_items(const forward_plan *plan) {
+    const int64_t band_tiles = (plan->span_keys + plan->tile_rows - 1) / plan->tile_rows;
+    const int64_t run =
+        2 * band_tiles * (plan->span_ring > 0 ? plan->call->problem.kv_heads : 1);
+    return run < 1 ? 1 : run;
+}
+
+/* The band path's regions: one per thread, consecutive items (run_span_worker). */
+static void cut_span_regions(int64_t (*regions)[2], int threads, int64_t item_count) {
+    const int64_t region_items = (item_count + threads - 1) / threads;
+    for (int t = 0; t < threads; ++t) {
+        regions[t][0] = t * region_items < item_count ? t * region_items : item_count;
+        regions[t][1] = (t + 1) * region_items < item_count ? (t + 1) * region_items : item_count;
+    }
+}
+
+/* ATTN_ERROR_EMPTY_ROW naming the first empty row in (b, h, i) order over all workers, or OK. */
+static attn_status empty_row_status(const forward_workspace *workspaces, int threads,
+                                    attn_error *error) {
+    const forward_workspace *first = NULL;
+    for (int t = 0; t < threads; ++t) {
+        const forward_workspace *w = &workspaces[t];
+        if (!w->has_empty_row) continue;
+        if (first == NULL || w->empty_b < first->empty_b ||
+            (w->empty_b == first->empty_b &&
+             (w->empty_h < first->empty_h ||
+              (w->empty_h == first->empty_h && w->empty_i < first->empty_i))))
+            first = w;
+    }
+    if (first == NULL) return ATTN_OK;
+    return attn_fail(error, ATTN_ERROR_EMPTY_ROW,
+                     "query row b = %lld, h = %lld, i = %lld has no allowed key "
+                     "(options.empty_rows = ERROR; use ZERO or NAN to accept it)",
+                     (long long)first->empty_b, (long long)first->empty_h,
+                     (long long)first->empty_i);
+}
+
 attn_status attn_forward(const attn_tensor *q, const attn_tensor *k, const attn_tensor *v,
                          const attn_options *options, attn_tensor *out, attn_tensor *lse,
                          const attn_execution *execution, attn_error *error) {
@@ -607,31 +693,9 @@ attn_status attn_forward_run(attn_call *call, const attn_tensor *q, const attn_t
     if (attn_forward_small_applies(call, k, v))
         return attn_forward_small(call, q, k, v, out, lse, error);
     forward_plan plan;
-    memset(&plan, 0, sizeof plan);
-    plan.call = call;
-    /* bf16 on the registry's bf16 tiles where they beat widening to fp32 (AMX), or when
-     * asked for by name (registry.h: attn_kernels_bf16_on_tiles); fp16 on the f16 tiles where
-     * the CPU has AMX-FP16 (attn_kernels_f16_on_tiles), else through fp32. format.bf16_tiles
-     * means "16-bit tiles": the tile table is attn_kernels_tiles16(kernels, dtype). */
-    plan.format.kernels = call->kernels;
-    plan.format.dtype = q->dtype;
-    plan.format.bf16_tiles =
-        (q->dtype == ATTN_DTYPE_BF16 &&
-         attn_kernels_bf16_on_tiles(call->kernels, call->execution.kernel)) ||
-        (q->dtype == ATTN_DTYPE_F16 && attn_kernels_f16_on_tiles(call->kernels));
-    plan.q = q;
-    plan.k = k;
-    plan.v = v;
-    plan.out = out;
-    plan.lse = lse;
+    plan_call(&plan, call, q, k, v, out, lse);
     const attn_problem *problem = &call->problem;
-    choose_tiles(&plan);
     const float softcap = call->options.softcap;
-    plan.prescale_queries = softcap == 0.0f && !plan.format.bf16_tiles;
-    /* Additive terms need logits first: the loop scales (and soft-caps) them unless the
-     * queries carry the scale (bf16 tiles read the queries as stored). */
-    plan.loop_transforms = (softcap > 0.0f || plan.format.bf16_tiles) &&
-                           (call->options.bias != NULL || call->options.alibi);
 
     int64_t item_count;
     if (!attn_mul_i64(problem->batch, problem->kv_heads, &item_count) ||
@@ -639,31 +703,13 @@ attn_status attn_forward_run(attn_call *call, const attn_tensor *q, const attn_t
         attn_call_end(call);
         return attn_fail(error, ATTN_ERROR_OVERFLOW, "B x Hkv x query tiles overflows int64");
     }
-    const double pairs = (double)problem->batch * (double)problem->query_length *
-                         (double)problem->key_length; /* at most: masks only lower it */
-    const double elements = (double)problem->batch *
-                            ((double)problem->key_length * (double)problem->kv_heads +
-                             (double)problem->query_length * (double)problem->query_heads) *
-                            (double)(problem->key_dim + problem->value_dim);
-    const int thread_count = attn_call_threads_for_work(
-        call, item_count,
-        2.0 * pairs * (double)problem->query_heads * (double)(problem->key_dim + problem->value_dim),
-        elements * (double)attn_dtype_size(q->dtype));
+    const int thread_count = forward_threads(call, item_count, q->dtype);
 
     /* Working memory: one part of the arena per thread (+ a shared store), sized once. */
     size_t part_bytes[WORKSPACE_PARTS], parts_bytes = 0, workspace_bytes = 0, shared_bytes = 0;
     status = choose_packing(&plan, thread_count, part_bytes, &parts_bytes, &workspace_bytes,
                             &shared_bytes, error);
-    if (plan.span_path) {
-        /* A thread takes about 2 bands of rows of its own region at a time (its runs follow
-         * one another, so the size sets only how often it takes the lock; a run that did not
-         * follow the thread's previous one would pack the band before its first row again:
-         * alternating runs of 8 query tiles at T = 4096, H = 8 cost 25% of the window's
-         * time). */
-        const int64_t band_tiles = (plan.span_keys + plan.tile_rows - 1) / plan.tile_rows;
-        const int64_t run = 2 * band_tiles * (plan.span_ring > 0 ? problem->kv_heads : 1);
-        plan.items_per_chunk = run < 1 ? 1 : run;
-    }
+    if (plan.span_path) plan.items_per_chunk = span_run_items(&plan);
     if (status == ATTN_OK)
         status = attn_call_reserve(call, thread_count, workspace_bytes, shared_bytes,
                                    "attn_forward", error);
@@ -690,18 +736,10 @@ attn_status attn_forward_run(attn_call *call, const attn_tensor *q, const attn_t
         attn_call_end(call);
         return status;
     }
-    /* The band path's regions: one per thread, consecutive items (run_span_worker). */
-    if (plan.span_path) {
-        const int64_t region_items = (item_count + thread_count - 1) / thread_count;
-        for (int t = 0; t < thread_count; ++t) {
-            span_regions[t][0] = t * region_items < item_count ? t * region_items : item_count;
-            span_regions[t][1] =
-                (t + 1) * region_items < item_count ? (t + 1) * region_items : item_count;
-        }
-        plan.span_regions = span_regions;
-    }
     pthread_mutex_t span_lock; /* guards span_regions (span_take) */
     if (plan.span_path) {
+        cut_span_regions(span_regions, thread_count, item_count);
+        plan.span_regions = span_regions;
         pthread_mutex_init(&span_lock, NULL);
         plan.span_lock = &span_lock;
     }
@@ -726,23 +764,7 @@ attn_status attn_forward_run(attn_call *call, const attn_tensor *q, const attn_t
     forward_region region = {&plan, workspaces, k, v, 0, 0};
     run_items(&region, thread_count);
 
-    /* The first empty row in (b, h, i) order over all threads. */
-    forward_workspace *first_empty = NULL;
-    for (int t = 0; t < thread_count; ++t) {
-        forward_workspace *w = &workspaces[t];
-        if (!w->has_empty_row) continue;
-        if (first_empty == NULL || w->empty_b < first_empty->empty_b ||
-            (w->empty_b == first_empty->empty_b &&
-             (w->empty_h < first_empty->empty_h ||
-              (w->empty_h == first_empty->empty_h && w->empty_i < first_empty->empty_i))))
-            first_empty = w;
-    }
-    if (first_empty != NULL)
-        status = attn_fail(error, ATTN_ERROR_EMPTY_ROW,
-                           "query row b = %lld, h = %lld, i = %lld has no allowed key "
-                           "(options.empty_rows = ERROR; use ZERO or NAN to accept it)",
-                           (long long)first_empty->empty_b, (long long)first_empty->empty_h,
-                           (long long)first_empty->empty_i);
+    status = empty_row_status(workspaces, thread_count, error);
     if (status == ATTN_OK) status = forward_overflow_status(&plan, workspaces, thread_count, error);
 
     if (plan.span_path) pthread_mutex_destroy(&span_lock);
