@@ -55,8 +55,8 @@ execute_process(COMMAND ${MPIEXEC_EXECUTABLE} --version
 if(attn_mpiexec_version MATCHES "Open MPI|OpenRTE")
   set(ATTN_MPIEXEC_OVERSUBSCRIBE --oversubscribe)
 endif()
-# CI runs as root, which Open MPI refuses without these (MPICH ignores them). One OpenMP
-# thread per rank keeps 4 ranks from fighting over 2 cores.
+# CI runs as root, which Open MPI refuses without these (MPICH ignores them). One thread per
+# rank (attn's default count follows OMP_NUM_THREADS) keeps 4 ranks from fighting over 2 cores.
 set(ATTN_MPI_TEST_ENVIRONMENT
     "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1;OMP_NUM_THREADS=1")
 
