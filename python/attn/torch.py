@@ -13,6 +13,7 @@ autograd (gradients for q, k, v and the float bias, through out and lse).
 from __future__ import annotations
 
 import functools
+import math
 from typing import Optional, Tuple
 
 import torch
@@ -303,42 +304,155 @@ def _matrix(x, name, B, H, Tq, Tk, dtype):
 def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0,
                                  is_causal=False, scale=None, enable_gqa=False):
     """torch.nn.functional.scaled_dot_product_attention's signature and semantics, computed by
-    attn: query [..., Hq, Tq, E], key [..., Hkv, Tk, E], value [..., Hkv, Tk, Ev] (rank 3 or
-    4), top-left causal, attn_mask bool (True = attend) or float (added), broadcasting to
-    [B, Hq, Tq, Tk]. Hq != Hkv needs enable_gqa=True. Rows that attend no key give 0.
-    dropout_p > 0 raises NotImplementedError."""
+    attn: query [..., Hq, Tq, E], key [..., Hkv, Tk, E], value [..., Hkv, Tk, Ev] of rank >= 2
+    (rank 2: [T, E], one head; leading batch dims broadcast between query, key and value and
+    are flattened into one for attn), top-left causal, attn_mask bool (True = attend) or float
+    (added), broadcasting to [..., Hq, Tq, Tk]. Hq != Hkv needs enable_gqa=True. Rows that
+    attend no key give 0. dropout_p > 0 raises NotImplementedError.
+
+    float32, float16 and bfloat16 run on attn's kernels (fp32 accumulation). float64 inputs
+    are computed in float64 by an explicit reference in torch operations (the probabilities
+    materialised, differentiable by torch's autograd): exact to float64 rounding, so
+    torch.autograd.gradcheck works, but not attn's speed or memory bound.
+
+    The output's strides follow torch's CPU kernels: when query is dense with its last
+    dimension innermost (e.g. a [B, T, H, D] buffer transposed to [B, H, T, D]), rank <= 4
+    and Ev == E, the output has query's strides; otherwise it is contiguous."""
     if dropout_p:
         raise NotImplementedError("attn.torch.scaled_dot_product_attention: dropout_p > 0 "
                                   "is not supported (attn is exact attention)")
     if is_causal and attn_mask is not None:
         raise ValueError("scaled_dot_product_attention: is_causal=True with an explicit "
                          "attn_mask is not allowed (as in PyTorch)")
+    for name, t in (("query", query), ("key", key), ("value", value)):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
     rank = query.dim()
-    if rank not in (3, 4) or key.dim() != rank or value.dim() != rank:
-        raise ValueError("attn.torch.scaled_dot_product_attention takes rank-3 or rank-4 "
-                         f"query/key/value of equal rank, got {query.dim()}, {key.dim()}, "
+    if rank < 2 or key.dim() != rank or value.dim() != rank:
+        raise ValueError("attn.torch.scaled_dot_product_attention takes query/key/value of "
+                         f"equal rank >= 2, got ranks {query.dim()}, {key.dim()}, "
                          f"{value.dim()}")
-    if rank == 3:
+    original = query
+    if rank == 2:                                       # [T, E]: one head
         query, key, value = query.unsqueeze(0), key.unsqueeze(0), value.unsqueeze(0)
-        if attn_mask is not None and attn_mask.dim() == 3:
-            attn_mask = attn_mask.unsqueeze(0)
-    Hq, Hkv = query.shape[1], key.shape[1]
+    lead = torch.broadcast_shapes(query.shape[:-3], key.shape[:-3], value.shape[:-3])
+    Hq, Tq = query.shape[-3], query.shape[-2]
+    Hkv, Tk = key.shape[-3], key.shape[-2]
     if Hq != Hkv and not enable_gqa:
         raise ValueError(f"query has {Hq} heads and key {Hkv}: pass enable_gqa=True for "
                          "grouped-query attention")
-    if Hq % Hkv:
+    if Hkv == 0 or Hq % Hkv:
         raise ValueError(f"query heads ({Hq}) must be a multiple of key/value heads ({Hkv})")
+    query, key, value = (_batch_flattened(t, lead) for t in (query, key, value))
+    if attn_mask is not None:
+        attn_mask = _mask_flattened(attn_mask, lead, Hq, Tq, Tk)
     mask = bias = None
     if attn_mask is not None:
         if attn_mask.dtype == torch.bool:
             mask = attn_mask
         else:
             bias = attn_mask
-    out, _ = attention(query.transpose(1, 2), key.transpose(1, 2), value.transpose(1, 2),
-                       causal="top-left" if is_causal else None, mask=mask, bias=bias,
-                       scale=scale, empty_rows="zero")
-    out = out.transpose(1, 2)
-    return out.squeeze(0) if rank == 3 else out
+    if query.dtype == torch.float64:
+        out = _float64_attention(query, key, value, mask, bias, is_causal, scale)
+    else:
+        out, _ = attention(query.transpose(1, 2), key.transpose(1, 2), value.transpose(1, 2),
+                           causal="top-left" if is_causal else None, mask=mask, bias=bias,
+                           scale=scale, empty_rows="zero")
+        out = out.transpose(1, 2)
+    out = out.reshape(original.shape[:-2] + out.shape[-2:]) if rank == 2 else \
+        out.reshape(tuple(lead) + tuple(out.shape[1:]))
+    return _strided_like_torch(out, original)
+
+
+def _batch_flattened(t, lead):
+    """t [..., H, T, D] with its leading dims broadcast to `lead` and flattened: [N, H, T, D]
+    (a view where the layout allows, N = 1 without leading dims)."""
+    if tuple(t.shape[:-3]) != tuple(lead):
+        t = t.expand(tuple(lead) + tuple(t.shape[-3:]))
+    return t.reshape((math.prod(lead),) + tuple(t.shape[-3:]))
+
+
+def _mask_flattened(m, lead, Hq, Tq, Tk):
+    """attn_mask broadcasting to [*lead, Hq, Tq, Tk] as [N|1, Hq|1, Tq|1, Tk|1] (rank <= 4
+    as given when there is at most one leading dim; attention() checks the broadcast)."""
+    if not isinstance(m, torch.Tensor):
+        m = torch.as_tensor(m)
+    if len(lead) <= 1 or m.dim() <= 3:
+        return m
+    full = tuple(lead) + (Hq, Tq, Tk)
+    if m.dim() > len(full):
+        raise ValueError(f"attn_mask of shape {tuple(m.shape)} has more dims than the "
+                         f"inputs' {list(full)}")
+    m = m.reshape((1,) * (len(full) - m.dim()) + tuple(m.shape))
+    try:
+        torch.broadcast_shapes(m.shape, full)
+    except RuntimeError:
+        raise ValueError(f"attn_mask of shape {tuple(m.shape)} does not broadcast to "
+                         f"{list(full)}") from None
+    if all(n == 1 for n in m.shape[:-3]):
+        return m.reshape(m.shape[-4:])
+    return m.expand(tuple(lead) + tuple(m.shape[-3:])).reshape(
+        (math.prod(lead),) + tuple(m.shape[-3:]))
+
+
+def _float64_attention(q, k, v, mask, bias, is_causal, scale):
+    """SDPA in float64 by torch operations: q [N, Hq, Tq, E], k/v [N, Hkv, Tk, E|Ev],
+    softmax(scale * q k^T + bias) v over the allowed keys (mask, top-left causal); a row
+    with no allowed key gives 0, with zero gradients."""
+    for name, t in (("key", k), ("value", v)):
+        if t.dtype != q.dtype:
+            raise ValueError(f"{name}.dtype = {t.dtype}: query is {q.dtype}; query, key and "
+                             "value must have the same dtype")
+    if q.device.type not in ("cpu", "meta"):
+        raise ValueError(f"query is on device {q.device}: attn computes on the CPU")
+    groups = q.shape[1] // k.shape[1]
+    if groups != 1:
+        k, v = k.repeat_interleave(groups, dim=1), v.repeat_interleave(groups, dim=1)
+    factor = q.shape[-1] ** -0.5 if scale is None else float(scale)
+    x = torch.matmul(q, k.transpose(-2, -1)) * factor
+    if bias is not None:
+        x = x + bias.to(x.dtype)
+    Tq, Tk = x.shape[-2], x.shape[-1]
+    if mask is not None:
+        x = x.masked_fill(~mask, float("-inf"))
+    if is_causal:
+        later = torch.ones(Tq, Tk, dtype=torch.bool, device=x.device).triu(1)
+        x = x.masked_fill(later, float("-inf"))
+    live = (x > float("-inf")).any(dim=-1, keepdim=True)
+    p = torch.softmax(torch.where(live, x, torch.zeros_like(x)), dim=-1)
+    return torch.matmul(p * live, v)
+
+
+def _strided_like_torch(out, query):
+    """out with the strides torch's CPU SDPA gives for this query: query's strides when query
+    is dense with a unit last stride, of rank <= 4 and of out's shape; contiguous otherwise
+    (a copy only when the strides differ)."""
+    target = None
+    if query.dim() <= 4 and tuple(out.shape) == tuple(query.shape) and \
+            _dense_innermost_last(query):
+        target = tuple(query.stride())
+    if target is None:
+        return out.contiguous()
+    if _same_strides(out, target):
+        return out
+    return torch.empty_like(query, dtype=out.dtype).copy_(out)
+
+
+def _dense_innermost_last(t):
+    """Whether t's elements fill its memory without gaps or overlaps, last dim innermost."""
+    if t.shape[-1] != 1 and t.stride(-1) != 1:
+        return False
+    dims = [d for d in range(t.dim()) if t.shape[d] != 1]
+    expected = 1
+    for d in sorted(dims, key=lambda d: t.stride(d)):
+        if t.stride(d) != expected:
+            return False
+        expected *= t.shape[d]
+    return True
+
+
+def _same_strides(t, strides):
+    return all(t.stride(d) == strides[d] for d in range(t.dim()) if t.shape[d] != 1)
 
 
 def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False,

@@ -246,7 +246,7 @@ MORE_NONSENSE = [
      "capacity"),
     ("cache huge", lambda: attn.KVCache(2**20, 2**10, 2**10, capacity=2**20), (MemoryError,
                                                                                  ValueError), ""),
-    ("sdpa rank 2", _sdpa((4, 8), (4, 8), (4, 8)), ValueError, "rank"),
+    ("sdpa rank 1", _sdpa((8,), (8,), (8,)), ValueError, "rank"),
     ("sdpa D mismatch", _sdpa((1, 2, 4, 8), (1, 2, 4, 7), (1, 2, 4, 8)), ValueError, ""),
     ("sdpa mask shape", _sdpa((1, 2, 4, 8), (1, 2, 5, 8), (1, 2, 5, 8),
                               attn_mask=torch.ones(3, 5, dtype=torch.bool)), ValueError,
