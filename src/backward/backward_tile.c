@@ -20,7 +20,7 @@
 /* Rounds a float count up to a whole number of 64-byte lines. */
 static size_t round_to_line(size_t floats) { return (floats + 15) / 16 * 16; }
 
-enum { WORKSPACE_BUFFERS = 17 };
+enum { WORKSPACE_BUFFERS = 18 };
 
 /* Floats between consecutive packed key blocks of dimension dim (whole 64-byte lines). */
 static size_t packed_block_floats(const backward_plan *plan, int dim) {
@@ -53,6 +53,10 @@ static void workspace_sizes(const backward_plan *plan, size_t sizes[WORKSPACE_BU
     sizes[16] = plan->task_partials ? (size_t)plan->problem.group_size *
                                           (size_t)plan->task_partial_rows * (size_t)dk
                                     : 0;
+    /* the double row sums of backward_query_rows_dots (16-bit O only) */
+    sizes[17] = plan->out->dtype != ATTN_DTYPE_F32
+                    ? 2 * (size_t)plan->problem.group_size * (size_t)plan->dot_task_tiles * tq
+                    : 0;
 }
 
 size_t backward_workspace_floats(const backward_plan *plan) {
@@ -92,6 +96,7 @@ void backward_workspace_assign(const backward_plan *plan, float *base,
     workspace->value_accumulator = slots[13];
     workspace->value_rows = slots[14];
     workspace->task_partials = slots[16];
+    workspace->dot_sums = (double *)slots[17];
     workspace->overflowed = 0;
     workspace->query_overflowed = 0;
 }
@@ -205,17 +210,13 @@ static void score_columns(const backward_plan *plan, int rows, int first_column,
  * columns) of the key tile starting at key j0, with the query tile loaded and the key tile
  * packed, computes (in those columns of the tile buffers)
  *   probabilities  P  = exp(S' - lse)        (0 where not allowed or the row is empty)
- *   score_gradient dS = P * (dP - D), then times (1 - tanh^2) when soft-capping
- * where S' is the logit (scale, soft-cap, + bias + ALiBi, -inf where not allowed). When
- * bias_rows is not NULL (the entry of row i0, key j0 + first_column), adds dS (before the
- * soft-cap factor) into the bias gradient: bias_rows[r * bias_row_stride + c *
- * bias_column_stride] for c < columns.
+ *   score_gradient dP = dO V^T
+ * where S' is the logit (scale, soft-cap, + bias + ALiBi, -inf where not allowed), and with
+ * a soft-cap its derivative 1 - tanh^2 (softcap_derivative).
  */
-static void tile_score_gradients(const backward_plan *plan, backward_workspace *workspace,
-                                 int64_t b, int64_t h, int64_t i0, int rows, int64_t j0,
-                                 int first_column, int columns, attn_tile_class tile_class,
-                                 float *bias_rows, int64_t bias_row_stride,
-                                 int64_t bias_column_stride) {
+static void tile_probabilities(const backward_plan *plan, backward_workspace *workspace,
+                               int64_t b, int64_t h, int64_t i0, int rows, int64_t j0,
+                               int first_column, int columns, attn_tile_class tile_class) {
     const attn_mask_context *mask = plan->mask;
     const attn_backward_kernels *products = &plan->kernels->backward;
     const int stride = plan->tile_k;
@@ -223,7 +224,6 @@ static void tile_score_gradients(const backward_plan *plan, backward_workspace *
     const int Dk = (int)plan->problem.key_dim, Dv = (int)plan->problem.value_dim;
     const int64_t first_key = j0 + first_column;
     float *probabilities = workspace->probabilities + first_column;
-    float *score_gradient = workspace->score_gradient + first_column;
     float *softcap_derivative = workspace->softcap_derivative + first_column;
 
     score_columns(plan, rows, first_column, columns, Dk, workspace->query_rows,
@@ -253,6 +253,27 @@ static void tile_score_gradients(const backward_plan *plan, backward_workspace *
     score_columns(plan, rows, first_column, columns, Dv, workspace->dout_rows,
                   ATTN_BACKWARD_ROW_FLOATS(Dv), workspace->packed_values_as_keys,
                   workspace->score_gradient);
+}
+
+/*
+ * tile_probabilities, then
+ *   score_gradient dS = P * (dP - D), then times (1 - tanh^2) when soft-capping
+ * When bias_rows is not NULL (the entry of row i0, key j0 + first_column), adds dS (before
+ * the soft-cap factor) into the bias gradient: bias_rows[r * bias_row_stride + c *
+ * bias_column_stride] for c < columns.
+ */
+static void tile_score_gradients(const backward_plan *plan, backward_workspace *workspace,
+                                 int64_t b, int64_t h, int64_t i0, int rows, int64_t j0,
+                                 int first_column, int columns, attn_tile_class tile_class,
+                                 float *bias_rows, int64_t bias_row_stride,
+                                 int64_t bias_column_stride) {
+    const attn_backward_kernels *products = &plan->kernels->backward;
+    const int stride = plan->tile_k;
+    const float softcap = plan->softcap;
+    float *probabilities = workspace->probabilities + first_column;
+    float *score_gradient = workspace->score_gradient + first_column;
+    float *softcap_derivative = workspace->softcap_derivative + first_column;
+    tile_probabilities(plan, workspace, b, h, i0, rows, j0, first_column, columns, tile_class);
     products->score_gradient(rows, columns, probabilities, score_gradient, stride,
                              workspace->row_dot);
     if (bias_rows != NULL)
@@ -346,4 +367,53 @@ void backward_key_tile(const backward_plan *plan, backward_workspace *workspace,
         workspace->overflowed += backward_store_row(
             plan->dv, dv_first, Dv, workspace->value_accumulator + (size_t)c * Dv, 1.0f);
     }
+}
+
+void backward_query_rows_dots(const backward_plan *plan, backward_workspace *workspace,
+                              int64_t b, int64_t kv_head, int64_t first_row, int64_t end_row) {
+    const int64_t Tq = plan->problem.query_length, Tk = plan->problem.key_length;
+    const int64_t Hq = plan->problem.query_heads, G = plan->problem.group_size;
+    const int64_t task_rows = end_row - first_row;
+    const int stride = plan->tile_k;
+    double *sums = workspace->dot_sums; /* [G][task_rows] */
+    for (int64_t n = 0; n < G * task_rows; ++n) sums[n] = 0.0;
+    int64_t key_begin, key_end;
+    attn_mask_candidate_keys(plan->mask, b, first_row, end_row, &key_begin, &key_end);
+    if (key_begin < 0) key_begin = 0;
+    if (key_end > Tk) key_end = Tk;
+    /* Key tiles of tile_k keys from the first candidate's key block, ascending; each is
+     * packed once for all the query tiles of the rows. */
+    for (int64_t j0 = key_begin / plan->key_block * plan->key_block; j0 < key_end;
+         j0 += plan->tile_k) {
+        const int count = (int)(Tk - j0 < plan->tile_k ? Tk - j0 : plan->tile_k);
+        bool packed = false;
+        for (int64_t i0 = first_row; i0 < end_row; i0 += plan->tile_q) {
+            const int rows = (int)(end_row - i0 < plan->tile_q ? end_row - i0 : plan->tile_q);
+            int first, columns;
+            reachable_columns(plan, b, i0, i0 + rows, j0, count, &first, &columns);
+            if (columns == 0) continue;
+            for (int64_t g = 0; g < G; ++g) {
+                const int64_t h = kv_head * G + g;
+                const attn_tile_class tile_class = attn_mask_classify_tile(
+                    plan->mask, b, h, i0, i0 + rows, j0 + first, j0 + first + columns);
+                if (tile_class == ATTN_TILE_EMPTY) continue;
+                if (!packed) load_key_tile(plan, workspace, b, kv_head, j0, count);
+                packed = true;
+                load_query_tile(plan, workspace, b, h, i0, rows);
+                tile_probabilities(plan, workspace, b, h, i0, rows, j0, first, columns,
+                                   tile_class);
+                for (int r = 0; r < rows; ++r) {
+                    const float *p = workspace->probabilities + (size_t)r * stride + first;
+                    const float *dp = workspace->score_gradient + (size_t)r * stride + first;
+                    double sum = 0.0;
+                    for (int c = 0; c < columns; ++c) sum += (double)p[c] * dp[c];
+                    sums[g * task_rows + i0 - first_row + r] += sum;
+                }
+            }
+        }
+    }
+    for (int64_t g = 0; g < G; ++g)
+        for (int64_t r = 0; r < task_rows; ++r)
+            plan->row_dot[(b * Hq + kv_head * G + g) * Tq + first_row + r] =
+                (float)sums[g * task_rows + r];
 }

@@ -3,7 +3,8 @@
  * (FlashAttention-2) in one pass over key tiles, deterministic by construction.
  *
  * Nothing of size Tq x Tk is ever stored: P is rebuilt tile by tile from the forward's LSE
- * (P = exp(S - lse)), and D = rowsum(dO * O) comes from the forward's stored O. Schedule:
+ * (P = exp(S - lse)), and D = rowsum(dO * O) comes from the forward's stored O when that is
+ * float32, else from P and dP recomputed in fp32 (compute_row_dots). Schedule:
  *   pass 0, over (b, h):               D[b][h][i] = sum_c dO[b,i,h,c] * O[b,i,h,c]
  *   pass 1, over (b, KV head, chunk):  for the key tiles of the chunk (tiles chunk,
  *                                      chunk + chunks, ...), ascending: dK and dV of the tile,
@@ -62,9 +63,9 @@ static double dot_unit_stride(const float *a, const float *b, int64_t count) {
     return sum;
 }
 
-/* row_dot[b][h][i] = sum_c dO[b,i,h,c] * O[b,i,h,c], summed in double. Rows are taken in
- * memory order, (b, i) then h: the rows of one head are Hq * Dv elements apart, a page or
- * more, where the hardware prefetchers do not follow. */
+/* row_dot[b][h][i] = sum_c dO[b,i,h,c] * O[b,i,h,c] for float32 dO and O, summed in double.
+ * Rows are taken in memory order, (b, i) then h: the rows of one head are Hq * Dv elements
+ * apart, a page or more, where the hardware prefetchers do not follow. */
 static void row_dots_of(void *context, int64_t first, int64_t end, int worker) {
     const backward_plan *plan = context;
     const int64_t Hq = plan->problem.query_heads;
@@ -74,29 +75,75 @@ static void row_dots_of(void *context, int64_t first, int64_t end, int worker) {
         const int64_t dout_stride = plan->dout->stride[3], out_stride = plan->out->stride[3];
         for (int64_t h = 0; h < Hq; ++h) {
             double sum = 0.0;
-            if (plan->out->dtype == ATTN_DTYPE_F32 && dout_stride == 1 && out_stride == 1) {
+            if (dout_stride == 1 && out_stride == 1) {
                 sum = dot_unit_stride(attn_f32_at4(plan->dout, b, i, h, 0),
                                       attn_f32_at4(plan->out, b, i, h, 0), Dv);
-            } else if (plan->out->dtype == ATTN_DTYPE_F32) {
+            } else {
                 const float *dout = attn_f32_at4(plan->dout, b, i, h, 0);
                 const float *out = attn_f32_at4(plan->out, b, i, h, 0);
                 for (int64_t c = 0; c < Dv; ++c)
                     sum += (double)dout[c * dout_stride] * out[c * out_stride];
-            } else { /* 16-bit dO and O, widened */
-                const int64_t dout_first = backward_offset(plan->dout, b, i, h, 0);
-                const int64_t out_first = backward_offset(plan->out, b, i, h, 0);
-                for (int64_t c = 0; c < Dv; ++c)
-                    sum += (double)backward_get(plan->dout, dout_first + c * dout_stride) *
-                           backward_get(plan->out, out_first + c * out_stride);
             }
             plan->row_dot[(b * Hq + h) * Tq + i] = (float)sum;
         }
     }
 }
 
-static void compute_row_dots(const backward_plan *plan, int threads) {
-    attn_parallel_for(threads, plan->problem.batch * plan->problem.query_length, 16, row_dots_of,
-                      (void *)plan);
+/* The tasks of the recomputed D (16-bit O): (b, KV head, plan->dot_task_tiles query
+ * tiles), claimed in order. */
+typedef struct row_dot_region {
+    const backward_plan *plan;
+    const attn_call *call;
+    int64_t next_task;
+} row_dot_region;
+
+static void recompute_row_dots(void *context, int worker) {
+    row_dot_region *region = context;
+    const backward_plan *plan = region->plan;
+    const int64_t Tq = plan->problem.query_length, Hkv = plan->problem.kv_heads;
+    const int64_t task_rows = plan->dot_task_tiles * plan->tile_q;
+    const int64_t row_tasks = (Tq + task_rows - 1) / task_rows;
+    const int64_t count = plan->problem.batch * Hkv * row_tasks;
+    backward_workspace workspace;
+    backward_workspace_assign(plan, attn_call_workspace(region->call, worker), &workspace);
+    for (int64_t task; (task = attn_parallel_claim(&region->next_task)) < count;) {
+        const int64_t b = task / (Hkv * row_tasks), kv = task / row_tasks % Hkv;
+        const int64_t first = task % row_tasks * task_rows;
+        backward_query_rows_dots(plan, &workspace, b, kv, first,
+                                 Tq - first < task_rows ? Tq : first + task_rows);
+    }
+}
+
+/* Query tiles per task of the recomputed D: up to DOT_TASK_TILES (each key tile, widened
+ * from 16 bits and packed, serves them all), fewer while that leaves under TARGET_TASKS
+ * tasks. From the shape only. */
+enum { DOT_TASK_TILES = 4 };
+
+static int64_t dot_task_tiles(const backward_plan *plan) {
+    const int64_t query_tiles = (plan->problem.query_length + plan->tile_q - 1) / plan->tile_q;
+    const int64_t heads = plan->problem.batch * plan->problem.kv_heads;
+    int64_t tiles = DOT_TASK_TILES;
+    while (tiles > 1 && heads * ((query_tiles + tiles - 1) / tiles) < TARGET_TASKS) --tiles;
+    return tiles;
+}
+
+/* Pass 0: D. From the stored O where it is float32 (dO . O, as the forward computed it);
+ * for a 16-bit O from P and dP recomputed in fp32 (backward_query_rows_dots): dS = P (dP -
+ * D) subtracts two nearly equal numbers where attention is peaked, and D from the rounded O
+ * would carry O's rounding (2^-9 relative for bf16) into dS, dQ and dK whole. Costs about
+ * 4 D flops per allowed pair (S and dP once more) next to the backward's 10 D. */
+static void compute_row_dots(const backward_plan *plan, const attn_call *call, int threads) {
+    if (plan->out->dtype == ATTN_DTYPE_F32) {
+        attn_parallel_for(threads, plan->problem.batch * plan->problem.query_length, 16,
+                          row_dots_of, (void *)plan);
+        return;
+    }
+    /* load_query_tile copies D of its rows before they are computed: defined values */
+    memset(plan->row_dot, 0,
+           (size_t)(plan->problem.batch * plan->problem.query_heads * plan->problem.query_length) *
+               sizeof(float));
+    row_dot_region region = {plan, call, 0};
+    attn_parallel_run(threads, recompute_row_dots, &region);
 }
 
 /* Query rows per block of reduce_query_partials. */
@@ -502,6 +549,7 @@ attn_status attn_backward_run(attn_call *call, const attn_tensor *q, const attn_
     for (int64_t c = 0; c < plan.chunks && plan.task_partials; ++c)
         if (plan.chunk_rows_end[c] - plan.chunk_rows_first[c] > plan.task_partial_rows)
             plan.task_partial_rows = plan.chunk_rows_end[c] - plan.chunk_rows_first[c];
+    plan.dot_task_tiles = out->dtype != ATTN_DTYPE_F32 ? dot_task_tiles(&plan) : 0;
     size_t workspace_floats = backward_workspace_floats(&plan);
     const size_t limit = call->execution.memory_limit_bytes;
     if (plan.task_partials && limit > 0 &&
@@ -524,7 +572,7 @@ attn_status attn_backward_run(attn_call *call, const attn_tensor *q, const attn_
     plan.mask = &call->mask;
     plan.row_dot = attn_call_shared(call);
     plan.query_partials = plan.row_dot + ((size_t)row_dot_count + 15) / 16 * 16;
-    compute_row_dots(&plan, threads);
+    compute_row_dots(&plan, call, threads);
 
     const backward_tasks tasks = plan_tasks(&plan);
     int64_t overflows[2 * threads]; /* per worker: dk/dv values, then dq values */

@@ -108,6 +108,8 @@ typedef struct backward_plan {
     bool task_partials;
     int64_t task_partial_rows; /* most rows a chunk keeps */
     float *row_dot;         /* D [B][Hq][Tq] */
+    /* Query tiles per task of the recomputed D (16-bit O; compute_row_dots), 0 otherwise. */
+    int64_t dot_task_tiles;
     float *query_partials;  /* the chunks' dQ partial sums, above */
 } backward_plan;
 
@@ -153,6 +155,7 @@ typedef struct backward_workspace {
     float *value_accumulator;     /* [tile_k][Dv] dV of the key tile */
     float *value_rows;            /* [tile_k][Dv] widened V rows (16-bit V only) */
     float *task_partials;         /* [G][task_partial_rows][Dk] (plan->task_partials) */
+    double *dot_sums;             /* [G][dot_task_tiles * tile_q] (backward_query_rows_dots) */
     int64_t overflowed;           /* dK / dV values that did not fit a 16-bit dtype */
     int64_t query_overflowed;     /* dQ values the tasks wrote that did not fit */
 } backward_workspace;
@@ -172,6 +175,18 @@ void backward_workspace_assign(const backward_plan *plan, float *base,
  */
 void backward_key_tile(const backward_plan *plan, backward_workspace *workspace, int64_t b,
                        int64_t kv_head, int64_t j0, int count, int64_t chunk);
+
+/*
+ * D[b][h][i] = sum_j P_ij dP_ij (= dO_i . O_i with O_i the unrounded fp32 output) for the
+ * rows [first_row, end_row) (whole query tiles, at most plan->dot_task_tiles of them) of every
+ * query head of (b, kv_head)'s group, written to plan->row_dot: P and dP recomputed with the
+ * tile steps of backward_key_tile, each key tile packed once for all those rows, summed in
+ * double over the keys in ascending order (the same for any thread count). For a 16-bit O,
+ * whose rounding (relative 2^-9 for bf16) would otherwise dominate dP - D where attention is
+ * peaked. Reads plan->row_dot of those rows (load_query_tile), so the caller sets it first.
+ */
+void backward_query_rows_dots(const backward_plan *plan, backward_workspace *workspace,
+                              int64_t b, int64_t kv_head, int64_t first_row, int64_t end_row);
 
 /* How many chunks keep query row i (0 to plan->chunks). */
 static inline int backward_row_keepers(const backward_plan *plan, int64_t i) {
