@@ -183,7 +183,10 @@ def forward_with_kvcache(q, k_cache, v_cache, cache_seqlens, *, k_new=None, v_ne
                          rotary_interleaved=False, causal=True, window=None, softcap=0.0,
                          scale=None, return_lse=False, threads=None, memory_limit=None,
                          kernel=None, k_scale=None, v_scale=None):
-    """Attention against a KV cache the caller owns (flash_attn_with_kvcache).
+    """Attention against a KV cache the caller owns (flash_attn_with_kvcache's semantics,
+    with attn's names and defaults: causal=True and rotary_interleaved=False here, where
+    flash-attn defaults to causal=False and rotary_interleaved=True; attn.flash_attn has
+    flash_attn_with_kvcache with flash-attn's exact signature).
 
     q [B, Tq, Hq, Dk]; k_cache / v_cache [B, S_max, Hkv, D] (contiguous), or a page pool
     [num_pages, page_size, Hkv, D] with block_table int32 [B, max_pages]; float32, bfloat16

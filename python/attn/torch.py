@@ -481,3 +481,15 @@ def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False,
                          softcap=softcap, alibi_slopes=alibi_slopes, empty_rows="zero")
     return (out, lse, None) if return_attn_probs else out
 
+
+_FLASH_ATTN_NAMES = ("flash_attn_varlen_func", "flash_attn_with_kvcache",
+                     "flash_attn_qkvpacked_func", "flash_attn_kvpacked_func",
+                     "flash_attn_varlen_qkvpacked_func", "flash_attn_varlen_kvpacked_func")
+
+
+def __getattr__(name):
+    """flash-attn's other functions (attn.flash_attn), importable from attn.torch as well."""
+    if name in _FLASH_ATTN_NAMES:
+        from . import flash_attn
+        return getattr(flash_attn, name)
+    raise AttributeError(f"module 'attn.torch' has no attribute {name!r}")
