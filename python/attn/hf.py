@@ -7,7 +7,9 @@
 register() adds "attn" to transformers' AttentionInterface (the attention function every
 layer calls) and to AttentionMaskInterface (so layers receive boolean masks, built as for
 "sdpa": padding, causal and sliding-window masks included). Every attention layer then runs
-through attn.torch's custom op, gradients included.
+through attn.torch's custom op, gradients included. register(threads=N) bounds attn's
+threads in those calls; output_attentions=True returns the attention probabilities
+(probabilities()).
 """
 from __future__ import annotations
 

@@ -7,8 +7,10 @@ through attn's own backward, plus drop-ins for torch's SDPA and flash-attn's fla
     out, lse = torch.ops.attn.forward(q, k, v, ...)                          # the op itself
 
 The ops (torch.ops.attn.forward / torch.ops.attn.backward) take [B, T, H, D] CPU tensors of any
-strides in float32, float16 or bfloat16; they work under torch.compile (fake kernels) and
-autograd (gradients for q, k, v and the float bias, through out and lse).
+strides in float32, float16 or bfloat16; they work under torch.compile (fake kernels that
+declare exactly what the kernels return) and autograd (gradients for q, k, v and the float
+bias, through out and lse). flash-attn's other functions are in attn.flash_attn (and
+reachable from here under the same names).
 """
 from __future__ import annotations
 
