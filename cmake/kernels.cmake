@@ -35,10 +35,8 @@ if(ATTN_ENABLE_SIMD_KERNELS AND CMAKE_SYSTEM_PROCESSOR MATCHES "x86_64|AMD64|amd
   endif()
   if(ATTN_COMPILER_HAS_AVX512 AND ATTN_AVX512_SOURCES)
     target_sources(attn_objects PRIVATE ${ATTN_AVX512_SOURCES})
-    # Functions on 64 bytes and loops on 32: the decode kernels' speed moved by 2-4% with
-    # where an unrelated change put them (bf16 groups of 8 on flash-attn's pages 1.055-1.081x
-    # the library-owned time in one build, 1.025-1.034x with these, library-owned unchanged;
-    # docs/inference.md, "Caller-owned pages without AMX, second look").
+    # Functions on 64 bytes and loops on 32: otherwise the decode kernels' speed moves by a few
+    # percent with where an unrelated change puts them (bench/results/intel-xeon-avx512.md).
     set_source_files_properties(${ATTN_AVX512_SOURCES} PROPERTIES
       COMPILE_OPTIONS "-mavx512f;-mavx512dq;-mavx512bw;-mavx512vl;-mfma;-falign-functions=64;-falign-loops=32")
     target_compile_definitions(attn_objects PUBLIC ATTN_HAVE_AVX512_KERNELS=1)

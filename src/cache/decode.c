@@ -1047,10 +1047,9 @@ static void run_split_stepped(const decode_plan *plan, decode_scratch *scratch, 
 
 /* The Hkv tasks of split `split` of sequence b (token-major pages, heads_together): chunk by
  * chunk, the scores and probabilities of every head's rows of the chunk, then every head's
- * P · V, so that each page's K rows of all heads, and then its V rows, are read together
- * (flash-attn's pages of 16 tokens, fp8 groups of 4 rows with Hkv 2: 1.06-1.08x the
- * library-owned time with the heads in steps of 512 keys, 0.98-1.01x so; docs/inference.md,
- * "Caller-owned pages without AMX, third look"). Each head's state, scores and rescale
+ * P · V, so that each page's K rows of all heads, and then its V rows, are read together: on
+ * token-major pages no hardware prefetcher follows one head's rows, and reading the heads of
+ * a page together keeps the lines each brings in. Each head's state, scores and rescale
  * factors are its own (head_state), and each head sees the operations of run_task on the
  * same chunks in the same order: the same bits. */
 static void run_split_together(const decode_plan *plan, decode_scratch *scratch, int64_t b,

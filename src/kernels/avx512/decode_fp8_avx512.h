@@ -5,7 +5,7 @@
  * products and sums in float32 FMAs. Included twice by decode_q8_avx512.h: FP8_VBMI 0, and
  * FP8_VBMI 1 (functions marked target("avx512vbmi")), where E5M2's byte-to-half step is one
  * VPERMB into the high bytes instead of a zero extension and a shift (E4M3 has no shorter
- * form: docs/inference.md, "fifth look"). The halves, hence the bits, are the same.
+ * form). The halves, hence the bits, are the same.
  * FP8(name) gives the variant's names.
  */
 

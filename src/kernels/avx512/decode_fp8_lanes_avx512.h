@@ -13,7 +13,7 @@
  * permutation, two 256-bit-half shuffles per pair of vectors, is its own inverse). Used for
  * groups of whole 4-row blocks with a head dimension a multiple of 64 (GQA at D 128), where the
  * decode loop waits on memory and the operations per byte decide how much of the wait the
- * core hides (docs/inference.md, "fp8 on the AMX Xeon, fifth look"). Part of
+ * core hides. Part of
  * decode_avx512.c's translation unit, after decode_fp8_avx512.h.
  */
 
