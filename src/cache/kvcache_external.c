@@ -7,7 +7,9 @@
  * Order of work: every argument is checked (shapes, dtypes, capacities, block-table entries,
  * pages an append would write that another block uses, rotary tables) and every buffer
  * allocated before the first write into the cache, so a failing call leaves it untouched.
- * Then the append, the RoPE of the queries, and the attention itself:
+ * Then the append (the rows it overwrites saved first), the RoPE of the queries, and the
+ * attention itself, which sizes its own working memory; if it fails (a memory limit), the
+ * saved rows are put back, so the cache is left as it was on that error too:
  *  - few queries per sequence (Tq <= DECODE_MOST_QUERIES): attn_decode's split-KV loop on a
  *    struct attn_kv_cache that describes the caller's memory with its own strides
  *    (cache_internal.h), so the kernels read the caller's pages in place and the result is
@@ -515,6 +517,44 @@ static void append_tokens(const external_plan *plan, float *rows) {
         }
 }
 
+/* Bytes of the stored rows (and Q8 row scales) an append overwrites: saved before it, put
+ * back when the attention after it fails. */
+static bool overwritten_bytes(const external_plan *plan, size_t *bytes) {
+    int64_t rows;
+    size_t row_bytes;
+    return attn_mul_i64(plan->B * plan->Tnew, plan->Hkv, &rows) &&
+           attn_mul_size((size_t)(plan->Dk + plan->Dv), attn_dtype_size(plan->dtype),
+                         &row_bytes) &&
+           attn_add_size(row_bytes, plan->dtype == ATTN_DTYPE_Q8 ? 2 * sizeof(float) : 0,
+                         &row_bytes) &&
+           attn_mul_size((size_t)rows, row_bytes, bytes);
+}
+
+/* Copies the stored rows (and Q8 scales) at cache_seqlens[b] + t, t < Tnew, to `saved`
+ * (restore = 0), or back from it (restore = 1), in append_tokens' order. */
+static void swap_overwritten(const external_plan *plan, char *saved, int restore) {
+    const size_t size = attn_dtype_size(plan->dtype);
+    const size_t key_bytes = (size_t)plan->Dk * size, value_bytes = (size_t)plan->Dv * size;
+    for (int64_t b = 0; b < plan->B; ++b)
+        for (int64_t t = 0; t < plan->Tnew; ++t) {
+            const int64_t position = plan->cache_seqlens[b] + t;
+            for (int64_t h = 0; h < plan->Hkv; ++h) {
+                void *places[4] = {stored_row(plan, plan->k_cache, b, position, h),
+                                   stored_row(plan, plan->v_cache, b, position, h), NULL, NULL};
+                size_t sizes[4] = {key_bytes, value_bytes, sizeof(float), sizeof(float)};
+                if (plan->dtype == ATTN_DTYPE_Q8) {
+                    places[2] = scale_slot(plan, plan->k_scale, b, position, h);
+                    places[3] = scale_slot(plan, plan->v_scale, b, position, h);
+                }
+                for (int n = 0; n < 4 && places[n] != NULL; ++n) {
+                    if (restore) memcpy(places[n], saved, sizes[n]);
+                    else memcpy(saved, places[n], sizes[n]);
+                    saved += sizes[n];
+                }
+            }
+        }
+}
+
 /* Fills rows of a sequence with no key by the empty-row policy. */
 static attn_status empty_sequence(const attn_options *options, int64_t b, const attn_tensor *out,
                                   const attn_tensor *lse, attn_error *error) {
@@ -682,12 +722,18 @@ attn_status attn_forward_with_kvcache(const attn_tensor *q, const attn_kv_cache_
         status = check_arguments(&plan, q, cache, append, &resolved, out, lse, error);
     if (status != ATTN_OK) return status;
 
-    /* Every buffer before the first write. */
+    /* Every buffer before the first write. The attention after the append sizes its own
+     * working memory (attn_decode, attn_forward) only when it runs; should it then fail (its
+     * memory limit, say), the rows the append overwrote are put back from bytes[5], so that
+     * the cache is left as it was on any error. */
+    enum { BUFFERS = 6 };
     const int use_decode = plan.Tq <= DECODE_MOST_QUERIES;
     const int gather = !use_decode && (plan.paged || plan.dtype != q->dtype);
-    size_t bytes[5] = {0}; /* owner, rotated queries, a row, tables + lengths, gathered K/V */
+    /* owner, rotated queries, a row, tables + lengths, gathered K/V, overwritten rows */
+    size_t bytes[BUFFERS] = {0};
     int fits = attn_mul_size((size_t)(plan.paged && plan.Tnew > 0 ? plan.page_count : 0),
                              sizeof(int64_t), &bytes[0]);
+    if (plan.Tnew > 0) fits = fits && overwritten_bytes(&plan, &bytes[5]);
     if (plan.rotary_dim > 0) {
         int64_t elements;
         fits = fits && attn_mul_i64(plan.B * plan.Tq, plan.Hq * plan.Dk, &elements) &&
@@ -710,14 +756,15 @@ attn_status attn_forward_with_kvcache(const attn_tensor *q, const attn_kv_cache_
         return attn_fail(error, ATTN_ERROR_OVERFLOW,
                          "attn_forward_with_kvcache: working memory size overflows");
     size_t total = 0;
-    for (int n = 0; n < 5; ++n) total += bytes[n]; /* each fits; the sum is far below SIZE_MAX */
+    for (int n = 0; n < BUFFERS; ++n) total += bytes[n]; /* each fits; the sum is far below SIZE_MAX */
     if (how.memory_limit_bytes > 0 && total > how.memory_limit_bytes)
         return attn_fail(error, ATTN_ERROR_MEMORY_LIMIT,
                          "execution.memory_limit_bytes = %zu: attn_forward_with_kvcache needs "
-                         "%zu bytes (block-table checks, rotated queries, gathered K/V)",
+                         "%zu bytes (block-table checks, rotated queries, gathered K/V, the "
+                         "rows an append overwrites)",
                          how.memory_limit_bytes, total);
-    void *buffers[5] = {NULL};
-    for (int n = 0; n < 5; ++n)
+    void *buffers[BUFFERS] = {NULL};
+    for (int n = 0; n < BUFFERS; ++n)
         if (bytes[n] > 0 && (buffers[n] = attn_aligned_alloc(bytes[n])) == NULL) {
             for (int m = 0; m < n; ++m) attn_aligned_free(buffers[m]);
             return attn_fail(error, ATTN_ERROR_OUT_OF_MEMORY,
@@ -727,7 +774,11 @@ attn_status attn_forward_with_kvcache(const attn_tensor *q, const attn_kv_cache_
     status = check_block_table(&plan, buffers[0], error);
 
     /* Nothing has been written so far. */
-    if (status == ATTN_OK && plan.Tnew > 0) append_tokens(&plan, buffers[2]);
+    const int appended = status == ATTN_OK && plan.Tnew > 0;
+    if (appended) {
+        swap_overwritten(&plan, buffers[5], 0);
+        append_tokens(&plan, buffers[2]);
+    }
     attn_tensor rotated_q = *q;
     if (status == ATTN_OK && plan.rotary_dim > 0) {
         /* Rotated in fp32, stored in q's dtype (rounded once for 16-bit queries). */
@@ -759,6 +810,7 @@ attn_status attn_forward_with_kvcache(const attn_tensor *q, const attn_kv_cache_
             status = prefill(&plan, &rotated_q, options, out, lse, execution, buffers[4], error);
         }
     }
-    for (int n = 0; n < 5; ++n) attn_aligned_free(buffers[n]);
+    if (appended && status != ATTN_OK) swap_overwritten(&plan, buffers[5], 1);
+    for (int n = 0; n < BUFFERS; ++n) attn_aligned_free(buffers[n]);
     return status;
 }
