@@ -26,11 +26,8 @@
  *    24 zmm accumulators at 16 lanes, each value row read whole and in order; 2 x 32 = 8 ymm
  *    at 8 lanes), the rescale of the accumulator fused into its load;
  *  - software prefetch of the keys and values LOOKAHEAD rows ahead for groups of >= 2 rows
- *    (see LOOKAHEAD): without it the core waits on memory during most of its arithmetic. At
- *    8 lanes too since 2026-12-06 (the AVX2 kernels on an Intel Xeon, `attn bench decode
- *    --kernel avx2`, three alternated runs: float32 GQA 60.7-62.8 -> 74.0-76.1 tokens/s, MQA
- *    163-189 -> 191-200, MHA unchanged; flash-attn's pages of float32 and fp16 groups of 4 at
- *    1.13-1.17x -> 1.00-1.01x the library-owned time; not measured on an AVX2-only AMD).
+ *    (see LOOKAHEAD): without it the core waits on memory during most of its arithmetic, at
+ *    8 lanes as at 16 (bench/results/intel-xeon-avx512.md has the AVX2 registry's runs).
  *  - large groups (>= ATTN_DECODE_GROUP_ROWS: MQA, MLA) take the *_group kernels at the end
  *    of this file instead: the query rows as vector lanes, so a block of rows x keys (or
  *    rows x value dimensions) needs no reduction tree and reads each key / value once per
@@ -47,28 +44,28 @@
 #endif
 
 #if VLANES == 16
-/* Groups of at least this many rows score dimension-major (see score_block): measured
- * 15-20% faster than key-major for 4 rows once the keys are prefetched. */
+/* Groups of at least DIMENSION_MAJOR_ROWS rows score dimension-major (see score_block): once
+ * the keys are prefetched, each loaded key vector serving several rows beats key-major. */
 enum { DIMENSION_MAJOR_ROWS = 3, DECODE_PREFETCH = 1, VALUE_ROWS = 3, VALUE_VECTORS = 8 };
 #else
 enum { DIMENSION_MAJOR_ROWS = 2, DECODE_PREFETCH = 1, VALUE_ROWS = 2, VALUE_VECTORS = 4 };
 #endif
 
 /* Software prefetch. With a group of several rows each key costs many FMAs, and the hardware
- * prefetcher alone then leaves the core waiting on its loads (profiled: most cycles at the
- * first use of a key, memory idle during the arithmetic). So the pass that reads keys
- * (values) from memory requests the row LOOKAHEAD rows ahead of the one it uses, past the end
- * of the chunk too: rows are contiguous within a page, so that is the next chunk (a prefetch
- * never faults; at a page end it is wasted). Hint T1 (into L2): measured faster than T0 or
- * NTA here, and a lookahead of 16 rows faster than 8, 32 or 64. One row per key (MHA) is a
- * plain stream the hardware prefetcher follows: prefetching it measured slower. */
+ * prefetcher alone then leaves the core waiting on its loads (most cycles at the first use of
+ * a key, memory idle during the arithmetic). So the pass that reads keys (values) from memory
+ * requests the row LOOKAHEAD rows ahead of the one it uses, past the end of the chunk too:
+ * rows are contiguous within a page, so that is the next chunk (a prefetch never faults; at a
+ * page end it is wasted). The hint T1 (into L2) and LOOKAHEAD are tuned: the fastest of the
+ * hints T0 / T1 / NTA and of the distances 8 to 64 rows. One row per key (MHA, below
+ * PREFETCH_ROWS) is a plain stream the hardware prefetcher follows, so it is left to it. */
 enum { LOOKAHEAD = 16, PREFETCH_ROWS = 2 };
 
 /* Requests the first `bytes` bytes of rows [first, first + count) of `stride` bytes after
  * `base` (which may lie past the pool: the addresses are formed as integers, and a prefetch
  * never faults) into L1 (into_l1, a constant) or L2: a request per 64-byte line, contiguous
- * rows (stride == bytes) as one span (a loop per row cost 14% of the AVX2 int8 score
- * kernel's instructions). */
+ * rows (stride == bytes) as one span (a loop per row would add instructions to kernels whose
+ * speed is their instruction count). */
 V_INLINE void prefetch_rows(const void *base, int64_t first, int count, int64_t stride,
                             int64_t bytes, const int into_l1) {
     uintptr_t row = (uintptr_t)base + (uintptr_t)(first * stride);
@@ -106,7 +103,7 @@ V_INLINE void prefetch_row_or_next(const void *base, const void *next, int c, co
 
 /* Row c of `ahead` (registry.h attn_rows_ahead) into L2: the fp8 score kernels request each
  * key's value row as they score the key, so that the P · V after them finds the chunk's
- * values in L2 (docs/inference.md, "fp8: the values requested during the scores"). */
+ * values in L2 (docs/inference.md, "Quantized KV cache (int8, fp8)"). */
 V_INLINE void prefetch_row_ahead(const attn_rows_ahead *ahead, int c) {
     const char *row = (const char *)ahead->rows + (int64_t)c * ahead->stride;
     for (int offset = 0; offset < ahead->bytes; offset += 64) _mm_prefetch(row + offset, _MM_HINT_T1);
@@ -177,9 +174,8 @@ static void f16_to_f32(int64_t count, const uint16_t *source, float *target) {
  * score_chunk_bf16_widened), exactly. The operations and their order are those of the
  * float32 kernels on the widened values, so a 16-bit chunk read in place gives the bits of
  * widen_rows followed by score_chunk / accumulate_chunk. Only the 16-lane registry names
- * them: at 8 lanes (the AVX2 kernels on an Intel Xeon, `attn bench serve --ownership
- * --kernel avx2 --dtype f16`, three alternated runs) fp16 groups of 4 rows read in place took
- * 42-45 ms against 22-28 converted, groups of 2 rows 19.5-23.6 against 13.7-15.1. */
+ * them: at 8 lanes the widening in registers costs more than converting each chunk once
+ * (widen_rows), for groups of 2 rows too. */
 enum { STORED_F32 = 0, STORED_F16 = 1, STORED_BF16 = 2 };
 
 #if VLANES == 16
@@ -421,7 +417,7 @@ V_INLINE void accumulate_rows(const int block_rows, const int stored, int count,
 /* accumulate_chunk for stored values (float32, or `stored` 16-bit): blocks of
  * VALUE_ROWS rows (the first block reads each value row whole, in order), then the remaining
  * rows. (At 16 lanes, blocks of 4 rows x 64 floats need fewer loads but read each value row
- * in two strided passes, which measured slower on streamed values.) */
+ * in two strided passes, which streamed values pay for.) */
 V_INLINE void accumulate_stored_chunk(const int stored, int rows, int count, int dim,
                                       const float *weights, const float *rescale,
                                       const void *values, int64_t value_stride,

@@ -12,13 +12,13 @@
  *
  * Micro-kernels: S = Q·Kᵀ and O += P·V are register-blocked, TILE_ROWS (6) rows × TILE_BLOCKS
  * vectors, loaded once, updated for every element of the reduction in order, stored once:
- * 6 × 4 = 24 of the 32 zmm registers at 16 lanes (Zen 4/5 and Intel cores need ≥ 8 FMA chains
- * in flight; 24 leaves room for the 4 loads and 1 broadcast of each step), 6 × 2 = 12 of the
- * 16 ymm registers at 8 lanes. The softmax step makes two passes per row, both in L1: (1) the
- * row maximum of the raw scores, (2) p = exp(x·scale − m) written in place and summed; scale
- * is folded into the exponent's FMA (max(x·s) = max(x)·s exactly for s > 0). Masked entries
- * (−inf) give exactly 0; a row whose maximum is still −inf uses m = 0, so nothing becomes
- * NaN. Soft-capping uses vf_tanh.
+ * 6 × 4 = 24 of the 32 zmm registers at 16 lanes (two FMA pipes of 4-cycle latency need ≥ 8
+ * FMA chains in flight; 24 leaves room for the 4 loads and 1 broadcast of each step),
+ * 6 × 2 = 12 of the 16 ymm registers at 8 lanes. The softmax step makes two passes per row,
+ * both in L1: (1) the row maximum of the raw scores, (2) p = exp(x·scale − m) written in place
+ * and summed; scale is folded into the exponent's FMA (max(x·s) = max(x)·s exactly for s > 0).
+ * Masked entries (−inf) give exactly 0; a row whose maximum is still −inf uses m = 0, so
+ * nothing becomes NaN. Soft-capping uses vf_tanh.
  */
 #include <math.h>
 #include <stdbool.h>

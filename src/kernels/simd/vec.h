@@ -95,9 +95,8 @@ V_INLINE vf vf_maskz_loadu(vmask m, const float *p) { return _mm256_maskload_ps(
 V_INLINE vf vf_mask_loadu_or(vf fill, vmask m, const float *p) {
     return _mm256_blendv_ps(fill, _mm256_maskload_ps(p, m), _mm256_castsi256_ps(m));
 }
-/* A full mask stores plainly: VMASKMOVPS to memory costs about 12 cycles on Zen 3 (a plain
- * store 1; measured 3.7 vs 0.3 ns), and the softmax and weight passes store whole chunks
- * through masks. */
+/* A full mask stores plainly: VMASKMOVPS to memory costs many times a plain store on some
+ * cores, and the softmax and weight passes store whole chunks through masks. */
 V_INLINE void vf_mask_storeu(float *p, vmask m, vf v) {
     if (_mm256_movemask_ps(_mm256_castsi256_ps(m)) == 0xff) _mm256_storeu_ps(p, v);
     else _mm256_maskstore_ps(p, m, v);

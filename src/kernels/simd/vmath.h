@@ -8,8 +8,8 @@
  *  - AVX-512: 2^n by vscalefps (exact, handles underflow to subnormals and to 0); inputs are
  *    clamped to 88.72 above, and x ≤ −104 (where the result rounds to exactly +0), −inf and
  *    NaN give +0 without running vscalefps on them: an underflowing vscalefps lane costs a
- *    microcode assist for the whole vector (≈ 90 ns against 3.4 ns, measured), which every
- *    masked logit used to pay;
+ *    microcode assist for the whole vector (many times the cost of the exp), which every
+ *    masked logit would otherwise pay;
  *  - AVX2: 2^n built in the exponent bits, so inputs are clamped to [−87, 88.37] (n within
  *    the normal range) and results for x < −87 are set to exactly 0 (expf would give at most
  *    1.6e-38 there; such terms never change a softmax whose sum is ≥ 1).
@@ -29,8 +29,8 @@ V_INLINE vf vf_exp(vf x) {
 #if ATTN_VEC_WIDTH == 16
     /* x <= -104 (-inf: every masked logit) and NaN give exactly 0, as clamping at -104 did;
      * those lanes are computed from x = 0 and zeroed at the end, because a vscalefps whose
-     * result underflows costs a microcode assist (about 90 ns per vector measured, 25 times
-     * the whole exp) whenever any lane does. */
+     * result underflows costs a microcode assist (many times the whole exp) whenever any
+     * lane does. */
     const __mmask16 zero_lanes = _mm512_cmp_ps_mask(x, vf_set1(-104.0f), _CMP_NGT_UQ);
     x = _mm512_mask_mov_ps(x, zero_lanes, vf_zero());
     x = vf_min(x, vf_set1(88.72283935546875f));
