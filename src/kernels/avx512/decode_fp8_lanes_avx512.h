@@ -91,7 +91,7 @@ FP8_LANES_TARGET static void score_rows4_e4m3_lanes(int count, int dim, const fl
                 }
             }
         /* lane 4r + k: row r, key k (the block's start and end are score_rows4's, written out
-         * again: shared through helpers they measured 3-4% slower here, GCC 12 allocating the
+         * again: shared through helpers they run slower here, GCC 12 allocating the
          * registers of the key loop differently) */
         const __mmask8 lanes = (__mmask8)((1u << valid) - 1u);
         const __m128 key_factor =

@@ -14,10 +14,11 @@
  *   FP8 E4M3: sign-extend to 16 bits, shift left 7, clear bit 14: the half whose value is
  *             the E4M3 value / 256 (subnormals included), vcvtph2ps; the 256 is folded into
  *             the per-key scale (a power of two: the same rounding as the generic kernels).
- * The fp8 kernels (decode_fp8_avx512.h) widen 32 bytes at a time (load_pair: the 16-bit
- * steps on a whole zmm, one vcvtph2ps per 16; E5M2 by one VPERMB where VBMI is present). The fp8 score kernel requests the rows of its `ahead` hint (the
- * chunk's values, from the decode loop) as it scores each key, and the fp8 P · V requests
- * nothing (docs/inference.md, "fp8: the values requested during the scores").
+ * The fp8 kernels (decode_fp8_avx512.h) widen 32 bytes at a time (load_pair: the 16-bit steps
+ * on a whole zmm, one vcvtph2ps per 16; E5M2 by one VPERMB where VBMI is present). The fp8
+ * score kernel requests the rows of its `ahead` hint (the chunk's values, from the decode loop)
+ * as it scores each key, and the fp8 P · V requests nothing (docs/inference.md,
+ * "Quantized KV cache (int8, fp8)").
  * The per-key scale multiplies each dot product once (scores) and each weight once
  * (values), never an element. Blocks as in decode_body.h: scores in 16-dot blocks reduced
  * by one transpose-and-add tree (4 rows x 4 keys dimension-major, 2 x 8 and 1 x 16 key
@@ -26,21 +27,16 @@
  * compile-time constant inside each block (the switch is outside the loops), and so is
  * whether every load is a whole vector (head dimension a multiple of 32): then loads are
  * unmasked and a byte load folds into its widening instruction (docs/inference.md,
- * "8-bit KV decode": 1.1-1.3x for fp8).
+ * "Quantized KV cache (int8, fp8)").
  */
 
 /* Groups of at least this many rows request their rows ahead: every group for 1-byte rows.
  * (PREFETCH_ROWS, 2, is for 2- and 4-byte rows, whose one-row stream the hardware prefetcher
- * follows; a 1-byte one it does not: MHA, Hq = Hkv = 32, context 32768, 2 runs: int8 1.46x /
- * 1.48x -> 1.73x / 1.69x bf16, fp8 E4M3 0.89x / 0.90x -> 1.40x / 1.38x.) */
+ * follows; a 1-byte one it does not, so MHA requests its 1-byte rows too.) */
 #define Q8_PREFETCH_ROWS 1
-/* Prefetch distance in rows for 1-byte rows (LOOKAHEAD is tuned for 2- and 4-byte ones). On
- * the AMX Xeon (context 32768, 3 alternated runs, "vs bf16"), GQA int8 / E4M3: 16 rows
- * 1.67-1.79x / 1.34-1.38x, 32 1.71-1.76x / 1.37-1.40x, 48 1.71-1.80x / 1.37-1.40x, 64
- * 1.62-1.71x / 1.37-1.43x, 128 1.56-1.58x / 1.33-1.35x; MHA E4M3 1.43-1.44x at 32 against
- * 1.30-1.31x at 48 and 1.37-1.38x at 64; at 131072 GQA int8 1.62-1.66x at 32 against
- * 1.55-1.59x at 64. (On an earlier machine 64 had measured a few percent faster than 16 and
- * 32 for GQA int8.) */
+/* Prefetch distance in rows for 1-byte rows (LOOKAHEAD is tuned for 2- and 4-byte ones): the
+ * tunable, 32 the fastest of 16 to 128 rows for GQA int8 and fp8 and for MHA fp8 (define
+ * Q8_LOOKAHEAD to try another). */
 #ifndef Q8_LOOKAHEAD
 #define Q8_LOOKAHEAD 32
 #endif
@@ -48,11 +44,8 @@
 /* Requests of 1-byte rows (prefetch_row_or_next, decode_body.h: rows past the chunk in the
  * next one, which the decode loop finds through the block table) go into L2 for int8 and fp8
  * groups of 1-2 rows, into L1 for fp8 blocks of 3-4 rows, whose widening and FMAs keep the
- * core busy long enough for the rows to wait in L1. Context 32768, alternated runs, "vs
- * bf16": GQA (4 rows) with every request into L1, int8 1.67-1.74x, E4M3 1.44-1.47x; into L2
- * 1.73-1.80x, 1.38x; PREFETCHT2 1.72-1.75x, 1.37-1.39x; fp8 into L1 and int8 into L2: E4M3
- * 1.39-1.42x -> 1.43-1.46x, E5M2 1.43-1.47x -> 1.48-1.49x. MHA (1 row) fp8 into L1: E4M3
- * 1.44-1.47x -> 1.31-1.33x. */
+ * core busy long enough for the rows to wait in L1; each choice is the fastest of L1, L2 and
+ * PREFETCHT2 for its kind of group. */
 
 /* 16 stored elements source[0 .. 16) (lanes outside `lanes` read as 0) as floats (E4M3:
  * value / 256). */
@@ -115,11 +108,9 @@ static void widen_fp8_bf16_as(const attn_dtype format, int count, int dim, const
  * 7-bit magnitude (VPERMI2B) give each value's bf16 low and high byte, the sign is ORed into
  * the high one, and two more VPERMI2B interleave them into 64 bf16 words in order: 5
  * instructions per 64 elements instead of about 34. The tables: kernels/fp8_bf16_table.h. */
-/* Rows ahead that widen_fp8_bf16_vbmi requests (the fp8 groups on bf16 tiles: MQA, MLA).
- * Context 32768, 3 alternated runs, "vs bf16", fp8 E4M3 MQA / MLA V2 / V2-Lite: none
- * 0.92-0.93x / 0.95-1.00x / 0.74-0.75x; 32 rows 0.93-0.95x / 0.98-1.05x / 0.80-0.83x; 64 rows
- * 0.91-0.94x / 0.99-1.00x / 0.78-0.85x. (The widening through halves, for CPUs without VBMI,
- * was not measured with it and requests nothing.) */
+/* Rows ahead that widen_fp8_bf16_vbmi requests (the fp8 groups on bf16 tiles: MQA, MLA), so
+ * that the widening of a chunk does not wait for its bytes: the tunable, 32 rows, faster than
+ * none or 64. (The widening through halves, for CPUs without VBMI, requests nothing.) */
 #define FP8_WIDEN_LOOKAHEAD 32
 
 __attribute__((target("avx512vbmi"))) static void widen_fp8_bf16_vbmi(attn_dtype dtype, int count,
