@@ -282,8 +282,8 @@ const attn_decode_kernels attn_avx2_decode = {
     .softmax_chunk = softmax_chunk,
     .accumulate_chunk = accumulate_chunk,
     /* score_chunk_f16, score_chunk_bf16_widened (16-bit rows widened as they are loaded):
-     * none at 8 lanes, whose blocks measured slower in place than converting each chunk
-     * once (simd/decode_body.h "Stored rows") */
+     * none at 8 lanes, whose blocks run slower in place than converting each chunk once
+     * (simd/decode_body.h "Stored rows") */
     .score_chunk_bf16 = avx2_score_chunk_bf16,
     .accumulate_chunk_bf16 = avx2_accumulate_chunk_bf16,
     .prepare_bf16_queries = avx2_prepare_bf16_queries,

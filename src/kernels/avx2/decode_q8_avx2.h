@@ -375,8 +375,8 @@ static float largest_magnitude(int count, const float *x) {
 /* sums[r * block_keys + k] += q16[r][d .. d + 16) . key_k[d .. d + 16) in int32 lanes
  * (exact); past `valid` elements the key reads 0. Dimension-major: each key is widened once
  * per step; up to 4 keys the widened keys stay in registers while each row meets them
- * (GCC folds the query load into every VPMADDWD; holding it in a register measured slower),
- * 8 keys (one row) go key after key. */
+ * (GCC folds the query load into every VPMADDWD, which runs faster than holding it in a
+ * register), 8 keys (one row) go key after key. */
 V_INLINE void score_step_q8i(const int block_rows, const int block_keys, int d, int valid,
                              const int16_t *const *row, const int8_t *const *key, __m256i *sums) {
     if (block_keys <= 4) {
@@ -420,7 +420,7 @@ static void score_pairs4_q8i(int count, int dim, const int16_t *const *row, __m2
     const int8_t *first = keys;
     for (int c0 = 0; c0 + 2 <= count; c0 += 2, first += 2 * key_stride) {
         const int8_t *key[2] = {first, first + key_stride};
-        if (prefetch) { /* (inline: prefetch_rows here cost 2% more of the kernel's instructions) */
+        if (prefetch) { /* (inline: prefetch_rows here adds to the kernel's instructions) */
             /* the pair's rows ahead from its first one's (NULL: none) */
             const char *ahead = row_ahead(keys, keys_ahead, c0, Q8_LOOKAHEAD, count, key_stride);
             for (int offset = 0; ahead != NULL && offset < dim; offset += 64) {
@@ -637,7 +637,7 @@ static void accumulate_chunk_q8i(int rows, int count, int dim, const float *weig
                                  const float *rescale, const int8_t *values, int64_t value_stride,
                                  const float *row_scales, float factor, float *accumulator) {
     /* (no requests here: the score kernel asked for the chunk's values as it scored, the
-     * `ahead` rows; requesting the next rows too was 2-3% slower, Zen 3) */
+     * `ahead` rows; requesting the next rows too only adds instructions) */
     int16_t w16[4 * Q8I_WEIGHT_STRIDE] __attribute__((aligned(32)));
     float scale[4];
     for (int r0 = 0; r0 < rows; r0 += 4) {
