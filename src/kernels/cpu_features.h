@@ -25,8 +25,8 @@ typedef struct attn_cpu_features {
     int amx_tile, amx_bf16, amx_fp16;
     int amx_int8; /* TDPBSSD / TDPBUSD (int8 decode tiles, amx/decode_q8_amx.h) */
     /* Not an instruction set: 1 when CPUID's vendor string is "AuthenticAMD". AMD's
-     * AVX512-BF16 cores (Zen 4, Zen 5) issue VDPBF16PS at the rate of a 16-lane FMA (twice
-     * its multiply-adds), Intel's at half that rate; the registry takes the VDPBF16PS decode
+     * AVX512-BF16 cores issue VDPBF16PS at the rate of a 16-lane FMA (twice its
+     * multiply-adds), Intel's at half that rate; the registry takes the VDPBF16PS decode
      * kernels on AMD only (registry.c). Not in the named flags below. */
     int vendor_amd;
     /* What the detection saw, for logs: XCR0 (0 without OSXSAVE), and whether the Linux AMX

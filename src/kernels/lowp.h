@@ -18,8 +18,8 @@
  * Without AMX-FP16, fp16 storage is converted to fp32 when packed (attn_lowp_convert below)
  * and the fp32 kernels of kernel.h run on it, with P rounded to fp16 before P·V (no fp16 dot
  * product instruction beats that: AVX512-FP16's VFMADDPH accumulates in fp16). bf16 can run
- * the same way (where VDPBF16PS is slower than two fp32 FMAs per cycle, as measured on some
- * CPUs: bench/lowp_kernels.c).
+ * the same way (where VDPBF16PS is slower than two fp32 FMAs per cycle, as on Intel cores:
+ * bench/results/intel-xeon-amx.md, "Instruction rates").
  *
  * Where rounding happens (bf16): Q, K, V are bf16 already (copied, never rounded). Each
  * product of two bf16 numbers is exact in fp32; the reduction adds the products in index

@@ -148,9 +148,9 @@ static inline int32_t attn_q8_operand(float x, float multiplier) {
  * registry the same rows, so the same integers): first the rows' scales s_q, rows floats
  * padded to ATTN_Q8_QUERY_SCALE_FLOATS(rows), then row r's int16 elements q16 at
  * attn_q8_query_row(prepared, rows, dim, r), ATTN_Q8_QUERY_STRIDE(dim) of them, 0 past dim.
- * In a 64-byte aligned buffer both parts and every row are 64-byte aligned. Rounding them
- * once per task instead of once per chunk saved about 15% of the AVX2 int8 score kernel's
- * instructions (docs/inference.md). */
+ * In a 64-byte aligned buffer both parts and every row are 64-byte aligned. They are rounded
+ * once per task instead of once per chunk, so that the int8 score kernels, whose speed is
+ * their instruction count, do not repeat the rounding for every chunk of keys. */
 #define ATTN_Q8_QUERY_STRIDE(dim) (((dim) + 31) / 32 * 32)
 #define ATTN_Q8_QUERY_SCALE_FLOATS(rows) (((rows) + 15) / 16 * 16)
 #define ATTN_Q8_PREPARED_BYTES(rows, dim)                                                   \

@@ -171,10 +171,9 @@ typedef struct attn_backward_kernels {
 
 /* Smallest group (query rows per task) whose bf16 queries against a bf16 cache run on bf16
  * tiles (score_chunk_tiles / accumulate_chunk_tiles: AMX) when the registry has them: the
- * groups above ATTN_DECODE_FUSED_ROWS. Measured (one thread, bf16, context 32768, best
- * of 2 runs of 15 steps): tiles / fp32 kernels 1.8 / 3.7 ms at 6 rows, 1.9 / 4.1 at 8,
- * 2.0 / 4.6 at 12, 2.7 / 6.0 at 16; at 2 and 4 rows the in-place AVX-512 kernels stay faster
- * (1.2 / 1.5 ms and 1.4 / 1.7 ms), a tile of 16 rows being mostly empty there. */
+ * groups above ATTN_DECODE_FUSED_ROWS. From there on the tiles' products outpace the fp32
+ * kernels; at 2 and 4 rows the in-place AVX-512 kernels stay faster, a tile of 16 rows being
+ * mostly empty there. */
 #define ATTN_DECODE_TILE_ROWS 5
 
 /* uint16_t elements of the query rows prepared for the bf16 tiles (prepare_tile_queries):
@@ -206,11 +205,9 @@ typedef struct attn_backward_kernels {
 /* Smallest group (query rows per task) whose int8 P · V runs on the tiles too
  * (accumulate_chunk_q8_tiles); smaller groups score on the tiles and accumulate with
  * accumulate_chunk_q8, whose vector loads of the stored values overlap their memory latency,
- * where the tiles wait for the chunk's values to be interleaved into the stage first.
- * Measured (docs/inference.md, "int8 on AMX-INT8 tiles"; 2 threads, context 32768, best of
- * 4-8 alternated rounds): tile scores + in-place P·V / all on tiles / all in place, 4 rows
- * 4.25 / 5.5 / 4.6 ms, 2 rows 7.2 / 9.2 / 9.8, 1 row 16.5 / 23.2 / 18.4; 8 rows all on tiles
- * 3.2 ms against 4.4 in place. */
+ * where the tiles wait for the chunk's values to be interleaved into the stage first; from
+ * this many rows on the tiles' P · V has the arithmetic to hide that wait (docs/inference.md,
+ * "Quantized KV cache (int8, fp8)"; docs/kernels.md, "AMX"). */
 #define ATTN_DECODE_Q8_TILE_VALUE_ROWS 5
 #define ATTN_DECODE_Q8_TILE_QUERY_BYTES(rows, dim)                                       \
     ((size_t)(((rows) + 7) / 8) * (size_t)(((dim) + 63) / 64) * 1024u +                  \
@@ -300,8 +297,8 @@ typedef struct attn_decode_kernels {
      * token-major pages ([page, slot, head, D]: a caller's), where the conversion's strided
      * pass cost more than reading in place, and keeps the conversion on the library's pages,
      * so both give the same bits. keys_ahead / values_ahead: as for score_chunk. (AVX-512;
-     * at 8 lanes reading 16-bit rows in place measured 1.4-2x slower than converting, so
-     * the AVX2 registry has neither these nor score_chunk_f16.) */
+     * at 8 lanes reading 16-bit rows in place is slower than converting, so the AVX2
+     * registry has neither these nor score_chunk_f16.) */
     void (*score_chunk_bf16_widened)(int rows, int count, int dim, const float *queries,
                                      const uint16_t *keys, int64_t key_stride, float *scores,
                                      const uint16_t *keys_ahead);
@@ -390,7 +387,8 @@ typedef struct attn_decode_kernels {
      * rows_ahead: NULL, or the first of the next chunk's rows (stride apart as these), of
      * which the kernel may request row c into L2 as it converts row c (a hint: never read;
      * the decode loop passes the next chunk found through the block table: spread over the
-     * conversion, these requests measured faster than the same ones in a burst before it). */
+     * conversion, these requests do not stall the kernel's loads as a burst before it
+     * would). */
     void (*dequantize_rows)(attn_dtype dtype, int count, int dim, const uint8_t *source,
                             int64_t stride, const float *row_scales, float factor,
                             float *target, const uint8_t *rows_ahead);
@@ -415,11 +413,12 @@ typedef struct attn_decode_kernels {
      * states; every registry gives the same bits there.
      * ahead (score_chunk_q8): NULL, or rows that the kernel may request into the L2 cache as
      * it scores, row c as it scores key c (attn_rows_ahead); a hint, the results never depend
-     * on it. The decode loop passes the chunk's values (fp8, and int8 since the AVX2 int8
-     * kernels gained 4-5% from it), instead of requesting them all before the scores
-     * (docs/inference.md, "fp8: the values requested during the scores"); the AVX-512 fp8
-     * P · V requests the next chunk's (values_ahead) only when given them, which the loop
-     * does for token-major pages alone ("fp8's values through flash-attn's pages").
+     * on it. The decode loop passes the chunk's values (int8 and fp8), instead of requesting
+     * them all before the scores, so that the P · V finds them in L2 (docs/inference.md,
+     * "Quantized KV cache (int8, fp8)"); the AVX-512 fp8 P · V requests the next chunk's
+     * (values_ahead) only when given them, which the loop does for token-major pages alone
+     * (on the library's pages, which the hardware prefetchers follow, the requests would
+     * only add instructions).
      * keys_ahead / values_ahead: as for score_chunk. */
     void (*score_chunk_q8)(attn_dtype dtype, int rows, int count, int dim, const void *queries,
                            const uint8_t *keys, int64_t key_stride, const float *row_scales,
@@ -480,10 +479,10 @@ typedef struct attn_kernels {
      * else the generic reference; f16.name says which. */
     attn_lowp_kernels f16;
     /* 1 when the bf16 tiles beat the fp32 kernels on converted operands (AMX), so that the
-     * forward pass computes bf16 operands on them; 0 when converting bf16 to fp32 at packing
-     * is as fast or faster (VDPBF16PS runs at half the fp32 FMA rate on the Intel CPUs
-     * measured; bench/lowp_kernels.c). ATTN_KERNEL_AVX512_BF16 chosen explicitly runs the
-     * VDPBF16PS tiles regardless. */
+     * forward pass computes bf16 operands on them; 0 when converting bf16 to fp32 at packing is
+     * as fast or faster (VDPBF16PS runs at half the fp32 FMA rate on Intel cores:
+     * bench/results/intel-xeon-amx.md, "Instruction rates"). ATTN_KERNEL_AVX512_BF16 chosen
+     * explicitly runs the VDPBF16PS tiles regardless. */
     int bf16_native;
     /* 1 when the forward pass computes F16 operands on the f16 tiles (AMX-FP16); 0: F16 is
      * widened to fp32 at packing and runs on the fp32 kernels. */

@@ -205,8 +205,8 @@ ATTN_DECODE_Q8_AMX_TARGET static void attn_amx_q8_score_rows8(
     if (key_blocks > 3) AMX_STORE(3, out_stage[3], 64);
     for (int j = 0; j < key_blocks; ++j) {
         /* the rows ahead, 16 per block of results (spread out: a burst of requests would
-         * wait for fill buffers and stall the arithmetic), into L2 (into L1 with T0, 4 rows
-         * of GQA int8 at context 32768 ran 1.55-1.59x bf16 against 1.62-1.63x) */
+         * wait for fill buffers and stall the arithmetic), into L2 (T1: requested into L1
+         * with T0, a long context's keys run slower) */
         for (int c = 16 * j; ahead != NULL && c < 16 * j + 16 && c < count; ++c)
             for (int d = 0; d < dim; d += 64)
                 _mm_prefetch((const char *)(ahead + (int64_t)c * key_stride + d), _MM_HINT_T1);
@@ -269,9 +269,8 @@ ATTN_DECODE_Q8_AMX_TARGET static void attn_amx_q8_pack_values(int count, int dim
                     continue;
                 }
                 /* the row ahead (registry.h values_ahead), for the chunk's keys only:
-                 * requesting rows for all 64 slots of a chunk of 16 brought four pages of
-                 * other rows into L1 per chunk (pages of 16: library-owned decode 10-11%
-                 * faster without them, docs/inference.md) */
+                 * requesting rows for all 64 slots of a chunk of 16 would bring four pages
+                 * of other rows into L1 per chunk (pages of 16) */
                 if (ahead != NULL)
                     _mm_prefetch((const char *)(ahead + (int64_t)key * value_stride + s),
                                  _MM_HINT_T0);

@@ -420,7 +420,7 @@ static void score_pairs4_q8i(int count, int dim, const int16_t *const *row, __m2
     const int8_t *first = keys;
     for (int c0 = 0; c0 + 2 <= count; c0 += 2, first += 2 * key_stride) {
         const int8_t *key[2] = {first, first + key_stride};
-        if (prefetch) { /* (inline: prefetch_rows here adds to the kernel's instructions) */
+        if (prefetch) { /* (inline, not prefetch_rows: fewer of the kernel's instructions) */
             /* the pair's rows ahead from its first one's (NULL: none) */
             const char *ahead = row_ahead(keys, keys_ahead, c0, Q8_LOOKAHEAD, count, key_stride);
             for (int offset = 0; ahead != NULL && offset < dim; offset += 64) {

@@ -1,12 +1,13 @@
 /*
  * decode_avx512bf16.c — the bf16 decode slots of registry.h (prepare_tile_queries,
  * score_chunk_tiles, accumulate_chunk_tiles, and score_chunk_tiles_fp8 /
- * accumulate_chunk_tiles_fp8, which read fp8 storage in place) with VDPBF16PS, for the CPUs that issue it at
- * the rate of a 16-lane FMA, i.e. with twice the multiply-adds (AMD Zen 4 / Zen 5; the
- * registry takes this table only there, registry.c). The same contract as the AMX tiles
- * (decode_amx.h): bf16 queries (the caller's dtype), bf16 keys and values as stored or as
- * fp8 rows widened to bf16 (exactly), products exact, sums in fp32, P rounded to bf16 for
- * P · V; VDPBF16PS flushes denormal inputs and outputs to 0, as the tiles do.
+ * accumulate_chunk_tiles_fp8, which read fp8 storage in place) with VDPBF16PS, for the CPUs
+ * that issue it at the rate of a 16-lane FMA, i.e. with twice the multiply-adds (AMD's cores
+ * with AVX512-BF16; the registry takes this table only there, registry.c usable_dpbf16_decode).
+ * The same contract as the AMX tiles (decode_amx.h): bf16 queries (the caller's dtype), bf16
+ * keys and values as stored or as fp8 rows widened to bf16 (exactly), products exact, sums in
+ * fp32, P rounded to bf16 for P · V; VDPBF16PS flushes denormal inputs and outputs to 0, as the
+ * tiles do.
  *
  * Scores: blocks of 4 rows x 4 keys (2 x 8, 1 x 16 for smaller groups), 16 fp32
  * accumulators; per 32 dimensions one zmm load per key and per row and 16 VDPBF16PS (each
@@ -20,7 +21,7 @@
  * row once; larger groups read it once per 4 rows, from L1 / L2). The fp8 kernels: below,
  * "fp8 storage read in place".
  *
- * Measured on the Zen 4 of docs/inference.md ("fp8 and bf16 decode on VDPBF16PS").
+ * Its speed: bench/results/amd-zen4.md, "Decode, 16-bit and 8-bit storage on VDPBF16PS".
  */
 #include <immintrin.h>
 #include <string.h>

@@ -1,7 +1,8 @@
 /*
- * lowp_avx512bf16.c — the bf16 kernels of lowp.h with VDPBF16PS (AVX512-BF16), for CPUs
- * without AMX (AMD Zen 4/5, Cooper Lake); its packing is also the AMX table's. Compiled with -mavx512f -mavx512bw -mavx512vl -mavx512dq
- * -mavx512bf16 -mf16c -mfma (cmake/kernels.cmake); selected only where CPUID says so.
+ * lowp_avx512bf16.c — the bf16 kernels of lowp.h with VDPBF16PS (AVX512-BF16), for CPUs without
+ * AMX (AMD Zen 4/5, Cooper Lake); its packing is also the AMX table's. Compiled with -mavx512f
+ * -mavx512bw -mavx512vl -mavx512dq -mavx512bf16 -mf16c -mfma (cmake/kernels.cmake); selected
+ * only where CPUID says so.
  *
  * Q·Kᵀ: a micro-tile of up to 6 query rows × 4 blocks of 16 keys = 24 zmm accumulators; per
  * dim pair one zmm load per key block (16 keys × the pair, one row of the packed layout), one
