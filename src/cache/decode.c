@@ -49,9 +49,8 @@
  * on short contexts too; a multiple of the chunk, at least one chunk. It depends on the
  * cache and the query only, never on the thread count. Why 4096: a task's first chunk
  * starts cold (no earlier chunk requested its rows), and each task prepares its queries and
- * adds a partial to the merge (MLA's 128 x 576 rows: ~20% of the time at 32 splits). With
- * 1024, int8 GQA (Hq 32, Hkv 8, context 32768, 4 alternated runs) ran 217-225 tokens/s
- * against 234-242, bf16 127-131 either way. */
+ * adds a partial to the merge (MLA's 128 x 576 rows), costs that smaller splits pay more
+ * often, most visibly for int8 GQA and MLA. */
 #define MOST_SPLIT_TOKENS 4096
 #define TARGET_TASKS 16
 /* An accumulator of more bytes than this takes the bf16 tiles' P · V of several chunks at
@@ -60,10 +59,10 @@
 /* Token-major pages on the tiles' paths: the stored K and V bytes of all heads per step of
  * the heads of a split (run_split_stepped, step_tokens), so that the lines one head's step
  * brings in (its neighbours' rows with its own) are still in the L2 for the next head's step.
- * With whole
- * splits of 4096 tokens one after the other, flash-attn's [page, slot, head, D] pages ran at
- * 1.10-1.14x the library-owned time; with steps of 1024 keys, 4 MiB for Hkv 8 (bf16, D 128),
- * 1.46x there, 1.16x with these (attn bench serve, docs/inference.md). */
+ * Whole splits one after the other, or steps of 1024 keys (4 MiB for Hkv 8, bf16, D 128),
+ * outgrow the L2 between one head's step and the next's. STEP_BYTES is the tunable; the
+ * ratio of flash-attn's [page, slot, head, D] pages to the library's with it:
+ * bench/results/intel-xeon-amx.md, "Serving". */
 #define STEP_BYTES (256 * 1024)
 
 /* How a task computes (the one choice, used by run_task and by attn_decode_kernel_path). */
@@ -190,11 +189,9 @@ static decode_path decode_path_of(const attn_decode_kernels *kernels, attn_dtype
  * rows of one head are strided between the others': a group that would convert each 16-bit
  * chunk to float32 rows (PATH_ROWS) reads them in place instead, through the float32
  * kernels' own in-place forms (score_chunk_f16, score_chunk_bf16_widened: the same bits).
- * The conversion's pass over strided rows cost more than reading them in place there
- * (Hq 16 / Hkv 2, groups of 8 rows: flash-attn's pages at 1.05-1.08x the library-owned time
- * converted, docs/inference.md), while on the library's contiguous pages converting once per
- * chunk stays faster (fp16 groups of 8 read in place: 19.7 -> 20.6 ms there). Up to the
- * registry's token_major_in_place_rows (AVX-512; AVX2 converts). */
+ * The conversion's pass over strided rows costs more than reading them in place there, while
+ * on the library's contiguous pages converting once per chunk stays faster (docs/inference.md,
+ * "Decoding"). Up to the registry's token_major_in_place_rows (AVX-512; AVX2 converts). */
 static decode_path layout_path(const attn_decode_kernels *kernels, decode_path path,
                                attn_dtype cache_dtype, int64_t rows, bool interleaved) {
     if (path != PATH_ROWS || !interleaved || rows > kernels->token_major_in_place_rows)
@@ -377,7 +374,7 @@ static void accumulate_late(const attn_decode_kernels *kernels, decode_path path
 /* Requests `count` stored rows of `row_bytes` bytes, `stride_bytes` apart, into the L2 cache.
  * run_task asks for a chunk's values before scoring the chunk, so that for a GQA group (many
  * FMAs per key) they arrive during the score arithmetic instead of stalling the value pass
- * (measured 4-5% faster for Hq = 32, Hkv = 8, on top of the kernels' own prefetch). */
+ * (on top of the kernels' own prefetch). */
 static void prefetch_rows(const void *first_row, int count, int64_t stride_bytes,
                           int64_t row_bytes) {
     for (int c = 0; c < count; ++c)
@@ -476,54 +473,48 @@ static decode_kind decode_kind_of(const decode_plan *plan) {
     kind.transform = plan->softcap > 0.0f || plan->mask->has_additive;
     /* A chunk's class depends on the query head only through a per-head block layout or
      * boolean mask (src/mask/tiles.c); otherwise one classification serves the group (MQA:
-     * 32 calls per chunk were ≈ 5% of the time). */
+     * one call per chunk instead of 32). */
     const attn_options *mask_options = plan->mask->options;
     kind.per_head_classes = mask_options->block_layout != NULL || mask_options->mask != NULL;
     /* bf16 tiles: P · V of up to ATTN_DECODE_TILE_CHUNKS consecutive chunks of one page at once
      * (registry.h accumulate_chunk_tiles) */
     /* (an accumulator that stays in L1, MQA's 32 x 128 floats, gains nothing from it, and the
      * value stage of 4 chunks would leave L1) */
-    /* fp8 read in place: up to 4 chunks too, so that a chunk's P · V runs after the next
-     * chunks' scores (GQA, context 32768, 3 alternated runs, "vs bf16" E4M3 / E5M2: one
-     * chunk 1.44-1.48x / 1.30-1.45x, two 1.47-1.56x / 1.47-1.51x, four 1.48-1.52x /
-     * 1.48-1.49x; docs/inference.md) */
+    /* fp8 read in place: up to ATTN_DECODE_TILE_CHUNKS chunks too, so that a chunk's P · V
+     * runs after the next chunks' scores */
     const int64_t tile_row = ATTN_DECODE_TILE_ROW_FLOATS(plan->value_dim);
     kind.tile_chunks =
         kind.fp8_in_place || rows * tile_row * (int64_t)sizeof(float) > TILE_L1_BYTES
             ? ATTN_DECODE_TILE_CHUNKS
             : 1;
     /* int8 scores on the tiles: P · V one chunk late (late_values), each chunk's P, rescale
-     * and gathered value scales in the buffers of its parity. (Measured, one thread, data in
-     * L2, Hq 32, Hkv 8: int8 1.51-1.54 -> 1.43-1.48 us per chunk; bf16 in place and fp8 in
-     * place no faster, 2.44-2.65 and 2.01-2.23 us either way: their scores do not wait.) */
+     * and gathered value scales in the buffers of its parity, so that the next chunk's tile
+     * loads, which wait for every older store, overlap the P · V (docs/inference.md,
+     * "Quantized KV cache (int8, fp8)"). bf16 and fp8 in place gain nothing from it: their
+     * scores do not wait. */
     _Static_assert(ATTN_DECODE_TILE_CHUNKS >= 2, "late_values: two chunks' scores in scratch");
     kind.late = kind.q8_scores_on_tiles;
     /* fp8 in place: the score kernel requests each key's value row as it scores the key
      * (registry.h score_chunk_q8, `ahead`), instead of the burst before the scores or the P·V
-     * requesting them (GQA, context 32768, "vs bf16", E4M3 / E5M2: 1.43-1.47x / 1.49-1.56x
-     * -> 1.52-1.61x / 1.64-1.71x; docs/inference.md); int8 likewise (Zen 3, AVX2, three
-     * alternated runs: 221-224 -> 232-235 tokens/s, 1.67-1.70x -> 1.76-1.77x) */
+     * requesting them, so that the P · V finds them in L2; int8 likewise (docs/inference.md,
+     * "Quantized KV cache (int8, fp8)") */
     kind.values_ahead = kind.fused_q8 && cache->value_pool != NULL;
     /* The in-place 8-bit P · V requests the next chunk's values: int8 always, fp8 where the
      * hardware prefetchers cannot follow a head's rows (token-major pages, one row in Hkv):
-     * flash-attn's pages, Hq 8 or 32 with Hkv 2 or 8, 1-5% faster in each of 8 alternated comparisons; on
-     * the library's pages, which the prefetchers follow, the same requests cost 6-8% (the
-     * score loop's instructions; docs/inference.md, "fp8's values through flash-attn's pages") */
+     * there the requests keep the values coming; on the library's pages, which the
+     * prefetchers follow, the same requests would only add to the score loop's instructions */
     kind.values_next_in_pv = kind.fused_q8 && (dtype == ATTN_DTYPE_Q8 || plan->interleaved);
     /* ... so on token-major pages the score kernel does not request the chunk's values again
      * where the previous chunk's P · V did (AVX-512: registry.h accumulate_q8_requests_ahead):
-     * flash-attn's pages 1-3 points closer to the library's for int8 and fp8 (Hq 8 / Hkv 2
-     * fp8 1.095-1.102 -> 1.076-1.084, Hq 32 / Hkv 8 E4M3 1.117-1.121 -> 1.082-1.097, int8
-     * 1.060-1.065 -> 1.056-1.057; two alternated passes) */
+     * a second request for the same rows only adds instructions */
     kind.score_requests_values =
         kind.values_ahead && !(plan->interleaved && kernels->accumulate_q8_requests_ahead);
     /* The next chunk's rows (`next` in the loop below): the tile kernels request them themselves;
      * the kernels reading stored rows in place (8-bit, bf16 in place, float32 storage) and
      * the conversions into a buffer (16-bit widened, 8-bit dequantised: chunk_rows) are
      * passed them and request them as they go, row by row. (A burst of requests for the
-     * whole next chunk before the scores, kept until 2026-12-05 for > 4 rows read in place,
-     * made float32 and int8 groups of 8 rows 4-12% slower once the kernels' own requests
-     * followed the block table; docs/inference.md, "No bursts".) */
+     * whole next chunk before the scores would stall the kernels' own loads, which follow the
+     * block table already; docs/inference.md, "Decoding".) */
     kind.own_prefetch = kind.group || kind.tiles || kind.q8_scores_on_tiles;
     const bool quantized = attn_dtype_is_quantized(dtype);
     kind.converted = (quantized && !kind.fused_q8) ||
@@ -638,11 +629,10 @@ typedef struct chunk_place {
 /* The chunk from key `first` of sequence b, up to key_end. The next chunk is found through the
  * block table once per chunk (no division): right after this one in its page, or at the start
  * of the sequence's next page. The kernels request its rows as they go (registry.h keys_ahead
- * / values_ahead / rows_ahead). With the rows ATTN_DECODE_CHUNK or LOOKAHEAD further at the
- * same stride, as the kernels requested them before, pages of 16 sent the requests to another
- * sequence's rows in a shuffled pool (the serving mix's int8 decode: 87-92 ms per step with
- * those, 65-67 ms with these; docs/inference.md, "Every decode path's requests follow the
- * block table"). */
+ * / values_ahead / rows_ahead). Rows ATTN_DECODE_CHUNK or LOOKAHEAD further at the same
+ * stride would send the requests to another sequence's rows in a shuffled pool of small
+ * pages (docs/inference.md, "Decoding"; bench/results/intel-xeon-amx.md, "Serving", for such
+ * a pool). */
 static chunk_place chunk_at(const attn_kv_cache *cache, int64_t b, int64_t first,
                             int64_t key_end) {
     const int32_t *table = cache->block_tables + b * cache->pages_per_sequence;
@@ -877,7 +867,7 @@ static void run_task(const decode_plan *plan, decode_scratch *scratch, int64_t b
                                            (int)Dv};
             /* the chunk's values before its scores, for groups reading them in place (one
              * row: a stream the hardware follows; converted values: requested a chunk
-             * earlier by their conversion, and bf16 groups of 8 rows 2-3% faster without) */
+             * earlier by their conversion, and bf16 groups of 8 rows faster without) */
             if (!kind->own_prefetch && !kind->values_ahead && !kind->converted && rows >= 2 &&
                 cache->value_pool != NULL)
                 prefetch_rows(stored_values, count, stored_value_stride * element_size,
@@ -1089,10 +1079,8 @@ static void run_split_together(const decode_plan *plan, decode_scratch *scratch,
             const void *stored_values = attn_cache_value_address(cache, at.page, head, at.slot);
             const attn_rows_ahead ahead = {stored_values, value_stride * element_size, (int)Dv};
             /* the chunk's values before the scores, as run_task requests them, for float32
-             * storage only: 16-bit rows read in place went faster without (caller / library,
-             * AVX-512 Hq 8 / Hkv 2: bf16 1.021-1.025 -> 0.986-1.014, fp16 1.002-1.007 ->
-             * 0.968-0.973; AVX2 bf16 1.04-1.07 -> 1.01-1.06), float32 rows slower (AVX2
-             * 0.98-1.02 -> 1.07-1.09) */
+             * storage only: 16-bit rows read in place run faster without it, float32 rows
+             * slower */
             if (!kind->own_prefetch && !kind->values_ahead && !kind->converted && rows >= 2 &&
                 cache->config.dtype == ATTN_DTYPE_F32)
                 prefetch_rows(stored_values, at.count, value_stride * element_size,
