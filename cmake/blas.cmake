@@ -1,6 +1,6 @@
 # blas.cmake — finds a CBLAS for the layers' projections (src/layers, attn_linear_forward).
 # Debian's libopenblas-dev provides cblas.h (through the alternatives system, under
-# /usr/include/<triplet>/) and libopenblas. Measured against a naive loop in docs/training.md.
+# /usr/include/<triplet>/) and libopenblas. Why BLAS: docs/training.md, "BLAS, not hand-written".
 # The library comes from CMake's FindBLAS (vendor OpenBLAS) as the imported target BLAS::BLAS,
 # so the installed attnConfig.cmake can find the same one again (find_dependency) for
 # consumers of the static library. Adds the include directory to attn_objects, appends

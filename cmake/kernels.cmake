@@ -25,7 +25,7 @@ if(ATTN_ENABLE_SIMD_KERNELS AND CMAKE_SYSTEM_PROCESSOR MATCHES "x86_64|AMD64|amd
     set_source_files_properties(${ATTN_AVX2_SOURCES} PROPERTIES COMPILE_OPTIONS "-mavx2;-mfma;-mf16c")
     # GCC's partial redundancy elimination leaves a register copy per accumulator and step
     # in the 8-bit decode loops at 16 registers (8 vmovdqa per 8 VPMADDWD): without it the
-    # same code runs ~25% fewer instructions (docs/inference.md, "8-bit KV decode on AVX2").
+    # same code runs fewer instructions (docs/kernels.md, "The vector abstraction").
     if(CMAKE_C_COMPILER_ID STREQUAL "GNU")
       set_property(SOURCE ${PROJECT_SOURCE_DIR}/src/kernels/avx2/decode_avx2.c APPEND PROPERTY
                    COMPILE_OPTIONS "-fno-tree-pre")

@@ -54,20 +54,18 @@
 #include "packed_kv.h"
 
 /*
- * Default tile sizes, measured on the 2-core Zen 4 dev machine (1 MiB L2 per core, 32 KiB
- * L1d; docs/performance.md):
+ * Default tile sizes, for a core's 32 KiB L1d and 1 MiB L2 as below (docs/performance.md,
+ * "The loop"; the CPU they are tuned on: bench/results/amd-zen4.md, "Forward, fp32"):
  *  - query rows per head: 256 / group_size clamped to [16, 64] ([16, 256] on 16-bit tiles
  *    outside a window, with 256 keys per tile causal or not: FORWARD_TILES16_MAX_ROWS). With
- *    K/V packed once per
- *    head, large query tiles no longer pay for packing (128 rows measured no faster than 64
- *    without a mask); 64 rows keep the causal diagonal cheap (a diagonal tile wastes at most
- *    half of 64 x 64 pairs) and the score tile of a whole group (<= 256 rows x 256 keys =
- *    256 KiB) inside L2.
- *  - keys per tile: 256 without a band (3-5% faster than 128 at T = 1024-2048 on one core,
- *    512 no better: the per-tile softmax bookkeeping and the rescale of the accumulators
- *    are amortised over more keys, and a 64 x 256 score tile, 64 KiB, stays in L2), 64 with
- *    causal / window masks (finer band edges: 10% faster than 128 for the window of 256,
- *    equal for causal).
+ *    K/V packed once per head, large query tiles no longer pay for packing (128 rows are no
+ *    faster than 64 without a mask); 64 rows keep the causal diagonal cheap (a diagonal tile
+ *    wastes at most half of 64 x 64 pairs) and the score tile of a whole group (<= 256 rows x
+ *    256 keys = 256 KiB) inside L2.
+ *  - keys per tile: 256 without a band (faster than 128, and 512 no better: the per-tile
+ *    softmax bookkeeping and the rescale of the accumulators are amortised over more keys,
+ *    and a 64 x 256 score tile, 64 KiB, stays in L2), 64 with causal / window masks (finer
+ *    band edges: faster than 128 for a window of 256, equal for causal).
  */
 /* Per-thread stores are used while all of them together take at most half the bytes of K
  * and V, or at most this much. */
@@ -80,10 +78,9 @@ enum {
     /* On 16-bit tiles (AMX), causal or not (windows keep the sizes above): up to 256 query
      * rows per head and 256 keys per tile. The tile multiplies are so fast there that
      * streaming a head's packed K/V through L2 once per query tile (flops per byte = rows per
-     * item) and the accumulator's tile loads and stores per key tile (P·V on 64 keys runs at
-     * half the rate of 256: bench/lowp_kernels.c) limit the step. Measured on the AMX Xeon
-     * (docs/performance.md, "bf16 on real AMX"): causal T = 8192 +20-45%, non-causal no
-     * difference beyond the run-to-run spread (quiet machine, alternated runs). */
+     * item) and the accumulator's tile loads and stores per key tile (four times as many on
+     * 64 keys as on 256) limit the step. Causal calls at long T gain most, non-causal ones
+     * lose nothing (bench/results/intel-xeon-amx.md, "Forward, bf16 on AMX tiles"). */
     FORWARD_TILES16_MAX_ROWS = 256,
     FORWARD_KEYS = 256,           /* keys per tile without a band */
     FORWARD_BANDED_KEYS = 64,     /* keys per tile under causal / window */
