@@ -51,6 +51,7 @@ def test_opcheck_both_ops_with_and_without_lse_gradient(dtype):
             dq, dk, dv, _ = torch.ops.attn.backward(*args)
             for g in (dq, dk, dv):
                 assert g.is_contiguous() and g.dtype == dtype
+            torch.library.opcheck(torch.ops.attn.backward.default, args + (2,))   # threads
 
 
 class TinyAttention(torch.nn.Module):
