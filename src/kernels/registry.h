@@ -57,8 +57,7 @@
 /* The online-softmax step's rescale[r] (above): exp(old_max - shift) for the running maximum
  * old_max and the maximum used for this step, 0 for a row that had no allowed key yet; an
  * unchanged maximum (the usual case after the first chunks) gives exp(0) = 1 exactly without
- * the libm call (4 rows of fp8 GQA decode, data in L1: the softmax step 110-120 -> 99-101 ns
- * per chunk; the same bits). */
+ * the libm call, which is a visible part of a small group's softmax step (the same bits). */
 static inline float attn_softmax_rescale(float old_max, float shift) {
     return old_max == -INFINITY ? 0.0f : old_max == shift ? 1.0f : expf(old_max - shift);
 }

@@ -21,8 +21,7 @@
  * out[0] (elements 0-15) and out[1] (16-31) (E4M3: value / 256): load_q8's widening on 32
  * elements at once, the byte-to-word step and the half's bit operations on whole 512-bit
  * registers, then one VCVTPH2PS per 16. E4M3 4 instructions per 16 elements instead of 5
- * (E5M2 3.5 instead of 4); 4 rows' FMAs included, on data in L1, 4.6 against 5.1-5.7 ns per
- * 64 elements (E5M2 4.4 against 4.5). */
+ * (E5M2 3.5 instead of 4). */
 FP8_TARGET V_INLINE void FP8(load_pair)(const attn_dtype format, const uint8_t *source,
                                         __mmask32 lanes, __m512 out[2]) {
     const __m256i bytes = _mm256_maskz_loadu_epi8(lanes, source);
