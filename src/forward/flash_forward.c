@@ -58,7 +58,7 @@
  * "The loop"; the CPU they are tuned on: bench/results/amd-zen4.md, "Forward, fp32"):
  *  - query rows per head: 256 / group_size clamped to [16, 64] ([16, 256] on 16-bit tiles
  *    outside a window, with 256 keys per tile causal or not: FORWARD_TILES16_MAX_ROWS). With
- *    K/V packed once per head, large query tiles no longer pay for packing (128 rows are no
+ *    K/V packed once per head, large query tiles save no packing (128 rows are no
  *    faster than 64 without a mask); 64 rows keep the causal diagonal cheap (a diagonal tile
  *    wastes at most half of 64 x 64 pairs) and the score tile of a whole group (<= 256 rows x
  *    256 keys = 256 KiB) inside L2.

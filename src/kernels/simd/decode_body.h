@@ -302,7 +302,7 @@ static void score_chunk_bf16_widened(int rows, int count, int dim, const float *
 
 /* The online-softmax step (registry.h) of one chunk, each row held in registers, the rows
  * SOFTMAX_ROWS at a time in phases (all maxima, then all exponentials, then the row
- * statistics): a row's chain of maximum, reduction, shift and exponentials no longer waits
+ * statistics): a row's chain of maximum, reduction, shift and exponentials does not wait
  * for the previous row's. Each row takes the same operations as one row alone. */
 #define SOFTMAX_ROWS (VLANES == 16 ? 4 : 2) /* rows x ATTN_DECODE_CHUNK floats in registers */
 V_INLINE void softmax_rows(const int block_rows, int count, float scale, float *scores,
