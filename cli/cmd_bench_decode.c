@@ -454,8 +454,8 @@ int cli_bench_decode(int argc, char **argv) {
                 return 2;
             }
         } else {
-            fprintf(stderr, "attn bench decode: unknown option or missing value: %s\n", argv[i]);
-            usage(stderr);
+            fprintf(stderr, "attn bench decode: unknown option or missing value: %s (see attn bench "
+                            "decode --help)\n", argv[i]);
             return 2;
         }
     }

@@ -85,7 +85,16 @@ static int parse(int argc, char **argv, serve_settings *s) {
         else if (strcmp(a, "--heads") == 0 && more) s->heads = atoi(argv[++i]);
         else if (strcmp(a, "--kv-heads") == 0 && more) s->kv_heads = atoi(argv[++i]);
         else if (strcmp(a, "--dim") == 0 && more) s->dim = atoi(argv[++i]);
-        else if (strcmp(a, "--threads") == 0 && more) s->threads = atoi(argv[++i]);
+        else if (strcmp(a, "--threads") == 0 && more) {
+            const char *value = argv[++i];
+            int64_t threads;
+            if (!cli_parse_int64(value, &threads) || threads < 1 || threads > ATTN_MAX_THREADS) {
+                fprintf(stderr, "attn bench serve: --threads '%s': expected an integer in 1..%d (the "
+                        "library's ATTN_MAX_THREADS)\n", value, ATTN_MAX_THREADS);
+                return 2;
+            }
+            s->threads = (int)threads;
+        }
         else if (strcmp(a, "--seconds") == 0 && more) s->seconds = atof(argv[++i]);
         else if (strcmp(a, "--page-size") == 0 && more) s->page_size = atoi(argv[++i]);
         else if (strcmp(a, "--rounds") == 0 && more) s->rounds = atoi(argv[++i]), rounds_given = 1;
@@ -112,8 +121,8 @@ static int parse(int argc, char **argv, serve_settings *s) {
                 return 2;
             }
         } else {
-            fprintf(stderr, "attn bench serve: unknown or incomplete option '%s'\n", a);
-            usage(stderr);
+            fprintf(stderr, "attn bench serve: unknown or incomplete option '%s' (see attn bench serve "
+                            "--help)\n", a);
             return 2;
         }
     }

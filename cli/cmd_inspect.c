@@ -185,16 +185,16 @@ int cli_inspect(int argc, char **argv) {
         } else if (strcmp(argv[i], "--no-tensors") == 0) {
             list_tensors = 0;
         } else if (argv[i][0] == '-' || path != NULL) {
-            fprintf(stderr, "attn inspect: unexpected argument '%s'\n", argv[i]);
-            usage(stderr);
+            fprintf(stderr, "attn inspect: unexpected argument '%s' (see attn inspect --help)\n",
+                    argv[i]);
             return 2;
         } else {
             path = argv[i];
         }
     }
     if (path == NULL) {
-        fprintf(stderr, "attn inspect: no PATH given\n");
-        usage(stderr);
+        fprintf(stderr, "attn inspect: no PATH given (usage: attn inspect PATH [--no-tensors]; see "
+                        "attn inspect --help)\n");
         return 2;
     }
     if (!cli_input_file("inspect", "", path, true)) return 1;

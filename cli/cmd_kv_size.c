@@ -88,8 +88,8 @@ int cli_kv_size(int argc, char **argv) {
             dtype_name = value;
             ++i;
         } else {
-            fprintf(stderr, "attn kv-size: unknown option or missing value: %s\n", argv[i]);
-            usage(stderr);
+            fprintf(stderr, "attn kv-size: unknown option or missing value: %s (see attn kv-size "
+                            "--help)\n", argv[i]);
             return 2;
         }
     }

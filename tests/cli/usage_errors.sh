@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# usage_errors.sh — docs/cli.md's promise for usage errors, command by command: an unknown
+# option, a missing value, a missing or extra argument exits 2 with exactly one line on stderr
+# (naming the command and the problem, and where to look: --help or the usage) and nothing on
+# stdout, before anything runs.
+# usage: bash usage_errors.sh ATTN_BINARY SOURCE_DIR
+set -uo pipefail
+attn=$1
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+failures=0
+passed=0
+fail() { echo "FAIL $*"; failures=$((failures + 1)); }
+
+# expect NEEDLE ARGS...: exit 2, one line on stderr containing NEEDLE and (unless pointer=0)
+# pointing to --help or spelling out the usage, nothing on stdout.
+pointer=1
+expect() {
+    local needle=$1
+    shift
+    timeout 60 "$attn" "$@" > "$work/out" 2> "$work/err" < /dev/null
+    local status=$? name="attn $*"
+    if [ "$status" -ne 2 ]; then fail "$name: exit $status, expected 2 ($(head -c 200 "$work/err"))"; return; fi
+    if [ -s "$work/out" ]; then fail "$name: printed on stdout: $(head -c 200 "$work/out")"; return; fi
+    local lines
+    lines=$(wc -l < "$work/err")
+    if [ "$lines" -ne 1 ]; then fail "$name: $lines lines on stderr: $(head -n 3 "$work/err")"; return; fi
+    if ! grep -qF -- "$needle" "$work/err"; then fail "$name: '$(cat "$work/err")' lacks '$needle'"; return; fi
+    if [ "$pointer" -eq 1 ] && ! grep -qE -- "--help|usage: attn" "$work/err"; then
+        fail "$name: '$(cat "$work/err")' points neither to --help nor to the usage"; return
+    fi
+    passed=$((passed + 1))
+}
+
+# unknown options, every command
+expect "'--bogus'" --bogus
+for command in demo forward backward train bench heatmap ring; do
+    expect "--bogus" $command --bogus
+done
+expect "--bogus" bench decode --bogus
+expect "--bogus" bench serve --bogus
+expect "--bogus" kv-size --bogus
+expect "--bogus" inspect --bogus
+# missing values
+expect "--threads" bench decode --threads
+expect "--threads" bench serve --threads
+expect "--model" kv-size --model
+expect "--steps" train --steps
+# missing or extra arguments
+expect "missing --q" forward
+expect "missing --q" backward
+expect "missing --weights" heatmap
+expect "no PATH" inspect
+expect "'second.npy'" inspect first.npy second.npy
+# bench serve --threads: the library's range, one line (as the other commands' --threads)
+pointer=0
+expect "--threads '0': expected an integer in 1..1024" bench serve --threads 0
+expect "--threads '2x': expected an integer in 1..1024" bench serve --threads 2x
+
+echo "$passed passed, $failures failed"
+[ "$failures" -eq 0 ]
