@@ -31,6 +31,8 @@ _EMPTY = {0: "error", 1: "zero", 2: "nan"}
 
 
 _FLOATS = (torch.float32, torch.float16, torch.bfloat16)
+_ALIGNMENT_CODES = {None: 0, "bottom-right": 1, "top-left": 2}
+_EMPTY_ROW_CODES = {"error": 0, "zero": 1, "nan": 2}
 
 
 def _check(tensors, alignment, empty_rows):
@@ -44,6 +46,8 @@ def _check(tensors, alignment, empty_rows):
                          "2 (top-left)")
     if empty_rows not in _EMPTY:
         raise ValueError(f"empty_rows = {empty_rows!r}: must be 0 (error), 1 (zero) or 2 (nan)")
+    if _plain_cpu(tensors):
+        return
     given = [(name, t) for name, t in tensors if isinstance(t, torch.Tensor)]
     q = given[0][1]
     for name, t in given[:3]:
@@ -59,6 +63,20 @@ def _check(tensors, alignment, empty_rows):
             others = ", ".join(f"{n} on {u.device}" for n, u in given if n != name)
             raise ValueError(f"{name} is on device {t.device} ({others}): attn computes on the "
                              "CPU, every tensor must be there")
+
+
+def _plain_cpu(tensors) -> bool:
+    """The common case _check lets through at once: q, k and v plain CPU tensors of one float
+    dtype, every other tensor argument a plain CPU tensor or None."""
+    dtype = tensors[0][1].dtype if type(tensors[0][1]) is torch.Tensor else None
+    if dtype not in _FLOATS:
+        return False
+    for index, (_, t) in enumerate(tensors):
+        if t is None:
+            continue
+        if type(t) is not torch.Tensor or not t.is_cpu or (index < 3 and t.dtype != dtype):
+            return False
+    return True
 
 
 def _kwargs(causal, alignment, window, window_left, window_right, scale, softcap, alibi,
@@ -243,7 +261,7 @@ def attention(q, k, v, *, causal=None, window=None, mask=None, bias=None, scale=
         return _empty_attention(q, k, v)
     if causal not in (None, "bottom-right", "top-left"):
         raise ValueError(f"causal must be 'bottom-right', 'top-left' or None, got {causal!r}")
-    align = {None: 0, "bottom-right": 1, "top-left": 2}
+    align = _ALIGNMENT_CODES
     if alignment not in align:
         raise ValueError(f"alignment must be 'bottom-right', 'top-left' or None, got "
                          f"{alignment!r}")
@@ -263,8 +281,8 @@ def attention(q, k, v, *, causal=None, window=None, mask=None, bias=None, scale=
     wl, wr = (-1, -1) if window is None else (int(window[0]), int(window[1]))
     arguments = (q, k, v, mask, bias, alibi_slopes, causal is not None, a, window is not None,
                  wl, wr, None if scale is None else float(scale), float(softcap or 0),
-                 bool(alibi), {"error": 0, "zero": 1, "nan": 2}[empty_rows],
-                 _O.execution(threads, None)[0])
+                 bool(alibi), _EMPTY_ROW_CODES[empty_rows],
+                 0 if threads is None else _O.execution(threads, None)[0])
     if _plain_call((q, k, v, mask, bias, alibi_slopes)):
         if mask is None and bias is None and alibi_slopes is None and \
                 not (q.is_neg() or k.is_neg() or v.is_neg()):
@@ -337,7 +355,11 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
     original = query
     if rank == 2:                                       # [T, E]: one head
         query, key, value = query.unsqueeze(0), key.unsqueeze(0), value.unsqueeze(0)
-    lead = torch.broadcast_shapes(query.shape[:-3], key.shape[:-3], value.shape[:-3])
+    # Equal leading dims (the common [B, H, T, D] call) need no broadcast (torch's costs tens
+    # of microseconds, more than a small attention call).
+    lead = query.shape[:-3]
+    if key.shape[:-3] != lead or value.shape[:-3] != lead:
+        lead = torch.broadcast_shapes(query.shape[:-3], key.shape[:-3], value.shape[:-3])
     Hq, Tq = query.shape[-3], query.shape[-2]
     Hkv, Tk = key.shape[-3], key.shape[-2]
     if Hq != Hkv and not enable_gqa:
@@ -345,7 +367,11 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
                          "grouped-query attention")
     if Hkv == 0 or Hq % Hkv:
         raise ValueError(f"query heads ({Hq}) must be a multiple of key/value heads ({Hkv})")
-    query, key, value = (_batch_flattened(t, lead) for t in (query, key, value))
+    if len(lead) != 1:
+        query, key, value = (_batch_flattened(t, lead) for t in (query, key, value))
+    else:
+        query, key, value = (_batch_flattened(t, lead) if t.shape[:-3] != lead else t
+                             for t in (query, key, value))
     if attn_mask is not None:
         attn_mask = _mask_flattened(attn_mask, lead, Hq, Tq, Tk)
     mask = bias = None
@@ -361,8 +387,10 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
                            causal="top-left" if is_causal else None, mask=mask, bias=bias,
                            scale=scale, empty_rows="zero")
         out = out.transpose(1, 2)
-    out = out.reshape(original.shape[:-2] + out.shape[-2:]) if rank == 2 else \
-        out.reshape(tuple(lead) + tuple(out.shape[1:]))
+    if rank == 2:
+        out = out.reshape(original.shape[:-2] + out.shape[-2:])
+    elif rank != 4:
+        out = out.reshape(tuple(lead) + tuple(out.shape[1:]))
     return _strided_like_torch(out, original)
 
 
@@ -429,6 +457,8 @@ def _strided_like_torch(out, query):
     """out with the strides torch's CPU SDPA gives for this query: query's strides when query
     is dense with a unit last stride, of rank <= 4 and of out's shape; contiguous otherwise
     (a copy only when the strides differ)."""
+    if query.dim() <= 4 and out.shape == query.shape and _same_strides(out, query.stride()):
+        return out  # out is dense, so a query with its strides is too: torch's choice
     target = None
     if query.dim() <= 4 and tuple(out.shape) == tuple(query.shape) and \
             _dense_innermost_last(query):
