@@ -138,16 +138,17 @@ def _descriptor(t):
 
 
 def _scalar_forward(q, k, v, causal, alignment, window, window_left, window_right, scale,
-                    softcap, alibi, empty_rows, threads=0):
+                    softcap, alibi, empty_rows, threads=0, need_lse=True):
     """The forward kernel for plain CPU tensors of one float dtype and scalar options:
-    descriptors made here, the options tuple from a cache, out and lse allocated by torch."""
+    descriptors made here, the options tuple from a cache, out (and lse unless need_lse is
+    false, then None) allocated by torch."""
     B, Tq, Hq, _ = q.shape
     out = torch.empty((B, Tq, Hq, v.shape[3]), dtype=q.dtype)
-    lse = torch.empty((B, Hq, Tq), dtype=torch.float32)
+    lse = torch.empty((B, Hq, Tq), dtype=torch.float32) if need_lse else None
     options = _scalar_options(Tq == k.shape[1], causal, alignment, window, window_left,
                               window_right, scale, softcap, alibi, empty_rows)
     _extension.forward(_descriptor(q), _descriptor(k), _descriptor(v), _descriptor(out),
-                       _descriptor(lse), options,
+                       _descriptor(lse) if need_lse else None, options,
                        _DEFAULT_RUN if not threads else _O.execution(threads, None))
     return out, lse
 
@@ -248,6 +249,13 @@ def attention(q, k, v, *, causal=None, window=None, mask=None, bias=None, scale=
     returns (out, lse). Masks and biases broadcast to [B, Hq, Tq, Tk] (bias gets a gradient).
     threads: the most threads attn uses, forward and backward (None = attn's default);
     results are bitwise the same for any count."""
+    return _attention(q, k, v, causal, window, mask, bias, scale, softcap, alibi, alibi_slopes,
+                      empty_rows, alignment, threads, True)
+
+
+def _attention(q, k, v, causal, window, mask, bias, scale, softcap, alibi, alibi_slopes,
+               empty_rows, alignment, threads, need_lse):
+    """attention(); need_lse false lets a plain inference call skip the LSE (then None)."""
     for name, t in (("q", q), ("k", k), ("v", v)):
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
@@ -286,7 +294,7 @@ def attention(q, k, v, *, causal=None, window=None, mask=None, bias=None, scale=
     if _plain_call((q, k, v, mask, bias, alibi_slopes)):
         if mask is None and bias is None and alibi_slopes is None and \
                 not (q.is_neg() or k.is_neg() or v.is_neg()):
-            return _scalar_forward(q, k, v, *arguments[6:])
+            return _scalar_forward(q, k, v, *arguments[6:], need_lse=need_lse)
         return _forward_kernel(*arguments)
     return torch.ops.attn.forward(*arguments)
 
@@ -383,9 +391,9 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
     if query.dtype == torch.float64:
         out = _float64_attention(query, key, value, mask, bias, is_causal, scale)
     else:
-        out, _ = attention(query.transpose(1, 2), key.transpose(1, 2), value.transpose(1, 2),
-                           causal="top-left" if is_causal else None, mask=mask, bias=bias,
-                           scale=scale, empty_rows="zero")
+        out, _ = _attention(query.transpose(1, 2), key.transpose(1, 2), value.transpose(1, 2),
+                            "top-left" if is_causal else None, None, mask, bias, scale, 0.0,
+                            False, None, "zero", None, None, False)
         out = out.transpose(1, 2)
     if rank == 2:
         out = out.reshape(original.shape[:-2] + out.shape[-2:])
