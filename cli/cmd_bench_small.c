@@ -74,7 +74,8 @@ static int parse_small(int argc, char **argv, small_settings *s) {
         } else if (!strcmp(option, "--tq") || !strcmp(option, "--heads") ||
                    !strcmp(option, "--kv-heads") || !strcmp(option, "--d") ||
                    !strcmp(option, "--threads") || !strcmp(option, "--rounds")) {
-            ok = parse_count(value, 1, 1 << 20, &number);
+            ok = parse_count(value, 1, !strcmp(option, "--threads") ? ATTN_MAX_THREADS : 1 << 20,
+                             &number);
             if (!strcmp(option, "--tq")) s->query_rows = number;
             else if (!strcmp(option, "--heads")) s->query_heads = number;
             else if (!strcmp(option, "--kv-heads")) s->kv_heads = number;

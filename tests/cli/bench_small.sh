@@ -39,7 +39,7 @@ rows = re.findall(r"^\| 16 \|((?: [\d.]+ \|)+)$", text, re.M)
 assert len(rows) == 1 and len(rows[0].replace("|", " ").split()) == 3, text
 assert "threads (us)" not in text, text
 PY
-for bad in "--lengths 0" "--heads 6 --kv-heads 4" "--rounds x" "--nope"; do
+for bad in "--lengths 0" "--heads 6 --kv-heads 4" "--rounds x" "--nope" "--threads 1025"; do
     # shellcheck disable=SC2086
     "$attn" bench small $bad > "$work/bad.txt" 2> "$work/bad_err.txt"
     status=$?
