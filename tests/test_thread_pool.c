@@ -8,7 +8,7 @@
  *   - a process that cannot create threads (address space limited in a child) still gets the
  *     right result, with status OK, from a call that asks for 64 threads;
  *   - threads chosen by work: a tiny call runs on one thread, a large one on every thread
- *     allowed, one between on as many as it has 15 us of work for (the estimate's rates, 50
+ *     allowed, one between on as many as it has 60 us of work for (the estimate's rates, 50
  *     flop/ns and 8 bytes/ns, are restated here as the independent reference).
  * Every attention result is compared with the naive double-precision reference and bitwise
  * with the one-thread call.
@@ -197,11 +197,11 @@ static void check_threads_by_work(void) {
     attn_call call;
     attn_error error;
     CHECK_STATUS(attn_call_begin(&call, NULL, &execution, &error), ATTN_OK, &error, "begin");
-    CHECK(attn_call_threads_for_work(&call, 100, 2e5, 5e4) == 1, "0.2 Mflop + 50 kB: 1 thread");
+    CHECK(attn_call_threads_for_work(&call, 100, 1e6, 2e5) == 1, "1 Mflop + 200 kB (45 us): 1 thread");
     CHECK(attn_call_threads_for_work(&call, 100, 1e10, 1e9) == 4, "10 Gflop: the 4 allowed");
-    /* 1 Mflop (20 us) + 200 kB (25 us): 45 us, three threads' worth */
-    CHECK(attn_call_threads_for_work(&call, 100, 1e6, 2e5) == 3, "45 us of work: 3 threads (%d)",
-          attn_call_threads_for_work(&call, 100, 1e6, 2e5));
+    /* 5 Mflop (100 us) + 800 kB (100 us): 200 us, three threads' worth */
+    CHECK(attn_call_threads_for_work(&call, 100, 5e6, 8e5) == 3, "200 us of work: 3 threads (%d)",
+          attn_call_threads_for_work(&call, 100, 5e6, 8e5));
     CHECK(attn_call_threads_for_work(&call, 2, 1e10, 1e9) == 2, "2 items: 2 threads");
     CHECK(fabs(attn_call_one_thread_ns(1e6, 8e5) - (1e6 / 50.0 + 8e5 / 8.0)) < 1e-6,
           "one-thread estimate");

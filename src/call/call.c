@@ -54,7 +54,7 @@ int attn_call_thread_count(const attn_call *call, int64_t work_items) {
  * least work worth a thread (the pool's wake and join cost a few microseconds). */
 #define ATTN_ONE_THREAD_FLOPS_PER_NS 50.0
 #define ATTN_ONE_THREAD_BYTES_PER_NS 8.0
-#define ATTN_MIN_THREAD_NS 15000.0
+#define ATTN_MIN_THREAD_NS 60000.0
 
 double attn_call_one_thread_ns(double flops, double bytes) {
     return flops / ATTN_ONE_THREAD_FLOPS_PER_NS + bytes / ATTN_ONE_THREAD_BYTES_PER_NS;

@@ -31,7 +31,7 @@
 
 /* How long a worker keeps looking for the next region before it sleeps, and how long a caller
  * spins for its helpers' ends before it yields its core between looks. */
-enum { POOL_SPIN_NS = 50000, POOL_WAIT_SPINS = 4096 };
+enum { POOL_SPIN_NS = 20000, POOL_WAIT_SPINS = 4096 };
 
 #define STATE_CLOSED ((uint64_t)1 << 31)
 #define STATE_SLOTS_SHIFT 16
