@@ -34,9 +34,12 @@ expect() {
 
 # unknown options, every command
 expect "'--bogus'" --bogus
-for command in demo forward backward train bench heatmap ring; do
+for command in demo forward backward train bench heatmap; do
     expect "--bogus" $command --bogus
 done
+# attn ring starts MPI first, whose plugins leak by design (the MPI tests run LeakSanitizer
+# with detect_leaks=0 for the same reason): leaks are not looked at for this one call.
+ASAN_OPTIONS="${ASAN_OPTIONS:-}:detect_leaks=0" expect "--bogus" ring --bogus
 expect "--bogus" bench decode --bogus
 expect "--bogus" bench serve --bogus
 expect "--bogus" kv-size --bogus
