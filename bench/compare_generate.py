@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
 """compare_generate.py — Hugging Face generate with attn_implementation="attn" against "sdpa"
 on a Llama-architecture model with random weights (built from a config: nothing downloaded).
-For each prompt length it times greedy generation of 1 token (the prefill) and of 1 + N
-tokens, alternating the two implementations, and prints the prefill time, the time per
-decoded token and decode tokens/s of each, and their ratio (above 1: attn is faster). Both
-generate the same tokens (checked).
+For each prompt length it times greedy generation of 1 + N tokens, alternating the two
+implementations, with a streamer that stamps the time of every token: the prefill is the time
+to the first new token, the decode time per token that of the N after it. It prints both for
+each and the ratio of decode tokens/s (above 1: attn is faster). Both generate the same tokens
+(checked).
 
 usage: python3 bench/compare_generate.py [--prompts 128,2048,8192] [--new 32] [--dtype f32|bf16]
            [--layers 4] [--hidden 512] [--heads 8] [--kv-heads 4] [--rounds 3]
@@ -32,13 +33,29 @@ def build_model(arguments, dtype):
     return model
 
 
+class Stamps:
+    """A generate streamer that records when each put() arrives (the prompt, then each token)."""
+
+    def __init__(self):
+        self.times = []
+
+    def put(self, value):
+        self.times.append(time.perf_counter())
+
+    def end(self):
+        pass
+
+
 def timed_generate(model, implementation, prompt, new_tokens):
+    """(prefill seconds, decode seconds per token, tokens) of one greedy generation."""
     model.set_attn_implementation(implementation)
+    stamps = Stamps()
     start = time.perf_counter()
     with torch.inference_mode():
         tokens = model.generate(prompt, max_new_tokens=new_tokens, min_new_tokens=new_tokens,
-                                do_sample=False, pad_token_id=0)
-    return time.perf_counter() - start, tokens
+                                do_sample=False, pad_token_id=0, streamer=stamps)
+    first, last = stamps.times[1], stamps.times[-1]  # [0] is the prompt
+    return first - start, (last - first) / (new_tokens - 1), tokens
 
 
 def main():
@@ -72,10 +89,9 @@ def main():
         outputs = {}
         for _ in range(arguments.rounds):
             for name in ("sdpa", "attn"):
-                one, _ = timed_generate(model, name, prompt, 1)
-                full, tokens = timed_generate(model, name, prompt, 1 + arguments.new)
-                prefill[name].append(one)
-                decode[name].append((full - one) / arguments.new)
+                first, per_token, tokens = timed_generate(model, name, prompt, 1 + arguments.new)
+                prefill[name].append(first)
+                decode[name].append(per_token)
                 outputs[name] = tokens
         same = torch.equal(outputs["sdpa"], outputs["attn"])
         p = {n: statistics.median(v) for n, v in prefill.items()}
