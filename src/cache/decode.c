@@ -1322,12 +1322,22 @@ static int64_t step_tokens(const attn_kv_cache *cache, int64_t kv_heads) {
 }
 
 /* The split size when execution.tile_k = 0 (see MOST_SPLIT_TOKENS). */
-static int64_t default_split_tokens(const attn_kv_cache *cache, int64_t kv_heads) {
+static int64_t default_split_tokens(const attn_kv_cache *cache, const attn_problem *problem) {
     int64_t longest = 1;
-    for (int64_t b = 0; b < cache->config.sequences; ++b)
+    double keys = 0.0;
+    for (int64_t b = 0; b < cache->config.sequences; ++b) {
         if (cache->lengths[b] > longest) longest = cache->lengths[b];
-    const int64_t groups = cache->config.sequences * kv_heads;
-    const int64_t splits_wanted = groups >= TARGET_TASKS ? 1 : (TARGET_TASKS + groups - 1) / groups;
+        keys += (double)cache->lengths[b];
+    }
+    const int64_t groups = cache->config.sequences * problem->kv_heads;
+    int64_t splits_wanted = groups >= TARGET_TASKS ? 1 : (TARGET_TASKS + groups - 1) / groups;
+    /* No more splits than threads the work keeps busy: a call too small for a second thread
+     * merges no partials (from the shapes only, so the same for any thread count). */
+    const double row_floats = (double)(problem->key_dim + problem->value_dim);
+    const int64_t worth = attn_call_threads_worth(
+        2.0 * keys * (double)(problem->query_heads * problem->query_length) * row_floats,
+        keys * (double)problem->kv_heads * row_floats * (double)attn_dtype_size(cache->config.dtype));
+    if (splits_wanted > worth) splits_wanted = worth;
     int64_t tokens = (longest + splits_wanted - 1) / splits_wanted;
     tokens = (tokens + ATTN_DECODE_CHUNK - 1) / ATTN_DECODE_CHUNK * ATTN_DECODE_CHUNK;
     return tokens > MOST_SPLIT_TOKENS ? MOST_SPLIT_TOKENS : tokens;
@@ -1350,7 +1360,7 @@ static int64_t plan_decode(decode_plan *plan, const attn_call *call, const attn_
     plan->key_dim = problem->key_dim;
     plan->value_dim = problem->value_dim;
     plan->split_tokens = call->execution.tile_k > 0 ? call->execution.tile_k
-                                                    : default_split_tokens(cache, problem->kv_heads);
+                                                    : default_split_tokens(cache, problem);
     plan->kv_heads = problem->kv_heads;
     plan->interleaved = cache->key_head_stride < cache->key_token_stride && problem->kv_heads > 1;
     plan->path = layout_path(&call->kernels->decode,

@@ -68,6 +68,12 @@ static void read_threads_by_work(void) {
     threads_by_work_disabled = text != NULL && strcmp(text, "0") == 0;
 }
 
+int64_t attn_call_threads_worth(double flops, double bytes) {
+    const double worth = attn_call_one_thread_ns(flops, bytes) / ATTN_MIN_THREAD_NS;
+    if (!(worth < 1e15)) return INT64_MAX / 2; /* NaN or huge: every thread is worth it */
+    return worth < 1.0 ? 1 : (int64_t)worth;
+}
+
 int attn_call_threads_for_work(const attn_call *call, int64_t work_items, double flops,
                                double bytes) {
     const int threads = attn_call_thread_count(call, work_items);

@@ -152,6 +152,11 @@ int attn_call_thread_count(const attn_call *call, int64_t work_items);
 int attn_call_threads_for_work(const attn_call *call, int64_t work_items, double flops,
                                double bytes);
 
+/* How many threads `flops` and `bytes` of work keep busy at ATTN_MIN_THREAD_NS each (>= 1);
+ * unlike attn_call_threads_for_work, independent of the environment: what a work split that
+ * must not depend on the thread count (split-KV) may use. */
+int64_t attn_call_threads_worth(double flops, double bytes);
+
 /* The estimated time of `flops` and `bytes` on one thread, in nanoseconds: the rates are a
  * small call's, well below a core's peaks (ATTN_ONE_THREAD_FLOPS_PER_NS, _BYTES_PER_NS). */
 double attn_call_one_thread_ns(double flops, double bytes);
