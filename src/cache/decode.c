@@ -1322,21 +1322,29 @@ static int64_t step_tokens(const attn_kv_cache *cache, int64_t kv_heads) {
 }
 
 /* The split size when execution.tile_k = 0 (see MOST_SPLIT_TOKENS). */
+/* A decode's work: every cached key's products with every query row, and one read of the
+ * keys and values (the threads by work, and the split-KV cap). */
+static void decode_work(const attn_kv_cache *cache, const attn_problem *problem, double *flops,
+                        double *bytes) {
+    double keys = 0.0;
+    for (int64_t b = 0; b < cache->config.sequences; ++b) keys += (double)cache->lengths[b];
+    const double row_floats = (double)(problem->key_dim + problem->value_dim);
+    *flops = 2.0 * keys * (double)(problem->query_heads * problem->query_length) * row_floats;
+    *bytes = keys * (double)problem->kv_heads * row_floats *
+             (double)attn_dtype_size(cache->config.dtype);
+}
+
 static int64_t default_split_tokens(const attn_kv_cache *cache, const attn_problem *problem) {
     int64_t longest = 1;
-    double keys = 0.0;
-    for (int64_t b = 0; b < cache->config.sequences; ++b) {
+    for (int64_t b = 0; b < cache->config.sequences; ++b)
         if (cache->lengths[b] > longest) longest = cache->lengths[b];
-        keys += (double)cache->lengths[b];
-    }
     const int64_t groups = cache->config.sequences * problem->kv_heads;
     int64_t splits_wanted = groups >= TARGET_TASKS ? 1 : (TARGET_TASKS + groups - 1) / groups;
     /* No more splits than threads the work keeps busy: a call too small for a second thread
      * merges no partials (from the shapes only, so the same for any thread count). */
-    const double row_floats = (double)(problem->key_dim + problem->value_dim);
-    const int64_t worth = attn_call_threads_worth(
-        2.0 * keys * (double)(problem->query_heads * problem->query_length) * row_floats,
-        keys * (double)problem->kv_heads * row_floats * (double)attn_dtype_size(cache->config.dtype));
+    double flops, bytes;
+    decode_work(cache, problem, &flops, &bytes);
+    const int64_t worth = attn_call_threads_worth(flops, bytes);
     if (splits_wanted > worth) splits_wanted = worth;
     int64_t tokens = (longest + splits_wanted - 1) / splits_wanted;
     tokens = (tokens + ATTN_DECODE_CHUNK - 1) / ATTN_DECODE_CHUNK * ATTN_DECODE_CHUNK;
@@ -1381,22 +1389,15 @@ static int64_t plan_decode(decode_plan *plan, const attn_call *call, const attn_
     return most_splits;
 }
 
-/* The threads by the call's work: every cached key's products with every query row and one
- * read of the keys and values. Items: the tasks, or on token-major pages (where one worker
- * takes every head of a split, so that the lines it brings in for head h serve head h + 1)
- * the splits. */
+/* The threads by the call's work (decode_work). Items: the tasks, or on token-major pages
+ * (where one worker takes every head of a split, so that the lines it brings in for head h
+ * serve head h + 1) the splits. */
 static int decode_threads(const decode_plan *plan, const attn_call *call) {
-    const attn_problem *problem = &call->problem;
-    double keys = 0.0;
-    for (int64_t b = 0; b < problem->batch; ++b) keys += (double)plan->cache->lengths[b];
-    const double row_floats = (double)(problem->key_dim + problem->value_dim);
+    double flops, bytes;
+    decode_work(plan->cache, &call->problem, &flops, &bytes);
     const int64_t items =
-        plan->interleaved ? plan->task_count / problem->kv_heads : plan->task_count;
-    return attn_call_threads_for_work(
-        call, items,
-        2.0 * keys * (double)(problem->query_heads * problem->query_length) * row_floats,
-        keys * (double)problem->kv_heads * row_floats *
-            (double)attn_dtype_size(plan->cache->config.dtype));
+        plan->interleaved ? plan->task_count / call->problem.kv_heads : plan->task_count;
+    return attn_call_threads_for_work(call, items, flops, bytes);
 }
 
 /* One region of attn_decode: the work items it claims (a task, or on interleaved pages the
