@@ -70,6 +70,14 @@ struct attn_kv_cache {
     const char *keys_name;
 };
 
+/* attn_decode on a begun call (call.h: options and execution resolved, kernels selected,
+ * nothing reserved yet), which it copies, runs and ends; attn_forward's small calls hand
+ * theirs over instead of resolving everything again. */
+struct attn_call;
+attn_status attn_decode_run(const struct attn_call *begun, const attn_kv_cache *cache,
+                            const attn_tensor *q, attn_tensor *out, attn_tensor *lse,
+                            attn_error *error);
+
 /* Address of the first stored key (value) element of slot `slot` of KV head `head` in page
  * `page`; elements of one token follow contiguously. */
 static inline const void *attn_cache_key_address(const struct attn_kv_cache *cache, int64_t page,

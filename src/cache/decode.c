@@ -1443,9 +1443,20 @@ attn_status attn_decode(const attn_kv_cache *cache, const attn_tensor *q,
                         const attn_options *options, attn_tensor *out, attn_tensor *lse,
                         const attn_execution *execution, attn_error *error) {
     attn_call call;
-    attn_status status = attn_call_begin(&call, options, execution, error);
-    if (status == ATTN_OK)
-        status = validate_decode(cache, q, &call.options, out, lse, &call.problem, error);
+    const attn_status status = attn_call_begin(&call, options, execution, error);
+    if (status != ATTN_OK) {
+        attn_call_end(&call);
+        return status;
+    }
+    return attn_decode_run(&call, cache, q, out, lse, error);
+}
+
+attn_status attn_decode_run(const attn_call *begun, const attn_kv_cache *cache,
+                            const attn_tensor *q, attn_tensor *out, attn_tensor *lse,
+                            attn_error *error) {
+    attn_call call = *begun;
+    attn_status status =
+        validate_decode(cache, q, &call.options, out, lse, &call.problem, error);
     if (status == ATTN_OK) { /* out and lse against q and the options (call.h) */
         const attn_call_tensor outputs[2] = {{out, "out", NULL}, {lse, "lse", NULL}};
         const attn_call_tensor inputs[1] = {{q, "q", NULL}};

@@ -89,10 +89,8 @@ attn_status attn_forward_small(attn_call *call, const attn_tensor *q, const attn
     view.value_head_scales = head_scales + Hkv;
     view.keys_name = "k";
 
-    const attn_options options = call->options;
-    const attn_execution execution = call->execution;
-    attn_call_end(call);
-    const attn_status status = attn_decode(&view, q, &options, out, lse, &execution, error);
+    const attn_status status = attn_decode_run(call, &view, q, out, lse, error);
+    attn_call_end(call); /* validated, never reserved: nothing of its own to free */
     if (!on_stack) free(tables), free(lengths), free(head_scales);
     return status;
 }
