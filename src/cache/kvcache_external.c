@@ -178,13 +178,14 @@ static attn_status check_options(const attn_options *options, attn_error *error)
 }
 
 /* Tensors, sizes and the options; fills the plan. Writes nothing. */
-static attn_status check_arguments(external_plan *plan, const attn_tensor *q,
-                                   const attn_kv_cache_view *cache, const attn_kv_append *append,
-                                   const attn_options *options, const attn_tensor *out,
-                                   const attn_tensor *lse, attn_error *error) {
+/* q, the view (version, dtypes, shapes, block table, scales, capacity): fills the plan's
+ * sizes and the operand dtype (*operand). */
+static attn_status check_cache(external_plan *plan, const attn_tensor *q, const attn_kv_cache_view *cache,
+                               attn_dtype *operand, attn_error *error) {
     /* q and out: F32, BF16 or F16, one dtype (the forward's and decoding's rule). */
-    const attn_dtype operand = q != NULL && operand_dtype(q->dtype) ? q->dtype : ATTN_DTYPE_F32;
-    attn_status status = attn_check_tensor(q, "q", operand, 4, error);
+    *operand = q != NULL && operand_dtype(q->dtype) ? q->dtype : ATTN_DTYPE_F32;
+    const attn_dtype operand_type = *operand;
+    attn_status status = attn_check_tensor(q, "q", operand_type, 4, error);
     if (status != ATTN_OK) return status;
     if (cache == NULL) return attn_fail(error, ATTN_ERROR_NULL_ARGUMENT, "cache is NULL");
     if (cache->version != 0 && cache->version != 1 && cache->version != ATTN_KV_CACHE_VIEW_VERSION)
@@ -252,6 +253,13 @@ static attn_status check_arguments(external_plan *plan, const attn_tensor *q,
         return attn_fail(error, ATTN_ERROR_UNSUPPORTED,
                          "cache->k_cache.shape[0] = %lld pages: at most %d are addressable",
                          (long long)plan->page_count, INT32_MAX);
+    return ATTN_OK;
+}
+
+/* out [B, Tq, Hq, Dv] of the operand dtype, lse [B, Hq, Tq] float32 (optional). */
+static attn_status check_outputs(const external_plan *plan, attn_dtype operand, const attn_tensor *out,
+                                 const attn_tensor *lse, attn_error *error) {
+    attn_status status;
     if ((status = attn_check_tensor(out, "out", operand, 4, error)) != ATTN_OK) return status;
     const int64_t expected_out[4] = {plan->B, plan->Tq, plan->Hq, plan->Dv};
     if ((status = check_shape(out, "out", expected_out, 4, "[B, Tq, Hq, Dv]", error)) != ATTN_OK)
@@ -263,9 +271,14 @@ static attn_status check_arguments(external_plan *plan, const attn_tensor *q,
         if ((status = check_shape(lse, "lse", expected, 3, "[B, Hq, Tq]", error)) != ATTN_OK)
             return status;
     }
-    if ((status = check_options(options, error)) != ATTN_OK) return status;
+    return ATTN_OK;
+}
 
-    /* The append. */
+/* The append's new rows (NULL-free copy in plan->append): dtypes, shapes, finite values,
+ * and where they are written. */
+static attn_status check_append(external_plan *plan, const attn_kv_append *append, attn_error *error) {
+    attn_status status;
+    const attn_tensor *kc = plan->k_cache, *vc = plan->v_cache;
     static const attn_kv_append none = {NULL, NULL, NULL, NULL, ATTN_ROPE_HALF};
     plan->append = append != NULL ? append : &none;
     append = plan->append;
@@ -307,8 +320,11 @@ static attn_status check_arguments(external_plan *plan, const attn_tensor *q,
                                                   append->k_new, append->v_new, error)) != ATTN_OK)
             return status;
     }
+    return ATTN_OK;
+}
 
-    /* Lengths and capacity. */
+/* cache_seqlens: held tokens >= 0, and with the append within the capacity. */
+static attn_status check_lengths(external_plan *plan, const attn_kv_cache_view *cache, attn_error *error) {
     if (cache->cache_seqlens == NULL)
         return attn_fail(error, ATTN_ERROR_NULL_ARGUMENT, "cache->cache_seqlens is NULL");
     plan->cache_seqlens = cache->cache_seqlens;
@@ -328,7 +344,12 @@ static attn_status check_arguments(external_plan *plan, const attn_tensor *q,
                              plan->paged ? "max_pages x page_size" : "S_max");
         if (total > plan->longest) plan->longest = total;
     }
+    return ATTN_OK;
+}
 
+static attn_status check_attention(const external_plan *plan, const attn_options *options,
+                                   attn_error *error) {
+    attn_status status;
     /* The options as the attention will check them (scale, soft-cap, window, alignment,
      * pattern, ALiBi slopes, empty-row policy), here: the append writes before it runs. */
     attn_problem problem;
@@ -351,14 +372,19 @@ static attn_status check_arguments(external_plan *plan, const attn_tensor *q,
                          (long long)most_dim);
     if (options->empty_rows == ATTN_EMPTY_ROWS_ERROR)
         for (int64_t b = 0; b < plan->B; ++b)
-            if (cache->cache_seqlens[b] + plan->Tnew == 0)
+            if (plan->cache_seqlens[b] + plan->Tnew == 0)
                 return attn_fail(error, ATTN_ERROR_EMPTY_ROW,
                                  "query row (b = %lld, h = 0, i = 0) has no allowed key: the "
                                  "sequence holds no token (cache_seqlens[%lld] = 0 and nothing "
                                  "appended)",
                                  (long long)b, (long long)b);
+    return ATTN_OK;
+}
 
-    /* Rotary tables. */
+/* The rotary tables: both or neither, their shapes, layout and positions. */
+static attn_status check_rotary(external_plan *plan, const attn_options *options, attn_error *error) {
+    attn_status status;
+    const attn_kv_append *append = plan->append;
     if ((append->rotary_cos == NULL) != (append->rotary_sin == NULL))
         return attn_fail(error, ATTN_ERROR_NULL_ARGUMENT, "append->%s is NULL but %s is given",
                          append->rotary_cos == NULL ? "rotary_cos" : "rotary_sin",
@@ -397,7 +423,13 @@ static attn_status check_arguments(external_plan *plan, const attn_tensor *q,
                                  (long long)positions, (long long)b, (long long)last);
         }
     }
+    return ATTN_OK;
+}
 
+static attn_status check_no_aliasing(const external_plan *plan, const attn_options *options,
+                                     const attn_tensor *out, const attn_tensor *lse,
+                                     attn_error *error) {
+    const attn_kv_append *append = plan->append;
     /* No output may share memory with the query, the cache (which the call reads, and an
      * append writes), its scales and tables, the new rows or the rotary tables, nor out with
      * lse (call.h). */
@@ -405,9 +437,9 @@ static attn_status check_arguments(external_plan *plan, const attn_tensor *q,
     const attn_tensor seqlens = attn_tensor_contiguous((void *)plan->cache_seqlens, ATTN_DTYPE_I32,
                                                        1, batch);
     const attn_call_tensor inputs[11] = {
-        {q, "q", NULL},
-        {kc, "cache->k_cache", NULL},
-        {vc, "cache->v_cache", NULL},
+        {plan->q, "q", NULL},
+        {plan->k_cache, "cache->k_cache", NULL},
+        {plan->v_cache, "cache->v_cache", NULL},
         {plan->k_scale != NULL ? plan->k_scale : plan->k_head, "cache->k_scale", NULL},
         {plan->v_scale != NULL ? plan->v_scale : plan->v_head, "cache->v_scale", NULL},
         {plan->block_table, "cache->block_table", NULL},
@@ -421,6 +453,23 @@ static attn_status check_arguments(external_plan *plan, const attn_tensor *q,
     memset(&sizes, 0, sizeof sizes);
     sizes.batch = plan->B, sizes.query_length = plan->Tq, sizes.query_heads = plan->Hq;
     return attn_call_check_aliasing(outputs, 2, inputs, 11, options, &sizes, error);
+}
+
+static attn_status check_arguments(external_plan *plan, const attn_tensor *q,
+                                   const attn_kv_cache_view *cache, const attn_kv_append *append,
+                                   const attn_options *options, const attn_tensor *out,
+                                   const attn_tensor *lse, attn_error *error) {
+    attn_dtype operand;
+    attn_status status;
+    if ((status = check_cache(plan, q, cache, &operand, error)) != ATTN_OK ||
+        (status = check_outputs(plan, operand, out, lse, error)) != ATTN_OK ||
+        (status = check_options(options, error)) != ATTN_OK ||
+        (status = check_append(plan, append, error)) != ATTN_OK ||
+        (status = check_lengths(plan, cache, error)) != ATTN_OK ||
+        (status = check_attention(plan, options, error)) != ATTN_OK ||
+        (status = check_rotary(plan, options, error)) != ATTN_OK)
+        return status;
+    return check_no_aliasing(plan, options, out, lse, error);
 }
 
 /* ceil(tokens / page_size), without forming tokens + page_size - 1 (a page size may be near
