@@ -293,6 +293,39 @@ size_t attn_kv_cache_bytes_per_token(const attn_kv_cache_config *config) {
     return bytes;
 }
 
+/* The element and scale strides of the library's own pools (cache_internal.h). */
+static void set_strides(attn_kv_cache *created) {
+    /* head-outermost pools, [Hkv][page_count][page_size][D] (cache_internal.h): a page of
+     * one head is page_size rows, and the pages of a head follow each other */
+    created->key_page_elements = created->page_size * created->config.key_dim;
+    const attn_kv_cache_config *config = &created->config;
+    created->value_page_elements = config->values_in_keys ? 0 : created->page_size * config->value_dim;
+    created->key_token_stride = created->config.key_dim;
+    created->key_head_stride = created->page_count * created->key_page_elements;
+    created->value_token_stride = created->config.value_dim;
+    created->value_head_stride = created->page_count * created->value_page_elements;
+    created->key_scale_page_stride = created->value_scale_page_stride = created->page_size;
+    created->key_scale_head_stride = created->value_scale_head_stride =
+        created->page_count * created->page_size; /* [Hkv][page_count][page_size] */
+    created->key_scale_token_stride = created->value_scale_token_stride = 1;
+}
+
+/* FP8's per-head scales copied from the config (1 where none is given; the keys' for
+ * values_in_keys); the caller's arrays are not kept. */
+static void set_head_scales(attn_kv_cache *created, const attn_kv_cache_config *config) {
+    created->key_head_scales = malloc((size_t)config->kv_heads * sizeof(float));
+    created->value_head_scales = malloc((size_t)config->kv_heads * sizeof(float));
+    if (created->key_head_scales != NULL && created->value_head_scales != NULL)
+        for (int64_t h = 0; h < config->kv_heads; ++h) {
+            const float *keys = config->fp8_key_scales, *values = config->fp8_value_scales;
+            if (config->values_in_keys) values = keys;
+            created->key_head_scales[h] = keys != NULL ? keys[h] : 1.0f;
+            created->value_head_scales[h] = values != NULL ? values[h] : 1.0f;
+        }
+    created->config.fp8_key_scales = NULL; /* copied: the caller's arrays are not kept */
+    created->config.fp8_value_scales = NULL;
+}
+
 attn_status attn_kv_cache_create(const attn_kv_cache_config *config, attn_kv_cache **cache,
                                  attn_error *error) {
     if (cache == NULL) return attn_fail(error, ATTN_ERROR_NULL_ARGUMENT, "cache is NULL");
@@ -334,18 +367,7 @@ attn_status attn_kv_cache_create(const attn_kv_cache_config *config, attn_kv_cac
                          (long long)config->kv_heads, (long long)config->key_dim,
                          (long long)config->value_dim);
     }
-    /* head-outermost pools, [Hkv][page_count][page_size][D] (cache_internal.h): a page of
-     * one head is page_size rows, and the pages of a head follow each other */
-    created->key_page_elements = created->page_size * config->key_dim;
-    created->value_page_elements = config->values_in_keys ? 0 : created->page_size * config->value_dim;
-    created->key_token_stride = config->key_dim;
-    created->key_head_stride = created->page_count * created->key_page_elements;
-    created->value_token_stride = config->value_dim;
-    created->value_head_stride = created->page_count * created->value_page_elements;
-    created->key_scale_page_stride = created->value_scale_page_stride = created->page_size;
-    created->key_scale_head_stride = created->value_scale_head_stride =
-        created->page_count * created->page_size; /* [Hkv][page_count][page_size] */
-    created->key_scale_token_stride = created->value_scale_token_stride = 1;
+    set_strides(created);
     created->key_pool = pool_alloc((size_t)key_pool_elements * created->element_size);
     if (value_pool_elements > 0)
         created->value_pool = pool_alloc((size_t)value_pool_elements * created->element_size);
@@ -360,17 +382,7 @@ attn_status attn_kv_cache_create(const attn_kv_cache_config *config, attn_kv_cac
     if (q8) created->key_scale_pool = pool_alloc(scale_floats * sizeof(float));
     if (q8 && value_pool_elements > 0)
         created->value_scale_pool = pool_alloc(scale_floats * sizeof(float));
-    created->key_head_scales = malloc((size_t)config->kv_heads * sizeof(float));
-    created->value_head_scales = malloc((size_t)config->kv_heads * sizeof(float));
-    if (created->key_head_scales != NULL && created->value_head_scales != NULL)
-        for (int64_t h = 0; h < config->kv_heads; ++h) {
-            const float *keys = config->fp8_key_scales, *values = config->fp8_value_scales;
-            if (config->values_in_keys) values = keys;
-            created->key_head_scales[h] = keys != NULL ? keys[h] : 1.0f;
-            created->value_head_scales[h] = values != NULL ? values[h] : 1.0f;
-        }
-    created->config.fp8_key_scales = NULL; /* copied: the caller's arrays are not kept */
-    created->config.fp8_value_scales = NULL;
+    set_head_scales(created, config);
     if (created->key_pool == NULL || (value_pool_elements > 0 && created->value_pool == NULL) ||
         created->reference_counts == NULL || created->free_pages == NULL ||
         created->block_tables == NULL || created->lengths == NULL ||
@@ -484,10 +496,12 @@ static int32_t writable_page(attn_kv_cache *cache, int64_t sequence, int64_t tok
     return table[logical];
 }
 
-attn_status attn_kv_cache_append(attn_kv_cache *cache, int64_t first_sequence,
-                                 const attn_tensor *k, const attn_tensor *v, attn_error *error) {
-    attn_status status = check_sequence(cache, first_sequence, "first_sequence", error);
-    if (status != ATTN_OK) return status;
+/* k [n, T, Hkv, Dk] and v [n, T, Hkv, Dv] (none with values_in_keys) float32 for sequences
+ * first_sequence .. + n - 1; 8-bit storage takes finite values only (kernels/quant.h). */
+static attn_status check_append_tensors(const attn_kv_cache *cache, int64_t first_sequence,
+                                        const attn_tensor *k, const attn_tensor *v,
+                                        attn_error *error) {
+    attn_status status;
     const attn_kv_cache_config *config = &cache->config;
     if ((status = attn_check_tensor(k, "k", ATTN_DTYPE_F32, 4, error)) != ATTN_OK) return status;
     const int64_t count = k->shape[0], tokens = k->shape[1];
@@ -518,27 +532,31 @@ attn_status attn_kv_cache_append(attn_kv_cache *cache, int64_t first_sequence,
                              (long long)tokens, (long long)config->kv_heads,
                              (long long)config->value_dim);
     }
-    /* The 8-bit formats hold finite values only (kernels/quant.h): refuse others first. */
-    if (attn_dtype_is_quantized(config->dtype)) {
-        const attn_tensor *inputs[2] = {k, config->values_in_keys ? NULL : v};
-        for (int n = 0; n < 2; ++n) {
-            const attn_tensor *x = inputs[n];
-            if (x == NULL) continue;
-            for (int64_t a = 0; a < x->shape[0]; ++a)
-                for (int64_t t = 0; t < x->shape[1]; ++t)
-                    for (int64_t h = 0; h < x->shape[2]; ++h)
-                        for (int64_t d = 0; d < x->shape[3]; ++d)
-                            if (!isfinite(*attn_f32_at4(x, a, t, h, d)))
-                                return attn_fail(
-                                    error, ATTN_ERROR_INVALID_ARGUMENT,
-                                    "%s[%lld, %lld, %lld, %lld] = %g: a %s cache stores finite "
-                                    "values only",
-                                    n == 0 ? "k" : "v", (long long)a, (long long)t, (long long)h,
-                                    (long long)d, (double)*attn_f32_at4(x, a, t, h, d),
-                                    attn_dtype_name(config->dtype));
-        }
+    if (!attn_dtype_is_quantized(config->dtype)) return ATTN_OK;
+    const attn_tensor *inputs[2] = {k, config->values_in_keys ? NULL : v};
+    for (int n = 0; n < 2; ++n) {
+        const attn_tensor *x = inputs[n];
+        if (x == NULL) continue;
+        for (int64_t a = 0; a < x->shape[0]; ++a)
+            for (int64_t t = 0; t < x->shape[1]; ++t)
+                for (int64_t h = 0; h < x->shape[2]; ++h)
+                    for (int64_t d = 0; d < x->shape[3]; ++d)
+                        if (!isfinite(*attn_f32_at4(x, a, t, h, d)))
+                            return attn_fail(error, ATTN_ERROR_INVALID_ARGUMENT,
+                                             "%s[%lld, %lld, %lld, %lld] = %g: a %s cache stores "
+                                             "finite values only",
+                                             n == 0 ? "k" : "v", (long long)a, (long long)t,
+                                             (long long)h, (long long)d,
+                                             (double)*attn_f32_at4(x, a, t, h, d),
+                                             attn_dtype_name(config->dtype));
     }
-    /* All or nothing: check every sequence's capacity and the pool before writing. */
+    return ATTN_OK;
+}
+
+/* All or nothing: every sequence's capacity and the pool's free pages, before writing. */
+static attn_status check_append_room(const attn_kv_cache *cache, int64_t first_sequence,
+                                     int64_t count, int64_t tokens, attn_error *error) {
+    const attn_kv_cache_config *config = &cache->config;
     int64_t pages = 0;
     for (int64_t n = 0; n < count; ++n) {
         const int64_t sequence = first_sequence + n, length = cache->lengths[sequence];
@@ -555,6 +573,48 @@ attn_status attn_kv_cache_append(attn_kv_cache *cache, int64_t first_sequence,
                          (long long)pages, (long long)cache->free_count,
                          (long long)cache->page_count);
 
+    return ATTN_OK;
+}
+
+/* Writes sequence `sequence`'s keys [1, T, Hkv, Dk] (rotated already) and values v[n] at its
+ * end; row: float[max(Dk, Dv)]. */
+static void append_rows(attn_kv_cache *cache, int64_t sequence, const attn_tensor *keys,
+                        const attn_tensor *v, int64_t n, float *row) {
+    const attn_kv_cache_config *config = &cache->config;
+    const int64_t length = cache->lengths[sequence], tokens = keys->shape[1];
+    for (int64_t t = 0; t < tokens; ++t) {
+        const int64_t token = length + t;
+        const int32_t page = writable_page(cache, sequence, token);
+        const int64_t slot = token % cache->page_size;
+        for (int64_t head = 0; head < config->kv_heads; ++head) {
+            float scale = 1.0f; /* Q8's row scale */
+            for (int64_t d = 0; d < config->key_dim; ++d)
+                row[d] = *attn_f32_at4(keys, 0, t, head, d);
+            attn_cache_store_elements(config->dtype, row, config->key_dim,
+                                      key_slot(cache, page, head, slot), &scale,
+                                      cache->key_head_scales[head]);
+            fill_scales(key_scale_slot(cache, page, head, slot), 1, scale);
+            if (config->values_in_keys) continue;
+            for (int64_t d = 0; d < config->value_dim; ++d)
+                row[d] = *attn_f32_at4(v, n, t, head, d);
+            attn_cache_store_elements(config->dtype, row, config->value_dim,
+                                      value_slot(cache, page, head, slot), &scale,
+                                      cache->value_head_scales[head]);
+            fill_scales(value_scale_slot(cache, page, head, slot), 1, scale);
+        }
+        cache->lengths[sequence] = token + 1;
+    }
+}
+
+attn_status attn_kv_cache_append(attn_kv_cache *cache, int64_t first_sequence,
+                                 const attn_tensor *k, const attn_tensor *v, attn_error *error) {
+    attn_status status = check_sequence(cache, first_sequence, "first_sequence", error);
+    if (status == ATTN_OK) status = check_append_tensors(cache, first_sequence, k, v, error);
+    if (status != ATTN_OK) return status;
+    const attn_kv_cache_config *config = &cache->config;
+    const int64_t count = k->shape[0], tokens = k->shape[1];
+    if ((status = check_append_room(cache, first_sequence, count, tokens, error)) != ATTN_OK)
+        return status;
     const int64_t key_dim = config->key_dim, value_dim = config->value_dim;
     float *row = malloc((size_t)(key_dim > value_dim ? key_dim : value_dim) * sizeof(float));
     float *rotated = NULL;
@@ -569,7 +629,7 @@ attn_status attn_kv_cache_append(attn_kv_cache *cache, int64_t first_sequence,
         free(row), free(rotated);
         return attn_fail(error, ATTN_ERROR_OUT_OF_MEMORY, "k: no memory for an append buffer");
     }
-    for (int64_t n = 0; n < count; ++n) {
+    for (int64_t n = 0; n < count && status == ATTN_OK; ++n) {
         const int64_t sequence = first_sequence + n, length = cache->lengths[sequence];
         attn_tensor keys = *k; /* [1, T, Hkv, Dk] of this sequence */
         keys.data = attn_f32_at4(k, n, 0, 0, 0);
@@ -583,30 +643,9 @@ attn_status attn_kv_cache_append(attn_kv_cache *cache, int64_t first_sequence,
                         *attn_f32_at4(&copy, 0, t, head, d) = *attn_f32_at4(&keys, 0, t, head, d);
             status = attn_rope_apply(&copy, config->rope_layout, config->rope_dim,
                                      config->rope_base, NULL, length, 0, error);
-            if (status != ATTN_OK) break; /* cannot happen for a validated config */
-            keys = copy;
+            keys = copy; /* (a validated config cannot fail) */
         }
-        for (int64_t t = 0; t < tokens; ++t) {
-            const int64_t token = length + t;
-            const int32_t page = writable_page(cache, sequence, token);
-            const int64_t slot = token % cache->page_size;
-            for (int64_t head = 0; head < config->kv_heads; ++head) {
-                float scale = 1.0f; /* Q8's row scale */
-                for (int64_t d = 0; d < key_dim; ++d) row[d] = *attn_f32_at4(&keys, 0, t, head, d);
-                attn_cache_store_elements(config->dtype, row, key_dim, key_slot(cache, page, head, slot),
-                               &scale, cache->key_head_scales[head]);
-                fill_scales(key_scale_slot(cache, page, head, slot), 1, scale);
-                if (!config->values_in_keys) {
-                    for (int64_t d = 0; d < value_dim; ++d)
-                        row[d] = *attn_f32_at4(v, n, t, head, d);
-                    attn_cache_store_elements(config->dtype, row, value_dim,
-                                   value_slot(cache, page, head, slot), &scale,
-                                   cache->value_head_scales[head]);
-                    fill_scales(value_scale_slot(cache, page, head, slot), 1, scale);
-                }
-            }
-            cache->lengths[sequence] = token + 1;
-        }
+        if (status == ATTN_OK) append_rows(cache, sequence, &keys, v, n, row);
     }
     free(row), free(rotated);
     return status;

@@ -757,6 +757,26 @@ static attn_status decode(const external_plan *plan, const attn_tensor *q,
     return attn_decode(&view, q, options, out, lse, execution, error);
 }
 
+/* The queries with RoPE at their positions, rotated in fp32 and stored contiguous in q's
+ * dtype (rounded once for 16-bit queries) in `rotated`; row: float[Dk]. */
+static attn_tensor rotate_queries(const external_plan *plan, const attn_tensor *q, char *rotated,
+                                  float *row) {
+    const size_t size = attn_dtype_size(q->dtype);
+    const int64_t shape[4] = {plan->B, plan->Tq, plan->Hq, plan->Dk};
+    for (int64_t b = 0; b < plan->B; ++b)
+        for (int64_t i = 0; i < plan->Tq; ++i)
+            for (int64_t h = 0; h < plan->Hq; ++h) {
+                load_row(q->dtype,
+                         (const char *)q->data +
+                             (size_t)(b * q->stride[0] + i * q->stride[1] + h * q->stride[2]) * size,
+                         q->stride[3], plan->Dk, row);
+                rotate(row, plan, plan->cache_seqlens[b] + (plan->rotate_each_query ? i : 0));
+                store_row(q->dtype, row, plan->Dk,
+                          rotated + (size_t)(((b * plan->Tq + i) * plan->Hq + h) * plan->Dk) * size);
+            }
+    return attn_tensor_contiguous(rotated, q->dtype, 4, shape);
+}
+
 attn_status attn_forward_with_kvcache(const attn_tensor *q, const attn_kv_cache_view *cache,
                                       const attn_kv_append *append, const attn_options *options,
                                       attn_tensor *out, attn_tensor *lse,
@@ -829,25 +849,8 @@ attn_status attn_forward_with_kvcache(const attn_tensor *q, const attn_kv_cache_
         append_tokens(&plan, buffers[2]);
     }
     attn_tensor rotated_q = *q;
-    if (status == ATTN_OK && plan.rotary_dim > 0) {
-        /* Rotated in fp32, stored in q's dtype (rounded once for 16-bit queries). */
-        char *rotated = buffers[1];
-        float *row = buffers[2];
-        const size_t size = attn_dtype_size(q->dtype);
-        const int64_t shape[4] = {plan.B, plan.Tq, plan.Hq, plan.Dk};
-        rotated_q = attn_tensor_contiguous(rotated, q->dtype, 4, shape);
-        for (int64_t b = 0; b < plan.B; ++b)
-            for (int64_t i = 0; i < plan.Tq; ++i)
-                for (int64_t h = 0; h < plan.Hq; ++h) {
-                    load_row(q->dtype,
-                             (const char *)q->data +
-                                 (size_t)(b * q->stride[0] + i * q->stride[1] + h * q->stride[2]) * size,
-                             q->stride[3], plan.Dk, row);
-                    rotate(row, &plan, plan.cache_seqlens[b] + (plan.rotate_each_query ? i : 0));
-                    store_row(q->dtype, row, plan.Dk,
-                              rotated + (size_t)(((b * plan.Tq + i) * plan.Hq + h) * plan.Dk) * size);
-                }
-    }
+    if (status == ATTN_OK && plan.rotary_dim > 0)
+        rotated_q = rotate_queries(&plan, q, buffers[1], buffers[2]);
     if (status == ATTN_OK) {
         if (use_decode) {
             int64_t *lengths = buffers[3]; /* [B] int64, [2][Hkv] float, [B][max_pages] int32 */
