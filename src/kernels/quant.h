@@ -37,6 +37,17 @@ static inline int attn_dtype_is_quantized(attn_dtype dtype) {
     return dtype == ATTN_DTYPE_Q8 || dtype == ATTN_DTYPE_FP8_E4M3 || dtype == ATTN_DTYPE_FP8_E5M2;
 }
 
+/* CALL(format) with `format` the compile-time constant equal to the 8-bit `dtype` (Q8,
+ * FP8_E4M3, else FP8_E5M2), so that a kernel written for every format (the format a
+ * constant argument of an inlined function) is compiled once per format. */
+#define ATTN_QUANT_SPECIALISE(dtype, CALL)                                                  \
+    ((dtype) == ATTN_DTYPE_Q8         ? CALL(ATTN_DTYPE_Q8)                                  \
+     : (dtype) == ATTN_DTYPE_FP8_E4M3 ? CALL(ATTN_DTYPE_FP8_E4M3)                            \
+                                      : CALL(ATTN_DTYPE_FP8_E5M2))
+/* The same for the two fp8 formats (FP8_E4M3, else FP8_E5M2). */
+#define ATTN_FP8_SPECIALISE(dtype, CALL) \
+    ((dtype) == ATTN_DTYPE_FP8_E4M3 ? CALL(ATTN_DTYPE_FP8_E4M3) : CALL(ATTN_DTYPE_FP8_E5M2))
+
 /* ---- Q8 ---- */
 static inline float attn_q8_row_scale(int64_t count, const float *x) {
     float largest = 0.0f;

@@ -276,15 +276,15 @@ attn_status attn_ring_backward(MPI_Comm comm, const attn_tensor *q, const attn_t
                                attn_ring_stats *stats, const attn_execution *execution,
                                attn_error *error) {
     double call_start = MPI_Wtime();
-    ring_stats_reset(stats);
     ring_tensors tensors = {true, q, k, v, out, lse, dout, dq, dk, dv};
     ring_call call;
-    attn_status status = ring_call_begin(&call, comm, &tensors, options, layout, execution, error);
+    attn_status status = ring_call_begin(&call, comm, &tensors, options, layout, execution, stats,
+                                         error);
     if (status != ATTN_OK) return status;
     attn_error local_error = {ATTN_OK, ""};
     backward_buffers buffers;
-    status = allocate_buffers(&call, &buffers, &local_error);
-    status = ring_agree(&call, status, &local_error, error);
+    status = ring_agree(&call, allocate_buffers(&call, &buffers, &local_error), &local_error,
+                        error);
     if (status == ATTN_OK) {
         /* 16-bit tensors: the blocks see q, out, dout widened once (exact) */
         ring_tensors computed = tensors;

@@ -207,9 +207,19 @@ static void describe(const ring_call *call, int64_t descriptor[DESCRIPTOR_FIELDS
     memcpy(descriptor, values, sizeof values);
 }
 
+/* Zeroes a caller's stats (NULL allowed), keeping its caller-owned step_sources pointer. */
+static void ring_stats_reset(attn_ring_stats *stats) {
+    if (stats == NULL) return;
+    int *step_sources = stats->step_sources;
+    memset(stats, 0, sizeof *stats);
+    stats->step_sources = step_sources;
+}
+
 attn_status ring_call_begin(ring_call *call, MPI_Comm comm, const ring_tensors *tensors,
                             const attn_options *options, const attn_ring_layout *layout,
-                            const attn_execution *execution, attn_error *error) {
+                            const attn_execution *execution, attn_ring_stats *stats,
+                            attn_error *error) {
+    ring_stats_reset(stats);
     memset(call, 0, sizeof *call);
     call->comm = MPI_COMM_NULL;
     call->unit = MPI_DATATYPE_NULL;
@@ -280,9 +290,3 @@ void ring_load_block_positions(ring_call *call, int owner) {
     attn_ring_layout_positions(&call->layout, owner, call->block_positions, NULL);
 }
 
-void ring_stats_reset(attn_ring_stats *stats) {
-    if (stats == NULL) return;
-    int *step_sources = stats->step_sources;
-    memset(stats, 0, sizeof *stats);
-    stats->step_sources = step_sources;
-}

@@ -233,16 +233,16 @@ attn_status attn_ring_forward(MPI_Comm comm, const attn_tensor *q, const attn_te
                               attn_ring_stats *stats, const attn_execution *execution,
                               attn_error *error) {
     double call_start = MPI_Wtime();
-    ring_stats_reset(stats);
     ring_tensors tensors = {false, q, k, v, out, lse, NULL, NULL, NULL, NULL};
     ring_call call;
-    attn_status status = ring_call_begin(&call, comm, &tensors, options, layout, execution, error);
+    attn_status status = ring_call_begin(&call, comm, &tensors, options, layout, execution, stats,
+                                         error);
     if (status != ATTN_OK) return status;
 
     attn_error local_error = {ATTN_OK, ""};
     forward_buffers buffers;
-    status = allocate_buffers(&call, lse == NULL, &buffers, &local_error);
-    status = ring_agree(&call, status, &local_error, error);
+    status = ring_agree(&call, allocate_buffers(&call, lse == NULL, &buffers, &local_error),
+                        &local_error, error);
     if (status == ATTN_OK) {
         attn_tensor own_lse;
         if (lse == NULL) {

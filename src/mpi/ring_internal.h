@@ -58,12 +58,11 @@ typedef struct ring_tensors {
  * sizes and options (collective). Returns the agreed status: on error every rank gets the same
  * status and message, and `call` holds nothing to free.
  */
-/* Zeroes a caller's stats (NULL allowed), keeping its caller-owned step_sources pointer. */
-void ring_stats_reset(attn_ring_stats *stats);
-
+/* (It first zeroes the caller's stats, NULL allowed, keeping its step_sources pointer.) */
 attn_status ring_call_begin(ring_call *call, MPI_Comm comm, const ring_tensors *tensors,
                             const attn_options *options, const attn_ring_layout *layout,
-                            const attn_execution *execution, attn_error *error);
+                            const attn_execution *execution, attn_ring_stats *stats,
+                            attn_error *error);
 void ring_call_end(ring_call *call);
 
 /*

@@ -272,15 +272,7 @@ static void avx2_accumulate_chunk_bf16(int rows, int count, int dim, const float
 #include "kernels/avx2/decode_q8_avx2.h"
 
 const attn_decode_kernels attn_avx2_decode = {
-    .bf16_to_f32 = bf16_to_f32,
-    .f16_to_f32 = f16_to_f32,
-    .widen_rows = widen_rows,
-    .score_chunk = score_chunk,
-    .prepare_group_queries = prepare_group_queries,
-    .score_chunk_group = score_chunk_group,
-    .accumulate_chunk_group = accumulate_chunk_group,
-    .softmax_chunk = softmax_chunk,
-    .accumulate_chunk = accumulate_chunk,
+    DECODE_BODY_SLOTS,
     /* score_chunk_f16, score_chunk_bf16_widened (16-bit rows widened as they are loaded):
      * none at 8 lanes, whose blocks run slower in place than converting each chunk once
      * (simd/decode_body.h "Stored rows") */

@@ -104,19 +104,14 @@ static void dequantize_rows_as(const attn_dtype format, int count, int dim,
     }
 }
 
+#define DEQUANTIZE(format) \
+    dequantize_rows_as(format, count, dim, source, stride, row_scales, factor, target, rows_ahead)
 static void avx2_dequantize_rows(attn_dtype dtype, int count, int dim, const uint8_t *source,
                                  int64_t stride, const float *row_scales, float factor,
                                  float *target, const uint8_t *rows_ahead) {
-    if (dtype == ATTN_DTYPE_Q8)
-        dequantize_rows_as(ATTN_DTYPE_Q8, count, dim, source, stride, row_scales, factor, target,
-                           rows_ahead);
-    else if (dtype == ATTN_DTYPE_FP8_E4M3)
-        dequantize_rows_as(ATTN_DTYPE_FP8_E4M3, count, dim, source, stride, row_scales, factor,
-                           target, rows_ahead);
-    else
-        dequantize_rows_as(ATTN_DTYPE_FP8_E5M2, count, dim, source, stride, row_scales, factor,
-                           target, rows_ahead);
+    ATTN_QUANT_SPECIALISE(dtype, DEQUANTIZE);
 }
+#undef DEQUANTIZE
 
 /* ---- fp8 scores ---- */
 
@@ -661,6 +656,9 @@ static void accumulate_chunk_q8i(int rows, int count, int dim, const float *weig
 }
 
 /* ---- the slots ---- */
+#define SCORE_FP8(format)                                                                    \
+    score_chunk_fp8_as(format, rows, count, dim, (const float *)queries, keys, key_stride,  \
+                       row_scales, factor, scores, ahead, keys_ahead)
 static void avx2_score_chunk_q8(attn_dtype dtype, int rows, int count, int dim,
                                 const void *queries, const uint8_t *keys, int64_t key_stride,
                                 const float *row_scales, float factor, float *scores,
@@ -671,14 +669,14 @@ static void avx2_score_chunk_q8(attn_dtype dtype, int rows, int count, int dim,
     else if (dtype == ATTN_DTYPE_Q8)
         score_chunk_q8i(rows, count, dim, queries, (const int8_t *)keys, key_stride, row_scales,
                         factor, scores, ahead, (const int8_t *)keys_ahead);
-    else if (dtype == ATTN_DTYPE_FP8_E4M3)
-        score_chunk_fp8_as(ATTN_DTYPE_FP8_E4M3, rows, count, dim, (const float *)queries, keys, key_stride,
-                           row_scales, factor, scores, ahead, keys_ahead);
     else
-        score_chunk_fp8_as(ATTN_DTYPE_FP8_E5M2, rows, count, dim, (const float *)queries, keys, key_stride,
-                           row_scales, factor, scores, ahead, keys_ahead);
+        ATTN_FP8_SPECIALISE(dtype, SCORE_FP8);
 }
+#undef SCORE_FP8
 
+#define ACCUMULATE_FP8(format)                                                                \
+    accumulate_chunk_fp8_as(format, rows, count, dim, weights, rescale, values, value_stride, \
+                            row_scales, factor, accumulator)
 static void avx2_accumulate_chunk_q8(attn_dtype dtype, int rows, int count, int dim,
                                      const float *weights, const float *rescale,
                                      const uint8_t *values, int64_t value_stride,
@@ -688,10 +686,7 @@ static void avx2_accumulate_chunk_q8(attn_dtype dtype, int rows, int count, int 
     if (dtype == ATTN_DTYPE_Q8)
         accumulate_chunk_q8i(rows, count, dim, weights, rescale, (const int8_t *)values,
                              value_stride, row_scales, factor, accumulator);
-    else if (dtype == ATTN_DTYPE_FP8_E4M3)
-        accumulate_chunk_fp8_as(ATTN_DTYPE_FP8_E4M3, rows, count, dim, weights, rescale, values,
-                                value_stride, row_scales, factor, accumulator);
     else
-        accumulate_chunk_fp8_as(ATTN_DTYPE_FP8_E5M2, rows, count, dim, weights, rescale, values,
-                                value_stride, row_scales, factor, accumulator);
+        ATTN_FP8_SPECIALISE(dtype, ACCUMULATE_FP8);
 }
+#undef ACCUMULATE_FP8

@@ -236,15 +236,7 @@ static void avx512_accumulate_chunk_bf16(int rows, int count, int dim, const flo
 #include "kernels/avx512/decode_q8_avx512.h"
 
 const attn_decode_kernels attn_avx512_decode = {
-    .bf16_to_f32 = bf16_to_f32,
-    .f16_to_f32 = f16_to_f32,
-    .widen_rows = widen_rows,
-    .score_chunk = score_chunk,
-    .prepare_group_queries = prepare_group_queries,
-    .score_chunk_group = score_chunk_group,
-    .accumulate_chunk_group = accumulate_chunk_group,
-    .softmax_chunk = softmax_chunk,
-    .accumulate_chunk = accumulate_chunk,
+    DECODE_BODY_SLOTS,
     .score_chunk_f16 = score_chunk_f16,
     .accumulate_chunk_f16 = accumulate_chunk_f16,
     .score_chunk_bf16_widened = score_chunk_bf16_widened,

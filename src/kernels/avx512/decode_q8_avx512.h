@@ -75,19 +75,14 @@ static void dequantize_rows_as(const attn_dtype format, int count, int dim,
     }
 }
 
+#define DEQUANTIZE(format) \
+    dequantize_rows_as(format, count, dim, source, stride, row_scales, factor, target, rows_ahead)
 static void avx512_dequantize_rows(attn_dtype dtype, int count, int dim, const uint8_t *source,
                                    int64_t stride, const float *row_scales, float factor,
                                    float *target, const uint8_t *rows_ahead) {
-    if (dtype == ATTN_DTYPE_Q8)
-        dequantize_rows_as(ATTN_DTYPE_Q8, count, dim, source, stride, row_scales, factor, target,
-                           rows_ahead);
-    else if (dtype == ATTN_DTYPE_FP8_E4M3)
-        dequantize_rows_as(ATTN_DTYPE_FP8_E4M3, count, dim, source, stride, row_scales, factor,
-                           target, rows_ahead);
-    else
-        dequantize_rows_as(ATTN_DTYPE_FP8_E5M2, count, dim, source, stride, row_scales, factor,
-                           target, rows_ahead);
+    ATTN_QUANT_SPECIALISE(dtype, DEQUANTIZE);
 }
+#undef DEQUANTIZE
 
 /* registry.h widen_fp8_bf16: load_q8's floats (E4M3: value / 256) times the power of two
  * where needed, whose low 16 bits are 0 (at most 3 mantissa bits), truncated to bf16. */
@@ -158,15 +153,15 @@ static const attn_cpu_features *cpu(void) {
     return features;
 }
 
+#define WIDEN_FP8(format) widen_fp8_bf16_as(format, count, dim, source, stride, target)
 static void avx512_widen_fp8_bf16(attn_dtype dtype, int count, int dim, const uint8_t *source,
                                   int64_t stride, uint16_t *target) {
     if (cpu()->avx512vbmi) /* VPERMI2B: byte lookups */
         widen_fp8_bf16_vbmi(dtype, count, dim, source, stride, target);
-    else if (dtype == ATTN_DTYPE_FP8_E4M3)
-        widen_fp8_bf16_as(ATTN_DTYPE_FP8_E4M3, count, dim, source, stride, target);
     else
-        widen_fp8_bf16_as(ATTN_DTYPE_FP8_E5M2, count, dim, source, stride, target);
+        ATTN_FP8_SPECIALISE(dtype, WIDEN_FP8);
 }
+#undef WIDEN_FP8
 
 /* The first `left` of 32 lanes (none for left <= 0). */
 V_INLINE __mmask32 q8_mask32(int left) {

@@ -695,3 +695,10 @@ static void accumulate_chunk_group(int rows, int count, int dim, const float *we
         else value_rows(1, count, dim, tile, factor, values, value_stride, block, stride);
     }
 }
+
+/* The registry slots this body fills, for the tables of the files that compile it. */
+#define DECODE_BODY_SLOTS                                                                  \
+    .bf16_to_f32 = bf16_to_f32, .f16_to_f32 = f16_to_f32, .widen_rows = widen_rows,        \
+    .score_chunk = score_chunk, .softmax_chunk = softmax_chunk,                             \
+    .accumulate_chunk = accumulate_chunk, .prepare_group_queries = prepare_group_queries,  \
+    .score_chunk_group = score_chunk_group, .accumulate_chunk_group = accumulate_chunk_group
