@@ -1,5 +1,5 @@
 /*
- * bench_clock.h — the clocks `attn bench` can time with (--clock). On a quiet machine the
+ * bench_clock.h — the clocks `attn-bench` can time with (--clock). On a quiet machine the
  * wall clock is the truth. On a shared one (other processes on the same cores) wall time
  * includes the time this process waited for a core; the CPU clock counts only the time its
  * threads ran (CLOCK_PROCESS_CPUTIME_ID, divided by the thread count), so the FMA peak and

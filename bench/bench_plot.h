@@ -1,12 +1,12 @@
 /*
- * bench_plot.h — the line chart of `attn bench --plot`, drawn with cairo and pango
+ * bench_plot.h — the line chart of `attn-bench --plot`, drawn with cairo and pango
  * (figure.h) as PNG or SVG by the file's extension: GFLOP/s against sequence length on a
  * log2 x axis, one coloured line with markers per configuration, a dashed horizontal
  * reference line (the measured FMA peak) with its label, a grid, ticks, axis titles and a
  * legend.
  */
-#ifndef ATTN_CLI_BENCH_PLOT_H
-#define ATTN_CLI_BENCH_PLOT_H
+#ifndef ATTN_ATTN_BENCH_PLOT_H
+#define ATTN_ATTN_BENCH_PLOT_H
 
 typedef struct bench_plot_series {
     const char *label;
@@ -22,4 +22,4 @@ int bench_plot_write(const char *path, const char *title, const char *x_label,
                      const char *y_label, const bench_plot_series *series, int series_count,
                      double reference_y, const char *reference_label, char *reason);
 
-#endif /* ATTN_CLI_BENCH_PLOT_H */
+#endif /* ATTN_ATTN_BENCH_PLOT_H */

@@ -1,5 +1,5 @@
 /*
- * bench_report.c — writers for `attn bench` results: Markdown, CSV and the plot (PNG or SVG).
+ * bench_report.c — writers for `attn-bench` results: Markdown, CSV and the plot (PNG or SVG).
  */
 #include "bench_report.h"
 

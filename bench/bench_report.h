@@ -1,9 +1,9 @@
 /*
- * bench_report.h — one measured configuration of `attn bench` and how the results are
+ * bench_report.h — one measured configuration of `attn-bench` and how the results are
  * written: a Markdown table (stdout and --markdown), CSV (--csv) and the plot (--plot).
  */
-#ifndef ATTN_CLI_BENCH_REPORT_H
-#define ATTN_CLI_BENCH_REPORT_H
+#ifndef ATTN_ATTN_BENCH_REPORT_H
+#define ATTN_ATTN_BENCH_REPORT_H
 
 #include <stdint.h>
 #include <stdio.h>
@@ -40,4 +40,4 @@ void bench_write_csv(FILE *stream, const bench_result *results, int count, doubl
 int bench_write_plot(const char *path, const bench_result *results, int count, double peak_gflops,
                      char *reason);
 
-#endif /* ATTN_CLI_BENCH_REPORT_H */
+#endif /* ATTN_ATTN_BENCH_REPORT_H */

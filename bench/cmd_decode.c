@@ -1,5 +1,5 @@
 /*
- * cmd_bench_decode.c — `attn bench decode`: single-token decoding against a KV cache, the
+ * cmd_decode.c — `attn-bench decode`: single-token decoding against a KV cache, the
  * memory-bound case. For Hq = 32, Hkv in {32, 8, 1}, D = 128, contexts {4096, 32768, 131072}
  * and fp32 / bf16 / int8 / fp8 storage (--dtype) it reports decode steps per second and the GB/s of K/V actually
  * read (attn_kv_cache_bytes_per_token x context per step: int8 counts its scales), against the read bandwidth
@@ -24,7 +24,7 @@
 #include "attn_layers.h"
 #include "bench_clock.h"
 #include "arguments.h"
-#include "cli.h"
+#include "bench.h"
 #include "../src/cache/decode_path.h" /* a benchmark names the decode path it ran */
 
 typedef struct bench_settings {
@@ -39,7 +39,7 @@ typedef struct bench_settings {
 
 static void usage(FILE *stream) {
     fprintf(stream,
-            "usage: attn bench decode [--quick] [--context N] [--dtype LIST] [--kv-heads N]\n"
+            "usage: attn-bench decode [--quick] [--context N] [--dtype LIST] [--kv-heads N]\n"
             "                         [--threads N] [--no-mla] [--max-gib G] [--clock wall|cpu]\n"
             "                         [--kernel K]\n"
             "  --quick      contexts 4096 and 32768 only, shorter timing\n"
@@ -104,10 +104,10 @@ static double median_seconds(const double *times, int count) {
 static volatile float bandwidth_sink;
 
 /* Read bandwidth (GB/s) of `threads` threads summing a 256 MiB buffer they first-touched,
- * best of 3 passes: cli_measure_read_bandwidth_gbs (peak.c) for the wall clock; the same
+ * best of 3 passes: bench_measure_read_bandwidth_gbs (peak.c) for the wall clock; the same
  * measurement timed in the threads' CPU time for BENCH_CLOCK_CPU. */
 static double read_bandwidth_gbs(int threads, bench_clock clock) {
-    if (clock == BENCH_CLOCK_WALL) return cli_measure_read_bandwidth_gbs(threads);
+    if (clock == BENCH_CLOCK_WALL) return bench_measure_read_bandwidth_gbs(threads);
     const size_t bytes = (size_t)256 << 20, count = bytes / sizeof(float);
     float *buffer = malloc(bytes);
     if (buffer == NULL) return 0.0;
@@ -205,14 +205,14 @@ static int case_prepare(decode_case *c, const char *label, attn_kv_cache_config 
     if (attn_kv_cache_create(&config, &c->cache, &error) != ATTN_OK ||
         fill_cache(c->cache, context, config.kv_heads, config.key_dim, config.value_dim,
                    config.values_in_keys, &error) != ATTN_OK) {
-        fprintf(stderr, "attn bench decode: %s\n", error.message);
+        fprintf(stderr, "attn-bench decode: %s\n", error.message);
         case_free(c);
         return 1;
     }
     c->query = malloc((size_t)(query_heads * config.key_dim) * sizeof(float));
     c->output = malloc((size_t)(query_heads * config.value_dim) * sizeof(float));
     if (c->query == NULL || c->output == NULL) {
-        fprintf(stderr, "attn bench decode: out of memory\n");
+        fprintf(stderr, "attn-bench decode: out of memory\n");
         case_free(c);
         return 1;
     }
@@ -264,7 +264,7 @@ static int time_cases(decode_case *cases, int count, double budget_seconds, benc
         ++live;
         if (attn_decode(cases[i].cache, &cases[i].q, &cases[i].options, &cases[i].out, NULL,
                         &execution, &error) != ATTN_OK) {
-            fprintf(stderr, "attn bench decode: %s\n", error.message);
+            fprintf(stderr, "attn-bench decode: %s\n", error.message);
             return 1;
         }
     }
@@ -277,7 +277,7 @@ static int time_cases(decode_case *cases, int count, double budget_seconds, benc
             const double before = bench_clock_seconds(clock, threads);
             if (attn_decode(c->cache, &c->q, &c->options, &c->out, NULL, &execution, &error) !=
                 ATTN_OK) {
-                fprintf(stderr, "attn bench decode: %s\n", error.message);
+                fprintf(stderr, "attn-bench decode: %s\n", error.message);
                 return 1;
             }
             c->times[c->repeats++] = bench_clock_seconds(clock, threads) - before;
@@ -376,7 +376,7 @@ static int bench_mla_layer(int64_t context, const bench_settings *s) {
             times[step] = omp_get_wtime() - start;
         }
         if (failed) {
-            fprintf(stderr, "attn bench decode: %s\n", error.message);
+            fprintf(stderr, "attn-bench decode: %s\n", error.message);
         } else {
             median[path] = median_seconds(times + 1, LAYER_STEPS);
             printf("  %-9s %10.2f ms per token\n", path ? "absorbed" : "naive", median[path] * 1e3);
@@ -391,7 +391,7 @@ static int bench_mla_layer(int64_t context, const bench_settings *s) {
     return failed;
 }
 
-int cli_bench_decode(int argc, char **argv) {
+int bench_decode(int argc, char **argv) {
     bench_settings s = {0, 0, 1, 0, 3, 0, 4.5, BENCH_CLOCK_WALL, ATTN_KERNEL_AUTO};
     const char *kernel_text = "auto"; /* as given, for the error below */
     for (int i = 1; i < argc; ++i) {
@@ -406,25 +406,27 @@ int cli_bench_decode(int argc, char **argv) {
         } else if (strcmp(argv[i], "--context") == 0 && value) {
             s.only_context = atoll(value), ++i;
             if (s.only_context < 1) {
-                fprintf(stderr, "attn bench decode: --context %s: expected >= 1\n", value);
+                fprintf(stderr, "attn-bench decode: --context %s: expected >= 1\n", value);
                 return 2;
             }
         } else if (strcmp(argv[i], "--threads") == 0 && value) {
-            s.threads = atoi(value), ++i;
-            if (s.threads < 1 || s.threads > ATTN_MAX_THREADS) {
-                fprintf(stderr, "attn bench decode: --threads %s: expected an integer in 1..%d "
+            int64_t threads = 0;
+            ++i;
+            if (!cli_parse_int64(value, &threads) || threads < 1 || threads > ATTN_MAX_THREADS) {
+                fprintf(stderr, "attn-bench decode: --threads '%s': expected an integer in 1..%d "
                         "(the library's ATTN_MAX_THREADS)\n", value, ATTN_MAX_THREADS);
                 return 2;
             }
+            s.threads = (int)threads;
         } else if (strcmp(argv[i], "--max-gib") == 0 && value) {
             s.max_gib = atof(value), ++i;
             if (!(s.max_gib > 0)) {
-                fprintf(stderr, "attn bench decode: --max-gib %s: expected > 0\n", value);
+                fprintf(stderr, "attn-bench decode: --max-gib %s: expected > 0\n", value);
                 return 2;
             }
         } else if (strcmp(argv[i], "--clock") == 0 && value) {
             if (strcmp(value, "wall") != 0 && strcmp(value, "cpu") != 0) {
-                fprintf(stderr, "attn bench decode: --clock %s: expected wall or cpu\n", value);
+                fprintf(stderr, "attn-bench decode: --clock %s: expected wall or cpu\n", value);
                 return 2;
             }
             s.clock = strcmp(value, "cpu") == 0 ? BENCH_CLOCK_CPU : BENCH_CLOCK_WALL;
@@ -433,7 +435,7 @@ int cli_bench_decode(int argc, char **argv) {
             s.dtypes = parse_dtypes(value);
             if (s.dtypes == 0) {
                 fprintf(stderr,
-                        "attn bench decode: --dtype %s: expected a comma-separated list of f32, "
+                        "attn-bench decode: --dtype %s: expected a comma-separated list of f32, "
                         "bf16, int8, fp8_e4m3, fp8_e5m2 (or both, all)\n",
                         value);
                 return 2;
@@ -441,7 +443,7 @@ int cli_bench_decode(int argc, char **argv) {
             ++i;
         } else if (strcmp(argv[i], "--kernel") == 0 && value) {
             if (!cli_parse_kernel(value, &s.kernel)) {
-                fprintf(stderr, "attn bench decode: --kernel %s: expected " CLI_KERNEL_NAMES "\n",
+                fprintf(stderr, "attn-bench decode: --kernel %s: expected " CLI_KERNEL_NAMES "\n",
                         value);
                 return 2;
             }
@@ -450,17 +452,17 @@ int cli_bench_decode(int argc, char **argv) {
         } else if (strcmp(argv[i], "--kv-heads") == 0 && value) {
             s.only_kv_heads = atoll(value), ++i;
             if (s.only_kv_heads != 32 && s.only_kv_heads != 8 && s.only_kv_heads != 1) {
-                fprintf(stderr, "attn bench decode: --kv-heads %s: expected 32, 8 or 1\n", value);
+                fprintf(stderr, "attn-bench decode: --kv-heads %s: expected 32, 8 or 1\n", value);
                 return 2;
             }
         } else {
-            fprintf(stderr, "attn bench decode: unknown option or missing value: %s (see attn bench "
+            fprintf(stderr, "attn-bench decode: unknown option or missing value: %s (see attn-bench "
                             "decode --help)\n", argv[i]);
             return 2;
         }
     }
     if (attn_kernel_name(s.kernel) == NULL) {
-        fprintf(stderr, "attn bench decode: --kernel %s: this CPU or build cannot run it\n",
+        fprintf(stderr, "attn-bench decode: --kernel %s: this CPU or build cannot run it\n",
                 kernel_text);
         return 1;
     }

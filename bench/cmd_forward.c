@@ -1,11 +1,9 @@
 /*
- * cmd_bench.c — `attn bench`: times attn_forward (and attn_backward with --backward) on a
- * documented grid of shapes and masks and reports the median time, GFLOP/s counted on
- * allowed query–key pairs only, and the fraction of this machine's fp32 FMA peak measured in
- * the same process (peak.c). `attn bench --peak` prints the peak and the memory bandwidth;
- * `attn bench decode ...` is the decoding benchmark (cmd_bench_decode.c).
- * `attn bench serve ...` is the serving step mix (cmd_bench_serve.c).
- * `attn bench small ...` is the per-call time of small calls (cmd_bench_small.c).
+ * cmd_forward.c — `attn-bench [forward]`: times attn_forward (and attn_backward with
+ * --backward) on a documented grid of shapes and masks and reports the median time, GFLOP/s
+ * counted on allowed query–key pairs only, and the fraction of this machine's fp32 FMA peak
+ * measured in the same process (peak.c). `attn-bench --peak` prints the peak and the memory
+ * bandwidth.
  *
  * FLOP counts per allowed pair (i, j) and per (batch, query head): forward 2·Dk + 2·Dv
  * (= 4·D; S = Q·Kᵀ and O += P·V), backward 4·Dk + 6·Dv... counted as the usual 10·D
@@ -22,7 +20,7 @@
 #include "attn.h"
 #include "bench_clock.h"
 #include "bench_report.h"
-#include "cli.h"
+#include "bench.h"
 
 #define MAX_LIST 16
 
@@ -42,13 +40,10 @@ typedef struct bench_settings {
 
 static void print_help(FILE *stream) {
     fprintf(stream,
-        "usage: attn bench [options]          time attn_forward on a grid of shapes\n"
-        "       attn bench --peak             print this machine's FMA peak (and bf16 VDPBF16PS /\n"
-        "                                     AMX / fp16 AMX-FP16 peaks where present) and read\n"
-        "                                     bandwidth\n"
-        "       attn bench decode [options]   the decoding benchmark (see attn bench decode --help)\n"
-        "       attn bench serve [options]    continuous-batching step mix (see attn bench serve --help)\n"
-        "       attn bench small [options]    per-call time of small calls (see attn bench small --help)\n\n"
+        "usage: attn-bench [forward] [options]   time attn_forward on a grid of shapes\n"
+        "       attn-bench --peak                print this machine's FMA peak (and bf16\n"
+        "                                        VDPBF16PS / AMX / fp16 AMX-FP16 peaks where\n"
+        "                                        present) and read bandwidth\n\n"
         "The default grid (B = 1): T in 512,1024,2048,4096,8192,16384; Hq in 8,32; Hkv = Hq and\n"
         "Hq/4 (--groups 1,4); D in 64,128; masks none, causal and a causal sliding window of 256\n"
         "keys per query. Q = K = V length T. Reported: median of --repeats timed runs after one\n"
@@ -99,7 +94,7 @@ static int parse_list(const char *text, int64_t *list) {
 static int set_list(const char *option, const char *value, int64_t *list, int *count) {
     *count = value ? parse_list(value, list) : 0;
     if (*count == 0) {
-        fprintf(stderr, "attn bench: %s '%s': expected a comma-separated list of positive integers\n",
+        fprintf(stderr, "attn-bench: %s '%s': expected a comma-separated list of positive integers\n",
                 option, value ? value : "");
         return 0;
     }
@@ -146,7 +141,7 @@ static int parse_arguments(int argc, char **argv, bench_settings *s) {
             else if (value && !strcmp(value, "bf16")) s->dtype = ATTN_DTYPE_BF16;
             else if (value && !strcmp(value, "f16")) s->dtype = ATTN_DTYPE_F16;
             else {
-                fprintf(stderr, "attn bench: --dtype '%s': expected f32, bf16 or f16\n",
+                fprintf(stderr, "attn-bench: --dtype '%s': expected f32, bf16 or f16\n",
                         value ? value : "");
                 return 2;
             }
@@ -169,12 +164,12 @@ static int parse_arguments(int argc, char **argv, bench_settings *s) {
         } else if (!strcmp(option, "--window") || !strcmp(option, "--batch") ||
                    !strcmp(option, "--repeats") || !strcmp(option, "--threads")) {
             if (!value || parse_list(value, number) != 1) {
-                fprintf(stderr, "attn bench: %s '%s': expected one positive integer\n", option,
+                fprintf(stderr, "attn-bench: %s '%s': expected one positive integer\n", option,
                         value ? value : "");
                 return 2;
             }
             if (!strcmp(option, "--threads") && number[0] > ATTN_MAX_THREADS) {
-                fprintf(stderr, "attn bench: --threads '%s': expected an integer in 1..%d (the "
+                fprintf(stderr, "attn-bench: --threads '%s': expected an integer in 1..%d (the "
                         "library's ATTN_MAX_THREADS)\n", value, ATTN_MAX_THREADS);
                 return 2;
             }
@@ -193,21 +188,21 @@ static int parse_arguments(int argc, char **argv, bench_settings *s) {
                 else if (!strcmp(name, "causal")) mask = BENCH_MASK_CAUSAL;
                 else if (!strcmp(name, "window")) mask = BENCH_MASK_WINDOW;
                 else {
-                    fprintf(stderr, "attn bench: --masks '%s': '%s' is not none, causal or window\n",
+                    fprintf(stderr, "attn-bench: --masks '%s': '%s' is not none, causal or window\n",
                             value, name);
                     return 2;
                 }
                 if (s->mask_count < 3) s->masks[s->mask_count++] = mask;
             }
             if (s->mask_count == 0) {
-                fprintf(stderr, "attn bench: --masks '%s': expected none, causal and/or window\n",
+                fprintf(stderr, "attn-bench: --masks '%s': expected none, causal and/or window\n",
                         value ? value : "");
                 return 2;
             }
             ++i;
         } else if (!strcmp(option, "--kernel")) {
             if (!cli_parse_kernel(value, &s->kernel)) {
-                fprintf(stderr, "attn bench: --kernel '%s': expected " CLI_KERNEL_NAMES "\n",
+                fprintf(stderr, "attn-bench: --kernel '%s': expected " CLI_KERNEL_NAMES "\n",
                         value ? value : "");
                 return 2;
             }
@@ -216,7 +211,7 @@ static int parse_arguments(int argc, char **argv, bench_settings *s) {
             if (value && !strcmp(value, "wall")) s->clock = BENCH_CLOCK_WALL;
             else if (value && !strcmp(value, "cpu")) s->clock = BENCH_CLOCK_CPU;
             else {
-                fprintf(stderr, "attn bench: --clock '%s': expected wall or cpu\n", value ? value : "");
+                fprintf(stderr, "attn-bench: --clock '%s': expected wall or cpu\n", value ? value : "");
                 return 2;
             }
             ++i;
@@ -224,7 +219,7 @@ static int parse_arguments(int argc, char **argv, bench_settings *s) {
             char *end = NULL;
             s->peak_gflops = value ? strtod(value, &end) : 0;
             if (!value || *end || !(s->peak_gflops > 0)) {
-                fprintf(stderr, "attn bench: --peak-gflops '%s': expected a positive number\n",
+                fprintf(stderr, "attn-bench: --peak-gflops '%s': expected a positive number\n",
                         value ? value : "");
                 return 2;
             }
@@ -232,7 +227,7 @@ static int parse_arguments(int argc, char **argv, bench_settings *s) {
         } else if (!strcmp(option, "--csv") || !strcmp(option, "--markdown") ||
                    !strcmp(option, "--plot")) {
             if (!value) {
-                fprintf(stderr, "attn bench: %s: expected a file name\n", option);
+                fprintf(stderr, "attn-bench: %s: expected a file name\n", option);
                 return 2;
             }
             if (!strcmp(option, "--csv")) s->csv_path = value;
@@ -240,14 +235,14 @@ static int parse_arguments(int argc, char **argv, bench_settings *s) {
             else s->plot_path = value;
             ++i;
         } else {
-            fprintf(stderr, "attn bench: unknown option '%s' (see attn bench --help)\n", option);
+            fprintf(stderr, "attn-bench: unknown option '%s' (see attn-bench --help)\n", option);
             return 2;
         }
     }
     for (int g = 0; g < s->group_count; ++g)
         for (int h = 0; h < s->query_head_count; ++h)
             if (s->query_heads[h] % s->groups[g] != 0) {
-                fprintf(stderr, "attn bench: --groups %lld does not divide --heads %lld\n",
+                fprintf(stderr, "attn-bench: --groups %lld does not divide --heads %lld\n",
                         (long long)s->groups[g], (long long)s->query_heads[h]);
                 return 2;
             }
@@ -446,7 +441,7 @@ static int write_outputs(const bench_settings *s, const bench_result *results, i
         FILE *file = fopen(s->markdown_path, "w");
         if (file) bench_write_markdown(file, results, count, peak, bandwidth, command_line);
         if (!file || fclose(file) != 0) {
-            fprintf(stderr, "attn bench: --markdown '%s': cannot write the file\n", s->markdown_path);
+            fprintf(stderr, "attn-bench: --markdown '%s': cannot write the file\n", s->markdown_path);
             ok = 0;
         }
     }
@@ -454,21 +449,21 @@ static int write_outputs(const bench_settings *s, const bench_result *results, i
         FILE *file = fopen(s->csv_path, "w");
         if (file) bench_write_csv(file, results, count, peak);
         if (!file || fclose(file) != 0) {
-            fprintf(stderr, "attn bench: --csv '%s': cannot write the file\n", s->csv_path);
+            fprintf(stderr, "attn-bench: --csv '%s': cannot write the file\n", s->csv_path);
             ok = 0;
         }
     }
     if (s->plot_path) {
         char reason[256];
         if (bench_write_plot(s->plot_path, results, count, peak, reason) != 0) {
-            fprintf(stderr, "attn bench: --plot '%s': %s\n", s->plot_path, reason);
+            fprintf(stderr, "attn-bench: --plot '%s': %s\n", s->plot_path, reason);
             ok = 0;
         }
     }
     return ok;
 }
 
-/* One line of `attn bench --peak`: "<name> peak: X GFLOP/s (how)", or why it is missing
+/* One line of `attn-bench --peak`: "<name> peak: X GFLOP/s (how)", or why it is missing
  * (peak <= 0: the CPU, the OS or the build lacks the unit). */
 static void print_peak_line(const char *name, double peak, const char *clock_note,
                             const char *how, const char *missing) {
@@ -478,10 +473,7 @@ static void print_peak_line(const char *name, double peak, const char *clock_not
         printf("%s peak: not available (%s)\n", name, missing);
 }
 
-int cli_bench(int argc, char **argv) {
-    if (argc >= 2 && strcmp(argv[1], "decode") == 0) return cli_bench_decode(argc - 1, argv + 1);
-    if (argc >= 2 && strcmp(argv[1], "serve") == 0) return cli_bench_serve(argc - 1, argv + 1);
-    if (argc >= 2 && strcmp(argv[1], "small") == 0) return cli_bench_small(argc - 1, argv + 1);
+int bench_forward(int argc, char **argv) {
     bench_settings s;
     const int parsed = parse_arguments(argc, argv, &s);
     if (parsed != 0) return parsed == 1 ? 0 : 2;
@@ -499,12 +491,12 @@ int cli_bench(int argc, char **argv) {
         print_peak_line("fp16 AMX-FP16 TDPFP16PS", bench_measure_amx_fp16_peak(threads, s.clock),
                         clock_note, "4 accumulator tiles, no loads",
                         "CPU without AMX-FP16, OS permission or build");
-        printf("memory read bandwidth: %.1f GB/s\n", cli_measure_read_bandwidth_gbs(threads));
+        printf("memory read bandwidth: %.1f GB/s\n", bench_measure_read_bandwidth_gbs(threads));
         return 0;
     }
     const char *kernel_name = attn_kernel_name(s.kernel);
     if (kernel_name == NULL) {
-        fprintf(stderr, "attn bench: --kernel: this CPU or build cannot run the %s kernels\n",
+        fprintf(stderr, "attn-bench: --kernel: this CPU or build cannot run the %s kernels\n",
                 s.kernel == ATTN_KERNEL_AVX2 ? "AVX2" : s.kernel == ATTN_KERNEL_AVX512 ? "AVX-512" : "requested");
         return 1;
     }
@@ -538,8 +530,8 @@ int cli_bench(int argc, char **argv) {
     const char *wait_policy = getenv("OMP_WAIT_POLICY");
     if (wait_policy != NULL && strlen(wait_policy) < 64)
         snprintf(command_line, sizeof command_line, "OMP_WAIT_POLICY=%s ", wait_policy);
-    strncat(command_line, "attn", sizeof command_line - strlen(command_line) - 1);
-    for (int i = 0; i < argc; ++i) {
+    strncat(command_line, "attn-bench", sizeof command_line - strlen(command_line) - 1);
+    for (int i = 1; i < argc; ++i) {
         strncat(command_line, " ", sizeof command_line - strlen(command_line) - 1);
         strncat(command_line, argv[i], sizeof command_line - strlen(command_line) - 1);
     }
@@ -549,7 +541,7 @@ int cli_bench(int argc, char **argv) {
                       s.length_count * passes;
     bench_result *results = calloc((size_t)total, sizeof *results);
     if (!results) {
-        fprintf(stderr, "attn bench: out of memory\n");
+        fprintf(stderr, "attn-bench: out of memory\n");
         return 1;
     }
     int count = 0, backward_supported = 1;
@@ -587,7 +579,7 @@ int cli_bench(int argc, char **argv) {
                         }
     draw_progress(count, total, NULL);
     if (!backward_supported)
-        fprintf(stderr, "attn bench: attn_backward is not available in this build; backward rows skipped\n");
+        fprintf(stderr, "attn-bench: attn_backward is not available in this build; backward rows skipped\n");
     const int ok = write_outputs(&s, results, count, peak, 0.0, command_line);
     free(results);
     return ok ? 0 : 1;

@@ -1,5 +1,5 @@
 /*
- * cmd_bench_serve.c — `attn bench serve`: a continuous-batching step mix on a paged KV cache
+ * cmd_serve.c — `attn-bench serve`: a continuous-batching step mix on a paged KV cache
  * the benchmark owns (attn_forward_with_kvcache), for each storage type. B sequences hold
  * contexts drawn uniformly from [min, max] with a fixed seed, on shuffled pages of 16 tokens.
  * Each step gives `prefills` sequences (round robin) a prefill chunk of 512 tokens and every
@@ -28,7 +28,7 @@
 
 #include "arguments.h"
 #include "attn.h"
-#include "cli.h"
+#include "bench.h"
 
 typedef struct serve_settings {
     int sequences, prefills, chunk, heads, kv_heads, dim, page_size, threads, seed;
@@ -48,7 +48,7 @@ static const char *storage_names[STORAGE_COUNT] = {"f32", "bf16", "f16", "int8",
 
 static void usage(FILE *stream) {
     fprintf(stream,
-            "usage: attn bench serve [--quick] [--sequences N] [--context MIN MAX] [--seed S]\n"
+            "usage: attn-bench serve [--quick] [--sequences N] [--context MIN MAX] [--seed S]\n"
             "                        [--prefills N] [--chunk N] [--heads HQ] [--kv-heads HKV]\n"
             "                        [--dim D] [--dtype f32|bf16|f16|int8|fp8_e4m3|fp8_e5m2|all]\n"
             "                        [--threads N] [--seconds S] [--page-size N] [--kernel K]\n"
@@ -89,7 +89,7 @@ static int parse(int argc, char **argv, serve_settings *s) {
             const char *value = argv[++i];
             int64_t threads;
             if (!cli_parse_int64(value, &threads) || threads < 1 || threads > ATTN_MAX_THREADS) {
-                fprintf(stderr, "attn bench serve: --threads '%s': expected an integer in 1..%d (the "
+                fprintf(stderr, "attn-bench serve: --threads '%s': expected an integer in 1..%d (the "
                         "library's ATTN_MAX_THREADS)\n", value, ATTN_MAX_THREADS);
                 return 2;
             }
@@ -102,11 +102,11 @@ static int parse(int argc, char **argv, serve_settings *s) {
         else if (strcmp(a, "--kernel") == 0 && more) {
             const char *k = argv[++i];
             if (!cli_parse_kernel(k, &s->kernel)) {
-                fprintf(stderr, "attn bench serve: --kernel '%s': expected " CLI_KERNEL_NAMES "\n", k);
+                fprintf(stderr, "attn-bench serve: --kernel '%s': expected " CLI_KERNEL_NAMES "\n", k);
                 return 2;
             }
             if (attn_kernel_name(s->kernel) == NULL) {
-                fprintf(stderr, "attn bench serve: --kernel '%s': this CPU or build cannot run it\n", k);
+                fprintf(stderr, "attn-bench serve: --kernel '%s': this CPU or build cannot run it\n", k);
                 return 2;
             }
         }
@@ -116,12 +116,12 @@ static int parse(int argc, char **argv, serve_settings *s) {
             for (int n = 0; n < STORAGE_COUNT; ++n)
                 if (strcmp(d, storage_names[n]) == 0) s->dtypes = 1 << n;
             if (s->dtypes == 0) {
-                fprintf(stderr, "attn bench serve: --dtype '%s': expected f32, bf16, f16, int8, fp8_e4m3, "
+                fprintf(stderr, "attn-bench serve: --dtype '%s': expected f32, bf16, f16, int8, fp8_e4m3, "
                                 "fp8_e5m2 or all\n", d);
                 return 2;
             }
         } else {
-            fprintf(stderr, "attn bench serve: unknown or incomplete option '%s' (see attn bench serve "
+            fprintf(stderr, "attn-bench serve: unknown or incomplete option '%s' (see attn-bench serve "
                             "--help)\n", a);
             return 2;
         }
@@ -140,7 +140,7 @@ static int parse(int argc, char **argv, serve_settings *s) {
                           ? "--context (1 <= MIN <= MAX)"
                           : NULL;
     if (bad != NULL) {
-        fprintf(stderr, "attn bench serve: %s is out of range (sequences %d, prefills %d, chunk %d, "
+        fprintf(stderr, "attn-bench serve: %s is out of range (sequences %d, prefills %d, chunk %d, "
                         "heads %d/%d, dim %d, context %lld..%lld, seconds %g, page size %d, rounds %d)\n",
                 bad, s->sequences, s->prefills, s->chunk, s->heads, s->kv_heads, s->dim,
                 (long long)s->min_context, (long long)s->max_context, s->seconds, s->page_size,
@@ -339,7 +339,7 @@ static int bench_storage(const serve_settings *s, attn_dtype dtype, const int64_
     int32_t *order = malloc((size_t)pages * sizeof(int32_t));
     int *members = malloc((size_t)B * sizeof(int));
     if (!k_data || !v_data || !tables || !order || !members) {
-        fprintf(stderr, "attn bench serve: no memory for a pool of %lld pages\n", (long long)pages);
+        fprintf(stderr, "attn-bench serve: no memory for a pool of %lld pages\n", (long long)pages);
         free(k_data), free(v_data), free(tables), free(order), free(members);
         return 1;
     }
@@ -370,7 +370,7 @@ static int bench_storage(const serve_settings *s, attn_dtype dtype, const int64_
     int ok = call_init(&prefill, s->prefills, s->chunk, max_pages, s) == 0 &&
              call_init(&decode, (int)B - s->prefills, 1, max_pages, s) == 0 &&
              (dtype != ATTN_DTYPE_Q8 || scales != NULL);
-    if (!ok) fprintf(stderr, "attn bench serve: no memory for the calls\n");
+    if (!ok) fprintf(stderr, "attn-bench serve: no memory for the calls\n");
     attn_options options = attn_options_default();
     options.causal = 1, options.alignment = ATTN_ALIGN_BOTTOM_RIGHT;
     attn_execution execution = attn_execution_default();
@@ -387,11 +387,11 @@ static int bench_storage(const serve_settings *s, attn_dtype dtype, const int64_
         step_context context = {&prefill, &decode, &k_pool, &v_pool, scales, &options, &execution, which};
         const double seconds = time_median(run_step, &context, s->seconds, &error);
         if (seconds < 0) {
-            fprintf(stderr, "attn bench serve: %s\n", error.message);
+            fprintf(stderr, "attn-bench serve: %s\n", error.message);
             ok = 0;
             break;
         }
-        const double bandwidth = cli_measure_read_bandwidth_gbs(threads);
+        const double bandwidth = bench_measure_read_bandwidth_gbs(threads);
         const double tokens = which == 1 ? decode.count : which == 2 ? (double)prefill.count * s->chunk
                                                                       : decode.count + (double)prefill.count * s->chunk;
         const double bytes = which == 1 ? decode.kv_bytes : which == 2 ? prefill.kv_bytes
@@ -465,7 +465,7 @@ static int bench_ownership(const serve_settings *s, const int64_t *contexts, int
     attn_kv_cache *cache = NULL;
     attn_error error;
     if (attn_kv_cache_create(&config, &cache, &error) != ATTN_OK) {
-        fprintf(stderr, "attn bench serve: %s\n", error.message);
+        fprintf(stderr, "attn-bench serve: %s\n", error.message);
         return 1;
     }
     const int64_t chunk = 1024;
@@ -491,7 +491,7 @@ static int bench_ownership(const serve_settings *s, const int64_t *contexts, int
     int32_t *table = calloc((size_t)(B * max_pages), sizeof(int32_t));
     int32_t *seqlens = malloc((size_t)B * sizeof(int32_t));
     int ok = kp && vp && kh && vh && table && seqlens && (dtype != ATTN_DTYPE_Q8 || (scales[0] && scales[1]));
-    if (!ok) fprintf(stderr, "attn bench serve: no memory for caller-owned pools of %lld pages\n", (long long)pages);
+    if (!ok) fprintf(stderr, "attn-bench serve: no memory for caller-owned pools of %lld pages\n", (long long)pages);
     for (int b = 0; ok && b < B; ++b) { /* the library's pages */
         const int32_t *own = NULL;
         int64_t count = 0;
@@ -517,7 +517,7 @@ static int bench_ownership(const serve_settings *s, const int64_t *contexts, int
                                 &execution, &error) != 0 ||
                fill_caller_pool(s, B, contexts, table, max_pages, &kh_pool, &vh_pool, scales[1], k, v, chunk,
                                 &execution, &error) != 0)) {
-        fprintf(stderr, "attn bench serve: %s\n", error.message);
+        fprintf(stderr, "attn-bench serve: %s\n", error.message);
         ok = 0;
     }
     float *qd = malloc((size_t)B * s->heads * D * 4), *od = malloc((size_t)B * s->heads * D * 4);
@@ -544,7 +544,7 @@ static int bench_ownership(const serve_settings *s, const int64_t *contexts, int
         for (int caller = 0; caller <= 2 && ok; ++caller) {
             const double before = omp_get_wtime();
             if (run_owned(&contexts_of[caller], &error) != ATTN_OK) {
-                fprintf(stderr, "attn bench serve: %s\n", error.message);
+                fprintf(stderr, "attn-bench serve: %s\n", error.message);
                 ok = 0;
             }
             if (round >= 0) times[caller][round] = omp_get_wtime() - before;
@@ -639,7 +639,7 @@ static int bench_varlen(const serve_settings *s, int threads, int B, int low, in
     float *Q = calloc((size_t)(B * longest * H * D), 4), *K = calloc((size_t)(B * longest * Hkv * D), 4);
     float *V = calloc((size_t)(B * longest * Hkv * D), 4), *O = calloc((size_t)(B * longest * H * D), 4);
     if (!q || !k || !v || !o || !Q || !K || !V || !O) {
-        fprintf(stderr, "attn bench serve: no memory for the varlen batch\n");
+        fprintf(stderr, "attn-bench serve: no memory for the varlen batch\n");
         return 1;
     }
     fill_random(q, ATTN_DTYPE_F32, (size_t)(total * H * D), 41), fill_random(k, ATTN_DTYPE_F32, (size_t)(total * Hkv * D), 42);
@@ -675,7 +675,7 @@ static int bench_varlen(const serve_settings *s, int threads, int B, int low, in
                                       &options, mode == 3 ? &one_thread : &execution, lengths, &key_mask};
             const double t = time_median(run_varlen, &context, s->seconds / 3, &error);
             if (t < 0) {
-                fprintf(stderr, "attn bench serve: %s\n", error.message);
+                fprintf(stderr, "attn-bench serve: %s\n", error.message);
                 return 1;
             }
             if (round == 0 || t < seconds[mode]) seconds[mode] = t;
@@ -695,7 +695,7 @@ static int bench_varlen(const serve_settings *s, int threads, int B, int low, in
     return 0;
 }
 
-int cli_bench_serve(int argc, char **argv) {
+int bench_serve(int argc, char **argv) {
     serve_settings s;
     const int parsed = parse(argc, argv, &s);
     if (parsed != 0) return parsed == 1 ? 0 : 2;
@@ -705,7 +705,7 @@ int cli_bench_serve(int argc, char **argv) {
     uint64_t state = (uint64_t)s.seed;
     for (int b = 0; b < s.sequences; ++b)
         contexts[b] = s.min_context + (int64_t)(next_random(&state) % (uint64_t)(s.max_context - s.min_context + 1));
-    printf("attn bench serve: %d sequences, contexts %lld..%lld (seed %d), Hq %d, Hkv %d, D %d, pages of %d, "
+    printf("attn-bench serve: %d sequences, contexts %lld..%lld (seed %d), Hq %d, Hkv %d, D %d, pages of %d, "
            "each step %d prefill chunks of %d tokens + %d decode tokens, causal, %d threads, kernels %s\n",
            s.sequences, (long long)s.min_context, (long long)s.max_context, s.seed, s.heads, s.kv_heads, s.dim,
            s.page_size, s.prefills, s.chunk, s.sequences - s.prefills, threads, attn_kernel_name(s.kernel));

@@ -1,5 +1,5 @@
 /*
- * cmd_bench_small.c — `attn bench small`: the time of one small attn_forward call, the calls
+ * cmd_small.c — `attn-bench small`: the time of one small attn_forward call, the calls
  * a generation or serving loop makes (a few query rows against a cache of a few hundred keys),
  * against Tk. For each Tk it alternates rounds of one thread, of the default call and (with
  * --threads N) of N threads, and prints each one's median
@@ -13,7 +13,7 @@
 #include <time.h>
 
 #include "attn.h"
-#include "cli.h"
+#include "bench.h"
 
 enum { SMALL_MAX_LENGTHS = 32, SMALL_ROUNDS_DEFAULT = 21, SMALL_MODES = 3 };
 
@@ -52,7 +52,7 @@ static int parse_lengths(const char *text, small_settings *s) {
 }
 
 static void print_usage(void) {
-    printf("usage: attn bench small [--tq N] [--heads Hq] [--kv-heads Hkv] [--d D]\n"
+    printf("usage: attn-bench small [--tq N] [--heads Hq] [--kv-heads Hkv] [--d D]\n"
            "                        [--lengths T1,T2,...] [--threads N] [--rounds R]\n"
            "  per-call time of attn_forward (float32, no mask) against Tk: one thread, N threads\n"
            "  (default: attn's default) and the default call, alternated round by round;\n"
@@ -83,18 +83,18 @@ static int parse_small(int argc, char **argv, small_settings *s) {
             else if (!strcmp(option, "--threads")) s->threads = (int)number;
             else s->rounds = (int)(number < 201 ? number : 201);
         } else {
-            fprintf(stderr, "attn bench small: unknown option '%s' (see --help)\n", option);
+            fprintf(stderr, "attn-bench small: unknown option '%s' (see --help)\n", option);
             return 2;
         }
         if (!ok) {
-            fprintf(stderr, "attn bench small: %s '%s': not a valid value\n", option,
+            fprintf(stderr, "attn-bench small: %s '%s': not a valid value\n", option,
                     value ? value : "(missing)");
             return 2;
         }
         ++i;
     }
     if (s->query_heads % s->kv_heads != 0) {
-        fprintf(stderr, "attn bench small: --kv-heads %lld must divide --heads %lld\n",
+        fprintf(stderr, "attn-bench small: --kv-heads %lld must divide --heads %lld\n",
                 (long long)s->kv_heads, (long long)s->query_heads);
         return 2;
     }
@@ -115,7 +115,7 @@ static double time_calls(const attn_tensor *q, const attn_tensor *k, const attn_
     const double start = now_seconds();
     for (int call = 0; call < calls; ++call)
         if (attn_forward(q, k, v, NULL, out, NULL, &execution, &error) != ATTN_OK) {
-            fprintf(stderr, "attn bench small: %s\n", error.message);
+            fprintf(stderr, "attn-bench small: %s\n", error.message);
             return 0.0;
         }
     return (now_seconds() - start) / calls;
@@ -161,11 +161,11 @@ static int measure_length(const small_settings *s, int64_t length, double median
     return ok;
 }
 
-int cli_bench_small(int argc, char **argv) {
+int bench_small(int argc, char **argv) {
     small_settings s;
     const int parsed = parse_small(argc, argv, &s);
     if (parsed != 0) return parsed == 1 ? 0 : 2;
-    printf("attn bench small: attn_forward float32, Tq %lld, Hq %lld, Hkv %lld, D %lld, kernel "
+    printf("attn-bench small: attn_forward float32, Tq %lld, Hq %lld, Hkv %lld, D %lld, kernel "
            "%s; median of %d alternated rounds\n",
            (long long)s.query_rows, (long long)s.query_heads, (long long)s.kv_heads,
            (long long)s.head_dim, attn_kernel_name(ATTN_KERNEL_AUTO), s.rounds);

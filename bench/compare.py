@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
 """compare.py — attn against PyTorch's scaled_dot_product_attention on CPU, in one run.
 
-For every configuration of the grid (the same grid and flags as `attn bench`), it times:
-  * attn: `attn bench` with the same thread count (its median over --repeats runs),
+For every configuration of the grid (the same grid and flags as `attn-bench`), it times:
+  * attn: `attn-bench` with the same thread count (its median over --repeats runs),
   * PyTorch: torch.nn.functional.scaled_dot_product_attention on CPU, in --dtype (float32
-    by default; bf16 / f16 time PyTorch's own 16-bit SDPA against `attn bench --dtype`), with
+    by default; bf16 / f16 time PyTorch's own 16-bit SDPA against `attn-bench --dtype`), with
     torch.set_num_threads(threads); causal uses is_causal=True, the sliding window a boolean
     attn_mask (what a PyTorch user would write); GQA/MQA through enable_gqa=True when the
     installed torch has it, else K/V expanded with repeat_interleave (not timed),
@@ -12,19 +12,19 @@ For every configuration of the grid (the same grid and flags as `attn bench`), i
     with a block mask built from the mask_mod (so blocks outside the band are skipped),
     compiled by torch.compile when that works on this machine, else eager (the header line
     says which; --no-flex skips it; compiling takes a while per shape),
-  * the naive reference (`attn bench --reference`: attn_reference_forward, T x T in double)
+  * the naive reference (`attn-bench --reference`: attn_reference_forward, T x T in double)
     for T <= --reference-max-t only,
 and prints one Markdown table of medians and ratios. With --backward it also times
 attn_backward against loss.backward() through SDPA (q, k, v requiring grad; the forward is
 excluded from the PyTorch backward time by timing only .backward()).
 
---clock cpu times both sides by process CPU time divided by the thread count (attn bench
+--clock cpu times both sides by process CPU time divided by the thread count (attn-bench
 --clock cpu; time.process_time() for PyTorch), which on a shared machine counts only the time
 the threads actually ran; the default is the wall clock.
 
-GFLOP/s count allowed pairs only: 4*D per pair forward, 10*D backward (see `attn bench --help`).
+GFLOP/s count allowed pairs only: 4*D per pair forward, 10*D backward (see `attn-bench --help`).
 
-Usage: python3 bench/compare.py --attn build/attn [--quick] [--t 1024,4096] [--d 64] ...
+Usage: python3 bench/compare.py --attn-bench build/attn-bench [--quick] [--t 1024,4096] [--d 64] ...
        [--threads 2] [--repeats 5] [--markdown results.md] [--backward] [--dtype bf16]
 (The naive reference stays float32.)
 """
@@ -54,7 +54,7 @@ def allowed_pairs(mask, t, window):
 
 
 def run_attn(args, extra, lengths):
-    command = [args.attn, "bench", "--t", ",".join(map(str, lengths)), "--d", args.d,
+    command = [args.attn_bench, "forward", "--t", ",".join(map(str, lengths)), "--d", args.d,
                "--heads", args.heads, "--groups", args.groups, "--masks", args.masks,
                "--window", str(args.window), "--repeats", str(args.repeats),
                "--threads", str(args.threads), "--clock", args.clock, "--csv", "/dev/stdout"] + extra
@@ -190,7 +190,7 @@ def flex_case(t, hq, hkv, d, mask, window, repeats, backward, dtype="f32"):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--attn", default="build/attn", help="path to the attn binary")
+    parser.add_argument("--attn-bench", default="build/attn-bench", help="path of the attn-bench binary")
     parser.add_argument("--quick", action="store_true", help="T 512..4096, Hq 8")
     parser.add_argument("--t", default="512,1024,2048,4096,8192,16384")
     parser.add_argument("--d", default="64,128")
@@ -205,7 +205,7 @@ def main():
     parser.add_argument("--backward", action="store_true")
     parser.add_argument("--markdown", help="also write the table to this file")
     parser.add_argument("--dtype", choices=["f32", "bf16", "f16"], default="f32",
-                        help="type of Q, K, V, O on both sides (attn bench --dtype)")
+                        help="type of Q, K, V, O on both sides (attn-bench --dtype)")
     parser.add_argument("--clock", choices=["wall", "cpu"], default="wall",
                         help="wall clock, or process CPU time per thread (shared machines)")
     parser.add_argument("--no-flex", action="store_true",

@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
-"""compare_decode.py — PyTorch SDPA decoding against the same cache shapes `attn bench decode`
+"""compare_decode.py — PyTorch SDPA decoding against the same cache shapes `attn-bench decode`
 uses: one new token, query [1, Hq, 1, D] against cached K/V [1, Hkv, L, D] (fp32 or bf16),
-Hq = 32, D = 128. Prints ms per token and K/V GB/s; with --attn PATH it also runs
-`attn bench decode` on the same configurations (same thread count) and prints the speedup
+Hq = 32, D = 128. Prints ms per token and K/V GB/s; with --attn-bench PATH it also runs
+`attn-bench decode` on the same configurations (same thread count) and prints the speedup
 of attn over PyTorch for each row.
 
 PyTorch's GQA: scaled_dot_product_attention(enable_gqa=True) where available (torch >= 2.5;
@@ -10,7 +10,7 @@ query head h uses KV head h // (Hq / Hkv), the attn convention), else repeat_int
 the cached K/V (which copies them every step).
 
 usage: python3 bench/compare_decode.py [--threads N] [--contexts 4096,32768]
-                                       [--dtype f32|bf16] [--repeats R] [--attn build/attn]
+                                       [--dtype f32|bf16] [--repeats R] [--attn-bench build/attn-bench]
 """
 import argparse
 import re
@@ -55,8 +55,8 @@ def time_step(query, keys, values, repeats):
 
 
 def attn_rows(binary, context, dtype, threads):
-    """ms/token of `attn bench decode` for each Hkv at one context, keyed by Hkv."""
-    output = subprocess.run([binary, "bench", "decode", "--context", str(context), "--dtype",
+    """ms/token of `attn-bench decode` for each Hkv at one context, keyed by Hkv."""
+    output = subprocess.run([binary, "decode", "--context", str(context), "--dtype",
                              dtype, "--no-mla", "--threads", str(threads)],
                             capture_output=True, text=True, check=True).stdout
     rows = {}
@@ -74,19 +74,19 @@ def main():
     parser.add_argument("--contexts", default="4096,32768")
     parser.add_argument("--dtype", default="f32", choices=["f32", "bf16"])
     parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--attn", default=None, help="path of the attn binary to compare")
+    parser.add_argument("--attn-bench", default=None, help="path of the attn-bench binary to compare")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     dtype = torch.float32 if args.dtype == "f32" else torch.bfloat16
     gqa = "enable_gqa" if HAS_ENABLE_GQA else "repeat_interleave"
     print(f"PyTorch {torch.__version__} SDPA decode ({gqa}), {args.threads} threads, {args.dtype}")
     header = f"{'configuration':16} {'context':>8} {'torch ms':>9} {'torch GB/s':>10}"
-    if args.attn:
+    if args.attn_bench:
         header += f" {'attn ms':>9} {'attn GB/s':>9} {'speedup':>8}"
     print(header)
     for context in (int(c) for c in args.contexts.split(",")):
-        attn, bandwidth = attn_rows(args.attn, context, args.dtype, args.threads) \
-            if args.attn else ({}, None)
+        attn, bandwidth = attn_rows(args.attn_bench, context, args.dtype, args.threads) \
+            if args.attn_bench else ({}, None)
         for kv_heads in (32, 8, 1):
             query = torch.randn(1, 32, 1, 128, dtype=dtype)
             keys = torch.randn(1, kv_heads, context, 128, dtype=dtype)

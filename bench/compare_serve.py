@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
-"""compare_serve.py — the continuous-batching step mix of `attn bench serve`, timed through
+"""compare_serve.py — the continuous-batching step mix of `attn-bench serve`, timed through
 PyTorch scaled_dot_product_attention in the same run.
 
-The mix (identical draws: the same splitmix64 seed and formula as cli/cmd_bench_serve.c):
+The mix (identical draws: the same splitmix64 seed and formula as bench/cmd_serve.c):
 B sequences with contexts uniform in [min, max]; each step, `prefills` sequences get a
 prefill chunk of `chunk` tokens (causal, bottom-right: the chunk's query i sits at position
 context + i) and every other sequence one decode token. PyTorch runs it two ways:
@@ -12,20 +12,20 @@ context + i) and every other sequence one decode token. PyTorch runs it two ways
                 context with a key mask, plus one padded call for the prefill chunks
                 (skipped with --no-padded, or when the padded batch would exceed --max-gib)
 Both append the new tokens' K/V into preallocated caches as a server would. Reported per
-dtype: ms per step and tokens per second. With --attn PATH the script also runs
-`attn bench serve` with the same sizes and thread count right after, and prints its step row
+dtype: ms per step and tokens per second. With --attn-bench PATH the script also runs
+`attn-bench serve` with the same sizes and thread count right after, and prints its step row
 beside PyTorch's and the speedup.
 
 How to run (this machine: the prepared venv has torch):
-  /work/venv/bin/python bench/compare_serve.py --quick --attn build/attn
+  /work/venv/bin/python bench/compare_serve.py --quick --attn-bench build/attn-bench
   OMP_WAIT_POLICY=passive /work/venv/bin/python bench/compare_serve.py --threads 2 \
-      --attn build/attn        # the full mix: 64 sequences, 512..32768
+      --attn-bench build/attn-bench        # the full mix: 64 sequences, 512..32768
 In CI or elsewhere: any Python with torch (`pip install torch numpy`).
 
 usage: compare_serve.py [--quick] [--sequences N] [--context MIN MAX] [--seed S]
                         [--prefills N] [--chunk N] [--heads HQ] [--kv-heads HKV] [--dim D]
                         [--dtype f32|bf16|all] [--threads N] [--repeats R] [--no-padded]
-                        [--max-gib G] [--attn build/attn]
+                        [--max-gib G] [--attn-bench build/attn-bench]
 """
 import argparse
 import re
@@ -39,7 +39,7 @@ MASK64 = (1 << 64) - 1
 
 
 def splitmix64(state):
-    """The next (state, value) of splitmix64, as cmd_bench_serve.c draws them."""
+    """The next (state, value) of splitmix64, as bench/cmd_serve.c draws them."""
     state = (state + 0x9E3779B97F4A7C15) & MASK64
     z = state
     z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & MASK64
@@ -134,8 +134,8 @@ def padded_step(args, contexts, dtype):
 
 
 def attn_step_rows(args, binary):
-    """{dtype: (ms/step, tokens/s)} from `attn bench serve` with the same sizes."""
-    command = [binary, "bench", "serve", "--sequences", str(args.sequences), "--context",
+    """{dtype: (ms/step, tokens/s)} from `attn-bench serve` with the same sizes."""
+    command = [binary, "serve", "--sequences", str(args.sequences), "--context",
                str(args.context[0]), str(args.context[1]), "--seed", str(args.seed),
                "--prefills", str(args.prefills), "--chunk", str(args.chunk), "--heads",
                str(args.heads), "--kv-heads", str(args.kv_heads), "--dim", str(args.dim),
@@ -165,7 +165,7 @@ def main():
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--no-padded", action="store_true")
     parser.add_argument("--max-gib", type=float, default=4.0)
-    parser.add_argument("--attn", help="path of the attn binary: run `attn bench serve` too")
+    parser.add_argument("--attn-bench", help="path of the attn-bench binary: run `attn-bench serve` too")
     args = parser.parse_args()
     if args.quick:
         args.sequences, args.context, args.repeats = 16, [512, 8192], 3
@@ -194,8 +194,8 @@ def main():
         ms = median_seconds(padded_step(args, contexts, dtype), args.repeats) * 1e3
         results[(name, "padded")] = ms
         print(f"{name:5s} torch SDPA padded        {ms:10.2f} ms/step {tokens / ms * 1e3:12.0f} tokens/s", flush=True)
-    if args.attn:
-        rows, output = attn_step_rows(args, args.attn)
+    if args.attn_bench:
+        rows, output = attn_step_rows(args, args.attn_bench)
         print(output.rstrip())
         for name in chosen:
             if name in rows and (name, "per-sequence") in results:

@@ -12,15 +12,17 @@
  * docs/inference.md), and the registry's choices (kernels/registry.c: the VDPBF16PS decode
  * table on AMD only; fp8 widened through IEEE halves for the FMAs) rest on these rates.
  *
- * Build and run (from the repository root; needs only a compiler that knows the intrinsics):
- *   clang -O2 bench/instruction_rates.c -o build/instruction_rates && build/instruction_rates [repeats]
- * (clang: GCC 12 copies each VPDPWSSD accumulator through another register, which costs
- * that row a third of its rate here; the other rows are the same with either compiler.)
+ * Run: `attn-bench instruction-rates [repeats]` (x86-64 builds). Build attn-bench with clang
+ * (CC=clang) for the VPDPWSSD row: GCC 12 copies each VPDPWSSD accumulator through another
+ * register, which costs that row a third of its rate; the other rows are the same with either
+ * compiler.
  */
 #include <immintrin.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
+
+#include "bench.h"
 
 #define TARGET \
     __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16,avx512vnni,avx512vbmi,gfni,f16c")))
@@ -116,11 +118,11 @@ TARGET static double time_kind(kind k) {
     return seconds * 1e9 / ((double)ROUND_STEPS * ACCUMULATORS);
 }
 
-int main(int argc, char **argv) {
+int bench_instruction_rates(int argc, char **argv) {
     const int repeats = argc > 1 ? atoi(argv[1]) : 5;
     if (repeats < 1 || !supported(FMA)) {
-        fprintf(stderr, repeats < 1 ? "usage: instruction_rates [repeats >= 1]\n"
-                                    : "instruction_rates: this CPU has no AVX-512F\n");
+        fprintf(stderr, repeats < 1 ? "usage: attn-bench instruction-rates [repeats >= 1]\n"
+                                    : "attn-bench instruction-rates: this CPU has no AVX-512F\n");
         return 2;
     }
     double best[KINDS];

@@ -5,11 +5,8 @@
  * and the other steps of a forward tile. One thread; every kernel is timed in the same run, best of `repeats` rounds of
  * ~50 ms each, interleaved so that a loaded machine slows all of them alike.
  *
- * Build (from the repository root, after building libattn into build/):
- *   cc -O2 -Iinclude -Isrc bench/lowp_kernels.c build/libattn.a -fopenmp -lm -lpthread \
- *      -o build/lowp_kernels
- *   build/lowp_kernels [rows keys dim repeats [cpu]]  (default 64 256 128 7; cpu: time by
- *                                                     the thread's CPU time, not the wall clock)
+ * Run: attn-bench lowp-kernels [rows keys dim repeats [cpu]]  (default 64 256 128 7; cpu:
+ * time by the thread's CPU time, not the wall clock)
  * Prints GFLOP/s (2·rows·keys·dim flops per call) of Q·K^T and P·V, and where one tile step's
  * time goes (score, softmax step, rescale, rounding of P, P·V) for bf16 widened to fp32 and
  * for bf16 tiles, with the packing cost of one key tile (paid once per head).
@@ -19,6 +16,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "bench.h"
 #include "core/internal.h"
 #include "kernels/registry.h"
 
@@ -107,7 +105,7 @@ static double round_rate(const setup *s, int which, double seconds) {
     return calls / elapsed;
 }
 
-int main(int argc, char **argv) {
+int bench_lowp_kernels(int argc, char **argv) {
     setup s;
     memset(&s, 0, sizeof s);
     s.rows = 64, s.keys = 256, s.dim = 128;

@@ -20,7 +20,7 @@
 #endif
 
 #include "bench_clock.h"
-#include "cli.h"
+#include "bench.h"
 
 #define CHAINS 16
 
@@ -143,14 +143,14 @@ double bench_measure_fma_peak(int threads, bench_clock clock) {
     return bench_best_gflops(run, 2.0 * CHAINS * lanes, 200000, threads, clock);
 }
 
-double cli_measure_fma_peak_gflops(int threads) {
+double bench_measure_fma_peak_gflops(int threads) {
     return bench_measure_fma_peak(threads, BENCH_CLOCK_WALL);
 }
 
 
 static volatile double bandwidth_sink;
 
-double cli_measure_read_bandwidth_gbs(int threads) {
+double bench_measure_read_bandwidth_gbs(int threads) {
     if (threads <= 0) threads = omp_get_max_threads();
     const size_t bytes = (size_t)256 << 20;
     const size_t count = bytes / sizeof(float);

@@ -1,5 +1,5 @@
 /*
- * peak_bf16.c — the bf16 ceilings `attn bench --peak` prints next to the fp32 FMA peak
+ * peak_bf16.c — the bf16 ceilings `attn-bench --peak` prints next to the fp32 FMA peak
  * (peak.c), measured in the calling process on `threads` threads:
  *  - VDPBF16PS: 16 independent accumulator chains of zmm dot products (each instruction 16
  *    lanes × 2 multiply-adds = 64 flops), operands in registers;

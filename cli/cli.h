@@ -1,7 +1,8 @@
 /*
  * cli.h — the `attn` command-line tool's internal interface: one function per subcommand
  * (each in its own cmd_*.c file) and the small helpers they share (options parsing, .npy
- * and safetensors tensors, heat maps, peak measurements).
+ * and safetensors tensors, heat maps). The benchmarks are the separate tool attn-bench
+ * (bench/).
  *
  * A subcommand receives argv starting at its own name (argv[0] = "forward") and returns the
  * process exit code: 0 on success, 1 on a runtime error, 2 on a usage error. Errors are one
@@ -16,20 +17,11 @@ int cli_demo(int argc, char **argv);       /* cmd_demo.c: a worked example, step
 int cli_forward(int argc, char **argv);    /* cmd_forward.c: attention on .npy / safetensors */
 int cli_backward(int argc, char **argv);   /* cmd_backward.c: gradients, likewise */
 int cli_train(int argc, char **argv);      /* cmd_train.c: a small model that learns */
-int cli_bench(int argc, char **argv);      /* cmd_bench.c: forward/backward benchmark, --peak */
-int cli_bench_decode(int argc, char **argv); /* cmd_bench_decode.c: `attn bench decode` */
-int cli_bench_serve(int argc, char **argv);  /* cmd_bench_serve.c: `attn bench serve` */
-int cli_bench_small(int argc, char **argv);  /* cmd_bench_small.c: `attn bench small` */
 int cli_kv_size(int argc, char **argv);    /* cmd_kv_size.c: KV-cache bytes per token */
 int cli_inspect(int argc, char **argv);    /* cmd_inspect.c: weight files and their layers */
 int cli_heatmap_command(int argc, char **argv); /* cmd_heatmap.c: draw a weights file */
 #ifdef ATTN_HAVE_MPI
 int cli_ring(int argc, char **argv);       /* mpi/cmd_ring.c: ring attention under mpirun */
 #endif
-
-/* Measured machine ceilings (peak.c), for benchmarks: fp32 FMA GFLOP/s and memory read GB/s
- * using `threads` threads (0 = all). Each takes well under a second. */
-double cli_measure_fma_peak_gflops(int threads);
-double cli_measure_read_bandwidth_gbs(int threads);
 
 #endif /* ATTN_CLI_H */

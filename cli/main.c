@@ -17,7 +17,6 @@ static const command commands[] = {
     {"forward", cli_forward, "attention forward pass on .npy / safetensors tensors, every mask option"},
     {"backward", cli_backward, "attention backward pass (dQ, dK, dV) on .npy / safetensors tensors"},
     {"train", cli_train, "train a small attention-only model on a synthetic task"},
-    {"bench", cli_bench, "benchmark against this machine's measured peak (bench decode: decoding)"},
     {"heatmap", cli_heatmap_command, "draw attention weights (.npy) as a labelled heat map, PNG or SVG"},
     {"kv-size", cli_kv_size, "KV-cache bytes per token for MHA, GQA, MQA and MLA (f32 .. int8, fp8)"},
     {"inspect", cli_inspect, "what a .npy, .safetensors or checkpoint folder holds; attention layers found"},
@@ -36,8 +35,8 @@ static void print_usage(FILE *stream) {
 }
 
 int main(int argc, char **argv) {
-    if (argc < 2) {
-        print_usage(stderr);
+    if (argc < 2) { /* no command: the whole usage, on stdout (it is the answer) */
+        print_usage(stdout);
         return 2;
     }
     if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0 ||

@@ -13,14 +13,15 @@
 
 option(ATTN_FUZZ "Build the libFuzzer targets (clang, with ATTN_SANITIZE=address)" OFF)
 
-# name | paths it needs (relative to the source dir, comma-separated) | extra sources (same)
+# name | paths it needs (relative to the source dir, comma-separated) | extra sources (same) |
+# the library it links (attn_static unless named; skipped when that component is not built)
 set(ATTN_FUZZ_TARGETS
-  "npy|src/io/npy.c|"
-  "safetensors|src/io/safetensors.c|"
+  "npy|src/npy/npy.c|"
+  "safetensors|src/io/safetensors.c||attn_io_static"
   "arguments|cli/arguments.c,cli/npy_tensor.c|cli/arguments.c,cli/npy_tensor.c"
   "forward|src/forward|fuzz/attention_case.c"
   "serve|src/varlen|"
-  "model_config|src/layers/model_config.c|")
+  "model_config|src/io/model_config.c||attn_models_static")
 
 if(ATTN_FUZZ)
   if(NOT CMAKE_C_COMPILER_ID MATCHES "Clang" OR NOT ATTN_SANITIZE STREQUAL "address")
@@ -36,7 +37,7 @@ if(ATTN_FUZZ)
   endforeach()
 endif()
 
-if(ATTN_BUILD_TESTS)
+if(ATTN_TESTS)
   # The property tests build their random calls with the forward fuzzer's case builder.
   foreach(property_test test_property_forward)
     if(TARGET ${property_test})
@@ -54,6 +55,10 @@ if(ATTN_BUILD_TESTS)
     if(field_count GREATER 2)
       list(GET fields 2 extra)
     endif()
+    set(library attn_static)
+    if(field_count GREATER 3)
+      list(GET fields 3 library)
+    endif()
     string(REPLACE "," ";" needs "${needs}")
     string(REPLACE "," ";" extra "${extra}")
     set(present TRUE)
@@ -62,7 +67,8 @@ if(ATTN_BUILD_TESTS)
         set(present FALSE)
       endif()
     endforeach()
-    if(NOT present OR NOT EXISTS ${PROJECT_SOURCE_DIR}/fuzz/fuzz_${name}.c)
+    if(NOT present OR NOT EXISTS ${PROJECT_SOURCE_DIR}/fuzz/fuzz_${name}.c OR
+       NOT TARGET ${library})
       continue()
     endif()
     set(extra_sources "")
@@ -74,7 +80,7 @@ if(ATTN_BUILD_TESTS)
                    ${PROJECT_SOURCE_DIR}/fuzz/replay_main.c ${extra_sources})
     target_include_directories(fuzz_replay_${name} PRIVATE ${PROJECT_SOURCE_DIR}/src
                                ${PROJECT_SOURCE_DIR}/cli ${PROJECT_SOURCE_DIR}/fuzz)
-    target_link_libraries(fuzz_replay_${name} PRIVATE attn_static)
+    target_link_libraries(fuzz_replay_${name} PRIVATE ${library})
     add_test(NAME fuzz_replay_${name}
              COMMAND fuzz_replay_${name} ${PROJECT_SOURCE_DIR}/fuzz/corpus/${name}
                      ${PROJECT_SOURCE_DIR}/fuzz/regressions/${name})
@@ -84,7 +90,7 @@ if(ATTN_BUILD_TESTS)
       add_executable(fuzz_${name} ${PROJECT_SOURCE_DIR}/fuzz/fuzz_${name}.c ${extra_sources})
       target_include_directories(fuzz_${name} PRIVATE ${PROJECT_SOURCE_DIR}/src
                                  ${PROJECT_SOURCE_DIR}/cli ${PROJECT_SOURCE_DIR}/fuzz)
-      target_link_libraries(fuzz_${name} PRIVATE attn_static)
+      target_link_libraries(fuzz_${name} PRIVATE ${library})
       target_compile_options(fuzz_${name} PRIVATE -fsanitize=fuzzer,address,undefined
                              -fno-sanitize-recover=all -g)
       target_link_options(fuzz_${name} PRIVATE -fsanitize=fuzzer,address,undefined)

@@ -1,14 +1,14 @@
 # install.cmake — what `cmake --install` puts where (GNUInstallDirs), and the two ways a
 # consumer finds it again (docs/install.md):
-#   include/attn*.h                          every public header (attn_mpi.h with the MPI part)
+#   include/attn*.h                          the public headers (a component's with it)
 #   lib/libattn.so.MAJOR.MINOR.PATCH         SONAME libattn.so.MAJOR, plus the two symlinks
 #   lib/libattn.a                            the same objects, static
-#   lib/libattn_mpi.so*, libattn_mpi.a       the MPI component, when it was built
-#   bin/attn                                 the command-line tool, when it was built
+#   lib/libattn_<c>.so*, libattn_<c>.a       each component c built (io, models, mpi)
+#   bin/attn, bin/attn-bench                 the tools, when they were built
 #   lib/cmake/attn/attnConfig.cmake          find_package(attn): attn::attn (shared),
-#     attnConfigVersion.cmake, attnTargets   attn::attn_static, and with COMPONENTS mpi
-#                                            attn::attn_mpi / attn::attn_mpi_static
-#   lib/pkgconfig/attn.pc, attn_mpi.pc       pkg-config (Libs.private/Requires.private: static)
+#     attnConfigVersion.cmake, attn*Targets  attn::attn_static, and with COMPONENTS c
+#                                            attn::attn_<c> / attn::attn_<c>_static
+#   lib/pkgconfig/attn.pc, attn_<c>.pc       pkg-config (Libs.private/Requires.private: static)
 # Included at the end of CMakeLists.txt, when every target exists.
 include(CMakePackageConfigHelpers)
 
@@ -17,27 +17,39 @@ set(ATTN_INSTALL_CMAKEDIR ${CMAKE_INSTALL_LIBDIR}/cmake/attn CACHE STRING
 set(attn_package_dir ${PROJECT_BINARY_DIR}/package)
 
 # ---- headers, libraries, the tool ---------------------------------------------------------
+# Every header but attn_mpi.h always: libattn itself implements parts of attn_io.h (.npy) and
+# attn_layers.h (positional encodings); attn_mpi.h includes mpi.h, so it comes with its part.
 file(GLOB attn_public_headers CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/include/*.h)
 if(NOT TARGET attn_mpi)
   list(FILTER attn_public_headers EXCLUDE REGEX "/attn_mpi\\.h$")
 endif()
 install(FILES ${attn_public_headers} DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
 
-install(TARGETS attn attn_static EXPORT attnTargets
-        LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
-        ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
-        RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
-install(EXPORT attnTargets NAMESPACE attn:: DESTINATION ${ATTN_INSTALL_CMAKEDIR})
-if(TARGET attn_mpi)
-  install(TARGETS attn_mpi attn_mpi_static EXPORT attnMPITargets
+# One export set per library component, so that find_package(attn) loads only those asked for.
+set(ATTN_INSTALLED_COMPONENTS "")
+foreach(component "" io models mpi)
+  if(component STREQUAL "")
+    set(library attn)
+    set(export attnTargets)
+  else()
+    set(library attn_${component})
+    set(export attn_${component}Targets)
+    if(NOT TARGET ${library})
+      continue()
+    endif()
+    list(APPEND ATTN_INSTALLED_COMPONENTS ${component})
+  endif()
+  install(TARGETS ${library} ${library}_static EXPORT ${export}
           LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
           ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
           RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
-  install(EXPORT attnMPITargets NAMESPACE attn:: DESTINATION ${ATTN_INSTALL_CMAKEDIR})
-endif()
-if(TARGET attn_cli)
-  install(TARGETS attn_cli RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
-endif()
+  install(EXPORT ${export} NAMESPACE attn:: DESTINATION ${ATTN_INSTALL_CMAKEDIR})
+endforeach()
+foreach(tool attn_cli attn_bench)
+  if(TARGET ${tool})
+    install(TARGETS ${tool} RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
+  endif()
+endforeach()
 
 # ---- find_package(attn) ---------------------------------------------------------------------
 configure_package_config_file(${PROJECT_SOURCE_DIR}/cmake/attnConfig.cmake.in
@@ -67,38 +79,22 @@ else()
   set(ATTN_PC_INCLUDEDIR "\${prefix}/${CMAKE_INSTALL_INCLUDEDIR}")
 endif()
 
-# What a static link of libattn.a needs besides it: -pthread and libm here, and what the
-# dependencies' cmake files (blas.cmake, ...) appended to ATTN_PC_REQUIRES_PRIVATE (their .pc
-# modules) and ATTN_PC_LIBS_PRIVATE (link flags, where a dependency has no .pc), listing what
-# they so covered in ATTN_PC_COVERED_LIBRARIES. Any other library of ATTN_EXTRA_LIBRARIES (a
-# file path or a plain name) is named here as -L<dir> -l<name>, so nothing libattn links is
-# left out of attn.pc.
-list(PREPEND ATTN_PC_LIBS_PRIVATE -pthread -lm)
-foreach(library ${ATTN_EXTRA_LIBRARIES})
-  if(library IN_LIST ATTN_PC_COVERED_LIBRARIES)
-    continue()
-  elseif(TARGET ${library})
-    message(FATAL_ERROR "attn: attn.pc cannot name the target ${library}; the cmake file that "
-                        "adds it must append it to ATTN_PC_COVERED_LIBRARIES and name it for "
-                        "attn.pc (ATTN_PC_REQUIRES_PRIVATE or ATTN_PC_LIBS_PRIVATE)")
-  elseif(IS_ABSOLUTE "${library}")
-    get_filename_component(library_dir "${library}" DIRECTORY)
-    get_filename_component(library_name "${library}" NAME_WE)
-    string(REGEX REPLACE "^lib" "" library_name "${library_name}")
-    if(NOT library_dir IN_LIST CMAKE_C_IMPLICIT_LINK_DIRECTORIES)
-      list(APPEND ATTN_PC_LIBS_PRIVATE "-L${library_dir}")
-    endif()
-    list(APPEND ATTN_PC_LIBS_PRIVATE "-l${library_name}")
-  else()
-    list(APPEND ATTN_PC_LIBS_PRIVATE "-l${library}")
-  endif()
-endforeach()
-list(REMOVE_DUPLICATES ATTN_PC_LIBS_PRIVATE)
-list(JOIN ATTN_PC_LIBS_PRIVATE " " ATTN_PC_LIBS_PRIVATE)
-list(JOIN ATTN_PC_REQUIRES_PRIVATE " " ATTN_PC_REQUIRES_PRIVATE)
+# What a static link of each library needs besides it: libattn.a -pthread and libm; the
+# components their own dependency (io.cmake, models.cmake: its .pc module, or link flags where
+# it has none) and the attn libraries below them (Requires).
 find_package(PkgConfig QUIET)
+set(ATTN_PC_LIBS_PRIVATE "-pthread -lm")
 configure_file(${PROJECT_SOURCE_DIR}/cmake/attn.pc.in ${attn_package_dir}/attn.pc @ONLY)
 set(attn_pc_files ${attn_package_dir}/attn.pc)
+if(TARGET attn_io)
+  configure_file(${PROJECT_SOURCE_DIR}/cmake/attn_io.pc.in ${attn_package_dir}/attn_io.pc @ONLY)
+  list(APPEND attn_pc_files ${attn_package_dir}/attn_io.pc)
+endif()
+if(TARGET attn_models)
+  configure_file(${PROJECT_SOURCE_DIR}/cmake/attn_models.pc.in ${attn_package_dir}/attn_models.pc
+                 @ONLY)
+  list(APPEND attn_pc_files ${attn_package_dir}/attn_models.pc)
+endif()
 
 if(TARGET attn_mpi)
   # attn_mpi.h includes mpi.h: the MPI implementation's own .pc (Open MPI or MPICH) when

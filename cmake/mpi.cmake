@@ -13,38 +13,11 @@ if(NOT MPI_C_FOUND)
 endif()
 
 file(GLOB ATTN_MPI_SOURCES CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/src/mpi/*.c)
-# One set of objects, two libraries: libattn_mpi.so on top of libattn.so for users, and a
-# static one on top of libattn.a for the CLI and the tests, so that no program carries two
-# copies of libattn (which sanitizers rightly report as duplicate globals).
-add_library(attn_mpi_objects OBJECT ${ATTN_MPI_SOURCES})
-target_include_directories(attn_mpi_objects PUBLIC ${PROJECT_SOURCE_DIR}/include
-                                            PRIVATE ${PROJECT_SOURCE_DIR}/src)
-target_link_libraries(attn_mpi_objects PUBLIC MPI::MPI_C Threads::Threads)
-# attn_mpi.h includes mpi.h, so MPI is a public requirement; threads stay private.
-add_library(attn_mpi SHARED $<TARGET_OBJECTS:attn_mpi_objects>)
-target_link_libraries(attn_mpi PUBLIC attn MPI::MPI_C PRIVATE Threads::Threads)
-# libattn.so exports only its public API (hidden visibility); the internal helpers the ring
-# uses come from a private, hidden copy of libattn.a's objects (--exclude-libs keeps them out
-# of libattn_mpi.so's exports), and --no-undefined proves nothing is left unresolved. A
-# sanitizer build leaves the sanitizer's runtime hooks for the executable to resolve, so
-# --no-undefined is for the plain builds only.
-target_link_libraries(attn_mpi PRIVATE attn_static)
-target_link_options(attn_mpi PRIVATE -Wl,--exclude-libs,libattn.a)
-if(NOT ATTN_SANITIZE)
-  target_link_options(attn_mpi PRIVATE -Wl,--no-undefined)
-endif()
-add_library(attn_mpi_static STATIC $<TARGET_OBJECTS:attn_mpi_objects>)
-target_link_libraries(attn_mpi_static PUBLIC attn_static MPI::MPI_C PRIVATE Threads::Threads)
-set_target_properties(attn_mpi PROPERTIES VERSION ${PROJECT_VERSION}
-                                          SOVERSION ${PROJECT_VERSION_MAJOR})
-set_target_properties(attn_mpi_static PROPERTIES OUTPUT_NAME attn_mpi)
-foreach(target attn_mpi attn_mpi_static)
-  target_include_directories(${target} PUBLIC
-    $<BUILD_INTERFACE:${PROJECT_SOURCE_DIR}/include>
-    $<INSTALL_INTERFACE:${CMAKE_INSTALL_INCLUDEDIR}>)
-endforeach()
-add_library(attn::attn_mpi ALIAS attn_mpi)
-add_library(attn::attn_mpi_static ALIAS attn_mpi_static)
+# libattn_mpi.so on top of libattn.so for users, and a static one on top of libattn.a for the
+# CLI and the tests, so that no program carries two copies of libattn (which sanitizers
+# rightly report as duplicate globals). attn_mpi.h includes mpi.h, so MPI is a public
+# requirement (components.cmake).
+attn_add_component(mpi SOURCES ${ATTN_MPI_SOURCES} PUBLIC_LIBRARIES MPI::MPI_C)
 
 # Open MPI needs --oversubscribe to start more processes than cores (tests use up to 4 on a
 # 2-core machine); MPICH oversubscribes by default and rejects the flag.
@@ -86,7 +59,7 @@ function(attn_mpi_attach_targets)
     endforeach()
   endif()
   # `attn ring` end to end against `attn forward` (the script passes -np itself).
-  if(TARGET attn_cli AND ATTN_BUILD_TESTS)
+  if(TARGET attn_cli AND ATTN_TESTS)
     add_test(NAME mpi_cli_ring
              COMMAND bash ${PROJECT_SOURCE_DIR}/tests/mpi/cli_ring.sh $<TARGET_FILE:attn_cli>
                      ${PROJECT_SOURCE_DIR} ${MPIEXEC_EXECUTABLE} ${ATTN_MPIEXEC_OVERSUBSCRIBE}

@@ -34,9 +34,10 @@ set(ATTN_UBSAN_OPTIONS "halt_on_error=1:print_stacktrace=1:exitcode=87")
 # Tests whose assertion is about memory use itself (peak RSS), which ASan's shadow memory and
 # quarantine inflate by design; they run in every other build.
 set(ATTN_ASAN_DISABLED_TESTS cli_forward_memory)
-# Benchmark smoke tests: they check that a benchmark's printed numbers follow from its timings
-# and sizes, which the plain build shows; under a sanitizer they only cost minutes.
-set(ATTN_SANITIZER_SKIPPED_TESTS cli_bench_serve cli_bench_small)
+# Benchmark smoke tests (bench_*, tests/bench/*.sh): they check that a benchmark's printed
+# numbers follow from its timings and sizes, which the plain build shows; under a sanitizer
+# they only cost minutes.
+set(ATTN_SANITIZER_SKIPPED_TESTS "^bench_")
 # ignore_noninstrumented_modules: libomp itself is not instrumented; Archer supplies its
 # synchronisation instead (LLVM's documented setting for OpenMP under TSan).
 set(ATTN_TSAN_OPTIONS "halt_on_error=1:exitcode=88:ignore_noninstrumented_modules=1:second_deadlock_stack=1")
@@ -82,7 +83,7 @@ function(attn_sanitize_test test_name)
   if(ATTN_SANITIZE STREQUAL "address" AND test_name IN_LIST ATTN_ASAN_DISABLED_TESTS)
     set_property(TEST ${test_name} PROPERTY DISABLED TRUE)
   endif()
-  if(NOT ATTN_SANITIZE STREQUAL "" AND test_name IN_LIST ATTN_SANITIZER_SKIPPED_TESTS)
+  if(NOT ATTN_SANITIZE STREQUAL "" AND test_name MATCHES "${ATTN_SANITIZER_SKIPPED_TESTS}")
     set_property(TEST ${test_name} PROPERTY DISABLED TRUE)
   endif()
   set(test_source ${PROJECT_SOURCE_DIR}/tests/${test_name}.c)

@@ -1,9 +1,11 @@
 /*
- * attn_io.h — file formats of libattn on top of attn.h: NumPy .npy arrays and Hugging Face
+ * attn_io.h — file formats on top of attn.h: NumPy .npy arrays and Hugging Face
  * safetensors files (mapped read-only and strictly validated, zero-copy views, F32/BF16/F16
  * conversion, sharded checkpoints, written atomically), and the attention layers a
  * checkpoint's tensor names describe. Same conventions as attn.h: no function aborts or
  * prints; messages name the path, the tensor or the byte offset. See docs/formats.md.
+ * Libraries (docs/install.md): the .npy section is in libattn itself; the safetensors and
+ * tensor-name sections are in libattn_io (-lattn_io, cJSON).
  */
 #ifndef ATTN_IO_H
 #define ATTN_IO_H

@@ -1,9 +1,13 @@
 /*
- * attn_layers.h — the model-building parts of libattn on top of attn.h: positional encodings
+ * attn_layers.h — the model-building parts on top of attn.h: positional encodings
  * (sinusoidal, RoPE), token embeddings, linear maps (CBLAS), attention layers (config,
  * create, forward, backward, safetensors load/save of a layer), the Adam optimiser, RMSNorm,
  * MLA (multi-head latent attention, DeepSeek-V2), and the model families of Hugging Face
  * checkpoints (config.json + safetensors names, docs/models.md). Same conventions as attn.h.
+ * Libraries (docs/install.md): the positional encodings and embeddings are in libattn itself
+ * (the KV cache applies RoPE); attn_model_family_parse/_name and attn_model_config_parse/_read
+ * (config.json) are in libattn_io; everything else is in libattn_models (-lattn_models, which
+ * brings libattn_io and libattn; CBLAS).
  */
 #ifndef ATTN_LAYERS_H
 #define ATTN_LAYERS_H

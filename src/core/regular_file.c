@@ -3,7 +3,7 @@
  */
 #define _POSIX_C_SOURCE 200809L
 
-#include "io/regular_file.h"
+#include "core/regular_file.h"
 
 #include <errno.h>
 #include <fcntl.h>

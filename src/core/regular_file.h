@@ -3,10 +3,11 @@
  * writer waits for one, and a device such as /dev/zero never ends: every reader of a path
  * (the .npy reader, the safetensors reader, index files) opens with O_NONBLOCK, looks at what
  * the path is (fstat), and only then reads, from a descriptor that blocks again. Internal to
- * libattn.
+ * libattn (the .npy reader here, the safetensors reader of libattn_io through its private
+ * copy of these objects).
  */
-#ifndef ATTN_IO_REGULAR_FILE_H
-#define ATTN_IO_REGULAR_FILE_H
+#ifndef ATTN_CORE_REGULAR_FILE_H
+#define ATTN_CORE_REGULAR_FILE_H
 
 #include <sys/stat.h>
 
@@ -24,4 +25,4 @@ const char *attn_io_file_kind(mode_t mode);
 attn_status attn_io_require_regular(int fd, const struct stat *info, const char *path,
                                     attn_error *error);
 
-#endif /* ATTN_IO_REGULAR_FILE_H */
+#endif /* ATTN_CORE_REGULAR_FILE_H */

@@ -21,7 +21,7 @@
 #include <unistd.h>
 
 #include "io/json.h"
-#include "io/regular_file.h"
+#include "core/regular_file.h"
 
 /* Index files larger than this are refused (a 90k-tensor index is about 10 MB). */
 #define SAFETENSORS_MAX_INDEX_BYTES ((size_t)100 << 20)

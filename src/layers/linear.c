@@ -1,6 +1,6 @@
 /*
  * linear.c — the affine map of PyTorch's nn.Linear, y = x Wᵀ + b with W [out][in], and its
- * backward, through CBLAS sgemm (OpenBLAS; see cmake/blas.cmake and docs/training.md for the
+ * backward, through CBLAS sgemm (OpenBLAS; see cmake/models.cmake and docs/training.md for the
  * measurement that chose it). The naive reference lives in the tests (double loops).
  */
 #include "core/internal.h"

@@ -14,9 +14,9 @@
  */
 #define _POSIX_C_SOURCE 200809L
 
-#include "../core/internal.h"
+#include "core/internal.h"
 #include "attn_io.h"
-#include "regular_file.h"
+#include "core/regular_file.h"
 
 #include <errno.h>
 #include <stdio.h>

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# bench_serve.sh — `attn bench serve` on a tiny mix prints one row per storage type and part,
+# serve.sh — `attn-bench serve` on a tiny mix prints one row per storage type and part,
 # whose tokens/s and KV GB/s follow from its ms/step and the sizes (tokens per step = prefills x
 # chunk + the other sequences' decode tokens) for f32, bf16, f16, int8 and both fp8; the
 # library-/caller-owned decode lines (bf16 and each 8-bit storage asked for) have finite,
@@ -7,15 +7,15 @@
 # --ownership --rounds N --page-size P --kernel K runs only that comparison, N rounds, on pages of
 # P with the kernels named in the header; bad arguments exit 2 with a one-line message naming
 # the option and nothing on stdout.
-# usage: bash bench_serve.sh ATTN_BINARY SOURCE_DIR
+# usage: bash serve.sh ATTN_BENCH_BINARY SOURCE_DIR
 set -uo pipefail
-attn=$1
+bench=$1
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 failures=0
 fail() { echo "FAIL $*"; failures=$((failures + 1)); }
 
-OMP_NUM_THREADS=2 "$attn" bench serve --sequences 6 --context 40 300 --prefills 2 --chunk 32 \
+OMP_NUM_THREADS=2 "$bench" serve --sequences 6 --context 40 300 --prefills 2 --chunk 32 \
     --heads 4 --kv-heads 2 --dim 16 --seconds 0.02 > "$work/out.txt" 2> "$work/err.txt" \
     || fail "tiny run: exit $? ($(cat "$work/err.txt"))"
 python3 - "$work/out.txt" <<'PY' || fail "tiny run: numbers"
@@ -73,7 +73,7 @@ for dtype, rounds, library, token_major, ratio1, head_major, ratio2 in owned:
 PY
 
 # --dtype int8 alone: its step rows and the bf16 and int8 ownership lines only
-OMP_NUM_THREADS=2 "$attn" bench serve --sequences 3 --context 20 60 --prefills 1 --chunk 8 \
+OMP_NUM_THREADS=2 "$bench" serve --sequences 3 --context 20 60 --prefills 1 --chunk 8 \
     --heads 2 --kv-heads 1 --dim 8 --seconds 0.01 --dtype int8 > "$work/int8.txt" 2> "$work/err.txt" \
     || fail "int8 run: exit $? ($(cat "$work/err.txt"))"
 python3 - "$work/int8.txt" <<'PY' || fail "int8 run: rows"
@@ -85,13 +85,13 @@ assert re.findall(r"^decode, (\S+), 3 sequences, same pages, \d+ alternated", te
 PY
 
 # --ownership: the comparison alone, exactly --rounds rounds, pages and kernels as asked
-OMP_NUM_THREADS=2 "$attn" bench serve --sequences 3 --context 20 60 --prefills 1 --chunk 8 \
+OMP_NUM_THREADS=2 "$bench" serve --sequences 3 --context 20 60 --prefills 1 --chunk 8 \
     --heads 2 --kv-heads 1 --dim 8 --dtype f16 --ownership --rounds 3 --page-size 8 --kernel generic \
     > "$work/own.txt" 2> "$work/err.txt" || fail "ownership run: exit $? ($(cat "$work/err.txt"))"
 python3 - "$work/own.txt" <<'PY' || fail "ownership run: lines"
 import re, sys
 text = open(sys.argv[1]).read()
-assert re.search(r"^attn bench serve: .*pages of 8, .*kernels generic$", text, re.M), text
+assert re.search(r"^attn-bench serve: .*pages of 8, .*kernels generic$", text, re.M), text
 assert not re.search(r"^(f32|bf16|f16|int8|fp8_e4m3|fp8_e5m2)\s+step", text, re.M), text
 assert "varlen" not in text, text
 assert re.findall(r"^decode, (\S+), 3 sequences, same pages, (\d+) alternated", text, re.M) == [("f16", "3")], text
@@ -99,7 +99,7 @@ PY
 
 expect_usage_error() { # what needle option-words...
     local what=$1 needle=$2; shift 2
-    "$attn" bench serve "$@" > "$work/stdout.txt" 2> "$work/stderr.txt"
+    "$bench" serve "$@" > "$work/stdout.txt" 2> "$work/stderr.txt"
     local status=$?
     [ "$status" -eq 2 ] || fail "$what: exit $status, expected 2"
     [ -s "$work/stdout.txt" ] && fail "$what: printed on stdout"

@@ -1,17 +1,17 @@
 #!/usr/bin/env bash
-# bench_small.sh — `attn bench small` prints one row per Tk asked for, each with positive times
+# small.sh — `attn-bench small` prints one row per Tk asked for, each with positive times
 # of one thread, the default call and --threads N, and a GFLOP/s that follows from the one-thread
 # time and the sizes (4 Tq Hq Tk D flops); without --threads the N column is absent; a bad
 # option exits 2 with one line naming it and nothing on stdout.
-# usage: bash bench_small.sh ATTN_BINARY SOURCE_DIR
+# usage: bash small.sh ATTN_BENCH_BINARY SOURCE_DIR
 set -uo pipefail
-attn=$1
+bench=$1
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 failures=0
 fail() { echo "FAIL $*"; failures=$((failures + 1)); }
 
-"$attn" bench small --tq 2 --heads 4 --kv-heads 2 --d 16 --lengths 16,40 --threads 2 --rounds 3 \
+"$bench" small --tq 2 --heads 4 --kv-heads 2 --d 16 --lengths 16,40 --threads 2 --rounds 3 \
     > "$work/out.txt" 2> "$work/err.txt" || fail "run: exit $? ($(cat "$work/err.txt"))"
 python3 - "$work/out.txt" 4 <<'PY' || fail "with --threads: numbers"
 import re, sys
@@ -30,7 +30,7 @@ for length, rest in rows:
     assert low - 0.05 <= gflops <= high + 0.05, (length, one_thread_us, gflops, low, high)
 assert "2 threads (us)" in text, text
 PY
-"$attn" bench small --heads 4 --kv-heads 2 --d 16 --lengths 16 --rounds 1 > "$work/out2.txt" \
+"$bench" small --heads 4 --kv-heads 2 --d 16 --lengths 16 --rounds 1 > "$work/out2.txt" \
     2> "$work/err2.txt" || fail "default run: exit $?"
 python3 - "$work/out2.txt" <<'PY' || fail "without --threads: two time columns"
 import re, sys
@@ -41,7 +41,7 @@ assert "threads (us)" not in text, text
 PY
 for bad in "--lengths 0" "--heads 6 --kv-heads 4" "--rounds x" "--nope" "--threads 1025"; do
     # shellcheck disable=SC2086
-    "$attn" bench small $bad > "$work/bad.txt" 2> "$work/bad_err.txt"
+    "$bench" small $bad > "$work/bad.txt" 2> "$work/bad_err.txt"
     status=$?
     [ "$status" -eq 2 ] || fail "'$bad': exit $status, expected 2"
     [ ! -s "$work/bad.txt" ] || fail "'$bad': printed on stdout"

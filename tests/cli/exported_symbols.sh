@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
-# exported_symbols.sh — the shared library exports exactly the functions that the public
-# headers declare (attn.h, attn_layers.h, attn_io.h, attn_ring.h): a declared function
-# without ATTN_API is not exported (with hidden visibility) and `-lattn` programs that call it
-# fail to link; an exported function that no header declares is an accident of the build.
+# exported_symbols.sh — the shared libraries export exactly the functions that the public
+# headers declare (attn.h, attn_layers.h, attn_io.h, attn_ring.h), each once: a declared
+# function without ATTN_API is not exported (with hidden visibility) and programs that call it
+# fail to link; an exported function that no header declares is an accident of the build; one
+# exported by two libraries (libattn, libattn_io, libattn_models) would depend on link order.
 # The declarations are read from the headers with their comments stripped (gcc), the exports
-# with `nm -D --defined-only` from the libattn.so beside the attn binary.
+# with `nm -D --defined-only` from the libraries beside the attn binary.
 # usage: bash exported_symbols.sh ATTN_BINARY SOURCE_DIR
 set -uo pipefail
 attn=$1
@@ -25,7 +26,15 @@ for header in attn.h attn_layers.h attn_io.h attn_ring.h; do
 done | grep -v '^[[:space:]]*#' | tr '\n' ' ' |
     grep -oE '[A-Za-z_][A-Za-z0-9_]*[ *]+attn_[a-z0-9_]+ *\(' |
     sed -E 's/.*[ *](attn_[a-z0-9_]+) *\($/\1/' | sort -u > "$work/declared"
-nm -D --defined-only "$library" | awk '$2 == "T" { print $3 }' | sort -u > "$work/exported"
+libraries=("$library")
+for component in io models; do
+    [ -f "$(dirname "$attn")/libattn_$component.so" ] &&
+        libraries+=("$(dirname "$attn")/libattn_$component.so")
+done
+for shared in "${libraries[@]}"; do
+    nm -D --defined-only "$shared" | awk '$2 == "T" { print $3 }' | sort -u
+done | sort > "$work/exported_all"
+sort -u "$work/exported_all" > "$work/exported"
 
 failures=0
 declared=$(wc -l < "$work/declared")
@@ -34,13 +43,17 @@ if [ "$declared" -lt 50 ]; then
     failures=$((failures + 1))
 fi
 while read -r name; do
-    echo "FAIL $name is declared in include/ but not exported by libattn.so (ATTN_API missing)"
+    echo "FAIL $name is declared in include/ but exported by none of ${libraries[*]##*/} (ATTN_API missing)"
     failures=$((failures + 1))
 done < <(comm -23 "$work/declared" "$work/exported")
 while read -r name; do
-    echo "FAIL $name is exported by libattn.so but declared in no public header"
+    echo "FAIL $name is exported by ${libraries[*]##*/} but declared in no public header"
     failures=$((failures + 1))
 done < <(comm -13 "$work/declared" "$work/exported")
+while read -r name; do
+    echo "FAIL $name is exported by two of ${libraries[*]##*/}"
+    failures=$((failures + 1))
+done < <(uniq -d "$work/exported_all")
 echo "exported_symbols: $declared declared functions, $(wc -l < "$work/exported") exported"
 if [ "$failures" -eq 0 ]; then echo "1 passed, 0 failed"; else echo "0 passed, 1 failed"; fi
 [ "$failures" -eq 0 ]

@@ -11,7 +11,7 @@ failures=0
 passed=0
 fail() { echo "FAIL $*"; failures=$((failures + 1)); }
 
-for command in forward backward bench "bench decode" "bench serve"; do
+for command in forward backward; do
     for threads in 1025 4096; do
         # shellcheck disable=SC2086
         timeout 60 "$attn" $command --threads "$threads" > "$work/out" 2> "$work/err" < /dev/null

@@ -2,7 +2,8 @@
 # usage_errors.sh — docs/cli.md's promise for usage errors, command by command: an unknown
 # option, a missing value, a missing or extra argument exits 2 with exactly one line on stderr
 # (naming the command and the problem, and where to look: --help or the usage) and nothing on
-# stdout, before anything runs.
+# stdout, before anything runs; with no arguments at all the tool prints its whole usage on
+# stdout and exits 2.
 # usage: bash usage_errors.sh ATTN_BINARY SOURCE_DIR
 set -uo pipefail
 attn=$1
@@ -34,19 +35,15 @@ expect() {
 
 # unknown options, every command
 expect "'--bogus'" --bogus
-for command in demo forward backward train bench heatmap; do
+for command in demo forward backward train heatmap; do
     expect "--bogus" $command --bogus
 done
 # attn ring starts MPI first, whose plugins leak by design (the MPI tests run LeakSanitizer
 # with detect_leaks=0 for the same reason): leaks are not looked at for this one call.
 ASAN_OPTIONS="${ASAN_OPTIONS:-}:detect_leaks=0" expect "--bogus" ring --bogus
-expect "--bogus" bench decode --bogus
-expect "--bogus" bench serve --bogus
 expect "--bogus" kv-size --bogus
 expect "--bogus" inspect --bogus
 # missing values
-expect "--threads" bench decode --threads
-expect "--threads" bench serve --threads
 expect "--model" kv-size --model
 expect "--steps" train --steps
 # missing or extra arguments
@@ -55,10 +52,17 @@ expect "missing --q" backward
 expect "missing --weights" heatmap
 expect "no PATH" inspect
 expect "'second.npy'" inspect first.npy second.npy
-# bench serve --threads: the library's range, one line (as the other commands' --threads)
-pointer=0
-expect "--threads '0': expected an integer in 1..1024" bench serve --threads 0
-expect "--threads '2x': expected an integer in 1..1024" bench serve --threads 2x
+# a command attn does not have (the benchmarks are attn-bench's)
+expect "unknown command 'bench'" bench --quick
+
+# no arguments: exit 2 and the whole usage on stdout, every command named
+timeout 60 "$attn" > "$work/out" 2> "$work/err" < /dev/null
+status=$?
+if [ "$status" -ne 2 ]; then fail "no arguments: exit $status, expected 2"; else passed=$((passed + 1)); fi
+for command in demo forward backward train heatmap kv-size inspect; do
+    if grep -qE "^  $command +[^ ]" "$work/out"; then passed=$((passed + 1))
+    else fail "no arguments: the usage lacks $command: $(head -c 300 "$work/out")"; fi
+done
 
 echo "$passed passed, $failures failed"
 [ "$failures" -eq 0 ]

@@ -1,15 +1,19 @@
 #!/usr/bin/env bash
 # run.sh — ctest `package_install`: attn as its users get it. Installs the already built tree
-# into a temporary prefix, checks what is there (headers, versioned libraries, SONAME, the
-# exported symbols, attnConfig.cmake, attn.pc, the tool), then builds and runs every program
-# of examples/ against it three ways, each checked for exit status 0 and for printing exactly
-# what the same example built inside attn's own tree prints:
+# into a temporary prefix, checks what is there (headers, versioned libraries of the core and
+# of each component built, SONAMEs, the exported symbols, the core library's dependencies:
+# libc, libm and threads only, attnConfig.cmake, the .pc files, the tools), then builds and
+# runs every program of examples/ against it three ways, each checked for exit status 0 and
+# for printing exactly what the same example built inside attn's own tree prints (an example
+# that includes attn_layers.h uses the models component, the others the core library):
 #   1. find_package(attn): examples/ as a project of its own, once with attn::attn (shared)
-#      and once with attn::attn_static (no libattn.so in the result);
+#      and once with attn::attn_static (no libattn*.so in the result);
 #      plus find_package(attn COMPONENTS mpi) when the MPI component was installed;
 #   2. pkg-config: cc $(pkg-config --cflags --libs attn), and libattn.a with what
 #      `pkg-config --static` says it needs (Libs.private, Requires.private), the system
-#      libraries staying shared (no libattn.so in the result);
+#      libraries staying shared (no libattn*.so in the result); and a program of the core
+#      library alone with no .pc file but attn's visible (as on a machine without the cJSON
+#      and OpenBLAS development packages);
 #   3. add_subdirectory: tests/package/subproject, which builds attn from this source tree as
 #      its subproject and the examples with it.
 # Usage: run.sh SOURCE_DIR BUILD_DIR [CMAKE [CC]]
@@ -45,6 +49,8 @@ run_example() {
 }
 examples=()
 for source in "$source_dir"/examples/*.c; do examples+=("$(basename "$source" .c)"); done
+# An example that includes attn_layers.h uses the models component (examples/CMakeLists.txt).
+uses_models() { grep -q '#include "attn_layers.h"' "$source_dir/examples/$1.c"; }
 [ ${#examples[@]} -gt 0 ] || fail "no examples/*.c"
 
 # ---- install --------------------------------------------------------------------------------
@@ -59,30 +65,50 @@ for file in "$libdir/libattn.so.$major" "$libdir/libattn.so" "$libdir/libattn.a"
             "$libdir/pkgconfig/attn.pc"; do
   [ -e "$file" ] || fail "not installed: ${file#"$prefix"/}"
 done
-have_mpi=0
+have_mpi=0 have_models=0
 [ -e "$libdir/libattn_mpi.so.$version" ] && have_mpi=1
+[ -e "$libdir/libattn_models.so.$version" ] && have_models=1
+for component in io models mpi; do
+  [ -e "$libdir/libattn_$component.so.$version" ] || continue
+  for file in "$libdir/libattn_$component.so.$major" "$libdir/libattn_$component.a" \
+              "$libdir/pkgconfig/attn_$component.pc" \
+              "$libdir/cmake/attn/attn_${component}Targets.cmake"; do
+    [ -e "$file" ] || fail "not installed: ${file#"$prefix"/}"
+  done
+done
 for header in "$source_dir"/include/*.h; do
   name=$(basename "$header")
   [ "$name" = attn_mpi.h ] && [ $have_mpi = 0 ] && continue
   cmp -s "$header" "$prefix/include/$name" || fail "header not installed: include/$name"
 done
-if [ -x "$build_dir/attn" ]; then
-  [ -x "$prefix/bin/attn" ] || fail "the attn tool is not installed"
-  [ "$("$prefix/bin/attn" --version)" = "attn $version" ] ||
-    fail "installed attn --version: $("$prefix/bin/attn" --version) (expected attn $version)"
-fi
+for tool in attn attn-bench; do
+  [ -x "$build_dir/$tool" ] || continue
+  [ -x "$prefix/bin/$tool" ] || fail "the $tool tool is not installed"
+  [ "$("$prefix/bin/$tool" --version)" = "$tool $version" ] ||
+    fail "installed $tool --version: $("$prefix/bin/$tool" --version) (expected $tool $version)"
+done
 
 # ---- the shared library: SONAME, dependencies, exported symbols ---------------------------
 step "readelf -d / nm -D $library"
 soname=$(readelf -d "$library" | sed -n 's/.*(SONAME).*\[\(.*\)\]/\1/p')
 [ "$soname" = "libattn.so.$major" ] || fail "SONAME is '$soname', expected libattn.so.$major"
 echo "   SONAME $soname"
-if readelf -d "$library" | grep -Ei "NEEDED.*(png|cairo|pango)"; then
-  fail "libattn.so needs a picture library (only the CLI may)"
-fi
+# The core library needs the C library, libm and threads, nothing else (no cJSON, BLAS,
+# OpenMP runtime or picture library: those are the components' and the tools').
+needed=$(readelf -d "$library" | sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p' | tr '\n' ' ')
+for dependency in $needed; do
+  case $dependency in
+    libc.so.*|libm.so.*|libpthread.so.*|ld-linux*) ;;
+    *) fail "libattn.so needs $dependency (only libc, libm and threads allowed): $needed" ;;
+  esac
+done
+echo "   NEEDED $needed"
 symbol_headers=("$prefix"/include/*.h)
 shared_libraries=("$library")
-[ $have_mpi = 1 ] && shared_libraries+=("$libdir/libattn_mpi.so.$version")
+for component in io models mpi; do
+  [ -e "$libdir/libattn_$component.so.$version" ] &&
+    shared_libraries+=("$libdir/libattn_$component.so.$version")
+done
 for shared in "${shared_libraries[@]}"; do
   name=$(basename "$shared"); name=${name%.so.*}
   soname=$(readelf -d "$shared" | sed -n 's/.*(SONAME).*\[\(.*\)\]/\1/p')
@@ -106,10 +132,13 @@ for target in attn attn_static; do
   configure_examples "$work/find-$target" -DATTN_EXAMPLES_LIBRARY=attn::$target
   for name in "${examples[@]}"; do
     program=$work/find-$target/example_$name
+    [ -e "$program" ] || { [ $have_models = 0 ] && uses_models "$name" && continue; }
     needs_library=0
     readelf -d "$program" | grep -q "NEEDED.*libattn\.so\.$major" && needs_library=1
     if [ $target = attn ] && [ $needs_library = 0 ]; then fail "$program does not use libattn.so.$major"; fi
-    if [ $target = attn_static ] && [ $needs_library = 1 ]; then fail "$program needs libattn.so"; fi
+    if [ $target = attn_static ] && readelf -d "$program" | grep -q "NEEDED.*libattn"; then
+      fail "$program needs a libattn*.so"
+    fi
     run_example "$name" "$program"
   done
 done
@@ -170,23 +199,54 @@ export PKG_CONFIG_PATH=$libdir/pkgconfig
   fail "pkg-config --modversion attn: $(pkg-config --modversion attn) (expected $version)"
 for name in "${examples[@]}"; do
   source=$source_dir/examples/$name.c
-  step "pkg-config: $name.c, shared and static"
+  module=attn libraries="-lattn"
+  if uses_models "$name"; then
+    [ $have_models = 1 ] || continue
+    module=attn_models libraries="-lattn_models -lattn_io -lattn"
+  fi
+  step "pkg-config $module: $name.c, shared and static"
   # shellcheck disable=SC2046 # pkg-config's output is a list of words
-  "$cc" -std=c11 -O2 -o "$work/pc-shared-$name" "$source" $(pkg-config --cflags --libs attn) \
-    -lm -Wl,-rpath,"$libdir" || fail "cc $(pkg-config --cflags --libs attn) $name.c"
-  readelf -d "$work/pc-shared-$name" | grep -q "NEEDED.*libattn\.so\.$major" ||
-    fail "pc-shared-$name does not use libattn.so.$major"
+  "$cc" -std=c11 -O2 -o "$work/pc-shared-$name" "$source" $(pkg-config --cflags --libs $module) \
+    -lm -Wl,-rpath,"$libdir" || fail "cc $(pkg-config --cflags --libs $module) $name.c"
+  readelf -d "$work/pc-shared-$name" | grep -q "NEEDED.*lib$module\.so\.$major" ||
+    fail "pc-shared-$name does not use lib$module.so.$major"
   run_example "$name" "$work/pc-shared-$name"
   # -Bstatic makes -lattn libattn.a; --as-needed drops the libattn.so that the -lattn of
   # `pkg-config --static --libs` adds again (docs/install.md).
-  # shellcheck disable=SC2046
-  "$cc" -std=c11 -O2 -o "$work/pc-static-$name" "$source" $(pkg-config --cflags attn) \
-    -Wl,--as-needed -Wl,-Bstatic -lattn -Wl,-Bdynamic $(pkg-config --static --libs attn) -lm ||
-    fail "cc ... -Wl,-Bstatic -lattn -Wl,-Bdynamic $(pkg-config --static --libs attn) $name.c"
+  # shellcheck disable=SC2046,SC2086
+  "$cc" -std=c11 -O2 -o "$work/pc-static-$name" "$source" $(pkg-config --cflags $module) \
+    -Wl,--as-needed -Wl,-Bstatic $libraries -Wl,-Bdynamic $(pkg-config --static --libs $module) -lm ||
+    fail "cc ... -Wl,-Bstatic $libraries -Wl,-Bdynamic $(pkg-config --static --libs $module) $name.c"
   if readelf -d "$work/pc-static-$name" | grep -q "NEEDED.*libattn"; then
-    fail "pc-static-$name needs libattn.so"
+    fail "pc-static-$name needs a libattn*.so"
   fi
   run_example "$name" "$work/pc-static-$name"
+done
+# The core library alone, where pkg-config sees attn's .pc files and nothing else (as on a
+# machine without the cJSON and OpenBLAS development packages): attn.pc requires no other
+# module, and a program of attn.h links shared and static with what it says.
+step "pkg-config attn with only attn's .pc files: $source_dir/examples/causal_gqa.c"
+core_flags=$(PKG_CONFIG_LIBDIR=$libdir/pkgconfig pkg-config --cflags --libs attn) ||
+  fail "pkg-config --libs attn needs a module besides attn's"
+core_static=$(PKG_CONFIG_LIBDIR=$libdir/pkgconfig pkg-config --static --libs attn) ||
+  fail "pkg-config --static --libs attn needs a module besides attn's"
+case "$core_flags $core_static" in
+  *cjson*|*blas*|*gomp*) fail "attn.pc names a component's dependency: $core_flags / $core_static" ;;
+esac
+# shellcheck disable=SC2086
+"$cc" -std=c11 -O2 -o "$work/core-shared" "$source_dir/examples/causal_gqa.c" $core_flags -lm \
+  -Wl,-rpath,"$libdir" || fail "cc causal_gqa.c $core_flags"
+run_example causal_gqa "$work/core-shared"
+# shellcheck disable=SC2086
+"$cc" -std=c11 -O2 -o "$work/core-static" "$source_dir/examples/causal_gqa.c" \
+  -I"$prefix/include" -Wl,--as-needed -Wl,-Bstatic -lattn -Wl,-Bdynamic $core_static -lm ||
+  fail "cc causal_gqa.c -Wl,-Bstatic -lattn -Wl,-Bdynamic $core_static"
+run_example causal_gqa "$work/core-static"
+echo "   attn.pc alone: $core_flags (static: $core_static)"
+for component in io models; do
+  [ -e "$libdir/pkgconfig/attn_$component.pc" ] || continue
+  pkg-config --exists "attn_$component" ||
+    fail "attn_$component.pc: $(pkg-config --print-errors "attn_$component" 2>&1)"
 done
 if [ $have_mpi = 1 ]; then
   pkg-config --exists attn_mpi || fail "attn_mpi.pc: $(pkg-config --print-errors attn_mpi 2>&1)"

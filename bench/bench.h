@@ -1,0 +1,24 @@
+/*
+ * bench.h — the `attn-bench` tool's internal interface: one function per subcommand (each in
+ * its own file) and the machine ceilings the reports compare against (peak.c).
+ *
+ * A subcommand receives argv starting at its own name (argv[0] = "decode") and returns the
+ * process exit code: 0 on success, 1 on a runtime error, 2 on a usage error. Errors are one
+ * line on stderr naming the option and the bad value.
+ */
+#ifndef ATTN_BENCH_H
+#define ATTN_BENCH_H
+
+int bench_forward(int argc, char **argv);  /* cmd_forward.c: the forward (backward) grid, --peak */
+int bench_decode(int argc, char **argv);   /* cmd_decode.c: decoding against a KV cache */
+int bench_serve(int argc, char **argv);    /* cmd_serve.c: a continuous-batching step mix */
+int bench_small(int argc, char **argv);    /* cmd_small.c: the time of one small call */
+int bench_lowp_kernels(int argc, char **argv);      /* lowp_kernels.c: one forward tile step */
+int bench_instruction_rates(int argc, char **argv); /* instruction_rates.c (x86-64 only) */
+
+/* Measured machine ceilings (peak.c): fp32 FMA GFLOP/s and memory read GB/s using `threads`
+ * threads (0 = all). Each takes well under a second. */
+double bench_measure_fma_peak_gflops(int threads);
+double bench_measure_read_bandwidth_gbs(int threads);
+
+#endif /* ATTN_BENCH_H */
