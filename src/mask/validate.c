@@ -119,12 +119,9 @@ static const char *positional_option_in_use(const attn_options *options) {
     return NULL;
 }
 
-attn_status attn_validate_options(const attn_options *options, const attn_problem *problem,
-                                  attn_error *error) {
-    if (options == NULL) return attn_fail(error, ATTN_ERROR_NULL_ARGUMENT, "options is NULL");
-    if (problem == NULL) return attn_fail(error, ATTN_ERROR_NULL_ARGUMENT, "problem is NULL");
+/* scale, soft-cap, alignment, window, pattern: the options that need no tensor. */
+static attn_status check_scalars(const attn_options *options, attn_error *error) {
     attn_status status;
-
     if (options->custom_scale && (!isfinite(options->scale) || options->scale <= 0.0f))
         return attn_fail(error, ATTN_ERROR_INVALID_ARGUMENT,
                          "options.scale = %.9g: must be finite and > 0", (double)options->scale);
@@ -155,6 +152,13 @@ attn_status attn_validate_options(const attn_options *options, const attn_proble
                          "ATTN_ALIGN_TOP_LEFT (or explicit query_positions)",
                          positional);
 
+    return ATTN_OK;
+}
+
+/* mask, bias, query / key lengths and positions against the problem's sizes. */
+static attn_status check_tensors(const attn_options *options, const attn_problem *problem,
+                                     attn_error *error) {
+    attn_status status;
     if (options->mask != NULL) {
         status = check_broadcast_tensor(options->mask, "options.mask", ATTN_DTYPE_BOOL, problem,
                                         problem->query_length, "Tq", problem->key_length, "Tk",
@@ -181,6 +185,13 @@ attn_status attn_validate_options(const attn_options *options, const attn_proble
                              problem->key_length, error);
     if (status != ATTN_OK) return status;
 
+    return ATTN_OK;
+}
+
+/* global tokens, the block layout, ALiBi slopes and the empty-row policy. */
+static attn_status check_structure(const attn_options *options, const attn_problem *problem,
+                                     attn_error *error) {
+    attn_status status;
     if (options->global_token_count < 0)
         return attn_fail(error, ATTN_ERROR_INVALID_ARGUMENT,
                          "options.global_token_count = %lld: must be >= 0",
@@ -234,6 +245,16 @@ attn_status attn_validate_options(const attn_options *options, const attn_proble
         return attn_fail(error, ATTN_ERROR_INVALID_ARGUMENT, "options.empty_rows = %d: unknown",
                          (int)options->empty_rows);
     return ATTN_OK;
+}
+
+attn_status attn_validate_options(const attn_options *options, const attn_problem *problem,
+                                  attn_error *error) {
+    if (options == NULL) return attn_fail(error, ATTN_ERROR_NULL_ARGUMENT, "options is NULL");
+    if (problem == NULL) return attn_fail(error, ATTN_ERROR_NULL_ARGUMENT, "problem is NULL");
+    attn_status status = check_scalars(options, error);
+    if (status == ATTN_OK) status = check_tensors(options, problem, error);
+    if (status == ATTN_OK) status = check_structure(options, problem, error);
+    return status;
 }
 
 /* attn_validate_call with q, k, v, out of dtype `operand`. */
