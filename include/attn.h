@@ -216,7 +216,7 @@ typedef enum attn_kernel_choice {
                                 and the OS's XTILEDATA permission allow AMX */
 } attn_kernel_choice;
 
-#define ATTN_OPTIONS_VERSION 1 /* the layout of attn_options below */
+#define ATTN_OPTIONS_VERSION 2 /* the layout of attn_options below (1: without `sinks`) */
 
 /*
  * What one attention call computes, apart from the tensors. Zero means "off" or "default" in
@@ -306,6 +306,17 @@ typedef struct attn_options {
     float softcap;
 
     attn_empty_rows empty_rows;
+
+    /* version 2: */
+    /* Attention sinks (gpt-oss's learned s_aux, StreamingLLM): sinks[h], float[Hq], is the
+       logit of one more key column of query head h whose value vector is 0. It joins every
+       row's softmax denominator, so O_i = sum_j e^{x_ij} v_j / (e^{sinks[h]} + sum_j e^{x_ij})
+       and LSE_i = log(e^{sinks[h]} + sum_j e^{x_ij}), in the logit space above (after scale,
+       soft-cap and bias; no mask applies to it). Each finite, or -inf for no sink on that
+       head; NULL = none. A row with no allowed key is still empty (the empty-row policy
+       applies); under ZERO its O is 0 and its LSE sinks[h]. Padding rows stay O = 0,
+       LSE = -inf. The sinks' gradient: attn_sinks_backward. */
+    const float *sinks;
 } attn_options;
 
 /* Plain attention, with the version set: every field zero except version =
@@ -459,6 +470,20 @@ ATTN_API attn_status attn_backward(const attn_tensor *q, const attn_tensor *k, c
                                    attn_tensor *dq, attn_tensor *dk, attn_tensor *dv,
                                    attn_tensor *dbias, const attn_execution *execution,
                                    attn_error *error);
+
+/*
+ * The gradient of the sink logits (attn_options.sinks): for each query head h,
+ *   dsinks[h] = - sum over b and the real query rows i of  e^{sinks[h] - LSE[b,h,i]} * D[b,h,i]
+ * with D = rowsum(dO * O): the sink's probability times the row's D, as its value is 0.
+ * out, lse, dout: as given to attn_backward (the forward's, computed with the sinks);
+ * options: the forward's (sinks set; padding rows beyond query_lengths give nothing).
+ * out and dout [B, Tq, Hq, Dv] of one dtype (F32, BF16 or F16), lse F32 [B, Hq, Tq];
+ * dsinks: float[Hq], written. Summed in double in a fixed order (deterministic). attn_backward
+ * gives dq, dk, dv with the sinks already (its P comes from this LSE).
+ */
+ATTN_API attn_status attn_sinks_backward(const attn_tensor *out, const attn_tensor *lse,
+                                         const attn_tensor *dout, const attn_options *options,
+                                         float *dsinks, attn_error *error);
 
 /* The naive backward, written as docs/attention-math.md §2.2 states it: dense
  * S, P, dP, dS per (b, h) in double (O(Tq * Tk) memory), single-threaded. Same arguments,

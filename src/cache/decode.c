@@ -25,6 +25,7 @@
 #include "core/internal.h"
 #include "core/parallel.h"
 #include "kernels/quant.h"
+#include "mask/sinks.h"
 
 /* Default split size: at most 4096 tokens, and small enough that the call has about
  * TARGET_TASKS tasks even for one sequence with one KV head (MQA, MLA), so both cores work
@@ -192,7 +193,8 @@ typedef struct merge_region {
 enum { MERGE_CLAIM_ROWS = 16 }; /* rows per claim: one claim's cost against 16 rows' merges */
 enum { MERGE_PARALLEL_FLOATS = 1 << 16 }; /* partial floats worth a merge on several threads */
 
-/* Merges row `index` = b*Hq*Tq + h*Tq + i into out / lse (the empty-row policy applied);
+/* Merges row `index` = b*Hq*Tq + h*Tq + i into out / lse (the empty-row policy and the
+ * head's sink applied);
  * records it in *first_empty / *first_overflow when it is the first such row seen. */
 static void merge_row(const merge_region *region, decode_scratch *scratch, int64_t index,
                       int64_t *first_empty, int64_t *first_overflow) {
@@ -220,6 +222,10 @@ static void merge_row(const merge_region *region, decode_scratch *scratch, int64
             for (int64_t e = 0; e < Dv; ++e) row[e] = NAN;
             merged_lse = NAN;
         }
+    }
+    if (options->sinks != NULL && i < attn_mask_query_count(plan->mask, b)) { /* mask/sinks.h */
+        const float factor = attn_sink_fold(&merged_lse, attn_sink_logit(options, h));
+        for (int64_t e = 0; e < Dv; ++e) row[e] *= factor;
     }
     if (out->dtype == ATTN_DTYPE_F32) {
         for (int64_t e = 0; e < Dv; ++e) *attn_f32_at4(out, b, i, h, e) = row[e];

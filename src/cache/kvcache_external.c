@@ -35,6 +35,7 @@
 #include "kernels/half.h"
 #include "kernels/quant.h"
 #include "mask/mask.h"
+#include "mask/sinks.h"
 #include "varlen/varlen.h"
 
 /* Largest Tq that runs on the decoding kernels. */
@@ -621,7 +622,8 @@ static attn_status empty_sequence(const attn_options *options, int64_t b, const 
                 store_row(out->dtype, &fill, 1,
                           (char *)out->data + (size_t)(b * out->stride[0] + i * out->stride[1] +
                                                        h * out->stride[2] + e * out->stride[3]) * size);
-            if (lse != NULL) *attn_f32_at3(lse, b, h, i) = nan ? NAN : -INFINITY;
+            if (lse != NULL) /* (ZERO: the head's sink takes the whole row, mask/sinks.h) */
+                *attn_f32_at3(lse, b, h, i) = nan ? NAN : attn_sink_logit(options, h);
         }
     return ATTN_OK;
 }
@@ -856,10 +858,10 @@ attn_status attn_forward_with_kvcache(const attn_tensor *q, const attn_kv_cache_
             int64_t *lengths = buffers[3]; /* [B] int64, [2][Hkv] float, [B][max_pages] int32 */
             float *head_factors = (float *)(lengths + plan.B);
             int32_t *tables = (int32_t *)(head_factors + 2 * plan.Hkv);
-            status = decode(&plan, &rotated_q, options, out, lse, execution, tables, lengths,
+            status = decode(&plan, &rotated_q, &resolved, out, lse, execution, tables, lengths,
                             head_factors, error);
         } else {
-            status = prefill(&plan, &rotated_q, options, out, lse, execution, buffers[4], error);
+            status = prefill(&plan, &rotated_q, &resolved, out, lse, execution, buffers[4], error);
         }
     }
     if (appended && status != ATTN_OK) swap_overwritten(&plan, buffers[5], 1);

@@ -10,6 +10,7 @@
 #include "cache/cache_internal.h"
 #include "call/call.h"
 #include "core/internal.h"
+#include "mask/sinks.h"
 
 /* The batch-b slice [1|.., .., .., key_length] of a [B|1, Hq|1, Tq, Tk] mask or bias view. */
 static attn_tensor slice_batch(const attn_tensor *t, int64_t b, int64_t key_length) {
@@ -38,7 +39,9 @@ static attn_status fill_empty_sequence(const attn_options *options, int64_t b,
                                  (long long)b, (long long)h, (long long)i);
             const float fill = (!padding && options->empty_rows == ATTN_EMPTY_ROWS_NAN) ? NAN : 0.0f;
             for (int64_t e = 0; e < Dv; ++e) *attn_f32_at4(out, b, i, h, e) = fill;
-            if (lse != NULL) *attn_f32_at3(lse, b, h, i) = fill == 0.0f ? -INFINITY : NAN;
+            /* (ZERO: the head's sink takes the whole row, mask/sinks.h) */
+            const float sink = padding ? -INFINITY : attn_sink_logit(options, h);
+            if (lse != NULL) *attn_f32_at3(lse, b, h, i) = fill == 0.0f ? sink : NAN;
         }
     return ATTN_OK;
 }

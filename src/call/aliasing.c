@@ -12,7 +12,7 @@
 #include "../core/overlap.h"
 
 /* The inputs an entry's options carry: tensors and raw arrays (sized by the problem). */
-enum { OPTION_INPUTS = 9 };
+enum { OPTION_INPUTS = 10 };
 
 static int option_regions(const attn_options *options, const attn_problem *problem,
                           attn_region *regions) {
@@ -28,7 +28,7 @@ static int option_regions(const attn_options *options, const attn_problem *probl
         const void *data;
         int64_t count, size;
         const char *name;
-    } arrays[6] = {
+    } arrays[7] = {
         {options->query_lengths, problem->batch, sizeof(int32_t), "options.query_lengths"},
         {options->key_lengths, problem->batch, sizeof(int32_t), "options.key_lengths"},
         {options->query_positions, problem->query_length, sizeof(int64_t), "options.query_positions"},
@@ -37,8 +37,9 @@ static int option_regions(const attn_options *options, const attn_problem *probl
          "options.global_tokens"},
         {options->alibi ? options->alibi_slopes : NULL, problem->query_heads, sizeof(float),
          "options.alibi_slopes"},
+        {options->sinks, problem->query_heads, sizeof(float), "options.sinks"},
     };
-    for (int n = 0; n < 6; ++n)
+    for (int n = 0; n < 7; ++n)
         if (arrays[n].data != NULL && arrays[n].count > 0)
             attn_region_set_bytes(&regions[count++], arrays[n].data,
                                   arrays[n].count * arrays[n].size, arrays[n].name);

@@ -4,6 +4,7 @@
  */
 #include "call.h"
 
+#include <stddef.h>
 #include <string.h>
 
 #include "../core/internal.h"
@@ -30,11 +31,14 @@ attn_status attn_options_resolve(const attn_options *options, attn_options *reso
     if (options == NULL) {
         memset(resolved, 0, sizeof *resolved);
     } else {
-        if (options->version != 0 && options->version != ATTN_OPTIONS_VERSION)
+        if (options->version < 0 || options->version > ATTN_OPTIONS_VERSION)
             return attn_fail(error, ATTN_ERROR_INVALID_ARGUMENT,
-                             "options.version = %d: must be 0 or ATTN_OPTIONS_VERSION (%d)",
+                             "options.version = %d: must be 0, 1 or ATTN_OPTIONS_VERSION (%d)",
                              options->version, ATTN_OPTIONS_VERSION);
-        *resolved = *options;
+        /* version 1: the layout before `sinks`, whose bytes past it are not read */
+        memset(resolved, 0, sizeof *resolved);
+        memcpy(resolved, options,
+               options->version == 1 ? offsetof(attn_options, sinks) : sizeof *options);
     }
     resolved->version = ATTN_OPTIONS_VERSION;
     if (!resolved->window) {

@@ -50,6 +50,7 @@
 #include "forward_small.h"
 #include "../kernels/registry.h"
 #include "../mask/mask.h"
+#include "../mask/sinks.h"
 #include "forward_internal.h"
 #include "packed_kv.h"
 
@@ -192,7 +193,7 @@ static void note_empty_row(forward_workspace *workspace, int64_t b, int64_t h, i
 }
 
 /* Writes one output row and its LSE: O = acc / l, LSE = m + log l, or the empty-row policy
- * (padding rows beyond query_lengths[b] are always O = 0, LSE = -inf). row: the row's
+ * (padding rows beyond query_lengths[b] are always O = 0, LSE = -inf); then the head's sink. row: the row's
  * accumulator (overwritten with O), or for padding rows any Dv floats to use as scratch. */
 static void write_row(const forward_plan *plan, forward_workspace *workspace, int64_t b,
                       int64_t h, int64_t i, float *row, float row_max, float row_sum,
@@ -208,6 +209,10 @@ static void write_row(const forward_plan *plan, forward_workspace *workspace, in
             note_empty_row(workspace, b, h, i);
         for (int64_t e = 0; e < dim_v; ++e) row[e] = as_nan ? NAN : 0.0f;
         lse_value = as_nan ? NAN : -INFINITY;
+    }
+    if (!padding && plan->call->options.sinks != NULL) { /* mask/sinks.h */
+        const float factor = attn_sink_fold(&lse_value, attn_sink_logit(&plan->call->options, h));
+        for (int64_t e = 0; e < dim_v; ++e) row[e] *= factor;
     }
     forward_store_output(plan, workspace, b, i, h, row);
     if (plan->lse != NULL) *attn_f32_at3(plan->lse, b, h, i) = lse_value;

@@ -10,6 +10,7 @@
 #include "../call/call.h"
 #include "../core/internal.h"
 #include "../mask/mask.h"
+#include "../mask/sinks.h"
 
 /* The final logit of pair (i, j) of (b, h), in double: scale, soft-cap, additive, -inf when
  * not allowed (attn.h, attn_options). q_row [Dk], k_row [Dk] with element strides. */
@@ -90,9 +91,15 @@ attn_status attn_reference_forward(const attn_tensor *q, const attn_tensor *k,
                     const bool as_nan = !padding && options->empty_rows == ATTN_EMPTY_ROWS_NAN;
                     for (int64_t e = 0; e < problem.value_dim; ++e)
                         o_row[e * out->stride[3]] = as_nan ? NAN : 0.0f;
-                    if (lse_value != NULL) *lse_value = as_nan ? NAN : -INFINITY;
+                    /* (ZERO: the sink takes the whole row, LSE = the sink's logit) */
+                    const float sink = attn_sink_logit(options, h);
+                    if (lse_value != NULL)
+                        *lse_value = as_nan ? NAN : padding || sink == -INFINITY ? -INFINITY : sink;
                     continue;
                 }
+                /* The sink: one more column of logit s and value 0 (attn_options.sinks). */
+                const double sink = attn_sink_logit(options, h);
+                if (sink > row_max) row_max = sink;
 
                 double *weights = logits + i * Tk; /* reused: x[i][j] -> exp(x - m) */
                 double row_sum = 0.0;
@@ -100,6 +107,7 @@ attn_status attn_reference_forward(const attn_tensor *q, const attn_tensor *k,
                     weights[j] = row[j] == -INFINITY ? 0.0 : exp(row[j] - row_max);
                     row_sum += weights[j];
                 }
+                if (sink != -INFINITY) row_sum += exp(sink - row_max);
                 for (int64_t e = 0; e < problem.value_dim; ++e) {
                     double weighted = 0.0;
                     for (int64_t j = 0; j < Tk; ++j)

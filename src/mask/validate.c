@@ -188,7 +188,7 @@ static attn_status check_tensors(const attn_options *options, const attn_problem
     return ATTN_OK;
 }
 
-/* global tokens, the block layout, ALiBi slopes and the empty-row policy. */
+/* global tokens, the block layout, ALiBi slopes, sinks and the empty-row policy. */
 static attn_status check_structure(const attn_options *options, const attn_problem *problem,
                                      attn_error *error) {
     attn_status status;
@@ -240,6 +240,12 @@ static attn_status check_structure(const attn_options *options, const attn_probl
                                      (double)options->alibi_slopes[h]);
     }
 
+    if (options->sinks != NULL)
+        for (int64_t h = 0; h < problem->query_heads; ++h)
+            if (!(isfinite(options->sinks[h]) || options->sinks[h] == -INFINITY))
+                return attn_fail(error, ATTN_ERROR_INVALID_ARGUMENT,
+                                 "options.sinks[%lld] = %.9g: must be finite, or -inf for no sink",
+                                 (long long)h, (double)options->sinks[h]);
     if (options->empty_rows != ATTN_EMPTY_ROWS_ERROR && options->empty_rows != ATTN_EMPTY_ROWS_ZERO &&
         options->empty_rows != ATTN_EMPTY_ROWS_NAN)
         return attn_fail(error, ATTN_ERROR_INVALID_ARGUMENT, "options.empty_rows = %d: unknown",

@@ -11,6 +11,7 @@
 #include "ring_internal.h"
 
 #include "../core/internal.h"
+#include "../mask/sinks.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -107,6 +108,7 @@ static attn_status compute_block(ring_call *call, const attn_tensor *q, float *b
      * positions; each slab runs on it. */
     attn_call block_call = call->prepared;
     block_call.options.empty_rows = ATTN_EMPTY_ROWS_ZERO; /* a partial may have rows with no key */
+    block_call.options.sinks = NULL; /* folded into the last merge (finish_rows) */
     block_call.options.key_positions = call->block_positions + geometry.column_begin;
 
     int64_t slab = ring_slab_rows(geometry.row_end - geometry.row_begin);
@@ -132,23 +134,28 @@ static attn_status compute_block(ring_call *call, const attn_tensor *q, float *b
     return ATTN_OK;
 }
 
-/* Applies the caller's empty-row policy to rows no block reached (LSE = -inf). */
-static attn_status finish_empty_rows(const ring_call *call, attn_tensor *out, attn_tensor *lse,
-                                     attn_error *error) {
+/* Applies the caller's empty-row policy to rows no block reached (LSE = -inf), then folds
+ * each head's sink into every row (mask/sinks.h). */
+static attn_status finish_rows(const ring_call *call, attn_tensor *out, attn_tensor *lse,
+                               attn_error *error) {
+    const attn_options *options = &call->prepared.options;
     for (int64_t b = 0; b < lse->shape[0]; ++b)
         for (int64_t h = 0; h < lse->shape[1]; ++h)
             for (int64_t i = 0; i < lse->shape[2]; ++i) {
-                if (*attn_f32_at3(lse, b, h, i) != -INFINITY) continue;
-                if (call->prepared.options.empty_rows == ATTN_EMPTY_ROWS_ERROR)
+                float *row_lse = attn_f32_at3(lse, b, h, i);
+                if (*row_lse == -INFINITY && options->empty_rows == ATTN_EMPTY_ROWS_ERROR)
                     return attn_fail(error, ATTN_ERROR_EMPTY_ROW,
                                      "query row (b = %lld, h = %lld, global position %lld) has no "
                                      "allowed key (set options.empty_rows to allow it)",
                                      (long long)b, (long long)h,
                                      (long long)call->local_positions[i]);
-                if (call->prepared.options.empty_rows == ATTN_EMPTY_ROWS_NAN) {
-                    *attn_f32_at3(lse, b, h, i) = NAN;
+                if (*row_lse == -INFINITY && options->empty_rows == ATTN_EMPTY_ROWS_NAN) {
+                    *row_lse = NAN;
                     for (int64_t d = 0; d < out->shape[3]; ++d) *attn_f32_at4(out, b, i, h, d) = NAN;
                 }
+                if (options->sinks == NULL) continue;
+                const float factor = attn_sink_fold(row_lse, attn_sink_logit(options, h));
+                for (int64_t d = 0; d < out->shape[3]; ++d) *attn_f32_at4(out, b, i, h, d) *= factor;
             }
     return ATTN_OK;
 }
@@ -223,7 +230,7 @@ static attn_status run_ring(ring_call *call, const ring_tensors *tensors, attn_t
         }
         current = 1 - current;
     }
-    if (compute_status == ATTN_OK) compute_status = finish_empty_rows(call, out, lse, error);
+    if (compute_status == ATTN_OK) compute_status = finish_rows(call, out, lse, error);
     return compute_status;
 }
 
