@@ -25,15 +25,21 @@ if [ "${ATTN_HARDENING:-1}" != 0 ]; then
   # (1) AddressSanitizer + UndefinedBehaviorSanitizer (clang): the whole suite again. The same
   #     tree builds the libFuzzer targets (ATTN_FUZZ=ON instruments it for coverage too).
   stage "ASan + UBSan build and ctest (build-asan)"
+  #     attn-bench is not built here: its smoke tests check printed timings, which the release
+  #     build shows, and are skipped under sanitizers.
   CC=clang cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DATTN_SANITIZE=address \
-    -DATTN_FUZZ=ON
+    -DATTN_FUZZ=ON -DATTN_BENCH=OFF
   cmake --build build-asan -j"$jobs"
   (cd build-asan && ctest --output-on-failure -j"$jobs")
   # (2) ThreadSanitizer on the threaded tests; OpenMP is LLVM's libomp, made visible to TSan by
   #     its Archer tool (loaded automatically; no suppressions).
   stage "TSan build and ctest -L threaded (build-tsan)"
-  CC=clang cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DATTN_SANITIZE=thread
-  cmake --build build-tsan -j"$jobs"
+  #     Only what those tests run is built: their programs and the attn tool (two of them run it).
+  CC=clang cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DATTN_SANITIZE=thread \
+    -DATTN_BENCH=OFF
+  threaded=$(cd build-tsan && ctest -N -L threaded | sed -n 's/^ *Test *#[0-9]*: //p')
+  # shellcheck disable=SC2086 # one target per word
+  cmake --build build-tsan -j"$jobs" --target attn_cli $threaded
   (cd build-tsan && ctest --output-on-failure -j"$jobs" -L threaded)
   # (3) valgrind memcheck on the CLI's main paths (demo, forward, error paths) of the release
   #     build: tests/test_robustness_limits.c runs every CLI call under this wrapper
@@ -41,7 +47,7 @@ if [ "${ATTN_HARDENING:-1}" != 0 ]; then
   stage "valgrind memcheck on the CLI (build)"
   ATTN_CLI_WRAPPER="valgrind -q --error-exitcode=99 --leak-check=full --errors-for-leak-kinds=definite --suppressions=$PWD/tests/cli/fonts.supp" \
     OMP_NUM_THREADS=2 build/test_robustness_limits
-  # (4) every libFuzzer target for ATTN_FUZZ_SECONDS seconds.
+  # (4) every libFuzzer target for ATTN_FUZZ_SECONDS seconds, one per core at a time.
   stage "libFuzzer targets, ${ATTN_FUZZ_SECONDS:-60} s each"
   bash fuzz/run.sh build-asan
   stage "done"
