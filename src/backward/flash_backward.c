@@ -30,10 +30,9 @@
 #include "../core/internal.h"
 #include "../core/parallel.h"
 
-/* Default tiles: 64 query rows x 128 keys keep P and dS (32 KiB each) in L1/L2 and the
- * tile's dK, dV accumulators (128 x D each) in L2; each key tile streams Q, dO and the dQ
- * partials once per query head, so wider key tiles stream less. Measured in
- * docs/backward.md. */
+/* Default tiles: 64 query rows x 256 keys keep P and dS in L2 beside the tile's dK, dV
+ * accumulators (256 x D each); each key tile streams Q, dO and the dQ partials once per query
+ * head, so wider key tiles stream less (docs/backward.md, "Performance"). */
 #define BACKWARD_TILE_Q 64
 #define BACKWARD_TILE_K 256
 #define BACKWARD_BAND_TILE_Q 32
