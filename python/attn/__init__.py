@@ -23,7 +23,7 @@ from . import _tensors as T
 
 __all__ = ["forward", "backward", "merge", "KVCache", "Gradients", "version", "alibi_slopes",
            "varlen_forward", "varlen_backward", "forward_with_kvcache",
-           "kernels"]
+           "kernels", "sinks_backward"]
 __version__ = _attn.version()
 
 Gradients = namedtuple("Gradients", ["dq", "dk", "dv", "dbias"])
@@ -98,7 +98,7 @@ def _finish(result, buffer, code):
 def forward(q, k, v, *, causal=None, window=None, mask=None, bias=None, scale=None,
             softcap=0.0, alibi=False, alibi_slopes=None, key_lengths=None, query_lengths=None,
             empty_rows="error", return_lse=False, out=None, threads=None, alignment=None,
-            memory_limit=None, kernel=None):
+            memory_limit=None, kernel=None, sinks=None):
     """Exact attention softmax(scale * q k^T + bias) v over [B, T, H, D] arrays.
 
     q [B, Tq, Hq, Dk], k [B, Tk, Hkv, Dk], v [B, Tk, Hkv, Dv] (Hq a multiple of Hkv: GQA);
@@ -115,6 +115,9 @@ def forward(q, k, v, *, causal=None, window=None, mask=None, bias=None, scale=No
       key_lengths / query_lengths: int[B], valid lengths of padded batches.
       empty_rows: "error" (default), "zero" (O = 0, LSE = -inf) or "nan" for rows that
           attend no key.
+      sinks: float[Hq], attention sinks (gpt-oss's s_aux): per query head the logit of one
+          more key column whose value is 0, in every row's softmax denominator (-inf = none
+          for that head). The LSE includes it. Gradient: sinks_backward.
       out: an array to write (shape and dtype of the result). threads: the most threads the
           call uses (fewer for small work; default: OMP_NUM_THREADS, else every CPU).
       memory_limit: refuse (MemoryError) calls whose working memory exceeds this many bytes.
@@ -127,7 +130,7 @@ def forward(q, k, v, *, causal=None, window=None, mask=None, bias=None, scale=No
                                 window=window, mask=mask, bias=bias, scale=scale,
                                 softcap=softcap, alibi=alibi, alibi_slopes=alibi_slopes,
                                 key_lengths=key_lengths, query_lengths=query_lengths,
-                                empty_rows=empty_rows)
+                                empty_rows=empty_rows, sinks=sinks)
     run = _O.execution(threads, memory_limit, kernel)
     cq, ck, cv = _compute_views((qv, kv, vv), "qkv")
     result, ov, buffer = _output(qv, out, (B, Tq, Hq, Dv), qv.code, "out")
@@ -143,7 +146,7 @@ def forward(q, k, v, *, causal=None, window=None, mask=None, bias=None, scale=No
 def backward(q, k, v, out, lse, dout, *, causal=None, window=None, mask=None, bias=None,
              scale=None, softcap=0.0, alibi=False, alibi_slopes=None, key_lengths=None,
              query_lengths=None, empty_rows="error", dlse=None, threads=None, alignment=None,
-             memory_limit=None, kernel=None):
+             memory_limit=None, kernel=None, sinks=None):
     """Gradients of attn.forward: returns Gradients(dq, dk, dv, dbias).
 
     q, k, v, out and lse are what forward took and returned (return_lse=True); dout is the
@@ -166,7 +169,8 @@ def backward(q, k, v, out, lse, dout, *, causal=None, window=None, mask=None, bi
                                         window=window, mask=mask, bias=bias, scale=scale,
                                         softcap=softcap, alibi=alibi,
                                         alibi_slopes=alibi_slopes, key_lengths=key_lengths,
-                                        query_lengths=query_lengths, empty_rows=empty_rows)
+                                        query_lengths=query_lengths, empty_rows=empty_rows,
+                                        sinks=sinks)
     run = _O.execution(threads, memory_limit, kernel)
     # All operands in one dtype attn_backward takes (q's, or float32 for the LSE gradient).
     code = qv.code if qv.code in T.NATIVE_BACKWARD and dlse is None else T.F32
@@ -192,6 +196,37 @@ def backward(q, k, v, out, lse, dout, *, causal=None, window=None, mask=None, bi
     if dbias is not None:
         dbias = _reduce_to(dbias, T.view(bias, "bias"))
     return Gradients(dq, dk, dv, dbias)
+
+
+def sinks_backward(out, lse, dout, sinks, *, query_lengths=None, dlse=None):
+    """The gradient of the sink logits (forward's sinks=): float32 [Hq],
+    dsinks[h] = -sum over b and the real rows i of e^(sinks[h] - lse[b, h, i]) * D[b, h, i],
+    D = rowsum(dout * out) (minus dlse where a gradient of lse is given: d lse / d sink = the
+    sink's probability). out, lse: what forward returned with these sinks; dout: the gradient
+    of out; query_lengths: as forward took them."""
+    import numpy as np
+    ov, dov = T.view(out, "out"), T.view(dout, "dout")
+    if ov.rank != 4:
+        raise ValueError(f"out must be [B, Tq, Hq, Dv] (rank 4), got shape {ov.shape}")
+    B, Tq, Hq, Dv = ov.shape
+    lv = T.converted(T.view(lse, "lse"), T.F32, "lse")
+    code = ov.code if ov.code in (T.F32, T.F16, T.BF16) else T.F32
+    co, cdo = T.converted(ov, code, "out"), T.converted(dov, code, "dout")
+    if dlse is not None:
+        _, co, cdo = _with_lse_gradient(T.view(np.zeros((B, 1, Hq, Dv), np.float32), "v"),
+                                        T.converted(co, T.F32, "out"),
+                                        T.converted(cdo, T.F32, "dout"), T.view(dlse, "dlse"),
+                                        (B, Hq, Tq))
+    options, keep, _ = _O.build(B, Hq, Tq, 1, causal=None, alignment=None, window=None,
+                                mask=None, bias=None, scale=None, softcap=0.0, alibi=False,
+                                alibi_slopes=None, key_lengths=None,
+                                query_lengths=query_lengths, empty_rows="zero", sinks=sinks)
+    dsinks = np.zeros(Hq, np.float32)
+    _attn.sinks_backward(co.desc(), lv.desc(), cdo.desc(), options, dsinks.ctypes.data)
+    del keep
+    if ov.torch:
+        return T.torch_module().from_numpy(dsinks)
+    return dsinks
 
 
 def _with_lse_gradient(v, out, dout, dlse, shape):
@@ -384,7 +419,7 @@ class KVCache:
     def decode(self, q, *, causal=None, window=None, mask=None, bias=None, scale=None,
                softcap=0.0, alibi=False, alibi_slopes=None, query_lengths=None,
                empty_rows="error", return_lse=False, out=None, threads=None, alignment=None,
-               memory_limit=None, kernel=None):
+               memory_limit=None, kernel=None, sinks=None):
         """Attention of q [B, Tq, Hq, Dk] (B = sequences) against everything cached; the
         same result as attn.forward on each sequence's cached K/V with these options. For
         generation use causal="bottom-right" (query i at position length - Tq + i). Masks
@@ -403,7 +438,7 @@ class KVCache:
                                         bias=bias, scale=scale, softcap=softcap, alibi=alibi,
                                         alibi_slopes=alibi_slopes, key_lengths=None,
                                         query_lengths=query_lengths, empty_rows=empty_rows,
-                                        decode=True)
+                                        decode=True, sinks=sinks)
             run = _O.execution(threads, memory_limit, kernel)
             cq = qv if qv.code in T.NATIVE_QKV else T.converted(qv, T.F32, "q")
             result, ov, buffer = _output(qv, out, (B, Tq, Hq, self.value_dim), qv.code, "out")

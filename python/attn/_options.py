@@ -100,7 +100,7 @@ def attention_matrix(v: T.View, name, B, H, Tq, Tk):
 
 
 def build(B, Hq, Tq, Tk, *, causal, alignment, window, mask, bias, scale, softcap, alibi,
-          alibi_slopes, key_lengths, query_lengths, empty_rows, decode=False):
+          alibi_slopes, key_lengths, query_lengths, empty_rows, decode=False, sinks=None):
     """Returns (options tuple, keep, bias view or None). `keep` holds the arrays the tuple
     points at: keep it alive until the call returns."""
     keep = []
@@ -163,6 +163,12 @@ def build(B, Hq, Tq, Tk, *, causal, alignment, window, mask, bias, scale, softca
         keep.append(array)
         slopes = array.ctypes.data
 
+    sink_logits = None
+    if sinks is not None:
+        array = T.float32_array(sinks, "sinks", Hq)
+        keep.append(array)
+        sink_logits = array.ctypes.data
+
     if scale is not None:
         scale = _real(scale, "scale")
     softcap = 0.0 if softcap is None else _real(softcap, "softcap")
@@ -181,5 +187,5 @@ def build(B, Hq, Tq, Tk, *, causal, alignment, window, mask, bias, scale, softca
                mask_view.desc() if mask_view else None,
                bias_view.desc() if bias_view else None,
                lengths(query_lengths, "query_lengths"), lengths(key_lengths, "key_lengths"),
-               alibi, slopes, softcap, _EMPTY_ROWS[empty_rows])
+               alibi, slopes, softcap, _EMPTY_ROWS[empty_rows], sink_logits)
     return options, keep, bias_view

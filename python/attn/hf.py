@@ -32,12 +32,12 @@ def attention_forward(module, query, key, value, attention_mask, dropout=0.0, sc
     probabilities [B, Hq, Tq, Tk] in query's dtype (see probabilities(); rows that attend
     no key are 0, where eager's additive-minimum masks give a uniform row). threads: the most
     threads attn uses for this call, forward and backward (None = attn's default; see
-    register(threads=...))."""
+    register(threads=...)). s_aux (gpt-oss): the layer's attention sinks, one logit per query
+    head (attn.torch.attention's sinks, with their gradient)."""
     if dropout:
         raise NotImplementedError("attn: attention dropout is not supported (attn is exact "
                                   "attention); call model.eval() or set the dropout to 0")
-    if kwargs.get("s_aux") is not None:
-        raise NotImplementedError("attn: attention sinks (s_aux) are not supported")
+    sinks = kwargs.get("s_aux")  # gpt-oss's learned attention sinks, [Hq]
     softcap = kwargs.get("softcap") or 0.0
     q_length = query.shape[2]
     if is_causal is None:
@@ -59,7 +59,7 @@ def attention_forward(module, query, key, value, attention_mask, dropout=0.0, sc
                                      value.transpose(1, 2),
                                      causal="bottom-right" if is_causal else None, mask=mask,
                                      bias=bias, scale=scaling, softcap=softcap,
-                                     empty_rows="zero", threads=threads)
+                                     empty_rows="zero", threads=threads, sinks=sinks)
     weights = None
     if _weights_requested(kwargs):
         weights = probabilities(query, key, lse, mask=mask, bias=bias, scale=scaling,

@@ -89,10 +89,10 @@ def _kwargs(causal, alignment, window, window_left, window_right, scale, softcap
 
 
 def _forward_kernel(q, k, v, mask, bias, alibi_slopes, causal, alignment, window, window_left,
-                    window_right, scale, softcap, alibi, empty_rows, threads=0):
+                    window_right, scale, softcap, alibi, empty_rows, threads=0, sinks=None):
     """The forward op's CPU kernel (arguments as torch.ops.attn.forward takes them, checked)."""
     return _attn.forward(q, k, v, mask=mask, bias=bias, return_lse=True,
-                         threads=threads or None,
+                         threads=threads or None, sinks=sinks,
                          **_kwargs(causal, alignment, window, window_left, window_right, scale,
                                    softcap, alibi, alibi_slopes, empty_rows))
 
@@ -102,15 +102,17 @@ def _forward_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: Optiona
                 bias: Optional[torch.Tensor], alibi_slopes: Optional[torch.Tensor],
                 causal: bool, alignment: int, window: bool, window_left: int,
                 window_right: int, scale: Optional[float], softcap: float, alibi: bool,
-                empty_rows: int, threads: int = 0) -> Tuple[torch.Tensor, torch.Tensor]:
+                empty_rows: int, threads: int = 0,
+                sinks: Optional[torch.Tensor] = None) -> Tuple[torch.Tensor, torch.Tensor]:
     """out [B, Tq, Hq, Dv] (q's dtype), lse [B, Hq, Tq] float32. alignment: 0 unset,
     1 bottom-right, 2 top-left; empty_rows: 0 error, 1 zero, 2 nan; mask bool and bias float
-    [B|1, Hq|1, Tq, Tk]; threads: the most threads attn uses (0 = its default)."""
+    [B|1, Hq|1, Tq, Tk]; threads: the most threads attn uses (0 = its default); sinks float
+    [Hq]: attention sinks (lse includes them; their gradient: torch.ops.attn.sinks_backward)."""
     _check((("q", q), ("k", k), ("v", v), ("mask", mask), ("bias", bias),
-            ("alibi_slopes", alibi_slopes)), alignment, empty_rows)
+            ("alibi_slopes", alibi_slopes), ("sinks", sinks)), alignment, empty_rows)
     return _forward_kernel(q, k, v, mask, bias, alibi_slopes, causal, alignment, window,
                            window_left, window_right, scale, softcap, alibi, empty_rows,
-                           threads)
+                           threads, sinks)
 
 
 _CODES = {torch.float32: 0, torch.bfloat16: 1, torch.float16: 2}  # attn_dtype (include/attn.h)
@@ -171,9 +173,9 @@ def _plain_call(tensors) -> bool:
 
 @_forward_op.register_fake
 def _forward_fake(q, k, v, mask, bias, alibi_slopes, causal, alignment, window, window_left,
-                  window_right, scale, softcap, alibi, empty_rows, threads=0):
+                  window_right, scale, softcap, alibi, empty_rows, threads=0, sinks=None):
     _check((("q", q), ("k", k), ("v", v), ("mask", mask), ("bias", bias),
-            ("alibi_slopes", alibi_slopes)), alignment, empty_rows)
+            ("alibi_slopes", alibi_slopes), ("sinks", sinks)), alignment, empty_rows)
     B, Tq, Hq, _ = q.shape
     out = q.new_empty((B, Tq, Hq, v.shape[3]))
     lse = q.new_empty((B, Hq, Tq), dtype=torch.float32)
@@ -216,27 +218,47 @@ def _backward_fake(q, k, v, out, lse, dout, dlse, mask, bias, alibi_slopes, caus
     return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape), dbias
 
 
+@torch.library.custom_op("attn::sinks_backward", mutates_args=(), device_types="cpu")
+def _sinks_backward_op(out: torch.Tensor, lse: torch.Tensor, dout: torch.Tensor,
+                       dlse: Optional[torch.Tensor], sinks: torch.Tensor) -> torch.Tensor:
+    """The sinks' gradient, float32 [Hq]: -sum over b, i of e^(sinks[h] - lse) (D - dlse),
+    D = rowsum(dout * out) (attn.sinks_backward)."""
+    for name, t in (("out", out), ("lse", lse), ("dout", dout), ("dlse", dlse), ("sinks", sinks)):
+        if t is not None and t.device.type != "cpu":
+            raise ValueError(f"{name} is on device {t.device}: attn computes on the CPU")
+    return _attn.sinks_backward(out, lse, dout, sinks, dlse=dlse).contiguous()
+
+
+@_sinks_backward_op.register_fake
+def _sinks_backward_fake(out, lse, dout, dlse, sinks):
+    return sinks.new_empty(sinks.shape, dtype=torch.float32)
+
+
 _CONFIG = ("causal", "alignment", "window", "window_left", "window_right", "scale", "softcap",
            "alibi", "empty_rows", "threads")
 
 
 def _setup_context(ctx, inputs, output):
     q, k, v, mask, bias, alibi_slopes = inputs[:6]
+    sinks = inputs[16] if len(inputs) > 16 else None
     out, lse = output
-    ctx.save_for_backward(q, k, v, out, lse, mask, bias, alibi_slopes)
-    ctx.config = inputs[6:]                       # options and threads, as the op took them
+    ctx.save_for_backward(q, k, v, out, lse, mask, bias, alibi_slopes, sinks)
+    ctx.config = inputs[6:16]                     # options and threads, as the op took them
     ctx.bias_shape = None if bias is None else bias.shape
 
 
 def _backward(ctx, dout, dlse):
-    q, k, v, out, lse, mask, bias, alibi_slopes = ctx.saved_tensors
+    q, k, v, out, lse, mask, bias, alibi_slopes, sinks = ctx.saved_tensors
     if dout is None:
         dout = torch.zeros_like(out)
     dq, dk, dv, dbias = torch.ops.attn.backward(q, k, v, out, lse, dout, dlse, mask, bias,
                                                 alibi_slopes, *ctx.config)
     if bias is None or not ctx.needs_input_grad[4]:
         dbias = None
-    return dq, dk, dv, None, dbias, None, *([None] * len(_CONFIG))
+    dsinks = None
+    if sinks is not None and ctx.needs_input_grad[16]:
+        dsinks = torch.ops.attn.sinks_backward(out, lse, dout, dlse, sinks).to(sinks.dtype)
+    return (dq, dk, dv, None, dbias, None, *([None] * len(_CONFIG)), dsinks)
 
 
 torch.library.register_autograd("attn::forward", _backward, setup_context=_setup_context)
@@ -244,25 +266,31 @@ torch.library.register_autograd("attn::forward", _backward, setup_context=_setup
 
 def attention(q, k, v, *, causal=None, window=None, mask=None, bias=None, scale=None,
               softcap=0.0, alibi=False, alibi_slopes=None, empty_rows="error", alignment=None,
-              threads=None):
+              threads=None, sinks=None):
     """Differentiable attn.forward on [B, T, H, D] torch tensors through the custom op:
     returns (out, lse). Masks and biases broadcast to [B, Hq, Tq, Tk] (bias gets a gradient).
+    sinks: [Hq] attention sinks (gpt-oss's s_aux: per query head the logit of one more key
+    column whose value is 0; they get a gradient, and lse includes them).
     threads: the most threads attn uses, forward and backward (None = attn's default);
     results are bitwise the same for any count."""
     return _attention(q, k, v, causal, window, mask, bias, scale, softcap, alibi, alibi_slopes,
-                      empty_rows, alignment, threads, True)
+                      empty_rows, alignment, threads, True, sinks)
 
 
 def _attention(q, k, v, causal, window, mask, bias, scale, softcap, alibi, alibi_slopes,
-               empty_rows, alignment, threads, need_lse):
+               empty_rows, alignment, threads, need_lse, sinks=None):
     """attention(); need_lse false lets a plain inference call skip the LSE (then None)."""
     for name, t in (("q", q), ("k", k), ("v", v)):
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
         if t.dim() != 4:
             raise ValueError(f"{name} must be [B, T, H, D] (rank 4), got shape {tuple(t.shape)}")
+    if sinks is not None:
+        sinks = torch.as_tensor(sinks).reshape(-1)
+        if sinks.dtype not in _FLOATS:
+            sinks = sinks.float()
     _check((("q", q), ("k", k), ("v", v), ("mask", mask), ("bias", bias),
-            ("alibi_slopes", alibi_slopes)), 0, 0)
+            ("alibi_slopes", alibi_slopes), ("sinks", sinks)), 0, 0)
     B, Tq, Hq, _ = q.shape
     Tk = k.shape[1]
     if q.numel() == 0 or k.numel() == 0 or v.numel() == 0:
@@ -291,11 +319,13 @@ def _attention(q, k, v, causal, window, mask, bias, scale, softcap, alibi, alibi
                  wl, wr, None if scale is None else float(scale), float(softcap or 0),
                  bool(alibi), _EMPTY_ROW_CODES[empty_rows],
                  0 if threads is None else _O.execution(threads, None)[0])
-    if _plain_call((q, k, v, mask, bias, alibi_slopes)):
-        if mask is None and bias is None and alibi_slopes is None and \
+    if _plain_call((q, k, v, mask, bias, alibi_slopes, sinks)):
+        if mask is None and bias is None and alibi_slopes is None and sinks is None and \
                 not (q.is_neg() or k.is_neg() or v.is_neg()):
             return _scalar_forward(q, k, v, *arguments[6:], need_lse=need_lse)
-        return _forward_kernel(*arguments)
+        return _forward_kernel(*arguments, sinks)
+    if sinks is not None:
+        return torch.ops.attn.forward(*arguments, sinks)
     return torch.ops.attn.forward(*arguments)
 
 

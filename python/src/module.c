@@ -110,12 +110,13 @@ typedef struct option_tensors {
  *   (scale: float or None, alignment: int, causal: bool, window: (left, right) or None,
  *    mask: descriptor or None, bias: descriptor or None,
  *    query_lengths: int pointer or None, key_lengths: int pointer or None,
- *    alibi: bool, alibi_slopes: float pointer or None, softcap: float, empty_rows: int)
+ *    alibi: bool, alibi_slopes: float pointer or None, softcap: float, empty_rows: int,
+ *    sinks: float pointer or None)
  */
 static int parse_options(PyObject *tuple, attn_options *options, option_tensors *tensors) {
     *options = attn_options_default();
-    if (!PyTuple_Check(tuple) || PyTuple_Size(tuple) != 12) {
-        PyErr_SetString(PyExc_TypeError, "options: expected a 12-tuple");
+    if (!PyTuple_Check(tuple) || PyTuple_Size(tuple) != 13) {
+        PyErr_SetString(PyExc_TypeError, "options: expected a 13-tuple");
         return -1;
     }
     PyObject *scale = PyTuple_GetItem(tuple, 0);
@@ -156,6 +157,8 @@ static int parse_options(PyObject *tuple, attn_options *options, option_tensors 
     long empty_rows = PyLong_AsLong(PyTuple_GetItem(tuple, 11));
     if (empty_rows == -1 && PyErr_Occurred()) return -1;
     options->empty_rows = (attn_empty_rows)empty_rows;
+    if (parse_pointer(PyTuple_GetItem(tuple, 12), &pointer)) return -1;
+    options->sinks = pointer;
     return 0;
 }
 
@@ -224,6 +227,28 @@ static PyObject *py_backward(PyObject *self, PyObject *args) {
     Py_BEGIN_ALLOW_THREADS
     status = attn_backward(&q, &k, &v, &out, &lse, &dout, &options, &dq, &dk, &dv,
                            has_dbias ? &dbias : NULL, &execution, &error);
+    Py_END_ALLOW_THREADS
+    if (status != ATTN_OK) return raise_status(status, &error);
+    Py_RETURN_NONE;
+}
+
+/* sinks_backward(out, lse, dout, options, dsinks: float pointer) */
+static PyObject *py_sinks_backward(PyObject *self, PyObject *args) {
+    PyObject *o[5];
+    if (!PyArg_ParseTuple(args, "OOOOO", &o[0], &o[1], &o[2], &o[3], &o[4])) return NULL;
+    attn_tensor out, lse, dout;
+    option_tensors tensors;
+    attn_options options;
+    const void *dsinks;
+    if (parse_tensor(o[0], &out, "out", 0) < 0 || parse_tensor(o[1], &lse, "lse", 0) < 0 ||
+        parse_tensor(o[2], &dout, "dout", 0) < 0 || parse_options(o[3], &options, &tensors) ||
+        parse_pointer(o[4], &dsinks))
+        return NULL;
+    attn_error error;
+    memset(&error, 0, sizeof error);
+    attn_status status;
+    Py_BEGIN_ALLOW_THREADS
+    status = attn_sinks_backward(&out, &lse, &dout, &options, (float *)dsinks, &error);
     Py_END_ALLOW_THREADS
     if (status != ATTN_OK) return raise_status(status, &error);
     Py_RETURN_NONE;
@@ -597,6 +622,8 @@ static PyMethodDef methods[] = {
     {"forward", py_forward, METH_VARARGS, "attn_forward on descriptors (private)."},
     {"backward", py_backward, METH_VARARGS, "attn_backward on descriptors (private)."},
     {"merge", py_merge, METH_VARARGS, "attn_merge on descriptors (private)."},
+    {"sinks_backward", py_sinks_backward, METH_VARARGS,
+     "attn_sinks_backward on descriptors (private)."},
     {"decode", py_decode, METH_VARARGS, "attn_decode on descriptors (private)."},
     {"varlen_forward", py_varlen_forward, METH_VARARGS, "attn_varlen_forward (private)."},
     {"varlen_backward", py_varlen_backward, METH_VARARGS, "attn_varlen_backward (private)."},
