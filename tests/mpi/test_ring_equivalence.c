@@ -24,32 +24,37 @@ typedef struct ring_case {
     attn_ring_layout_kind layout;
     int alibi;
     float softcap;
+    int sinks; /* attention sinks on every head but the second (-inf there) */
 } ring_case;
 
 static const ring_case cases[] = {
-    /* B  T   Hq Hkv Dk Dv causal  wl  wr  layout                  alibi softcap */
-    {2, 24, 2, 2, 8, 8, 1, -1, -1, ATTN_RING_LAYOUT_CONTIGUOUS, 0, 0},
-    {2, 24, 2, 2, 8, 8, 1, -1, -1, ATTN_RING_LAYOUT_ZIGZAG, 0, 0},
-    {2, 24, 2, 2, 8, 8, 1, -1, -1, ATTN_RING_LAYOUT_STRIPED, 0, 0},
-    {1, 37, 4, 2, 8, 12, 1, -1, -1, ATTN_RING_LAYOUT_CONTIGUOUS, 0, 0}, /* GQA, Dk != Dv */
-    {1, 37, 4, 2, 8, 12, 1, -1, -1, ATTN_RING_LAYOUT_ZIGZAG, 0, 0},
-    {1, 37, 4, 2, 8, 12, 1, -1, -1, ATTN_RING_LAYOUT_STRIPED, 0, 0},
-    {2, 13, 2, 1, 16, 8, 0, -1, -1, ATTN_RING_LAYOUT_CONTIGUOUS, 0, 0}, /* MQA, non-causal */
-    {2, 13, 2, 1, 16, 8, 0, -1, -1, ATTN_RING_LAYOUT_ZIGZAG, 0, 0},
-    {2, 13, 2, 1, 16, 8, 0, -1, -1, ATTN_RING_LAYOUT_STRIPED, 0, 0},
-    {1, 41, 2, 2, 8, 8, 1, 6, -1, ATTN_RING_LAYOUT_CONTIGUOUS, 0, 0},  /* sliding window */
-    {1, 41, 2, 2, 8, 8, 1, 6, -1, ATTN_RING_LAYOUT_ZIGZAG, 0, 0},
-    {1, 41, 2, 2, 8, 8, 1, 6, -1, ATTN_RING_LAYOUT_STRIPED, 0, 0},
-    {1, 30, 2, 1, 8, 8, 0, 4, 3, ATTN_RING_LAYOUT_ZIGZAG, 0, 0},       /* two-sided window */
-    {1, 29, 4, 2, 8, 8, 1, -1, -1, ATTN_RING_LAYOUT_ZIGZAG, 1, 0},     /* ALiBi */
-    {1, 29, 2, 2, 8, 8, 0, -1, -1, ATTN_RING_LAYOUT_STRIPED, 0, 5.0f}, /* soft-capping */
+    /* B  T   Hq Hkv Dk Dv causal  wl  wr  layout                  alibi softcap sinks */
+    {2, 24, 2, 2, 8, 8, 1, -1, -1, ATTN_RING_LAYOUT_CONTIGUOUS, 0, 0, 0},
+    {2, 24, 2, 2, 8, 8, 1, -1, -1, ATTN_RING_LAYOUT_ZIGZAG, 0, 0, 0},
+    {2, 24, 2, 2, 8, 8, 1, -1, -1, ATTN_RING_LAYOUT_STRIPED, 0, 0, 0},
+    {1, 37, 4, 2, 8, 12, 1, -1, -1, ATTN_RING_LAYOUT_CONTIGUOUS, 0, 0, 0}, /* GQA, Dk != Dv */
+    {1, 37, 4, 2, 8, 12, 1, -1, -1, ATTN_RING_LAYOUT_ZIGZAG, 0, 0, 0},
+    {1, 37, 4, 2, 8, 12, 1, -1, -1, ATTN_RING_LAYOUT_STRIPED, 0, 0, 0},
+    {2, 13, 2, 1, 16, 8, 0, -1, -1, ATTN_RING_LAYOUT_CONTIGUOUS, 0, 0, 0}, /* MQA, non-causal */
+    {2, 13, 2, 1, 16, 8, 0, -1, -1, ATTN_RING_LAYOUT_ZIGZAG, 0, 0, 0},
+    {2, 13, 2, 1, 16, 8, 0, -1, -1, ATTN_RING_LAYOUT_STRIPED, 0, 0, 0},
+    {1, 41, 2, 2, 8, 8, 1, 6, -1, ATTN_RING_LAYOUT_CONTIGUOUS, 0, 0, 0},  /* sliding window */
+    {1, 41, 2, 2, 8, 8, 1, 6, -1, ATTN_RING_LAYOUT_ZIGZAG, 0, 0, 0},
+    {1, 41, 2, 2, 8, 8, 1, 6, -1, ATTN_RING_LAYOUT_STRIPED, 0, 0, 0},
+    {1, 30, 2, 1, 8, 8, 0, 4, 3, ATTN_RING_LAYOUT_ZIGZAG, 0, 0, 0},       /* two-sided window */
+    {1, 29, 4, 2, 8, 8, 1, -1, -1, ATTN_RING_LAYOUT_ZIGZAG, 1, 0, 0},     /* ALiBi */
+    {1, 29, 2, 2, 8, 8, 0, -1, -1, ATTN_RING_LAYOUT_STRIPED, 0, 5.0f, 0}, /* soft-capping */
+    /* attention sinks: folded into the last merge of each row */
+    {1, 37, 4, 2, 8, 12, 1, -1, -1, ATTN_RING_LAYOUT_ZIGZAG, 0, 0, 1},
+    {2, 24, 2, 2, 8, 8, 1, 6, -1, ATTN_RING_LAYOUT_CONTIGUOUS, 0, 0, 1},
+    {2, 13, 2, 1, 16, 8, 0, -1, -1, ATTN_RING_LAYOUT_STRIPED, 0, 0, 1},
     /* balance cases: T a multiple of 2P for every P in 1..4 (and of P for striped) */
-    {1, 96, 2, 2, 8, 8, 1, -1, -1, ATTN_RING_LAYOUT_ZIGZAG, 0, 0},
-    {1, 96, 2, 2, 8, 8, 1, -1, -1, ATTN_RING_LAYOUT_STRIPED, 0, 0},
-    {1, 96, 2, 2, 8, 8, 1, -1, -1, ATTN_RING_LAYOUT_CONTIGUOUS, 0, 0},
+    {1, 96, 2, 2, 8, 8, 1, -1, -1, ATTN_RING_LAYOUT_ZIGZAG, 0, 0, 0},
+    {1, 96, 2, 2, 8, 8, 1, -1, -1, ATTN_RING_LAYOUT_STRIPED, 0, 0, 0},
+    {1, 96, 2, 2, 8, 8, 1, -1, -1, ATTN_RING_LAYOUT_CONTIGUOUS, 0, 0, 0},
     /* long enough for several row slabs per block: transfers complete during the compute */
-    {1, 1031, 2, 1, 8, 8, 1, -1, -1, ATTN_RING_LAYOUT_ZIGZAG, 0, 0},
-    {1, 1031, 2, 1, 8, 8, 0, -1, -1, ATTN_RING_LAYOUT_STRIPED, 0, 0},
+    {1, 1031, 2, 1, 8, 8, 1, -1, -1, ATTN_RING_LAYOUT_ZIGZAG, 0, 0, 0},
+    {1, 1031, 2, 1, 8, 8, 0, -1, -1, ATTN_RING_LAYOUT_STRIPED, 0, 0, 0},
 };
 
 static int rank, rank_count;
@@ -71,9 +76,10 @@ static int64_t count_allowed_pairs(const ring_case *c, const int64_t *positions,
 static void run_case(size_t index, const ring_case *c) {
     const char *layout_name = attn_ring_layout_name(c->layout);
     char label[160];
-    snprintf(label, sizeof label, "case %zu (%s, T=%lld, causal=%d, window=(%lld,%lld), P=%d, rank %d)",
+    snprintf(label, sizeof label,
+             "case %zu (%s, T=%lld, causal=%d, window=(%lld,%lld), sinks=%d, P=%d, rank %d)",
              index, layout_name, (long long)c->T, c->causal, (long long)c->window_left,
-             (long long)c->window_right, rank_count, rank);
+             (long long)c->window_right, c->sinks, rank_count, rank);
     attn_error error;
     attn_options options = attn_options_default();
     options.alignment = ATTN_ALIGN_BOTTOM_RIGHT;
@@ -83,6 +89,8 @@ static void run_case(size_t index, const ring_case *c) {
     options.window_right = c->window_right;
     options.alibi = c->alibi;
     options.softcap = c->softcap;
+    static const float sink_logits[4] = {0.8f, -INFINITY, 2.5f, -1.0f};
+    if (c->sinks) options.sinks = sink_logits;
 
     /* The whole problem, identical on every rank, and the single-process results. */
     test_rng rng;
