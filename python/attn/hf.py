@@ -55,11 +55,18 @@ def attention_forward(module, query, key, value, attention_mask, dropout=0.0, sc
         if mask is not None:
             bias = bias.masked_fill(~mask, float("-inf"))
             mask = None
+    # A sliding-window layer (sliding_window W: a query sees the keys at most W - 1 positions
+    # back, transformers' sliding_window_overlay) passes its window too: its mask holds the
+    # same band, and the window lets attn skip the tiles outside it. The newest queries sit
+    # at the end of the keys (bottom-right), a cropped sliding cache included.
+    window = (int(kwargs["sliding_window"]) - 1, 0) if kwargs.get("sliding_window") else None
     out, lse = _attn_torch.attention(query.transpose(1, 2), key.transpose(1, 2),
                                      value.transpose(1, 2),
                                      causal="bottom-right" if is_causal else None, mask=mask,
                                      bias=bias, scale=scaling, softcap=softcap,
-                                     empty_rows="zero", threads=threads, sinks=sinks)
+                                     empty_rows="zero", threads=threads, sinks=sinks,
+                                     window=window,
+                                     alignment=None if is_causal else "bottom-right")
     weights = None
     if _weights_requested(kwargs):
         weights = probabilities(query, key, lse, mask=mask, bias=bias, scale=scaling,

@@ -126,3 +126,31 @@ def test_register_threads_reaches_forward_and_backward(monkeypatch):
     for bad in (0, -1, 10**6):
         with pytest.raises(ValueError):
             attn.hf.register(threads=bad)
+
+
+def test_sliding_window_reaches_attn_as_a_window(monkeypatch):
+    """A sliding-window layer passes its window to attn (window_left = W - 1, right 0), on
+    top of the mask that holds the same band; logits equal eager's, padded batch included."""
+    models = _pair(transformers.MistralConfig, transformers.MistralForCausalLM, vocab_size=97,
+                   hidden_size=32, intermediate_size=48, num_hidden_layers=2,
+                   num_attention_heads=4, num_key_value_heads=2, head_dim=8,
+                   max_position_embeddings=64, sliding_window=4, pad_token_id=0)
+    seen = []
+    original = attn.torch.attention
+
+    def recording(*args, **kwargs):
+        seen.append(kwargs.get("window"))
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(attn.torch, "attention", recording)
+    ids, mask = _batch(97, T=11, pad=3)
+    with torch.no_grad():
+        got = models["attn"](input_ids=ids, attention_mask=mask).logits
+        want = models["eager"](input_ids=ids, attention_mask=mask).logits
+    assert seen and all(w == (3, 0) for w in seen)
+    real = mask.bool()
+    torch.testing.assert_close(got[real], want[real], rtol=1e-4, atol=1e-5)
+    # generation through the sliding cache: the same greedy tokens
+    tokens = {n: m.generate(ids[:1], max_new_tokens=8, do_sample=False)
+              for n, m in models.items()}
+    assert torch.equal(tokens["attn"], tokens["eager"])
