@@ -36,6 +36,7 @@ typedef struct serve_settings {
     int dtypes; /* bits: 1 f32, 2 bf16, 4 f16, 8 int8, 16 fp8_e4m3, 32 fp8_e5m2 */
     double seconds;
     int rounds;                /* --rounds: alternated rounds of the ownership comparison (0: timed) */
+    int varlen_max;            /* --varlen-max: the longest sequence of the varlen batches */
     int ownership_only;        /* --ownership: only the library- vs caller-owned comparison */
     attn_kernel_choice kernel; /* --kernel: the kernel family of every call */
 } serve_settings;
@@ -52,7 +53,7 @@ static void usage(FILE *stream) {
             "                        [--prefills N] [--chunk N] [--heads HQ] [--kv-heads HKV]\n"
             "                        [--dim D] [--dtype f32|bf16|f16|int8|fp8_e4m3|fp8_e5m2|all]\n"
             "                        [--threads N] [--seconds S] [--page-size N] [--kernel K]\n"
-            "                        [--ownership] [--rounds N]\n"
+            "                        [--ownership] [--rounds N] [--varlen-max N]\n"
             "  defaults: 64 sequences, contexts 512..32768, seed 1, 4 prefill chunks of 512\n"
             "  tokens per step, Hq 16, Hkv 2, D 128, pages of 16 tokens, every dtype\n"
             "  --quick   16 sequences, contexts 512..8192, shorter timing\n"
@@ -61,11 +62,14 @@ static void usage(FILE *stream) {
             "  --kernel K   the kernel family of every call: " CLI_KERNEL_NAMES "\n"
             "  --ownership  only the library- vs caller-owned decode, for each --dtype\n"
             "  --rounds N   that comparison in exactly N alternated rounds (1..400; default: timed)\n"
+            "  --varlen-max N  the varlen prefill lines: 8 sequences of N/16..N tokens and 64 of\n"
+            "               16..N/8 (128..65536; default 2048)\n"
             "On a machine shared with other jobs, run with OMP_WAIT_POLICY=passive.\n");
 }
 
 static int parse(int argc, char **argv, serve_settings *s) {
-    *s = (serve_settings){64, 4, 512, 16, 2, 128, 16, 0, 1, 512, 32768, 63, 2.0, 0, 0, ATTN_KERNEL_AUTO};
+    *s = (serve_settings){64, 4, 512, 16, 2, 128, 16, 0, 1, 512, 32768, 63, 2.0, 0, 2048, 0,
+                          ATTN_KERNEL_AUTO};
     int rounds_given = 0;
     for (int i = 1; i < argc; ++i) {
         const char *a = argv[i];
@@ -99,6 +103,7 @@ static int parse(int argc, char **argv, serve_settings *s) {
         else if (strcmp(a, "--page-size") == 0 && more) s->page_size = atoi(argv[++i]);
         else if (strcmp(a, "--rounds") == 0 && more) s->rounds = atoi(argv[++i]), rounds_given = 1;
         else if (strcmp(a, "--ownership") == 0) s->ownership_only = 1;
+        else if (strcmp(a, "--varlen-max") == 0 && more) s->varlen_max = atoi(argv[++i]);
         else if (strcmp(a, "--kernel") == 0 && more) {
             const char *k = argv[++i];
             if (!cli_parse_kernel(k, &s->kernel)) {
@@ -138,7 +143,8 @@ static int parse(int argc, char **argv, serve_settings *s) {
                           ? "--rounds (1 .. 400)"
                       : s->min_context < 1 || s->max_context < s->min_context
                           ? "--context (1 <= MIN <= MAX)"
-                          : NULL;
+                      : s->varlen_max < 128 || s->varlen_max > 65536 ? "--varlen-max (128 .. 65536)"
+                                                                      : NULL;
     if (bad != NULL) {
         fprintf(stderr, "attn-bench serve: %s is out of range (sequences %d, prefills %d, chunk %d, "
                         "heads %d/%d, dim %d, context %lld..%lld, seconds %g, page size %d, rounds %d)\n",
@@ -724,9 +730,9 @@ int bench_serve(int argc, char **argv) {
     if (status == 0) status = bench_ownership(&s, contexts, threads, ATTN_DTYPE_BF16);
     for (int d = 3; d < STORAGE_COUNT && status == 0; ++d)
         if (s.dtypes & (1 << d)) status = bench_ownership(&s, contexts, threads, storages[d]);
-    if (status == 0) status = bench_varlen(&s, threads, 8, 128, 2048, s.kv_heads);
+    if (status == 0) status = bench_varlen(&s, threads, 8, s.varlen_max / 16, s.varlen_max, s.kv_heads);
     /* Many short MQA sequences: few work items each, so they run side by side. */
-    if (status == 0) status = bench_varlen(&s, threads, 64, 16, 256, 1);
+    if (status == 0) status = bench_varlen(&s, threads, 64, 16, s.varlen_max / 8, 1);
     free(contexts);
     return status;
 }

@@ -3,7 +3,8 @@
 # whose tokens/s and KV GB/s follow from its ms/step and the sizes (tokens per step = prefills x
 # chunk + the other sequences' decode tokens) for f32, bf16, f16, int8 and both fp8; the
 # library-/caller-owned decode lines (bf16 and each 8-bit storage asked for) have finite,
-# positive times and ratios; the two varlen lines appear; --dtype int8 runs int8 alone;
+# positive times and ratios; the two varlen lines appear, sized by --varlen-max; --dtype int8
+# runs int8 alone;
 # --ownership --rounds N --page-size P --kernel K runs only that comparison, N rounds, on pages of
 # P with the kernels named in the header; bad arguments exit 2 with a one-line message naming
 # the option and nothing on stdout.
@@ -16,7 +17,7 @@ failures=0
 fail() { echo "FAIL $*"; failures=$((failures + 1)); }
 
 OMP_NUM_THREADS=2 "$bench" serve --sequences 6 --context 40 300 --prefills 2 --chunk 32 \
-    --heads 4 --kv-heads 2 --dim 16 --seconds 0.02 > "$work/out.txt" 2> "$work/err.txt" \
+    --heads 4 --kv-heads 2 --dim 16 --seconds 0.02 --varlen-max 256 > "$work/out.txt" 2> "$work/err.txt" \
     || fail "tiny run: exit $? ($(cat "$work/err.txt"))"
 python3 - "$work/out.txt" <<'PY' || fail "tiny run: numbers"
 import math, re, sys
@@ -45,6 +46,8 @@ varlen = re.findall(r"^varlen causal prefill, (\d+) sequences of \d+\.\.\d+ toke
                     rf"causal pairs of B x max / of the sequences = {number}, of the tokens = {number}\); "
                     rf"varlen on 1 thread {number} ms \(speedup of 2 threads {number}\)$", text, re.M)
 assert len(varlen) == 2, text
+assert re.search(r"^varlen causal prefill, 8 sequences of 16\.\.256 tokens", text, re.M), text
+assert re.search(r"^varlen causal prefill, 64 sequences of 16\.\.32 tokens", text, re.M), text
 for line in varlen:
     B, total, longest = (int(x) for x in line[:3])
     t = [float(x) for x in line[3:]]
@@ -114,6 +117,7 @@ expect_usage_error "zero rounds" "--rounds (1 .. 400).*rounds 0" --rounds 0
 expect_usage_error "too many rounds" "rounds 401" --rounds 401
 expect_usage_error "zero page size" "--page-size (1 .. 65536).*page size 0" --page-size 0
 expect_usage_error "unknown kernel" "--kernel 'sse9'" --kernel sse9
+expect_usage_error "varlen batches too short" "--varlen-max (128 .. 65536)" --varlen-max 64
 
 [ "$failures" -eq 0 ] && echo "bench_serve: all passed"
 exit "$failures"
