@@ -63,10 +63,11 @@
  *    faster than 64 without a mask); 64 rows keep the causal diagonal cheap (a diagonal tile
  *    wastes at most half of 64 x 64 pairs) and the score tile of a whole group (<= 256 rows x
  *    256 keys = 256 KiB) inside L2.
- *  - keys per tile: 256 without a band (faster than 128, and 512 no better: the per-tile
- *    softmax bookkeeping and the rescale of the accumulators are amortised over more keys,
- *    and a 64 x 256 score tile, 64 KiB, stays in L2), 64 with causal / window masks (finer
- *    band edges: faster than 128 for a window of 256, equal for causal).
+ *  - keys per tile: 256 without a window, causal too (faster than 128, and 512 no better:
+ *    the per-tile softmax bookkeeping and the rescale of the accumulators are amortised over
+ *    more keys, and a 64 x 256 score tile, 64 KiB, stays in L2; the causal diagonal costs no
+ *    more, as its tile is computed in row chunks up to each chunk's last key), 64 with a
+ *    window (finer band edges: faster than 128 for a window of 256).
  */
 /* Per-thread stores are used while all of them together take at most half the bytes of K
  * and V, or at most this much. */
@@ -83,8 +84,8 @@ enum {
      * 64 keys as on 256) limit the step. Causal calls at long T gain most, non-causal ones
      * lose nothing (bench/results/intel-xeon-amx.md, "Forward, bf16 on AMX tiles"). */
     FORWARD_TILES16_MAX_ROWS = 256,
-    FORWARD_KEYS = 256,           /* keys per tile without a band */
-    FORWARD_BANDED_KEYS = 64,     /* keys per tile under causal / window */
+    FORWARD_KEYS = 256,           /* keys per tile without a window */
+    FORWARD_BANDED_KEYS = 64,     /* keys per tile under a window (off the band path) */
     /* The last key tile of an item (the causal diagonal) is computed in row chunks of this
      * many rows, each only up to the last key its rows may attend. */
     FORWARD_DIAGONAL_ROWS = 16,
@@ -344,7 +345,6 @@ static void choose_tiles(forward_plan *plan) {
     /* A window narrows the band only when it is shorter than every possible distance. */
     const bool windowed =
         attn_mask_window_narrows(options, problem->query_length, problem->key_length);
-    const bool banded = options->causal || windowed;
     /* 16-bit tiles (AMX) outside a window: larger query and key tiles (see the enum). */
     const bool large_tiles = plan->format.bf16_tiles && !windowed;
     const int64_t max_rows = large_tiles ? FORWARD_TILES16_MAX_ROWS : FORWARD_MAX_ROWS;
@@ -357,7 +357,7 @@ static void choose_tiles(forward_plan *plan) {
     plan->tile_rows = clamp_tile(execution->tile_q, default_rows, problem->query_length);
     plan->tile_keys = clamp_tile(execution->tile_k,
                                  plan->span_path ? FORWARD_SPAN_TILE_KEYS
-                                 : banded && !large_tiles ? FORWARD_BANDED_KEYS
+                                 : windowed && !large_tiles ? FORWARD_BANDED_KEYS
                                                  : FORWARD_KEYS,
                                  problem->key_length);
     plan->query_tiles = (problem->query_length + plan->tile_rows - 1) / plan->tile_rows;

@@ -244,10 +244,12 @@ static void accumulate_values(int rows, int count, int dim, const float *weights
     }
 }
 
-/* accumulator[r][e] *= factor[r], r < rows, e < dim. */
+/* accumulator[r][e] *= factor[r], r < rows, e < dim. A row whose factor is 1 (its maximum
+ * did not grow: most rows after the first tiles) is left as it is, which is the same bits. */
 static void scale_rows(int rows, int dim, const float *factor, float *accumulator,
                        int accumulator_stride) {
     for (int r = 0; r < rows; ++r) {
+        if (factor[r] == 1.0f) continue;
         float *row = accumulator + (size_t)r * accumulator_stride;
         const vf scale = vf_set1(factor[r]);
         int e = 0;
