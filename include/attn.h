@@ -317,6 +317,10 @@ typedef struct attn_options {
        applies); under ZERO its O is 0 and its LSE sinks[h]. Padding rows stay O = 0,
        LSE = -inf. The sinks' gradient: attn_sinks_backward. */
     const float *sinks;
+    /* Sink tokens (StreamingLLM): the keys at positions [0, sink_tokens) are never cut off
+       by the window or the pattern (they are global key columns: still subject to causal,
+       mask, lengths and block layout). 0 = none; >= 0. */
+    int64_t sink_tokens;
 } attn_options;
 
 /* Plain attention, with the version set: every field zero except version =

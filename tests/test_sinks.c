@@ -11,6 +11,9 @@
  *     on a caller's pages: against the oracle on the values the cache holds;
  *   - gradients: attn_backward's dq, dk, dv and attn_sinks_backward's dsinks against central
  *     differences of L = sum dO . O in double, written here;
+ *   - sink tokens (StreamingLLM, options.sink_tokens): a window that keeps the first keys,
+ *     forward (tiled and small calls), decode and backward against the same attention with
+ *     the equivalent boolean mask, with and without learned sinks;
  *   - validation: a NaN or +inf sink, version-1 options (no sinks read), aliasing;
  *   - bitwise identical for 1 and 2 threads.
  */
@@ -329,6 +332,101 @@ static void test_gradients(void) {
     test_tensor_free(&dv);
 }
 
+/* ---- sink tokens: the first keys kept by the window (StreamingLLM) ---- */
+typedef struct token_case {
+    const char *name;
+    int64_t B, Tq, Tk, Hq, Hkv, D, window_left, sink_tokens;
+    int learned; /* learned sinks too */
+} token_case;
+
+static const token_case token_cases[] = {
+    {"prefill, window 16, 4 sink tokens", 1, 90, 90, 4, 2, 32, 16, 4, 0},
+    {"chunk of 20, window 8, 1 sink token, learned", 2, 20, 150, 4, 1, 16, 8, 1, 1},
+    {"decode step, window 32, 4 sink tokens", 2, 1, 300, 8, 2, 64, 32, 4, 1},
+    {"more sink tokens than the window", 1, 40, 40, 2, 2, 8, 3, 10, 0},
+};
+
+/* The same attention as a boolean mask [B, 1, Tq, Tk]: causal (bottom-right) AND (window OR
+ * key < sink_tokens). */
+static test_tensor token_mask(const token_case *c, uint8_t **storage) {
+    *storage = malloc((size_t)(c->B * c->Tq * c->Tk));
+    for (int64_t b = 0; b < c->B; ++b)
+        for (int64_t i = 0; i < c->Tq; ++i)
+            for (int64_t j = 0; j < c->Tk; ++j) {
+                const int64_t position = i + c->Tk - c->Tq;
+                (*storage)[(b * c->Tq + i) * c->Tk + j] =
+                    j <= position && (position - j <= c->window_left || j < c->sink_tokens);
+            }
+    test_tensor mask = {0};
+    const int64_t shape[4] = {c->B, 1, c->Tq, c->Tk};
+    mask.view = attn_tensor_contiguous(*storage, ATTN_DTYPE_BOOL, 4, shape);
+    return mask;
+}
+
+static void run_token_case(const token_case *c, uint64_t seed) {
+    test_rng rng;
+    test_rng_seed(&rng, seed);
+    test_tensor q = test_tensor_new(c->B, c->Tq, c->Hq, c->D, TEST_LAYOUT_BTHD);
+    test_tensor k = test_tensor_new(c->B, c->Tk, c->Hkv, c->D, TEST_LAYOUT_BTHD);
+    test_tensor v = test_tensor_new(c->B, c->Tk, c->Hkv, c->D, TEST_LAYOUT_BTHD);
+    test_tensor dout = test_tensor_new(c->B, c->Tq, c->Hq, c->D, TEST_LAYOUT_BTHD);
+    test_tensor_fill_normal(&q, &rng, 1.0f), test_tensor_fill_normal(&k, &rng, 1.0f);
+    test_tensor_fill_normal(&v, &rng, 1.0f), test_tensor_fill_normal(&dout, &rng, 1.0f);
+    float sinks[8];
+    fill_sinks(sinks, c->Hq, &rng);
+    attn_options options = attn_options_default();
+    options.causal = 1, options.alignment = ATTN_ALIGN_BOTTOM_RIGHT;
+    options.window = 1, options.window_left = c->window_left;
+    options.sink_tokens = c->sink_tokens;
+    if (c->learned) options.sinks = sinks;
+    uint8_t *storage;
+    test_tensor mask = token_mask(c, &storage);
+    attn_options masked = attn_options_default();
+    masked.mask = &mask.view, masked.sinks = options.sinks;
+    const int64_t lse_shape[3] = {c->B, c->Hq, c->Tq};
+    test_tensor out[2], lse[2], dq[2], dk[2], dv[2];
+    attn_error error = {0};
+    for (int n = 0; n < 2; ++n) { /* [0]: sink tokens, [1]: the mask */
+        out[n] = test_tensor_new(c->B, c->Tq, c->Hq, c->D, TEST_LAYOUT_BTHD);
+        lse[n] = test_tensor_new_shape(3, lse_shape);
+        dq[n] = test_tensor_new(c->B, c->Tq, c->Hq, c->D, TEST_LAYOUT_BTHD);
+        dk[n] = test_tensor_new(c->B, c->Tk, c->Hkv, c->D, TEST_LAYOUT_BTHD);
+        dv[n] = test_tensor_new(c->B, c->Tk, c->Hkv, c->D, TEST_LAYOUT_BTHD);
+        const attn_options *o = n == 0 ? &options : &masked;
+        CHECK_STATUS(attn_forward(&q.view, &k.view, &v.view, o, &out[n].view, &lse[n].view, NULL,
+                                  &error), ATTN_OK, &error, "%s: forward %d", c->name, n);
+        CHECK_STATUS(attn_backward(&q.view, &k.view, &v.view, &out[n].view, &lse[n].view,
+                                   &dout.view, o, &dq[n].view, &dk[n].view, &dv[n].view, NULL,
+                                   NULL, &error), ATTN_OK, &error, "%s: backward %d", c->name, n);
+    }
+    double worst = test_max_relative_error(&out[0].view, &out[1].view);
+    worst = fmax(worst, test_max_relative_error(&lse[0].view, &lse[1].view));
+    CHECK(worst <= 2e-5, "%s: forward = the equivalent mask (%.2g)", c->name, worst);
+    worst = test_max_relative_error(&dq[0].view, &dq[1].view);
+    worst = fmax(worst, test_max_relative_error(&dk[0].view, &dk[1].view));
+    worst = fmax(worst, test_max_relative_error(&dv[0].view, &dv[1].view));
+    CHECK(worst <= 2e-5, "%s: backward = the equivalent mask (%.2g)", c->name, worst);
+    /* decode on a cache (the queries are the newest tokens) */
+    attn_kv_cache_config config = attn_kv_cache_config_default();
+    config.sequences = c->B, config.kv_heads = c->Hkv, config.key_dim = config.value_dim = c->D;
+    config.capacity = c->Tk, config.page_size = 64;
+    attn_kv_cache *cache = NULL;
+    CHECK_STATUS(attn_kv_cache_create(&config, &cache, &error), ATTN_OK, &error, "cache");
+    CHECK_STATUS(attn_kv_cache_append(cache, 0, &k.view, &v.view, &error), ATTN_OK, &error, "append");
+    CHECK_STATUS(attn_decode(cache, &q.view, &options, &out[0].view, &lse[0].view, NULL, &error),
+                 ATTN_OK, &error, "%s: decode", c->name);
+    worst = fmax(test_max_relative_error(&out[0].view, &out[1].view),
+                 test_max_relative_error(&lse[0].view, &lse[1].view));
+    CHECK(worst <= 2e-5, "%s: decode = the equivalent mask (%.2g)", c->name, worst);
+    attn_kv_cache_destroy(cache);
+    for (int n = 0; n < 2; ++n) {
+        test_tensor_free(&out[n]), test_tensor_free(&lse[n]), test_tensor_free(&dq[n]);
+        test_tensor_free(&dk[n]), test_tensor_free(&dv[n]);
+    }
+    free(storage);
+    test_tensor_free(&q), test_tensor_free(&k), test_tensor_free(&v), test_tensor_free(&dout);
+}
+
 /* ---- validation ---- */
 static void test_validation(void) {
     test_rng rng;
@@ -348,6 +446,12 @@ static void test_validation(void) {
         CHECK(strstr(error.message, "options.sinks[1]") != NULL, "message names options.sinks[1]: %s",
               error.message);
     }
+    attn_options negative = attn_options_default();
+    negative.sink_tokens = -1;
+    CHECK_STATUS(attn_forward(&q.view, &k.view, &k.view, &negative, &out.view, NULL, NULL, &error),
+                 ATTN_ERROR_INVALID_ARGUMENT, &error, "sink_tokens = -1 refused");
+    CHECK(strstr(error.message, "options.sink_tokens") != NULL, "names options.sink_tokens: %s",
+          error.message);
     /* version 1: the struct before `sinks`; the field is never read */
     attn_options old = attn_options_default();
     old.version = 1;
@@ -372,6 +476,8 @@ int main(void) {
     const attn_dtype storage[] = {ATTN_DTYPE_F32, ATTN_DTYPE_BF16, ATTN_DTYPE_F16, ATTN_DTYPE_Q8,
                                   ATTN_DTYPE_FP8_E4M3};
     for (size_t n = 0; n < sizeof storage / sizeof *storage; ++n) run_decode(storage[n], 500 + n);
+    for (size_t n = 0; n < sizeof token_cases / sizeof *token_cases; ++n)
+        run_token_case(&token_cases[n], 700 + n);
     test_gradients();
     test_validation();
     return test_finish();

@@ -98,7 +98,7 @@ def _finish(result, buffer, code):
 def forward(q, k, v, *, causal=None, window=None, mask=None, bias=None, scale=None,
             softcap=0.0, alibi=False, alibi_slopes=None, key_lengths=None, query_lengths=None,
             empty_rows="error", return_lse=False, out=None, threads=None, alignment=None,
-            memory_limit=None, kernel=None, sinks=None):
+            memory_limit=None, kernel=None, sinks=None, sink_tokens=0):
     """Exact attention softmax(scale * q k^T + bias) v over [B, T, H, D] arrays.
 
     q [B, Tq, Hq, Dk], k [B, Tk, Hkv, Dk], v [B, Tk, Hkv, Dv] (Hq a multiple of Hkv: GQA);
@@ -118,6 +118,8 @@ def forward(q, k, v, *, causal=None, window=None, mask=None, bias=None, scale=No
       sinks: float[Hq], attention sinks (gpt-oss's s_aux): per query head the logit of one
           more key column whose value is 0, in every row's softmax denominator (-inf = none
           for that head). The LSE includes it. Gradient: sinks_backward.
+      sink_tokens: the keys at positions below it are never cut off by the window
+          (StreamingLLM's sink tokens; still subject to causal, masks and lengths).
       out: an array to write (shape and dtype of the result). threads: the most threads the
           call uses (fewer for small work; default: OMP_NUM_THREADS, else every CPU).
       memory_limit: refuse (MemoryError) calls whose working memory exceeds this many bytes.
@@ -130,7 +132,7 @@ def forward(q, k, v, *, causal=None, window=None, mask=None, bias=None, scale=No
                                 window=window, mask=mask, bias=bias, scale=scale,
                                 softcap=softcap, alibi=alibi, alibi_slopes=alibi_slopes,
                                 key_lengths=key_lengths, query_lengths=query_lengths,
-                                empty_rows=empty_rows, sinks=sinks)
+                                empty_rows=empty_rows, sinks=sinks, sink_tokens=sink_tokens)
     run = _O.execution(threads, memory_limit, kernel)
     cq, ck, cv = _compute_views((qv, kv, vv), "qkv")
     result, ov, buffer = _output(qv, out, (B, Tq, Hq, Dv), qv.code, "out")
@@ -146,7 +148,7 @@ def forward(q, k, v, *, causal=None, window=None, mask=None, bias=None, scale=No
 def backward(q, k, v, out, lse, dout, *, causal=None, window=None, mask=None, bias=None,
              scale=None, softcap=0.0, alibi=False, alibi_slopes=None, key_lengths=None,
              query_lengths=None, empty_rows="error", dlse=None, threads=None, alignment=None,
-             memory_limit=None, kernel=None, sinks=None):
+             memory_limit=None, kernel=None, sinks=None, sink_tokens=0):
     """Gradients of attn.forward: returns Gradients(dq, dk, dv, dbias).
 
     q, k, v, out and lse are what forward took and returned (return_lse=True); dout is the
@@ -170,7 +172,7 @@ def backward(q, k, v, out, lse, dout, *, causal=None, window=None, mask=None, bi
                                         softcap=softcap, alibi=alibi,
                                         alibi_slopes=alibi_slopes, key_lengths=key_lengths,
                                         query_lengths=query_lengths, empty_rows=empty_rows,
-                                        sinks=sinks)
+                                        sinks=sinks, sink_tokens=sink_tokens)
     run = _O.execution(threads, memory_limit, kernel)
     # All operands in one dtype attn_backward takes (q's, or float32 for the LSE gradient).
     code = qv.code if qv.code in T.NATIVE_BACKWARD and dlse is None else T.F32
@@ -419,7 +421,7 @@ class KVCache:
     def decode(self, q, *, causal=None, window=None, mask=None, bias=None, scale=None,
                softcap=0.0, alibi=False, alibi_slopes=None, query_lengths=None,
                empty_rows="error", return_lse=False, out=None, threads=None, alignment=None,
-               memory_limit=None, kernel=None, sinks=None):
+               memory_limit=None, kernel=None, sinks=None, sink_tokens=0):
         """Attention of q [B, Tq, Hq, Dk] (B = sequences) against everything cached; the
         same result as attn.forward on each sequence's cached K/V with these options. For
         generation use causal="bottom-right" (query i at position length - Tq + i). Masks
@@ -438,7 +440,7 @@ class KVCache:
                                         bias=bias, scale=scale, softcap=softcap, alibi=alibi,
                                         alibi_slopes=alibi_slopes, key_lengths=None,
                                         query_lengths=query_lengths, empty_rows=empty_rows,
-                                        decode=True, sinks=sinks)
+                                        decode=True, sinks=sinks, sink_tokens=sink_tokens)
             run = _O.execution(threads, memory_limit, kernel)
             cq = qv if qv.code in T.NATIVE_QKV else T.converted(qv, T.F32, "q")
             result, ov, buffer = _output(qv, out, (B, Tq, Hq, self.value_dim), qv.code, "out")

@@ -100,7 +100,8 @@ def attention_matrix(v: T.View, name, B, H, Tq, Tk):
 
 
 def build(B, Hq, Tq, Tk, *, causal, alignment, window, mask, bias, scale, softcap, alibi,
-          alibi_slopes, key_lengths, query_lengths, empty_rows, decode=False, sinks=None):
+          alibi_slopes, key_lengths, query_lengths, empty_rows, decode=False, sinks=None,
+          sink_tokens=0):
     """Returns (options tuple, keep, bias view or None). `keep` holds the arrays the tuple
     points at: keep it alive until the call returns."""
     keep = []
@@ -187,5 +188,6 @@ def build(B, Hq, Tq, Tk, *, causal, alignment, window, mask, bias, scale, softca
                mask_view.desc() if mask_view else None,
                bias_view.desc() if bias_view else None,
                lengths(query_lengths, "query_lengths"), lengths(key_lengths, "key_lengths"),
-               alibi, slopes, softcap, _EMPTY_ROWS[empty_rows], sink_logits)
+               alibi, slopes, softcap, _EMPTY_ROWS[empty_rows], sink_logits,
+               _integer(sink_tokens, "sink_tokens", 0, 2**62))
     return options, keep, bias_view

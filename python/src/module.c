@@ -111,12 +111,12 @@ typedef struct option_tensors {
  *    mask: descriptor or None, bias: descriptor or None,
  *    query_lengths: int pointer or None, key_lengths: int pointer or None,
  *    alibi: bool, alibi_slopes: float pointer or None, softcap: float, empty_rows: int,
- *    sinks: float pointer or None)
+ *    sinks: float pointer or None, sink_tokens: int)
  */
 static int parse_options(PyObject *tuple, attn_options *options, option_tensors *tensors) {
     *options = attn_options_default();
-    if (!PyTuple_Check(tuple) || PyTuple_Size(tuple) != 13) {
-        PyErr_SetString(PyExc_TypeError, "options: expected a 13-tuple");
+    if (!PyTuple_Check(tuple) || PyTuple_Size(tuple) != 14) {
+        PyErr_SetString(PyExc_TypeError, "options: expected a 14-tuple");
         return -1;
     }
     PyObject *scale = PyTuple_GetItem(tuple, 0);
@@ -159,6 +159,8 @@ static int parse_options(PyObject *tuple, attn_options *options, option_tensors 
     options->empty_rows = (attn_empty_rows)empty_rows;
     if (parse_pointer(PyTuple_GetItem(tuple, 12), &pointer)) return -1;
     options->sinks = pointer;
+    options->sink_tokens = (int64_t)PyLong_AsLongLong(PyTuple_GetItem(tuple, 13));
+    if (PyErr_Occurred()) return -1;
     return 0;
 }
 

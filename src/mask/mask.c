@@ -42,18 +42,25 @@ attn_status attn_mask_context_init(attn_mask_context *context, const attn_option
         }
     }
 
-    if (options->global_token_count > 0 && options->global_tokens != NULL) {
-        context->global_query = calloc((size_t)problem->query_length, 1);
+    /* Global tokens flag rows and columns; sink tokens (keys at positions < sink_tokens)
+     * are global columns only. */
+    const bool global = options->global_token_count > 0 && options->global_tokens != NULL;
+    if (global || options->sink_tokens > 0) {
+        context->global_query = global ? calloc((size_t)problem->query_length, 1) : NULL;
         context->global_key = calloc((size_t)problem->key_length, 1);
-        if (context->global_query == NULL || context->global_key == NULL) {
+        if ((global && context->global_query == NULL) || context->global_key == NULL) {
             attn_mask_context_free(context);
             return attn_fail(error, ATTN_ERROR_OUT_OF_MEMORY, "global token flags: Tq + Tk bytes");
         }
-        for (int64_t n = 0; n < options->global_token_count; ++n) {
+        for (int64_t n = 0; global && n < options->global_token_count; ++n) {
             int64_t token = options->global_tokens[n];
             if (token >= 0 && token < problem->query_length) context->global_query[token] = 1;
             if (token >= 0 && token < problem->key_length) context->global_key[token] = 1;
         }
+        for (int64_t j = 0; j < problem->key_length && options->sink_tokens > 0; ++j)
+            if ((options->key_positions != NULL ? options->key_positions[j] : j) <
+                options->sink_tokens)
+                context->global_key[j] = 1;
     }
 
     context->has_additive = options->bias != NULL || options->alibi;
@@ -207,11 +214,11 @@ void attn_mask_allowed_row(const attn_mask_context *context, int64_t b, int64_t 
     const int64_t query_position = query_position_of(context, b, i);
 
     /* With implicit key positions (pk = j), causal and the window are an interval of j;
-     * global tokens lift the window, so then only causal narrows the interval. */
+     * global tokens (and sink tokens) lift the window, so then only causal narrows it. */
     bool band_is_interval = false;
     if (options->key_positions == NULL) {
         if (options->causal && query_position + 1 < end) end = query_position + 1;
-        if (context->global_query == NULL) {
+        if (context->global_query == NULL && context->global_key == NULL) {
             if (options->window_left >= 0 && options->window_left < query_position - begin)
                 begin = query_position - options->window_left;
             if (options->window_right >= 0 && options->window_right < end - query_position - 1)
@@ -315,7 +322,8 @@ void attn_mask_candidate_keys(const attn_mask_context *context, int64_t b, int64
 bool attn_mask_is_band(const attn_options *options) {
     return options->key_positions == NULL && options->pattern == ATTN_PATTERN_NONE &&
            options->mask == NULL && options->block_layout == NULL &&
-           !(options->global_token_count > 0 && options->global_tokens != NULL);
+           !(options->global_token_count > 0 && options->global_tokens != NULL) &&
+           options->sink_tokens == 0;
 }
 
 bool attn_mask_window_narrows(const attn_options *options, int64_t query_length,

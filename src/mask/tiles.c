@@ -113,9 +113,10 @@ static attn_tile_class classify_local(const attn_mask_context *context, int64_t 
 /* Global rows and columns: FULL if every row or every column of the tile is global. */
 static attn_tile_class classify_global(const attn_mask_context *context, int64_t i0, int64_t i1,
                                        int64_t j0, int64_t j1) {
-    if (context->global_query == NULL) return ATTN_TILE_EMPTY;
-    int64_t global_rows = 0, global_columns = 0;
-    for (int64_t i = i0; i < i1; ++i) global_rows += context->global_query[i];
+    if (context->global_key == NULL) return ATTN_TILE_EMPTY;
+    int64_t global_rows = 0, global_columns = 0; /* (sink tokens: global columns only) */
+    for (int64_t i = i0; i < i1 && context->global_query != NULL; ++i)
+        global_rows += context->global_query[i];
     for (int64_t j = j0; j < j1; ++j) global_columns += context->global_key[j];
     if (global_rows == i1 - i0 || global_columns == j1 - j0) return ATTN_TILE_FULL;
     return (global_rows == 0 && global_columns == 0) ? ATTN_TILE_EMPTY : ATTN_TILE_PARTIAL;

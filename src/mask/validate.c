@@ -240,6 +240,9 @@ static attn_status check_structure(const attn_options *options, const attn_probl
                                      (double)options->alibi_slopes[h]);
     }
 
+    if (options->sink_tokens < 0)
+        return attn_fail(error, ATTN_ERROR_INVALID_ARGUMENT,
+                         "options.sink_tokens = %lld: must be >= 0", (long long)options->sink_tokens);
     if (options->sinks != NULL)
         for (int64_t h = 0; h < problem->query_heads; ++h)
             if (!(isfinite(options->sinks[h]) || options->sinks[h] == -INFINITY))

@@ -188,11 +188,12 @@ static attn_status check_local(ring_call *call, const ring_tensors *tensors,
 }
 
 /* The values every rank must agree on, compared with rank 0's. */
-enum { DESCRIPTOR_FIELDS = 16 };
+enum { DESCRIPTOR_FIELDS = 17 };
 static const char *const descriptor_names[DESCRIPTOR_FIELDS] = {
     "B", "Hq", "Hkv", "Dk", "Dv", "q.dtype", "layout.sequence_length", "layout.kind",
     "options.causal", "options.window_left", "options.window_right", "options.alignment",
-    "options.alibi", "options.empty_rows", "options.scale (bits)", "options.softcap (bits)"};
+    "options.alibi", "options.empty_rows", "options.scale (bits)", "options.softcap (bits)",
+    "options.sink_tokens"};
 
 static void describe(const ring_call *call, int64_t descriptor[DESCRIPTOR_FIELDS]) {
     const attn_options *o = &call->prepared.options;
@@ -203,7 +204,8 @@ static void describe(const ring_call *call, int64_t descriptor[DESCRIPTOR_FIELDS
     int64_t values[DESCRIPTOR_FIELDS] = {
         call->batch, call->query_heads, call->kv_heads, call->key_dim, call->value_dim,
         call->dtype, call->layout.sequence_length, call->layout.kind, o->causal != 0, o->window_left,
-        o->window_right, o->alignment, o->alibi != 0, o->empty_rows, scale_bits, softcap_bits};
+        o->window_right, o->alignment, o->alibi != 0, o->empty_rows, scale_bits, softcap_bits,
+        o->sink_tokens};
     memcpy(descriptor, values, sizeof values);
 }
 

@@ -52,12 +52,24 @@ ring_block_geometry ring_block_geometry_of(const attn_options *options,
     for (int64_t i = 0; i < query_count; ++i) {
         int64_t begin = lower_bound(key_positions, key_count, query_positions[i] - lower);
         int64_t end = upper_bound(key_positions, key_count, query_positions[i] + upper);
-        if (end <= begin) continue;
+        if (end < begin) end = begin;
+        /* sink tokens: the keys at positions < sink_tokens (and within the upper bound) */
+        int64_t sinks = 0;
+        if (options->sink_tokens > 0) {
+            const int64_t limit = query_positions[i] + upper < options->sink_tokens - 1
+                                      ? query_positions[i] + upper
+                                      : options->sink_tokens - 1;
+            sinks = upper_bound(key_positions, key_count, limit);
+        }
+        const int64_t pairs = sinks > begin ? (end > sinks ? end : sinks) : sinks + end - begin;
+        if (pairs == 0) continue;
+        if (sinks > 0) begin = 0;
+        if (sinks > end) end = sinks;
         if (first_row < 0) first_row = i;
         last_row = i;
         if (begin < first_column) first_column = begin;
         if (end > end_column) end_column = end;
-        geometry.allowed_pairs += end - begin;
+        geometry.allowed_pairs += pairs;
     }
     if (first_row >= 0) {
         geometry.row_begin = first_row;

@@ -25,36 +25,41 @@ typedef struct ring_case {
     int alibi;
     float softcap;
     int sinks; /* attention sinks on every head but the second (-inf there) */
+    int64_t sink_tokens; /* keys at positions below it escape the window (StreamingLLM) */
 } ring_case;
 
 static const ring_case cases[] = {
-    /* B  T   Hq Hkv Dk Dv causal  wl  wr  layout                  alibi softcap sinks */
-    {2, 24, 2, 2, 8, 8, 1, -1, -1, ATTN_RING_LAYOUT_CONTIGUOUS, 0, 0, 0},
-    {2, 24, 2, 2, 8, 8, 1, -1, -1, ATTN_RING_LAYOUT_ZIGZAG, 0, 0, 0},
-    {2, 24, 2, 2, 8, 8, 1, -1, -1, ATTN_RING_LAYOUT_STRIPED, 0, 0, 0},
-    {1, 37, 4, 2, 8, 12, 1, -1, -1, ATTN_RING_LAYOUT_CONTIGUOUS, 0, 0, 0}, /* GQA, Dk != Dv */
-    {1, 37, 4, 2, 8, 12, 1, -1, -1, ATTN_RING_LAYOUT_ZIGZAG, 0, 0, 0},
-    {1, 37, 4, 2, 8, 12, 1, -1, -1, ATTN_RING_LAYOUT_STRIPED, 0, 0, 0},
-    {2, 13, 2, 1, 16, 8, 0, -1, -1, ATTN_RING_LAYOUT_CONTIGUOUS, 0, 0, 0}, /* MQA, non-causal */
-    {2, 13, 2, 1, 16, 8, 0, -1, -1, ATTN_RING_LAYOUT_ZIGZAG, 0, 0, 0},
-    {2, 13, 2, 1, 16, 8, 0, -1, -1, ATTN_RING_LAYOUT_STRIPED, 0, 0, 0},
-    {1, 41, 2, 2, 8, 8, 1, 6, -1, ATTN_RING_LAYOUT_CONTIGUOUS, 0, 0, 0},  /* sliding window */
-    {1, 41, 2, 2, 8, 8, 1, 6, -1, ATTN_RING_LAYOUT_ZIGZAG, 0, 0, 0},
-    {1, 41, 2, 2, 8, 8, 1, 6, -1, ATTN_RING_LAYOUT_STRIPED, 0, 0, 0},
-    {1, 30, 2, 1, 8, 8, 0, 4, 3, ATTN_RING_LAYOUT_ZIGZAG, 0, 0, 0},       /* two-sided window */
-    {1, 29, 4, 2, 8, 8, 1, -1, -1, ATTN_RING_LAYOUT_ZIGZAG, 1, 0, 0},     /* ALiBi */
-    {1, 29, 2, 2, 8, 8, 0, -1, -1, ATTN_RING_LAYOUT_STRIPED, 0, 5.0f, 0}, /* soft-capping */
+    /* B  T   Hq Hkv Dk Dv causal  wl  wr  layout               alibi softcap sinks tokens */
+    {2, 24, 2, 2, 8, 8, 1, -1, -1, ATTN_RING_LAYOUT_CONTIGUOUS, 0, 0, 0, 0},
+    {2, 24, 2, 2, 8, 8, 1, -1, -1, ATTN_RING_LAYOUT_ZIGZAG, 0, 0, 0, 0},
+    {2, 24, 2, 2, 8, 8, 1, -1, -1, ATTN_RING_LAYOUT_STRIPED, 0, 0, 0, 0},
+    {1, 37, 4, 2, 8, 12, 1, -1, -1, ATTN_RING_LAYOUT_CONTIGUOUS, 0, 0, 0, 0}, /* GQA, Dk != Dv */
+    {1, 37, 4, 2, 8, 12, 1, -1, -1, ATTN_RING_LAYOUT_ZIGZAG, 0, 0, 0, 0},
+    {1, 37, 4, 2, 8, 12, 1, -1, -1, ATTN_RING_LAYOUT_STRIPED, 0, 0, 0, 0},
+    {2, 13, 2, 1, 16, 8, 0, -1, -1, ATTN_RING_LAYOUT_CONTIGUOUS, 0, 0, 0, 0}, /* MQA, non-causal */
+    {2, 13, 2, 1, 16, 8, 0, -1, -1, ATTN_RING_LAYOUT_ZIGZAG, 0, 0, 0, 0},
+    {2, 13, 2, 1, 16, 8, 0, -1, -1, ATTN_RING_LAYOUT_STRIPED, 0, 0, 0, 0},
+    {1, 41, 2, 2, 8, 8, 1, 6, -1, ATTN_RING_LAYOUT_CONTIGUOUS, 0, 0, 0, 0},  /* sliding window */
+    {1, 41, 2, 2, 8, 8, 1, 6, -1, ATTN_RING_LAYOUT_ZIGZAG, 0, 0, 0, 0},
+    {1, 41, 2, 2, 8, 8, 1, 6, -1, ATTN_RING_LAYOUT_STRIPED, 0, 0, 0, 0},
+    {1, 30, 2, 1, 8, 8, 0, 4, 3, ATTN_RING_LAYOUT_ZIGZAG, 0, 0, 0, 0},       /* two-sided window */
+    {1, 29, 4, 2, 8, 8, 1, -1, -1, ATTN_RING_LAYOUT_ZIGZAG, 1, 0, 0, 0},     /* ALiBi */
+    {1, 29, 2, 2, 8, 8, 0, -1, -1, ATTN_RING_LAYOUT_STRIPED, 0, 5.0f, 0, 0}, /* soft-capping */
     /* attention sinks: folded into the last merge of each row */
-    {1, 37, 4, 2, 8, 12, 1, -1, -1, ATTN_RING_LAYOUT_ZIGZAG, 0, 0, 1},
-    {2, 24, 2, 2, 8, 8, 1, 6, -1, ATTN_RING_LAYOUT_CONTIGUOUS, 0, 0, 1},
-    {2, 13, 2, 1, 16, 8, 0, -1, -1, ATTN_RING_LAYOUT_STRIPED, 0, 0, 1},
+    {1, 37, 4, 2, 8, 12, 1, -1, -1, ATTN_RING_LAYOUT_ZIGZAG, 0, 0, 1, 0},
+    {2, 24, 2, 2, 8, 8, 1, 6, -1, ATTN_RING_LAYOUT_CONTIGUOUS, 0, 0, 1, 0},
+    {2, 13, 2, 1, 16, 8, 0, -1, -1, ATTN_RING_LAYOUT_STRIPED, 0, 0, 1, 0},
+    /* sink tokens: the first keys kept by the window, with and without learned sinks */
+    {1, 41, 2, 2, 8, 8, 1, 6, -1, ATTN_RING_LAYOUT_CONTIGUOUS, 0, 0, 0, 3},
+    {1, 41, 2, 2, 8, 8, 1, 6, -1, ATTN_RING_LAYOUT_ZIGZAG, 0, 0, 1, 3},
+    {1, 41, 2, 2, 8, 8, 1, 6, -1, ATTN_RING_LAYOUT_STRIPED, 0, 0, 0, 9},
     /* balance cases: T a multiple of 2P for every P in 1..4 (and of P for striped) */
-    {1, 96, 2, 2, 8, 8, 1, -1, -1, ATTN_RING_LAYOUT_ZIGZAG, 0, 0, 0},
-    {1, 96, 2, 2, 8, 8, 1, -1, -1, ATTN_RING_LAYOUT_STRIPED, 0, 0, 0},
-    {1, 96, 2, 2, 8, 8, 1, -1, -1, ATTN_RING_LAYOUT_CONTIGUOUS, 0, 0, 0},
+    {1, 96, 2, 2, 8, 8, 1, -1, -1, ATTN_RING_LAYOUT_ZIGZAG, 0, 0, 0, 0},
+    {1, 96, 2, 2, 8, 8, 1, -1, -1, ATTN_RING_LAYOUT_STRIPED, 0, 0, 0, 0},
+    {1, 96, 2, 2, 8, 8, 1, -1, -1, ATTN_RING_LAYOUT_CONTIGUOUS, 0, 0, 0, 0},
     /* long enough for several row slabs per block: transfers complete during the compute */
-    {1, 1031, 2, 1, 8, 8, 1, -1, -1, ATTN_RING_LAYOUT_ZIGZAG, 0, 0, 0},
-    {1, 1031, 2, 1, 8, 8, 0, -1, -1, ATTN_RING_LAYOUT_STRIPED, 0, 0, 0},
+    {1, 1031, 2, 1, 8, 8, 1, -1, -1, ATTN_RING_LAYOUT_ZIGZAG, 0, 0, 0, 0},
+    {1, 1031, 2, 1, 8, 8, 0, -1, -1, ATTN_RING_LAYOUT_STRIPED, 0, 0, 0, 0},
 };
 
 static int rank, rank_count;
@@ -66,8 +71,9 @@ static int64_t count_allowed_pairs(const ring_case *c, const int64_t *positions,
         for (int64_t t = 0; t < c->T; ++t) {
             int64_t p = positions[a];
             int allowed = (!c->causal || t <= p) &&
-                          (c->window_left < 0 || t >= p - c->window_left) &&
-                          (c->window_right < 0 || t <= p + c->window_right);
+                          (((c->window_left < 0 || t >= p - c->window_left) &&
+                            (c->window_right < 0 || t <= p + c->window_right)) ||
+                           t < c->sink_tokens);
             count += allowed;
         }
     return count;
@@ -91,6 +97,7 @@ static void run_case(size_t index, const ring_case *c) {
     options.softcap = c->softcap;
     static const float sink_logits[4] = {0.8f, -INFINITY, 2.5f, -1.0f};
     if (c->sinks) options.sinks = sink_logits;
+    options.sink_tokens = c->sink_tokens;
 
     /* The whole problem, identical on every rank, and the single-process results. */
     test_rng rng;

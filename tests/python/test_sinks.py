@@ -167,3 +167,24 @@ def test_gpt_oss_sinks_get_gradients_equal_eager():
         grads[name] = [layer.self_attn.sinks.grad.clone() for layer in model.model.layers]
     for got, want in zip(grads["attn"], grads["eager"]):
         torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-6)
+
+
+def test_sink_tokens_streaming_generation():
+    """StreamingLLM: a window of 8 that keeps the first 4 tokens, forward and decode step by
+    step against the same attention as an explicit boolean mask."""
+    rng = np.random.default_rng(11)
+    B, T, Hq, Hkv, D, window, kept = 1, 40, 4, 2, 16, 8, 4
+    k = rng.standard_normal((B, T, Hkv, D)).astype(np.float32)
+    v = rng.standard_normal((B, T, Hkv, D)).astype(np.float32)
+    q = rng.standard_normal((B, T, Hq, D)).astype(np.float32)
+    i, j = np.arange(T)[:, None], np.arange(T)[None, :]
+    mask = (j <= i) & ((i - j <= window) | (j < kept))
+    want = attn.forward(q, k, v, mask=mask)
+    got = attn.forward(q, k, v, causal="bottom-right", window=(window, 0), sink_tokens=kept)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+    cache = attn.KVCache(sequences=B, kv_heads=Hkv, key_dim=D, capacity=T)
+    for t in range(T):                                   # one token at a time
+        cache.append(k[:, t:t + 1], v[:, t:t + 1])
+        step = cache.decode(q[:, t:t + 1], causal="bottom-right", window=(window, 0),
+                            sink_tokens=kept)
+        np.testing.assert_allclose(step[0, 0], want[0, t], rtol=1e-5, atol=1e-6)
