@@ -100,6 +100,7 @@ V_INLINE void score_micro_tile(const int ROWS, const int BLOCKS, int dim, const 
     for (int r = 0; r < ROWS; ++r)
         for (int b = 0; b < BLOCKS; ++b) accumulator[r][b] = vf_zero();
     const size_t block_floats = (size_t)VLANES * dim;
+#pragma GCC unroll 2
     for (int d = 0; d < dim; ++d) {
         vf key[TILE_BLOCKS];
         for (int b = 0; b < BLOCKS; ++b)
@@ -190,6 +191,7 @@ V_INLINE void value_micro_tile(const int ROWS, const int BLOCKS, int count,
         for (int b = 0; b < BLOCKS - 1; ++b) sum[r][b] = vf_loadu(row + b * VLANES);
         sum[r][BLOCKS - 1] = vf_maskz_loadu(last_mask, row + (BLOCKS - 1) * VLANES);
     }
+#pragma GCC unroll 2
     for (int c = 0; c < count; ++c) {
         vf value[TILE_BLOCKS];
         const float *value_row = values + (size_t)c * value_row_floats;
@@ -271,8 +273,9 @@ static void apply_softcap(float *row, int count, float scale, float softcap) {
         const vmask lanes = vmask_first(count - c);
         const vf x = vf_maskz_loadu(lanes, row + c);
         const vf capped = vf_mul(cap, vf_tanh(vf_div(vf_mul(x, scale_vector), cap)));
-        vf_mask_storeu(row + c, lanes,
-                       vf_select(vf_equal(x, minus_infinity), capped, minus_infinity));
+        /* -inf (masked) stays -inf, NaN stays NaN (vf_tanh would make it finite) */
+        const vf kept = vf_select(vf_equal(x, minus_infinity), capped, minus_infinity);
+        vf_mask_storeu(row + c, lanes, vf_select(vf_is_nan(x), kept, x));
     }
 }
 
@@ -293,18 +296,29 @@ static void softmax_step(int rows, int count, float *scores, int scores_stride, 
          * pass runs at the load rate instead of the latency of one chain of maxima. */
         vf maximum = minus_infinity, maximum1 = minus_infinity, maximum2 = minus_infinity,
            maximum3 = minus_infinity;
+        /* The maxima and vf_exp2 drop NaN: NaN lanes are gathered on the side (registry.h) */
+        vmask nan = vf_is_nan(minus_infinity);
         int c = 0;
         for (; c + 4 * VLANES <= count; c += 4 * VLANES) {
-            maximum = vf_max(maximum, vf_loadu(row + c));
-            maximum1 = vf_max(maximum1, vf_loadu(row + c + VLANES));
-            maximum2 = vf_max(maximum2, vf_loadu(row + c + 2 * VLANES));
-            maximum3 = vf_max(maximum3, vf_loadu(row + c + 3 * VLANES));
+            const vf x0 = vf_loadu(row + c), x1 = vf_loadu(row + c + VLANES);
+            const vf x2 = vf_loadu(row + c + 2 * VLANES), x3 = vf_loadu(row + c + 3 * VLANES);
+            maximum = vf_max(maximum, x0), maximum1 = vf_max(maximum1, x1);
+            maximum2 = vf_max(maximum2, x2), maximum3 = vf_max(maximum3, x3);
+            nan = vmask_or(nan, vmask_or(vmask_or(vf_is_nan(x0), vf_is_nan(x1)),
+                                         vmask_or(vf_is_nan(x2), vf_is_nan(x3))));
         }
         maximum = vf_max(vf_max(maximum, maximum1), vf_max(maximum2, maximum3));
-        for (; c + VLANES <= count; c += VLANES) maximum = vf_max(maximum, vf_loadu(row + c));
-        if (c < count)
-            maximum =
-                vf_max(maximum, vf_mask_loadu_or(minus_infinity, vmask_first(count - c), row + c));
+        for (; c + VLANES <= count; c += VLANES) {
+            const vf x = vf_loadu(row + c);
+            maximum = vf_max(maximum, x);
+            nan = vmask_or(nan, vf_is_nan(x));
+        }
+        if (c < count) {
+            const vf x = vf_mask_loadu_or(minus_infinity, vmask_first(count - c), row + c);
+            maximum = vf_max(maximum, x);
+            nan = vmask_or(nan, vf_is_nan(x));
+        }
+        const bool has_nan = vmask_any(nan);
         const float tile_max = vf_reduce_max(maximum) * row_scale;
         const float new_max = tile_max > row_max[r] ? tile_max : row_max[r];
         const float max_used = new_max == -INFINITY ? 0.0f : new_max;
@@ -332,6 +346,8 @@ static void softmax_step(int rows, int count, float *scores, int scores_stride, 
         }
         row_sum[r] = rescale[r] * row_sum[r] + vf_reduce_add(sum);
         row_max[r] = new_max;
+        if (has_nan) /* NaN from here on: O and LSE of the row (registry.h) */
+            rescale[r] = row_sum[r] = row_max[r] = NAN;
     }
 }
 
