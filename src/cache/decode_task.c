@@ -102,14 +102,14 @@ static void task_finish(const decode_plan *plan, const decode_scratch *scratch, 
     const float value_scale =
         plan->family->head_scale_at_finish ? plan->cache->value_head_scales[kv_head] : 1.0f;
     for (int64_t r = 0; r < rows; ++r) {
-        const float sum = scratch->row_sum[r];
-        const float inverse = sum > 0.0f ? value_scale / sum : 0.0f;
+        const float sum = scratch->row_sum[r]; /* NaN: an attended NaN logit, kept in O, LSE */
+        const float inverse = sum > 0.0f ? value_scale / sum : isnan(sum) ? NAN : 0.0f;
         const float *row = scratch->accumulator + r * row_step;
         if (dim_step == 1) /* dense rows (vectorised) */
             for (int64_t e = 0; e < Dv; ++e) out[r * Dv + e] = row[e] * inverse;
         else
             for (int64_t e = 0; e < Dv; ++e) out[r * Dv + e] = row[e * dim_step] * inverse;
-        lse[r] = sum > 0.0f ? scratch->row_max[r] + logf(sum) : -INFINITY;
+        lse[r] = sum > 0.0f ? scratch->row_max[r] + logf(sum) : isnan(sum) ? NAN : -INFINITY;
     }
 }
 

@@ -33,12 +33,18 @@ static void store_element(attn_tensor *t, int64_t b, int64_t i, int64_t h, int64
     }
 }
 
-/* The weights exp(lse_s - lse) of every partial of one row; returns lse (-inf if all empty).
+/* The weights exp(lse_s - lse) of every partial of one row; returns lse (-inf if all empty,
+ * NaN with NaN weights if any partial is NaN).
  * lses: `count` values at stride lse_stride; weights: double[count] (written). */
 static double merge_weights(int count, const float *lses, int64_t lse_stride, double *weights) {
     double maximum = -INFINITY;
-    for (int s = 0; s < count; ++s)
+    for (int s = 0; s < count; ++s) {
+        if (isnan(lses[s * lse_stride])) { /* a NaN partial makes the row NaN */
+            for (int t = 0; t < count; ++t) weights[t] = NAN;
+            return NAN;
+        }
         if ((double)lses[s * lse_stride] > maximum) maximum = lses[s * lse_stride];
+    }
     if (maximum == -INFINITY) {
         for (int s = 0; s < count; ++s) weights[s] = 0.0;
         return -INFINITY;
@@ -58,7 +64,7 @@ void attn_merge_row(int count, const float *partial_lse, int64_t lse_stride,
                     const float *partial_out, int64_t out_stride, int64_t dim, double *weights,
                     float *out, float *lse) {
     if (count == 1) { /* the general sum's bits: weight 1, -0 summed to +0; an empty row 0 */
-        const bool empty = !(partial_lse[0] > -INFINITY);
+        const bool empty = partial_lse[0] == -INFINITY; /* (NaN stays NaN) */
         for (int64_t e = 0; e < dim; ++e) out[e] = empty ? 0.0f : partial_out[e] + 0.0f;
         *lse = empty ? -INFINITY : partial_lse[0] + 0.0f;
         return;

@@ -5,6 +5,7 @@
  * It is the specification and the tests' oracle, not a fast path.
  */
 #include <math.h>
+#include <stdbool.h>
 #include <stdlib.h>
 
 #include "../call/call.h"
@@ -75,8 +76,16 @@ attn_status attn_reference_forward(const attn_tensor *q, const attn_tensor *k,
                 float *o_row = attn_f32_at4(out, b, i, h, 0);
                 float *lse_value = lse != NULL ? attn_f32_at3(lse, b, h, i) : NULL;
                 double row_max = -INFINITY;
-                for (int64_t j = 0; j < Tk; ++j)
+                bool nan = false; /* an attended NaN logit: O and LSE NaN (conventions.md) */
+                for (int64_t j = 0; j < Tk; ++j) {
                     if (row[j] > row_max) row_max = row[j];
+                    nan |= isnan(row[j]);
+                }
+                if (nan) {
+                    for (int64_t e = 0; e < problem.value_dim; ++e) o_row[e * out->stride[3]] = NAN;
+                    if (lse_value != NULL) *lse_value = NAN;
+                    continue;
+                }
 
                 if (row_max == -INFINITY) {
                     const bool padding = i >= attn_mask_query_count(&mask, b);

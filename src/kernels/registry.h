@@ -35,6 +35,10 @@
  *     row_sum[r] = rescale[r] * L + sum_c p_c;   row_max[r] = m
  * so that after every tile, row_sum[r] * exp(row_max[r]) = sum over all keys so far of
  * exp(x), and an accumulator of p-weighted values rescaled by rescale[r] stays consistent.
+ * NaN: a NaN logit x_c (an attended NaN in q, k or a bias; masked entries arrive as -inf)
+ * makes rescale[r], row_sum[r] and row_max[r] NaN, and a NaN M keeps them NaN, so the row's
+ * O and LSE come out NaN on every registry (docs/conventions.md); the p_c of such a row are
+ * unspecified (the accumulator is NaN through the rescale).
  * Why two slots for one step: the forward tile has any width (up to ATTN_MAX_TILE), a stride
  * and an optional soft-cap, and is swept twice through L1; the decode chunk is at most
  * ATTN_DECODE_CHUNK (64) floats, dense, never soft-capped by the kernel, so an ISA keeps the

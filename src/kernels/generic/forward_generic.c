@@ -8,6 +8,7 @@
  *     aligned when the buffer is.
  */
 #include <math.h>
+#include <stdbool.h>
 #include <string.h>
 
 #include "kernels/generic/generic.h"
@@ -105,11 +106,13 @@ void attn_generic_softmax_step(int rows, int count, float *scores, int scores_st
     for (int r = 0; r < rows; ++r) {
         float *row = scores + (size_t)r * scores_stride;
         float tile_max = -INFINITY;
+        bool nan = false; /* (fmaxf drops NaN) */
         for (int c = 0; c < count; ++c) {
             float x = row[c] * scale;
             if (softcap > 0.0f && x != -INFINITY) x = softcap * tanhf(x / softcap);
             row[c] = x;
             tile_max = fmaxf(tile_max, x);
+            nan |= isnan(x);
         }
         const float old_max = row_max[r];
         const float new_max = fmaxf(old_max, tile_max);
@@ -122,6 +125,8 @@ void attn_generic_softmax_step(int rows, int count, float *scores, int scores_st
         }
         row_sum[r] = rescale[r] * row_sum[r] + tile_sum;
         row_max[r] = new_max;
+        if (nan || isnan(old_max)) /* NaN from here on: O and LSE of the row (registry.h) */
+            rescale[r] = row_sum[r] = row_max[r] = NAN;
     }
 }
 

@@ -315,14 +315,18 @@ V_INLINE void softmax_rows(const int block_rows, int count, float scale, float *
              log2e = vf_set1(VMATH_LOG2E);
     vf logits[SOFTMAX_ROWS][VECTORS], sums[SOFTMAX_ROWS];
     float old_max[SOFTMAX_ROWS], new_max[SOFTMAX_ROWS], use_max[SOFTMAX_ROWS];
+    int nan_rows = 0; /* bit r: a NaN logit in row r (the maximum and vf_exp2 drop NaN) */
     for (int r = 0; r < block_rows; ++r) {
         const float *row = scores + r * ATTN_DECODE_CHUNK;
         vf maximum = minus_infinity;
+        vmask nan = vf_is_nan(minus_infinity);
         for (int v = 0; v < vectors; ++v) { /* lanes past the chunk are masked keys */
             logits[r][v] =
                 vf_mul(vf_mask_loadu_or(minus_infinity, masks[v], row + VLANES * v), scale_vector);
             maximum = vf_max(maximum, logits[r][v]);
+            nan = vmask_or(nan, vf_is_nan(logits[r][v]));
         }
+        nan_rows |= vmask_any(nan) << r;
         const float chunk_max = vf_reduce_max(maximum);
         old_max[r] = row_max[r];
         new_max[r] = chunk_max > old_max[r] ? chunk_max : old_max[r];
@@ -342,6 +346,8 @@ V_INLINE void softmax_rows(const int block_rows, int count, float scale, float *
         rescale[r] = attn_softmax_rescale(old_max[r], use_max[r]);
         row_sum[r] = rescale[r] * row_sum[r] + vf_reduce_add(sums[r]);
         row_max[r] = new_max[r];
+        if (nan_rows >> r & 1) /* NaN from here on: O and LSE of the row (registry.h) */
+            rescale[r] = row_sum[r] = row_max[r] = NAN;
     }
 }
 

@@ -87,6 +87,9 @@ V_INLINE vf vf_select(vmask m, vf when_clear, vf when_set) {
 V_INLINE vf vf_maskz(vmask m, vf v) { return _mm512_maskz_mov_ps(m, v); }
 V_INLINE vmask vf_less(vf a, vf b) { return _mm512_cmp_ps_mask(a, b, _CMP_LT_OQ); }
 V_INLINE vmask vf_equal(vf a, vf b) { return _mm512_cmp_ps_mask(a, b, _CMP_EQ_OQ); }
+V_INLINE vmask vf_is_nan(vf a) { return _mm512_cmp_ps_mask(a, a, _CMP_UNORD_Q); }
+V_INLINE vmask vmask_or(vmask a, vmask b) { return (vmask)(a | b); }
+V_INLINE int vmask_any(vmask m) { return m != 0; }
 #else
 V_INLINE vmask vmask_first(int lanes) {
     return _mm256_cmpgt_epi32(_mm256_set1_epi32(lanes), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
@@ -107,6 +110,9 @@ V_INLINE vf vf_select(vmask m, vf when_clear, vf when_set) {
 V_INLINE vf vf_maskz(vmask m, vf v) { return _mm256_and_ps(_mm256_castsi256_ps(m), v); }
 V_INLINE vmask vf_less(vf a, vf b) { return _mm256_castps_si256(_mm256_cmp_ps(a, b, _CMP_LT_OQ)); }
 V_INLINE vmask vf_equal(vf a, vf b) { return _mm256_castps_si256(_mm256_cmp_ps(a, b, _CMP_EQ_OQ)); }
+V_INLINE vmask vf_is_nan(vf a) { return _mm256_castps_si256(_mm256_cmp_ps(a, a, _CMP_UNORD_Q)); }
+V_INLINE vmask vmask_or(vmask a, vmask b) { return _mm256_or_si256(a, b); }
+V_INLINE int vmask_any(vmask m) { return !_mm256_testz_si256(m, m); }
 #endif
 
 /* ---- per width: rounding, gathers, horizontal reductions ---- */
