@@ -41,6 +41,7 @@ V_INLINE void product_micro_tile(const int ROWS, const int BLOCKS, int inner,
         for (int b = 0; b < last; ++b) sum[r][b] = vf_loadu(row + b * VLANES);
         sum[r][last] = vf_maskz_loadu(last_mask, row + last * VLANES);
     }
+#pragma GCC unroll 2
     for (int i = 0; i < inner; ++i) {
         vf value[PRODUCT_BLOCKS];
         const float *value_row = values + (size_t)i * values_stride;
