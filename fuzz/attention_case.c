@@ -336,6 +336,17 @@ int attention_case_build(case_bytes *bytes, attention_case *c) {
             if (c->key_lengths[b] < 0 || c->key_lengths[b] > c->key_length) lengths_valid = 0;
         if (lengths_valid) poison_padding_keys(c);
     }
+    /* One NaN in a query or key element, or an infinity, in about one case in eight: the
+     * rows that attend it must be NaN (or follow the infinity) exactly as the reference's
+     * (docs/conventions.md, NaN), every other row unchanged. */
+    const int64_t injected = case_take(bytes, 8);
+    if (injected < 2) {
+        const attn_tensor *target = injected == 0 ? &c->q.view : &c->k.view;
+        int64_t index[4];
+        for (int d = 0; d < 4; ++d) index[d] = (int64_t)(generator_next(&g) % (uint64_t)target->shape[d]);
+        ((float *)target->data)[view_offset(target, index)] =
+            case_take(bytes, 3) == 0 ? INFINITY : NAN;
+    }
     c->reference_status = ATTN_ERROR_UNSUPPORTED;
     snprintf(c->reference_error.message, sizeof c->reference_error.message, "not run");
     c->execution.num_threads = 1;

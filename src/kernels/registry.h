@@ -35,8 +35,9 @@
  *     row_sum[r] = rescale[r] * L + sum_c p_c;   row_max[r] = m
  * so that after every tile, row_sum[r] * exp(row_max[r]) = sum over all keys so far of
  * exp(x), and an accumulator of p-weighted values rescaled by rescale[r] stays consistent.
- * NaN: a NaN logit x_c (an attended NaN in q, k or a bias; masked entries arrive as -inf)
- * makes rescale[r], row_sum[r] and row_max[r] NaN, and a NaN M keeps them NaN, so the row's
+ * NaN: a NaN logit x_c (an attended NaN in q, k or a bias; masked entries arrive as -inf),
+ * or a +inf one (exp(x - m) = exp(inf - inf) in the exact softmax), makes rescale[r],
+ * row_sum[r] and row_max[r] NaN, and a NaN M keeps them NaN, so the row's
  * O and LSE come out NaN on every registry (docs/conventions.md); the p_c of such a row are
  * unspecified (the accumulator is NaN through the rescale).
  * Why two slots for one step: the forward tile has any width (up to ATTN_MAX_TILE), a stride

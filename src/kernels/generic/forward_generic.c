@@ -125,7 +125,7 @@ void attn_generic_softmax_step(int rows, int count, float *scores, int scores_st
         }
         row_sum[r] = rescale[r] * row_sum[r] + tile_sum;
         row_max[r] = new_max;
-        if (nan || isnan(old_max)) /* NaN from here on: O and LSE of the row (registry.h) */
+        if (nan || tile_max == INFINITY || isnan(old_max)) /* NaN from here on (registry.h) */
             rescale[r] = row_sum[r] = row_max[r] = NAN;
     }
 }

@@ -326,8 +326,8 @@ V_INLINE void softmax_rows(const int block_rows, int count, float scale, float *
             maximum = vf_max(maximum, logits[r][v]);
             nan = vmask_or(nan, vf_is_nan(logits[r][v]));
         }
-        nan_rows |= vmask_any(nan) << r;
         const float chunk_max = vf_reduce_max(maximum);
+        nan_rows |= (vmask_any(nan) || chunk_max == INFINITY) << r; /* (+inf - +inf: NaN) */
         old_max[r] = row_max[r];
         new_max[r] = chunk_max > old_max[r] ? chunk_max : old_max[r];
         use_max[r] = new_max[r] == -INFINITY ? 0.0f : new_max[r];

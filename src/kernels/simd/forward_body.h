@@ -318,8 +318,8 @@ static void softmax_step(int rows, int count, float *scores, int scores_stride, 
             maximum = vf_max(maximum, x);
             nan = vmask_or(nan, vf_is_nan(x));
         }
-        const bool has_nan = vmask_any(nan);
         const float tile_max = vf_reduce_max(maximum) * row_scale;
+        const bool has_nan = vmask_any(nan) || tile_max == INFINITY; /* (+inf - +inf: NaN) */
         const float new_max = tile_max > row_max[r] ? tile_max : row_max[r];
         const float max_used = new_max == -INFINITY ? 0.0f : new_max;
         rescale[r] = attn_softmax_rescale(row_max[r], max_used);
