@@ -113,6 +113,11 @@ int bench_lowp_kernels(int argc, char **argv) {
     if (argc >= 4) { s.rows = atoi(argv[1]); s.keys = atoi(argv[2]); s.dim = atoi(argv[3]); }
     if (argc >= 5) repeats = atoi(argv[4]);
     if (argc >= 6 && strcmp(argv[5], "cpu") == 0) bench_clock = CLOCK_THREAD_CPUTIME_ID;
+    if (argc == 2 || argc == 3 || argc > 6 || s.rows < 1 || s.keys < 1 || s.dim < 1 ||
+        repeats < 1 || (argc == 6 && strcmp(argv[5], "cpu") != 0)) {
+        fprintf(stderr, "usage: attn-bench lowp-kernels [rows keys dim [repeats [cpu]]] (each >= 1)\n");
+        return 2;
+    }
     /* The bf16 tiles of every registry this CPU runs, and the fp32 kernels of AUTO's. */
     const attn_lowp_kernels *bf16_tables[3];
     int bf16_count = 0;
