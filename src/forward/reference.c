@@ -24,9 +24,12 @@ static double reference_logit(const attn_mask_context *mask, const attn_problem 
         dot += (double)q_row[d * q_dim_stride] * (double)k_row[d * k_dim_stride];
     double x = (double)problem->scale * dot;
     const double softcap = (double)mask->options->softcap;
-    if (softcap > 0.0) x = softcap * tanh(x / softcap);
-    if (mask->has_additive) x += (double)attn_mask_additive(mask, b, h, i, j);
-    return x; /* an additive -inf makes the pair not allowed too */
+    /* (a -inf score, from infinite inputs, is a pair not allowed: the soft-cap keeps it) */
+    if (softcap > 0.0 && x != -INFINITY) x = softcap * tanh(x / softcap);
+    if (!mask->has_additive) return x;
+    const double additive = attn_mask_additive(mask, b, h, i, j);
+    return additive == -INFINITY ? -INFINITY /* not allowed, whatever x is (+inf too) */
+                                 : x + additive;
 }
 
 attn_status attn_reference_forward(const attn_tensor *q, const attn_tensor *k,

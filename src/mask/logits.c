@@ -37,10 +37,10 @@ void attn_logits_row(const attn_mask_context *mask, const attn_logit_pipeline *p
     if (pipeline->additive) attn_mask_additive_row(mask, b, h, i, j0, j0 + count, additive);
     if (softcap > 0.0f) {
         float *restrict derivative = buffers->derivative;
-        for (int64_t c = 0; c < count; ++c) {
+        for (int64_t c = 0; c < count; ++c) { /* (a -inf score stays -inf: not allowed) */
             const float t = tanhf(row[c] * scale / softcap);
-            row[c] = softcap * t;
-            if (derivative != NULL) derivative[c] = 1.0f - t * t;
+            row[c] = row[c] == -INFINITY ? -INFINITY : softcap * t;
+            if (derivative != NULL) derivative[c] = row[c] == -INFINITY ? 0.0f : 1.0f - t * t;
         }
     } else if (scale != 1.0f) {
         for (int64_t c = 0; c < count; ++c) row[c] *= scale;
