@@ -10,8 +10,8 @@
  * of Dk elements (what decoding streams), and so are those of consecutive pages, which a fresh
  * cache hands out in increasing order (a sequence appended in one go, a prefill, is one run per
  * head: the hardware prefetchers and the kernels' requests for the rows ahead continue into
- * the next page; GQA decode at context 32768 with pages of 256, docs/inference.md: bf16 +10%,
- * int8 +14%, fp8 +9%, MHA +17-32%). A contiguous cache is the special case page_size =
+ * the next page, which a page-major pool would interrupt at every page). A contiguous cache
+ * is the special case page_size =
  * capacity, one page per sequence. Sequence s's token t lives in page
  * block_tables[s][t / page_size], slot t % page_size. Pages are reference counted: a page
  * shared by several sequences (a common prefix) is copied before any of them writes into it.
