@@ -30,7 +30,7 @@ typedef struct bench_settings {
     bench_mask masks[3];
     int mask_count;
     int64_t batch, window;
-    int repeats, threads, backward, peak_only, reference;
+    int repeats, threads, backward, peak_only, reference, profile;
     attn_kernel_choice kernel;
     attn_dtype dtype;   /* --dtype: of q, k, v, out (F32, BF16 or F16) */
     bench_clock clock;  /* --clock wall (default) or cpu */
@@ -69,6 +69,8 @@ static void print_help(FILE *stream) {
         "                      16-bit inputs and runs in fp32)\n"
         "  --backward          also time attn_backward (rows skipped if it is unsupported)\n"
         "  --reference         time attn_reference_forward (the naive oracle) instead\n"
+        "  --profile           then, per head dim, where one forward tile step's cycles go\n"
+        "                      (scores, softmax, rescale, P.V, packing; one thread)\n"
         "  --peak-gflops X     use X as the peak instead of measuring it\n"
         "  --clock wall|cpu    time runs and the peak by wall clock (default) or by process CPU\n"
         "                      time per thread (for a shared machine: counts only running time)\n"
@@ -149,6 +151,8 @@ static int parse_arguments(int argc, char **argv, bench_settings *s) {
             s->backward = 1;
         } else if (!strcmp(option, "--reference")) {
             s->reference = 1;
+        } else if (!strcmp(option, "--profile")) {
+            s->profile = 1;
         } else if (!strcmp(option, "--t")) {
             if (!set_list(option, value, s->lengths, &s->length_count)) return 2;
             ++i;
@@ -580,7 +584,8 @@ int bench_forward(int argc, char **argv) {
     draw_progress(count, total, NULL);
     if (!backward_supported)
         fprintf(stderr, "attn-bench: attn_backward is not available in this build; backward rows skipped\n");
-    const int ok = write_outputs(&s, results, count, peak, 0.0, command_line);
+    int ok = write_outputs(&s, results, count, peak, 0.0, command_line);
     free(results);
+    if (s.profile && bench_forward_profile(s.kernel, s.head_dims, s.head_dim_count) != 0) ok = 0;
     return ok ? 0 : 1;
 }
