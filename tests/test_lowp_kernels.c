@@ -59,6 +59,12 @@ static table_list tables(void) {
         }
 #endif
     }
+    /* The AVX2 registry's own conversions (F16C), which its fp32 forward uses for 16-bit
+     * operands; its tiles are the generic ones. */
+    const attn_kernels *avx2 = NULL;
+    if (attn_kernels_select(ATTN_KERNEL_AVX2, &avx2, NULL) == ATTN_OK &&
+        strcmp(avx2->convert.name, "generic") != 0)
+        t.convert[t.convert_count++] = &avx2->convert;
     return t;
 }
 

@@ -115,6 +115,9 @@ typedef struct attn_lowp_convert {
 /* ---- the tables (kernels/generic, kernels/avx512bf16, kernels/amx) ---- */
 extern const attn_lowp_kernels attn_lowp_generic;
 extern const attn_lowp_convert attn_lowp_convert_generic;
+#if defined(ATTN_HAVE_AVX2_KERNELS)
+extern const attn_lowp_convert attn_lowp_convert_avx2; /* + F16C */
+#endif
 #if defined(ATTN_HAVE_AVX512BF16_KERNELS)
 extern const attn_lowp_kernels attn_lowp_avx512bf16;
 extern const attn_lowp_convert attn_lowp_convert_avx512; /* + F16C, AVX512-BF16 */

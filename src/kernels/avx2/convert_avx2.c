@@ -1,0 +1,130 @@
+/*
+ * convert_avx2.c — the conversions of lowp.h (attn_lowp_convert) at AVX2 width, for the
+ * forward's 16-bit operands on the fp32 kernels: K and V widened at packing, P rounded to the
+ * operand type before P·V. bf16 → fp32 by a 16-bit shift, fp16 ↔ fp32 with F16C
+ * (VCVTPH2PS / VCVTPS2PH), bf16 rounding in integer lanes. Same bits as the generic
+ * conversions (NaN included: a NaN rounds to the generic quiet NaN of its sign); strided
+ * sources and the narrowing stores (output rows, with their overflow count) use the generic
+ * code. Needs AVX2 and F16C (the flags of this folder).
+ */
+#include <immintrin.h>
+
+#include "kernels/lowp.h"
+
+#define LANES 8
+
+/* x rounded to bf16 nearest-even and back (attn_lowp_bf16_round): fp32 subnormals give a
+ * signed zero, NaN a quiet NaN with its top mantissa bits. */
+static inline __m256 round_bf16(__m256 x) {
+    const __m256i bits = _mm256_castps_si256(x);
+    const __m256i magnitude = _mm256_and_si256(bits, _mm256_set1_epi32(0x7fffffff));
+    const __m256i nan = _mm256_cmpgt_epi32(magnitude, _mm256_set1_epi32(0x7f800000));
+    const __m256i subnormal = _mm256_cmpeq_epi32(
+        _mm256_and_si256(bits, _mm256_set1_epi32(0x7f800000)), _mm256_setzero_si256());
+    const __m256i odd = _mm256_and_si256(_mm256_srli_epi32(bits, 16), _mm256_set1_epi32(1));
+    __m256i rounded = _mm256_add_epi32(bits, _mm256_add_epi32(_mm256_set1_epi32(0x7fff), odd));
+    rounded = _mm256_blendv_epi8(rounded, _mm256_or_si256(bits, _mm256_set1_epi32(0x00400000)), nan);
+    rounded = _mm256_and_si256(rounded, _mm256_set1_epi32((int)0xffff0000u));
+    rounded = _mm256_blendv_epi8(rounded, _mm256_and_si256(bits, _mm256_set1_epi32((int)0x80000000u)),
+                                 subnormal);
+    return _mm256_castsi256_ps(rounded);
+}
+
+/* x rounded to IEEE half nearest-even and back (attn_float_to_f16): subnormal halves kept,
+ * |x| >= 65520 gives inf, NaN the generic quiet NaN of its sign (sign | 0x7e00 as a half). */
+static inline __m256 round_f16(__m256 x) {
+    const __m256 rounded = _mm256_cvtph_ps(_mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT));
+    const __m256 nan = _mm256_cmp_ps(x, x, _CMP_UNORD_Q);
+    const __m256 quiet = _mm256_or_ps(_mm256_and_ps(x, _mm256_set1_ps(-0.0f)),
+                                      _mm256_castsi256_ps(_mm256_set1_epi32(0x7fc00000)));
+    return _mm256_blendv_ps(rounded, quiet, nan);
+}
+
+static inline __m256i tail_mask(int left) {
+    return _mm256_cmpgt_epi32(_mm256_set1_epi32(left), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+
+/* Rounds rows of floats in place to the 16-bit format. */
+static inline void round_rows(int rows, int count, float *values, int stride, int bf16) {
+    for (int r = 0; r < rows; ++r) {
+        float *row = values + (size_t)r * stride;
+        int c = 0;
+        for (; c + LANES <= count; c += LANES) {
+            const __m256 x = _mm256_loadu_ps(row + c);
+            _mm256_storeu_ps(row + c, bf16 ? round_bf16(x) : round_f16(x));
+        }
+        if (c < count) {
+            const __m256i mask = tail_mask(count - c);
+            const __m256 x = _mm256_maskload_ps(row + c, mask);
+            _mm256_maskstore_ps(row + c, mask, bf16 ? round_bf16(x) : round_f16(x));
+        }
+    }
+}
+
+static void round_bf16_rows(int rows, int count, float *values, int stride) {
+    round_rows(rows, count, values, stride, 1);
+}
+
+static void round_f16_rows(int rows, int count, float *values, int stride) {
+    round_rows(rows, count, values, stride, 0);
+}
+
+/* 8 half or bf16 elements (contiguous) widened to fp32. */
+static inline __m256 widen8(const uint16_t *source, int bf16) {
+    const __m128i h = _mm_loadu_si128((const __m128i *)source);
+    return bf16 ? _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16))
+                : _mm256_cvtph_ps(h);
+}
+
+/* Widens rows with unit dim_stride; the tail of each row (< 8 elements) and strided rows go
+ * through the generic conversion. */
+static inline void widen_rows(int count, int dim, const uint16_t *source, int64_t token_stride,
+                              int64_t dim_stride, float *destination,
+                              int64_t destination_stride, int bf16) {
+    const attn_lowp_convert *generic = &attn_lowp_convert_generic;
+    void (*scalar)(int, int, const uint16_t *, int64_t, int64_t, float *, int64_t) =
+        bf16 ? generic->bf16_to_f32_rows : generic->f16_to_f32_rows;
+    if (dim_stride != 1) {
+        scalar(count, dim, source, token_stride, dim_stride, destination, destination_stride);
+        return;
+    }
+    const int whole = dim / LANES * LANES;
+    for (int c = 0; c < count; ++c) {
+        const uint16_t *row = source + (int64_t)c * token_stride;
+        float *out = destination + (int64_t)c * destination_stride;
+        for (int d = 0; d < whole; d += LANES) _mm256_storeu_ps(out + d, widen8(row + d, bf16));
+    }
+    if (whole < dim)
+        scalar(count, dim - whole, source + whole, token_stride, 1, destination + whole,
+               destination_stride);
+}
+
+static void bf16_to_f32_rows(int count, int dim, const uint16_t *source, int64_t token_stride,
+                             int64_t dim_stride, float *destination, int64_t destination_stride) {
+    widen_rows(count, dim, source, token_stride, dim_stride, destination, destination_stride, 1);
+}
+
+static void f16_to_f32_rows(int count, int dim, const uint16_t *source, int64_t token_stride,
+                            int64_t dim_stride, float *destination, int64_t destination_stride) {
+    widen_rows(count, dim, source, token_stride, dim_stride, destination, destination_stride, 0);
+}
+
+static int64_t f32_to_bf16(int64_t count, const float *source, uint16_t *destination,
+                           int64_t stride) {
+    return attn_lowp_convert_generic.f32_to_bf16(count, source, destination, stride);
+}
+
+static int64_t f32_to_f16(int64_t count, const float *source, uint16_t *destination,
+                          int64_t stride) {
+    return attn_lowp_convert_generic.f32_to_f16(count, source, destination, stride);
+}
+
+const attn_lowp_convert attn_lowp_convert_avx2 = {
+    .name = "avx2",
+    .bf16_to_f32_rows = bf16_to_f32_rows,
+    .f16_to_f32_rows = f16_to_f32_rows,
+    .f32_to_bf16 = f32_to_bf16,
+    .f32_to_f16 = f32_to_f16,
+    .round_bf16_rows = round_bf16_rows,
+    .round_f16_rows = round_f16_rows,
+};
