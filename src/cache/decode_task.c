@@ -153,9 +153,14 @@ static void chunk_place(const attn_kv_cache *cache, int64_t b, int64_t first, in
     }
 }
 
-/* The stored rows of head kv_head of a placed chunk, their scales (gathered into
+/* Which Q8 row scales chunk_rows gathers (a caller's [page, slot, head] scales are Hkv floats
+ * apart): the heads-together schedule needs the keys' in its score phase, the values' in its
+ * P · V phase. */
+enum { SCALES_OF_KEYS = 1, SCALES_OF_VALUES = 2 };
+
+/* The stored rows of head kv_head of a placed chunk, their scales (`which`, gathered into
  * gathered[2]: keys, values) and the next chunk's rows. */
-static void chunk_rows(const decode_plan *plan, int64_t kv_head,
+static void chunk_rows(const decode_plan *plan, int64_t kv_head, int which,
                        float gathered[2][ATTN_DECODE_CHUNK], decode_chunk *chunk) {
     const attn_kv_cache *cache = plan->cache;
     const int64_t page = chunk->page, slot = chunk->slot;
@@ -166,12 +171,15 @@ static void chunk_rows(const decode_plan *plan, int64_t kv_head,
                                      attn_cache_value_row_stride(cache) *
                                          (int64_t)cache->element_size,
                                      (int)plan->value_dim};
-    chunk->key_scales = contiguous_scales(attn_cache_key_scales(cache, page, kv_head, slot),
-                                          cache->key_scale_token_stride, chunk->count,
-                                          gathered[0]);
-    chunk->value_scales =
-        contiguous_scales(attn_cache_value_scales(cache, page, kv_head, slot),
-                          attn_cache_value_scale_stride(cache), chunk->count, gathered[1]);
+    chunk->key_scales = chunk->value_scales = NULL;
+    if (which & SCALES_OF_KEYS)
+        chunk->key_scales = contiguous_scales(attn_cache_key_scales(cache, page, kv_head, slot),
+                                              cache->key_scale_token_stride, chunk->count,
+                                              gathered[0]);
+    if (which & SCALES_OF_VALUES)
+        chunk->value_scales =
+            contiguous_scales(attn_cache_value_scales(cache, page, kv_head, slot),
+                              attn_cache_value_scale_stride(cache), chunk->count, gathered[1]);
     chunk->next_keys = chunk->next_values = NULL;
     if (chunk->next.count > 0) {
         chunk->next_keys = attn_cache_key_address(cache, chunk->next.page, kv_head, chunk->next.slot);
@@ -286,7 +294,8 @@ static void run_chunks(const decode_plan *plan, decode_scratch *scratch, int64_t
             if (family->flush != NULL) family->flush(plan, scratch, &state);
             continue;
         }
-        chunk_rows(plan, kv_head, state.gathered[state.parity], &chunk);
+        chunk_rows(plan, kv_head, SCALES_OF_KEYS | SCALES_OF_VALUES, state.gathered[state.parity],
+                   &chunk);
         float *scores = scratch->scores + (int64_t)state.slot * plan->rows * ATTN_DECODE_CHUNK;
         float *rescale = scratch->rescale + (int64_t)state.parity * plan->rows;
         chunk_requests(plan, &chunk);
@@ -389,7 +398,7 @@ static void chunk_of_heads(const decode_plan *plan, decode_scratch *scratch,
         decode_chunk chunk = *placed;
         if (plan->per_head_classes) (void)chunk_classes(plan, scratch, head, &chunk);
         chunk.all_full = full[head];
-        chunk_rows(plan, head, state->gathered[0], &chunk);
+        chunk_rows(plan, head, SCALES_OF_KEYS, state->gathered[0], &chunk);
         float *scores = head_state(scratch, layout, head, &rescale);
         chunk_requests(plan, &chunk);
         plan->family->score(plan, scratch, &chunk, state, scores);
@@ -398,7 +407,7 @@ static void chunk_of_heads(const decode_plan *plan, decode_scratch *scratch,
     for (int64_t head = 0; head < H; ++head) { /* P · V */
         if (!any[head]) continue;
         decode_chunk chunk = *placed;
-        chunk_rows(plan, head, state->gathered[0], &chunk);
+        chunk_rows(plan, head, SCALES_OF_VALUES, state->gathered[0], &chunk);
         float *scores = head_state(scratch, layout, head, &rescale);
         plan->family->values(plan, scratch, &chunk, state, scores, rescale);
     }
