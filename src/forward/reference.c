@@ -32,6 +32,57 @@ static double reference_logit(const attn_mask_context *mask, const attn_problem 
                                  : x + additive;
 }
 
+/* Row i of (b, h) from its logits row [Tk] (overwritten with the weights): m = max x,
+ * l = sum exp(x - m) (+ the head's sink), O = sum exp(x - m) v / l, LSE = m + log l; an
+ * attended NaN gives NaN; a row with no allowed key (m = -inf) is empty: false under the ERROR
+ * policy (nothing written), else the policy's O and LSE. o_row: Dv floats, o_stride apart. */
+static bool reference_row(const attn_mask_context *mask, const attn_problem *problem,
+                          const attn_tensor *v, int64_t b, int64_t h, int64_t i, double *row,
+                          float *o_row, int64_t o_stride, float *lse_value) {
+    const attn_options *options = mask->options;
+    const int64_t Tk = problem->key_length, Dv = problem->value_dim;
+    const int64_t kv_head = h / problem->group_size;
+    double row_max = -INFINITY;
+    bool nan = false; /* an attended NaN logit: O and LSE NaN (conventions.md) */
+    for (int64_t j = 0; j < Tk; ++j) {
+        if (row[j] > row_max) row_max = row[j];
+        nan |= isnan(row[j]);
+    }
+    if (nan) {
+        for (int64_t e = 0; e < Dv; ++e) o_row[e * o_stride] = NAN;
+        if (lse_value != NULL) *lse_value = NAN;
+        return true;
+    }
+    if (row_max == -INFINITY) {
+        const bool padding = i >= attn_mask_query_count(mask, b);
+        if (!padding && options->empty_rows == ATTN_EMPTY_ROWS_ERROR) return false;
+        const bool as_nan = !padding && options->empty_rows == ATTN_EMPTY_ROWS_NAN;
+        for (int64_t e = 0; e < Dv; ++e) o_row[e * o_stride] = as_nan ? NAN : 0.0f;
+        /* (ZERO: the sink takes the whole row, LSE = the sink's logit) */
+        const float sink = attn_sink_logit(options, h);
+        if (lse_value != NULL)
+            *lse_value = as_nan ? NAN : padding || sink == -INFINITY ? -INFINITY : sink;
+        return true;
+    }
+    /* The sink: one more column of logit s and value 0 (attn_options.sinks). */
+    const double sink = attn_sink_logit(options, h);
+    if (sink > row_max) row_max = sink;
+    double row_sum = 0.0; /* row[j] becomes the weight exp(x - m) */
+    for (int64_t j = 0; j < Tk; ++j) {
+        row[j] = row[j] == -INFINITY ? 0.0 : exp(row[j] - row_max);
+        row_sum += row[j];
+    }
+    if (sink != -INFINITY) row_sum += exp(sink - row_max);
+    for (int64_t e = 0; e < Dv; ++e) {
+        double weighted = 0.0;
+        for (int64_t j = 0; j < Tk; ++j)
+            if (row[j] != 0.0) weighted += row[j] * (double)*attn_f32_at4(v, b, j, kv_head, e);
+        o_row[e * o_stride] = (float)(weighted / row_sum);
+    }
+    if (lse_value != NULL) *lse_value = (float)(row_max + log(row_sum));
+    return true;
+}
+
 attn_status attn_reference_forward(const attn_tensor *q, const attn_tensor *k,
                                    const attn_tensor *v, const attn_options *caller_options,
                                    attn_tensor *out, attn_tensor *lse, attn_error *error) {
@@ -72,63 +123,18 @@ attn_status attn_reference_forward(const attn_tensor *q, const attn_tensor *k,
                         &mask, &problem, b, h, i, j, attn_f32_at4(q, b, i, h, 0), q->stride[3],
                         attn_f32_at4(k, b, j, kv_head, 0), k->stride[3]);
 
-            /* 2. Per row: m = max x, l = sum exp(x - m), O = sum exp(x - m) v / l,
-             *    LSE = m + log l. A row with no allowed key (m = -inf) is empty. */
-            for (int64_t i = 0; i < Tq; ++i) {
-                const double *row = logits + i * Tk;
-                float *o_row = attn_f32_at4(out, b, i, h, 0);
-                float *lse_value = lse != NULL ? attn_f32_at3(lse, b, h, i) : NULL;
-                double row_max = -INFINITY;
-                bool nan = false; /* an attended NaN logit: O and LSE NaN (conventions.md) */
-                for (int64_t j = 0; j < Tk; ++j) {
-                    if (row[j] > row_max) row_max = row[j];
-                    nan |= isnan(row[j]);
+            /* 2. Per row: the softmax and O (reference_row). */
+            for (int64_t i = 0; i < Tq; ++i)
+                if (!reference_row(&mask, &problem, v, b, h, i, logits + i * Tk,
+                                   attn_f32_at4(out, b, i, h, 0), out->stride[3],
+                                   lse != NULL ? attn_f32_at3(lse, b, h, i) : NULL)) {
+                    free(logits);
+                    attn_mask_context_free(&mask);
+                    return attn_fail(error, ATTN_ERROR_EMPTY_ROW,
+                                     "query row b = %lld, h = %lld, i = %lld has no allowed key "
+                                     "(options.empty_rows = ERROR; use ZERO or NAN to accept it)",
+                                     (long long)b, (long long)h, (long long)i);
                 }
-                if (nan) {
-                    for (int64_t e = 0; e < problem.value_dim; ++e) o_row[e * out->stride[3]] = NAN;
-                    if (lse_value != NULL) *lse_value = NAN;
-                    continue;
-                }
-
-                if (row_max == -INFINITY) {
-                    const bool padding = i >= attn_mask_query_count(&mask, b);
-                    if (!padding && options->empty_rows == ATTN_EMPTY_ROWS_ERROR) {
-                        free(logits);
-                        attn_mask_context_free(&mask);
-                        return attn_fail(error, ATTN_ERROR_EMPTY_ROW,
-                                         "query row b = %lld, h = %lld, i = %lld has no allowed key "
-                                         "(options.empty_rows = ERROR; use ZERO or NAN to accept it)",
-                                         (long long)b, (long long)h, (long long)i);
-                    }
-                    const bool as_nan = !padding && options->empty_rows == ATTN_EMPTY_ROWS_NAN;
-                    for (int64_t e = 0; e < problem.value_dim; ++e)
-                        o_row[e * out->stride[3]] = as_nan ? NAN : 0.0f;
-                    /* (ZERO: the sink takes the whole row, LSE = the sink's logit) */
-                    const float sink = attn_sink_logit(options, h);
-                    if (lse_value != NULL)
-                        *lse_value = as_nan ? NAN : padding || sink == -INFINITY ? -INFINITY : sink;
-                    continue;
-                }
-                /* The sink: one more column of logit s and value 0 (attn_options.sinks). */
-                const double sink = attn_sink_logit(options, h);
-                if (sink > row_max) row_max = sink;
-
-                double *weights = logits + i * Tk; /* reused: x[i][j] -> exp(x - m) */
-                double row_sum = 0.0;
-                for (int64_t j = 0; j < Tk; ++j) {
-                    weights[j] = row[j] == -INFINITY ? 0.0 : exp(row[j] - row_max);
-                    row_sum += weights[j];
-                }
-                if (sink != -INFINITY) row_sum += exp(sink - row_max);
-                for (int64_t e = 0; e < problem.value_dim; ++e) {
-                    double weighted = 0.0;
-                    for (int64_t j = 0; j < Tk; ++j)
-                        if (weights[j] != 0.0)
-                            weighted += weights[j] * (double)*attn_f32_at4(v, b, j, kv_head, e);
-                    o_row[e * out->stride[3]] = (float)(weighted / row_sum);
-                }
-                if (lse_value != NULL) *lse_value = (float)(row_max + log(row_sum));
-            }
         }
     }
     free(logits);
