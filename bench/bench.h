@@ -18,6 +18,7 @@ int bench_decode(int argc, char **argv);   /* cmd_decode.c: decoding against a K
 int bench_serve(int argc, char **argv);    /* cmd_serve.c: a continuous-batching step mix */
 int bench_small(int argc, char **argv);    /* cmd_small.c: the time of one small call */
 int bench_lowp_kernels(int argc, char **argv);      /* lowp_kernels.c: one forward tile step */
+int bench_decode_steps(int argc, char **argv);      /* decode_steps.c: untimed decode steps */
 int bench_instruction_rates(int argc, char **argv); /* instruction_rates.c (x86-64 only) */
 
 /* forward_profile.c: `attn-bench --profile`, the per-phase cycles of one forward tile step

@@ -20,6 +20,7 @@ static const command commands[] = {
     {"decode", bench_decode, "single-token decoding against a KV cache: ms per token, K/V GB/s, MLA"},
     {"serve", bench_serve, "a continuous-batching step mix on a paged KV cache (--ownership: caller pages)"},
     {"small", bench_small, "the time of one small attn_forward call, as a generation loop makes them"},
+    {"decode-steps", bench_decode_steps, "a fixed number of decode steps, untimed: for instruction counts"},
     {"lowp-kernels", bench_lowp_kernels, "one forward tile step of every kernel registry, fp32 and bf16 tiles"},
 #ifdef ATTN_BENCH_INSTRUCTION_RATES
     {"instruction-rates", bench_instruction_rates, "this core's rates of the vector instructions the kernels use"},

@@ -3,7 +3,8 @@
 # kernels it timed, and GFLOP/s of Q·Kᵀ and P·V (fp32 and bf16 tiles) that follow from the
 # microseconds per call and the sizes (2 · rows · keys · dim flops); `instruction-rates` either
 # prints one row per instruction the CPU has (the fp32 FMA first) or, without AVX-512F, says
-# so in one line with exit status 2; bad arguments exit 2 with a one-line message.
+# so in one line with exit status 2; `decode-steps` gives the same output from the library's
+# pages and a token-major view of them; bad arguments exit 2 with a one-line message.
 # usage: bash micro.sh ATTN_BENCH_BINARY SOURCE_DIR
 set -uo pipefail
 bench=$1
@@ -47,6 +48,23 @@ for arguments in "0 64 32" "16 64" "16 64 32 0" "16 64 32 1 gpu"; do
     "$bench" lowp-kernels $arguments > "$work/out.txt" 2> "$work/err.txt"
     [ $? -eq 2 ] && [ ! -s "$work/out.txt" ] && [ "$(wc -l < "$work/err.txt")" -eq 1 ] ||
         fail "lowp-kernels $arguments: expected exit 2 and one line: $(cat "$work/err.txt")"
+done
+
+# decode-steps: the same output from the library's pages and from the token-major view of the
+# same tokens (int8 with its row scales, bf16), and one-line refusals
+for dtype in int8 bf16; do
+    library=$("$bench" decode-steps --dtype $dtype --kv-heads 4 --heads 8 --context 300 --steps 2)
+    token_major=$("$bench" decode-steps --dtype $dtype --kv-heads 4 --heads 8 --context 300 \
+        --steps 2 --token-major)
+    [ "${library##*o\[0\] = }" = "${token_major##*o\[0\] = }" ] &&
+        [[ "$library" =~ ^2\ decode\ steps,\ $dtype\ cache,\ Hq\ 8,\ Hkv\ 4,\ context\ 300:\ o\[0\]\ =\ -?[0-9]+\.[0-9]{6}$ ]] ||
+        fail "decode-steps $dtype: library '$library', token-major '$token_major'"
+done
+for arguments in "--dtype q4" "--heads 6 --kv-heads 4" "--kv-heads 1 --token-major" "--steps"; do
+    # shellcheck disable=SC2086
+    "$bench" decode-steps $arguments > "$work/out.txt" 2> "$work/err.txt"
+    [ $? -eq 2 ] && [ ! -s "$work/out.txt" ] && [ "$(wc -l < "$work/err.txt")" -eq 1 ] ||
+        fail "decode-steps $arguments: expected exit 2 and one line: $(cat "$work/err.txt")"
 done
 
 [ "$failures" -eq 0 ] && echo "micro.sh: all checks passed"
