@@ -64,24 +64,10 @@ static void text_append_json_string(text_buffer *b, const char *s) {
     text_append(b, "\"", 1);
 }
 
-attn_status attn_safetensors_write(const char *path, const attn_safetensors_tensor *tensors,
-                                   int64_t tensor_count,
-                                   const attn_safetensors_metadata *metadata,
-                                   int64_t metadata_count, attn_error *error) {
-    if (path == NULL) return attn_fail(error, ATTN_ERROR_NULL_ARGUMENT, "path = NULL");
-    if (tensor_count < 0 || (tensor_count > 0 && tensors == NULL))
-        return attn_fail(error, ATTN_ERROR_INVALID_ARGUMENT,
-                         "tensor_count = %lld with tensors %s", (long long)tensor_count,
-                         tensors ? "given" : "NULL");
-    if (metadata_count < 0 || (metadata_count > 0 && metadata == NULL))
-        return attn_fail(error, ATTN_ERROR_INVALID_ARGUMENT, "metadata_count = %lld",
-                         (long long)metadata_count);
-    for (int64_t m = 0; m < metadata_count; ++m)
-        if (metadata[m].key == NULL || metadata[m].value == NULL)
-            return attn_fail(error, ATTN_ERROR_NULL_ARGUMENT, "metadata[%lld].%s = NULL",
-                             (long long)m, metadata[m].key == NULL ? "key" : "value");
-    size_t *sizes = calloc((size_t)tensor_count + 1, sizeof *sizes);
-    if (sizes == NULL) return attn_fail(error, ATTN_ERROR_OUT_OF_MEMORY, "safetensors writer");
+/* Each tensor's name (non-empty, terminated, not reserved, unique), dtype, rank, shape and data;
+ * sizes[i] receives its bytes. */
+static attn_status check_tensors(const attn_safetensors_tensor *tensors, int64_t tensor_count,
+                                 size_t *sizes, attn_error *error) {
     attn_status status = ATTN_OK;
     for (int64_t i = 0; i < tensor_count && status == ATTN_OK; ++i) {
         const attn_safetensors_tensor *t = &tensors[i];
@@ -112,71 +98,111 @@ attn_status attn_safetensors_write(const char *path, const attn_safetensors_tens
                                t->name);
         sizes[i] = bytes;
     }
-    text_buffer header = {0};
-    if (status == ATTN_OK) {
-        text_append(&header, "{", 1);
-        int first = 1;
-        if (metadata_count > 0) {
-            text_append(&header, "\"__metadata__\":{", 16);
-            for (int64_t m = 0; m < metadata_count; ++m) {
-                if (m) text_append(&header, ",", 1);
-                text_append_json_string(&header, metadata[m].key);
-                text_append(&header, ":", 1);
-                text_append_json_string(&header, metadata[m].value);
-            }
-            text_append(&header, "}", 1);
-            first = 0;
+    return status;
+}
+
+/* The JSON header (metadata, then each tensor's dtype, shape and data offsets), padded with
+ * spaces so that the data starts 8-byte aligned, as the reference writer does. */
+static attn_status build_header(const char *path, const attn_safetensors_tensor *tensors,
+                                int64_t tensor_count, const size_t *sizes,
+                                const attn_safetensors_metadata *metadata,
+                                int64_t metadata_count, text_buffer *header, attn_error *error) {
+    attn_status status = ATTN_OK;
+    text_append(header, "{", 1);
+    int first = 1;
+    if (metadata_count > 0) {
+        text_append(header, "\"__metadata__\":{", 16);
+        for (int64_t m = 0; m < metadata_count; ++m) {
+            if (m) text_append(header, ",", 1);
+            text_append_json_string(header, metadata[m].key);
+            text_append(header, ":", 1);
+            text_append_json_string(header, metadata[m].value);
         }
-        size_t offset = 0;
-        for (int64_t i = 0; i < tensor_count; ++i) {
-            const attn_safetensors_tensor *t = &tensors[i];
-            if (!first) text_append(&header, ",", 1);
-            first = 0;
-            text_append_json_string(&header, t->name);
-            text_printf(&header, ":{\"dtype\":\"%s\",\"shape\":[", attn_safetensors_dtype_name(t->dtype));
-            for (int d = 0; d < t->rank; ++d)
-                text_printf(&header, d ? ",%lld" : "%lld", (long long)t->shape[d]);
-            text_printf(&header, "],\"data_offsets\":[%zu,%zu]}", offset, offset + sizes[i]);
-            offset += sizes[i];
-        }
-        text_append(&header, "}", 1);
-        /* Pad with spaces so the data buffer starts 8-byte aligned, as the reference does. */
-        while (!header.failed && header.length % 8 != 0) text_append(&header, " ", 1);
-        if (header.failed)
-            status = attn_fail(error, ATTN_ERROR_OUT_OF_MEMORY, "safetensors header");
-        else if (header.length > ATTN_SAFETENSORS_MAX_HEADER_BYTES)
-            status = attn_fail(error, ATTN_ERROR_INVALID_ARGUMENT,
-                               "%s: a header of %zu bytes exceeds the format's limit of %llu",
-                               path, header.length,
-                               (unsigned long long)ATTN_SAFETENSORS_MAX_HEADER_BYTES);
+        text_append(header, "}", 1);
+        first = 0;
     }
-    if (status == ATTN_OK) {
-        size_t path_length = strlen(path);
-        char *temporary = malloc(path_length + 32);
-        if (temporary == NULL) {
-            status = attn_fail(error, ATTN_ERROR_OUT_OF_MEMORY, "%s: temporary name", path);
+    size_t offset = 0;
+    for (int64_t i = 0; i < tensor_count; ++i) {
+        const attn_safetensors_tensor *t = &tensors[i];
+        if (!first) text_append(header, ",", 1);
+        first = 0;
+        text_append_json_string(header, t->name);
+        text_printf(header, ":{\"dtype\":\"%s\",\"shape\":[", attn_safetensors_dtype_name(t->dtype));
+        for (int d = 0; d < t->rank; ++d)
+            text_printf(header, d ? ",%lld" : "%lld", (long long)t->shape[d]);
+        text_printf(header, "],\"data_offsets\":[%zu,%zu]}", offset, offset + sizes[i]);
+        offset += sizes[i];
+    }
+    text_append(header, "}", 1);
+    /* Pad with spaces so the data buffer starts 8-byte aligned, as the reference does. */
+    while (!header->failed && header->length % 8 != 0) text_append(header, " ", 1);
+    if (header->failed)
+        status = attn_fail(error, ATTN_ERROR_OUT_OF_MEMORY, "safetensors header");
+    else if (header->length > ATTN_SAFETENSORS_MAX_HEADER_BYTES)
+        status = attn_fail(error, ATTN_ERROR_INVALID_ARGUMENT,
+                           "%s: a header of %zu bytes exceeds the format's limit of %llu",
+                           path, header->length,
+                           (unsigned long long)ATTN_SAFETENSORS_MAX_HEADER_BYTES);
+    return status;
+}
+
+/* The file written under a temporary name and renamed into place (nothing at `path` on error). */
+static attn_status write_file(const char *path, const text_buffer *header,
+                              const attn_safetensors_tensor *tensors, int64_t tensor_count,
+                              const size_t *sizes, attn_error *error) {
+    attn_status status = ATTN_OK;
+    size_t path_length = strlen(path);
+    char *temporary = malloc(path_length + 32);
+    if (temporary == NULL) {
+        status = attn_fail(error, ATTN_ERROR_OUT_OF_MEMORY, "%s: temporary name", path);
+    } else {
+        snprintf(temporary, path_length + 32, "%s.tmp.%ld", path, (long)getpid());
+        FILE *stream = fopen(temporary, "wb");
+        if (stream == NULL) {
+            status = attn_fail(error, ATTN_ERROR_IO, "%s: cannot create", temporary);
         } else {
-            snprintf(temporary, path_length + 32, "%s.tmp.%ld", path, (long)getpid());
-            FILE *stream = fopen(temporary, "wb");
-            if (stream == NULL) {
-                status = attn_fail(error, ATTN_ERROR_IO, "%s: cannot create", temporary);
-            } else {
-                unsigned char length_bytes[8];
-                uint64_t length = header.length;
-                for (int i = 0; i < 8; ++i) length_bytes[i] = (unsigned char)(length >> (8 * i));
-                int ok = fwrite(length_bytes, 1, 8, stream) == 8 &&
-                         fwrite(header.data, 1, header.length, stream) == header.length;
-                for (int64_t i = 0; ok && i < tensor_count; ++i)
-                    ok = sizes[i] == 0 || fwrite(tensors[i].data, 1, sizes[i], stream) == sizes[i];
-                if (fclose(stream) != 0) ok = 0;
-                if (!ok || rename(temporary, path) != 0) {
-                    remove(temporary);
-                    status = attn_fail(error, ATTN_ERROR_IO, "%s: write failed", path);
-                }
+            unsigned char length_bytes[8];
+            uint64_t length = header->length;
+            for (int i = 0; i < 8; ++i) length_bytes[i] = (unsigned char)(length >> (8 * i));
+            int ok = fwrite(length_bytes, 1, 8, stream) == 8 &&
+                     fwrite(header->data, 1, header->length, stream) == header->length;
+            for (int64_t i = 0; ok && i < tensor_count; ++i)
+                ok = sizes[i] == 0 || fwrite(tensors[i].data, 1, sizes[i], stream) == sizes[i];
+            if (fclose(stream) != 0) ok = 0;
+            if (!ok || rename(temporary, path) != 0) {
+                remove(temporary);
+                status = attn_fail(error, ATTN_ERROR_IO, "%s: write failed", path);
             }
-            free(temporary);
         }
+        free(temporary);
     }
+    return status;
+}
+
+attn_status attn_safetensors_write(const char *path, const attn_safetensors_tensor *tensors,
+                                   int64_t tensor_count,
+                                   const attn_safetensors_metadata *metadata,
+                                   int64_t metadata_count, attn_error *error) {
+    if (path == NULL) return attn_fail(error, ATTN_ERROR_NULL_ARGUMENT, "path = NULL");
+    if (tensor_count < 0 || (tensor_count > 0 && tensors == NULL))
+        return attn_fail(error, ATTN_ERROR_INVALID_ARGUMENT,
+                         "tensor_count = %lld with tensors %s", (long long)tensor_count,
+                         tensors ? "given" : "NULL");
+    if (metadata_count < 0 || (metadata_count > 0 && metadata == NULL))
+        return attn_fail(error, ATTN_ERROR_INVALID_ARGUMENT, "metadata_count = %lld",
+                         (long long)metadata_count);
+    for (int64_t m = 0; m < metadata_count; ++m)
+        if (metadata[m].key == NULL || metadata[m].value == NULL)
+            return attn_fail(error, ATTN_ERROR_NULL_ARGUMENT, "metadata[%lld].%s = NULL",
+                             (long long)m, metadata[m].key == NULL ? "key" : "value");
+    size_t *sizes = calloc((size_t)tensor_count + 1, sizeof *sizes);
+    if (sizes == NULL) return attn_fail(error, ATTN_ERROR_OUT_OF_MEMORY, "safetensors writer");
+    text_buffer header = {0};
+    attn_status status = check_tensors(tensors, tensor_count, sizes, error);
+    if (status == ATTN_OK)
+        status = build_header(path, tensors, tensor_count, sizes, metadata, metadata_count,
+                              &header, error);
+    if (status == ATTN_OK) status = write_file(path, &header, tensors, tensor_count, sizes, error);
     free(header.data);
     free(sizes);
     return status;
