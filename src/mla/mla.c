@@ -224,9 +224,12 @@ static attn_status check_weights(const attn_mla_config *config, const attn_mla_w
     return ATTN_OK;
 }
 
-attn_status attn_mla_forward(const attn_mla_config *config, const attn_mla_weights *weights,
-                             attn_kv_cache *cache, const attn_tensor *hidden, attn_mla_path path,
-                             attn_tensor *out, attn_error *error) {
+/* The call's arguments against the config and the cache (hidden / out [B, T, hidden], the
+ * attn_mla_cache_config layout, room for T tokens per sequence); fills the sizes. */
+static attn_status check_call(const attn_mla_config *config, const attn_mla_weights *weights,
+                              const attn_kv_cache *cache, const attn_tensor *hidden,
+                              attn_mla_path path, const attn_tensor *out, mla_sizes *sizes,
+                              attn_error *error) {
     attn_status status = check_config(config, error);
     if (status == ATTN_OK) status = check_weights(config, weights, error);
     if (status != ATTN_OK) return status;
@@ -263,26 +266,19 @@ attn_status attn_mla_forward(const attn_mla_config *config, const attn_mla_weigh
                              "sequence %lld: %lld tokens + %lld new exceed capacity %lld",
                              (long long)b, (long long)attn_kv_cache_length(cache, b),
                              (long long)z.T, (long long)cc->capacity);
+    *sizes = z;
+    return ATTN_OK;
+}
 
-    if ((status = sizes_fit_blas(&z, config, cc->capacity, error)) != ATTN_OK) return status;
+/* queries [rows][heads][nope | rope] (through the query latent and its RMSNorm when
+ * q_lora_rank > 0) and latents [rows][c_KV | k_R] (RMSNorm on c_KV) from x [rows][hidden]. */
+static attn_status project(const mla_sizes *sizes, const attn_mla_config *config,
+                           const attn_mla_weights *weights, const float *x, float *query_latent,
+                           float *queries, float *latents, attn_error *error) {
+    const mla_sizes z = *sizes;
     const int64_t d = config->hidden, query_width = z.heads * z.query_head;
     const int64_t key_row = z.latent + z.rope, q_latent = config->q_lora_rank;
-    float *x = malloc((size_t)(z.rows * d) * sizeof(float));
-    float *queries = malloc((size_t)(z.rows * query_width) * sizeof(float));
-    float *latents = malloc((size_t)(z.rows * key_row) * sizeof(float));
-    float *query_latent = q_latent > 0 ? malloc((size_t)(z.rows * q_latent) * sizeof(float)) : NULL;
-    float *heads_out = malloc((size_t)(z.rows * z.heads * z.value) * sizeof(float));
-    float *projected = malloc((size_t)(z.rows * d) * sizeof(float));
-    if (!x || !queries || !latents || (q_latent > 0 && !query_latent) || !heads_out || !projected) {
-        status = attn_fail(error, ATTN_ERROR_OUT_OF_MEMORY, "no memory for %lld tokens of MLA",
-                           (long long)z.rows);
-        goto done;
-    }
-    for (int64_t b = 0; b < z.B; ++b)
-        for (int64_t t = 0; t < z.T; ++t)
-            for (int64_t i = 0; i < d; ++i)
-                x[(b * z.T + t) * d + i] = *((const float *)hidden->data + b * hidden->stride[0] +
-                                            t * hidden->stride[1] + i * hidden->stride[2]);
+    attn_status status;
     /* Queries: [rows][heads][nope | rope]. */
     if (q_latent == 0) {
         status = attn_linear_forward(x, z.rows, d, weights->wq, NULL, query_width, queries, error);
@@ -304,8 +300,17 @@ attn_status attn_mla_forward(const attn_mla_config *config, const attn_mla_weigh
         status = attn_rms_norm(latents + n * key_row, 1, z.latent, weights->kv_norm,
                                config->norm_eps > 0 ? config->norm_eps : 1e-6f,
                                latents + n * key_row, error);
-    /* RoPE (interleaved, scaled as config->rope_scaling says) on q_R and k_R at each token's
-       absolute position. */
+    return status;
+}
+
+/* RoPE (interleaved, scaled as config->rope_scaling says) on q_R and k_R at each token's
+ * absolute position (the cache's length plus its index). */
+static attn_status rotate(const mla_sizes *sizes, const attn_mla_config *config,
+                          const attn_kv_cache *cache, float *queries, float *latents,
+                          attn_error *error) {
+    const mla_sizes z = *sizes;
+    const int64_t query_width = z.heads * z.query_head, key_row = z.latent + z.rope;
+    attn_status status = ATTN_OK;
     const attn_rope_config rope = {.layout = ATTN_ROPE_INTERLEAVED, .rotary_dim = z.rope,
                                    .base = config->rope_base > 0 ? config->rope_base : 10000.0,
                                    .scaling = config->rope_scaling};
@@ -325,6 +330,37 @@ attn_status attn_mla_forward(const attn_mla_config *config, const attn_mla_weigh
         if (status == ATTN_OK) status = attn_rope_apply_ids(&k_rope, &rope, &ids, 0, error);
     }
     free(positions);
+    return status;
+}
+
+attn_status attn_mla_forward(const attn_mla_config *config, const attn_mla_weights *weights,
+                             attn_kv_cache *cache, const attn_tensor *hidden, attn_mla_path path,
+                             attn_tensor *out, attn_error *error) {
+    mla_sizes z = {0};
+    attn_status status = check_call(config, weights, cache, hidden, path, out, &z, error);
+    if (status != ATTN_OK) return status;
+    const attn_kv_cache_config *cc = attn_kv_cache_config_of(cache);
+    if ((status = sizes_fit_blas(&z, config, cc->capacity, error)) != ATTN_OK) return status;
+    const int64_t d = config->hidden, query_width = z.heads * z.query_head;
+    const int64_t key_row = z.latent + z.rope, q_latent = config->q_lora_rank;
+    float *x = malloc((size_t)(z.rows * d) * sizeof(float));
+    float *queries = malloc((size_t)(z.rows * query_width) * sizeof(float));
+    float *latents = malloc((size_t)(z.rows * key_row) * sizeof(float));
+    float *query_latent = q_latent > 0 ? malloc((size_t)(z.rows * q_latent) * sizeof(float)) : NULL;
+    float *heads_out = malloc((size_t)(z.rows * z.heads * z.value) * sizeof(float));
+    float *projected = malloc((size_t)(z.rows * d) * sizeof(float));
+    if (!x || !queries || !latents || (q_latent > 0 && !query_latent) || !heads_out || !projected) {
+        status = attn_fail(error, ATTN_ERROR_OUT_OF_MEMORY, "no memory for %lld tokens of MLA",
+                           (long long)z.rows);
+        goto done;
+    }
+    for (int64_t b = 0; b < z.B; ++b)
+        for (int64_t t = 0; t < z.T; ++t)
+            for (int64_t i = 0; i < d; ++i)
+                x[(b * z.T + t) * d + i] = *((const float *)hidden->data + b * hidden->stride[0] +
+                                            t * hidden->stride[1] + i * hidden->stride[2]);
+    status = project(&z, config, weights, x, query_latent, queries, latents, error);
+    if (status == ATTN_OK) status = rotate(&z, config, cache, queries, latents, error);
     if (status == ATTN_OK) {
         attn_tensor new_latents = attn_tensor_f32_4d(latents, z.B, z.T, 1, key_row);
         status = attn_kv_cache_append(cache, 0, &new_latents, NULL, error);
