@@ -7,12 +7,15 @@
 
 #include <string.h>
 
-attn_status attn_layer_backward(const attn_layer *layer, int64_t batch, int64_t query_length,
-                                const float *x_query, int64_t key_length,
-                                const float *x_key_value, const attn_options *options,
-                                const attn_layer_activations *activations, const float *dout,
-                                attn_layer *gradients, float *dx_query, float *dx_key_value,
-                                const attn_execution *execution, attn_error *error) {
+/* The call against the layer, its activations and its gradients (shapes, NULLs, the
+ * self-attention rules); fills the sizes. */
+static attn_status check_backward_call(const attn_layer *layer, int64_t batch,
+                                       int64_t query_length, const float *x_query,
+                                       int64_t key_length, const float *x_key_value,
+                                       const attn_layer_activations *activations,
+                                       const float *dout, const attn_layer *gradients,
+                                       const float *dx_key_value, layer_call_sizes *sizes,
+                                       attn_error *error) {
     if (x_query == NULL) return attn_fail(error, ATTN_ERROR_NULL_ARGUMENT, "x_query = NULL");
     if (dout == NULL) return attn_fail(error, ATTN_ERROR_NULL_ARGUMENT, "dout = NULL");
     if (activations == NULL || activations->allocation == NULL)
@@ -28,9 +31,8 @@ attn_status attn_layer_backward(const attn_layer *layer, int64_t batch, int64_t 
         return attn_fail(error, ATTN_ERROR_INVALID_ARGUMENT,
                          "dx_key_value != NULL: self-attention returns the whole gradient in "
                          "dx_query");
-    layer_call_sizes sizes;
     attn_status status =
-        layer_call_sizes_compute(layer, batch, query_length, key_length, &sizes, error);
+        layer_call_sizes_compute(layer, batch, query_length, key_length, sizes, error);
     if (status != ATTN_OK) return status;
     if (activations->batch != batch || activations->query_length != query_length ||
         activations->key_length != key_length)
@@ -51,6 +53,47 @@ attn_status attn_layer_backward(const attn_layer *layer, int64_t batch, int64_t 
         return attn_fail(error, ATTN_ERROR_SHAPE_MISMATCH,
                          "gradients: config differs from the layer's (create it with the same "
                          "config)");
+    return ATTN_OK;
+}
+
+/* dq, dk, dv of the attention from the kept q, k, v (post-RoPE), output and LSE, and the
+ * gradient of its output d_attention. */
+static attn_status attention_backward(const attn_layer *layer, int64_t batch,
+                                      int64_t query_length, int64_t key_length,
+                                      const attn_options *options,
+                                      const attn_layer_activations *activations,
+                                      float *d_attention, float *dq, float *dk, float *dv,
+                                      const attn_execution *execution, attn_error *error) {
+    const attn_layer_config *c = &layer->config;
+    attn_tensor q = attn_tensor_f32_4d(activations->q, batch, query_length, c->query_heads,
+                                       c->head_dim);
+    attn_tensor k = attn_tensor_f32_4d(activations->k, batch, key_length, c->kv_heads, c->head_dim);
+    attn_tensor v = attn_tensor_f32_4d(activations->v, batch, key_length, c->kv_heads, c->head_dim);
+    attn_tensor o = attn_tensor_f32_4d(activations->attention, batch, query_length,
+                                       c->query_heads, c->head_dim);
+    int64_t lse_shape[3] = {batch, c->query_heads, query_length};
+    attn_tensor lse = attn_tensor_contiguous(activations->lse, ATTN_DTYPE_F32, 3, lse_shape);
+    attn_tensor d_o = attn_tensor_f32_4d(d_attention, batch, query_length, c->query_heads,
+                                         c->head_dim);
+    attn_tensor d_q = attn_tensor_f32_4d(dq, batch, query_length, c->query_heads, c->head_dim);
+    attn_tensor d_k = attn_tensor_f32_4d(dk, batch, key_length, c->kv_heads, c->head_dim);
+    attn_tensor d_v = attn_tensor_f32_4d(dv, batch, key_length, c->kv_heads, c->head_dim);
+    return attn_backward(&q, &k, &v, &o, &lse, &d_o, options, &d_q, &d_k, &d_v, NULL, execution,
+                           error);
+}
+
+attn_status attn_layer_backward(const attn_layer *layer, int64_t batch, int64_t query_length,
+                                const float *x_query, int64_t key_length,
+                                const float *x_key_value, const attn_options *options,
+                                const attn_layer_activations *activations, const float *dout,
+                                attn_layer *gradients, float *dx_query, float *dx_key_value,
+                                const attn_execution *execution, attn_error *error) {
+    layer_call_sizes sizes;
+    attn_status status = check_backward_call(layer, batch, query_length, x_query, key_length,
+                                             x_key_value, activations, dout, gradients,
+                                             dx_key_value, &sizes, error);
+    if (status != ATTN_OK) return status;
+    const attn_layer_config *c = &layer->config;
     const float *x_kv = x_key_value != NULL ? x_key_value : x_query;
 
     /* Scratch: d_attention and dq [B*Tq, h*dh]; dk, dv [B*Tk, g*dh]; two dx [B*Tk, d]. */
@@ -83,26 +126,15 @@ attn_status attn_layer_backward(const attn_layer *layer, int64_t batch, int64_t 
                                   gradients->o_weight, gradients->o_bias, error);
     if (status != ATTN_OK) goto done;
 
-    /* Attention: dq, dk, dv from the kept q, k, v (post-RoPE), output and LSE. */
-    attn_tensor q = attn_tensor_f32_4d(activations->q, batch, query_length, c->query_heads,
-                                       c->head_dim);
-    attn_tensor k = attn_tensor_f32_4d(activations->k, batch, key_length, c->kv_heads, c->head_dim);
-    attn_tensor v = attn_tensor_f32_4d(activations->v, batch, key_length, c->kv_heads, c->head_dim);
-    attn_tensor o = attn_tensor_f32_4d(activations->attention, batch, query_length,
-                                       c->query_heads, c->head_dim);
-    int64_t lse_shape[3] = {batch, c->query_heads, query_length};
-    attn_tensor lse = attn_tensor_contiguous(activations->lse, ATTN_DTYPE_F32, 3, lse_shape);
-    attn_tensor d_o = attn_tensor_f32_4d(d_attention, batch, query_length, c->query_heads,
-                                         c->head_dim);
-    attn_tensor d_q = attn_tensor_f32_4d(dq, batch, query_length, c->query_heads, c->head_dim);
-    attn_tensor d_k = attn_tensor_f32_4d(dk, batch, key_length, c->kv_heads, c->head_dim);
-    attn_tensor d_v = attn_tensor_f32_4d(dv, batch, key_length, c->kv_heads, c->head_dim);
-    status = attn_backward(&q, &k, &v, &o, &lse, &d_o, options, &d_q, &d_k, &d_v, NULL, execution,
-                           error);
+    /* Attention: dq, dk, dv (attention_backward). */
+    status = attention_backward(layer, batch, query_length, key_length, options, activations,
+                                d_attention, dq, dk, dv, execution, error);
     if (status != ATTN_OK) goto done;
 
     /* RoPE is a (scaled) rotation: its gradient is the transpose at the same positions. */
     if (c->rope) {
+        attn_tensor d_q = attn_tensor_f32_4d(dq, batch, query_length, c->query_heads, c->head_dim);
+        attn_tensor d_k = attn_tensor_f32_4d(dk, batch, key_length, c->kv_heads, c->head_dim);
         status = layer_rope(c, &d_q, activations->query_positions, 1, error);
         if (status == ATTN_OK) status = layer_rope(c, &d_k, activations->key_positions, 1, error);
         if (status != ATTN_OK) goto done;
