@@ -219,6 +219,26 @@ static void write_row(const forward_plan *plan, forward_workspace *workspace, in
     if (plan->lse != NULL) *attn_f32_at3(plan->lse, b, h, i) = lse_value;
 }
 
+/* The band path of a work item (rows [i0, i0 + rows) of batch b, KV head kv_head): row chunks,
+ * each walking the key tiles its rows' intervals touch, span_keys at a time
+ * (forward_compute_span). */
+static void run_spans(const forward_plan *plan, forward_workspace *workspace, int64_t b,
+                      int64_t kv_head, int64_t i0, int64_t rows) {
+    for (int64_t r0 = 0; r0 < rows; r0 += plan->span_rows) {
+        const int64_t r1 = r0 + plan->span_rows < rows ? r0 + plan->span_rows : rows;
+        int64_t chunk_begin, chunk_end;
+        attn_mask_candidate_keys(&plan->call->mask, b, i0 + r0, i0 + r1, &chunk_begin, &chunk_end);
+        const int64_t tiles_per_step = plan->span_keys / plan->tile_keys;
+        for (int64_t key_tile = chunk_begin / plan->tile_keys;
+             key_tile * plan->tile_keys < chunk_end; key_tile += tiles_per_step) {
+            int64_t last = key_tile + tiles_per_step - 1;
+            if ((last + 1) * plan->tile_keys > chunk_end) last = (chunk_end - 1) / plan->tile_keys;
+            const span_step step = {b, kv_head, i0, rows, r0, r1, key_tile, last, chunk_end};
+            forward_compute_span(plan, workspace, &step);
+        }
+    }
+}
+
 /* Computes one work item: query tile `tile` (rows [i0, i1)) of batch b for every query head
  * of KV head kv_head. */
 static void run_work_item(const forward_plan *plan, forward_workspace *workspace, int64_t b,
@@ -260,22 +280,7 @@ static void run_work_item(const forward_plan *plan, forward_workspace *workspace
     attn_tile_class *classes = workspace->head_class;
 
     if (plan->span_path) {
-        /* Row chunks; each walks the key tiles its rows' intervals touch, span_keys at a
-         * time (forward_compute_span). */
-        for (int64_t r0 = 0; r0 < rows; r0 += plan->span_rows) {
-            const int64_t r1 = r0 + plan->span_rows < rows ? r0 + plan->span_rows : rows;
-            int64_t chunk_begin, chunk_end;
-            attn_mask_candidate_keys(mask, b, i0 + r0, i0 + r1, &chunk_begin, &chunk_end);
-            const int64_t tiles_per_step = plan->span_keys / plan->tile_keys;
-            for (int64_t key_tile = chunk_begin / plan->tile_keys;
-                 key_tile * plan->tile_keys < chunk_end; key_tile += tiles_per_step) {
-                int64_t last = key_tile + tiles_per_step - 1;
-                if ((last + 1) * plan->tile_keys > chunk_end)
-                    last = (chunk_end - 1) / plan->tile_keys;
-                const span_step step = {b, kv_head, i0, rows, r0, r1, key_tile, last, chunk_end};
-                forward_compute_span(plan, workspace, &step);
-            }
-        }
+        run_spans(plan, workspace, b, kv_head, i0, rows);
         key_end = key_begin; /* done: skip the tile loop */
     }
 
