@@ -156,6 +156,44 @@ void forward_compute_tile(const forward_plan *plan, forward_workspace *workspace
 }
 
 
+/* Each row of a span step masked to its interval [begin, end) of the `columns` scores from
+ * first_key (the band; -inf outside), with the logit pipeline (additive terms, loop
+ * transforms) on the interval only; alive[c]: some row attends column c. */
+static void span_mask_rows(const forward_plan *plan, forward_workspace *workspace,
+                           const span_step *step, int64_t first_key, int64_t columns,
+                           uint8_t *alive) {
+    const attn_mask_context *mask = &plan->call->mask;
+    const int64_t group_size = plan->call->problem.group_size, stride = plan->span_stride;
+    const int64_t rows = step->end_row - step->first_row;
+    const bool transform = attn_logits_needed(&plan->logits, ATTN_TILE_FULL);
+    memset(alive, 0, (size_t)columns);
+    const attn_logit_buffers buffers = {workspace->row_allowed, workspace->row_additive, NULL,
+                                        NULL};
+    for (int64_t r = 0; r < rows; ++r) {
+        const int64_t i = step->i0 + step->first_row + r;
+        int64_t begin, end;
+        attn_mask_band_row(mask, step->b, i, &begin, &end);
+        begin = begin < first_key ? 0 : begin - first_key;
+        end = end - first_key > columns ? columns : end - first_key;
+        if (end < begin) end = begin;
+        for (int64_t g = 0; g < group_size; ++g) {
+            float *row = workspace->scores + (g * plan->span_rows + r) * stride;
+            for (int64_t c = 0; c < begin; ++c) row[c] = -INFINITY;
+            for (int64_t c = end; c < columns; ++c) row[c] = -INFINITY;
+            if (end == begin) continue;
+            if (transform) {
+                attn_logit_buffers row_buffers = buffers;
+                row_buffers.live = alive + begin;
+                attn_logits_row(mask, &plan->logits, ATTN_TILE_FULL, step->b,
+                                step->kv_head * group_size + g, i, first_key + begin,
+                                end - begin, row + begin, &row_buffers);
+            } else {
+                memset(alive + begin, 1, (size_t)(end - begin));
+            }
+        }
+    }
+}
+
 /* The packed tile `tile` of the step's (b, KV head): the shared store's, or this thread's
  * (packed on first use, or repacked into its one slot under a tight memory limit). */
 static const packed_kv_tile *span_tile(const forward_plan *plan, forward_workspace *workspace,
@@ -171,7 +209,6 @@ void forward_compute_span(const forward_plan *plan, forward_workspace *workspace
                           const span_step *step) {
     const attn_forward_kernels *kernels = &plan->call->kernels->forward;
     const attn_kernels *registry = plan->call->kernels;
-    const attn_mask_context *mask = &plan->call->mask;
     const attn_problem *problem = &plan->call->problem;
     const int64_t group_size = problem->group_size;
     const int dim_k = (int)problem->key_dim, dim_v = (int)problem->value_dim;
@@ -181,7 +218,6 @@ void forward_compute_span(const forward_plan *plan, forward_workspace *workspace
     const float step_scale = plan->prescale_queries || plan->loop_transforms ? 1.0f : problem->scale;
     const float step_softcap = plan->loop_transforms ? 0.0f : plan->call->options.softcap;
     const bool bf16_tiles = plan->format.bf16_tiles;
-    const bool transform = attn_logits_needed(&plan->logits, ATTN_TILE_FULL);
 
     /* The step's tiles and their key counts; columns = keys from first_key to the last one
      * the step uses. */
@@ -213,35 +249,9 @@ void forward_compute_span(const forward_plan *plan, forward_workspace *workspace
         }
     }
 
-    /* Each row masked to its interval [begin, end) (the band; -inf outside), with the logit
-     * pipeline (additive terms, loop transforms) on the interval only. */
+    /* Each row masked to its interval (span_mask_rows). */
     uint8_t *alive = workspace->column_alive;
-    memset(alive, 0, (size_t)columns);
-    const attn_logit_buffers buffers = {workspace->row_allowed, workspace->row_additive, NULL,
-                                        NULL};
-    for (int64_t r = 0; r < rows; ++r) {
-        const int64_t i = step->i0 + step->first_row + r;
-        int64_t begin, end;
-        attn_mask_band_row(mask, step->b, i, &begin, &end);
-        begin = begin < first_key ? 0 : begin - first_key;
-        end = end - first_key > columns ? columns : end - first_key;
-        if (end < begin) end = begin;
-        for (int64_t g = 0; g < group_size; ++g) {
-            float *row = workspace->scores + (g * plan->span_rows + r) * stride;
-            for (int64_t c = 0; c < begin; ++c) row[c] = -INFINITY;
-            for (int64_t c = end; c < columns; ++c) row[c] = -INFINITY;
-            if (end == begin) continue;
-            if (transform) {
-                attn_logit_buffers row_buffers = buffers;
-                row_buffers.live = alive + begin;
-                attn_logits_row(mask, &plan->logits, ATTN_TILE_FULL, step->b,
-                                step->kv_head * group_size + g, i, first_key + begin,
-                                end - begin, row + begin, &row_buffers);
-            } else {
-                memset(alive + begin, 1, (size_t)(end - begin));
-            }
-        }
-    }
+    span_mask_rows(plan, workspace, step, first_key, columns, alive);
 
     /* One online-softmax step over the whole span, then P·V tile by tile. */
     const attn_lowp_convert *convert = &registry->convert;
