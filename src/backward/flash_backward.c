@@ -463,6 +463,57 @@ attn_status attn_backward(const attn_tensor *q, const attn_tensor *k, const attn
     return attn_backward_run(&call, q, k, v, out, lse, dout, dq, dk, dv, dbias, error);
 }
 
+/* Tile sizes and the band chunking of the plan (from the options and the execution). */
+static void plan_tiles(backward_plan *plan, const attn_call *call) {
+    const int64_t Tq = plan->problem.query_length, Tk = plan->problem.key_length;
+    /* A windowed pure band: chunks of consecutive key tiles (backward_plan) and finer tiles
+     * (flash_backward.h). */
+    plan->contiguous_chunks =
+        attn_mask_is_band(&call->options) && attn_mask_window_narrows(&call->options, Tq, Tk);
+    plan->key_block = plan->contiguous_chunks ? BACKWARD_BAND_KEY_BLOCK : BACKWARD_KEY_BLOCK;
+    plan->tile_q = call->execution.tile_q > 0 ? call->execution.tile_q
+                   : plan->contiguous_chunks  ? BACKWARD_BAND_TILE_Q
+                                              : BACKWARD_TILE_Q;
+    plan->tile_k = call->execution.tile_k > 0 ? call->execution.tile_k : BACKWARD_TILE_K;
+    plan->query_tile_slots = 1;
+    if (plan->tile_q > Tq) plan->tile_q = (int)Tq;
+    if (plan->tile_k > Tk) plan->tile_k = (int)Tk;
+    if (plan->contiguous_chunks)
+        plan->query_tile_slots = band_query_tile_slots(plan, &call->options);
+}
+
+/* The tasks on `threads` workers (D first), the dQ partials reduced, the call ended; an
+ * OVERFLOW status when 16-bit gradients do not fit. */
+static attn_status run_backward(backward_plan *plan, attn_call *call, int threads,
+                                int64_t row_dot_count, const attn_tensor *dq, attn_error *error) {
+    plan->mask = &call->mask;
+    plan->row_dot = attn_call_shared(call);
+    plan->query_partials = plan->row_dot + ((size_t)row_dot_count + 15) / 16 * 16;
+    compute_row_dots(plan, call, threads);
+
+    const backward_tasks tasks = plan_tasks(plan);
+    int64_t overflows[2 * threads]; /* per worker: dk/dv values, then dq values */
+    for (int t = 0; t < 2 * threads; ++t) overflows[t] = 0;
+    task_region region = {plan, &tasks, call, overflows, 0};
+    attn_parallel_run(threads, run_tasks, &region);
+    int64_t key_overflows = 0, task_query_overflows = 0;
+    for (int t = 0; t < threads; ++t) {
+        key_overflows += overflows[2 * t];
+        task_query_overflows += overflows[2 * t + 1];
+    }
+    const int64_t query_overflows = reduce_query_partials(plan, threads) + task_query_overflows;
+
+    attn_call_end(call);
+    if (key_overflows + query_overflows > 0)
+        return attn_fail(error, ATTN_ERROR_OVERFLOW,
+                         "%lld gradient values (dq: %lld, dk and dv: %lld) do not fit %s (largest "
+                         "%g); use float32 or bfloat16 gradients",
+                         (long long)(key_overflows + query_overflows), (long long)query_overflows,
+                         (long long)key_overflows, attn_dtype_name(dq->dtype),
+                         dq->dtype == ATTN_DTYPE_F16 ? 65504.0 : 3.3895313892515355e38);
+    return ATTN_OK;
+}
+
 attn_status attn_backward_run(attn_call *call, const attn_tensor *q, const attn_tensor *k,
                               const attn_tensor *v, const attn_tensor *out,
                               const attn_tensor *lse, const attn_tensor *dout, attn_tensor *dq,
@@ -484,20 +535,8 @@ attn_status attn_backward_run(attn_call *call, const attn_tensor *q, const attn_
     plan.softcap = call->options.softcap;
     const int64_t B = plan.problem.batch, Tq = plan.problem.query_length;
     const int64_t Tk = plan.problem.key_length, Hq = plan.problem.query_heads;
-    /* A windowed pure band: chunks of consecutive key tiles (backward_plan) and finer tiles
-     * (flash_backward.h). */
-    plan.contiguous_chunks =
-        attn_mask_is_band(&call->options) && attn_mask_window_narrows(&call->options, Tq, Tk);
-    plan.key_block = plan.contiguous_chunks ? BACKWARD_BAND_KEY_BLOCK : BACKWARD_KEY_BLOCK;
-    plan.tile_q = call->execution.tile_q > 0 ? call->execution.tile_q
-                  : plan.contiguous_chunks   ? BACKWARD_BAND_TILE_Q
-                                             : BACKWARD_TILE_Q;
-    plan.tile_k = call->execution.tile_k > 0 ? call->execution.tile_k : BACKWARD_TILE_K;
-    plan.query_tile_slots = 1;
+    plan_tiles(&plan, call);
     const int64_t Dk = plan.problem.key_dim;
-    if (plan.tile_q > Tq) plan.tile_q = (int)Tq;
-    if (plan.tile_k > Tk) plan.tile_k = (int)Tk;
-    if (plan.contiguous_chunks) plan.query_tile_slots = band_query_tile_slots(&plan, &call->options);
     /* The backward's products: about 2.5 times the forward's (S, P, dP, dS, dQ, dK, dV). */
     const double pairs = (double)B * (double)Tq * (double)Tk;
     const int threads = attn_call_threads_for_work(
@@ -568,30 +607,5 @@ attn_status attn_backward_run(attn_call *call, const attn_tensor *q, const attn_
         attn_call_end(call);
         return status;
     }
-    plan.mask = &call->mask;
-    plan.row_dot = attn_call_shared(call);
-    plan.query_partials = plan.row_dot + ((size_t)row_dot_count + 15) / 16 * 16;
-    compute_row_dots(&plan, call, threads);
-
-    const backward_tasks tasks = plan_tasks(&plan);
-    int64_t overflows[2 * threads]; /* per worker: dk/dv values, then dq values */
-    for (int t = 0; t < 2 * threads; ++t) overflows[t] = 0;
-    task_region region = {&plan, &tasks, call, overflows, 0};
-    attn_parallel_run(threads, run_tasks, &region);
-    int64_t key_overflows = 0, task_query_overflows = 0;
-    for (int t = 0; t < threads; ++t) {
-        key_overflows += overflows[2 * t];
-        task_query_overflows += overflows[2 * t + 1];
-    }
-    const int64_t query_overflows = reduce_query_partials(&plan, threads) + task_query_overflows;
-
-    attn_call_end(call);
-    if (key_overflows + query_overflows > 0)
-        return attn_fail(error, ATTN_ERROR_OVERFLOW,
-                         "%lld gradient values (dq: %lld, dk and dv: %lld) do not fit %s (largest "
-                         "%g); use float32 or bfloat16 gradients",
-                         (long long)(key_overflows + query_overflows), (long long)query_overflows,
-                         (long long)key_overflows, attn_dtype_name(dq->dtype),
-                         dq->dtype == ATTN_DTYPE_F16 ? 65504.0 : 3.3895313892515355e38);
-    return ATTN_OK;
+    return run_backward(&plan, call, threads, row_dot_count, dq, error);
 }
