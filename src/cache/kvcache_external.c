@@ -348,6 +348,52 @@ static attn_status check_lengths(external_plan *plan, const attn_kv_cache_view *
     return ATTN_OK;
 }
 
+/* Whether query row i of a one-sequence problem has an allowed key (the mask without
+ * additive terms; the cache's options make it independent of the head). */
+static int row_has_key(const attn_mask_context *context, int64_t i) {
+    int64_t begin, end;
+    if (attn_mask_is_band(context->options)) {
+        attn_mask_band_row(context, 0, i, &begin, &end);
+        return begin < end;
+    }
+    attn_mask_candidate_keys(context, 0, i, i + 1, &begin, &end);
+    for (int64_t j = begin; j < end; ++j)
+        if (attn_mask_allowed(context, 0, 0, i, j)) return 1;
+    return 0;
+}
+
+/* Under ATTN_EMPTY_ROWS_ERROR, the first query row (in (b, h, i) order) that the mask leaves
+ * with no key, found here, before the append and before out is written: the attention
+ * itself would report it only after writing the rows of the sequences before it. */
+static attn_status check_empty_rows(const external_plan *plan, const attn_options *options,
+                                    const attn_problem *sizes, attn_error *error) {
+    for (int64_t b = 0; b < plan->B; ++b) {
+        const int64_t total = plan->cache_seqlens[b] + plan->Tnew;
+        if (total == 0)
+            return attn_fail(error, ATTN_ERROR_EMPTY_ROW,
+                             "query row (b = %lld, h = 0, i = 0) has no allowed key: the "
+                             "sequence holds no token (cache_seqlens[%lld] = 0 and nothing "
+                             "appended)",
+                             (long long)b, (long long)b);
+        attn_problem problem = *sizes; /* sequence b alone, as the attention runs it */
+        problem.batch = 1, problem.key_length = total;
+        attn_mask_context context;
+        attn_status status = attn_mask_context_init(&context, options, &problem, error);
+        if (status != ATTN_OK) return status;
+        int64_t empty = -1;
+        for (int64_t i = 0; i < plan->Tq && empty < 0; ++i)
+            if (!row_has_key(&context, i)) empty = i;
+        attn_mask_context_free(&context);
+        if (empty >= 0)
+            return attn_fail(error, ATTN_ERROR_EMPTY_ROW,
+                             "query row (b = %lld, h = 0, i = %lld) has no allowed key among the "
+                             "sequence's %lld tokens (options.empty_rows = ERROR; use ZERO or "
+                             "NAN to accept it)",
+                             (long long)b, (long long)empty, (long long)total);
+    }
+    return ATTN_OK;
+}
+
 static attn_status check_attention(const external_plan *plan, const attn_options *options,
                                    attn_error *error) {
     attn_status status;
@@ -371,15 +417,8 @@ static attn_status check_attention(const external_plan *plan, const attn_options
                          plan->Dk > most_dim ? "q.shape[3] (Dk)" : "cache->v_cache.shape[3] (Dv)",
                          (long long)(plan->Dk > most_dim ? plan->Dk : plan->Dv),
                          (long long)most_dim);
-    if (options->empty_rows == ATTN_EMPTY_ROWS_ERROR)
-        for (int64_t b = 0; b < plan->B; ++b)
-            if (plan->cache_seqlens[b] + plan->Tnew == 0)
-                return attn_fail(error, ATTN_ERROR_EMPTY_ROW,
-                                 "query row (b = %lld, h = 0, i = 0) has no allowed key: the "
-                                 "sequence holds no token (cache_seqlens[%lld] = 0 and nothing "
-                                 "appended)",
-                                 (long long)b, (long long)b);
-    return ATTN_OK;
+    if (options->empty_rows != ATTN_EMPTY_ROWS_ERROR) return ATTN_OK;
+    return check_empty_rows(plan, options, &problem, error);
 }
 
 /* The rotary tables: both or neither, their shapes, layout and positions. */
@@ -663,14 +702,21 @@ static void gather_tokens(void *context, int64_t first, int64_t end, int worker)
         }
 }
 
-/* The prefill path: attn_forward per sequence on its tokens [0, total). */
+/* The prefill path: attn_forward per sequence on its tokens [0, total). The longest sequence
+ * runs first: its working memory is the largest, so a memory limit stops the call before any
+ * row of out is written (empty rows were refused by check_empty_rows). */
 static attn_status prefill(const external_plan *plan, const attn_tensor *q,
                            const attn_options *options, attn_tensor *out, attn_tensor *lse,
                            const attn_execution *execution, void *gathered, attn_error *error) {
     const attn_dtype operand = q->dtype; /* K/V go to the forward in the queries' dtype */
     const size_t operand_size = attn_dtype_size(operand);
     const int direct = !plan->paged && plan->dtype == operand;
-    for (int64_t b = 0; b < plan->B; ++b) {
+    int64_t longest = 0;
+    for (int64_t b = 1; b < plan->B; ++b)
+        if (plan->cache_seqlens[b] > plan->cache_seqlens[longest]) longest = b;
+    for (int64_t n = 0; n < plan->B; ++n) {
+        /* longest, then the others in order */
+        const int64_t b = n == 0 ? longest : n <= longest ? n - 1 : n;
         const int64_t total = plan->cache_seqlens[b] + plan->Tnew;
         attn_status status;
         if (total == 0) {
