@@ -12,8 +12,10 @@
  * Accumulators are [dK [B, n_o, Hkv, Dk] | dV [B, n_o, Hkv, Dv]], contiguous.
  *
  * BF16 / F16 tensors: K|V messages hold the 16-bit elements as stored (widened on arrival);
- * q, out, dout are widened once; the accumulators travel in fp32; dQ, dK, dV are rounded once
- * at the end — the fp32 ring backward on the same values, rounded (docs/precision.md).
+ * q and dout are widened once, and O is computed again in fp32 by one forward ring
+ * (ring_forward_recompute), so that D comes from the unrounded O as in the single-process
+ * backward; the accumulators travel in fp32; dQ, dK, dV are rounded once at the end — the
+ * fp32 ring backward on the same values, given the fp32 ring's O, rounded (docs/precision.md).
  */
 #include "ring_internal.h"
 
@@ -286,7 +288,10 @@ attn_status attn_ring_backward(MPI_Comm comm, const attn_tensor *q, const attn_t
     status = ring_agree(&call, allocate_buffers(&call, &buffers, &local_error), &local_error,
                         error);
     if (status == ATTN_OK) {
-        /* 16-bit tensors: the blocks see q, out, dout widened once (exact) */
+        /* 16-bit tensors: the blocks see q and dout widened once (exact), and O as the
+         * forward ring computes it in fp32 before rounding: D = rowsum(dO * O) from the
+         * rounded O would carry its rounding into dS = P (dP - D), where dP and D nearly
+         * cancel (as the single-process backward, docs/backward.md "D for 16-bit operands") */
         ring_tensors computed = tensors;
         attn_tensor widened[3];
         if (call.dtype != ATTN_DTYPE_F32) {
@@ -294,11 +299,12 @@ attn_status attn_ring_backward(MPI_Comm comm, const attn_tensor *q, const attn_t
             float *targets[3] = {buffers.queries, buffers.out, buffers.dout};
             for (int i = 0; i < 3; ++i) {
                 widened[i] = attn_tensor_contiguous(targets[i], ATTN_DTYPE_F32, 4, sources[i]->shape);
-                attn_tensor_convert(sources[i], &widened[i], NULL); /* exact */
+                if (i != 1) attn_tensor_convert(sources[i], &widened[i], NULL); /* exact */
             }
             computed.q = &widened[0], computed.out = &widened[1], computed.dout = &widened[2];
+            status = ring_forward_recompute(&call, &tensors, &widened[1], &local_error);
         }
-        status = run_ring(&call, &computed, &buffers, stats, &local_error);
+        if (status == ATTN_OK) status = run_ring(&call, &computed, &buffers, stats, &local_error);
         status = ring_agree(&call, status, &local_error, error);
     }
     free_buffers(&buffers);

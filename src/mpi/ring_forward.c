@@ -234,6 +234,30 @@ static attn_status run_ring(ring_call *call, const ring_tensors *tensors, attn_t
     return compute_status;
 }
 
+/* The fp32 O of this rank's rows, computed again by the forward ring on the call's q, k, v
+ * (16-bit: widened, as attn_ring_forward computes them before rounding O): the 16-bit ring
+ * backward reads it for D = rowsum(dO * O) instead of the rounded O (ring_backward.c). Rows
+ * no block reaches are 0 here, whatever the empty-row policy; sinks are folded in. Collective:
+ * every rank calls it, and all return the same status. */
+attn_status ring_forward_recompute(ring_call *call, const ring_tensors *tensors, attn_tensor *out,
+                                   attn_error *error) {
+    attn_error local_error = {ATTN_OK, ""};
+    forward_buffers buffers;
+    attn_status status = ring_agree(call, allocate_buffers(call, true, &buffers, &local_error),
+                                    &local_error, error);
+    if (status == ATTN_OK) {
+        const int64_t shape[3] = {call->batch, call->query_heads, call->local_length};
+        attn_tensor lse = attn_tensor_contiguous(buffers.own_lse, ATTN_DTYPE_F32, 3, shape);
+        const attn_empty_rows policy = call->prepared.options.empty_rows;
+        call->prepared.options.empty_rows = ATTN_EMPTY_ROWS_ZERO;
+        status = run_ring(call, tensors, out, &lse, &buffers, NULL, &local_error);
+        call->prepared.options.empty_rows = policy;
+        status = ring_agree(call, status, &local_error, error);
+    }
+    free_buffers(&buffers);
+    return status;
+}
+
 attn_status attn_ring_forward(MPI_Comm comm, const attn_tensor *q, const attn_tensor *k,
                               const attn_tensor *v, const attn_options *options,
                               const attn_ring_layout *layout, attn_tensor *out, attn_tensor *lse,

@@ -70,6 +70,11 @@ void ring_call_end(ring_call *call);
  * returns the same status, the largest status code reported, with the message of the lowest
  * rank that reported it, prefixed "rank R: ". MPI failures give ATTN_ERROR_COMMUNICATION.
  */
+/* The fp32 O of this rank's rows by the forward ring on tensors->q, k, v (ring_forward.c):
+ * out F32 [B, n_r, Hq, Dv]. Collective. */
+attn_status ring_forward_recompute(ring_call *call, const ring_tensors *tensors, attn_tensor *out,
+                                   attn_error *error);
+
 attn_status ring_agree(const ring_call *call, attn_status local_status,
                        const attn_error *local_error, attn_error *error);
 
