@@ -27,6 +27,12 @@ const char cli_attention_options_help[] =
     "  --alibi                    ALiBi with the standard slopes for Hq heads\n"
     "  --alibi-slopes S.npy       ALiBi with float32 [Hq] slopes (implies --alibi)\n"
     "  --softcap C                logit soft-capping C * tanh(x / C), C > 0 (Gemma-2)\n"
+    "  --dropout P                attention dropout (forward and backward): each probability\n"
+    "                             dropped with probability P in [0, 1), the rest scaled by\n"
+    "                             1 / (1 - P); the mask is a function of the seed, offset and\n"
+    "                             position, so backward with the same three regenerates it\n"
+    "  --dropout-seed S           dropout's seed, an integer in [0, 2^64) (default 0)\n"
+    "  --dropout-offset O         dropout's first counter per row, in [0, 2^64) (default 0)\n"
     "  --empty-rows POLICY        a query with no allowed key: error (default), zero (O = 0,\n"
     "                             LSE = -inf) or nan\n"
     "  --query-lengths L.npy      int32 [B]: valid queries per batch (padded batches)\n"
@@ -56,6 +62,17 @@ bool cli_parse_int64(const char *text, int64_t *value) {
     long long parsed = strtoll(text, &end, 10);
     if (errno != 0 || end == text || *end != '\0') return false;
     *value = (int64_t)parsed;
+    return true;
+}
+
+/* A decimal integer in [0, 2^64), the whole text. */
+static bool parse_uint64(const char *text, uint64_t *value) {
+    if (text == NULL || *text < '0' || *text > '9') return false;
+    char *end = NULL;
+    errno = 0;
+    const unsigned long long parsed = strtoull(text, &end, 10);
+    if (errno != 0 || *end != '\0') return false;
+    *value = (uint64_t)parsed;
     return true;
 }
 
@@ -195,7 +212,8 @@ cli_parse_result cli_parse_attention_option(cli_attention_arguments *arguments,
         "--scale", "--causal", "--align", "--window", "--mask", "--bias", "--alibi-slopes",
         "--softcap", "--empty-rows", "--threads", "--query-lengths", "--key-lengths",
         "--global-tokens", "--pattern", "--block-layout", "--block-size", "--query-positions",
-        "--key-positions", "--kernel", "--memory-limit"};
+        "--key-positions", "--kernel", "--memory-limit", "--dropout", "--dropout-seed",
+        "--dropout-offset"};
     bool known = false;
     for (size_t i = 0; i < sizeof with_value / sizeof with_value[0]; ++i)
         known = known || strcmp(name, with_value[i]) == 0;
@@ -247,6 +265,20 @@ cli_parse_result cli_parse_attention_option(cli_attention_arguments *arguments,
             return CLI_PARSE_ERROR;
         }
         options->softcap = (float)real;
+    } else if (strcmp(name, "--dropout") == 0) {
+        if (!cli_parse_double(value, &real) || real < 0 || real >= 1 || (float)real >= 1.0f) {
+            cli_error(command, "--dropout '%s': expected a probability in [0, 1)", value);
+            return CLI_PARSE_ERROR;
+        }
+        options->dropout_p = (float)real;
+    } else if (strcmp(name, "--dropout-seed") == 0 || strcmp(name, "--dropout-offset") == 0) {
+        uint64_t number;
+        if (!parse_uint64(value, &number)) {
+            cli_error(command, "%s '%s': expected an integer in [0, 2^64)", name, value);
+            return CLI_PARSE_ERROR;
+        }
+        if (strcmp(name, "--dropout-seed") == 0) options->dropout_seed = number;
+        else options->dropout_offset = number;
     } else if (strcmp(name, "--empty-rows") == 0) {
         if (strcmp(value, "error") == 0) options->empty_rows = ATTN_EMPTY_ROWS_ERROR;
         else if (strcmp(value, "zero") == 0) options->empty_rows = ATTN_EMPTY_ROWS_ZERO;

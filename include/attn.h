@@ -216,7 +216,8 @@ typedef enum attn_kernel_choice {
                                 and the OS's XTILEDATA permission allow AMX */
 } attn_kernel_choice;
 
-#define ATTN_OPTIONS_VERSION 2 /* the layout of attn_options below (1: without `sinks`) */
+#define ATTN_OPTIONS_VERSION 3 /* the layout of attn_options below (1: without `sinks`,
+                                  2: without dropout) */
 
 /*
  * What one attention call computes, apart from the tensors. Zero means "off" or "default" in
@@ -321,6 +322,20 @@ typedef struct attn_options {
        by the window or the pattern (they are global key columns: still subject to causal,
        mask, lengths and block layout). 0 = none; >= 0. */
     int64_t sink_tokens;
+
+    /* version 3: */
+    /* Attention dropout (training): each probability P_ij is dropped with probability
+       dropout_p, the kept ones scaled by 1 / (1 - dropout_p), before P·V; LSE stays that of
+       the whole softmax. 0 = off; else finite, in [0, 1); attn_forward, attn_backward and
+       varlen only (decoding and the ring refuse it). The mask is a pure function of
+       (dropout_seed, dropout_offset, b, h, i, j) (Philox-4x32-10: docs/attention-math.md
+       §9.6), so the backward, given the same three fields, regenerates it, and results are
+       the same for any thread count. Each row uses the counters dropout_offset +
+       [0, ceil(Tk / 4)): advance the offset by that much (or change the seed) for a fresh
+       mask. attn_dropout_mask writes the mask. Needs Tq, Tk < 2^32 and B x Hq < 2^32. */
+    float dropout_p;
+    uint64_t dropout_seed;
+    uint64_t dropout_offset;
 } attn_options;
 
 /* Plain attention, with the version set: every field zero except version =
@@ -488,6 +503,18 @@ ATTN_API attn_status attn_backward(const attn_tensor *q, const attn_tensor *k, c
 ATTN_API attn_status attn_sinks_backward(const attn_tensor *out, const attn_tensor *lse,
                                          const attn_tensor *dout, const attn_options *options,
                                          float *dsinks, attn_error *error);
+
+/*
+ * The dropout mask a call with these options applies (attn_options.dropout_p): keep[b, h, i,
+ * j] = 1 where the pair's probability is kept (and scaled by 1 / (1 - dropout_p)), 0 where
+ * it is dropped, for every pair whether or not the mask allows it. keep: BOOL, rank 4,
+ * [B, Hq, Tq, Tk], any strides without a zero stride on a dimension of size > 1 (written).
+ * dropout_p = 0 keeps every pair. For tests and for reproducing a call: attn_forward applies
+ * exactly this mask, and attn_backward's gradients are those of O = ((P ∘ keep) / (1 - p)) V.
+ * Errors: an invalid dropout_p, sizes beyond the generator's (Tq, Tk, B x Hq >= 2^32).
+ */
+ATTN_API attn_status attn_dropout_mask(const attn_options *options, attn_tensor *keep,
+                                       attn_error *error);
 
 /* The naive backward, written as docs/attention-math.md §2.2 states it: dense
  * S, P, dP, dS per (b, h) in double (O(Tq * Tk) memory), single-threaded. Same arguments,

@@ -17,13 +17,15 @@ from __future__ import annotations
 import threading
 from collections import namedtuple
 
+import numpy as np
+
 from . import _attn
 from . import _options as _O
 from . import _tensors as T
 
 __all__ = ["forward", "backward", "merge", "KVCache", "Gradients", "version", "alibi_slopes",
            "varlen_forward", "varlen_backward", "forward_with_kvcache",
-           "kernels", "sinks_backward"]
+           "kernels", "sinks_backward", "dropout_mask"]
 __version__ = _attn.version()
 
 Gradients = namedtuple("Gradients", ["dq", "dk", "dv", "dbias"])
@@ -98,7 +100,8 @@ def _finish(result, buffer, code):
 def forward(q, k, v, *, causal=None, window=None, mask=None, bias=None, scale=None,
             softcap=0.0, alibi=False, alibi_slopes=None, key_lengths=None, query_lengths=None,
             empty_rows="error", return_lse=False, out=None, threads=None, alignment=None,
-            memory_limit=None, kernel=None, sinks=None, sink_tokens=0):
+            memory_limit=None, kernel=None, sinks=None, sink_tokens=0, dropout_p=0.0,
+            dropout_seed=None, dropout_offset=0):
     """Exact attention softmax(scale * q k^T + bias) v over [B, T, H, D] arrays.
 
     q [B, Tq, Hq, Dk], k [B, Tk, Hkv, Dk], v [B, Tk, Hkv, Dv] (Hq a multiple of Hkv: GQA);
@@ -120,6 +123,11 @@ def forward(q, k, v, *, causal=None, window=None, mask=None, bias=None, scale=No
           for that head). The LSE includes it. Gradient: sinks_backward.
       sink_tokens: the keys at positions below it are never cut off by the window
           (StreamingLLM's sink tokens; still subject to causal, masks and lengths).
+      dropout_p, dropout_seed, dropout_offset: attention dropout (training): each
+          probability is dropped with probability dropout_p and the kept ones scaled by
+          1 / (1 - dropout_p); the mask is a function of the seed (required with
+          dropout_p > 0), the offset and the position (attn.dropout_mask), so backward given
+          the same three regenerates it. lse is that of the whole softmax.
       out: an array to write (shape and dtype of the result). threads: the most threads the
           call uses (fewer for small work; default: OMP_NUM_THREADS, else every CPU).
       memory_limit: refuse (MemoryError) calls whose working memory exceeds this many bytes.
@@ -132,7 +140,9 @@ def forward(q, k, v, *, causal=None, window=None, mask=None, bias=None, scale=No
                                 window=window, mask=mask, bias=bias, scale=scale,
                                 softcap=softcap, alibi=alibi, alibi_slopes=alibi_slopes,
                                 key_lengths=key_lengths, query_lengths=query_lengths,
-                                empty_rows=empty_rows, sinks=sinks, sink_tokens=sink_tokens)
+                                empty_rows=empty_rows, sinks=sinks, sink_tokens=sink_tokens,
+                                dropout_p=dropout_p, dropout_seed=dropout_seed,
+                                dropout_offset=dropout_offset)
     run = _O.execution(threads, memory_limit, kernel)
     cq, ck, cv = _compute_views((qv, kv, vv), "qkv")
     result, ov, buffer = _output(qv, out, (B, Tq, Hq, Dv), qv.code, "out")
@@ -148,11 +158,13 @@ def forward(q, k, v, *, causal=None, window=None, mask=None, bias=None, scale=No
 def backward(q, k, v, out, lse, dout, *, causal=None, window=None, mask=None, bias=None,
              scale=None, softcap=0.0, alibi=False, alibi_slopes=None, key_lengths=None,
              query_lengths=None, empty_rows="error", dlse=None, threads=None, alignment=None,
-             memory_limit=None, kernel=None, sinks=None, sink_tokens=0):
+             memory_limit=None, kernel=None, sinks=None, sink_tokens=0, dropout_p=0.0,
+             dropout_seed=None, dropout_offset=0):
     """Gradients of attn.forward: returns Gradients(dq, dk, dv, dbias).
 
     q, k, v, out and lse are what forward took and returned (return_lse=True); dout is the
-    gradient of out ([B, Tq, Hq, Dv]). Pass the options forward used. dq, dk, dv have the
+    gradient of out ([B, Tq, Hq, Dv]). Pass the options forward used (dropout's seed and
+    offset too: the gradients are those of the mask forward applied). dq, dk, dv have the
     shapes and dtype of q, k, v; dbias has the shape of `bias` (summed over its broadcast
     dimensions), None without bias. ALiBi has no gradient. dlse [B, Hq, Tq], optional, is a
     gradient of lse (for losses that use it): since d lse_i / d s_ij = P_ij, it enters as
@@ -172,7 +184,9 @@ def backward(q, k, v, out, lse, dout, *, causal=None, window=None, mask=None, bi
                                         softcap=softcap, alibi=alibi,
                                         alibi_slopes=alibi_slopes, key_lengths=key_lengths,
                                         query_lengths=query_lengths, empty_rows=empty_rows,
-                                        sinks=sinks, sink_tokens=sink_tokens)
+                                        sinks=sinks, sink_tokens=sink_tokens,
+                                        dropout_p=dropout_p, dropout_seed=dropout_seed,
+                                        dropout_offset=dropout_offset)
     run = _O.execution(threads, memory_limit, kernel)
     # All operands in one dtype attn_backward takes (q's, or float32 for the LSE gradient).
     code = qv.code if qv.code in T.NATIVE_BACKWARD and dlse is None else T.F32
@@ -198,6 +212,28 @@ def backward(q, k, v, out, lse, dout, *, causal=None, window=None, mask=None, bi
     if dbias is not None:
         dbias = _reduce_to(dbias, T.view(bias, "bias"))
     return Gradients(dq, dk, dv, dbias)
+
+
+def dropout_mask(batch, heads, query_length, key_length, dropout_p, dropout_seed,
+                 dropout_offset=0, *, like=None):
+    """The dropout mask forward applies with these dropout arguments: bool
+    [batch, heads, query_length, key_length], True where a probability is kept (and scaled
+    by 1 / (1 - dropout_p)). A NumPy array, or a torch tensor when `like` is one. For tests
+    and for reproducing a call: forward's output equals ((P * mask) / (1 - p)) @ V."""
+    shape = tuple(_O._integer(n, name, 1, 2**62) for n, name in
+                  ((batch, "batch"), (heads, "heads"), (query_length, "query_length"),
+                   (key_length, "key_length")))
+    options, keep, _ = _O.build(1, 1, 1, 1, causal=None, alignment=None, window=None,
+                                mask=None, bias=None, scale=None, softcap=0.0, alibi=False,
+                                alibi_slopes=None, key_lengths=None, query_lengths=None,
+                                empty_rows="error", dropout_p=dropout_p,
+                                dropout_seed=dropout_seed if dropout_p else 0,
+                                dropout_offset=dropout_offset)
+    mask = np.empty(shape, np.bool_)
+    _attn.dropout_mask(options, T.view(mask, "mask").desc())
+    if like is not None and T.is_torch(like):
+        return T.torch_module().from_numpy(mask)
+    return mask
 
 
 def sinks_backward(out, lse, dout, sinks, *, query_lengths=None, dlse=None):

@@ -2,7 +2,8 @@
 
 The tuple's fields and their order are those parse_options() in python/src/module.c reads:
 (scale, alignment, causal, window, mask, bias, query_lengths, key_lengths, alibi,
- alibi_slopes, softcap, empty_rows). Masks and biases are checked here to broadcast to
+ alibi_slopes, softcap, empty_rows, sinks, sink_tokens, dropout_p, dropout_seed,
+ dropout_offset). Masks and biases are checked here to broadcast to
 [B, Hq, Tq, Tk] and passed as zero-copy views of logical shape [B|1, Hq|1, Tq, Tk].
 """
 from __future__ import annotations
@@ -101,7 +102,7 @@ def attention_matrix(v: T.View, name, B, H, Tq, Tk):
 
 def build(B, Hq, Tq, Tk, *, causal, alignment, window, mask, bias, scale, softcap, alibi,
           alibi_slopes, key_lengths, query_lengths, empty_rows, decode=False, sinks=None,
-          sink_tokens=0):
+          sink_tokens=0, dropout_p=0.0, dropout_seed=None, dropout_offset=0):
     """Returns (options tuple, keep, bias view or None). `keep` holds the arrays the tuple
     points at: keep it alive until the call returns."""
     keep = []
@@ -189,5 +190,22 @@ def build(B, Hq, Tq, Tk, *, causal, alignment, window, mask, bias, scale, softca
                bias_view.desc() if bias_view else None,
                lengths(query_lengths, "query_lengths"), lengths(key_lengths, "key_lengths"),
                alibi, slopes, softcap, _EMPTY_ROWS[empty_rows], sink_logits,
-               _integer(sink_tokens, "sink_tokens", 0, 2**62))
+               _integer(sink_tokens, "sink_tokens", 0, 2**62),
+               *dropout(dropout_p, dropout_seed, dropout_offset))
     return options, keep, bias_view
+
+
+def dropout(p, seed, offset):
+    """(dropout_p, dropout_seed, dropout_offset) of the options tuple, checked: p in [0, 1);
+    with p > 0 a seed is required (the backward regenerates the mask from it), any int in
+    [-2^63, 2^64) (taken modulo 2^64); offset in [0, 2^64)."""
+    p = 0.0 if p is None else _real(p, "dropout_p")
+    if not (math.isfinite(p) and 0.0 <= p < 1.0):
+        raise ValueError(f"dropout_p = {p!r} must be in [0, 1)")
+    if p == 0.0:
+        return (0.0, 0, 0)
+    if seed is None:
+        raise ValueError("dropout_p > 0 needs dropout_seed (an int): the backward regenerates "
+                         "the same mask from the seed and offset")
+    seed = _integer(seed, "dropout_seed", -2**63, 2**64 - 1) % 2**64
+    return (p, seed, _integer(offset, "dropout_offset", 0, 2**64 - 1))

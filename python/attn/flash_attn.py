@@ -10,8 +10,9 @@ under torch.compile); flash_attn_with_kvcache is inference only, as in flash-att
 semantics are flash-attn's: causal is bottom-right, window_size=(left, right) with -1 for an
 unbounded side, softmax_lse is float32 natural-log. Where attn differs:
 
-- dropout_p > 0 raises NotImplementedError (attn is exact attention); `deterministic` is
-  accepted and ignored (attn is always deterministic);
+- dropout_p > 0 draws attn's own mask (attn.dropout_mask) from a seed taken from torch's
+  default generator: the same distribution as flash-attn's, not the same bits; `deterministic`
+  is accepted and ignored (attn is always deterministic, dropout's backward included);
 - return_attn_probs=True returns (out, softmax_lse, None): the third value, flash-attn's
   dropout pattern S_dmask (only meaningful for testing), is not produced;
 - rows that attend no key give out = 0 and softmax_lse = -inf;
@@ -38,12 +39,6 @@ __all__ = ["flash_attn_func", "flash_attn_qkvpacked_func", "flash_attn_kvpacked_
            "flash_attn_varlen_kvpacked_func", "flash_attn_with_kvcache"]
 
 
-def _no_dropout(dropout_p, name):
-    if dropout_p:
-        raise NotImplementedError(f"attn.flash_attn.{name}: dropout_p > 0 is not supported "
-                                  "(attn is exact attention)")
-
-
 def _slopes(alibi_slopes):
     """flash-attn's ALiBi slopes ([H] or [B, H]) as one float32 row [H]; per-batch rows that
     differ are refused."""
@@ -65,21 +60,24 @@ def _varlen_forward_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                        cu_seqlens_q: torch.Tensor, cu_seqlens_k: torch.Tensor,
                        max_seqlen_q: int, max_seqlen_k: int, causal: bool, window_left: int,
                        window_right: int, scale: Optional[float], softcap: float,
-                       alibi_slopes: Optional[torch.Tensor],
-                       threads: int = 0) -> Tuple[torch.Tensor, torch.Tensor]:
-    """out [total_q, Hq, Dv] (q's dtype), lse [Hq, total_q] float32: attn.varlen_forward."""
+                       alibi_slopes: Optional[torch.Tensor], threads: int = 0,
+                       dropout_p: float = 0.0, dropout_state: Optional[torch.Tensor] = None
+                       ) -> Tuple[torch.Tensor, torch.Tensor]:
+    """out [total_q, Hq, Dv] (q's dtype), lse [Hq, total_q] float32: attn.varlen_forward;
+    dropout_p and dropout_state (int64 [seed, offset]) as torch.ops.attn.forward's."""
     out, lse = _serving.varlen_forward(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
                                        max_seqlen_k, causal=causal,
                                        window=(window_left, window_right), softcap=softcap,
                                        alibi_slopes=alibi_slopes, scale=scale,
-                                       return_lse=True, threads=threads or None)
+                                       return_lse=True, threads=threads or None,
+                                       **_attn_torch._dropout_kwargs(dropout_p, dropout_state))
     return out.contiguous(), lse.contiguous()
 
 
 @_varlen_forward_op.register_fake
 def _varlen_forward_fake(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                          causal, window_left, window_right, scale, softcap, alibi_slopes,
-                         threads=0):
+                         threads=0, dropout_p=0.0, dropout_state=None):
     total_q, Hq, _ = q.shape
     return q.new_empty((total_q, Hq, v.shape[2])), q.new_empty((Hq, total_q),
                                                                dtype=torch.float32)
@@ -91,8 +89,9 @@ def _varlen_backward_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: 
                         cu_seqlens_q: torch.Tensor, cu_seqlens_k: torch.Tensor,
                         max_seqlen_q: int, max_seqlen_k: int, causal: bool, window_left: int,
                         window_right: int, scale: Optional[float], softcap: float,
-                        alibi_slopes: Optional[torch.Tensor],
-                        threads: int = 0) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                        alibi_slopes: Optional[torch.Tensor], threads: int = 0,
+                        dropout_p: float = 0.0, dropout_state: Optional[torch.Tensor] = None
+                        ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(dq, dk, dv), contiguous, in q's dtype: attn.varlen_backward. dlse [Hq, total_q]
     (optional) is a gradient of lse: since d lse_i / d s_ij = P_ij it enters as
     D_i - dlse_i in dS = P (dP - D), which the backward computes when out and dout get one
@@ -108,7 +107,8 @@ def _varlen_backward_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: 
                                      max_seqlen_q, max_seqlen_k, causal=causal,
                                      window=(window_left, window_right), softcap=softcap,
                                      alibi_slopes=alibi_slopes, scale=scale,
-                                     threads=threads or None)
+                                     threads=threads or None,
+                                     **_attn_torch._dropout_kwargs(dropout_p, dropout_state))
     return tuple(x[..., :Dv].contiguous() if x is grads.dv else x.contiguous()
                  for x in (grads.dq, grads.dk, grads.dv))
 
@@ -116,7 +116,7 @@ def _varlen_backward_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: 
 @_varlen_backward_op.register_fake
 def _varlen_backward_fake(q, k, v, out, lse, dout, dlse, cu_seqlens_q, cu_seqlens_k,
                           max_seqlen_q, max_seqlen_k, causal, window_left, window_right, scale,
-                          softcap, alibi_slopes, threads=0):
+                          softcap, alibi_slopes, threads=0, dropout_p=0.0, dropout_state=None):
     dtype = q.dtype if dlse is None else torch.float32
     return (q.new_empty(q.shape, dtype=dtype), k.new_empty(k.shape, dtype=dtype),
             v.new_empty(v.shape, dtype=dtype))
@@ -125,20 +125,23 @@ def _varlen_backward_fake(q, k, v, out, lse, dout, dlse, cu_seqlens_q, cu_seqlen
 def _varlen_setup_context(ctx, inputs, output):
     q, k, v, cu_q, cu_k = inputs[:5]
     out, lse = output
-    ctx.save_for_backward(q, k, v, out, lse, cu_q, cu_k, inputs[12])
-    ctx.config = inputs[5:12] + inputs[13:]
+    dropout_state = inputs[15] if len(inputs) > 15 else None
+    ctx.save_for_backward(q, k, v, out, lse, cu_q, cu_k, inputs[12], dropout_state)
+    ctx.config = inputs[5:12] + (inputs[13] if len(inputs) > 13 else 0,
+                                 inputs[14] if len(inputs) > 14 else 0.0)
 
 
 def _varlen_backward(ctx, dout, dlse):
-    q, k, v, out, lse, cu_q, cu_k, alibi_slopes = ctx.saved_tensors
+    q, k, v, out, lse, cu_q, cu_k, alibi_slopes, dropout_state = ctx.saved_tensors
     if dout is None:
         dout = torch.zeros_like(out)
-    max_q, max_k, causal, wl, wr, scale, softcap, threads = ctx.config
+    max_q, max_k, causal, wl, wr, scale, softcap, threads, dropout_p = ctx.config
     dq, dk, dv = torch.ops.attn.varlen_backward(q, k, v, out, lse, dout, dlse, cu_q, cu_k,
                                                 max_q, max_k, causal, wl, wr, scale, softcap,
-                                                alibi_slopes, threads)
+                                                alibi_slopes, threads, dropout_p,
+                                                dropout_state)
     dq, dk, dv = dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype)
-    return (dq, dk, dv) + (None,) * 11
+    return (dq, dk, dv) + (None,) * 13
 
 
 torch.library.register_autograd("attn::varlen_forward", _varlen_backward,
@@ -163,8 +166,8 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
     sums; sequence b's queries attend its own keys, bottom-right causal per sequence. Returns
     out [total_q, Hq, Dv], or (out, softmax_lse [Hq, total_q] float32, None) with
     return_attn_probs=True. Differentiable in q, k, v, through out and softmax_lse
-    (computation in float32, gradients in q's dtype)."""
-    _no_dropout(dropout_p, "flash_attn_varlen_func")
+    (computation in float32, gradients in q's dtype). dropout_p > 0: attention dropout, its
+    mask drawn from torch's default generator (sequence b draws batch b's mask)."""
     if block_table is not None:
         raise NotImplementedError("attn.flash_attn.flash_attn_varlen_func: block_table (paged "
                                   "K/V) is not supported; use flash_attn_with_kvcache")
@@ -172,11 +175,12 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
     left, right = (int(w) for w in window_size)
+    dropout_p, dropout_state = _attn_torch._dropout_state(dropout_p, None)
     out, lse = torch.ops.attn.varlen_forward(
         q, k, v, _prefix_tensor(cu_seqlens_q, "cu_seqlens_q"),
         _prefix_tensor(cu_seqlens_k, "cu_seqlens_k"), int(max_seqlen_q), int(max_seqlen_k),
         bool(causal), left, right, None if softmax_scale is None else float(softmax_scale),
-        float(softcap or 0.0), _slopes(alibi_slopes))
+        float(softcap or 0.0), _slopes(alibi_slopes), 0, dropout_p, dropout_state)
     return (out, lse, None) if return_attn_probs else out
 
 

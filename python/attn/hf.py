@@ -17,6 +17,8 @@ from typing import Optional
 
 import torch
 
+import attn as _attn
+
 from . import _options as _O
 from . import torch as _attn_torch
 
@@ -33,10 +35,9 @@ def attention_forward(module, query, key, value, attention_mask, dropout=0.0, sc
     no key are 0, where eager's additive-minimum masks give a uniform row). threads: the most
     threads attn uses for this call, forward and backward (None = attn's default; see
     register(threads=...)). s_aux (gpt-oss): the layer's attention sinks, one logit per query
-    head (attn.torch.attention's sinks, with their gradient)."""
-    if dropout:
-        raise NotImplementedError("attn: attention dropout is not supported (attn is exact "
-                                  "attention); call model.eval() or set the dropout to 0")
+    head (attn.torch.attention's sinks, with their gradient). dropout: the layer's attention
+    dropout (transformers passes it in training only), a mask drawn from torch's default
+    generator; weights then are the dropped, rescaled probabilities, as eager's."""
     sinks = kwargs.get("s_aux")  # gpt-oss's learned attention sinks, [Hq]
     softcap = kwargs.get("softcap") or 0.0
     q_length = query.shape[2]
@@ -60,17 +61,24 @@ def attention_forward(module, query, key, value, attention_mask, dropout=0.0, sc
     # same band, and the window lets attn skip the tiles outside it. The newest queries sit
     # at the end of the keys (bottom-right), a cropped sliding cache included.
     window = (int(kwargs["sliding_window"]) - 1, 0) if kwargs.get("sliding_window") else None
+    wants_weights = _weights_requested(kwargs)
+    seed = int(torch.randint(0, 2**62, (1,))) if dropout and wants_weights else None
     out, lse = _attn_torch.attention(query.transpose(1, 2), key.transpose(1, 2),
                                      value.transpose(1, 2),
                                      causal="bottom-right" if is_causal else None, mask=mask,
                                      bias=bias, scale=scaling, softcap=softcap,
                                      empty_rows="zero", threads=threads, sinks=sinks,
                                      window=window,
-                                     alignment=None if is_causal else "bottom-right")
+                                     alignment=None if is_causal else "bottom-right",
+                                     dropout_p=dropout, dropout_seed=seed)
     weights = None
-    if _weights_requested(kwargs):
+    if wants_weights:
         weights = probabilities(query, key, lse, mask=mask, bias=bias, scale=scaling,
-                                softcap=softcap, causal=is_causal).to(query.dtype)
+                                softcap=softcap, causal=is_causal)
+        if dropout:
+            keep = _attn.dropout_mask(*weights.shape, dropout, seed, like=weights)
+            weights = weights * keep / (1.0 - dropout)
+        weights = weights.to(query.dtype)
     return out, weights
 
 

@@ -38,12 +38,13 @@ def _window(window):
     return None if (left, right) == (-1, -1) else (left, right)
 
 
-def _options(Hq, causal, window, softcap, alibi_slopes, scale):
+def _options(Hq, causal, window, softcap, alibi_slopes, scale, dropout=(0.0, None, 0)):
     causal = _causal(causal)
     return _O.build(1, Hq, 1, 1, causal=causal, alignment=causal or "bottom-right",
                     window=_window(window), mask=None, bias=None, scale=scale,
                     softcap=softcap, alibi=alibi_slopes is not None, alibi_slopes=alibi_slopes,
-                    key_lengths=None, query_lengths=None, empty_rows="zero")
+                    key_lengths=None, query_lengths=None, empty_rows="zero",
+                    dropout_p=dropout[0], dropout_seed=dropout[1], dropout_offset=dropout[2])
 
 
 def _float_views(arrays, names, rank, layout):
@@ -78,7 +79,8 @@ def _prefix(values, name, batch=None):
 
 def varlen_forward(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, *,
                    causal=None, window=None, softcap=0.0, alibi_slopes=None, scale=None,
-                   return_lse=False, threads=None, memory_limit=None, kernel=None):
+                   return_lse=False, threads=None, memory_limit=None, kernel=None,
+                   dropout_p=0.0, dropout_seed=None, dropout_offset=0):
     """Attention over packed sequences (flash_attn_varlen_func).
 
     q [total_q, Hq, Dk], k [total_k, Hkv, Dk], v [total_k, Hkv, Dv]; cu_seqlens_q /
@@ -86,7 +88,9 @@ def varlen_forward(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen
     its own keys only. causal=True: bottom-right per sequence (query i at i + len_k - len_q).
     window (left, right), softcap, alibi_slopes float[Hq], scale as in attn.forward.
     Returns out [total_q, Hq, Dv] (q's kind and dtype), and with return_lse=True also
-    lse [Hq, total_q] float32. Bitwise identical for any thread count.
+    lse [Hq, total_q] float32. Bitwise identical for any thread count. dropout_p,
+    dropout_seed, dropout_offset as in attn.forward; sequence b draws the mask of batch b
+    (attn.dropout_mask(B, Hq, max_seqlen_q, max_seqlen_k, ...)[b, :, :len_q, :len_k]).
     """
     qv, kv, vv = _float_views((q, k, v), "qkv", 3, "[total, H, D]")
     _same_dtype((qv, kv, vv), "qkv")
@@ -94,7 +98,8 @@ def varlen_forward(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen
     cu_q = _prefix(cu_seqlens_q, "cu_seqlens_q")
     B = cu_q.shape[0] - 1
     cu_k = _prefix(cu_seqlens_k, "cu_seqlens_k", B)
-    options, keep, _ = _options(Hq, causal, window, softcap, alibi_slopes, scale)
+    options, keep, _ = _options(Hq, causal, window, softcap, alibi_slopes, scale,
+                                (dropout_p, dropout_seed, dropout_offset))
     run = _O.execution(threads, memory_limit, kernel)
     cq, ck, cv = _f32(qv, "q"), _f32(kv, "k"), _f32(vv, "v")
     out = T.empty(qv, (total_q, Hq, vv.shape[2]), T.F32)
@@ -111,8 +116,9 @@ def varlen_forward(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen
 
 def varlen_backward(q, k, v, out, lse, dout, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
                     max_seqlen_k, *, causal=None, window=None, softcap=0.0, alibi_slopes=None,
-                    scale=None, threads=None, memory_limit=None, kernel=None):
-    """Gradients of varlen_forward (same sequences and options): q, k, v, out and lse
+                    scale=None, threads=None, memory_limit=None, kernel=None, dropout_p=0.0,
+                    dropout_seed=None, dropout_offset=0):
+    """Gradients of varlen_forward (same sequences and options, dropout's seed and offset too): q, k, v, out and lse
     ([Hq, total_q], return_lse=True) as varlen_forward took and returned, dout [total_q, Hq, Dv].
     Returns attn.Gradients(dq, dk, dv, None) with q's, k's and v's shapes and dtype."""
     from . import Gradients
@@ -125,7 +131,8 @@ def varlen_backward(q, k, v, out, lse, dout, cu_seqlens_q, cu_seqlens_k, max_seq
     cu_q = _prefix(cu_seqlens_q, "cu_seqlens_q")
     B = cu_q.shape[0] - 1
     cu_k = _prefix(cu_seqlens_k, "cu_seqlens_k", B)
-    options, keep, _ = _options(Hq, causal, window, softcap, alibi_slopes, scale)
+    options, keep, _ = _options(Hq, causal, window, softcap, alibi_slopes, scale,
+                                (dropout_p, dropout_seed, dropout_offset))
     run = _O.execution(threads, memory_limit, kernel)
     views = [_f32(x, n) for x, n in zip((qv, kv, vv, ov, dov), ("q", "k", "v", "out", "dout"))]
     dq = T.empty(qv, (total_q, Hq, Dk), T.F32)

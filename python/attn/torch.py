@@ -88,11 +88,25 @@ def _kwargs(causal, alignment, window, window_left, window_right, scale, softcap
                 empty_rows=_EMPTY[empty_rows])
 
 
+def _dropout_kwargs(dropout_p, dropout_state):
+    """attn.forward's dropout arguments from the ops' (dropout_p, dropout_state: int64
+    [seed, offset] or None)."""
+    if not dropout_p:
+        return {}
+    if dropout_state is None or dropout_state.numel() != 2 or \
+            dropout_state.dtype != torch.int64:
+        raise ValueError("dropout_p > 0 needs dropout_state, an int64 tensor [seed, offset]")
+    seed, offset = (int(x) for x in dropout_state.tolist())
+    return dict(dropout_p=dropout_p, dropout_seed=seed, dropout_offset=offset)
+
+
 def _forward_kernel(q, k, v, mask, bias, alibi_slopes, causal, alignment, window, window_left,
-                    window_right, scale, softcap, alibi, empty_rows, threads=0, sinks=None):
+                    window_right, scale, softcap, alibi, empty_rows, threads=0, sinks=None,
+                    dropout_p=0.0, dropout_state=None):
     """The forward op's CPU kernel (arguments as torch.ops.attn.forward takes them, checked)."""
     return _attn.forward(q, k, v, mask=mask, bias=bias, return_lse=True,
                          threads=threads or None, sinks=sinks,
+                         **_dropout_kwargs(dropout_p, dropout_state),
                          **_kwargs(causal, alignment, window, window_left, window_right, scale,
                                    softcap, alibi, alibi_slopes, empty_rows))
 
@@ -103,16 +117,20 @@ def _forward_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: Optiona
                 causal: bool, alignment: int, window: bool, window_left: int,
                 window_right: int, scale: Optional[float], softcap: float, alibi: bool,
                 empty_rows: int, threads: int = 0,
-                sinks: Optional[torch.Tensor] = None) -> Tuple[torch.Tensor, torch.Tensor]:
+                sinks: Optional[torch.Tensor] = None, dropout_p: float = 0.0,
+                dropout_state: Optional[torch.Tensor] = None) -> Tuple[torch.Tensor,
+                                                                       torch.Tensor]:
     """out [B, Tq, Hq, Dv] (q's dtype), lse [B, Hq, Tq] float32. alignment: 0 unset,
     1 bottom-right, 2 top-left; empty_rows: 0 error, 1 zero, 2 nan; mask bool and bias float
     [B|1, Hq|1, Tq, Tk]; threads: the most threads attn uses (0 = its default); sinks float
-    [Hq]: attention sinks (lse includes them; their gradient: torch.ops.attn.sinks_backward)."""
+    [Hq]: attention sinks (lse includes them; their gradient: torch.ops.attn.sinks_backward);
+    dropout_p with dropout_state, int64 [seed, offset]: attention dropout (attn.dropout_mask
+    gives its mask; the backward op takes the same two)."""
     _check((("q", q), ("k", k), ("v", v), ("mask", mask), ("bias", bias),
             ("alibi_slopes", alibi_slopes), ("sinks", sinks)), alignment, empty_rows)
     return _forward_kernel(q, k, v, mask, bias, alibi_slopes, causal, alignment, window,
                            window_left, window_right, scale, softcap, alibi, empty_rows,
-                           threads, sinks)
+                           threads, sinks, dropout_p, dropout_state)
 
 
 _CODES = {torch.float32: 0, torch.bfloat16: 1, torch.float16: 2}  # attn_dtype (include/attn.h)
@@ -173,7 +191,8 @@ def _plain_call(tensors) -> bool:
 
 @_forward_op.register_fake
 def _forward_fake(q, k, v, mask, bias, alibi_slopes, causal, alignment, window, window_left,
-                  window_right, scale, softcap, alibi, empty_rows, threads=0, sinks=None):
+                  window_right, scale, softcap, alibi, empty_rows, threads=0, sinks=None,
+                  dropout_p=0.0, dropout_state=None):
     _check((("q", q), ("k", k), ("v", v), ("mask", mask), ("bias", bias),
             ("alibi_slopes", alibi_slopes), ("sinks", sinks)), alignment, empty_rows)
     B, Tq, Hq, _ = q.shape
@@ -189,15 +208,19 @@ def _backward_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.T
                  bias: Optional[torch.Tensor], alibi_slopes: Optional[torch.Tensor],
                  causal: bool, alignment: int, window: bool, window_left: int,
                  window_right: int, scale: Optional[float], softcap: float, alibi: bool,
-                 empty_rows: int, threads: int = 0) -> Tuple[torch.Tensor, torch.Tensor,
-                                                             torch.Tensor, torch.Tensor]:
+                 empty_rows: int, threads: int = 0, dropout_p: float = 0.0,
+                 dropout_state: Optional[torch.Tensor] = None) -> Tuple[torch.Tensor,
+                                                                        torch.Tensor,
+                                                                        torch.Tensor,
+                                                                        torch.Tensor]:
     """(dq, dk, dv, dbias), contiguous: dbias has bias's shape, or is an empty tensor without
-    bias. dlse (optional) is the gradient of lse; threads as the forward's."""
+    bias. dlse (optional) is the gradient of lse; threads, dropout_p and dropout_state as the
+    forward's."""
     _check((("q", q), ("k", k), ("v", v), ("out", out), ("lse", lse), ("dout", dout),
             ("dlse", dlse), ("mask", mask), ("bias", bias), ("alibi_slopes", alibi_slopes)),
            alignment, empty_rows)
     g = _attn.backward(q, k, v, out, lse, dout, dlse=dlse, mask=mask, bias=bias,
-                       threads=threads or None,
+                       threads=threads or None, **_dropout_kwargs(dropout_p, dropout_state),
                        **_kwargs(causal, alignment, window, window_left, window_right, scale,
                                  softcap, alibi, alibi_slopes, empty_rows))
     dbias = g.dbias if g.dbias is not None else q.new_empty((0,), dtype=torch.float32)
@@ -209,7 +232,7 @@ def _backward_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.T
 @_backward_op.register_fake
 def _backward_fake(q, k, v, out, lse, dout, dlse, mask, bias, alibi_slopes, causal, alignment,
                    window, window_left, window_right, scale, softcap, alibi, empty_rows,
-                   threads=0):
+                   threads=0, dropout_p=0.0, dropout_state=None):
     _check((("q", q), ("k", k), ("v", v), ("out", out), ("lse", lse), ("dout", dout),
             ("dlse", dlse), ("mask", mask), ("bias", bias), ("alibi_slopes", alibi_slopes)),
            alignment, empty_rows)
@@ -241,24 +264,27 @@ _CONFIG = ("causal", "alignment", "window", "window_left", "window_right", "scal
 def _setup_context(ctx, inputs, output):
     q, k, v, mask, bias, alibi_slopes = inputs[:6]
     sinks = inputs[16] if len(inputs) > 16 else None
+    ctx.dropout_p = inputs[17] if len(inputs) > 17 else 0.0
+    dropout_state = inputs[18] if len(inputs) > 18 else None
     out, lse = output
-    ctx.save_for_backward(q, k, v, out, lse, mask, bias, alibi_slopes, sinks)
+    ctx.save_for_backward(q, k, v, out, lse, mask, bias, alibi_slopes, sinks, dropout_state)
     ctx.config = inputs[6:16]                     # options and threads, as the op took them
     ctx.bias_shape = None if bias is None else bias.shape
 
 
 def _backward(ctx, dout, dlse):
-    q, k, v, out, lse, mask, bias, alibi_slopes, sinks = ctx.saved_tensors
+    q, k, v, out, lse, mask, bias, alibi_slopes, sinks, dropout_state = ctx.saved_tensors
     if dout is None:
         dout = torch.zeros_like(out)
     dq, dk, dv, dbias = torch.ops.attn.backward(q, k, v, out, lse, dout, dlse, mask, bias,
-                                                alibi_slopes, *ctx.config)
+                                                alibi_slopes, *ctx.config, ctx.dropout_p,
+                                                dropout_state)
     if bias is None or not ctx.needs_input_grad[4]:
         dbias = None
     dsinks = None
     if sinks is not None and ctx.needs_input_grad[16]:
         dsinks = torch.ops.attn.sinks_backward(out, lse, dout, dlse, sinks).to(sinks.dtype)
-    return (dq, dk, dv, None, dbias, None, *([None] * len(_CONFIG)), dsinks)
+    return (dq, dk, dv, None, dbias, None, *([None] * len(_CONFIG)), dsinks, None, None)
 
 
 torch.library.register_autograd("attn::forward", _backward, setup_context=_setup_context)
@@ -266,19 +292,36 @@ torch.library.register_autograd("attn::forward", _backward, setup_context=_setup
 
 def attention(q, k, v, *, causal=None, window=None, mask=None, bias=None, scale=None,
               softcap=0.0, alibi=False, alibi_slopes=None, empty_rows="error", alignment=None,
-              threads=None, sinks=None):
+              threads=None, sinks=None, dropout_p=0.0, dropout_seed=None):
     """Differentiable attn.forward on [B, T, H, D] torch tensors through the custom op:
     returns (out, lse). Masks and biases broadcast to [B, Hq, Tq, Tk] (bias gets a gradient).
     sinks: [Hq] attention sinks (gpt-oss's s_aux: per query head the logit of one more key
     column whose value is 0; they get a gradient, and lse includes them).
+    dropout_p: attention dropout; its mask is drawn from torch's default generator (so
+    torch.manual_seed reproduces it), or from dropout_seed when given (attn.dropout_mask(B,
+    Hq, Tq, Tk, dropout_p, dropout_seed) is then the mask); the backward regenerates it.
     threads: the most threads attn uses, forward and backward (None = attn's default);
     results are bitwise the same for any count."""
     return _attention(q, k, v, causal, window, mask, bias, scale, softcap, alibi, alibi_slopes,
-                      empty_rows, alignment, threads, True, sinks)
+                      empty_rows, alignment, threads, True, sinks, dropout_p, dropout_seed)
+
+
+def _dropout_state(dropout_p, dropout_seed):
+    """(dropout_p as a float, the int64 tensor [seed, offset] or None) of a call: the seed
+    drawn from torch's default generator unless given (taken modulo 2^64)."""
+    p = _O.dropout(dropout_p, 0 if dropout_seed is None else dropout_seed, 0)[0]
+    if not p:
+        return 0.0, None
+    if dropout_seed is None:
+        seed = torch.randint(0, 2**62, (1,), dtype=torch.int64)
+        return p, torch.cat((seed, torch.zeros(1, dtype=torch.int64)))
+    seed = int(dropout_seed) % 2**64
+    return p, torch.tensor([seed - 2**64 if seed >= 2**63 else seed, 0], dtype=torch.int64)
 
 
 def _attention(q, k, v, causal, window, mask, bias, scale, softcap, alibi, alibi_slopes,
-               empty_rows, alignment, threads, need_lse, sinks=None):
+               empty_rows, alignment, threads, need_lse, sinks=None, dropout_p=0.0,
+               dropout_seed=None):
     """attention(); need_lse false lets a plain inference call skip the LSE (then None)."""
     for name, t in (("q", q), ("k", k), ("v", v)):
         if not isinstance(t, torch.Tensor):
@@ -319,11 +362,14 @@ def _attention(q, k, v, causal, window, mask, bias, scale, softcap, alibi, alibi
                  wl, wr, None if scale is None else float(scale), float(softcap or 0),
                  bool(alibi), _EMPTY_ROW_CODES[empty_rows],
                  0 if threads is None else _O.execution(threads, None)[0])
+    dropout_p, dropout_state = _dropout_state(dropout_p, dropout_seed)
     if _plain_call((q, k, v, mask, bias, alibi_slopes, sinks)):
         if mask is None and bias is None and alibi_slopes is None and sinks is None and \
-                not (q.is_neg() or k.is_neg() or v.is_neg()):
+                not dropout_p and not (q.is_neg() or k.is_neg() or v.is_neg()):
             return _scalar_forward(q, k, v, *arguments[6:], need_lse=need_lse)
-        return _forward_kernel(*arguments, sinks)
+        return _forward_kernel(*arguments, sinks, dropout_p, dropout_state)
+    if dropout_p:
+        return torch.ops.attn.forward(*arguments, sinks, dropout_p, dropout_state)
     if sinks is not None:
         return torch.ops.attn.forward(*arguments, sinks)
     return torch.ops.attn.forward(*arguments)
@@ -366,7 +412,9 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
     (rank 2: [T, E], one head; leading batch dims broadcast between query, key and value and
     are flattened into one for attn), top-left causal, attn_mask bool (True = attend) or float
     (added), broadcasting to [..., Hq, Tq, Tk]. Hq != Hkv needs enable_gqa=True. Rows that
-    attend no key give 0. dropout_p > 0 raises NotImplementedError.
+    attend no key give 0. dropout_p > 0: attention dropout with a mask drawn from torch's
+    default generator (attn.torch.attention's; torch's own SDPA draws another mask from the
+    same generator, so the two agree in distribution, not element by element).
 
     float32, float16 and bfloat16 run on attn's kernels (fp32 accumulation). float64 inputs
     are computed in float64 by an explicit reference in torch operations (the probabilities
@@ -376,9 +424,6 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
     The output's strides follow torch's CPU kernels: when query is dense with its last
     dimension innermost (e.g. a [B, T, H, D] buffer transposed to [B, H, T, D]), rank <= 4
     and Ev == E, the output has query's strides; otherwise it is contiguous."""
-    if dropout_p:
-        raise NotImplementedError("attn.torch.scaled_dot_product_attention: dropout_p > 0 "
-                                  "is not supported (attn is exact attention)")
     if is_causal and attn_mask is not None:
         raise ValueError("scaled_dot_product_attention: is_causal=True with an explicit "
                          "attn_mask is not allowed (as in PyTorch)")
@@ -419,11 +464,11 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
         else:
             bias = attn_mask
     if query.dtype == torch.float64:
-        out = _float64_attention(query, key, value, mask, bias, is_causal, scale)
+        out = _float64_attention(query, key, value, mask, bias, is_causal, scale, dropout_p)
     else:
         out, _ = _attention(query.transpose(1, 2), key.transpose(1, 2), value.transpose(1, 2),
                             "top-left" if is_causal else None, None, mask, bias, scale, 0.0,
-                            False, None, "zero", None, None, False)
+                            False, None, "zero", None, None, False, None, dropout_p)
         out = out.transpose(1, 2)
     if rank == 2:
         out = out.reshape(original.shape[:-2] + out.shape[-2:])
@@ -463,10 +508,11 @@ def _mask_flattened(m, lead, Hq, Tq, Tk):
         (math.prod(lead),) + tuple(m.shape[-3:]))
 
 
-def _float64_attention(q, k, v, mask, bias, is_causal, scale):
+def _float64_attention(q, k, v, mask, bias, is_causal, scale, dropout_p=0.0):
     """SDPA in float64 by torch operations: q [N, Hq, Tq, E], k/v [N, Hkv, Tk, E|Ev],
     softmax(scale * q k^T + bias) v over the allowed keys (mask, top-left causal); a row
-    with no allowed key gives 0, with zero gradients."""
+    with no allowed key gives 0, with zero gradients. dropout_p: attn's mask (drawn as
+    attention's), applied to the probabilities."""
     for name, t in (("key", k), ("value", v)):
         if t.dtype != q.dtype:
             raise ValueError(f"{name}.dtype = {t.dtype}: query is {q.dtype}; query, key and "
@@ -487,8 +533,13 @@ def _float64_attention(q, k, v, mask, bias, is_causal, scale):
         later = torch.ones(Tq, Tk, dtype=torch.bool, device=x.device).triu(1)
         x = x.masked_fill(later, float("-inf"))
     live = (x > float("-inf")).any(dim=-1, keepdim=True)
-    p = torch.softmax(torch.where(live, x, torch.zeros_like(x)), dim=-1)
-    return torch.matmul(p * live, v)
+    p = torch.softmax(torch.where(live, x, torch.zeros_like(x)), dim=-1) * live
+    dropout_p, state = _dropout_state(dropout_p, None)
+    if dropout_p:
+        seed, _ = (int(x) for x in state.tolist())
+        keep = _attn.dropout_mask(*p.shape, dropout_p, seed, like=p)
+        p = p * keep / (1.0 - dropout_p)
+    return torch.matmul(p, v)
 
 
 def _strided_like_torch(out, query):
@@ -533,9 +584,7 @@ def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False,
     (left, right) with -1 = unbounded, soft-cap, ALiBi slopes [Hq] or [B, Hq] (equal rows).
     With return_attn_probs=True returns (out, softmax_lse [B, Hq, Tq], None): attn never
     materialises the probabilities. attn is deterministic whatever `deterministic` says.
-    dropout_p > 0 raises NotImplementedError."""
-    if dropout_p:
-        raise NotImplementedError("attn.torch.flash_attn_func: dropout_p > 0 is not supported")
+    dropout_p > 0: attention dropout, its mask drawn from torch's default generator."""
     window = None
     if tuple(window_size) != (-1, -1):
         window = (int(window_size[0]), int(window_size[1]))
@@ -548,7 +597,8 @@ def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False,
             alibi_slopes = alibi_slopes[0]
     out, lse = attention(q, k, v, causal="bottom-right" if causal else None, window=window,
                          alignment="bottom-right", scale=softmax_scale,
-                         softcap=softcap, alibi_slopes=alibi_slopes, empty_rows="zero")
+                         softcap=softcap, alibi_slopes=alibi_slopes, empty_rows="zero",
+                         dropout_p=dropout_p)
     return (out, lse, None) if return_attn_probs else out
 
 

@@ -111,12 +111,13 @@ typedef struct option_tensors {
  *    mask: descriptor or None, bias: descriptor or None,
  *    query_lengths: int pointer or None, key_lengths: int pointer or None,
  *    alibi: bool, alibi_slopes: float pointer or None, softcap: float, empty_rows: int,
- *    sinks: float pointer or None, sink_tokens: int)
+ *    sinks: float pointer or None, sink_tokens: int,
+ *    dropout_p: float, dropout_seed: int (taken modulo 2^64), dropout_offset: int)
  */
 static int parse_options(PyObject *tuple, attn_options *options, option_tensors *tensors) {
     *options = attn_options_default();
-    if (!PyTuple_Check(tuple) || PyTuple_Size(tuple) != 14) {
-        PyErr_SetString(PyExc_TypeError, "options: expected a 14-tuple");
+    if (!PyTuple_Check(tuple) || PyTuple_Size(tuple) != 17) {
+        PyErr_SetString(PyExc_TypeError, "options: expected a 17-tuple");
         return -1;
     }
     PyObject *scale = PyTuple_GetItem(tuple, 0);
@@ -161,6 +162,12 @@ static int parse_options(PyObject *tuple, attn_options *options, option_tensors 
     options->sinks = pointer;
     options->sink_tokens = (int64_t)PyLong_AsLongLong(PyTuple_GetItem(tuple, 13));
     if (PyErr_Occurred()) return -1;
+    options->dropout_p = (float)PyFloat_AsDouble(PyTuple_GetItem(tuple, 14));
+    if (PyErr_Occurred()) return -1;
+    options->dropout_seed = (uint64_t)PyLong_AsUnsignedLongLongMask(PyTuple_GetItem(tuple, 15));
+    if (PyErr_Occurred()) return -1;
+    options->dropout_offset = (uint64_t)PyLong_AsUnsignedLongLong(PyTuple_GetItem(tuple, 16));
+    if (PyErr_Occurred()) return -1;
     return 0;
 }
 
@@ -200,6 +207,22 @@ static PyObject *py_forward(PyObject *self, PyObject *args) {
     Py_BEGIN_ALLOW_THREADS
     status = attn_forward(&q, &k, &v, &options, &out, has_lse ? &lse : NULL, &execution, &error);
     Py_END_ALLOW_THREADS
+    if (status != ATTN_OK) return raise_status(status, &error);
+    Py_RETURN_NONE;
+}
+
+/* dropout_mask(options, keep): attn_dropout_mask */
+static PyObject *py_dropout_mask(PyObject *self, PyObject *args) {
+    PyObject *optionso, *keepo;
+    if (!PyArg_ParseTuple(args, "OO", &optionso, &keepo)) return NULL;
+    attn_tensor keep;
+    option_tensors tensors;
+    attn_options options;
+    if (parse_options(optionso, &options, &tensors) || parse_tensor(keepo, &keep, "keep", 0) < 0)
+        return NULL;
+    attn_error error;
+    memset(&error, 0, sizeof error);
+    const attn_status status = attn_dropout_mask(&options, &keep, &error);
     if (status != ATTN_OK) return raise_status(status, &error);
     Py_RETURN_NONE;
 }
@@ -624,6 +647,7 @@ static PyMethodDef methods[] = {
     {"forward", py_forward, METH_VARARGS, "attn_forward on descriptors (private)."},
     {"backward", py_backward, METH_VARARGS, "attn_backward on descriptors (private)."},
     {"merge", py_merge, METH_VARARGS, "attn_merge on descriptors (private)."},
+    {"dropout_mask", py_dropout_mask, METH_VARARGS, "attn_dropout_mask (private)."},
     {"sinks_backward", py_sinks_backward, METH_VARARGS,
      "attn_sinks_backward on descriptors (private)."},
     {"decode", py_decode, METH_VARARGS, "attn_decode on descriptors (private)."},

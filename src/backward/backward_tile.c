@@ -20,7 +20,7 @@
 /* Rounds a float count up to a whole number of 64-byte lines. */
 static size_t round_to_line(size_t floats) { return (floats + 15) / 16 * 16; }
 
-enum { WORKSPACE_BUFFERS = 18 };
+enum { WORKSPACE_BUFFERS = 19 };
 
 /* Floats between consecutive packed key blocks of dimension dim (whole 64-byte lines). */
 static size_t packed_block_floats(const backward_plan *plan, int dim) {
@@ -57,6 +57,7 @@ static void workspace_sizes(const backward_plan *plan, size_t sizes[WORKSPACE_BU
     sizes[17] = plan->out->dtype != ATTN_DTYPE_F32
                     ? 2 * (size_t)plan->problem.group_size * (size_t)plan->dot_task_tiles * tq
                     : 0;
+    sizes[18] = plan->dropout.active ? tk : 0;
 }
 
 size_t backward_workspace_floats(const backward_plan *plan) {
@@ -97,6 +98,7 @@ void backward_workspace_assign(const backward_plan *plan, float *base,
     workspace->value_rows = slots[14];
     workspace->task_partials = slots[16];
     workspace->dot_sums = (double *)slots[17];
+    workspace->dropout_row = slots[18];
     workspace->overflowed = 0;
     workspace->query_overflowed = 0;
 }
@@ -255,6 +257,22 @@ static void tile_probabilities(const backward_plan *plan, backward_workspace *wo
                   workspace->score_gradient);
 }
 
+/* Dropout (mask/dropout.h) on rows [i0, i0 + rows) x keys [first_key, first_key + columns)
+ * of (b, h), factors M = 0 or 1 / (1 - p): before dS (before_score_gradient) dP <- M dP, as
+ * O = (M P) V; after it P <- M P for dV = (M P)ᵀ dO. The factors of a row are drawn each time. */
+static void dropout_gradients(const backward_plan *plan, backward_workspace *workspace,
+                              int64_t b, int64_t h, int64_t i0, int rows, int64_t first_key,
+                              int columns, float *probabilities, float *score_gradient,
+                              bool before_score_gradient) {
+    const int stride = plan->tile_k;
+    float *factors = workspace->dropout_row;
+    for (int r = 0; r < rows; ++r) {
+        attn_dropout_row_factors(&plan->dropout, b, h, i0 + r, first_key, columns, factors);
+        float *row = (before_score_gradient ? score_gradient : probabilities) + (size_t)r * stride;
+        for (int c = 0; c < columns; ++c) row[c] = factors[c] != 0.0f ? row[c] * factors[c] : 0.0f;
+    }
+}
+
 /*
  * tile_probabilities, then
  *   score_gradient dS = P * (dP - D), then times (1 - tanh^2) when soft-capping
@@ -274,8 +292,14 @@ static void tile_score_gradients(const backward_plan *plan, backward_workspace *
     float *score_gradient = workspace->score_gradient + first_column;
     float *softcap_derivative = workspace->softcap_derivative + first_column;
     tile_probabilities(plan, workspace, b, h, i0, rows, j0, first_column, columns, tile_class);
+    if (plan->dropout.active) /* dP <- M dP */
+        dropout_gradients(plan, workspace, b, h, i0, rows, j0 + first_column, columns,
+                          probabilities, score_gradient, true);
     products->score_gradient(rows, columns, probabilities, score_gradient, stride,
                              workspace->row_dot);
+    if (plan->dropout.active) /* P <- M P, for dV */
+        dropout_gradients(plan, workspace, b, h, i0, rows, j0 + first_column, columns,
+                          probabilities, score_gradient, false);
     if (bias_rows != NULL)
         for (int r = 0; r < rows; ++r) {
             const float *row = score_gradient + (size_t)r * stride;
@@ -402,6 +426,9 @@ void backward_query_rows_dots(const backward_plan *plan, backward_workspace *wor
                 load_query_tile(plan, workspace, b, h, i0, rows);
                 tile_probabilities(plan, workspace, b, h, i0, rows, j0, first, columns,
                                    tile_class);
+                if (plan->dropout.active) /* D = sum_j P_ij M_ij dP_ij */
+                    dropout_gradients(plan, workspace, b, h, i0, rows, j0 + first, columns,
+                                      workspace->probabilities + first, NULL, false);
                 for (int r = 0; r < rows; ++r) {
                     const float *p = workspace->probabilities + (size_t)r * stride + first;
                     const float *dp = workspace->score_gradient + (size_t)r * stride + first;

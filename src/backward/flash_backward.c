@@ -533,6 +533,8 @@ attn_status attn_backward_run(attn_call *call, const attn_tensor *q, const attn_
     plan.dq = dq, plan.dk = dk, plan.dv = dv, plan.dbias = dbias;
     plan.scale = plan.problem.scale;
     plan.softcap = call->options.softcap;
+    plan.dropout = attn_dropout_of(&call->options, plan.problem.query_heads);
+    plan.dropout.first_batch = call->dropout_first_batch;
     const int64_t B = plan.problem.batch, Tq = plan.problem.query_length;
     const int64_t Tk = plan.problem.key_length, Hq = plan.problem.query_heads;
     plan_tiles(&plan, call);

@@ -11,6 +11,7 @@
 
 #include "../kernels/half.h"
 #include "../kernels/registry.h"
+#include "../mask/dropout.h"
 #include "../mask/mask.h"
 
 /* 16-bit tensors (q, k, v, out, dout, dq, dk, dv all of one dtype, F32, BF16 or F16): inputs
@@ -84,6 +85,7 @@ typedef struct backward_plan {
     attn_problem problem;
     float scale;
     float softcap;
+    attn_dropout dropout;   /* the forward's: dV and dP see the kept pairs, scaled */
     int tile_q, tile_k;     /* tiles of tile_q query rows x tile_k keys */
     int key_block;          /* keys per packed block of a key tile (above) */
     /* Query tiles a thread keeps copied per query head of the group (backward_workspace),
@@ -151,6 +153,7 @@ typedef struct backward_workspace {
     float *score_gradient;        /* dP, then dS, [tile_q][tile_k] */
     float *softcap_derivative;    /* 1 - tanh^2 [tile_q][tile_k] (soft-cap only) */
     float *additive_row;          /* [tile_k] bias + ALiBi of one row */
+    float *dropout_row;           /* [tile_k] dropout factors of one row (dropout only) */
     uint8_t *allowed_row;         /* [tile_k] mask predicate of one row */
     float *key_accumulator;       /* [tile_k][Dk] unscaled dK of the key tile */
     float *value_accumulator;     /* [tile_k][Dv] dV of the key tile */

@@ -13,6 +13,7 @@
 
 #include "../call/call.h"
 #include "../core/internal.h"
+#include "../mask/dropout.h"
 
 /* Dense double buffers of one call, freed together. */
 typedef struct reference_buffers {
@@ -59,6 +60,9 @@ static void backward_one_head(const attn_tensor *q, const attn_tensor *k, const 
     const int64_t kv_head = h / problem->group_size;
     const double scale = problem->scale;
     const double softcap = context->options->softcap;
+    /* Dropout: O = (M ∘ P) V with M = keep / (1 - p), so dP = M ∘ dO Vᵀ and dV = (M ∘ P)ᵀ dO. */
+    const attn_dropout dropout = attn_dropout_of(context->options, problem->query_heads);
+    const double kept_factor = 1.0 / (1.0 - context->options->dropout_p);
 
     /* D_i = sum_c dO_ic * O_ic, from the forward's stored O. */
     for (int64_t i = 0; i < Tq; ++i) {
@@ -96,9 +100,14 @@ static void backward_one_head(const attn_tensor *q, const attn_tensor *k, const 
                 probability_gradient +=
                     (double)*attn_f32_at4(dout, b, i, h, c) * *attn_f32_at4(v, b, j, kv_head, c);
 
+            const double factor =
+                !dropout.active ? 1.0
+                : attn_dropout_keeps(&dropout, b, h, i, j) ? kept_factor : 0.0;
+            probability_gradient *= factor;
+
             /* dS = P * (dP - D); the bias sees dS, the dot product sees dS * (1 - tanh^2). */
             const double score_gradient = probability * (probability_gradient - buffers->row_dot[i]);
-            buffers->probabilities[i * Tk + j] = probability;
+            buffers->probabilities[i * Tk + j] = probability * factor;
             buffers->bias_gradient[i * Tk + j] = score_gradient;
             buffers->score_gradient[i * Tk + j] = score_gradient * softcap_derivative;
         }

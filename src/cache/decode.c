@@ -490,7 +490,12 @@ attn_status attn_decode_run(const attn_call *begun, const attn_kv_cache *cache,
                             attn_error *error) {
     attn_call call = *begun;
     attn_status status =
-        validate_decode(cache, q, &call.options, out, lse, &call.problem, error);
+        call.options.dropout_p != 0.0f
+            ? attn_fail(error, ATTN_ERROR_INVALID_ARGUMENT,
+                        "options.dropout_p = %.9g: decoding applies no dropout (attn_forward, "
+                        "attn_backward and varlen do)",
+                        (double)call.options.dropout_p)
+            : validate_decode(cache, q, &call.options, out, lse, &call.problem, error);
     if (status == ATTN_OK) { /* out and lse against q and the options (call.h) */
         const attn_call_tensor outputs[2] = {{out, "out", NULL}, {lse, "lse", NULL}};
         const attn_call_tensor inputs[1] = {{q, "q", NULL}};

@@ -69,6 +69,9 @@ typedef struct attn_call {
     size_t shared_bytes;         /* the shared part, after the threads' parts */
     char *arena;                 /* 64-byte aligned; NULL when nothing was needed */
     bool arena_cached;           /* the arena is the calling thread's cached one (call.c) */
+    /* Added to b in the dropout generator's stream (mask/dropout.h): a varlen call runs its
+     * sequence b as a batch of one with dropout_first_batch = b. */
+    int64_t dropout_first_batch;
 } attn_call;
 
 /* Step 1: zeroes `call`, resolves options and execution and selects the kernel registry.

@@ -33,12 +33,15 @@ attn_status attn_options_resolve(const attn_options *options, attn_options *reso
     } else {
         if (options->version < 0 || options->version > ATTN_OPTIONS_VERSION)
             return attn_fail(error, ATTN_ERROR_INVALID_ARGUMENT,
-                             "options.version = %d: must be 0, 1 or ATTN_OPTIONS_VERSION (%d)",
+                             "options.version = %d: must be 0, 1, 2 or ATTN_OPTIONS_VERSION (%d)",
                              options->version, ATTN_OPTIONS_VERSION);
-        /* version 1: the layout before `sinks`, whose bytes past it are not read */
+        /* versions 1 and 2: the layouts before `sinks` and before dropout, whose bytes past
+           them are not read */
+        const size_t bytes = options->version == 1   ? offsetof(attn_options, sinks)
+                             : options->version == 2 ? offsetof(attn_options, dropout_p)
+                                                     : sizeof *options;
         memset(resolved, 0, sizeof *resolved);
-        memcpy(resolved, options,
-               options->version == 1 ? offsetof(attn_options, sinks) : sizeof *options);
+        memcpy(resolved, options, bytes);
     }
     resolved->version = ATTN_OPTIONS_VERSION;
     if (!resolved->window) {

@@ -619,6 +619,8 @@ static void plan_call(forward_plan *plan, attn_call *call, const attn_tensor *q,
      * queries carry the scale (bf16 tiles read the queries as stored). */
     plan->loop_transforms = (softcap > 0.0f || plan->format.bf16_tiles) &&
                             (call->options.bias != NULL || call->options.alibi);
+    plan->dropout = attn_dropout_of(&call->options, call->problem.query_heads);
+    plan->dropout.first_batch = call->dropout_first_batch;
 }
 
 /* The threads for `item_count` items, by the call's work: every allowed pair's products (at

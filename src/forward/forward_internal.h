@@ -11,6 +11,7 @@
 
 #include "../call/call.h"
 #include "../kernels/registry.h"
+#include "../mask/dropout.h"
 #include "../mask/logits.h"
 #include "../mask/mask.h"
 #include "packed_kv.h"
@@ -24,6 +25,7 @@ typedef struct forward_plan {
     const attn_tensor *q, *k, *v;
     attn_tensor *out, *lse;
     attn_logit_pipeline logits; /* what the mask pass does to a tile's scores */
+    attn_dropout dropout;       /* applied to P between the softmax step and P·V */
     int64_t tile_rows;      /* query rows per head in one work item */
     int64_t tile_keys;      /* keys per key tile */
     int64_t query_tiles;    /* ceil(Tq / tile_rows) */

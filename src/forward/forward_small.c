@@ -23,6 +23,7 @@ bool attn_forward_small_applies(const attn_call *call, const attn_tensor *k,
     const attn_problem *problem = &call->problem;
     const attn_options *options = &call->options;
     if (options->key_lengths != NULL || options->key_positions != NULL) return false;
+    if (options->dropout_p > 0.0f) return false; /* the decode kernels apply no dropout */
     /* Element-wise masks stay on the tiled path, whose handling of what they mask out
      * (a NaN there changes nothing) the decode kernels do not all share. */
     if (options->mask != NULL || options->bias != NULL || options->block_layout != NULL ||

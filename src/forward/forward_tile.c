@@ -72,6 +72,20 @@ static int tile_segments(const forward_workspace *workspace, int64_t group_size,
     return n;
 }
 
+/* Dropout on the step's probabilities (mask/dropout.h): every row of every non-EMPTY head,
+ * after the softmax step has summed them and before P·V. */
+static void dropout_tile(const forward_plan *plan, forward_workspace *workspace,
+                         const tile_step *step) {
+    const int64_t group_size = plan->call->problem.group_size;
+    for (int64_t g = 0; g < group_size; ++g) {
+        if (workspace->head_class[g] == ATTN_TILE_EMPTY) continue;
+        for (int64_t r = step->first_row; r < step->end_row; ++r)
+            attn_dropout_apply_row(&plan->dropout, step->b, step->kv_head * group_size + g,
+                                   step->i0 + r, step->j0, step->count,
+                                   workspace->scores + (g * step->rows + r) * plan->scores_stride);
+    }
+}
+
 void forward_compute_tile(const forward_plan *plan, forward_workspace *workspace,
                          const tile_step *step) {
     const attn_forward_kernels *kernels = &plan->call->kernels->forward;
@@ -128,6 +142,8 @@ void forward_compute_tile(const forward_plan *plan, forward_workspace *workspace
                             workspace->accumulator + first * plan->accumulator_stride,
                             plan->accumulator_stride);
     }
+
+    if (plan->dropout.active) dropout_tile(plan, workspace, step);
 
     const float *values = values_for_tile(plan, workspace, step->packed, all_columns_alive,
                                           workspace->column_alive, step->b, step->kv_head, step->j0, count);
@@ -264,6 +280,10 @@ void forward_compute_span(const forward_plan *plan, forward_workspace *workspace
                               workspace->row_sum + first, workspace->rescale + first);
         kernels->scale_rows((int)rows, dim_v, workspace->rescale + first, accumulator,
                             plan->accumulator_stride);
+        for (int64_t r = 0; r < rows && plan->dropout.active; ++r)
+            attn_dropout_apply_row(&plan->dropout, step->b, step->kv_head * group_size + g,
+                                   step->i0 + step->first_row + r, first_key, columns,
+                                   scores + r * stride);
         if (!bf16_tiles && plan->format.dtype == ATTN_DTYPE_BF16)
             convert->round_bf16_rows((int)rows, (int)columns, scores, (int)stride);
         else if (!bf16_tiles && plan->format.dtype == ATTN_DTYPE_F16)

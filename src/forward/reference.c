@@ -11,6 +11,7 @@
 #include "../call/call.h"
 #include "../core/internal.h"
 #include "../mask/mask.h"
+#include "../mask/dropout.h"
 #include "../mask/sinks.h"
 
 /* The final logit of pair (i, j) of (b, h), in double: scale, soft-cap, additive, -inf when
@@ -35,7 +36,9 @@ static double reference_logit(const attn_mask_context *mask, const attn_problem 
 /* Row i of (b, h) from its logits row [Tk] (overwritten with the weights): m = max x,
  * l = sum exp(x - m) (+ the head's sink), O = sum exp(x - m) v / l, LSE = m + log l; an
  * attended NaN gives NaN; a row with no allowed key (m = -inf) is empty: false under the ERROR
- * policy (nothing written), else the policy's O and LSE. o_row: Dv floats, o_stride apart. */
+ * policy (nothing written), else the policy's O and LSE. With dropout the kept weights count
+ * 1 / (1 - p) times in O and the dropped ones not at all (l keeps them all).
+ * o_row: Dv floats, o_stride apart. */
 static bool reference_row(const attn_mask_context *mask, const attn_problem *problem,
                           const attn_tensor *v, int64_t b, int64_t h, int64_t i, double *row,
                           float *o_row, int64_t o_stride, float *lse_value) {
@@ -73,6 +76,10 @@ static bool reference_row(const attn_mask_context *mask, const attn_problem *pro
         row_sum += row[j];
     }
     if (sink != -INFINITY) row_sum += exp(sink - row_max);
+    const attn_dropout dropout = attn_dropout_of(options, problem->query_heads);
+    for (int64_t j = 0; j < Tk && dropout.active; ++j)
+        row[j] *= attn_dropout_keeps(&dropout, b, h, i, j) ? 1.0 / (1.0 - options->dropout_p)
+                                                            : 0.0;
     for (int64_t e = 0; e < Dv; ++e) {
         double weighted = 0.0;
         for (int64_t j = 0; j < Tk; ++j)

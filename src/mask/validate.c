@@ -142,6 +142,10 @@ static attn_status check_scalars(const attn_options *options, attn_error *error)
         return attn_fail(error, ATTN_ERROR_INVALID_ARGUMENT,
                          "options.window_right = %lld: must be >= -1 (-1 = unbounded)",
                          (long long)options->window_right);
+    if (!isfinite(options->dropout_p) || options->dropout_p < 0.0f || options->dropout_p >= 1.0f)
+        return attn_fail(error, ATTN_ERROR_INVALID_ARGUMENT,
+                         "options.dropout_p = %.9g: must be 0 (off) or in (0, 1)",
+                         (double)options->dropout_p);
     status = check_pattern(options, error);
     if (status != ATTN_OK) return status;
     const char *positional = positional_option_in_use(options);
@@ -188,7 +192,7 @@ static attn_status check_tensors(const attn_options *options, const attn_problem
     return ATTN_OK;
 }
 
-/* global tokens, the block layout, ALiBi slopes, sinks and the empty-row policy. */
+/* global tokens, the block layout, ALiBi slopes, sinks, dropout sizes, the empty-row policy. */
 static attn_status check_structure(const attn_options *options, const attn_problem *problem,
                                      attn_error *error) {
     attn_status status;
@@ -249,6 +253,16 @@ static attn_status check_structure(const attn_options *options, const attn_probl
                 return attn_fail(error, ATTN_ERROR_INVALID_ARGUMENT,
                                  "options.sinks[%lld] = %.9g: must be finite, or -inf for no sink",
                                  (long long)h, (double)options->sinks[h]);
+    /* The dropout generator's counter holds i, the key block and b * Hq + h in 32 bits each. */
+    if (options->dropout_p > 0.0f &&
+        (problem->query_length >= ((int64_t)1 << 32) || problem->key_length >= ((int64_t)1 << 32) ||
+         problem->batch * problem->query_heads >= ((int64_t)1 << 32)))
+        return attn_fail(error, ATTN_ERROR_UNSUPPORTED,
+                         "options.dropout_p = %.9g with Tq = %lld, Tk = %lld, B x Hq = %lld: "
+                         "dropout needs each below 2^32",
+                         (double)options->dropout_p, (long long)problem->query_length,
+                         (long long)problem->key_length,
+                         (long long)(problem->batch * problem->query_heads));
     if (options->empty_rows != ATTN_EMPTY_ROWS_ERROR && options->empty_rows != ATTN_EMPTY_ROWS_ZERO &&
         options->empty_rows != ATTN_EMPTY_ROWS_NAN)
         return attn_fail(error, ATTN_ERROR_INVALID_ARGUMENT, "options.empty_rows = %d: unknown",

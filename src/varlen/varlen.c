@@ -198,6 +198,7 @@ static attn_status run_sequence(const varlen_job *job, int64_t b, int threads, a
     }
     attn_call call = *job->call;
     call.execution.num_threads = threads;
+    call.dropout_first_batch = b; /* the sequence's dropout stream is that of batch b */
     attn_tensor q = attn_varlen_rows(job->q, q0, Tq), k = attn_varlen_rows(job->k, k0, Tk);
     attn_tensor v = attn_varlen_rows(job->v, k0, Tk), out = attn_varlen_rows(job->out, q0, Tq);
     attn_tensor lse;
