@@ -154,6 +154,24 @@ static test_tensor widen_global(const attn_tensor *half) {
     return wide;
 }
 
+/* A 16-bit gradient against the single-process one (fp32 view of its 16-bit values): within
+ * one rounding step of the type at the largest gradient. */
+static void check_within_step(const attn_tensor *got, const attn_tensor *reference, attn_dtype dtype,
+                              const char *label, const char *name) {
+    double largest = 0.0, worst = 0.0;
+    for (int64_t i = 0; i < reference->shape[1]; ++i)
+        for (int64_t h = 0; h < reference->shape[2]; ++h)
+            for (int64_t e = 0; e < reference->shape[3]; ++e) {
+                const double want = test_get4(reference, 0, i, h, e);
+                const double difference = fabs(test_half_get4(got, 0, i, h, e) - want);
+                if (fabs(want) > largest) largest = fabs(want);
+                if (difference > worst) worst = difference;
+            }
+    const double step = largest * (dtype == ATTN_DTYPE_BF16 ? 0x1p-8 : 0x1p-11);
+    CHECK(worst <= step, "%s: %s within one 16-bit step of the single-process backward "
+          "(largest difference %.3g, step %.3g)", label, name, worst, step);
+}
+
 /* Peaked attention (scale 1, D = 64: logits of standard deviation 8): the 16-bit ring
  * backward against attn_backward on the whole 16-bit problem. Both take D from the fp32 O
  * (the ring sums dK / dV over blocks in another order, so a few values differ by a rounding);
@@ -215,22 +233,8 @@ static void run_peaked_case(attn_dtype dtype, attn_ring_layout_kind kind) {
         &grads[2].view, NULL, NULL, &error);
     CHECK_STATUS(status, ATTN_OK, &error, "%s: 16-bit ring backward", label);
     static const char *const names[3] = {"dQ", "dK", "dV"};
-    for (int g = 0; g < 3; ++g) {
-        const attn_tensor *reference = &local[5 + g].view;
-        double largest = 0.0, worst = 0.0;
-        for (int64_t i = 0; i < n; ++i)
-            for (int64_t h = 0; h < reference->shape[2]; ++h)
-                for (int64_t e = 0; e < DIM; ++e) {
-                    const double want = test_get4(reference, 0, i, h, e);
-                    const double got = test_half_get4(&grads[g].view, 0, i, h, e);
-                    if (fabs(want) > largest) largest = fabs(want);
-                    if (fabs(got - want) > worst) worst = fabs(got - want);
-                }
-        /* one rounding step of the type at the largest gradient */
-        const double step = largest * (dtype == ATTN_DTYPE_BF16 ? 0x1p-8 : 0x1p-11);
-        CHECK(worst <= step, "%s: %s within one 16-bit step of the single-process backward "
-              "(largest difference %.3g, step %.3g)", label, names[g], worst, step);
-    }
+    for (int g = 0; g < 3; ++g) check_within_step(&grads[g].view, &local[5 + g].view, dtype, label,
+                                                  names[g]);
     for (int t = 0; t < 8; ++t) {
         test_tensor_free(&wide[t]);
         test_tensor_free(&local[t]);
