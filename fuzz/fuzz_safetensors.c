@@ -12,9 +12,17 @@
  * byte_count = numel * dtype size, every tensor's data inside its shard's image (the input,
  * or the mapped shard), names NUL-terminated and unique, attn_safetensors_find finding each
  * one, metadata strings non-NULL; every tensor and metadata byte is read (so ASan sees a bad
- * pointer). A violation aborts (a finding).
+ * pointer). The same bytes as a file (attn_safetensors_read) must read as they parse (both
+ * fail, or both give the same tensors), and sent through a FIFO by a writer that then closes
+ * it, must read as they parse whenever they parse (a pipe is read as far as the header says),
+ * within 5 s. Once per process, that path as a folder and a link to /dev/zero must each be
+ * refused with ATTN_ERROR_IO naming the path within a second, and a FIFO whose writer sends
+ * nothing refused likewise (an empty image: FORMAT) (fuzz/special_paths.h; a FIFO that never gets a writer waits 10 s by design, which
+ * tests/test_io_special_files.c covers). A violation aborts (a finding).
  */
 #define _POSIX_C_SOURCE 200809L
+
+#include "special_paths.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -109,6 +117,81 @@ static int make_shards(void) {
     return 1;
 }
 
+/* A file read from a path has the tensors (names, dtypes, bytes) of `parsed`. */
+static void check_same_tensors(const attn_safetensors_file *read,
+                               const attn_safetensors_file *parsed, const char *how) {
+    if (read->tensor_count != parsed->tensor_count) finding("tensor count differs", how);
+    for (int64_t t = 0; t < read->tensor_count; ++t) {
+        const attn_safetensors_tensor *a = &read->tensors[t], *b = &parsed->tensors[t];
+        if (strcmp(a->name, b->name) != 0 || a->dtype != b->dtype || a->rank != b->rank ||
+            a->byte_count != b->byte_count ||
+            (a->byte_count > 0 && memcmp(a->data, b->data, a->byte_count) != 0))
+            finding("tensor differs from the parsed one", how);
+    }
+}
+
+/* The path as a folder or a link to /dev/zero (ATTN_ERROR_IO), a FIFO whose writer sends
+ * nothing (an error naming the path), each refused within a second. */
+static void check_special_paths(void) {
+    for (int kind = SPECIAL_FIFO; kind < SPECIAL_KINDS; ++kind) {
+        special_feed feed;
+        const int fed = kind == SPECIAL_FIFO;
+        if (fed ? !special_feed_begin(&feed, NULL, 0) : !special_make((special_kind)kind))
+            continue;
+        attn_safetensors_file file;
+        attn_error error;
+        const double start = special_now();
+        const attn_status status = attn_safetensors_read(special_path, 0, &file, &error);
+        if (fed) special_feed_end(&feed);
+        if (special_now() - start > 1.0) finding("a special file held the reader", NULL);
+        check_empty(&file);
+        /* (an empty stream is a malformed image: FORMAT) */
+        if ((fed ? status == ATTN_OK : status != ATTN_ERROR_IO) ||
+            strstr(error.message, special_path) == NULL) {
+            fprintf(stderr, "fuzz_safetensors: %s: %s %s\n",
+                    fed ? "a FIFO whose writer sends nothing" : special_kind_names[kind],
+                    attn_status_name(status), error.message);
+            finding("a special file was not refused with ATTN_ERROR_IO naming it", NULL);
+        }
+    }
+    special_clear();
+}
+
+/* The input as a regular file and through a FIFO, against its parse (`parsed`, valid when
+ * parse_status is ATTN_OK). */
+static void check_file_reads(const uint8_t *data, size_t size, attn_status parse_status,
+                             const attn_safetensors_file *parsed) {
+    static int special_checked;
+    if (!special_setup()) return;
+    if (!special_checked) {
+        special_checked = 1;
+        check_special_paths();
+    }
+    attn_safetensors_file file;
+    attn_error error;
+    if (special_write_regular(data, size)) {
+        const attn_status status = attn_safetensors_read(special_path, (size_t)64 << 20, &file,
+                                                         &error);
+        if ((status == ATTN_OK) != (parse_status == ATTN_OK))
+            finding("the file reads otherwise than the bytes parse", error.message);
+        if (status == ATTN_OK) check_same_tensors(&file, parsed, "regular file");
+        else check_empty(&file);
+        attn_safetensors_free(&file);
+    }
+    special_feed feed;
+    if (!special_feed_begin(&feed, data, size)) return;
+    const double start = special_now();
+    const attn_status status = attn_safetensors_read(special_path, (size_t)64 << 20, &file, &error);
+    special_feed_end(&feed);
+    if (special_now() - start > 5.0) finding("the FIFO held the reader", NULL);
+    if (parse_status == ATTN_OK && status != ATTN_OK)
+        finding("bytes that parse do not read through a FIFO", error.message);
+    if (status == ATTN_OK && parse_status == ATTN_OK) check_same_tensors(&file, parsed, "FIFO");
+    if (status != ATTN_OK) check_empty(&file);
+    attn_safetensors_free(&file);
+    special_clear();
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     unsigned checksum = 0;
     attn_safetensors_file file;
@@ -119,8 +202,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     } else {
         if (file.shard_count != 1 || file.shards[0].bytes != data) finding("image shard", NULL);
         checksum += check_file(&file);
-        attn_safetensors_free(&file);
     }
+    check_file_reads(data, size, status, &file);
+    if (status == ATTN_OK) attn_safetensors_free(&file);
 
     if (make_shards()) {
         memset(&file, 0, sizeof file);
