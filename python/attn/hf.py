@@ -9,7 +9,8 @@ layer calls) and to AttentionMaskInterface (so layers receive boolean masks, bui
 "sdpa": padding, causal and sliding-window masks included). Every attention layer then runs
 through attn.torch's custom op, gradients included. register(threads=N) bounds attn's
 threads in those calls; output_attentions=True returns the attention probabilities
-(probabilities()).
+(probabilities()). generate_batch(model, inputs, ...) runs transformers' continuous batching
+(model.generate_batch) with attn computing every layer's attention over the packed batch.
 """
 from __future__ import annotations
 
@@ -22,7 +23,13 @@ import attn as _attn
 from . import _options as _O
 from . import torch as _attn_torch
 
-__all__ = ["register", "attention_forward", "probabilities"]
+__all__ = ["register", "attention_forward", "probabilities", "generate_batch",
+           "continuous_batching_forward"]
+
+# The name continuous batching runs attn under. transformers' continuous batching accepts
+# "sdpa", "paged|eager" or a flash implementation, and only a flash one receives the batch as
+# packed sequences (cu_seq_lens_q / cu_seq_lens_k) without a dense mask: hence "flash" in it.
+CONTINUOUS_BATCHING_NAME = "attn_flash_varlen"
 
 
 def attention_forward(module, query, key, value, attention_mask, dropout=0.0, scaling=None,
@@ -128,6 +135,62 @@ def probabilities(query, key, lse, *, mask=None, bias=None, scale=None, softcap=
     finite = torch.isfinite(lse)
     p = torch.exp(x - torch.where(finite, lse, torch.zeros_like(lse)))
     return torch.where(finite, p, torch.zeros_like(p))
+
+
+def continuous_batching_forward(module, query, key, value, attention_mask, dropout=0.0,
+                                scaling=None, sliding_window=None, softcap=None, is_causal=None,
+                                threads=None, **kwargs):
+    """transformers' attention-function protocol for continuous batching: query
+    [1, Hq, total_q, D] and key/value [1, Hkv, total_k, D] hold the batch's sequences packed,
+    cu_seq_lens_q / cu_seq_lens_k (int32 [n + 1]) and max_length_q / max_length_k delimit
+    them; each sequence's queries are its newest tokens (bottom-right causal). Returns
+    (output [1, total_q, Hq, Dv], None), computed by torch.ops.attn.varlen_forward (autograd
+    and dropout as attn.flash_attn.flash_attn_varlen_func's)."""
+    from . import flash_attn  # noqa: F401  (defines torch.ops.attn.varlen_forward)
+    if kwargs.get("block_table") is not None:
+        raise NotImplementedError("attn: continuous batching with a kernel block table (the "
+                                  "CUDA decode fast path) is not supported; attn reads the "
+                                  "packed key/value states")
+    if kwargs.get("s_aux") is not None:
+        raise NotImplementedError("attn: attention sinks under continuous batching are not "
+                                  "supported (use generate)")
+    causal = getattr(module, "is_causal", True) if is_causal is None else is_causal
+    left = int(sliding_window) - 1 if sliding_window else -1
+    dropout_p, dropout_state = _attn_torch._dropout_state(dropout, None)
+    out, _ = torch.ops.attn.varlen_forward(
+        query[0].transpose(0, 1), key[0].transpose(0, 1), value[0].transpose(0, 1),
+        kwargs["cu_seq_lens_q"].to(torch.int32), kwargs["cu_seq_lens_k"].to(torch.int32),
+        int(kwargs["max_length_q"]), int(kwargs["max_length_k"]), bool(causal), left,
+        0 if sliding_window else -1, None if scaling is None else float(scaling),
+        float(softcap or 0.0), None, 0 if threads is None else int(threads), dropout_p,
+        dropout_state)
+    return out.unsqueeze(0), None
+
+
+def generate_batch(model, inputs, *, threads: Optional[int] = None, **kwargs):
+    """model.generate_batch(inputs, **kwargs) (transformers' continuous batching) with attn
+    computing the attention of every layer (continuous_batching_forward): the same requests,
+    scheduling and outputs, the model's own attention implementation back afterwards.
+    threads: the most threads attn uses per call (None = attn's default)."""
+    from transformers import AttentionInterface
+
+    count = None if threads is None else _O.execution(threads, None)[0]
+
+    def function(module, query, key, value, attention_mask, **arguments):
+        if count is not None:
+            arguments.setdefault("threads", count)
+        return continuous_batching_forward(module, query, key, value, attention_mask,
+                                           **arguments)
+    AttentionInterface.register(CONTINUOUS_BATCHING_NAME, function)
+    config = model.config
+    saved = config._attn_implementation
+    # Set on the config directly: set_attn_implementation would look a flash name up as a
+    # kernel from the Hub.
+    config._attn_implementation = CONTINUOUS_BATCHING_NAME
+    try:
+        return model.generate_batch(inputs, **kwargs)
+    finally:
+        config._attn_implementation = saved
 
 
 def register(name: str = "attn", threads: Optional[int] = None) -> None:
