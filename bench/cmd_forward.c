@@ -35,6 +35,7 @@ typedef struct bench_settings {
     attn_dtype dtype;   /* --dtype: of q, k, v, out (F32, BF16 or F16) */
     bench_clock clock;  /* --clock wall (default) or cpu */
     double peak_gflops; /* > 0: given with --peak-gflops, no measurement */
+    double dropout;     /* --dropout: attention dropout probability (0 = off) */
     const char *csv_path, *markdown_path, *plot_path;
 } bench_settings;
 
@@ -68,6 +69,8 @@ static void print_help(FILE *stream) {
         "                      and compare with the peak of what ran (the backward widens\n"
         "                      16-bit inputs and runs in fp32)\n"
         "  --backward          also time attn_backward (rows skipped if it is unsupported)\n"
+        "  --dropout P         with attention dropout of probability P (GFLOP/s count the\n"
+        "                      same pairs: the mask's cost shows as a lower rate)\n"
         "  --reference         time attn_reference_forward (the naive oracle) instead\n"
         "  --profile           then, per head dim, where one forward tile step's cycles go\n"
         "                      (scores, softmax, rescale, P.V, packing; one thread)\n"
@@ -219,6 +222,15 @@ static int parse_arguments(int argc, char **argv, bench_settings *s) {
                 return 2;
             }
             ++i;
+        } else if (!strcmp(option, "--dropout")) {
+            char *end = NULL;
+            s->dropout = value ? strtod(value, &end) : -1;
+            if (!value || *end || !(s->dropout >= 0 && s->dropout < 1)) {
+                fprintf(stderr, "attn-bench: --dropout '%s': expected a probability in [0, 1)\n",
+                        value ? value : "");
+                return 2;
+            }
+            ++i;
         } else if (!strcmp(option, "--peak-gflops")) {
             char *end = NULL;
             s->peak_gflops = value ? strtod(value, &end) : 0;
@@ -274,6 +286,8 @@ static attn_options make_options(const bench_settings *s, bench_mask mask) {
         options.window_left = s->window - 1;
         options.window_right = 0;
     }
+    options.dropout_p = (float)s->dropout;
+    options.dropout_seed = 1;
     return options;
 }
 
