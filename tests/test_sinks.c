@@ -471,6 +471,64 @@ static void test_validation(void) {
     test_tensor_free(&q), test_tensor_free(&k), test_tensor_free(&out), test_tensor_free(&plain);
 }
 
+/* ---- varlen: each sequence gets its head's sink, forward and backward ---- */
+static void test_varlen(void) {
+    enum { B = 3, T = 24, H = 4, D = 16 };
+    test_rng rng;
+    test_rng_seed(&rng, 808);
+    test_tensor q = test_tensor_new(B, T, H, D, TEST_LAYOUT_BTHD);
+    test_tensor k = test_tensor_new(B, T, H, D, TEST_LAYOUT_BTHD);
+    test_tensor v = test_tensor_new(B, T, H, D, TEST_LAYOUT_BTHD);
+    test_tensor dout = test_tensor_new(B, T, H, D, TEST_LAYOUT_BTHD);
+    test_tensor_fill_normal(&q, &rng, 1.0f), test_tensor_fill_normal(&k, &rng, 1.0f);
+    test_tensor_fill_normal(&v, &rng, 1.0f), test_tensor_fill_normal(&dout, &rng, 1.0f);
+    float sinks[H];
+    fill_sinks(sinks, H, &rng);
+    attn_options options = attn_options_default();
+    options.causal = 1, options.alignment = ATTN_ALIGN_BOTTOM_RIGHT, options.sinks = sinks;
+    const int64_t lse_shape[3] = {B, H, T}, packed_lse_shape[2] = {H, B * T};
+    test_tensor out = test_tensor_new(B, T, H, D, TEST_LAYOUT_BTHD);
+    test_tensor lse = test_tensor_new_shape(3, lse_shape);
+    test_tensor packed_out = test_tensor_new(B, T, H, D, TEST_LAYOUT_BTHD);
+    test_tensor packed_lse = test_tensor_new_shape(2, packed_lse_shape);
+    test_tensor grads[6];
+    for (int n = 0; n < 6; ++n) grads[n] = test_tensor_new(B, T, H, D, TEST_LAYOUT_BTHD);
+    attn_error error = {0};
+    CHECK_STATUS(attn_forward(&q.view, &k.view, &v.view, &options, &out.view, &lse.view, NULL,
+                              &error), ATTN_OK, &error, "varlen: padded forward");
+    CHECK_STATUS(attn_backward(&q.view, &k.view, &v.view, &out.view, &lse.view, &dout.view,
+                               &options, &grads[0].view, &grads[1].view, &grads[2].view, NULL,
+                               NULL, &error), ATTN_OK, &error, "varlen: padded backward");
+    /* the same memory as packed [B * T, H, D]; the packed LSE is [H, B * T] */
+    const attn_tensor row = {NULL, ATTN_DTYPE_F32, 3, {B * T, H, D}, {H * D, D, 1}};
+    attn_tensor pq = row, pk = row, pv = row, po = row, pd = row, pg[3] = {row, row, row};
+    pq.data = q.view.data, pk.data = k.view.data, pv.data = v.view.data;
+    po.data = packed_out.view.data, pd.data = dout.view.data;
+    for (int n = 0; n < 3; ++n) pg[n].data = grads[3 + n].view.data;
+    const int32_t cu[B + 1] = {0, T, 2 * T, 3 * T};
+    const attn_varlen sequences = {B, cu, cu, T, T};
+    CHECK_STATUS(attn_varlen_forward(&pq, &pk, &pv, &sequences, &options, &po, &packed_lse.view,
+                                     NULL, &error), ATTN_OK, &error, "varlen: forward");
+    int lse_equal = 1;
+    for (int64_t b = 0; b < B; ++b)
+        for (int64_t h = 0; h < H; ++h)
+            for (int64_t i = 0; i < T; ++i)
+                lse_equal &= test_get3(&lse.view, b, h, i) == packed_lse.allocation[h * B * T + b * T + i];
+    CHECK(test_bitwise_equal(&packed_out.view, &out.view) && lse_equal,
+          "varlen with sinks: O and LSE = the padded batch's, bitwise");
+    CHECK_STATUS(attn_varlen_backward(&pq, &pk, &pv, &po, &packed_lse.view, &pd, &sequences,
+                                      &options, &pg[0], &pg[1], &pg[2], NULL, &error),
+                 ATTN_OK, &error, "varlen: backward");
+    CHECK(test_bitwise_equal(&grads[3].view, &grads[0].view) &&
+              test_bitwise_equal(&grads[4].view, &grads[1].view) &&
+              test_bitwise_equal(&grads[5].view, &grads[2].view),
+          "varlen with sinks: dq, dk, dv = the padded batch's, bitwise");
+    for (int n = 0; n < 6; ++n) test_tensor_free(&grads[n]);
+    test_tensor_free(&q), test_tensor_free(&k), test_tensor_free(&v), test_tensor_free(&dout);
+    test_tensor_free(&out), test_tensor_free(&lse), test_tensor_free(&packed_out);
+    test_tensor_free(&packed_lse);
+}
+
 int main(void) {
     for (size_t n = 0; n < sizeof cases / sizeof *cases; ++n) run_forward_case(&cases[n], 300 + n);
     const attn_dtype storage[] = {ATTN_DTYPE_F32, ATTN_DTYPE_BF16, ATTN_DTYPE_F16, ATTN_DTYPE_Q8,
@@ -479,6 +537,7 @@ int main(void) {
     for (size_t n = 0; n < sizeof token_cases / sizeof *token_cases; ++n)
         run_token_case(&token_cases[n], 700 + n);
     test_gradients();
+    test_varlen();
     test_validation();
     return test_finish();
 }

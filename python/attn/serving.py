@@ -38,12 +38,13 @@ def _window(window):
     return None if (left, right) == (-1, -1) else (left, right)
 
 
-def _options(Hq, causal, window, softcap, alibi_slopes, scale, dropout=(0.0, None, 0)):
+def _options(Hq, causal, window, softcap, alibi_slopes, scale, dropout=(0.0, None, 0),
+             sinks=None):
     causal = _causal(causal)
     return _O.build(1, Hq, 1, 1, causal=causal, alignment=causal or "bottom-right",
                     window=_window(window), mask=None, bias=None, scale=scale,
                     softcap=softcap, alibi=alibi_slopes is not None, alibi_slopes=alibi_slopes,
-                    key_lengths=None, query_lengths=None, empty_rows="zero",
+                    key_lengths=None, query_lengths=None, empty_rows="zero", sinks=sinks,
                     dropout_p=dropout[0], dropout_seed=dropout[1], dropout_offset=dropout[2])
 
 
@@ -80,7 +81,7 @@ def _prefix(values, name, batch=None):
 def varlen_forward(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, *,
                    causal=None, window=None, softcap=0.0, alibi_slopes=None, scale=None,
                    return_lse=False, threads=None, memory_limit=None, kernel=None,
-                   dropout_p=0.0, dropout_seed=None, dropout_offset=0):
+                   dropout_p=0.0, dropout_seed=None, dropout_offset=0, sinks=None):
     """Attention over packed sequences (flash_attn_varlen_func).
 
     q [total_q, Hq, Dk], k [total_k, Hkv, Dk], v [total_k, Hkv, Dv]; cu_seqlens_q /
@@ -91,6 +92,7 @@ def varlen_forward(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen
     lse [Hq, total_q] float32. Bitwise identical for any thread count. dropout_p,
     dropout_seed, dropout_offset as in attn.forward; sequence b draws the mask of batch b
     (attn.dropout_mask(B, Hq, max_seqlen_q, max_seqlen_k, ...)[b, :, :len_q, :len_k]).
+    sinks: float[Hq] attention sinks, as in attn.forward (every sequence's rows get them).
     """
     qv, kv, vv = _float_views((q, k, v), "qkv", 3, "[total, H, D]")
     _same_dtype((qv, kv, vv), "qkv")
@@ -99,7 +101,7 @@ def varlen_forward(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen
     B = cu_q.shape[0] - 1
     cu_k = _prefix(cu_seqlens_k, "cu_seqlens_k", B)
     options, keep, _ = _options(Hq, causal, window, softcap, alibi_slopes, scale,
-                                (dropout_p, dropout_seed, dropout_offset))
+                                (dropout_p, dropout_seed, dropout_offset), sinks)
     run = _O.execution(threads, memory_limit, kernel)
     cq, ck, cv = _f32(qv, "q"), _f32(kv, "k"), _f32(vv, "v")
     out = T.empty(qv, (total_q, Hq, vv.shape[2]), T.F32)
@@ -117,7 +119,7 @@ def varlen_forward(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen
 def varlen_backward(q, k, v, out, lse, dout, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
                     max_seqlen_k, *, causal=None, window=None, softcap=0.0, alibi_slopes=None,
                     scale=None, threads=None, memory_limit=None, kernel=None, dropout_p=0.0,
-                    dropout_seed=None, dropout_offset=0):
+                    dropout_seed=None, dropout_offset=0, sinks=None):
     """Gradients of varlen_forward (same sequences and options, dropout's seed and offset too): q, k, v, out and lse
     ([Hq, total_q], return_lse=True) as varlen_forward took and returned, dout [total_q, Hq, Dv].
     Returns attn.Gradients(dq, dk, dv, None) with q's, k's and v's shapes and dtype."""
@@ -132,7 +134,7 @@ def varlen_backward(q, k, v, out, lse, dout, cu_seqlens_q, cu_seqlens_k, max_seq
     B = cu_q.shape[0] - 1
     cu_k = _prefix(cu_seqlens_k, "cu_seqlens_k", B)
     options, keep, _ = _options(Hq, causal, window, softcap, alibi_slopes, scale,
-                                (dropout_p, dropout_seed, dropout_offset))
+                                (dropout_p, dropout_seed, dropout_offset), sinks)
     run = _O.execution(threads, memory_limit, kernel)
     views = [_f32(x, n) for x, n in zip((qv, kv, vv, ov, dov), ("q", "k", "v", "out", "dout"))]
     dq = T.empty(qv, (total_q, Hq, Dk), T.F32)

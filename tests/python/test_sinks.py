@@ -188,3 +188,30 @@ def test_sink_tokens_streaming_generation():
         step = cache.decode(q[:, t:t + 1], causal="bottom-right", window=(window, 0),
                             sink_tokens=kept)
         np.testing.assert_allclose(step[0, 0], want[0, t], rtol=1e-5, atol=1e-6)
+
+
+def test_varlen_with_sinks_against_eager():
+    torch.manual_seed(12)
+    lengths_q, lengths_k = [3, 7], [5, 7]
+    q, k, v = randn(10, 4, 8), randn(12, 2, 8), randn(12, 2, 8)
+    sinks = randn(4)
+    cu_q, cu_k = np.array([0, 3, 10], np.int32), np.array([0, 5, 12], np.int32)
+    out, lse = attn.varlen_forward(q, k, v, cu_q, cu_k, 7, 7, causal=True, sinks=sinks,
+                                   return_lse=True)
+    for b in range(2):
+        sq, sk = slice(cu_q[b], cu_q[b + 1]), slice(cu_k[b], cu_k[b + 1])
+        want, want_lse = eager(q[sq][None].double(), k[sk][None].double(),
+                               v[sk][None].double(), sinks.double())
+        torch.testing.assert_close(out[sq].double(), want[0], rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(lse[:, sq].double(), want_lse[0], rtol=1e-5, atol=1e-6)
+    g = attn.varlen_backward(q, k, v, out, lse, torch.ones_like(out), cu_q, cu_k, 7, 7,
+                             causal=True, sinks=sinks)
+    leaves = [x.double().requires_grad_() for x in (q, k, v)]
+    total = 0
+    for b in range(2):
+        sq, sk = slice(cu_q[b], cu_q[b + 1]), slice(cu_k[b], cu_k[b + 1])
+        total = total + eager(leaves[0][sq][None], leaves[1][sk][None], leaves[2][sk][None],
+                              sinks.double())[0].sum()
+    total.backward()
+    for got, leaf in zip((g.dq, g.dk, g.dv), leaves):
+        torch.testing.assert_close(got.double(), leaf.grad, rtol=1e-4, atol=1e-5)
