@@ -247,6 +247,12 @@ attn_status ring_call_begin(ring_call *call, MPI_Comm comm, const ring_tensors *
 
     attn_error local_error = {ATTN_OK, ""};
     attn_status status = attn_call_begin(&call->prepared, options, execution, &local_error);
+    /* Each block would draw its dropout mask at block-local key indices: refused. */
+    if (status == ATTN_OK && call->prepared.options.dropout_p != 0.0f)
+        status = attn_fail(&local_error, ATTN_ERROR_INVALID_ARGUMENT,
+                           "options.dropout_p = %.9g: ring attention applies no dropout "
+                           "(attn_forward, attn_backward and varlen do)",
+                           (double)call->prepared.options.dropout_p);
     if (status == ATTN_OK) status = check_local(call, tensors, layout, &local_error);
     status = ring_agree(call, status, &local_error, error);
     if (status != ATTN_OK) {

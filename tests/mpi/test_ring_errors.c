@@ -4,7 +4,7 @@
  * rank and the argument, instead of hanging (a hang fails the test by its ctest timeout).
  * Covers errors found before the compute (shapes, NULL, a rank whose sizes differ from rank
  * 0's, a layout that disagrees with the communicator, unsupported options) and during it (a
- * memory limit that only one rank sets), outputs aliasing inputs (out = q, dk = k on one
+ * memory limit that only one rank sets; dropout, which the ring refuses), outputs aliasing inputs (out = q, dk = k on one
  * rank), for the forward and the backward. After each failure
  * a correct call must still succeed: nothing is left in flight.
  */
@@ -173,6 +173,14 @@ int main(int argc, char **argv) {
                                &p.layout, &p.out.view, &p.lse.view, NULL, NULL, &error);
     check_everyone(status, &error, ATTN_ERROR_INVALID_ARGUMENT, "causal without alignment",
                    "rank 0:", "options.alignment");
+
+    /* 8b. Dropout (every rank): the ring applies none. */
+    attn_options dropout = options;
+    dropout.dropout_p = 0.1f;
+    status = attn_ring_forward(MPI_COMM_WORLD, &p.q.view, &p.k.view, &p.v.view, &dropout,
+                               &p.layout, &p.out.view, &p.lse.view, NULL, NULL, &error);
+    check_everyone(status, &error, ATTN_ERROR_INVALID_ARGUMENT, "dropout", "rank 0:",
+                   "options.dropout_p");
 
     /* 9. Outputs aliasing inputs on the last rank (out = q; dk = k): refused before the ring
      *    starts, q and k unchanged. */
