@@ -3,10 +3,10 @@
  * one rank's input is bad, EVERY rank returns the same error status and message, naming the
  * rank and the argument, instead of hanging (a hang fails the test by its ctest timeout).
  * Covers errors found before the compute (shapes, NULL, a rank whose sizes differ from rank
- * 0's, a layout that disagrees with the communicator, unsupported options) and during it (a
- * memory limit that only one rank sets; dropout, which the ring refuses), outputs aliasing inputs (out = q, dk = k on one
- * rank), for the forward and the backward. After each failure
- * a correct call must still succeed: nothing is left in flight.
+ * 0's, a layout that disagrees with the communicator, unsupported options, dropout) and during
+ * it (a memory limit that only one rank sets), outputs aliasing inputs (out = q, dk = k on one
+ * rank), for the forward and the backward. After each failure a correct call must still
+ * succeed: nothing is left in flight.
  */
 #include <mpi.h>
 #include <stdlib.h>
