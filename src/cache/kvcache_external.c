@@ -582,12 +582,13 @@ static void append_tokens(const external_plan *plan, float *rows) {
             for (int64_t h = 0; h < plan->Hkv; ++h) {
                 const attn_tensor *kn = append->k_new, *vn = append->v_new;
                 const size_t ks = attn_dtype_size(kn->dtype), vs = attn_dtype_size(vn->dtype);
+                /* signed offsets: the new rows may have negative strides */
                 const char *key = (const char *)kn->data +
-                                  (size_t)(b * kn->stride[0] + t * kn->stride[1] +
-                                           h * kn->stride[2]) * ks;
+                                  (ptrdiff_t)(b * kn->stride[0] + t * kn->stride[1] +
+                                              h * kn->stride[2]) * (ptrdiff_t)ks;
                 const char *value = (const char *)vn->data +
-                                    (size_t)(b * vn->stride[0] + t * vn->stride[1] +
-                                             h * vn->stride[2]) * vs;
+                                    (ptrdiff_t)(b * vn->stride[0] + t * vn->stride[1] +
+                                                h * vn->stride[2]) * (ptrdiff_t)vs;
                 float row_scale; /* Q8: written beside the row */
                 load_row(kn->dtype, key, kn->stride[3], plan->Dk, rows);
                 if (plan->rotary_dim > 0) rotate(rows, plan, position);
@@ -659,8 +660,9 @@ static attn_status empty_sequence(const attn_options *options, int64_t b, const 
         for (int64_t h = 0; h < out->shape[2]; ++h) {
             for (int64_t e = 0; e < out->shape[3]; ++e)
                 store_row(out->dtype, &fill, 1,
-                          (char *)out->data + (size_t)(b * out->stride[0] + i * out->stride[1] +
-                                                       h * out->stride[2] + e * out->stride[3]) * size);
+                          (char *)out->data + (ptrdiff_t)(b * out->stride[0] + i * out->stride[1] +
+                                                          h * out->stride[2] + e * out->stride[3]) *
+                                                  (ptrdiff_t)size);
             if (lse != NULL) /* (ZERO: the head's sink takes the whole row, mask/sinks.h) */
                 *attn_f32_at3(lse, b, h, i) = nan ? NAN : attn_sink_logit(options, h);
         }
@@ -816,7 +818,8 @@ static attn_tensor rotate_queries(const external_plan *plan, const attn_tensor *
             for (int64_t h = 0; h < plan->Hq; ++h) {
                 load_row(q->dtype,
                          (const char *)q->data +
-                             (size_t)(b * q->stride[0] + i * q->stride[1] + h * q->stride[2]) * size,
+                             (ptrdiff_t)(b * q->stride[0] + i * q->stride[1] + h * q->stride[2]) *
+                                 (ptrdiff_t)size,
                          q->stride[3], plan->Dk, row);
                 rotate(row, plan, plan->cache_seqlens[b] + (plan->rotate_each_query ? i : 0));
                 store_row(q->dtype, row, plan->Dk,
