@@ -21,7 +21,7 @@
  * alarm: a hang fails the run. One configuration in four also runs with one thread, which
  * must give bitwise the same outputs.
  *
- * Usage: test_property_differential [configurations]   (default 1000; ATTN_DIFFERENTIAL_CASES
+ * Usage: test_property_differential [configurations]   (default 500; ATTN_DIFFERENTIAL_CASES
  * too); ATTN_DIFFERENTIAL_SEED=<seed> runs that one configuration verbosely, and each failure
  * prints its seed.
  */
@@ -957,7 +957,7 @@ int main(int argc, char **argv) {
         return test_finish();
     }
     const char *count_text = argc > 1 ? argv[1] : getenv("ATTN_DIFFERENTIAL_CASES");
-    const uint64_t count = count_text != NULL && *count_text ? strtoull(count_text, NULL, 0) : 1000;
+    const uint64_t count = count_text != NULL && *count_text ? strtoull(count_text, NULL, 0) : 500;
     const uint64_t base = 20261207;
     const double start = (double)clock() / CLOCKS_PER_SEC;
     uint64_t run = 0;
