@@ -127,14 +127,14 @@ def test_compiled_training_step_matches_eager(dtype, use_lse, masking):
 
 
 def test_compiled_hf_llama_training_step_matches_eager():
-    """A Llama-architecture model (random weights, GQA; two layers keep the compile short,
-    four give the same result) through attn, one training step compiled with
-    fullgraph=True: loss and every gradient within 1e-5 of eager."""
+    """A Llama-architecture model (random weights, GQA, four layers) through attn, one
+    training step compiled with fullgraph=True: loss and every gradient within 1e-5 of
+    eager."""
     transformers = pytest.importorskip("transformers")
     import attn.hf
     attn.hf.register()
     config = transformers.LlamaConfig(vocab_size=61, hidden_size=32, intermediate_size=48,
-                                      num_hidden_layers=2, num_attention_heads=4,
+                                      num_hidden_layers=4, num_attention_heads=4,
                                       num_key_value_heads=2, max_position_embeddings=32)
     config._attn_implementation = "attn"
     torch.manual_seed(0)
