@@ -8,9 +8,8 @@
  * together, one step of each in turn (time_cases), and each row gives its tokens/s against
  * the bf16 row of its configuration ("vs bf16"): a drift of the machine falls on all of them,
  * and no cache stays in the last-level cache between its steps because the others pass
- * through it (docs/inference.md, "Measuring decode"); then MLA absorbed decoding on a DeepSeek-V2 latent
- * cache (Dk = 576, Dv = 512) with V2's 128 and V2-Lite's 16 heads, and one MLA layer step
- * naive vs absorbed at a short
+ * through it; then MLA absorbed decoding on a DeepSeek-V2 latent cache (Dk = 576, Dv = 512)
+ * with V2's 128 and V2-Lite's 16 heads, and one MLA layer step naive vs absorbed at a short
  * context. --clock cpu times both the decode steps and the bandwidth in the threads' own CPU
  * time (bench_clock.h), which leaves out the time they waited for a core.
  */

@@ -6,7 +6,7 @@
  * (--dtype); outputs are written all or nothing: every file under a temporary name first,
  * then all renamed into place, several outputs naming one safetensors file written into it
  * together. Every error is one line on stderr naming the option, the file, the tensor and the
- * bad value. docs/cli.md "Tensors in files" describes the rules.
+ * bad value. docs/formats.md, "In the CLI", describes the rules.
  */
 #ifndef ATTN_CLI_TENSOR_FILES_H
 #define ATTN_CLI_TENSOR_FILES_H
