@@ -5,7 +5,9 @@
  * on the decoding path (Tq <= 16) and on the prefill path (attn_forward per sequence), also
  * when the empty row is in a later sequence than rows that would be fine. The same calls
  * under ZERO, and calls with no empty row, are compared with attn_reference_forward run on
- * each sequence's tokens.
+ * each sequence's tokens. A prefill under execution.memory_limit_bytes is refused (by the
+ * attention of its longest sequence, which runs first) with out untouched, whatever the
+ * limit, and the first limit that fits gives the unlimited call's result bitwise.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -145,9 +147,53 @@ static void run_case(const refusal_case *c, test_rng *rng) {
     test_tensor_free(&lse);
 }
 
+/* Memory limits from 4 KiB up, in 4 KiB steps, on a prefill whose middle sequence is the
+ * longest: each call is refused with out untouched, until one fits. */
+static void test_memory_limits(test_rng *rng) {
+    enum { SEQUENCES = 3, CAPACITY = 600, TQ = 40 };
+    test_tensor q = test_tensor_new(SEQUENCES, TQ, HQ, D, TEST_LAYOUT_BTHD);
+    test_tensor kc = test_tensor_new(SEQUENCES, CAPACITY, HKV, D, TEST_LAYOUT_BTHD);
+    test_tensor vc = test_tensor_new(SEQUENCES, CAPACITY, HKV, D, TEST_LAYOUT_BTHD);
+    test_tensor out = test_tensor_new(SEQUENCES, TQ, HQ, D, TEST_LAYOUT_BTHD);
+    test_tensor unlimited = test_tensor_new(SEQUENCES, TQ, HQ, D, TEST_LAYOUT_BTHD);
+    test_tensor_fill_normal(&q, rng, 1.0f), test_tensor_fill_normal(&kc, rng, 1.0f);
+    test_tensor_fill_normal(&vc, rng, 1.0f);
+    const int32_t seqlens[SEQUENCES] = {50, 590, 200};
+    attn_kv_cache_view view = {0};
+    view.k_cache = &kc.view, view.v_cache = &vc.view, view.cache_seqlens = seqlens;
+    attn_execution execution = {0};
+    execution.num_threads = 2;
+    attn_error error = {0};
+    CHECK_STATUS(attn_forward_with_kvcache(&q.view, &view, NULL, NULL, &unlimited.view, NULL,
+                                           &execution, &error),
+                 ATTN_OK, &error, "memory limits: the unlimited call");
+    int refusals = 0, written = 0, named_longest = 0;
+    attn_status status = ATTN_ERROR_MEMORY_LIMIT;
+    for (size_t limit = 4096; status == ATTN_ERROR_MEMORY_LIMIT && limit < ((size_t)64 << 20);
+         limit += 4096) {
+        test_tensor_fill_all(&out, sentinel);
+        execution.memory_limit_bytes = limit;
+        status = attn_forward_with_kvcache(&q.view, &view, NULL, NULL, &out.view, NULL,
+                                           &execution, &error);
+        if (status != ATTN_ERROR_MEMORY_LIMIT) break;
+        ++refusals;
+        for (int64_t n = 0; n < out.allocation_floats; ++n) written |= out.allocation[n] != sentinel;
+        named_longest |= strstr(error.message, "sequence 1:") != NULL;
+    }
+    CHECK_STATUS(status, ATTN_OK, &error, "memory limits: a limit that fits");
+    CHECK(refusals > 0 && named_longest, "memory limits: %d refusals, some by the longest "
+          "sequence's attention", refusals);
+    CHECK(!written, "memory limits: every refusal left out untouched");
+    CHECK(test_bitwise_equal(&out.view, &unlimited.view), "memory limits: the first call that "
+          "fits equals the unlimited one bitwise");
+    test_tensor_free(&q), test_tensor_free(&kc), test_tensor_free(&vc);
+    test_tensor_free(&out), test_tensor_free(&unlimited);
+}
+
 int main(void) {
     test_rng rng;
     test_rng_seed(&rng, 37);
     for (size_t n = 0; n < sizeof cases / sizeof cases[0]; ++n) run_case(&cases[n], &rng);
+    test_memory_limits(&rng);
     return test_finish();
 }
