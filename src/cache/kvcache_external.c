@@ -5,11 +5,13 @@
  * flash_attn_with_kvcache's semantics.
  *
  * Order of work: every argument is checked (shapes, dtypes, capacities, block-table entries,
- * pages an append would write that another block uses, rotary tables) and every buffer
- * allocated before the first write into the cache, so a failing call leaves it untouched.
- * Then the append (the rows it overwrites saved first), the RoPE of the queries, and the
- * attention itself, which sizes its own working memory; if it fails (a memory limit), the
- * saved rows are put back, so the cache is left as it was on that error too:
+ * pages an append would write that another block uses, rotary tables, a query row the mask
+ * leaves with no key under the ERROR policy) and every buffer allocated before the first
+ * write into the cache or out, so a failing call leaves them untouched. Then the append (the
+ * rows it overwrites saved first), the RoPE of the queries, and the attention itself, which
+ * sizes its own working memory; if it fails (a memory limit: the prefill runs its longest
+ * sequence first, so out is not written yet), the saved rows are put back, so the cache is
+ * left as it was on that error too:
  *  - few queries per sequence (Tq <= DECODE_MOST_QUERIES): attn_decode's split-KV loop on a
  *    struct attn_kv_cache that describes the caller's memory with its own strides
  *    (cache_internal.h), so the kernels read the caller's pages in place and the result is
