@@ -101,12 +101,15 @@ def forward(q, k, v, *, causal=None, window=None, mask=None, bias=None, scale=No
             softcap=0.0, alibi=False, alibi_slopes=None, key_lengths=None, query_lengths=None,
             empty_rows="error", return_lse=False, out=None, threads=None, alignment=None,
             memory_limit=None, kernel=None, sinks=None, sink_tokens=0, dropout_p=0.0,
-            dropout_seed=None, dropout_offset=0):
+            dropout_seed=None, dropout_offset=0, return_probabilities=False):
     """Exact attention softmax(scale * q k^T + bias) v over [B, T, H, D] arrays.
 
     q [B, Tq, Hq, Dk], k [B, Tk, Hkv, Dk], v [B, Tk, Hkv, Dv] (Hq a multiple of Hkv: GQA);
     returns out [B, Tq, Hq, Dv] (q's kind and dtype), and with return_lse=True the pair
-    (out, lse) with lse [B, Hq, Tq] float32.
+    (out, lse) with lse [B, Hq, Tq] float32. return_probabilities=True appends the attention
+    probabilities P [B, Hq, Tq, Tk] float32, the weights out is made of (out = P v, with
+    dropout's mask and scale in them; 0 where a pair is not allowed), computed by a second
+    call with v the identity (O(Tq Tk^2) work: for inspection and small problems).
       causal: None, "bottom-right" (query i at position i + Tk - Tq, FlashAttention) or
           "top-left" (position i, PyTorch is_causal).
       window: (left, right): keys within [pos - left, pos + right]; -1 = unbounded side.
@@ -150,9 +153,28 @@ def forward(q, k, v, *, causal=None, window=None, mask=None, bias=None, scale=No
     lv = T.view(lse, "lse") if return_lse else None
     _attn.forward(cq.desc(), ck.desc(), cv.desc(), ov.desc(), lv.desc() if lv else None,
                   options, run)
+    probabilities = _probabilities(qv, kv, options, run) if return_probabilities else None
     del keep
     result = _finish(result, buffer, qv.code)
-    return (result, lse) if return_lse else result
+    if not (return_lse or return_probabilities):
+        return result
+    return (result,) + ((lse,) if return_lse else ()) + \
+        ((probabilities,) if return_probabilities else ())
+
+
+def _probabilities(qv, kv, options, run):
+    """P [B, Hq, Tq, Tk] float32 of a forward call: attn_forward with float32 q and k and v the
+    identity (value j is the j-th unit vector, broadcast over batch and heads), so that
+    O = P I = P with every option of the call, dropout's mask included, as the call applied it."""
+    B, Tq, Hq, _ = qv.shape
+    Tk, Hkv = kv.shape[1], kv.shape[2]
+    cq, ck = T.converted(qv, T.F32, "q"), T.converted(kv, T.F32, "k")
+    identity = T.view(np.eye(Tk, dtype=np.float32), "identity").broadcast(
+        (B, Tk, Hkv, Tk), (0, Tk, 0, 1))
+    weights = T.empty(qv, (B, Tq, Hq, Tk), T.F32)
+    _attn.forward(cq.desc(), ck.desc(), identity.desc(), T.view(weights, "weights").desc(),
+                  None, options, run)
+    return weights.permute(0, 2, 1, 3) if qv.torch else weights.transpose(0, 2, 1, 3)
 
 
 def backward(q, k, v, out, lse, dout, *, causal=None, window=None, mask=None, bias=None,

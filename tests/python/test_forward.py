@@ -182,3 +182,40 @@ def test_every_kernel_family_matches_the_reference(rng):
     for family in families + ["auto"]:
         out = attn.forward(q, k, v, kernel=family, **kwargs)
         np.testing.assert_allclose(out, expected, rtol=1e-4, atol=2e-5, err_msg=family)
+
+
+@pytest.mark.parametrize("kind", ["numpy", "torch"])
+def test_return_probabilities_are_the_weights_of_out(kind):
+    """attn.forward(..., return_probabilities=True): P [B, Hq, Tq, Tk] equal to the softmax
+    in float64 (GQA, bottom-right causal, a mask with an empty row, soft-cap), exactly 0
+    where a pair is not allowed, out = P v; with dropout P holds the mask and its scale."""
+    rng = np.random.default_rng(21)
+    q = rng.standard_normal((2, 5, 4, 8), dtype=np.float32)
+    k = rng.standard_normal((2, 9, 2, 8), dtype=np.float32)
+    v = rng.standard_normal((2, 9, 2, 8), dtype=np.float32)
+    mask = rng.random((2, 1, 5, 9)) > 0.3
+    mask[1, 0, 2] = False                                    # an empty row
+    x = np.einsum("bihd,bjhd->bhij", q, np.repeat(k, 2, axis=2)).astype(np.float64) / 8 ** 0.5
+    x = 5.0 * np.tanh(x / 5.0)
+    allowed = mask & np.tril(np.ones((5, 9), bool), 4)
+    x = np.where(allowed, x, -np.inf)
+    top = np.max(x, -1, keepdims=True)
+    e = np.exp(x - np.where(np.isfinite(top), top, 0))
+    want = e / np.maximum(e.sum(-1, keepdims=True), 1e-300)
+    arrays = (q, k, v) if kind == "numpy" else tuple(torch.from_numpy(a) for a in (q, k, v))
+    m = mask if kind == "numpy" else torch.from_numpy(mask)
+    out, lse, p = attn.forward(*arrays, causal="bottom-right", mask=m, softcap=5.0,
+                               empty_rows="zero", return_lse=True, return_probabilities=True)
+    p = np.asarray(p)
+    assert p.shape == (2, 4, 5, 9) and p.dtype == np.float32
+    np.testing.assert_allclose(p, want, rtol=1e-5, atol=1e-6)
+    assert (p[~np.broadcast_to(allowed, p.shape)] == 0).all()
+    np.testing.assert_allclose(np.asarray(out), np.einsum("bhij,bjhd->bihd", p,
+                                                          np.repeat(v, 2, axis=2)),
+                               rtol=1e-5, atol=1e-6)
+    out, p = attn.forward(*arrays, causal="bottom-right", mask=m, softcap=5.0,
+                          empty_rows="zero", dropout_p=0.4, dropout_seed=3,
+                          return_probabilities=True)
+    keep = attn.dropout_mask(2, 4, 5, 9, 0.4, 3)
+    np.testing.assert_allclose(np.asarray(p), want * keep / np.float32(0.6), rtol=1e-5,
+                               atol=1e-6)
