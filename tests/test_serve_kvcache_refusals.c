@@ -7,7 +7,8 @@
  * under ZERO, and calls with no empty row, are compared with attn_reference_forward run on
  * each sequence's tokens. A prefill under execution.memory_limit_bytes is refused (by the
  * attention of its longest sequence, which runs first) with out untouched, whatever the
- * limit, and the first limit that fits gives the unlimited call's result bitwise.
+ * limit, and the first limit that fits gives the unlimited call's result bitwise. Dropout is
+ * refused on both paths, before the append.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -24,30 +25,35 @@ typedef struct refusal_case {
     int causal, window;
     int64_t window_left, window_right;
     attn_empty_rows policy;
+    float dropout;
     attn_status expected;
-    int64_t empty_b, empty_i; /* the first empty row the message must name */
+    int64_t empty_b, empty_i; /* the first empty row the message must name (-1: dropout) */
 } refusal_case;
 
 static const refusal_case cases[] = {
     {"prefill, causal, sequence 1 shorter than Tq", 20, 0, {40, 10}, 1, 0, -1, -1,
-     ATTN_EMPTY_ROWS_ERROR, ATTN_ERROR_EMPTY_ROW, 1, 0},
+     ATTN_EMPTY_ROWS_ERROR, 0.0f, ATTN_ERROR_EMPTY_ROW, 1, 0},
     {"prefill with append, sequence 1 shorter than Tq", 20, 2, {30, 5}, 1, 0, -1, -1,
-     ATTN_EMPTY_ROWS_ERROR, ATTN_ERROR_EMPTY_ROW, 1, 0},
-    {"prefill, sequence 0 the short one", 18, 0, {9, 40}, 1, 0, -1, -1, ATTN_EMPTY_ROWS_ERROR,
+     ATTN_EMPTY_ROWS_ERROR, 0.0f, ATTN_ERROR_EMPTY_ROW, 1, 0},
+    {"prefill, sequence 0 the short one", 18, 0, {9, 40}, 1, 0, -1, -1, ATTN_EMPTY_ROWS_ERROR, 0.0f,
      ATTN_ERROR_EMPTY_ROW, 0, 0},
-    {"decode, causal", 4, 0, {8, 2}, 1, 0, -1, -1, ATTN_EMPTY_ROWS_ERROR, ATTN_ERROR_EMPTY_ROW,
+    {"decode, causal", 4, 0, {8, 2}, 1, 0, -1, -1, ATTN_EMPTY_ROWS_ERROR, 0.0f, ATTN_ERROR_EMPTY_ROW,
      1, 0},
-    {"decode with append", 4, 1, {8, 2}, 1, 0, -1, -1, ATTN_EMPTY_ROWS_ERROR,
+    {"decode with append", 4, 1, {8, 2}, 1, 0, -1, -1, ATTN_EMPTY_ROWS_ERROR, 0.0f,
      ATTN_ERROR_EMPTY_ROW, 1, 0},
-    {"decode, window 0/0 without causal", 3, 0, {5, 1}, 0, 1, 0, 0, ATTN_EMPTY_ROWS_ERROR,
+    {"decode, window 0/0 without causal", 3, 0, {5, 1}, 0, 1, 0, 0, ATTN_EMPTY_ROWS_ERROR, 0.0f,
      ATTN_ERROR_EMPTY_ROW, 1, 0},
-    {"prefill, causal, ZERO policy", 20, 0, {40, 10}, 1, 0, -1, -1, ATTN_EMPTY_ROWS_ZERO,
+    {"prefill, causal, ZERO policy", 20, 0, {40, 10}, 1, 0, -1, -1, ATTN_EMPTY_ROWS_ZERO, 0.0f,
      ATTN_OK, 0, 0},
-    {"decode with append, ZERO policy", 4, 1, {8, 2}, 1, 0, -1, -1, ATTN_EMPTY_ROWS_ZERO,
+    {"decode with append, ZERO policy", 4, 1, {8, 2}, 1, 0, -1, -1, ATTN_EMPTY_ROWS_ZERO, 0.0f,
      ATTN_OK, 0, 0},
-    {"prefill, causal, no empty row", 20, 2, {40, 18}, 1, 0, -1, -1, ATTN_EMPTY_ROWS_ERROR,
+    {"prefill, causal, no empty row", 20, 2, {40, 18}, 1, 0, -1, -1, ATTN_EMPTY_ROWS_ERROR, 0.0f,
      ATTN_OK, 0, 0},
-    {"decode, window 2/0, no empty row", 4, 1, {8, 3}, 0, 1, 2, 0, ATTN_EMPTY_ROWS_ERROR,
+    {"prefill with dropout", 20, 2, {40, 18}, 1, 0, -1, -1, ATTN_EMPTY_ROWS_ZERO, 0.1f,
+     ATTN_ERROR_INVALID_ARGUMENT, -1, 0},
+    {"decode with append and dropout", 4, 1, {8, 3}, 1, 0, -1, -1, ATTN_EMPTY_ROWS_ZERO, 0.1f,
+     ATTN_ERROR_INVALID_ARGUMENT, -1, 0},
+    {"decode, window 2/0, no empty row", 4, 1, {8, 3}, 0, 1, 2, 0, ATTN_EMPTY_ROWS_ERROR, 0.0f,
      ATTN_OK, 0, 0},
 };
 
@@ -110,6 +116,7 @@ static void run_case(const refusal_case *c, test_rng *rng) {
     options.causal = c->causal, options.alignment = ATTN_ALIGN_BOTTOM_RIGHT;
     options.window = c->window, options.window_left = c->window_left;
     options.window_right = c->window_right, options.empty_rows = c->policy;
+    options.dropout_p = c->dropout;
     attn_kv_cache_view view = {0};
     view.k_cache = &kc.view, view.v_cache = &vc.view, view.cache_seqlens = c->seqlens;
     attn_kv_append append = {&kn.view, &vn.view, NULL, NULL, ATTN_ROPE_HALF};
@@ -128,9 +135,10 @@ static void run_case(const refusal_case *c, test_rng *rng) {
         CHECK(memcmp(k_before, kc.allocation, cache_bytes) == 0 &&
                   memcmp(v_before, vc.allocation, cache_bytes) == 0,
               "%s: cache untouched by the refused call", c->name);
-        char expected_row[64];
-        snprintf(expected_row, sizeof expected_row, "b = %lld, h = 0, i = %lld",
-                 (long long)c->empty_b, (long long)c->empty_i);
+        char expected_row[64] = "options.dropout_p"; /* empty_b < 0: the option is named */
+        if (c->empty_b >= 0)
+            snprintf(expected_row, sizeof expected_row, "b = %lld, h = 0, i = %lld",
+                     (long long)c->empty_b, (long long)c->empty_i);
         CHECK(strstr(error.message, expected_row) != NULL, "%s: message '%s' names %s", c->name,
               error.message, expected_row);
     } else if (status == ATTN_OK) {

@@ -177,6 +177,12 @@ static attn_status check_options(const attn_options *options, attn_error *error)
                          "options.%s is set: attn_forward_with_kvcache takes its lengths and "
                          "positions from cache_seqlens and accepts no padded-batch options",
                          name);
+    /* (decoding refuses dropout, and a prefill's sequences would all draw batch row 0's mask) */
+    if (options->dropout_p != 0.0f)
+        return attn_fail(error, ATTN_ERROR_INVALID_ARGUMENT,
+                         "options.dropout_p = %.9g: attn_forward_with_kvcache applies no dropout "
+                         "(attn_forward and attn_varlen_forward do)",
+                         (double)options->dropout_p);
     return ATTN_OK;
 }
 
