@@ -53,13 +53,12 @@ typedef struct config {
     float poison_value;
     int poison_target; /* 0 q, 1 k, 2 v */
     int invalid;       /* 0 none, else which argument is made invalid (1..4) */
-    int verbose;
     double tolerance; /* relative to 1 + |reference| */
     char description[320];
 } config;
 
 typedef struct run_counts {
-    uint64_t per_kind[KINDS], poisoned, refused, failures, hangs_checked;
+    uint64_t per_kind[KINDS], poisoned, refused, failures;
     uint64_t statuses[ATTN_ERROR_COMMUNICATION + 1];
 } run_counts;
 
@@ -92,7 +91,7 @@ static float *element(const attn_tensor *t, const int64_t *index) {
     return (float *)t->data + offset;
 }
 
-/* Visits every element of an F32 tensor in logical order: calls visit(index). */
+/* Elements of a tensor, and the index of the flat-th in logical (row-major) order. */
 static int64_t element_count(const attn_tensor *t) {
     int64_t n = 1;
     for (int d = 0; d < t->rank; ++d) n *= t->shape[d];
@@ -936,14 +935,13 @@ static uint64_t configuration_seed(uint64_t base, uint64_t index) {
 static void run_configuration(uint64_t seed, int verbose) {
     config c;
     draw_config(seed, (int)(seed % KINDS), &c);
-    c.verbose = verbose;
     current_seed = seed;
     ++counts.per_kind[c.kind];
-    counts.poisoned += c.poison != 0;
     const uint64_t failures = counts.failures;
     alarm(30);
     runners[c.kind](&c);
     alarm(0);
+    counts.poisoned += c.poison != 0; /* (a runner drops a poison that has no token to land on) */
     if (verbose)
         printf("seed %llu (%s): %s\n  %s\n", (unsigned long long)seed, kind_names[c.kind],
                counts.failures == failures ? "ok" : "FAILED", c.description);
