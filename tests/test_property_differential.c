@@ -1,6 +1,7 @@
 /*
  * test_property_differential.c — random differential run over the library's call kinds:
- * attn_forward (tiled and small calls), attn_backward, attn_varlen_forward, attn_decode on
+ * attn_forward (tiled and small calls), attn_backward, attn_varlen_forward (and its backward
+ * where the forward succeeds and no row is NaN by policy), attn_decode on
  * library caches of every storage type (F32, BF16, F16, Q8, FP8 E4M3 / E5M2; contiguous and
  * paged) and attn_forward_with_kvcache on caches the caller owns (F32, BF16, F16; contiguous
  * and paged, with appends; decoding and prefill paths). Each configuration is drawn from its
@@ -516,6 +517,50 @@ static void varlen_verdict(const config *c, const char *invalid, attn_status sta
     }
 }
 
+/* The varlen backward of a varlen forward that succeeded, against attn_reference_backward
+ * on each sequence's rows (a sequence without queries or keys: zero gradients). */
+static void varlen_backward_check(const config *c, test_rng *rng, const attn_varlen *sequences,
+                                  const test_tensor *const *inputs, const test_tensor *out,
+                                  const test_tensor *lse) {
+    const int32_t *cu[2] = {sequences->cu_seqlens_q, sequences->cu_seqlens_k};
+    test_tensor dout = test_tensor_new_shape(3, out->view.shape), grads[3], refs[3];
+    test_tensor_fill_normal(&dout, rng, 1.0f);
+    for (int g = 0; g < 3; ++g) {
+        grads[g] = test_tensor_new_shape(3, inputs[g]->view.shape);
+        refs[g] = test_tensor_new_shape(3, inputs[g]->view.shape); /* zeros */
+    }
+    attn_error error = {0}, ref_error = {0};
+    const attn_status status = attn_varlen_backward(
+        &inputs[0]->view, &inputs[1]->view, &inputs[2]->view, &out->view, &lse->view, &dout.view,
+        sequences, &c->options, &grads[0].view, &grads[1].view, &grads[2].view, &c->execution,
+        &error);
+    attn_status expected = ATTN_OK;
+    const int64_t total_q = lse->view.shape[1];
+    for (int64_t b = 0; b < c->B && expected == ATTN_OK; ++b) {
+        const int64_t rows = cu[0][b + 1] - cu[0][b], keys = cu[1][b + 1] - cu[1][b];
+        if (rows == 0 || keys == 0) continue;
+        attn_tensor views[7], gradient_views[3];
+        for (int g = 0; g < 3; ++g) {
+            const int side = g == 0 ? 0 : 1;
+            views[g] = packed_rows(inputs[g], cu[side][b], side ? keys : rows);
+            gradient_views[g] = packed_rows(&refs[g], cu[side][b], side ? keys : rows);
+        }
+        views[3] = packed_rows(out, cu[0][b], rows), views[4] = packed_rows(&dout, cu[0][b], rows);
+        const int64_t lse_shape[3] = {1, c->Hq, rows};
+        views[5] = attn_tensor_contiguous(lse->allocation + cu[0][b], ATTN_DTYPE_F32, 3, lse_shape);
+        views[5].stride[1] = total_q, views[5].stride[0] = 0;
+        expected = attn_reference_backward(&views[0], &views[1], &views[2], &views[3], &views[5],
+                                           &views[4], &c->options, &gradient_views[0],
+                                           &gradient_views[1], &gradient_views[2], NULL, &ref_error);
+    }
+    config backward = *c; /* gradients: the backward's tolerance */
+    backward.tolerance = tolerances[KIND_BACKWARD];
+    compare_gradients(&backward, NULL, status, &error, expected, &ref_error, &lse->view, grads,
+                      refs);
+    for (int g = 0; g < 3; ++g) test_tensor_free(&grads[g]), test_tensor_free(&refs[g]);
+    test_tensor_free(&dout);
+}
+
 static void run_varlen(config *c) {
     const char *invalid = c->invalid ? make_invalid(c) : NULL;
     test_rng rng;
@@ -556,6 +601,12 @@ static void run_varlen(config *c) {
         expected = varlen_expected(c, cu_q, cu_k, b, &q, &k, &v, &ref_out, &ref_lse, &ref_error);
     const attn_tensor *outputs[2] = {&out.view, &lse.view};
     varlen_verdict(c, invalid, status, &error, expected, &ref_error, outputs, &ref_out, &ref_lse);
+    /* (empty rows under NAN: see run_backward) */
+    if (invalid == NULL && status == ATTN_OK && expected == ATTN_OK &&
+        c->options.empty_rows != ATTN_EMPTY_ROWS_NAN) {
+        const test_tensor *inputs[3] = {&q, &k, &v};
+        varlen_backward_check(c, &rng, &sequences, inputs, &out, &lse);
+    }
     test_tensor_free(&q), test_tensor_free(&k), test_tensor_free(&v), test_tensor_free(&out);
     test_tensor_free(&lse), test_tensor_free(&ref_out), test_tensor_free(&ref_lse);
 }
