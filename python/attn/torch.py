@@ -134,6 +134,7 @@ def _forward_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: Optiona
 
 
 _CODES = {torch.float32: 0, torch.bfloat16: 1, torch.float16: 2}  # attn_dtype (include/attn.h)
+_extension.set_torch(torch.Tensor, torch.float32, torch.bfloat16, torch.float16)
 _DEFAULT_RUN = (0, 0, 0)  # the execution tuple: default threads, no memory limit, AUTO kernels
 
 
@@ -167,10 +168,37 @@ def _scalar_forward(q, k, v, causal, alignment, window, window_left, window_righ
     lse = torch.empty((B, Hq, Tq), dtype=torch.float32) if need_lse else None
     options = _scalar_options(Tq == k.shape[1], causal, alignment, window, window_left,
                               window_right, scale, softcap, alibi, empty_rows)
-    _extension.forward(_descriptor(q), _descriptor(k), _descriptor(v), _descriptor(out),
-                       _descriptor(lse) if need_lse else None, options,
-                       _DEFAULT_RUN if not threads else _O.execution(threads, None))
+    if not _extension.forward_torch(q, k, v, out, lse, options, threads, False):
+        _extension.forward(_descriptor(q), _descriptor(k), _descriptor(v), _descriptor(out),
+                           _descriptor(lse) if need_lse else None, options,
+                           _DEFAULT_RUN if not threads else _O.execution(threads, None))
     return out, lse
+
+
+def _untraced() -> bool:
+    """Nothing traces or transforms the call (torch.compile, a dispatch mode, vmap): a plain
+    call may then go straight to the extension."""
+    return not (torch.compiler.is_compiling() or torch._C._len_torch_dispatch_stack() > 0 or
+                torch._C._are_functorch_transforms_active())
+
+
+def _plain_sdpa(query, key, value, is_causal, scale, enable_gqa):
+    """scaled_dot_product_attention's most common call (no mask, no dropout, [B, H, T, D]
+    tensors, a contiguous query, inference) computed with no Python work per element or
+    dimension: the extension reads the tensors itself (forward_torch). None when the call
+    is not such a one (the general path then takes it, and raises what it must)."""
+    if key.dim() != 4 or value.dim() != 4 or not query.is_contiguous() or \
+            query.numel() == 0 or key.numel() == 0 or value.numel() == 0:
+        return None
+    B, Hq, Tq, _ = query.shape
+    if (key.shape[1] != Hq and not enable_gqa) or key.shape[0] != B or value.shape[0] != B:
+        return None
+    out = torch.empty((B, Hq, Tq, value.shape[3]), dtype=query.dtype)
+    options = _scalar_options(Tq == key.shape[2], bool(is_causal), 2 if is_causal else 0, False,
+                              -1, -1, None if scale is None else float(scale), 0.0, False, 1)
+    if not _extension.forward_torch(query, key, value, out, None, options, 0, True):
+        return None
+    return out
 
 
 def _plain_call(tensors) -> bool:
@@ -178,8 +206,7 @@ def _plain_call(tensors) -> bool:
     gradient to record, nothing tracing or transforming the call (torch.compile, fake tensors,
     vmap, a dispatch mode) and every tensor a plain CPU tensor. Inference then skips the custom
     op's dispatch and autograd wrappers, which cost more than a small attention call."""
-    if torch.compiler.is_compiling() or torch._C._len_torch_dispatch_stack() > 0 or \
-            torch._C._are_functorch_transforms_active():
+    if not _untraced():
         return False
     grad = torch.is_grad_enabled()
     for t in tensors:
@@ -424,6 +451,11 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
     The output's strides follow torch's CPU kernels: when query is dense with its last
     dimension innermost (e.g. a [B, T, H, D] buffer transposed to [B, H, T, D]), rank <= 4
     and Ev == E, the output has query's strides; otherwise it is contiguous."""
+    if attn_mask is None and not dropout_p and type(query) is torch.Tensor and \
+            query.dim() == 4 and _untraced():
+        out = _plain_sdpa(query, key, value, is_causal, scale, enable_gqa)
+        if out is not None:
+            return out
     if is_causal and attn_mask is not None:
         raise ValueError("scaled_dot_product_attention: is_causal=True with an explicit "
                          "attn_mask is not allowed (as in PyTorch)")

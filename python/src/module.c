@@ -211,6 +211,105 @@ static PyObject *py_forward(PyObject *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
+/* ---- torch tensors read here (the small-call path of attn.torch) ------------------------------ */
+
+/* torch.Tensor and the float dtypes attn computes in, registered by attn.torch (set_torch). */
+static PyObject *torch_tensor_type, *torch_dtypes[3]; /* float32, bfloat16, float16 */
+
+/* set_torch(Tensor, float32, bfloat16, float16) */
+static PyObject *py_set_torch(PyObject *self, PyObject *args) {
+    PyObject *objects[4];
+    if (!PyArg_ParseTuple(args, "OOOO", &objects[0], &objects[1], &objects[2], &objects[3]))
+        return NULL;
+    for (int n = 0; n < 4; ++n) Py_INCREF(objects[n]);
+    torch_tensor_type = objects[0];
+    for (int n = 0; n < 3; ++n) torch_dtypes[n] = objects[n + 1];
+    Py_RETURN_NONE;
+}
+
+/* The attribute (call = 0) or method result (call = 1) `name` of `object` is True. -1: an
+ * error. */
+static int torch_flag(PyObject *object, const char *name, int call) {
+    PyObject *value = call ? PyObject_CallMethod(object, name, NULL)
+                           : PyObject_GetAttrString(object, name);
+    if (value == NULL) return -1;
+    const int flag = value == Py_True;
+    Py_DECREF(value);
+    return flag;
+}
+
+/* *t = a plain torch tensor of rank `rank` (type exactly torch.Tensor, on the CPU, a float
+ * dtype attn computes in, no gradient to record, no lazy negation or conjugation); with bhtd
+ * its [B, H, T, D] dims are described as attn's [B, T, H, D]. 1: done; 0: not such a tensor
+ * (the caller takes the general path); -1: a Python error. */
+static int torch_view(PyObject *object, int rank, int bhtd, attn_tensor *t) {
+    if (object == Py_None || (PyObject *)Py_TYPE(object) != torch_tensor_type) return 0;
+    PyObject *dtype = PyObject_GetAttrString(object, "dtype");
+    if (dtype == NULL) return -1;
+    int code = -1;
+    for (int n = 0; n < 3; ++n)
+        if (dtype == torch_dtypes[n]) code = n; /* attn_dtype F32, BF16, F16 */
+    Py_DECREF(dtype);
+    if (code < 0) return 0;
+    int flags[4];
+    const char *names[4] = {"is_cpu", "requires_grad", "is_neg", "is_conj"};
+    for (int n = 0; n < 4; ++n)
+        if ((flags[n] = torch_flag(object, names[n], n >= 2)) < 0) return -1;
+    if (!flags[0] || flags[1] || flags[2] || flags[3]) return 0;
+    PyObject *shape = PyObject_GetAttrString(object, "shape");
+    PyObject *stride = shape ? PyObject_CallMethod(object, "stride", NULL) : NULL;
+    PyObject *data = stride ? PyObject_CallMethod(object, "data_ptr", NULL) : NULL;
+    int result = data == NULL ? -1 : 0;
+    if (data != NULL && PyTuple_Check(shape) && PyTuple_Size(shape) == rank &&
+        PyTuple_Check(stride) && PyTuple_Size(stride) == rank) {
+        memset(t, 0, sizeof *t);
+        t->data = PyLong_AsVoidPtr(data);
+        t->dtype = (attn_dtype)code;
+        t->rank = rank;
+        for (int d = 0; d < rank; ++d) {
+            const int from = bhtd && (d == 1 || d == 2) ? 3 - d : d;
+            t->shape[d] = PyLong_AsLongLong(PyTuple_GetItem(shape, from));
+            t->stride[d] = PyLong_AsLongLong(PyTuple_GetItem(stride, from));
+        }
+        result = PyErr_Occurred() ? -1 : 1;
+    }
+    Py_XDECREF(shape), Py_XDECREF(stride), Py_XDECREF(data);
+    return result;
+}
+
+/* forward_torch(q, k, v, out, lse | None, options, threads, bhtd): attn_forward on torch
+ * tensors read here (torch_view); True when it ran, False when a tensor is not a plain one
+ * (nothing done: the caller takes the general path). lse is [B, Hq, Tq] in either layout. */
+static PyObject *py_forward_torch(PyObject *self, PyObject *args) {
+    PyObject *objects[5], *optionso;
+    int threads, bhtd;
+    if (torch_tensor_type == NULL) Py_RETURN_FALSE;
+    if (!PyArg_ParseTuple(args, "OOOOOOii", &objects[0], &objects[1], &objects[2], &objects[3],
+                          &objects[4], &optionso, &threads, &bhtd))
+        return NULL;
+    attn_tensor views[5];
+    for (int n = 0; n < 5; ++n) {
+        if (n == 4 && objects[4] == Py_None) break;
+        const int found = torch_view(objects[n], n == 4 ? 3 : 4, n == 4 ? 0 : bhtd, &views[n]);
+        if (found < 0) return NULL;
+        if (found == 0 || (n == 4 && views[4].dtype != ATTN_DTYPE_F32)) Py_RETURN_FALSE;
+    }
+    option_tensors tensors;
+    attn_options options;
+    if (parse_options(optionso, &options, &tensors)) return NULL;
+    attn_execution execution = attn_execution_default();
+    execution.num_threads = threads;
+    attn_error error;
+    memset(&error, 0, sizeof error);
+    attn_status status;
+    Py_BEGIN_ALLOW_THREADS
+    status = attn_forward(&views[0], &views[1], &views[2], &options, &views[3],
+                          objects[4] != Py_None ? &views[4] : NULL, &execution, &error);
+    Py_END_ALLOW_THREADS
+    if (status != ATTN_OK) return raise_status(status, &error);
+    Py_RETURN_TRUE;
+}
+
 /* dropout_mask(options, keep): attn_dropout_mask */
 static PyObject *py_dropout_mask(PyObject *self, PyObject *args) {
     PyObject *optionso, *keepo;
@@ -648,6 +747,9 @@ static PyMethodDef methods[] = {
     {"backward", py_backward, METH_VARARGS, "attn_backward on descriptors (private)."},
     {"merge", py_merge, METH_VARARGS, "attn_merge on descriptors (private)."},
     {"dropout_mask", py_dropout_mask, METH_VARARGS, "attn_dropout_mask (private)."},
+    {"set_torch", py_set_torch, METH_VARARGS, "torch's Tensor type and dtypes (private)."},
+    {"forward_torch", py_forward_torch, METH_VARARGS,
+     "attn_forward on plain torch tensors (private)."},
     {"sinks_backward", py_sinks_backward, METH_VARARGS,
      "attn_sinks_backward on descriptors (private)."},
     {"decode", py_decode, METH_VARARGS, "attn_decode on descriptors (private)."},

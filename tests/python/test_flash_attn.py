@@ -278,6 +278,10 @@ def test_with_kvcache_causal_lse_int_and_default_seqlens():
     for name in ("cache_batch_idx", "cache_leftpad", "alibi_slopes"):
         with pytest.raises(NotImplementedError, match=name):
             fa.flash_attn_with_kvcache(q, k_cache, v_cache, **{name: torch.zeros(2)})
-    with pytest.raises(NotImplementedError):
-        fa.flash_attn_varlen_func(q[0], k_cache[0], v_cache[0], [0, 3], [0, 8], 3, 8,
-                                  dropout_p=0.1)
+    runs = []
+    for _ in range(2):  # dropout's mask comes from torch's generator
+        torch.manual_seed(4)
+        runs.append(fa.flash_attn_varlen_func(q[0], k_cache[0], v_cache[0], [0, 3], [0, 8], 3,
+                                              8, dropout_p=0.1))
+    assert torch.equal(runs[0], runs[1]) and not torch.equal(runs[0], fa.flash_attn_varlen_func(
+        q[0], k_cache[0], v_cache[0], [0, 3], [0, 8], 3, 8))

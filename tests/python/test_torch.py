@@ -92,8 +92,8 @@ def test_sdpa_rank3_bf16_scale_and_refusals():
     want = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), scale=0.25)
     assert got.dtype == torch.bfloat16 and got.shape == (3, 6, 8)
     torch.testing.assert_close(got.float(), want, rtol=2e-2, atol=2e-2)
-    with pytest.raises(NotImplementedError):
-        at.scaled_dot_product_attention(q, k, v, dropout_p=0.1)
+    dropped = at.scaled_dot_product_attention(q, k, v, dropout_p=0.5, scale=0.25)
+    assert dropped.shape == got.shape and not torch.equal(dropped, got)  # dropout applies
     with pytest.raises(ValueError):
         at.scaled_dot_product_attention(q, k, v, is_causal=True,
                                         attn_mask=torch.ones(6, 6, dtype=torch.bool))
@@ -147,8 +147,10 @@ def test_flash_attn_func_softcap_gradients():
     torch.testing.assert_close(out, want, rtol=1e-4, atol=2e-5)
     for x, y in zip((q, k, v), leaves):
         torch.testing.assert_close(x.grad, y.grad, rtol=1e-4, atol=5e-5)
-    with pytest.raises(NotImplementedError):
-        at.flash_attn_func(q, k, v, dropout_p=0.5)
+    torch.manual_seed(9)
+    dropped = at.flash_attn_func(q, k, v, dropout_p=0.5)
+    torch.manual_seed(9)
+    assert torch.equal(dropped, at.flash_attn_func(q, k, v, dropout_p=0.5))
 
 
 def test_torch_compile_uses_the_fake_kernel():
