@@ -52,6 +52,13 @@ def attention_forward(module, query, key, value, attention_mask, dropout=0.0, sc
         is_causal = getattr(module, "is_causal", True)
     # As transformers' sdpa path: causality comes from the mask when there is one.
     is_causal = bool(q_length > 1 and attention_mask is None and is_causal)
+    wants_weights = _weights_requested(kwargs)
+    if attention_mask is None and position_bias is None and sinks is None and not softcap \
+            and not dropout and not kwargs.get("sliding_window") and not wants_weights:
+        # The common inference call (a decode step, an unpadded prompt): straight to attn.
+        out = _attn_torch._plain_heads_first(query, key, value, is_causal, scaling, threads)
+        if out is not None:
+            return out, None
     mask = bias = None
     if attention_mask is not None:
         if attention_mask.dtype == torch.bool:
@@ -68,7 +75,6 @@ def attention_forward(module, query, key, value, attention_mask, dropout=0.0, sc
     # same band, and the window lets attn skip the tiles outside it. The newest queries sit
     # at the end of the keys (bottom-right), a cropped sliding cache included.
     window = (int(kwargs["sliding_window"]) - 1, 0) if kwargs.get("sliding_window") else None
-    wants_weights = _weights_requested(kwargs)
     seed = int(torch.randint(0, 2**62, (1,))) if dropout and wants_weights else None
     out, lse = _attn_torch.attention(query.transpose(1, 2), key.transpose(1, 2),
                                      value.transpose(1, 2),
@@ -95,12 +101,16 @@ def _weights_requested(kwargs) -> bool:
     (output_attentions from the call or the config, through its forward hooks)."""
     if kwargs.get("output_attentions"):
         return True
-    try:
-        from transformers.utils.output_capturing import _active_collector
-    except ImportError:
+    if _ACTIVE_COLLECTOR is None:
         return False
-    collected = _active_collector.get()
+    collected = _ACTIVE_COLLECTOR.get()
     return bool(collected) and ("attentions" in collected or "cross_attentions" in collected)
+
+
+try:  # transformers' collector of layer outputs (output_attentions through forward hooks)
+    from transformers.utils.output_capturing import _active_collector as _ACTIVE_COLLECTOR
+except ImportError:
+    _ACTIVE_COLLECTOR = None
 
 
 def probabilities(query, key, lse, *, mask=None, bias=None, scale=None, softcap=0.0,

@@ -168,7 +168,7 @@ def _scalar_forward(q, k, v, causal, alignment, window, window_left, window_righ
     lse = torch.empty((B, Hq, Tq), dtype=torch.float32) if need_lse else None
     options = _scalar_options(Tq == k.shape[1], causal, alignment, window, window_left,
                               window_right, scale, softcap, alibi, empty_rows)
-    if not _extension.forward_torch(q, k, v, out, lse, options, threads, False):
+    if not _extension.forward_torch(q, k, v, out, lse, options, threads, 0):
         _extension.forward(_descriptor(q), _descriptor(k), _descriptor(v), _descriptor(out),
                            _descriptor(lse) if need_lse else None, options,
                            _DEFAULT_RUN if not threads else _O.execution(threads, None))
@@ -196,7 +196,25 @@ def _plain_sdpa(query, key, value, is_causal, scale, enable_gqa):
     out = torch.empty((B, Hq, Tq, value.shape[3]), dtype=query.dtype)
     options = _scalar_options(Tq == key.shape[2], bool(is_causal), 2 if is_causal else 0, False,
                               -1, -1, None if scale is None else float(scale), 0.0, False, 1)
-    if not _extension.forward_torch(query, key, value, out, None, options, 0, True):
+    if not _extension.forward_torch(query, key, value, out, None, options, 0, 0b1111):
+        return None
+    return out
+
+
+def _plain_heads_first(query, key, value, causal, scale, threads):
+    """Inference attention of [B, H, T, D] q, k, v (Hugging Face's layout) into a new
+    [B, Tq, Hq, Dv] output, bottom-right causal or not, no mask: the extension reads the
+    tensors itself (forward_torch). None when the call is not such a one (plain CPU tensors,
+    nothing tracing): the caller then takes the general path."""
+    if key.dim() != 4 or value.dim() != 4 or query.dim() != 4 or not _untraced() or \
+            query.numel() == 0 or key.numel() == 0 or value.numel() == 0:
+        return None
+    B, Hq, Tq, _ = query.shape
+    out = torch.empty((B, Tq, Hq, value.shape[3]), dtype=query.dtype)
+    options = _scalar_options(Tq == key.shape[2], bool(causal), 1 if causal else 0, False, -1,
+                              -1, None if scale is None else float(scale), 0.0, False, 1)
+    if not _extension.forward_torch(query, key, value, out, None, options, threads or 0,
+                                    0b0111):
         return None
     return out
 

@@ -278,8 +278,9 @@ static int torch_view(PyObject *object, int rank, int bhtd, attn_tensor *t) {
 }
 
 /* forward_torch(q, k, v, out, lse | None, options, threads, bhtd): attn_forward on torch
- * tensors read here (torch_view); True when it ran, False when a tensor is not a plain one
- * (nothing done: the caller takes the general path). lse is [B, Hq, Tq] in either layout. */
+ * tensors read here (torch_view); bit n of bhtd: tensor n (q, k, v, out) is [B, H, T, D].
+ * True when it ran, False when a tensor is not a plain one (nothing done: the caller takes
+ * the general path). lse is [B, Hq, Tq]. */
 static PyObject *py_forward_torch(PyObject *self, PyObject *args) {
     PyObject *objects[5], *optionso;
     int threads, bhtd;
@@ -290,7 +291,7 @@ static PyObject *py_forward_torch(PyObject *self, PyObject *args) {
     attn_tensor views[5];
     for (int n = 0; n < 5; ++n) {
         if (n == 4 && objects[4] == Py_None) break;
-        const int found = torch_view(objects[n], n == 4 ? 3 : 4, n == 4 ? 0 : bhtd, &views[n]);
+        const int found = torch_view(objects[n], n == 4 ? 3 : 4, bhtd >> n & 1, &views[n]);
         if (found < 0) return NULL;
         if (found == 0 || (n == 4 && views[4].dtype != ATTN_DTYPE_F32)) Py_RETURN_FALSE;
     }

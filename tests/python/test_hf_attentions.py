@@ -95,12 +95,17 @@ def test_register_threads_reaches_forward_and_backward(monkeypatch):
     with attn's execution threads = N; register() again restores attn's default (0)."""
     from attn import _attn as extension
     seen = []
-    for name in ("forward", "backward"):
+    for name in ("forward", "backward", "forward_torch"):
         original = getattr(extension, name)
 
         def recording(*args, _original=original, _name=name):
-            seen.append((_name, args[-1][0]))            # the execution tuple's thread count
-            return _original(*args)
+            # the execution tuple's thread count; forward_torch takes the count itself, and
+            # returns False (nothing run) for tensors that need the general path
+            result = _original(*args)
+            if result is not False:
+                threads = args[6] if _name == "forward_torch" else args[-1][0]
+                seen.append((_name.replace("_torch", ""), threads))
+            return result
         monkeypatch.setattr(extension, name, recording)
     models = _pair(transformers.LlamaConfig, transformers.LlamaForCausalLM, vocab_size=31,
                    hidden_size=32, intermediate_size=48, num_hidden_layers=2,
