@@ -748,7 +748,9 @@ typedef struct attn_varlen {
  * padded batch (mask, bias, query/key lengths, explicit positions, global tokens, block
  * layout: INVALID_ARGUMENT), out or lse sharing a byte with q, k, v, the cu_seqlens arrays or
  * each other (INVALID_ARGUMENT naming both and their byte ranges, checked before anything is
- * written, as in attn_forward). On other errors `out` and `lse` may have been partly written.
+ * written, as in attn_forward). Every option is checked before the first sequence runs; on
+ * errors found while the sequences run (an empty row, a memory limit) `out` and `lse` may
+ * have been partly written.
  */
 ATTN_API attn_status attn_varlen_forward(const attn_tensor *q, const attn_tensor *k,
                                          const attn_tensor *v, const attn_varlen *sequences,

@@ -315,11 +315,7 @@ static void check_refusal(const config *c, attn_status status, const attn_error 
     snprintf(reason, sizeof reason, "status %s, message \"%s\", outputs %s",
              attn_status_name(status), status != ATTN_OK ? error->message : "",
              untouched ? "untouched" : "written");
-    /* attn_varlen_forward checks the options per sequence, after the sequences before it or
-     * beside it have written their rows (attn.h: "out and lse may have been partly written") */
-    const int written_allowed = c->kind == KIND_VARLEN;
-    verdict(c, status != ATTN_OK && strstr(error->message, name) != NULL &&
-                   (untouched || written_allowed),
+    verdict(c, status != ATTN_OK && strstr(error->message, name) != NULL && untouched,
             "an invalid argument is refused, naming it, before anything is written", reason);
     ++counts.refused;
 }

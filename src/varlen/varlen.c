@@ -325,6 +325,27 @@ static attn_status check_aliasing(const attn_call *call, const attn_tensor *q,
                                           error);
 }
 
+/* Every option checked once, before any sequence runs (each sequence's run checks them again
+ * against its own lengths, which can then no longer fail on them): the problem of the
+ * longest sequences, with the batch's B for dropout's streams. */
+static attn_status check_options_once(const attn_call *call, const attn_tensor *q,
+                                      const attn_tensor *k, const attn_tensor *v,
+                                      const attn_varlen *sequences, attn_error *error) {
+    attn_problem problem;
+    memset(&problem, 0, sizeof problem);
+    problem.batch = sequences->batch;
+    problem.query_length = sequences->max_seqlen_q;
+    problem.key_length = sequences->max_seqlen_k;
+    problem.query_heads = q->shape[1];
+    problem.kv_heads = k->shape[1];
+    problem.group_size = q->shape[1] / k->shape[1];
+    problem.key_dim = q->shape[2];
+    problem.value_dim = v->shape[2];
+    problem.scale = call->options.custom_scale ? call->options.scale
+                                               : (float)(1.0 / sqrt((double)problem.key_dim));
+    return attn_validate_options(&call->options, &problem, error);
+}
+
 /* The checks both directions share; fills the call. */
 static attn_status begin_varlen(attn_call *call, const attn_tensor *q, const attn_tensor *k,
                                 const attn_tensor *v, const attn_tensor *out,
@@ -357,6 +378,7 @@ static attn_status begin_varlen(attn_call *call, const attn_tensor *q, const att
         status = check_packed(lse, "lse", ATTN_DTYPE_F32, expected, "[Hq, total_q]", 2, error);
     }
     if (status == ATTN_OK) status = attn_varlen_check(sequences, q->shape[0], k->shape[0], error);
+    if (status == ATTN_OK) status = check_options_once(call, q, k, v, sequences, error);
     if (status != ATTN_OK) attn_call_end(call);
     return status;
 }
