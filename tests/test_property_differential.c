@@ -13,10 +13,9 @@
  * element NaN there must be NaN here, an infinite one equal, a finite one within the
  * tolerance. A finite reference element may be NaN here only where the poisoned vector is a
  * key or value that some row attends (0 * NaN reaches the other rows of its tile, as on GPUs)
- * or in a backward, where also an exact 0 may stand for a reference NaN (the naive backward
- * multiplies masked pairs' dS = 0 by the NaN). A poisoned key that no row attends changes
- * nothing: no NaN allowed. The backward runs empty rows as ZERO (under the NAN policy the
- * reference and the tiled backward spread their NaN differently). In 5% of the
+ * or, in a backward, where any vector is poisoned (a pair not allowed contributes 0 there, and
+ * 0 times a NaN of its tile is NaN). A poisoned key that no row attends changes nothing in a
+ * forward: no NaN allowed. In 5% of the
  * configurations an argument is made invalid: the call must fail with a status and a message
  * naming the argument, with out and lse (and the cache) untouched. Every call runs under an
  * alarm: a hang fails the run. One configuration in four also runs with one thread, which
@@ -133,14 +132,13 @@ static int any_non_finite(const attn_tensor *t) {
 }
 
 /* What a NaN near a result may do besides: reach a finite reference element (0 * NaN in a
- * shared tile), or, in a backward, leave an exact 0 where the naive reference multiplies a
- * masked pair's dS = 0 by a NaN (or gives an empty row's dQ NaN). */
-enum { SPREAD_NAN = 1, SPREAD_ZERO = 2 };
+ * shared tile). */
+enum { SPREAD_NAN = 1 };
 
 /* got against the reference: NaN where it is NaN, equal infinities, finite values within
  * tolerance * (1 + |want|); otherwise only what `spread` allows. */
 static int element_ok(double got, double want, double tolerance, int spread) {
-    if (isnan(want)) return isnan(got) || ((spread & SPREAD_ZERO) && got == 0.0);
+    if (isnan(want)) return isnan(got);
     if (isnan(got)) return (spread & SPREAD_NAN) != 0;
     if (isinf(want) || isinf(got)) return got == want;
     return fabs(got - want) <= tolerance * (1.0 + fabs(want));
@@ -390,9 +388,7 @@ static void compare_gradients(const config *c, const char *invalid, attn_status 
         return;
     }
     (void)lse;
-    int spread = 0;
-    for (int g = 0; g < 3; ++g) spread |= c->poison && any_non_finite(&refs[g].view);
-    spread = spread ? SPREAD_NAN | SPREAD_ZERO : 0;
+    const int spread = c->poison ? SPREAD_NAN : 0; /* 0 * NaN within a tile the poison is in */
     static const char *const names[3] = {"dQ", "dK", "dV"};
     int ok = 1;
     for (int g = 0; g < 3 && ok; ++g)
@@ -414,10 +410,6 @@ static void run_backward(config *c) {
     test_tensor_fill_normal(&dout, &rng, 1.0f);
     const int64_t lse_shape[3] = {c->B, c->Hq, c->Tq};
     test_tensor lse = test_tensor_new_shape(3, lse_shape);
-    /* Empty rows under the NAN policy (LSE NaN) have no defined gradients in common: the
-     * reference spreads their NaN to every key's dK and their own dQ, the tiled backward keeps
-     * it inside the tiles they share; here they are ZERO rows (LSE -inf, zero gradients). */
-    if (c->options.empty_rows == ATTN_EMPTY_ROWS_NAN) c->options.empty_rows = ATTN_EMPTY_ROWS_ZERO;
     attn_options forward_options = c->options;
     if (invalid != NULL) forward_options = attn_options_default(); /* the forward is valid */
     attn_error error = {0}, ref_error = {0};
@@ -597,9 +589,7 @@ static void run_varlen(config *c) {
         expected = varlen_expected(c, cu_q, cu_k, b, &q, &k, &v, &ref_out, &ref_lse, &ref_error);
     const attn_tensor *outputs[2] = {&out.view, &lse.view};
     varlen_verdict(c, invalid, status, &error, expected, &ref_error, outputs, &ref_out, &ref_lse);
-    /* (empty rows under NAN: see run_backward) */
-    if (invalid == NULL && status == ATTN_OK && expected == ATTN_OK &&
-        c->options.empty_rows != ATTN_EMPTY_ROWS_NAN) {
+    if (invalid == NULL && status == ATTN_OK && expected == ATTN_OK) {
         const test_tensor *inputs[3] = {&q, &k, &v};
         varlen_backward_check(c, &rng, &sequences, inputs, &out, &lse);
     }

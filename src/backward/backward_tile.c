@@ -310,7 +310,8 @@ static void tile_score_gradients(const backward_plan *plan, backward_workspace *
         for (int r = 0; r < rows; ++r) {
             float *row = score_gradient + (size_t)r * stride;
             const float *derivative = softcap_derivative + (size_t)r * stride;
-            for (int c = 0; c < columns; ++c) row[c] *= derivative[c];
+            for (int c = 0; c < columns; ++c) /* (0 stays 0: a NaN derivative too) */
+                row[c] = row[c] == 0.0f ? 0.0f : row[c] * derivative[c];
         }
 }
 

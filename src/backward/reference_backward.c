@@ -90,9 +90,11 @@ static void backward_one_head(const attn_tensor *q, const attn_tensor *k, const 
             if (context->has_additive) additive = attn_mask_additive(context, b, h, i, j);
             const bool allowed = attn_mask_allowed(context, b, h, i, j) && additive != -INFINITY;
 
-            /* P_ij = exp(S_ij - lse_i); 0 where masked or where the row is empty. */
+            /* P_ij = exp(S_ij - lse_i); 0 where masked, where the logit is -inf (a pair not
+               allowed, conventions.md "NaN") or where the row is empty. */
             double probability = 0.0;
-            if (allowed && row_lse != -INFINITY) probability = exp(logit + additive - row_lse);
+            if (allowed && row_lse != -INFINITY && logit + additive != -INFINITY)
+                probability = exp(logit + additive - row_lse);
 
             /* dP_ij = dO_i . V_j */
             double probability_gradient = 0.0;
@@ -105,20 +107,26 @@ static void backward_one_head(const attn_tensor *q, const attn_tensor *k, const 
                 : attn_dropout_keeps(&dropout, b, h, i, j) ? kept_factor : 0.0;
             probability_gradient *= factor;
 
-            /* dS = P * (dP - D); the bias sees dS, the dot product sees dS * (1 - tanh^2). */
-            const double score_gradient = probability * (probability_gradient - buffers->row_dot[i]);
+            /* dS = P * (dP - D), 0 where P = 0 (a pair not allowed contributes nothing, to a
+               NaN row either); the bias sees dS, the dot product sees dS * (1 - tanh^2). */
+            const double score_gradient =
+                probability == 0.0 ? 0.0
+                                   : probability * (probability_gradient - buffers->row_dot[i]);
             buffers->probabilities[i * Tk + j] = probability * factor;
             buffers->bias_gradient[i * Tk + j] = score_gradient;
-            buffers->score_gradient[i * Tk + j] = score_gradient * softcap_derivative;
+            buffers->score_gradient[i * Tk + j] =
+                score_gradient == 0.0 ? 0.0 : score_gradient * softcap_derivative;
         }
     }
 
-    /* dQ = s * dS * K */
+    /* dQ = s * dS * K. Terms of weight 0 are skipped in the three products: a pair not
+       allowed contributes nothing, so a NaN in a row or key it does not attend stays out. */
     for (int64_t i = 0; i < Tq; ++i)
         for (int64_t d = 0; d < Dk; ++d) {
             double sum = 0.0;
             for (int64_t j = 0; j < Tk; ++j)
-                sum += buffers->score_gradient[i * Tk + j] * *attn_f32_at4(k, b, j, kv_head, d);
+                if (buffers->score_gradient[i * Tk + j] != 0.0)
+                    sum += buffers->score_gradient[i * Tk + j] * *attn_f32_at4(k, b, j, kv_head, d);
             buffers->query_gradient[i * Dk + d] = scale * sum;
         }
     /* dK += s * dS^T * Q ;  dV += P^T * dO   (summed over the query heads of the group) */
@@ -126,13 +134,15 @@ static void backward_one_head(const attn_tensor *q, const attn_tensor *k, const 
         for (int64_t d = 0; d < Dk; ++d) {
             double sum = 0.0;
             for (int64_t i = 0; i < Tq; ++i)
-                sum += buffers->score_gradient[i * Tk + j] * *attn_f32_at4(q, b, i, h, d);
+                if (buffers->score_gradient[i * Tk + j] != 0.0)
+                    sum += buffers->score_gradient[i * Tk + j] * *attn_f32_at4(q, b, i, h, d);
             buffers->key_gradient[j * Dk + d] += scale * sum;
         }
         for (int64_t c = 0; c < Dv; ++c) {
             double sum = 0.0;
             for (int64_t i = 0; i < Tq; ++i)
-                sum += buffers->probabilities[i * Tk + j] * *attn_f32_at4(dout, b, i, h, c);
+                if (buffers->probabilities[i * Tk + j] != 0.0)
+                    sum += buffers->probabilities[i * Tk + j] * *attn_f32_at4(dout, b, i, h, c);
             buffers->value_gradient[j * Dv + c] += sum;
         }
     }

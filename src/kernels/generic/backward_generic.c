@@ -36,7 +36,8 @@ static void generic_accumulate_transposed(int outputs, int inner, int dim, const
     }
 }
 
-/* scores[r][c] = exp(scale * scores[r][c] - row_lse[r]); empty rows (lse = -inf) give 0. */
+/* scores[r][c] = exp(scale * scores[r][c] - row_lse[r]); empty rows (lse = -inf) give 0; a
+ * pair not allowed (score -inf) gives 0 in a NaN row too. */
 static void generic_probabilities(int rows, int count, float *scores, int stride, float scale,
                                   const float *row_lse) {
     for (int r = 0; r < rows; ++r) {
@@ -46,18 +47,21 @@ static void generic_probabilities(int rows, int count, float *scores, int stride
             for (int c = 0; c < count; ++c) row[c] = 0.0f;
             continue;
         }
-        for (int c = 0; c < count; ++c) row[c] = expf(scale * row[c] - lse);
+        for (int c = 0; c < count; ++c)
+            row[c] = row[c] == -INFINITY ? 0.0f : expf(scale * row[c] - lse);
     }
 }
 
-/* gradient[r][c] = probabilities[r][c] * (gradient[r][c] - row_dot[r]). */
+/* gradient[r][c] = probabilities[r][c] * (gradient[r][c] - row_dot[r]), exactly 0 where the
+ * probability is 0. */
 static void generic_score_gradient(int rows, int count, const float *probabilities,
                                    float *gradient, int stride, const float *row_dot) {
     for (int r = 0; r < rows; ++r) {
         const float *probability = probabilities + (size_t)r * stride;
         float *row = gradient + (size_t)r * stride;
         const float dot = row_dot[r];
-        for (int c = 0; c < count; ++c) row[c] = probability[c] * (row[c] - dot);
+        for (int c = 0; c < count; ++c)
+            row[c] = probability[c] == 0.0f ? 0.0f : probability[c] * (row[c] - dot);
     }
 }
 

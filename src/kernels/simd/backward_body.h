@@ -138,10 +138,14 @@ static void probabilities(int rows, int count, float *scores, int stride, float 
     for (int r = 0; r < rows; ++r) {
         float *row = scores + (size_t)r * stride;
         const float lse = row_lse[r];
-        if (lse == -INFINITY || isnan(lse)) { /* empty row: 0; NaN LSE: NaN */
+        if (lse == -INFINITY || isnan(lse)) { /* empty row: 0; NaN LSE: NaN where allowed */
             const vf fill = vf_set1(lse == -INFINITY ? 0.0f : lse);
-            for (int c = 0; c < count; c += VLANES)
-                vf_mask_storeu(row + c, vmask_first(count - c), fill);
+            const vf minus_infinity = vf_set1(-INFINITY), zero = vf_zero();
+            for (int c = 0; c < count; c += VLANES) {
+                const vmask lanes = vmask_first(count - c);
+                const vmask masked = vf_equal(vf_maskz_loadu(lanes, row + c), minus_infinity);
+                vf_mask_storeu(row + c, lanes, vf_select(masked, fill, zero));
+            }
             continue;
         }
         const vf lse_vector = vf_set1(lse), log2e = vf_set1(VMATH_LOG2E);
@@ -154,17 +158,20 @@ static void probabilities(int rows, int count, float *scores, int stride, float 
     }
 }
 
-/* gradient[r][c] = probabilities[r][c] * (gradient[r][c] - row_dot[r]). */
+/* gradient[r][c] = probabilities[r][c] * (gradient[r][c] - row_dot[r]), and exactly 0 where
+ * the probability is 0 (a pair not allowed contributes nothing, even to a NaN row). */
 static void score_gradient(int rows, int count, const float *probabilities, float *gradient,
                            int stride, const float *row_dot) {
+    const vf zero = vf_zero();
     for (int r = 0; r < rows; ++r) {
         const float *probability = probabilities + (size_t)r * stride;
         float *row = gradient + (size_t)r * stride;
         const vf dot = vf_set1(row_dot[r]);
         for (int c = 0; c < count; c += VLANES) {
             const vmask lanes = vmask_first(count - c);
-            const vf value = vf_sub(vf_maskz_loadu(lanes, row + c), dot);
-            vf_mask_storeu(row + c, lanes, vf_mul(vf_maskz_loadu(lanes, probability + c), value));
+            const vf p = vf_maskz_loadu(lanes, probability + c);
+            const vf value = vf_mul(p, vf_sub(vf_maskz_loadu(lanes, row + c), dot));
+            vf_mask_storeu(row + c, lanes, vf_select(vf_equal(p, zero), value, zero));
         }
     }
 }
