@@ -856,7 +856,9 @@ typedef struct attn_kv_append {
  * a block_table entry outside [0, num_pages) among the blocks a sequence uses, a page written
  * by one append and used elsewhere (INVALID_ARGUMENT naming both sequences and blocks),
  * rotary tables too short for the positions, options the cache defines (key_lengths,
- * key_positions) or that need a padded batch (mask, bias, block layout), 8-bit scales
+ * key_positions) or that need a padded batch (mask, bias, block layout), dropout_p (refused:
+ * inference applies no dropout), a query row the options leave with no key under
+ * ATTN_EMPTY_ROWS_ERROR (ATTN_ERROR_EMPTY_ROW naming b, h, i), 8-bit scales
  * missing, given for 16/32-bit storage, of the wrong shape or dtype, a non-positive or
  * non-finite FP8 scale (naming the argument, the head and the value), a non-finite new
  * token for 8-bit storage (naming the element); and, when an append writes (Tnew > 0), a
