@@ -22,6 +22,7 @@
 #include <string.h>
 
 #include "test_support.h"
+#include "kernels/registry.h"
 #include "mask/dropout.h"
 
 /* ---- the generator ---- */
@@ -46,6 +47,31 @@ static void test_philox_known_answers(void) {
         CHECK(memcmp(block, vectors[n].result, sizeof block) == 0,
               "Philox-4x32-10 known answer %zu: %08x %08x %08x %08x", n, block[0], block[1],
               block[2], block[3]);
+    }
+}
+
+/* Every registry's philox_blocks against the block-by-block specification, across a carry of
+ * the counter's low word and for counts around its 8-block vector loop. */
+static void test_registry_blocks(void) {
+    const attn_kernels *registries[8];
+    const int count = attn_kernels_available(registries, 8);
+    static const uint64_t firsts[] = {0, 5, 0xFFFFFFFAull, 0xFFFFFFFFFFFFFFF0ull};
+    uint32_t got[4 * 40], want[4 * 40];
+    for (int r = 0; r < count; ++r) {
+        int same = 1;
+        for (size_t f = 0; f < sizeof firsts / sizeof firsts[0]; ++f)
+            for (int blocks = 1; blocks <= 40; blocks += 3) {
+                registries[r]->forward.philox_blocks(0x0123456789ABCDEFull, firsts[f], 77, 9,
+                                                     blocks, got);
+                for (int n = 0; n < blocks; ++n) {
+                    const uint64_t position = firsts[f] + (uint64_t)n;
+                    const uint32_t counter[4] = {(uint32_t)position, (uint32_t)(position >> 32),
+                                                 77, 9};
+                    attn_philox4x32(counter, 0x0123456789ABCDEFull, want + 4 * n);
+                }
+                same &= memcmp(got, want, (size_t)blocks * 16) == 0;
+            }
+        CHECK(same, "%s philox_blocks = Philox-4x32-10 block by block", registries[r]->name);
     }
 }
 
@@ -598,6 +624,7 @@ static void test_validation(void) {
 
 int main(void) {
     test_philox_known_answers();
+    test_registry_blocks();
     test_mask_statistics();
     for (size_t n = 0; n < sizeof cases / sizeof cases[0]; ++n) {
         run_forward_case(&cases[n], 100 + n);

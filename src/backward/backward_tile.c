@@ -57,7 +57,7 @@ static void workspace_sizes(const backward_plan *plan, size_t sizes[WORKSPACE_BU
     sizes[17] = plan->out->dtype != ATTN_DTYPE_F32
                     ? 2 * (size_t)plan->problem.group_size * (size_t)plan->dot_task_tiles * tq
                     : 0;
-    sizes[18] = plan->dropout.active ? tk : 0;
+    sizes[18] = plan->dropout.active ? tq * tk : 0;
 }
 
 size_t backward_workspace_floats(const backward_plan *plan) {
@@ -98,7 +98,7 @@ void backward_workspace_assign(const backward_plan *plan, float *base,
     workspace->value_rows = slots[14];
     workspace->task_partials = slots[16];
     workspace->dot_sums = (double *)slots[17];
-    workspace->dropout_row = slots[18];
+    workspace->dropout_factors = slots[18];
     workspace->overflowed = 0;
     workspace->query_overflowed = 0;
 }
@@ -257,20 +257,23 @@ static void tile_probabilities(const backward_plan *plan, backward_workspace *wo
                   workspace->score_gradient);
 }
 
-/* Dropout (mask/dropout.h) on rows [i0, i0 + rows) x keys [first_key, first_key + columns)
- * of (b, h), factors M = 0 or 1 / (1 - p): before dS (before_score_gradient) dP <- M dP, as
- * O = (M P) V; after it P <- M P for dV = (M P)ᵀ dO. The factors of a row are drawn each time. */
-static void dropout_gradients(const backward_plan *plan, backward_workspace *workspace,
-                              int64_t b, int64_t h, int64_t i0, int rows, int64_t first_key,
-                              int columns, float *probabilities, float *score_gradient,
-                              bool before_score_gradient) {
-    const int stride = plan->tile_k;
-    float *factors = workspace->dropout_row;
-    for (int r = 0; r < rows; ++r) {
-        attn_dropout_row_factors(&plan->dropout, b, h, i0 + r, first_key, columns, factors);
-        float *row = (before_score_gradient ? score_gradient : probabilities) + (size_t)r * stride;
-        for (int c = 0; c < columns; ++c) row[c] = factors[c] != 0.0f ? row[c] * factors[c] : 0.0f;
-    }
+/* The dropout factors (mask/dropout.h: 0 or 1 / (1 - p)) of rows [i0, i0 + rows) x keys
+ * [first_key, first_key + columns) of (b, h), into workspace->dropout_factors [rows][tile_k],
+ * drawn once per tile for dP and P. */
+static void dropout_factors(const backward_plan *plan, backward_workspace *workspace, int64_t b,
+                            int64_t h, int64_t i0, int rows, int64_t first_key, int columns) {
+    for (int r = 0; r < rows; ++r)
+        attn_dropout_row_factors(&plan->dropout, b, h, i0 + r, first_key, columns,
+                                 workspace->dropout_factors + (size_t)r * plan->tile_k);
+}
+
+/* rows [0, rows) x columns [0, columns) of `tile` (tile_k apart) times the factors: the kept
+ * pairs scaled, the dropped ones exactly 0. */
+static void dropout_scale(const backward_plan *plan, const backward_workspace *workspace,
+                          int rows, int columns, float *tile) {
+    for (int r = 0; r < rows; ++r)
+        attn_dropout_scale_row(columns, workspace->dropout_factors + (size_t)r * plan->tile_k,
+                               tile + (size_t)r * plan->tile_k);
 }
 
 /*
@@ -292,14 +295,14 @@ static void tile_score_gradients(const backward_plan *plan, backward_workspace *
     float *score_gradient = workspace->score_gradient + first_column;
     float *softcap_derivative = workspace->softcap_derivative + first_column;
     tile_probabilities(plan, workspace, b, h, i0, rows, j0, first_column, columns, tile_class);
-    if (plan->dropout.active) /* dP <- M dP */
-        dropout_gradients(plan, workspace, b, h, i0, rows, j0 + first_column, columns,
-                          probabilities, score_gradient, true);
+    if (plan->dropout.active) { /* dP <- M dP: O = (M P) V */
+        dropout_factors(plan, workspace, b, h, i0, rows, j0 + first_column, columns);
+        dropout_scale(plan, workspace, rows, columns, score_gradient);
+    }
     products->score_gradient(rows, columns, probabilities, score_gradient, stride,
                              workspace->row_dot);
-    if (plan->dropout.active) /* P <- M P, for dV */
-        dropout_gradients(plan, workspace, b, h, i0, rows, j0 + first_column, columns,
-                          probabilities, score_gradient, false);
+    if (plan->dropout.active) /* P <- M P, for dV = (M P)ᵀ dO */
+        dropout_scale(plan, workspace, rows, columns, probabilities);
     if (bias_rows != NULL)
         for (int r = 0; r < rows; ++r) {
             const float *row = score_gradient + (size_t)r * stride;
@@ -427,9 +430,11 @@ void backward_query_rows_dots(const backward_plan *plan, backward_workspace *wor
                 load_query_tile(plan, workspace, b, h, i0, rows);
                 tile_probabilities(plan, workspace, b, h, i0, rows, j0, first, columns,
                                    tile_class);
-                if (plan->dropout.active) /* D = sum_j P_ij M_ij dP_ij */
-                    dropout_gradients(plan, workspace, b, h, i0, rows, j0 + first, columns,
-                                      workspace->probabilities + first, NULL, false);
+                if (plan->dropout.active) { /* D = sum_j P_ij M_ij dP_ij */
+                    dropout_factors(plan, workspace, b, h, i0, rows, j0 + first, columns);
+                    dropout_scale(plan, workspace, rows, columns,
+                                  workspace->probabilities + first);
+                }
                 for (int r = 0; r < rows; ++r) {
                     const float *p = workspace->probabilities + (size_t)r * stride + first;
                     const float *dp = workspace->score_gradient + (size_t)r * stride + first;

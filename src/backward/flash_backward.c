@@ -535,6 +535,7 @@ attn_status attn_backward_run(attn_call *call, const attn_tensor *q, const attn_
     plan.softcap = call->options.softcap;
     plan.dropout = attn_dropout_of(&call->options, plan.problem.query_heads);
     plan.dropout.first_batch = call->dropout_first_batch;
+    plan.dropout.blocks = call->kernels->forward.philox_blocks;
     const int64_t B = plan.problem.batch, Tq = plan.problem.query_length;
     const int64_t Tk = plan.problem.key_length, Hq = plan.problem.query_heads;
     plan_tiles(&plan, call);

@@ -153,7 +153,7 @@ typedef struct backward_workspace {
     float *score_gradient;        /* dP, then dS, [tile_q][tile_k] */
     float *softcap_derivative;    /* 1 - tanh^2 [tile_q][tile_k] (soft-cap only) */
     float *additive_row;          /* [tile_k] bias + ALiBi of one row */
-    float *dropout_row;           /* [tile_k] dropout factors of one row (dropout only) */
+    float *dropout_factors;       /* [tile_q][tile_k] of the tile (dropout only) */
     uint8_t *allowed_row;         /* [tile_k] mask predicate of one row */
     float *key_accumulator;       /* [tile_k][Dk] unscaled dK of the key tile */
     float *value_accumulator;     /* [tile_k][Dv] dV of the key tile */

@@ -621,6 +621,7 @@ static void plan_call(forward_plan *plan, attn_call *call, const attn_tensor *q,
                             (call->options.bias != NULL || call->options.alibi);
     plan->dropout = attn_dropout_of(&call->options, call->problem.query_heads);
     plan->dropout.first_batch = call->dropout_first_batch;
+    plan->dropout.blocks = call->kernels->forward.philox_blocks;
 }
 
 /* The threads for `item_count` items, by the call's work: every allowed pair's products (at

@@ -138,6 +138,7 @@ static void apply(attn_kernels *into, const attn_kernel_isa *isa) {
         }
         TAKE(forward, softmax_step);
         TAKE(forward, scale_rows);
+        TAKE(forward, philox_blocks);
     }
     if (isa->backward != NULL) {
         TAKE(backward, accumulate);

@@ -103,6 +103,12 @@ typedef struct attn_forward_kernels {
     /* accumulator[r][e] *= factor[r] for r < rows, e < dim. */
     void (*scale_rows)(int rows, int dim, const float *factor, float *accumulator,
                        int accumulator_stride);
+
+    /* Attention dropout's draws (mask/dropout.h): draws[4 n + w] = word w of the
+     * Philox-4x32-10 block (kernels/philox.h) of counter (first + n as 64 bits, row, stream)
+     * under key, for n < blocks; the same bits on every registry. */
+    void (*philox_blocks)(uint64_t key, uint64_t first, uint32_t row, uint32_t stream,
+                          int blocks, uint32_t *draws);
 } attn_forward_kernels;
 
 /* ---------------------------------------------------------------- backward part --------- */

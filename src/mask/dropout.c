@@ -1,7 +1,7 @@
 /*
- * dropout.c — the dropout mask of dropout.h: Philox-4x32-10 (Salmon et al., "Parallel random
- * numbers: as easy as 1, 2, 3", SC 2011) and the keep factors of a row of pairs. A row's
- * blocks are computed LANES at a time in plain arrays, a loop the compiler vectorises.
+ * dropout.c — the dropout mask of dropout.h: the keep factors of a row of pairs from
+ * Philox-4x32-10 blocks (kernels/philox.h), drawn CHUNK_PAIRS / 4 blocks at a time by the
+ * call's registry kernel (registry.h philox_blocks), and attn_dropout_mask.
  */
 #include "dropout.h"
 
@@ -11,13 +11,10 @@
 #include "../call/call.h"
 #include "../core/internal.h"
 #include "../core/overlap.h"
+#include "../kernels/philox.h"
 
-enum { PHILOX_ROUNDS = 10, LANES = 8 };
-
-#define PHILOX_M0 0xD2511F53u
-#define PHILOX_M1 0xCD9E8D57u
-#define PHILOX_W0 0x9E3779B9u
-#define PHILOX_W1 0xBB67AE85u
+/* Pairs of a row whose draws one call of the blocks' kernel makes: 64 blocks. */
+enum { CHUNK_PAIRS = 256 };
 
 attn_dropout attn_dropout_of(const attn_options *options, int64_t query_heads) {
     attn_dropout dropout;
@@ -30,44 +27,12 @@ attn_dropout attn_dropout_of(const attn_options *options, int64_t query_heads) {
     dropout.threshold = threshold >= 4294967295.0 ? 0xFFFFFFFFu : (uint32_t)threshold;
     dropout.scale = (float)(1.0 / (1.0 - p));
     dropout.query_heads = query_heads;
+    dropout.blocks = attn_philox_blocks_portable;
     return dropout;
 }
 
 void attn_philox4x32(const uint32_t counter[4], uint64_t key, uint32_t block[4]) {
-    uint32_t c0 = counter[0], c1 = counter[1], c2 = counter[2], c3 = counter[3];
-    uint32_t k0 = (uint32_t)key, k1 = (uint32_t)(key >> 32);
-    for (int round = 0; round < PHILOX_ROUNDS; ++round) {
-        const uint64_t p0 = (uint64_t)PHILOX_M0 * c0, p1 = (uint64_t)PHILOX_M1 * c2;
-        const uint32_t n0 = (uint32_t)(p1 >> 32) ^ c1 ^ k0, n2 = (uint32_t)(p0 >> 32) ^ c3 ^ k1;
-        c0 = n0, c1 = (uint32_t)p1, c2 = n2, c3 = (uint32_t)p0;
-        k0 += PHILOX_W0, k1 += PHILOX_W1;
-    }
-    block[0] = c0, block[1] = c1, block[2] = c2, block[3] = c3;
-}
-
-/* The draws of LANES consecutive blocks from block `first` of row stream (i, bh):
- * draws[4 * n + w] = word w of block first + n. */
-static void row_draws(uint64_t key, uint64_t first, uint32_t i, uint32_t bh,
-                      uint32_t draws[4 * LANES]) {
-    uint32_t c0[LANES], c1[LANES], c2[LANES], c3[LANES];
-    for (int n = 0; n < LANES; ++n) {
-        const uint64_t position = first + (uint64_t)n;
-        c0[n] = (uint32_t)position, c1[n] = (uint32_t)(position >> 32), c2[n] = i, c3[n] = bh;
-    }
-    uint32_t k0 = (uint32_t)key, k1 = (uint32_t)(key >> 32);
-    for (int round = 0; round < PHILOX_ROUNDS; ++round) {
-        for (int n = 0; n < LANES; ++n) {
-            const uint64_t p0 = (uint64_t)PHILOX_M0 * c0[n], p1 = (uint64_t)PHILOX_M1 * c2[n];
-            const uint32_t n0 = (uint32_t)(p1 >> 32) ^ c1[n] ^ k0;
-            const uint32_t n2 = (uint32_t)(p0 >> 32) ^ c3[n] ^ k1;
-            c0[n] = n0, c1[n] = (uint32_t)p1, c2[n] = n2, c3[n] = (uint32_t)p0;
-        }
-        k0 += PHILOX_W0, k1 += PHILOX_W1;
-    }
-    for (int n = 0; n < LANES; ++n) {
-        draws[4 * n] = c0[n], draws[4 * n + 1] = c1[n];
-        draws[4 * n + 2] = c2[n], draws[4 * n + 3] = c3[n];
-    }
+    attn_philox_block(counter, key, block);
 }
 
 /* The stream of (b, h): b * Hq + h with the call's first batch added, in 32 bits. */
@@ -80,34 +45,55 @@ bool attn_dropout_keeps(const attn_dropout *dropout, int64_t b, int64_t h, int64
     const uint32_t counter[4] = {(uint32_t)position, (uint32_t)(position >> 32), (uint32_t)i,
                                  stream_of(dropout, b, h)};
     uint32_t block[4];
-    attn_philox4x32(counter, dropout->seed, block);
+    attn_philox_block(counter, dropout->seed, block);
     return block[j % 4] >= dropout->threshold;
+}
+
+/* The draws of pairs [j0, j0 + count) of row (b, h, i), count <= CHUNK_PAIRS: the pair
+ * j0 + c is draws[*skip + c]. */
+static const uint32_t *row_draws(const attn_dropout *dropout, int64_t b, int64_t h, int64_t i,
+                                 int64_t j0, int64_t count, uint32_t draws[CHUNK_PAIRS + 8],
+                                 int64_t *skip) {
+    const int64_t first = j0 / 4, last = (j0 + count - 1) / 4;
+    dropout->blocks(dropout->seed, dropout->offset + (uint64_t)first, (uint32_t)i,
+                    stream_of(dropout, b, h), (int)(last - first + 1), draws);
+    *skip = j0 - 4 * first;
+    return draws;
+}
+
+/* x where the draw keeps the pair, else +0 (a NaN x too): a bit mask, no branch, so the
+ * loops below vectorise and a random 10% of drops costs no mispredicted branches. */
+static inline float kept_or_zero(float x, uint32_t draw, uint32_t threshold) {
+    uint32_t bits;
+    memcpy(&bits, &x, sizeof bits);
+    bits &= (uint32_t)0 - (uint32_t)(draw >= threshold);
+    memcpy(&x, &bits, sizeof x);
+    return x;
 }
 
 void attn_dropout_row_factors(const attn_dropout *dropout, int64_t b, int64_t h, int64_t i,
                               int64_t j0, int64_t count, float *factors) {
-    const uint32_t bh = stream_of(dropout, b, h);
-    uint32_t draws[4 * LANES];
-    int64_t c = 0;
-    while (c < count) {
-        const int64_t j = j0 + c, block = j / 4;
-        row_draws(dropout->seed, dropout->offset + (uint64_t)block, (uint32_t)i, bh, draws);
-        /* The draws cover pairs [4 * block, 4 * (block + LANES)). */
-        const int64_t end = 4 * (block + LANES) - j0 < count ? 4 * (block + LANES) - j0 : count;
-        for (; c < end; ++c)
-            factors[c] = draws[j0 + c - 4 * block] >= dropout->threshold ? dropout->scale : 0.0f;
+    uint32_t buffer[CHUNK_PAIRS + 8];
+    for (int64_t c = 0; c < count; c += CHUNK_PAIRS) {
+        const int64_t n = count - c < CHUNK_PAIRS ? count - c : CHUNK_PAIRS;
+        int64_t skip;
+        const uint32_t *draws = row_draws(dropout, b, h, i, j0 + c, n, buffer, &skip);
+        for (int64_t e = 0; e < n; ++e)
+            factors[c + e] = kept_or_zero(dropout->scale, draws[skip + e], dropout->threshold);
     }
 }
 
 void attn_dropout_apply_row(const attn_dropout *dropout, int64_t b, int64_t h, int64_t i,
                             int64_t j0, int64_t count, float *row) {
-    enum { CHUNK = 256 };
-    float factors[CHUNK];
-    for (int64_t c = 0; c < count; c += CHUNK) {
-        const int64_t n = count - c < CHUNK ? count - c : CHUNK;
-        attn_dropout_row_factors(dropout, b, h, i, j0 + c, n, factors);
+    uint32_t buffer[CHUNK_PAIRS + 8];
+    const float scale = dropout->scale;
+    for (int64_t c = 0; c < count; c += CHUNK_PAIRS) {
+        const int64_t n = count - c < CHUNK_PAIRS ? count - c : CHUNK_PAIRS;
+        int64_t skip;
+        const uint32_t *draws = row_draws(dropout, b, h, i, j0 + c, n, buffer, &skip);
+        float *target = row + c;
         for (int64_t e = 0; e < n; ++e)
-            row[c + e] = factors[e] != 0.0f ? row[c + e] * factors[e] : 0.0f;
+            target[e] = kept_or_zero(target[e] * scale, draws[skip + e], dropout->threshold);
     }
 }
 

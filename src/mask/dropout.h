@@ -16,6 +16,7 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "attn.h"
 
@@ -28,9 +29,14 @@ typedef struct attn_dropout {
     float scale;          /* 1 / (1 - p), the factor of a kept pair */
     int64_t query_heads;  /* Hq: the stream of (b, h) is b * Hq + h */
     int64_t first_batch;  /* added to b: a varlen call's sequence index */
+    /* The blocks' kernel (registry.h philox_blocks): the call's registry's, or the portable
+     * one of kernels/philox.h. */
+    void (*blocks)(uint64_t key, uint64_t first, uint32_t row, uint32_t stream, int blocks,
+                   uint32_t *draws);
 } attn_dropout;
 
-/* The dropout of `options` (resolved; dropout_p validated) for calls with Hq query heads. */
+/* The dropout of `options` (resolved; dropout_p validated) for calls with Hq query heads,
+ * drawn by the portable kernel (a call sets `blocks` to its registry's). */
 attn_dropout attn_dropout_of(const attn_options *options, int64_t query_heads);
 
 /* Philox-4x32-10 of a 128-bit counter and a 64-bit key: the four words of the block. */
@@ -42,6 +48,20 @@ bool attn_dropout_keeps(const attn_dropout *dropout, int64_t b, int64_t h, int64
 /* factors[c] = the factor of pair (b, h, i, j0 + c), for c < count: scale or 0. */
 void attn_dropout_row_factors(const attn_dropout *dropout, int64_t b, int64_t h, int64_t i,
                               int64_t j0, int64_t count, float *factors);
+
+/* row[c] = factors[c] != 0 ? row[c] * factors[c] : +0 for c < count (factors from
+ * attn_dropout_row_factors), without a branch: a NaN of a dropped pair becomes 0 too. */
+static inline void attn_dropout_scale_row(int64_t count, const float *factors, float *row) {
+    for (int64_t c = 0; c < count; ++c) {
+        float x = row[c] * factors[c];
+        uint32_t bits, keep;
+        memcpy(&bits, &x, sizeof bits);
+        memcpy(&keep, &factors[c], sizeof keep);
+        bits &= (uint32_t)0 - (uint32_t)(keep != 0);
+        memcpy(&x, &bits, sizeof x);
+        row[c] = x;
+    }
+}
 
 /* row[c] *= the factor of pair (b, h, i, j0 + c), for c < count; a dropped pair becomes
  * exactly 0 (NaN too: the row's NaN reaches O through its softmax sum). */

@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "kernels/generic/generic.h"
+#include "kernels/philox.h"
 
 enum { GENERIC_BLOCK = 16 }; /* packed rows are padded to 16 floats (64 bytes) */
 
@@ -148,4 +149,5 @@ const attn_forward_kernels attn_generic_forward = {
     .accumulate_values = generic_accumulate_values,
     .softmax_step = attn_generic_softmax_step,
     .scale_rows = generic_scale_rows,
+    .philox_blocks = attn_philox_blocks_portable,
 };

@@ -24,6 +24,7 @@
 #include <stdbool.h>
 
 #include "kernels/registry.h"
+#include "kernels/simd/parts.h"
 #include "kernels/simd/vmath.h"
 
 #define TILE_ROWS 6
@@ -360,4 +361,7 @@ const attn_forward_kernels VEC_NAME(forward) = {
     .accumulate_values = accumulate_values,
     .softmax_step = softmax_step,
     .scale_rows = scale_rows,
+#if defined(ATTN_HAVE_AVX2_KERNELS)
+    .philox_blocks = attn_philox_blocks_avx2,
+#endif
 };
