@@ -166,6 +166,16 @@ def continuous_batching_forward(module, query, key, value, attention_mask, dropo
                                   "supported (use generate)")
     causal = getattr(module, "is_causal", True) if is_causal is None else is_causal
     left = int(sliding_window) - 1 if sliding_window else -1
+    cu_q, cu_k = kwargs["cu_seq_lens_q"], kwargs["cu_seq_lens_k"]
+    if not dropout and _attn_torch._plain_call((query, key, value)):
+        # Inference: the varlen call itself, without the custom op's dispatch.
+        from . import serving
+        out = serving.varlen_forward(
+            query[0].transpose(0, 1), key[0].transpose(0, 1), value[0].transpose(0, 1), cu_q,
+            cu_k, int(kwargs["max_length_q"]), int(kwargs["max_length_k"]), causal=bool(causal),
+            window=(left, 0 if sliding_window else -1), softcap=softcap or 0.0,
+            scale=scaling, threads=threads)
+        return out.unsqueeze(0), None
     dropout_p, dropout_state = _attn_torch._dropout_state(dropout, None)
     out, _ = torch.ops.attn.varlen_forward(
         query[0].transpose(0, 1), key[0].transpose(0, 1), value[0].transpose(0, 1),
