@@ -185,18 +185,19 @@ def _untraced() -> bool:
 def _plain_sdpa(query, key, value, is_causal, scale, enable_gqa):
     """scaled_dot_product_attention's most common call (no mask, no dropout, [B, H, T, D]
     tensors, a contiguous query, inference) computed with no Python work per element or
-    dimension: the extension reads the tensors itself (forward_torch). None when the call
-    is not such a one (the general path then takes it, and raises what it must)."""
-    if key.dim() != 4 or value.dim() != 4 or not query.is_contiguous() or \
-            query.numel() == 0 or key.numel() == 0 or value.numel() == 0:
+    dimension: the extension reads the tensors and builds the options itself
+    (attention_torch). None when the call is not such a one (the general path then takes it,
+    and raises what it must)."""
+    shape = query.shape
+    if len(shape) != 4 or not query.is_contiguous() or type(key) is not torch.Tensor or \
+            type(value) is not torch.Tensor or key.dim() != 4 or value.dim() != 4:
         return None
-    B, Hq, Tq, _ = query.shape
-    if (key.shape[1] != Hq and not enable_gqa) or key.shape[0] != B or value.shape[0] != B:
+    Hkv = key.shape[1]
+    if Hkv != shape[1] and not (enable_gqa and Hkv > 0 and shape[1] % Hkv == 0):
         return None
-    out = torch.empty((B, Hq, Tq, value.shape[3]), dtype=query.dtype)
-    options = _scalar_options(Tq == key.shape[2], bool(is_causal), 2 if is_causal else 0, False,
-                              -1, -1, None if scale is None else float(scale), 0.0, False, 1)
-    if not _extension.forward_torch(query, key, value, out, None, options, 0, 0b1111):
+    out = torch.empty((shape[0], shape[1], shape[2], value.shape[3]), dtype=query.dtype)
+    if not _extension.attention_torch(query, key, value, out, 0b1111, 2 if is_causal else 0,
+                                      scale, 0):
         return None
     return out
 
@@ -206,15 +207,13 @@ def _plain_heads_first(query, key, value, causal, scale, threads):
     [B, Tq, Hq, Dv] output, bottom-right causal or not, no mask: the extension reads the
     tensors itself (forward_torch). None when the call is not such a one (plain CPU tensors,
     nothing tracing): the caller then takes the general path."""
-    if key.dim() != 4 or value.dim() != 4 or query.dim() != 4 or not _untraced() or \
-            query.numel() == 0 or key.numel() == 0 or value.numel() == 0:
+    shape = query.shape
+    if len(shape) != 4 or type(key) is not torch.Tensor or type(value) is not torch.Tensor or \
+            key.dim() != 4 or value.dim() != 4 or not _untraced():
         return None
-    B, Hq, Tq, _ = query.shape
-    out = torch.empty((B, Tq, Hq, value.shape[3]), dtype=query.dtype)
-    options = _scalar_options(Tq == key.shape[2], bool(causal), 1 if causal else 0, False, -1,
-                              -1, None if scale is None else float(scale), 0.0, False, 1)
-    if not _extension.forward_torch(query, key, value, out, None, options, threads or 0,
-                                    0b0111):
+    out = torch.empty((shape[0], shape[2], shape[1], value.shape[3]), dtype=query.dtype)
+    if not _extension.attention_torch(query, key, value, out, 0b0111, 1 if causal else 0, scale,
+                                      threads or 0):
         return None
     return out
 
@@ -469,8 +468,7 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
     The output's strides follow torch's CPU kernels: when query is dense with its last
     dimension innermost (e.g. a [B, T, H, D] buffer transposed to [B, H, T, D]), rank <= 4
     and Ev == E, the output has query's strides; otherwise it is contiguous."""
-    if attn_mask is None and not dropout_p and type(query) is torch.Tensor and \
-            query.dim() == 4 and _untraced():
+    if attn_mask is None and not dropout_p and type(query) is torch.Tensor and _untraced():
         out = _plain_sdpa(query, key, value, is_causal, scale, enable_gqa)
         if out is not None:
             return out

@@ -18,6 +18,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
+#include <math.h>
 #include <string.h>
 
 #include "attn.h"
@@ -306,6 +307,57 @@ static PyObject *py_forward_torch(PyObject *self, PyObject *args) {
     Py_BEGIN_ALLOW_THREADS
     status = attn_forward(&views[0], &views[1], &views[2], &options, &views[3],
                           objects[4] != Py_None ? &views[4] : NULL, &execution, &error);
+    Py_END_ALLOW_THREADS
+    if (status != ATTN_OK) return raise_status(status, &error);
+    Py_RETURN_TRUE;
+}
+
+/* attention_torch(q, k, v, out, bhtd, alignment, scale | None, threads): the plain call of
+ * attn.torch's fast paths, its options built here: no mask, causal when alignment is 1
+ * (bottom-right) or 2 (top-left), scale (None: 1/sqrt(Dk)), rows without keys as zeros. Bit n
+ * of bhtd: tensor n is [B, H, T, D]. True when it ran; False when a tensor is not a plain one
+ * (torch_view), the dtypes differ, a size is 0, the batches differ or the scale is not a
+ * number that stays finite and nonzero in float32 (the caller takes the general path, which
+ * raises what it must, in its words). */
+static PyObject *py_attention_torch(PyObject *self, PyObject *args) {
+    PyObject *objects[4], *scaleo;
+    int bhtd, alignment, threads;
+    if (torch_tensor_type == NULL) Py_RETURN_FALSE;
+    if (!PyArg_ParseTuple(args, "OOOOiiOi", &objects[0], &objects[1], &objects[2], &objects[3],
+                          &bhtd, &alignment, &scaleo, &threads))
+        return NULL;
+    attn_tensor views[4];
+    for (int n = 0; n < 4; ++n) {
+        const int found = torch_view(objects[n], 4, bhtd >> n & 1, &views[n]);
+        if (found < 0) return NULL;
+        if (found == 0) Py_RETURN_FALSE;
+        for (int d = 0; d < 4; ++d)
+            if (views[n].shape[d] == 0) Py_RETURN_FALSE;
+    }
+    for (int n = 1; n < 4; ++n)
+        if (views[n].dtype != views[0].dtype || (n < 3 && views[n].shape[0] != views[0].shape[0]))
+            Py_RETURN_FALSE;
+    attn_options options = attn_options_default();
+    options.causal = alignment != 0;
+    options.alignment = (attn_alignment)alignment;
+    options.empty_rows = ATTN_EMPTY_ROWS_ZERO;
+    if (scaleo != Py_None) {
+        if (!PyFloat_Check(scaleo) && !(PyLong_Check(scaleo) && !PyBool_Check(scaleo)))
+            Py_RETURN_FALSE;
+        const double scale = PyFloat_AsDouble(scaleo);
+        if (PyErr_Occurred()) return NULL;
+        if (!(scale > 0.0) || !isfinite((float)scale) || (float)scale == 0.0f) Py_RETURN_FALSE;
+        options.custom_scale = 1;
+        options.scale = (float)scale;
+    }
+    attn_execution execution = attn_execution_default();
+    execution.num_threads = threads;
+    attn_error error;
+    memset(&error, 0, sizeof error);
+    attn_status status;
+    Py_BEGIN_ALLOW_THREADS
+    status = attn_forward(&views[0], &views[1], &views[2], &options, &views[3], NULL, &execution,
+                          &error);
     Py_END_ALLOW_THREADS
     if (status != ATTN_OK) return raise_status(status, &error);
     Py_RETURN_TRUE;
@@ -751,6 +803,8 @@ static PyMethodDef methods[] = {
     {"set_torch", py_set_torch, METH_VARARGS, "torch's Tensor type and dtypes (private)."},
     {"forward_torch", py_forward_torch, METH_VARARGS,
      "attn_forward on plain torch tensors (private)."},
+    {"attention_torch", py_attention_torch, METH_VARARGS,
+     "attn_forward on plain torch tensors, scalar options (private)."},
     {"sinks_backward", py_sinks_backward, METH_VARARGS,
      "attn_sinks_backward on descriptors (private)."},
     {"decode", py_decode, METH_VARARGS, "attn_decode on descriptors (private)."},

@@ -95,16 +95,17 @@ def test_register_threads_reaches_forward_and_backward(monkeypatch):
     with attn's execution threads = N; register() again restores attn's default (0)."""
     from attn import _attn as extension
     seen = []
-    for name in ("forward", "backward", "forward_torch"):
+    for name in ("forward", "backward", "forward_torch", "attention_torch"):
         original = getattr(extension, name)
 
         def recording(*args, _original=original, _name=name):
-            # the execution tuple's thread count; forward_torch takes the count itself, and
-            # returns False (nothing run) for tensors that need the general path
+            # the execution tuple's thread count; the *_torch calls take the count itself, and
+            # return False (nothing run) for tensors that need the general path
             result = _original(*args)
             if result is not False:
-                threads = args[6] if _name == "forward_torch" else args[-1][0]
-                seen.append((_name.replace("_torch", ""), threads))
+                threads = {"forward_torch": lambda: args[6], "attention_torch": lambda: args[7]
+                           }.get(_name, lambda: args[-1][0])()
+                seen.append(("backward" if _name == "backward" else "forward", threads))
             return result
         monkeypatch.setattr(extension, name, recording)
     models = _pair(transformers.LlamaConfig, transformers.LlamaForCausalLM, vocab_size=31,
