@@ -173,8 +173,7 @@ static attn_status validate_decode(const attn_kv_cache *cache, const attn_tensor
     problem->group_size = q->shape[2] / config->kv_heads;
     problem->key_dim = config->key_dim;
     problem->value_dim = config->value_dim;
-    problem->scale = options->custom_scale ? options->scale
-                                           : (float)(1.0 / sqrt((double)config->key_dim));
+    problem->scale = attn_effective_scale(options, config->key_dim);
     return ATTN_OK;
 }
 

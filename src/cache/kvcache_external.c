@@ -414,7 +414,7 @@ static attn_status check_attention(const external_plan *plan, const attn_options
     problem.query_heads = plan->Hq, problem.kv_heads = plan->Hkv;
     problem.group_size = plan->Hq / plan->Hkv;
     problem.key_dim = plan->Dk, problem.value_dim = plan->Dv;
-    problem.scale = options->custom_scale ? options->scale : (float)(1.0 / sqrt((double)plan->Dk));
+    problem.scale = attn_effective_scale(options, plan->Dk);
     if ((status = attn_validate_options(options, &problem, error)) != ATTN_OK) return status;
     /* The attention's other refusals that do not depend on the values: head dims, and a
      * sequence left with no token under the error policy. */

@@ -85,15 +85,11 @@ void attn_dropout_row_factors(const attn_dropout *dropout, int64_t b, int64_t h,
 
 void attn_dropout_apply_row(const attn_dropout *dropout, int64_t b, int64_t h, int64_t i,
                             int64_t j0, int64_t count, float *row) {
-    uint32_t buffer[CHUNK_PAIRS + 8];
-    const float scale = dropout->scale;
+    float factors[CHUNK_PAIRS];
     for (int64_t c = 0; c < count; c += CHUNK_PAIRS) {
         const int64_t n = count - c < CHUNK_PAIRS ? count - c : CHUNK_PAIRS;
-        int64_t skip;
-        const uint32_t *draws = row_draws(dropout, b, h, i, j0 + c, n, buffer, &skip);
-        float *target = row + c;
-        for (int64_t e = 0; e < n; ++e)
-            target[e] = kept_or_zero(target[e] * scale, draws[skip + e], dropout->threshold);
+        attn_dropout_row_factors(dropout, b, h, i, j0 + c, n, factors);
+        attn_dropout_scale_row(n, factors, row + c);
     }
 }
 

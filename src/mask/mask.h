@@ -43,6 +43,10 @@ attn_status attn_validate_call_typed(const attn_tensor *q, const attn_tensor *k,
                                      const attn_tensor *out, const attn_tensor *lse,
                                      attn_problem *problem, attn_error *error);
 
+/* The scale a call uses: options->scale when custom_scale, else 1/sqrt(key_dim) (attn.h);
+ * every entry point that builds its own problem takes it from here. */
+float attn_effective_scale(const attn_options *options, int64_t key_dim);
+
 /* Checks only the options against a problem's sizes (used by decode and ring, which build
  * their problem themselves). */
 attn_status attn_validate_options(const attn_options *options, const attn_problem *problem,

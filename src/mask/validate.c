@@ -270,6 +270,10 @@ static attn_status check_structure(const attn_options *options, const attn_probl
     return ATTN_OK;
 }
 
+float attn_effective_scale(const attn_options *options, int64_t key_dim) {
+    return options->custom_scale ? options->scale : (float)(1.0 / sqrt((double)key_dim));
+}
+
 attn_status attn_validate_options(const attn_options *options, const attn_problem *problem,
                                   attn_error *error) {
     if (options == NULL) return attn_fail(error, ATTN_ERROR_NULL_ARGUMENT, "options is NULL");
@@ -348,7 +352,7 @@ static attn_status validate_call(const attn_tensor *q, const attn_tensor *k, con
                          (long long)p.batch, (long long)p.query_heads, (long long)p.query_length,
                          (long long)p.key_length);
     p.group_size = p.query_heads / p.kv_heads;
-    p.scale = options->custom_scale ? options->scale : (float)(1.0 / sqrt((double)p.key_dim));
+    p.scale = attn_effective_scale(options, p.key_dim);
 
     status = attn_validate_options(options, &p, error);
     if (status != ATTN_OK) return status;

@@ -341,8 +341,7 @@ static attn_status check_options_once(const attn_call *call, const attn_tensor *
     problem.group_size = q->shape[1] / k->shape[1];
     problem.key_dim = q->shape[2];
     problem.value_dim = v->shape[2];
-    problem.scale = call->options.custom_scale ? call->options.scale
-                                               : (float)(1.0 / sqrt((double)problem.key_dim));
+    problem.scale = attn_effective_scale(&call->options, problem.key_dim);
     return attn_validate_options(&call->options, &problem, error);
 }
 
