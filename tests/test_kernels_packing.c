@@ -5,12 +5,17 @@
  *     using only its first n keys, equal bitwise those from a tile packed with exactly n
  *     keys, and nothing is written past n columns;
  *     both also agree with a double-precision dot product (1e-5).
+ *  1b. the packings of every source layout agree: keys and values read with a padded token
+ *     stride or an element stride of 2 pack to the same floats as contiguous rows, and
+ *     pack_values reports whether every value is finite (one inf, -inf or NaN anywhere,
+ *     in the last row's tail included, makes it false).
  *  2. attn_forward holds the packed K/V per thread, shared, or one tile at a time depending on
  *     execution.memory_limit_bytes (flash_forward.c): a sweep of limits from the smallest one
  *     accepted up to no limit gives bitwise the same O and LSE for 1, 2 and 3 threads, within
  *     1e-5 of attn_reference_forward.
  */
 #include <math.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -122,6 +127,79 @@ static void test_prefix_property(void) {
     CHECK(tables >= 1, "at least the generic registry was checked (%d)", tables);
 }
 
+/* ---- 1b. source layouts and the finite flag --------------------------------------------- */
+
+typedef struct layout_case { int count, dim; } layout_case;
+
+static const layout_case layout_cases[] = {{1, 1}, {7, 5}, {16, 64}, {17, 33}, {40, 128}, {9, 24}};
+
+/* Packs count x dim rows held contiguously, with a padded token stride and with element
+ * stride 2; checks the three packings equal and the finite flag on `contiguous`. */
+static void check_layouts(const attn_kernels *table, const layout_case *c,
+                          const float *contiguous, bool expect_finite, const char *what) {
+    const int count = c->count, dim = c->dim, padded = dim + 3;
+    const size_t key_floats = table->forward.packed_keys_floats(count, dim);
+    const size_t value_floats = table->forward.packed_values_floats(count, dim);
+    float *padded_rows = aligned_floats((size_t)count * padded);
+    float *interleaved = aligned_floats((size_t)count * dim * 2);
+    float *packed[3], *values[3];
+    bool finite[3];
+    for (int i = 0; i < 3; ++i) packed[i] = aligned_floats(key_floats), values[i] = aligned_floats(value_floats);
+    for (int j = 0; j < count; ++j)
+        for (int d = 0; d < dim; ++d) {
+            padded_rows[j * padded + d] = contiguous[j * dim + d];
+            interleaved[(j * dim + d) * 2] = contiguous[j * dim + d];
+        }
+    const float *sources[3] = {contiguous, padded_rows, interleaved};
+    const int64_t token_strides[3] = {dim, padded, 2 * dim}, dim_strides[3] = {1, 1, 2};
+    for (int i = 0; i < 3; ++i) {
+        table->forward.pack_keys(count, dim, sources[i], token_strides[i], dim_strides[i], packed[i]);
+        finite[i] = table->forward.pack_values(count, dim, sources[i], token_strides[i],
+                                               dim_strides[i], values[i]);
+    }
+    for (int i = 1; i < 3; ++i) {
+        CHECK(memcmp(packed[i], packed[0], key_floats * sizeof(float)) == 0,
+              "%s: keys %d x %d (%s), layout %d packs as contiguous rows", table->name, count,
+              dim, what, i);
+        CHECK(memcmp(values[i], values[0], value_floats * sizeof(float)) == 0,
+              "%s: values %d x %d (%s), layout %d packs as contiguous rows", table->name, count,
+              dim, what, i);
+    }
+    for (int i = 0; i < 3; ++i)
+        CHECK(finite[i] == expect_finite, "%s: values %d x %d (%s), layout %d: finite flag %d",
+              table->name, count, dim, what, i, (int)finite[i]);
+    attn_aligned_free(padded_rows), attn_aligned_free(interleaved);
+    for (int i = 0; i < 3; ++i) attn_aligned_free(packed[i]), attn_aligned_free(values[i]);
+}
+
+static void test_layouts_and_finite_flag(void) {
+    test_rng rng;
+    test_rng_seed(&rng, 13);
+    const attn_kernels *registries[8];
+    const int tables = attn_kernels_available(registries, 8);
+    const float specials[3] = {INFINITY, -INFINITY, NAN};
+    const char *names[3] = {"inf", "-inf", "NaN"};
+    for (int k = 0; k < tables && k < 8; ++k)
+        for (size_t c = 0; c < sizeof layout_cases / sizeof layout_cases[0]; ++c) {
+            const layout_case *lc = &layout_cases[c];
+            const int elements = lc->count * lc->dim;
+            float *rows = aligned_floats((size_t)elements);
+            test_fill_normal(&rng, rows, elements, 1.0f);
+            check_layouts(registries[k], lc, rows, true, "finite");
+            for (int s = 0; s < 3; ++s) {
+                /* a random element, then the very last one (the tail of a vector) */
+                const int at[2] = {(int)test_rng_range(&rng, 0, elements - 1), elements - 1};
+                for (int a = 0; a < 2; ++a) {
+                    const float kept = rows[at[a]];
+                    rows[at[a]] = specials[s];
+                    check_layouts(registries[k], lc, rows, false, names[s]);
+                    rows[at[a]] = kept;
+                }
+            }
+            attn_aligned_free(rows);
+        }
+}
+
 /* ---- 2. packing modes under memory limits ---------------------------------------------- */
 
 typedef struct limit_case {
@@ -215,6 +293,7 @@ static void test_limit_case(const limit_case *c, test_rng *rng) {
 
 int main(void) {
     test_prefix_property();
+    test_layouts_and_finite_flag();
     test_rng rng;
     test_rng_seed(&rng, 11);
     for (size_t c = 0; c < sizeof limit_cases / sizeof limit_cases[0]; ++c)

@@ -55,19 +55,7 @@ void packed_kv_store_init(packed_kv_store *store, const packed_kv_format *format
     store->owner_batch = store->owner_kv_head = -1;
 }
 
-/* Whether all `count` floats are finite (exponent bits not all ones; an integer test the
- * compiler vectorises). */
-static bool all_finite(const float *values, size_t count) {
-    uint32_t non_finite = 0;
-    for (size_t n = 0; n < count; ++n) {
-        uint32_t bits;
-        memcpy(&bits, &values[n], sizeof bits);
-        non_finite |= (bits & 0x7f800000u) == 0x7f800000u;
-    }
-    return non_finite == 0;
-}
-
-/* The same for `count` bf16 elements. */
+/* Whether all `count` bf16 elements are finite (exponent bits not all ones). */
 static bool all_finite_bf16(const uint16_t *values, size_t count) {
     uint32_t non_finite = 0;
     for (size_t n = 0; n < count; ++n) non_finite |= (values[n] & 0x7f80u) == 0x7f80u;
@@ -109,21 +97,20 @@ static void pack_keys(const packed_kv_format *format, const attn_tensor *k, int6
     }
 }
 
-void packed_kv_pack_values(const packed_kv_format *format, const attn_tensor *v, int64_t b,
+bool packed_kv_pack_values(const packed_kv_format *format, const attn_tensor *v, int64_t b,
                            int64_t j0, int64_t kv_head, int count, int dim,
                            const uint8_t *alive, float *staging, float *packed) {
     const attn_kernels *kernels = format->kernels;
-    if (format->dtype == ATTN_DTYPE_F32 && alive == NULL) {
-        kernels->forward.pack_values(count, dim, attn_f32_at4(v, b, j0, kv_head, 0), v->stride[1],
-                                     v->stride[3], packed);
-        return;
-    }
+    if (format->dtype == ATTN_DTYPE_F32 && alive == NULL)
+        return kernels->forward.pack_values(count, dim, attn_f32_at4(v, b, j0, kv_head, 0),
+                                            v->stride[1], v->stride[3], packed);
     if (format->bf16_tiles) {
         const uint16_t *source = u16_at4(v, b, j0, kv_head);
         if (alive == NULL) {
             attn_kernels_tiles16(kernels, format->dtype)->pack_values(count, dim, source, v->stride[1], v->stride[3],
                                       (uint16_t *)packed);
-            return;
+            return all_finite_bf16((const uint16_t *)packed,
+                                   attn_lowp_packed_values_bytes(count, dim) / 2);
         }
         uint16_t *rows = (uint16_t *)staging; /* [count][dim] bf16, dead keys zero */
         for (int c = 0; c < count; ++c)
@@ -131,7 +118,8 @@ void packed_kv_pack_values(const packed_kv_format *format, const attn_tensor *v,
                 rows[(size_t)c * dim + e] =
                     alive[c] ? source[c * v->stride[1] + e * v->stride[3]] : 0;
         attn_kernels_tiles16(kernels, format->dtype)->pack_values(count, dim, rows, dim, 1, (uint16_t *)packed);
-        return;
+        return all_finite_bf16((const uint16_t *)packed,
+                               attn_lowp_packed_values_bytes(count, dim) / 2);
     }
     if (format->dtype == ATTN_DTYPE_F32) {
         const float *source = attn_f32_at4(v, b, j0, kv_head, 0);
@@ -146,7 +134,7 @@ void packed_kv_pack_values(const packed_kv_format *format, const attn_tensor *v,
             for (int c = 0; c < count; ++c)
                 if (!alive[c]) memset(staging + (size_t)c * dim, 0, (size_t)dim * sizeof(float));
     }
-    kernels->forward.pack_values(count, dim, staging, dim, 1, packed);
+    return kernels->forward.pack_values(count, dim, staging, dim, 1, packed);
 }
 
 const packed_kv_tile *packed_kv_pack_tile(packed_kv_store *store, const attn_tensor *k,
@@ -165,14 +153,9 @@ const packed_kv_tile *packed_kv_pack_tile(packed_kv_store *store, const attn_ten
     store->slot_tile[s] = tile;
     if (packed->count == 0) return packed;
     pack_keys(&store->format, k, b, j0, kv_head, packed->count, store->key_dim, staging, keys);
-    packed_kv_pack_values(&store->format, v, b, j0, kv_head, packed->count, store->value_dim,
-                          NULL, staging, values);
-    packed->values_finite =
-        store->format.bf16_tiles
-            ? all_finite_bf16((const uint16_t *)values,
-                              attn_lowp_packed_values_bytes(packed->count, store->value_dim) / 2)
-            : all_finite(values, packed_kv_value_floats(&store->format, packed->count,
-                                                        store->value_dim));
+    packed->values_finite = packed_kv_pack_values(&store->format, v, b, j0, kv_head,
+                                                  packed->count, store->value_dim, NULL, staging,
+                                                  values);
     return packed;
 }
 

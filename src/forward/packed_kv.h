@@ -41,8 +41,9 @@ size_t packed_kv_value_floats(const packed_kv_format *format, int count, int val
 
 /* Packs `count` values of `dim` elements of V from (b, j0, kv_head) on into `packed`, in
  * `format`; the values of keys c with alive[c] == 0 become zeros (alive NULL: all kept).
- * staging: count * dim floats of the calling thread. */
-void packed_kv_pack_values(const packed_kv_format *format, const attn_tensor *v, int64_t b,
+ * staging: count * dim floats of the calling thread. Returns whether every packed value is
+ * finite. */
+bool packed_kv_pack_values(const packed_kv_format *format, const attn_tensor *v, int64_t b,
                            int64_t j0, int64_t kv_head, int count, int dim,
                            const uint8_t *alive, float *staging, float *packed);
 

@@ -51,6 +51,7 @@
 #ifndef ATTN_KERNELS_REGISTRY_H
 #define ATTN_KERNELS_REGISTRY_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -76,8 +77,10 @@ typedef struct attn_forward_kernels {
     /* Packs `count` keys: key c, element d is at source[c*token_stride + d*dim_stride]. */
     void (*pack_keys)(int count, int dim, const float *source, int64_t token_stride,
                       int64_t dim_stride, float *packed);
-    /* Packs `count` value rows the same way (layout suited to accumulate_values). */
-    void (*pack_values)(int count, int dim, const float *source, int64_t token_stride,
+    /* Packs `count` value rows the same way (layout suited to accumulate_values); returns
+     * whether every packed value is finite (the forward then needs no zeroed copy for keys
+     * that no row attends). */
+    bool (*pack_values)(int count, int dim, const float *source, int64_t token_stride,
                         int64_t dim_stride, float *packed);
 
     /* scores[r*scores_stride + c] = sum_d queries[r*query_stride + d] * key_c[d]

@@ -45,19 +45,20 @@ static void generic_pack_keys(int count, int dim, const float *source, int64_t t
     }
 }
 
-static void generic_pack_values(int count, int dim, const float *source, int64_t token_stride,
+static bool generic_pack_values(int count, int dim, const float *source, int64_t token_stride,
                                 int64_t dim_stride, float *packed) {
     const int padded_dim = round_up_to_block(dim);
+    bool finite = true;
     for (int c = 0; c < count; ++c) {
         float *packed_row = packed + (size_t)c * padded_dim;
         const float *source_row = source + c * token_stride;
-        if (dim_stride == 1) {
-            memcpy(packed_row, source_row, (size_t)dim * sizeof(float));
-        } else {
-            for (int e = 0; e < dim; ++e) packed_row[e] = source_row[e * dim_stride];
+        for (int e = 0; e < dim; ++e) {
+            packed_row[e] = source_row[e * dim_stride];
+            finite &= isfinite(packed_row[e]) != 0;
         }
         for (int e = dim; e < padded_dim; ++e) packed_row[e] = 0.0f;
     }
+    return finite;
 }
 
 /* scores[r][c] = sum_d queries[r][d] * key_c[d]. For each row and block of 16 keys, 16

@@ -40,7 +40,6 @@
 #include "kernels/registry.h"
 #include "kernels/simd/vmath.h"
 #if ATTN_VEC_WIDTH == 16
-#include "kernels/simd/transpose16.h"
 #endif
 
 #if VLANES == 16
@@ -586,29 +585,6 @@ V_INLINE void group_block(const int vectors, int dim, const float *prepared, int
         for (int v = 0; v < vectors; ++v) vf_storeu(tile + k * GROUP_TILE + v * VLANES, sums[v][k]);
 }
 
-/* v[i] = row i of a VLANES x VLANES block -> v[j] = column j, in place. */
-V_INLINE void transpose_square(vf v[VLANES]) {
-#if VLANES == 16
-    attn_transpose16(v);
-#else
-    vf a[8], b[8];
-    for (int i = 0; i < 4; ++i) {
-        a[2 * i] = _mm256_unpacklo_ps(v[2 * i], v[2 * i + 1]);
-        a[2 * i + 1] = _mm256_unpackhi_ps(v[2 * i], v[2 * i + 1]);
-    }
-    for (int i = 0; i < 2; ++i)
-        for (int j = 0; j < 2; ++j) {
-            const __m256d x = _mm256_castps_pd(a[4 * i + j]), y = _mm256_castps_pd(a[4 * i + j + 2]);
-            b[4 * i + 2 * j] = _mm256_castpd_ps(_mm256_unpacklo_pd(x, y));
-            b[4 * i + 2 * j + 1] = _mm256_castpd_ps(_mm256_unpackhi_pd(x, y));
-        }
-    for (int j = 0; j < 4; ++j) {
-        v[j] = _mm256_permute2f128_ps(b[j], b[4 + j], 0x20);
-        v[4 + j] = _mm256_permute2f128_ps(b[j], b[4 + j], 0x31);
-    }
-#endif
-}
-
 /* scores[r * ATTN_DECODE_CHUNK + c] = tile[c * GROUP_TILE + r - r0] for r0 <= r < r_end,
  * c < count (columns past count untouched). */
 static void store_tile(int r0, int r_end, int count, const float *tile, float *scores) {
@@ -617,7 +593,7 @@ static void store_tile(int r0, int r_end, int count, const float *tile, float *s
             vf block[VLANES];
             for (int i = 0; i < VLANES; ++i)
                 block[i] = c0 + i < count ? vf_loadu(tile + (c0 + i) * GROUP_TILE + v0) : vf_zero();
-            transpose_square(block);
+            vf_transpose_square(block);
             const vmask columns = vmask_first(count - c0);
             for (int j = 0; j < VLANES && r0 + v0 + j < r_end; ++j)
                 vf_mask_storeu(scores + (int64_t)(r0 + v0 + j) * ATTN_DECODE_CHUNK + c0, columns,
@@ -677,7 +653,7 @@ static void load_tile(int r0, int r_end, int lanes, int count, const float *weig
                                ? vf_maskz_loadu(columns, weights + (int64_t)(r0 + v0 + i) *
                                                                        ATTN_DECODE_CHUNK + c0)
                                : vf_zero();
-            transpose_square(block);
+            vf_transpose_square(block);
             for (int j = 0; j < VLANES && c0 + j < count; ++j)
                 vf_storeu(tile + (c0 + j) * GROUP_TILE + v0, block[j]);
         }

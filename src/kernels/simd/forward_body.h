@@ -60,10 +60,37 @@ static size_t packed_keys_floats(int count, int dim) {
     return (size_t)round_up_to_lanes(count) * (size_t)dim;
 }
 
+/* The block of VLANES keys (`lanes` of them, the rest zero) at keys, elements contiguous:
+ * VLANES x VLANES squares loaded row by row and transposed in registers (whole squares with
+ * constant trip counts, so that the square never leaves the registers). */
+static void pack_key_block_rows(int lanes, int dim, const float *keys, int64_t token_stride,
+                                float *destination) {
+    int d0 = 0;
+    if (lanes == VLANES)
+        for (; d0 + VLANES <= dim; d0 += VLANES) {
+            vf square[VLANES];
+            for (int lane = 0; lane < VLANES; ++lane)
+                square[lane] = vf_loadu(keys + (int64_t)lane * token_stride + d0);
+            vf_transpose_square(square);
+            for (int d = 0; d < VLANES; ++d) vf_store(destination + (d0 + d) * VLANES, square[d]);
+        }
+    for (; d0 < dim; d0 += VLANES) {
+        const int width = dim - d0 < VLANES ? dim - d0 : VLANES;
+        const vmask elements = vmask_first(width);
+        vf square[VLANES];
+        for (int lane = 0; lane < VLANES; ++lane)
+            square[lane] = lane < lanes
+                               ? vf_maskz_loadu(elements, keys + (int64_t)lane * token_stride + d0)
+                               : vf_zero();
+        vf_transpose_square(square);
+        for (int d = 0; d < width; ++d) vf_store(destination + (d0 + d) * VLANES, square[d]);
+    }
+}
+
 /* source: key c, element d at source[c*token_stride + d*dim_stride], c < count, d < dim.
- * packed: blocks of [dim][VLANES], lanes past count zero. Each packed row of VLANES keys is
- * one gather (lane l reads key first + l) when the key offsets fit in 32 bits; otherwise a
- * scalar transpose. */
+ * packed: blocks of [dim][VLANES], lanes past count zero. Contiguous elements are packed by
+ * register transposes; otherwise each packed row of VLANES keys is one gather (lane l reads
+ * key first + l) when the key offsets fit in 32 bits, else a scalar transpose. */
 static void pack_keys(int count, int dim, const float *source, int64_t token_stride,
                       int64_t dim_stride, float *packed) {
     const int blocks = round_up_to_lanes(count) / VLANES;
@@ -74,6 +101,10 @@ static void pack_keys(int count, int dim, const float *source, int64_t token_str
         const int first = block * VLANES;
         const int lanes = count - first < VLANES ? count - first : VLANES;
         const float *keys = source + (int64_t)first * token_stride;
+        if (dim_stride == 1) {
+            pack_key_block_rows(lanes, dim, keys, token_stride, destination);
+            continue;
+        }
         if (gather) {
             const vmask mask = vmask_first(lanes);
             for (int d = 0; d < dim; ++d)
@@ -161,23 +192,30 @@ static size_t packed_values_floats(int count, int dim) {
 }
 
 /* source: value c, element e at source[c*token_stride + e*dim_stride].
- * packed: [count][round_up_to_lanes(dim)], zero past dim. */
-static void pack_values(int count, int dim, const float *source, int64_t token_stride,
+ * packed: [count][round_up_to_lanes(dim)], zero past dim. Returns whether every value is
+ * finite: a lane whose exponent bits are all ones (inf, NaN) is caught as it is copied. */
+static bool pack_values(int count, int dim, const float *source, int64_t token_stride,
                         int64_t dim_stride, float *packed) {
     const int row_floats = round_up_to_lanes(dim);
+    const vf exponent = vi_as_vf(vi_set1(0x7f800000));
+    vmask non_finite = vf_less(exponent, exponent); /* no lane */
     for (int c = 0; c < count; ++c) {
         const float *value = source + (int64_t)c * token_stride;
         float *destination = packed + (size_t)c * row_floats;
-        if (dim_stride == 1) {
-            int e = 0;
-            for (; e + VLANES <= dim; e += VLANES) vf_store(destination + e, vf_loadu(value + e));
-            if (e < dim)
-                vf_store(destination + e, vf_maskz_loadu(vmask_first(dim - e), value + e));
-        } else {
+        if (dim_stride != 1) {
             for (int e = 0; e < dim; ++e) destination[e] = value[(int64_t)e * dim_stride];
             for (int e = dim; e < row_floats; ++e) destination[e] = 0.0f;
         }
+        for (int e = 0; e < dim; e += VLANES) {
+            const vf element = dim_stride != 1 ? vf_load(destination + e)
+                               : e + VLANES <= dim
+                                   ? vf_loadu(value + e)
+                                   : vf_maskz_loadu(vmask_first(dim - e), value + e);
+            if (dim_stride == 1) vf_store(destination + e, element);
+            non_finite = vmask_or(non_finite, vf_equal(vf_and(element, exponent), exponent));
+        }
     }
+    return !vmask_any(non_finite);
 }
 
 /* One micro-tile: accumulator rows [ROWS][accumulator_stride], BLOCKS vectors; the last

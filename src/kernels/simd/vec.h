@@ -115,8 +115,10 @@ V_INLINE vmask vmask_or(vmask a, vmask b) { return _mm256_or_si256(a, b); }
 V_INLINE int vmask_any(vmask m) { return !_mm256_testz_si256(m, m); }
 #endif
 
-/* ---- per width: rounding, gathers, horizontal reductions ---- */
+/* ---- per width: rounding, gathers, horizontal reductions, the square transpose ---- */
 #if ATTN_VEC_WIDTH == 16
+#include "kernels/simd/transpose16.h"
+
 V_INLINE vf vf_round(vf x) {
     return _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
 }
@@ -132,6 +134,8 @@ V_INLINE vf vf_maskz_gather(vmask m, vi offsets, const float *base) {
  * deterministic. */
 V_INLINE float vf_reduce_add(vf v) { return _mm512_reduce_add_ps(v); }
 V_INLINE float vf_reduce_max(vf v) { return _mm512_reduce_max_ps(v); }
+/* v[i] = row i of a VLANES x VLANES block -> v[j] = column j, in place. */
+V_INLINE void vf_transpose_square(vf v[VLANES]) { attn_transpose16(v); }
 #else
 V_INLINE vf vf_round(vf x) {
     return _mm256_round_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
@@ -150,6 +154,23 @@ V_INLINE float vf_reduce_max(vf v) {
     __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
     m = _mm_max_ps(m, _mm_movehl_ps(m, m));
     return _mm_cvtss_f32(_mm_max_ss(m, _mm_movehdup_ps(m)));
+}
+V_INLINE void vf_transpose_square(vf v[VLANES]) {
+    vf a[8], b[8];
+    for (int i = 0; i < 4; ++i) {
+        a[2 * i] = _mm256_unpacklo_ps(v[2 * i], v[2 * i + 1]);
+        a[2 * i + 1] = _mm256_unpackhi_ps(v[2 * i], v[2 * i + 1]);
+    }
+    for (int i = 0; i < 2; ++i)
+        for (int j = 0; j < 2; ++j) {
+            const __m256d x = _mm256_castps_pd(a[4 * i + j]), y = _mm256_castps_pd(a[4 * i + j + 2]);
+            b[4 * i + 2 * j] = _mm256_castpd_ps(_mm256_unpacklo_pd(x, y));
+            b[4 * i + 2 * j + 1] = _mm256_castpd_ps(_mm256_unpackhi_pd(x, y));
+        }
+    for (int j = 0; j < 4; ++j) {
+        v[j] = _mm256_permute2f128_ps(b[j], b[4 + j], 0x20);
+        v[4 + j] = _mm256_permute2f128_ps(b[j], b[4 + j], 0x31);
+    }
 }
 #endif
 
