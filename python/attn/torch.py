@@ -182,40 +182,15 @@ def _untraced() -> bool:
                 torch._C._are_functorch_transforms_active())
 
 
-def _plain_sdpa(query, key, value, is_causal, scale, enable_gqa):
-    """scaled_dot_product_attention's most common call (no mask, no dropout, [B, H, T, D]
-    tensors, a contiguous query, inference) computed with no Python work per element or
-    dimension: the extension reads the tensors and builds the options itself
-    (attention_torch). None when the call is not such a one (the general path then takes it,
-    and raises what it must)."""
-    shape = query.shape
-    if len(shape) != 4 or not query.is_contiguous() or type(key) is not torch.Tensor or \
-            type(value) is not torch.Tensor or key.dim() != 4 or value.dim() != 4:
-        return None
-    Hkv = key.shape[1]
-    if Hkv != shape[1] and not (enable_gqa and Hkv > 0 and shape[1] % Hkv == 0):
-        return None
-    out = torch.empty((shape[0], shape[1], shape[2], value.shape[3]), dtype=query.dtype)
-    if not _extension.attention_torch(query, key, value, out, 0b1111, 2 if is_causal else 0,
-                                      scale, 0):
-        return None
-    return out
-
-
 def _plain_heads_first(query, key, value, causal, scale, threads):
     """Inference attention of [B, H, T, D] q, k, v (Hugging Face's layout) into a new
     [B, Tq, Hq, Dv] output, bottom-right causal or not, no mask: the extension reads the
-    tensors itself (forward_torch). None when the call is not such a one (plain CPU tensors,
-    nothing tracing): the caller then takes the general path."""
-    shape = query.shape
-    if len(shape) != 4 or type(key) is not torch.Tensor or type(value) is not torch.Tensor or \
-            key.dim() != 4 or value.dim() != 4 or not _untraced():
+    tensors and makes the output itself (sdpa_torch). None when the call is not such a one
+    (plain CPU tensors, nothing tracing): the caller then takes the general path."""
+    if not _untraced():
         return None
-    out = torch.empty((shape[0], shape[2], shape[1], value.shape[3]), dtype=query.dtype)
-    if not _extension.attention_torch(query, key, value, out, 0b0111, 1 if causal else 0, scale,
-                                      threads or 0):
-        return None
-    return out
+    return _extension.sdpa_torch(query, key, value, 1 if causal else 0, scale, True, True,
+                                 threads or 0)
 
 
 def _plain_call(tensors) -> bool:
@@ -468,8 +443,11 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
     The output's strides follow torch's CPU kernels: when query is dense with its last
     dimension innermost (e.g. a [B, T, H, D] buffer transposed to [B, H, T, D]), rank <= 4
     and Ev == E, the output has query's strides; otherwise it is contiguous."""
-    if attn_mask is None and not dropout_p and type(query) is torch.Tensor and _untraced():
-        out = _plain_sdpa(query, key, value, is_causal, scale, enable_gqa)
+    if attn_mask is None and not dropout_p and _untraced():
+        # The plain call: the extension reads the tensors, makes the output and builds the
+        # options itself; None when the call needs the general path below.
+        out = _extension.sdpa_torch(query, key, value, 2 if is_causal else 0, scale, enable_gqa,
+                                    False, 0)
         if out is not None:
             return out
     if is_causal and attn_mask is not None:

@@ -217,11 +217,24 @@ static PyObject *py_forward(PyObject *self, PyObject *args) {
 /* torch.Tensor and the float dtypes attn computes in, registered by attn.torch (set_torch). */
 static PyObject *torch_tensor_type, *torch_dtypes[3]; /* float32, bfloat16, float16 */
 
+/* The tensor attributes and methods torch_view reads, as interned strings made once: a
+ * name made from a C string on every call (hashed, looked up) cost several microseconds a
+ * call over four tensors. */
+enum { NAME_DTYPE, NAME_IS_CPU, NAME_REQUIRES_GRAD, NAME_IS_NEG, NAME_IS_CONJ, NAME_SHAPE,
+       NAME_STRIDE, NAME_DATA_PTR, NAME_NEW_EMPTY, TORCH_NAMES };
+static PyObject *torch_names[TORCH_NAMES];
+
 /* set_torch(Tensor, float32, bfloat16, float16) */
 static PyObject *py_set_torch(PyObject *self, PyObject *args) {
     PyObject *objects[4];
     if (!PyArg_ParseTuple(args, "OOOO", &objects[0], &objects[1], &objects[2], &objects[3]))
         return NULL;
+    static const char *const spelled[TORCH_NAMES] = {
+        "dtype", "is_cpu", "requires_grad", "is_neg", "is_conj", "shape", "stride", "data_ptr",
+        "new_empty"};
+    for (int n = 0; n < TORCH_NAMES; ++n)
+        if (torch_names[n] == NULL && (torch_names[n] = PyUnicode_InternFromString(spelled[n])) == NULL)
+            return NULL;
     for (int n = 0; n < 4; ++n) Py_INCREF(objects[n]);
     torch_tensor_type = objects[0];
     for (int n = 0; n < 3; ++n) torch_dtypes[n] = objects[n + 1];
@@ -230,9 +243,9 @@ static PyObject *py_set_torch(PyObject *self, PyObject *args) {
 
 /* The attribute (call = 0) or method result (call = 1) `name` of `object` is True. -1: an
  * error. */
-static int torch_flag(PyObject *object, const char *name, int call) {
-    PyObject *value = call ? PyObject_CallMethod(object, name, NULL)
-                           : PyObject_GetAttrString(object, name);
+static int torch_flag(PyObject *object, PyObject *name, int call) {
+    PyObject *value = call ? PyObject_CallMethodObjArgs(object, name, NULL)
+                           : PyObject_GetAttr(object, name);
     if (value == NULL) return -1;
     const int flag = value == Py_True;
     Py_DECREF(value);
@@ -245,7 +258,7 @@ static int torch_flag(PyObject *object, const char *name, int call) {
  * (the caller takes the general path); -1: a Python error. */
 static int torch_view(PyObject *object, int rank, int bhtd, attn_tensor *t) {
     if (object == Py_None || (PyObject *)Py_TYPE(object) != torch_tensor_type) return 0;
-    PyObject *dtype = PyObject_GetAttrString(object, "dtype");
+    PyObject *dtype = PyObject_GetAttr(object, torch_names[NAME_DTYPE]);
     if (dtype == NULL) return -1;
     int code = -1;
     for (int n = 0; n < 3; ++n)
@@ -253,13 +266,14 @@ static int torch_view(PyObject *object, int rank, int bhtd, attn_tensor *t) {
     Py_DECREF(dtype);
     if (code < 0) return 0;
     int flags[4];
-    const char *names[4] = {"is_cpu", "requires_grad", "is_neg", "is_conj"};
     for (int n = 0; n < 4; ++n)
-        if ((flags[n] = torch_flag(object, names[n], n >= 2)) < 0) return -1;
+        if ((flags[n] = torch_flag(object, torch_names[NAME_IS_CPU + n], n >= 2)) < 0) return -1;
     if (!flags[0] || flags[1] || flags[2] || flags[3]) return 0;
-    PyObject *shape = PyObject_GetAttrString(object, "shape");
-    PyObject *stride = shape ? PyObject_CallMethod(object, "stride", NULL) : NULL;
-    PyObject *data = stride ? PyObject_CallMethod(object, "data_ptr", NULL) : NULL;
+    PyObject *shape = PyObject_GetAttr(object, torch_names[NAME_SHAPE]);
+    PyObject *stride =
+        shape ? PyObject_CallMethodObjArgs(object, torch_names[NAME_STRIDE], NULL) : NULL;
+    PyObject *data =
+        stride ? PyObject_CallMethodObjArgs(object, torch_names[NAME_DATA_PTR], NULL) : NULL;
     int result = data == NULL ? -1 : 0;
     if (data != NULL && PyTuple_Check(shape) && PyTuple_Size(shape) == rank &&
         PyTuple_Check(stride) && PyTuple_Size(stride) == rank) {
@@ -312,41 +326,34 @@ static PyObject *py_forward_torch(PyObject *self, PyObject *args) {
     Py_RETURN_TRUE;
 }
 
-/* attention_torch(q, k, v, out, bhtd, alignment, scale | None, threads): the plain call of
- * attn.torch's fast paths, its options built here: no mask, causal when alignment is 1
- * (bottom-right) or 2 (top-left), scale (None: 1/sqrt(Dk)), rows without keys as zeros. Bit n
- * of bhtd: tensor n is [B, H, T, D]. True when it ran; False when a tensor is not a plain one
- * (torch_view), the dtypes differ, a size is 0, the batches differ or the scale is not a
- * number that stays finite and nonzero in float32 (the caller takes the general path, which
- * raises what it must, in its words). */
-static PyObject *py_attention_torch(PyObject *self, PyObject *args) {
-    PyObject *objects[4], *scaleo;
-    int bhtd, alignment, threads;
-    if (torch_tensor_type == NULL) Py_RETURN_FALSE;
-    if (!PyArg_ParseTuple(args, "OOOOiiOi", &objects[0], &objects[1], &objects[2], &objects[3],
-                          &bhtd, &alignment, &scaleo, &threads))
-        return NULL;
-    attn_tensor views[4];
-    for (int n = 0; n < 4; ++n) {
-        const int found = torch_view(objects[n], 4, bhtd >> n & 1, &views[n]);
-        if (found < 0) return NULL;
-        if (found == 0) Py_RETURN_FALSE;
+/* `object` with one more reference (Py_NewRef, which the 3.9 limited API lacks). */
+static PyObject *new_reference(PyObject *object) {
+    Py_INCREF(object);
+    return object;
+}
+
+/* The plain call of attn.torch's fast paths on views q, k, v, out, its options built here:
+ * no mask, causal when alignment is 1 (bottom-right) or 2 (top-left), scale (None:
+ * 1/sqrt(Dk)), rows without keys as zeros. 1: it ran; 0: not such a call (the dtypes differ,
+ * a size is 0, the batches differ or the scale is not a number that stays finite and nonzero
+ * in float32: the caller takes the general path, which raises what it must, in its words);
+ * -1: a Python error. */
+static int run_plain(attn_tensor views[4], int alignment, PyObject *scaleo, int threads) {
+    for (int n = 0; n < 4; ++n)
         for (int d = 0; d < 4; ++d)
-            if (views[n].shape[d] == 0) Py_RETURN_FALSE;
-    }
+            if (views[n].shape[d] == 0) return 0;
     for (int n = 1; n < 4; ++n)
         if (views[n].dtype != views[0].dtype || (n < 3 && views[n].shape[0] != views[0].shape[0]))
-            Py_RETURN_FALSE;
+            return 0;
     attn_options options = attn_options_default();
     options.causal = alignment != 0;
     options.alignment = (attn_alignment)alignment;
     options.empty_rows = ATTN_EMPTY_ROWS_ZERO;
     if (scaleo != Py_None) {
-        if (!PyFloat_Check(scaleo) && !(PyLong_Check(scaleo) && !PyBool_Check(scaleo)))
-            Py_RETURN_FALSE;
+        if (!PyFloat_Check(scaleo) && !(PyLong_Check(scaleo) && !PyBool_Check(scaleo))) return 0;
         const double scale = PyFloat_AsDouble(scaleo);
-        if (PyErr_Occurred()) return NULL;
-        if (!(scale > 0.0) || !isfinite((float)scale) || (float)scale == 0.0f) Py_RETURN_FALSE;
+        if (PyErr_Occurred()) return -1;
+        if (!(scale > 0.0) || !isfinite((float)scale) || (float)scale == 0.0f) return 0;
         options.custom_scale = 1;
         options.scale = (float)scale;
     }
@@ -359,8 +366,56 @@ static PyObject *py_attention_torch(PyObject *self, PyObject *args) {
     status = attn_forward(&views[0], &views[1], &views[2], &options, &views[3], NULL, &execution,
                           &error);
     Py_END_ALLOW_THREADS
-    if (status != ATTN_OK) return raise_status(status, &error);
-    Py_RETURN_TRUE;
+    if (status != ATTN_OK) {
+        raise_status(status, &error);
+        return -1;
+    }
+    return 1;
+}
+
+/* Whether a [B, H, T, D] view (described as attn's [B, T, H, D]) is C-contiguous. */
+static int heads_first_contiguous(const attn_tensor *t) {
+    return t->stride[3] == 1 && t->stride[1] == t->shape[3] &&
+           t->stride[2] == t->shape[1] * t->shape[3] &&
+           t->stride[0] == t->shape[2] * t->shape[1] * t->shape[3];
+}
+
+/* sdpa_torch(q, k, v, alignment, scale | None, enable_gqa, tokens_first, threads): the whole
+ * fast path of a plain [B, H, T, D] call: reads q, k, v (torch_view), makes the output with
+ * q.new_empty — [B, Hq, Tq, Dv] (torch's SDPA; q must then be contiguous), or [B, Tq, Hq, Dv]
+ * with tokens_first (Hugging Face's attention functions) — and runs it (run_plain). Returns
+ * the output, or None when the call is not such a one (then nothing was done). */
+static PyObject *py_sdpa_torch(PyObject *self, PyObject *args) {
+    PyObject *objects[3], *scaleo;
+    int alignment, enable_gqa, tokens_first, threads;
+    if (torch_tensor_type == NULL) Py_RETURN_NONE;
+    if (!PyArg_ParseTuple(args, "OOOiOppi", &objects[0], &objects[1], &objects[2], &alignment,
+                          &scaleo, &enable_gqa, &tokens_first, &threads))
+        return NULL;
+    attn_tensor views[4];
+    for (int n = 0; n < 3; ++n) {
+        const int found = torch_view(objects[n], 4, 1, &views[n]);
+        if (found <= 0) return found < 0 ? NULL : new_reference(Py_None);
+    }
+    const int64_t B = views[0].shape[0], Tq = views[0].shape[1], Hq = views[0].shape[2],
+                  Hkv = views[1].shape[2], Dv = views[2].shape[3];
+    if ((Hkv != Hq && !(enable_gqa && Hkv > 0 && Hq % Hkv == 0)) ||
+        (!tokens_first && !heads_first_contiguous(&views[0])))
+        Py_RETURN_NONE;
+    PyObject *shape = tokens_first ? Py_BuildValue("(LLLL)", (long long)B, (long long)Tq,
+                                                   (long long)Hq, (long long)Dv)
+                                   : Py_BuildValue("(LLLL)", (long long)B, (long long)Hq,
+                                                   (long long)Tq, (long long)Dv);
+    PyObject *out = shape ? PyObject_CallMethodObjArgs(objects[0], torch_names[NAME_NEW_EMPTY],
+                                                       shape, NULL)
+                          : NULL;
+    Py_XDECREF(shape);
+    if (out == NULL) return NULL;
+    const int found = torch_view(out, 4, !tokens_first, &views[3]);
+    const int ran = found <= 0 ? found : run_plain(views, alignment, scaleo, threads);
+    if (ran > 0) return out;
+    Py_DECREF(out);
+    return ran < 0 ? NULL : new_reference(Py_None);
 }
 
 /* dropout_mask(options, keep): attn_dropout_mask */
@@ -803,8 +858,8 @@ static PyMethodDef methods[] = {
     {"set_torch", py_set_torch, METH_VARARGS, "torch's Tensor type and dtypes (private)."},
     {"forward_torch", py_forward_torch, METH_VARARGS,
      "attn_forward on plain torch tensors (private)."},
-    {"attention_torch", py_attention_torch, METH_VARARGS,
-     "attn_forward on plain torch tensors, scalar options (private)."},
+    {"sdpa_torch", py_sdpa_torch, METH_VARARGS,
+     "attn_forward of plain [B, H, T, D] torch tensors into a new output (private)."},
     {"sinks_backward", py_sinks_backward, METH_VARARGS,
      "attn_sinks_backward on descriptors (private)."},
     {"decode", py_decode, METH_VARARGS, "attn_decode on descriptors (private)."},

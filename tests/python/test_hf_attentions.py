@@ -95,15 +95,16 @@ def test_register_threads_reaches_forward_and_backward(monkeypatch):
     with attn's execution threads = N; register() again restores attn's default (0)."""
     from attn import _attn as extension
     seen = []
-    for name in ("forward", "backward", "forward_torch", "attention_torch"):
+    for name in ("forward", "backward", "forward_torch", "sdpa_torch"):
         original = getattr(extension, name)
 
         def recording(*args, _original=original, _name=name):
             # the execution tuple's thread count; the *_torch calls take the count itself, and
-            # return False (nothing run) for tensors that need the general path
+            # return False (forward_torch) or None (sdpa_torch) when nothing ran: tensors that
+            # need the general path
             result = _original(*args)
-            if result is not False:
-                threads = {"forward_torch": lambda: args[6], "attention_torch": lambda: args[7]
+            if result is not False and not (_name == "sdpa_torch" and result is None):
+                threads = {"forward_torch": lambda: args[6], "sdpa_torch": lambda: args[7]
                            }.get(_name, lambda: args[-1][0])()
                 seen.append(("backward" if _name == "backward" else "forward", threads))
             return result

@@ -36,9 +36,13 @@ def test_opcheck_forward_and_backward():
 @pytest.mark.parametrize("Hq,Hkv", [(4, 4), (4, 2), (6, 1)])
 @pytest.mark.parametrize("is_causal", [False, True])
 @pytest.mark.parametrize("Tq,Tk", [(1, 1), (9, 9), (5, 17), (17, 5)])
-def test_sdpa_matches_torch(Hq, Hkv, is_causal, Tq, Tk):
-    q = non_contiguous(randn(2, Hq, Tq, 16))
-    k = non_contiguous(randn(2, Hkv, Tk, 16))
+@pytest.mark.parametrize("layout", ["contiguous", "strided"])
+def test_sdpa_matches_torch(Hq, Hkv, is_causal, Tq, Tk, layout):
+    """The plain call (a contiguous query: the extension's fast path, sdpa_torch) and strided
+    views (the general path) against torch, with a value dim that differs from the key's."""
+    change = non_contiguous if layout == "strided" else (lambda x: x)
+    q = change(randn(2, Hq, Tq, 16))
+    k = change(randn(2, Hkv, Tk, 16))
     v = randn(2, Hkv, Tk, 8)[..., ::1]
     gqa = Hq != Hkv
     got = at.scaled_dot_product_attention(q, k, v, is_causal=is_causal, enable_gqa=gqa)
