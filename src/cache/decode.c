@@ -226,7 +226,9 @@ static void merge_row(const merge_region *region, decode_scratch *scratch, int64
         const float factor = attn_sink_fold(&merged_lse, attn_sink_logit(options, h));
         for (int64_t e = 0; e < Dv; ++e) row[e] *= factor;
     }
-    if (out->dtype == ATTN_DTYPE_F32) {
+    if (out->dtype == ATTN_DTYPE_F32 && out->stride[3] == 1) {
+        memcpy(attn_f32_at4(out, b, i, h, 0), row, (size_t)Dv * sizeof(float));
+    } else if (out->dtype == ATTN_DTYPE_F32) {
         for (int64_t e = 0; e < Dv; ++e) *attn_f32_at4(out, b, i, h, e) = row[e];
     } else { /* rounded once; a finite value beyond the type is an error */
         uint16_t *o_row = (uint16_t *)out->data + b * out->stride[0] + i * out->stride[1] +

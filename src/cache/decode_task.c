@@ -57,9 +57,12 @@ static void task_start(const decode_plan *plan, decode_scratch *scratch, int64_t
         const int64_t first = b * q->stride[0] + i * q->stride[1] + h * q->stride[2];
         float *row = scratch->queries + r * Dk;
         scratch->row_max[r] = -INFINITY, scratch->row_sum[r] = 0.0f;
-        if (q->dtype != ATTN_DTYPE_F32 && q->stride[3] == 1) { /* dense 16-bit rows */
-            (q->dtype == ATTN_DTYPE_BF16 ? kernels->bf16_to_f32 : kernels->f16_to_f32)(
-                Dk, (const uint16_t *)q->data + first, row);
+        if (q->stride[3] == 1) { /* dense rows */
+            if (q->dtype == ATTN_DTYPE_F32)
+                memcpy(row, (const float *)q->data + first, (size_t)Dk * sizeof(float));
+            else
+                (q->dtype == ATTN_DTYPE_BF16 ? kernels->bf16_to_f32 : kernels->f16_to_f32)(
+                    Dk, (const uint16_t *)q->data + first, row);
             continue;
         }
         for (int64_t d = 0; d < Dk; ++d) {

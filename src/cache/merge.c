@@ -65,7 +65,10 @@ void attn_merge_row(int count, const float *partial_lse, int64_t lse_stride,
                     float *out, float *lse) {
     if (count == 1) { /* the general sum's bits: weight 1, -0 summed to +0; an empty row 0 */
         const bool empty = partial_lse[0] == -INFINITY; /* (NaN stays NaN) */
-        for (int64_t e = 0; e < dim; ++e) out[e] = empty ? 0.0f : partial_out[e] + 0.0f;
+        if (empty)
+            for (int64_t e = 0; e < dim; ++e) out[e] = 0.0f;
+        else
+            for (int64_t e = 0; e < dim; ++e) out[e] = partial_out[e] + 0.0f;
         *lse = empty ? -INFINITY : partial_lse[0] + 0.0f;
         return;
     }
