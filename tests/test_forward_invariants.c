@@ -158,9 +158,10 @@ static void check_large_logits(void) {
     test_tensor_free(&q); test_tensor_free(&k); test_tensor_free(&v); test_tensor_free(&o); test_tensor_free(&lse);
 }
 
-/* Whether key j of batch b is attended by no query row of case `n` below. */
+/* Whether key j of batch b is attended by no query row of case `n` below (cases 4.. are
+ * cases 0.. in the [B, H, T, D] layout, whose value rows the forward reads in place). */
 static int key_is_dead(int n, const forward_instance *x, int64_t b, int64_t j) {
-    switch (n) {
+    switch (n % 4) {
     case 0: return j >= x->key_lengths[b];     /* padding keys */
     case 1: return j >= 20;                    /* top-left causal, Tq = 20 */
     case 2: return j >= 25;                    /* top-left window (5, 5), Tq = 20 */
@@ -176,6 +177,9 @@ static void check_nan_in_masked_keys(void) {
         {.name = "NaN beyond top-left causal", .B = 1, .Tq = 20, .Tk = 70, .Hq = 2, .Hkv = 2, .Dk = 16, .Dv = 16, .causal = 1, .alignment = ATTN_ALIGN_TOP_LEFT},
         {.name = "NaN outside window", .B = 1, .Tq = 20, .Tk = 100, .Hq = 1, .Hkv = 1, .Dk = 8, .Dv = 8, .window = 1, .window_left = 5, .window_right = 5, .alignment = ATTN_ALIGN_TOP_LEFT},
         {.name = "NaN in masked columns", .B = 2, .Tq = 30, .Tk = 40, .Hq = 2, .Hkv = 2, .Dk = 8, .Dv = 8, .mask = HARNESS_BROADCAST, .layout = TEST_LAYOUT_BHTD},
+        {.name = "NaN beyond key_lengths, values in place", .B = 3, .Tq = 20, .Tk = 70, .Hq = 2, .Hkv = 1, .Dk = 16, .Dv = 32, .lengths = 1, .layout = TEST_LAYOUT_BHTD},
+        {.name = "NaN beyond top-left causal, values in place", .B = 1, .Tq = 20, .Tk = 70, .Hq = 2, .Hkv = 2, .Dk = 16, .Dv = 64, .causal = 1, .alignment = ATTN_ALIGN_TOP_LEFT, .layout = TEST_LAYOUT_BHTD},
+        {.name = "NaN outside window, values in place", .B = 1, .Tq = 20, .Tk = 100, .Hq = 1, .Hkv = 1, .Dk = 8, .Dv = 16, .window = 1, .window_left = 5, .window_right = 5, .alignment = ATTN_ALIGN_TOP_LEFT, .layout = TEST_LAYOUT_BHTD},
     };
     for (int n = 0; n < (int)(sizeof cases / sizeof cases[0]); ++n) {
         const forward_case *c = &cases[n];

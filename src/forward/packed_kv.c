@@ -137,6 +137,19 @@ bool packed_kv_pack_values(const packed_kv_format *format, const attn_tensor *v,
     return kernels->forward.pack_values(count, dim, staging, dim, 1, packed);
 }
 
+/* V's rows of the tile where they are already in the packed layout (a dense head of float32
+ * rows whose length is the packed row's, as [B, H, T, D] tensors with D a multiple of the
+ * vector width are), so that no copy is made; NULL otherwise. */
+static const float *values_in_place(const packed_kv_store *store, const attn_tensor *v,
+                                    int64_t b, int64_t j0, int64_t kv_head) {
+    const packed_kv_format *format = &store->format;
+    if (format->dtype != ATTN_DTYPE_F32 || format->bf16_tiles || v->stride[3] != 1 ||
+        v->stride[1] != (int64_t)packed_kv_value_floats(format, 1, store->value_dim))
+        return NULL;
+    const float *rows = attn_f32_at4(v, b, j0, kv_head, 0);
+    return (uintptr_t)rows % 64 == 0 ? rows : NULL;
+}
+
 const packed_kv_tile *packed_kv_pack_tile(packed_kv_store *store, const attn_tensor *k,
                                           const attn_tensor *v, int64_t b, int64_t kv_head,
                                           int64_t tile, int64_t key_count, float *staging) {
@@ -153,6 +166,12 @@ const packed_kv_tile *packed_kv_pack_tile(packed_kv_store *store, const attn_ten
     store->slot_tile[s] = tile;
     if (packed->count == 0) return packed;
     pack_keys(&store->format, k, b, j0, kv_head, packed->count, store->key_dim, staging, keys);
+    const float *in_place = values_in_place(store, v, b, j0, kv_head);
+    if (in_place != NULL) {
+        packed->values = in_place;
+        packed->values_finite = false;
+        return packed;
+    }
     packed->values_finite = packed_kv_pack_values(&store->format, v, b, j0, kv_head,
                                                   packed->count, store->value_dim, NULL, staging,
                                                   values);

@@ -50,9 +50,12 @@ bool packed_kv_pack_values(const packed_kv_format *format, const attn_tensor *v,
 /* One packed key tile and its value tile. */
 typedef struct packed_kv_tile {
     const float *keys;   /* kernels->forward.pack_keys of `count` keys */
-    const float *values; /* kernels->forward.pack_values of the same `count` values */
+    const float *values; /* kernels->forward.pack_values of the same `count` values, or V's
+                          * own rows where they are laid out so already (float32 rows, unit
+                          * element stride, the packed row length as token stride, aligned) */
     int count;           /* keys in the tile (tile_keys except at the end of the head) */
-    bool values_finite;  /* no inf or NaN among the tile's values */
+    bool values_finite;  /* no inf or NaN among the tile's values (false: not known, for
+                          * values read in place) */
 } packed_kv_tile;
 
 typedef struct packed_kv_store {

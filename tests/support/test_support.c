@@ -87,6 +87,17 @@ void test_fill_normal(test_rng *rng, float *data, int64_t count, float stddev) {
     for (int64_t i = 0; i < count; ++i) data[i] = (float)(stddev * test_rng_normal(rng));
 }
 
+/* `floats` zeroed floats on a 64-byte boundary (as PyTorch's and attn's own allocations are,
+ * so that the paths that read rows in place when aligned are the ones the tests run); freed
+ * with free(). NULL for none. */
+static float *zeroed_floats(int64_t floats) {
+    void *memory = NULL;
+    const size_t bytes = (size_t)(floats > 0 ? floats : 1) * sizeof(float);
+    if (posix_memalign(&memory, 64, bytes) != 0) return NULL;
+    memset(memory, 0, bytes);
+    return memory;
+}
+
 test_tensor test_tensor_new(int64_t B, int64_t T, int64_t H, int64_t D, test_layout layout) {
     test_tensor t;
     memset(&t, 0, sizeof t);
@@ -95,7 +106,7 @@ test_tensor test_tensor_new(int64_t B, int64_t T, int64_t H, int64_t D, test_lay
         row = D + 3;
         floats = B * T * H * row;
     }
-    t.allocation = (float *)calloc((size_t)floats, sizeof(float));
+    t.allocation = zeroed_floats(floats);
     t.allocation_floats = floats;
     t.view.data = t.allocation;
     t.view.dtype = ATTN_DTYPE_F32;
@@ -128,7 +139,7 @@ test_tensor test_tensor_new_shape(int rank, const int64_t *shape) {
     memset(&t, 0, sizeof t);
     int64_t floats = 1;
     for (int d = 0; d < rank; ++d) floats *= shape[d];
-    t.allocation = (float *)calloc((size_t)floats, sizeof(float));
+    t.allocation = zeroed_floats(floats);
     t.allocation_floats = floats;
     t.view = attn_tensor_contiguous(t.allocation, ATTN_DTYPE_F32, rank, shape);
     return t;
