@@ -372,6 +372,14 @@ typedef struct attn_execution {
 /* The defaults: every field zero except version = ATTN_EXECUTION_VERSION. */
 ATTN_API attn_execution attn_execution_default(void);
 
+/* Tells attn whether another thread pool of this process keeps its workers spinning on the
+ * cores between its parallel regions, as PyTorch's OpenMP threads do after every operator
+ * (unless OMP_WAIT_POLICY=passive, which this call then respects): a helper thread of attn's
+ * would share a core with one of them, so while `present` is nonzero a call takes a second
+ * thread only for about a millisecond of work per thread (docs/architecture.md, "Threads").
+ * attn.torch sets it when imported. Results never depend on it. Default: 0. */
+ATTN_API void attn_set_spinning_neighbours(int present);
+
 /* The kernel family `choice` selects on this CPU and build ("generic", "avx2", "avx512",
  * "avx512_bf16", "amx"; AUTO resolves to the fastest available), or NULL when it is not
  * available here or unknown. */

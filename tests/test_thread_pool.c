@@ -9,7 +9,9 @@
  *     right result, with status OK, from a call that asks for 64 threads;
  *   - threads chosen by work: a tiny call runs on one thread, a large one on every thread
  *     allowed, one between on as many as it has 60 us of work for (the estimate's rates, 50
- *     flop/ns and 8 bytes/ns, are restated here as the independent reference).
+ *     flop/ns and 8 bytes/ns, are restated here as the independent reference); beside a
+ *     pool whose workers spin (attn_set_spinning_neighbours), 1 ms of work a thread, unless
+ *     OMP_WAIT_POLICY is passive (checked in a child, which reads the variable first).
  * Every attention result is compared with the naive double-precision reference and bitwise
  * with the one-thread call.
  */
@@ -209,6 +211,22 @@ static void check_threads_by_work(void) {
     attn_call call;
     attn_error error;
     CHECK_STATUS(attn_call_begin(&call, NULL, &execution, &error), ATTN_OK, &error, "begin");
+    /* First, before this process reads OMP_WAIT_POLICY: with it passive, the neighbours'
+     * workers sleep, and a child that sets it sees no change. */
+    const pid_t child = fork();
+    if (child == 0) {
+        setenv("OMP_WAIT_POLICY", "PASSIVE", 1);
+        attn_set_spinning_neighbours(1);
+        attn_call passive;
+        attn_error child_error;
+        if (attn_call_begin(&passive, NULL, &execution, &child_error) != ATTN_OK) _exit(2);
+        const int threads = attn_call_threads_for_work(&passive, 100, 5e6, 8e5);
+        attn_call_end(&passive);
+        _exit(threads == 3 ? 0 : 10 + threads);
+    }
+    const int code = wait_child(child, 60);
+    CHECK(code == 0, "OMP_WAIT_POLICY=passive: spinning neighbours change nothing (child exit %d)",
+          code);
     CHECK(attn_call_threads_for_work(&call, 100, 1e6, 2e5) == 1, "1 Mflop + 200 kB (45 us): 1 thread");
     CHECK(attn_call_threads_for_work(&call, 100, 1e10, 1e9) == 4, "10 Gflop: the 4 allowed");
     /* 5 Mflop (100 us) + 800 kB (100 us): 200 us, three threads' worth */
@@ -217,7 +235,20 @@ static void check_threads_by_work(void) {
     CHECK(attn_call_threads_for_work(&call, 2, 1e10, 1e9) == 2, "2 items: 2 threads");
     CHECK(fabs(attn_call_one_thread_ns(1e6, 8e5) - (1e6 / 50.0 + 8e5 / 8.0)) < 1e-6,
           "one-thread estimate");
+    attn_set_spinning_neighbours(1);
+    CHECK(attn_call_threads_for_work(&call, 100, 5e6, 8e5) == 1,
+          "200 us of work beside spinning workers: 1 thread");
+    /* 100 Mflop (2 ms) + 8 MB (1 ms): 3 ms, three threads' worth at 1 ms each */
+    CHECK(attn_call_threads_for_work(&call, 100, 1e8, 8e6) == 3,
+          "3 ms of work beside spinning workers: 3 threads (%d)",
+          attn_call_threads_for_work(&call, 100, 1e8, 8e6));
+    CHECK(attn_call_threads_for_work(&call, 100, 1e10, 1e9) == 4,
+          "10 Gflop beside spinning workers: the 4 allowed");
+    attn_set_spinning_neighbours(0);
+    CHECK(attn_call_threads_for_work(&call, 100, 5e6, 8e5) == 3,
+          "neighbours gone: 200 us of work on 3 threads again");
     attn_call_end(&call);
+
 }
 
 int main(void) {

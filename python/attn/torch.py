@@ -135,6 +135,9 @@ def _forward_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: Optiona
 
 _CODES = {torch.float32: 0, torch.bfloat16: 1, torch.float16: 2}  # attn_dtype (include/attn.h)
 _extension.set_torch(torch.Tensor, torch.float32, torch.bfloat16, torch.float16)
+# PyTorch's OpenMP threads spin between its operators: attn's helpers would share their
+# cores, so a call takes a second thread only for about a millisecond of work per thread.
+_extension.set_spinning_neighbours(True)
 _DEFAULT_RUN = (0, 0, 0)  # the execution tuple: default threads, no memory limit, AUTO kernels
 
 

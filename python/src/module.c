@@ -224,6 +224,14 @@ enum { NAME_DTYPE, NAME_IS_CPU, NAME_REQUIRES_GRAD, NAME_IS_NEG, NAME_IS_CONJ, N
        NAME_STRIDE, NAME_DATA_PTR, NAME_NEW_EMPTY, TORCH_NAMES };
 static PyObject *torch_names[TORCH_NAMES];
 
+/* set_spinning_neighbours(present): attn_set_spinning_neighbours */
+static PyObject *py_set_spinning_neighbours(PyObject *self, PyObject *args) {
+    int present;
+    if (!PyArg_ParseTuple(args, "p", &present)) return NULL;
+    attn_set_spinning_neighbours(present);
+    Py_RETURN_NONE;
+}
+
 /* set_torch(Tensor, float32, bfloat16, float16) */
 static PyObject *py_set_torch(PyObject *self, PyObject *args) {
     PyObject *objects[4];
@@ -858,6 +866,8 @@ static PyMethodDef methods[] = {
     {"set_torch", py_set_torch, METH_VARARGS, "torch's Tensor type and dtypes (private)."},
     {"forward_torch", py_forward_torch, METH_VARARGS,
      "attn_forward on plain torch tensors (private)."},
+    {"set_spinning_neighbours", py_set_spinning_neighbours, METH_VARARGS,
+     "attn_set_spinning_neighbours (private)."},
     {"sdpa_torch", py_sdpa_torch, METH_VARARGS,
      "attn_forward of plain [B, H, T, D] torch tensors into a new output (private)."},
     {"sinks_backward", py_sinks_backward, METH_VARARGS,

@@ -11,6 +11,7 @@
 
 #include "../backward/backward.h"
 #include "../core/internal.h"
+#include "../core/parallel.h"
 
 attn_status attn_call_begin(attn_call *call, const attn_options *options,
                             const attn_execution *execution, attn_error *error) {
@@ -51,10 +52,15 @@ int attn_call_thread_count(const attn_call *call, int64_t work_items) {
 }
 
 /* The tunables of attn_call_threads_for_work: a small call's rates on one core, and the
- * least work worth a thread (the pool's wake and join cost a few microseconds). */
+ * least work worth a thread (the pool's wake and join cost a few microseconds); beside a
+ * pool whose workers spin between its regions (attn_set_spinning_neighbours: PyTorch's
+ * OpenMP threads), a helper shares a core with one of them after every operator, and below
+ * about a millisecond of work per thread a second thread made calls slower, not faster
+ * (docs/architecture.md, "Threads"). */
 #define ATTN_ONE_THREAD_FLOPS_PER_NS 50.0
 #define ATTN_ONE_THREAD_BYTES_PER_NS 8.0
 #define ATTN_MIN_THREAD_NS 60000.0
+#define ATTN_MIN_THREAD_NS_BESIDE_OPENMP 1000000.0
 
 double attn_call_one_thread_ns(double flops, double bytes) {
     return flops / ATTN_ONE_THREAD_FLOPS_PER_NS + bytes / ATTN_ONE_THREAD_BYTES_PER_NS;
@@ -78,8 +84,11 @@ int attn_call_threads_for_work(const attn_call *call, int64_t work_items, double
                                double bytes) {
     const int threads = attn_call_thread_count(call, work_items);
     pthread_once(&threads_by_work_once, read_threads_by_work);
-    if (threads_by_work_disabled) return threads;
-    const double worth = attn_call_one_thread_ns(flops, bytes) / ATTN_MIN_THREAD_NS;
+    if (threads_by_work_disabled || threads == 1) return threads;
+    const double one_thread_ns = attn_call_one_thread_ns(flops, bytes);
+    double worth = one_thread_ns / ATTN_MIN_THREAD_NS;
+    if (worth >= 2.0 && attn_parallel_neighbours_spin())
+        worth = one_thread_ns / ATTN_MIN_THREAD_NS_BESIDE_OPENMP;
     if (!(worth < (double)threads)) return threads; /* NaN estimates keep every thread */
     return worth < 1.0 ? 1 : (int)worth;
 }

@@ -19,6 +19,8 @@
 #include <signal.h>
 #include <stdbool.h>
 #include <stdlib.h>
+#include <string.h>
+#include <strings.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -251,6 +253,27 @@ int attn_default_threads(int requested) {
     if (requested > 0) return requested;
     pthread_once(&default_once, find_default_threads);
     return default_threads;
+}
+
+/* ---- a thread pool beside attn whose workers spin ---- */
+
+static int spinning_neighbours; /* atomic: attn_set_spinning_neighbours */
+static int passive_wait_policy;
+static pthread_once_t wait_policy_once = PTHREAD_ONCE_INIT;
+
+static void read_wait_policy(void) {
+    const char *policy = getenv("OMP_WAIT_POLICY");
+    passive_wait_policy = policy != NULL && strcasecmp(policy, "passive") == 0;
+}
+
+void attn_set_spinning_neighbours(int present) {
+    __atomic_store_n(&spinning_neighbours, present != 0, __ATOMIC_RELAXED);
+}
+
+int attn_parallel_neighbours_spin(void) {
+    if (!__atomic_load_n(&spinning_neighbours, __ATOMIC_RELAXED)) return 0;
+    pthread_once(&wait_policy_once, read_wait_policy);
+    return !passive_wait_policy;
 }
 
 int attn_parallel_workers(void) {

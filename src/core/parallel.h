@@ -47,4 +47,8 @@ int attn_default_threads(int requested);
 /* Workers the pool has created so far (tests: a forked child starts with none). */
 int attn_parallel_workers(void);
 
+/* Whether attn_set_spinning_neighbours (attn.h) said that another pool's workers spin on the
+ * cores between their regions, and OMP_WAIT_POLICY does not make them sleep at once. */
+int attn_parallel_neighbours_spin(void);
+
 #endif /* ATTN_PARALLEL_H */
