@@ -206,7 +206,9 @@ static void merge_row(const merge_region *region, decode_scratch *scratch, int64
     const int64_t kv_head = h / plan->group_size;
     const int64_t r = (h % plan->group_size) * Tq + i;
     const int64_t task = plan->first_task[b] + kv_head * plan->split_counts[b];
-    float *row = scratch->merged;
+    /* A dense float32 out takes the merged row where it goes; others get it converted. */
+    const bool in_place = out->dtype == ATTN_DTYPE_F32 && out->stride[3] == 1;
+    float *row = in_place ? attn_f32_at4(out, b, i, h, 0) : scratch->merged;
     float merged_lse;
     attn_merge_row((int)plan->split_counts[b], plan->partial_lse + task * rows + r, rows,
                    plan->partial_out + (task * rows + r) * Dv, rows * Dv, Dv, scratch->weights,
@@ -226,8 +228,8 @@ static void merge_row(const merge_region *region, decode_scratch *scratch, int64
         const float factor = attn_sink_fold(&merged_lse, attn_sink_logit(options, h));
         for (int64_t e = 0; e < Dv; ++e) row[e] *= factor;
     }
-    if (out->dtype == ATTN_DTYPE_F32 && out->stride[3] == 1) {
-        memcpy(attn_f32_at4(out, b, i, h, 0), row, (size_t)Dv * sizeof(float));
+    if (in_place) {
+        /* written above */
     } else if (out->dtype == ATTN_DTYPE_F32) {
         for (int64_t e = 0; e < Dv; ++e) *attn_f32_at4(out, b, i, h, e) = row[e];
     } else { /* rounded once; a finite value beyond the type is an error */
