@@ -143,8 +143,9 @@ bool packed_kv_pack_values(const packed_kv_format *format, const attn_tensor *v,
 static const float *values_in_place(const packed_kv_store *store, const attn_tensor *v,
                                     int64_t b, int64_t j0, int64_t kv_head) {
     const packed_kv_format *format = &store->format;
+    const int64_t dim = store->value_dim; /* a packed row is dim floats only when no padding */
     if (format->dtype != ATTN_DTYPE_F32 || format->bf16_tiles || v->stride[3] != 1 ||
-        v->stride[1] != (int64_t)packed_kv_value_floats(format, 1, store->value_dim))
+        v->stride[1] != dim || (int64_t)packed_kv_value_floats(format, 1, store->value_dim) != dim)
         return NULL;
     const float *rows = attn_f32_at4(v, b, j0, kv_head, 0);
     return (uintptr_t)rows % 64 == 0 ? rows : NULL;
