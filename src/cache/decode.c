@@ -228,10 +228,9 @@ static void merge_row(const merge_region *region, decode_scratch *scratch, int64
         const float factor = attn_sink_fold(&merged_lse, attn_sink_logit(options, h));
         for (int64_t e = 0; e < Dv; ++e) row[e] *= factor;
     }
-    if (in_place) {
-        /* written above */
-    } else if (out->dtype == ATTN_DTYPE_F32) {
-        for (int64_t e = 0; e < Dv; ++e) *attn_f32_at4(out, b, i, h, e) = row[e];
+    if (out->dtype == ATTN_DTYPE_F32) {
+        if (!in_place) /* a strided float32 out */
+            for (int64_t e = 0; e < Dv; ++e) *attn_f32_at4(out, b, i, h, e) = row[e];
     } else { /* rounded once; a finite value beyond the type is an error */
         uint16_t *o_row = (uint16_t *)out->data + b * out->stride[0] + i * out->stride[1] +
                           h * out->stride[2];

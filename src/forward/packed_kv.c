@@ -137,15 +137,15 @@ bool packed_kv_pack_values(const packed_kv_format *format, const attn_tensor *v,
     return kernels->forward.pack_values(count, dim, staging, dim, 1, packed);
 }
 
-/* V's rows of the tile where they are already in the packed layout (a dense head of float32
- * rows whose length is the packed row's, as [B, H, T, D] tensors with D a multiple of the
- * vector width are), so that no copy is made; NULL otherwise. */
+/* V's rows of the tile where they are already in the packed layout — a dense head of float32
+ * rows of exactly Dv floats, Dv a multiple of the vector width (a packed row has no padding
+ * then), as [B, H, T, D] tensors have — so that no copy is made; NULL otherwise. */
 static const float *values_in_place(const packed_kv_store *store, const attn_tensor *v,
                                     int64_t b, int64_t j0, int64_t kv_head) {
     const packed_kv_format *format = &store->format;
-    const int64_t dim = store->value_dim; /* a packed row is dim floats only when no padding */
+    const int64_t dim = store->value_dim;
     if (format->dtype != ATTN_DTYPE_F32 || format->bf16_tiles || v->stride[3] != 1 ||
-        v->stride[1] != dim || (int64_t)packed_kv_value_floats(format, 1, store->value_dim) != dim)
+        v->stride[1] != dim || (int64_t)packed_kv_value_floats(format, 1, (int)dim) != dim)
         return NULL;
     const float *rows = attn_f32_at4(v, b, j0, kv_head, 0);
     return (uintptr_t)rows % 64 == 0 ? rows : NULL;
