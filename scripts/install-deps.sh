@@ -4,7 +4,7 @@
 set -euo pipefail
 packages=(cmake make gcc clang pkg-config libcjson-dev libcairo2-dev libpango1.0-dev fonts-wqy-microhei
           libomp-dev libopenblas-dev libopenmpi-dev openmpi-bin
-          libclang-rt-14-dev valgrind)
+          libclang-rt-14-dev valgrind libsimde-dev)
 missing=()
 for package in "${packages[@]}"; do
   dpkg -s "$package" >/dev/null 2>&1 || missing+=("$package")

@@ -18,6 +18,16 @@ build/venv/bin/python -m pytest -q tests/python
 # cli_safetensors runs again to read its outputs back with the venv's safetensors package.
 (cd build && ctest --output-on-failure -R '^(example_minilm|cli_safetensors)$')
 
+# ---- the AVX-512, AVX512-BF16 and AMX kernel tables on a CPU without AVX-512: built against
+# SIMDe's portable intrinsics (cmake -DATTN_EMULATE_AVX512=ON, src/kernels/simd/emulate_avx512.h)
+# in ./build-emu, and the C tests run on them (every registry the emulation makes usable).
+if grep -qw avx2 /proc/cpuinfo 2>/dev/null && ! grep -qw avx512f /proc/cpuinfo; then
+  echo "== emulated AVX-512 kernel tables: build and ctest (build-emu) ($(date +%T))"
+  cmake -S . -B build-emu -DCMAKE_BUILD_TYPE=Release -DATTN_EMULATE_AVX512=ON -DATTN_BENCH=OFF
+  cmake --build build-emu -j"$jobs"
+  (cd build-emu && ctest --output-on-failure -j"$jobs" -LE 'mpi|package')
+fi
+
 # ---- hardening stages (docs/robustness.md). ATTN_HARDENING=0 skips them all; ATTN_FUZZ_SECONDS
 # sets the time per fuzz target (default 60). Every sanitizer report fails its test.
 if [ "${ATTN_HARDENING:-1}" != 0 ]; then

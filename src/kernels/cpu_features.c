@@ -83,6 +83,13 @@ static void detect(void) {
     f.avx512_vnni = f.avx512f && bit(c7, 11);
     f.avx512vbmi = f.avx512f && bit(c7, 1);
     f.gfni = bit(c7, 8); /* (its SSE form needs no OS state; the kernels also need AVX-512) */
+#if defined(ATTN_EMULATED_AVX512)
+    /* The emulated build (kernels/simd/emulate_avx512.h) runs the AVX-512 tables in portable
+     * code over AVX2: it reports every extension they take. */
+    if (f.avx2 && f.fma && f.f16c)
+        f.avx512f = f.avx512dq = f.avx512bw = f.avx512vl = f.avx512_bf16 = f.avx512_vnni =
+            f.avx512vbmi = f.gfni = 1;
+#endif
 
     const int amx_tile = bit(d7, 24);
     if (amx_tile && os_amx) {

@@ -24,7 +24,7 @@
  */
 #include "kernels/simd/transpose16.h"
 
-#define ATTN_DECODE_AMX_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq")))
+#define ATTN_DECODE_AMX_TARGET ATTN_TARGET("avx512f,avx512bw,avx512vl,avx512dq")
 
 /* Keys ahead of the current ones whose rows score_chunk_tiles requests (PREFETCHT0): the next
  * chunk (accumulate_chunk_tiles requests the value rows after those of its call). */

@@ -36,7 +36,7 @@
 #include "kernels/quant.h"
 #include "kernels/simd/transpose16.h"
 
-#define ATTN_DECODE_Q8_AMX_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq")))
+#define ATTN_DECODE_Q8_AMX_TARGET ATTN_TARGET("avx512f,avx512bw,avx512vl,avx512dq")
 
 /* Bytes of one B or A operand tile, and the rows of one query block. */
 enum { AMX_Q8_TILE_BYTES = 1024, AMX_Q8_BLOCK_ROWS = 8 };

@@ -11,7 +11,7 @@
 
 #if FP8_VBMI
 #define FP8(name) name##_fp8_vbmi
-#define FP8_TARGET __attribute__((target("avx512vbmi")))
+#define FP8_TARGET ATTN_TARGET("avx512vbmi")
 #else
 #define FP8(name) name##_fp8
 #define FP8_TARGET

@@ -17,7 +17,7 @@
  * decode_avx512.c's translation unit, after decode_fp8_avx512.h.
  */
 
-#define FP8_LANES_TARGET __attribute__((target("gfni")))
+#define FP8_LANES_TARGET ATTN_TARGET("gfni")
 /* GF2P8AFFINEQB matrices (row of output bit i in byte 7 - i): the high byte
  * s 0 e3 e2 e1 e0 m2 m1 of an E4M3 code s e3 e2 e1 e0 m2 m1 m0, and the low byte m0 0000000. */
 #define E4M3_HALF_HIGH 0x0204081020400080ll

@@ -108,7 +108,7 @@ static void widen_fp8_bf16_as(const attn_dtype format, int count, int dim, const
  * none or 64. (The widening through halves, for CPUs without VBMI, requests nothing.) */
 #define FP8_WIDEN_LOOKAHEAD 32
 
-__attribute__((target("avx512vbmi"))) static void widen_fp8_bf16_vbmi(attn_dtype dtype, int count,
+ATTN_TARGET("avx512vbmi") static void widen_fp8_bf16_vbmi(attn_dtype dtype, int count,
                                                                       int dim,
                                                                       const uint8_t *source,
                                                                       int64_t stride,

@@ -19,7 +19,7 @@
 
 #if Q8I_VNNI
 #define Q8I(name) name##_vnni
-#define Q8I_TARGET __attribute__((target("avx512vnni")))
+#define Q8I_TARGET ATTN_TARGET("avx512vnni")
 Q8I_TARGET V_INLINE __m512i Q8I(dot_pairs)(__m512i sum, __m512i a, __m512i b) {
     return _mm512_dpwssd_epi32(sum, a, b);
 }

@@ -30,6 +30,7 @@
 #include "kernels/lowp.h"
 #include "kernels/registry.h"
 #include "kernels/simd/transpose16.h"
+#include "kernels/simd/target.h"
 
 /* prepared[r * ATTN_DECODE_PREPARED_DIM(dim) + d] = bf16(queries[r * dim + d]), 0 past dim:
  * the rows as the score blocks load them, 32 dimensions per zmm. */
@@ -210,7 +211,7 @@ static inline __attribute__((always_inline)) void accumulate_block(
  * of the bytes of two rows first interleave the keys, so that after the lookups two
  * VPUNPCK[LH]BW give pairs of keys per element: vector m of 16 elements (m < 4) holds element
  * 16 L + 4 m + j in lane 4 L + j (the accumulator kept in that order during the call). */
-#define FP8_TARGET __attribute__((target("avx512vbmi")))
+#define FP8_TARGET ATTN_TARGET("avx512vbmi")
 /* Rows ahead whose keys the fp8 scores request into L1, one row per key scored (as the
  * AVX-512 fp8 kernels' Q8_LOOKAHEAD). */
 #define FP8_KEY_AHEAD 32

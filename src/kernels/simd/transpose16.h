@@ -10,8 +10,9 @@
 #define ATTN_KERNELS_SIMD_TRANSPOSE16_H
 
 #include <immintrin.h>
+#include "kernels/simd/target.h"
 
-static inline __attribute__((always_inline, target("avx512f"))) void attn_transpose16(__m512 v[16]) {
+static inline __attribute__((always_inline)) ATTN_TARGET("avx512f") void attn_transpose16(__m512 v[16]) {
     __m512 a[16], b[16];
     for (int i = 0; i < 8; ++i) {
         a[2 * i] = _mm512_unpacklo_ps(v[2 * i], v[2 * i + 1]);
@@ -39,7 +40,7 @@ static inline __attribute__((always_inline, target("avx512f"))) void attn_transp
 /* Lane a of the result = the sum of the 16 lanes of v[a], by a fixed tree: 256-bit halves,
  * then 128-bit quarters (shuffle_f32x4), then within 128 bits (unpack). Shared by the
  * AVX-512 decode bodies and the VDPBF16PS decode kernels (avx512bf16/decode_avx512bf16.c). */
-static inline __attribute__((always_inline, target("avx512f"))) __m512
+static inline __attribute__((always_inline)) ATTN_TARGET("avx512f") __m512
 attn_transpose_reduce16(const __m512 v[16]) {
     /* The tree below yields lane 4k + j = sum(w[4j + k]); feeding w[4j + k] = v[4k + j]
      * makes lane a = sum(v[a]). */
