@@ -5,8 +5,8 @@
  * transpose_reduce and vector helpers it uses).
  *
  * int8 scores and values are computed in integers (quant.h "Q8 decode arithmetic"; the
- * kernels in decode_q8_int_avx512.h, VPDPWSSD where AVX512-VNNI is present); below, the
- * float kernels of fp8, and dequantize_rows of every format.
+ * kernels in simd/decode_q8_int_body.h at 16 lanes, VPDPWSSD where AVX512-VNNI is present);
+ * below, the float kernels of fp8, and dequantize_rows of every format.
  * Widening 16 stored bytes to 16 floats, in registers:
  *   Q8:       vpmovsxbd + vcvtdq2ps (exact; dequantize_rows);
  *   FP8 E5M2: zero-extend to 16 bits, shift left 8 = the IEEE half with the same value,
@@ -205,119 +205,15 @@ static int have_vbmi(void) { return cpu()->avx512vbmi; }
 #include "kernels/avx512/decode_fp8_lanes_avx512.h"
 static int have_gfni(void) { return cpu()->gfni; }
 
-/* ---- int8 in integers (quant.h "Q8 decode arithmetic"; decode_q8_int_avx512.h) ---- */
+/* ---- int8 in integers (quant.h "Q8 decode arithmetic"; simd/decode_q8_int_body.h) ---- */
 
-/* Widest head dimension the int32 score lanes hold without overflow (|q16| <= 16383,
- * |k| <= 128: 2^21 per product); wider heads take attn_q8_score_exact. */
-#define Q8I_MOST_DIM 1024
-/* int16 weights of a row: a chunk padded to an even count. */
-#define ATTN_Q8_WEIGHT_STRIDE ATTN_DECODE_CHUNK
-
-/* transpose_reduce (decode_body.h) on int32 lanes: lane a = sum of the lanes of v[a]. */
-V_INLINE __m512i transpose_reduce_i32(const __m512i v[16]) {
-    __m512i w[16], halves[8], quarters[4];
-    for (int i = 0; i < 16; ++i) w[i] = v[(i % 4) * 4 + i / 4];
-    for (int i = 0; i < 8; ++i)
-        halves[i] = _mm512_add_epi32(_mm512_shuffle_i32x4(w[2 * i], w[2 * i + 1], 0x44),
-                                     _mm512_shuffle_i32x4(w[2 * i], w[2 * i + 1], 0xEE));
-    for (int i = 0; i < 4; ++i)
-        quarters[i] = _mm512_add_epi32(_mm512_shuffle_i32x4(halves[2 * i], halves[2 * i + 1], 0x88),
-                                       _mm512_shuffle_i32x4(halves[2 * i], halves[2 * i + 1], 0xDD));
-    const __m512i pair01 = _mm512_add_epi32(_mm512_unpacklo_epi32(quarters[0], quarters[1]),
-                                            _mm512_unpackhi_epi32(quarters[0], quarters[1]));
-    const __m512i pair23 = _mm512_add_epi32(_mm512_unpacklo_epi32(quarters[2], quarters[3]),
-                                            _mm512_unpackhi_epi32(quarters[2], quarters[3]));
-    return _mm512_add_epi32(_mm512_unpacklo_epi64(pair01, pair23),
-                            _mm512_unpackhi_epi64(pair01, pair23));
-}
-
-/* Largest |x[e]|, e < count (exact, any order). */
-static float largest_magnitude(int count, const float *x) {
-    __m512 largest = _mm512_setzero_ps();
-    for (int e = 0; e < count; e += 16)
-        largest = _mm512_max_ps(largest, vf_abs(_mm512_maskz_loadu_ps(vmask_first(count - e), x + e)));
-    return _mm512_reduce_max_ps(largest);
-}
-
-/* target[e] = round(x[e] * multiplier) as int16 for e < count, 0 up to padded. */
-static void round_to_i16(int count, int padded, const float *x, float multiplier,
-                         int16_t *target) {
-    const __m512 factor = _mm512_set1_ps(multiplier);
-    for (int e = 0; e < padded; e += 16) {
-        const __mmask16 lanes = vmask_first(count - e);
-        const __m512i q =
-            _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_maskz_loadu_ps(lanes, x + e), factor));
-        _mm256_storeu_si256((__m256i *)(target + e),
-                            _mm512_cvtepi32_epi16(_mm512_maskz_mov_epi32(lanes, q)));
-    }
-}
-
-/* Rows r < rows (<= 4) of a chunk's weights times their key factors, as int16 with one scale
- * per row (quant.h): w16 [4][ATTN_Q8_WEIGHT_STRIDE], 0 past count. */
-static void pack_weights_i16(int rows, int count, const float *weights, const float *row_scales,
-                             float factor, int16_t *w16, float *scale) {
-    float scaled[ATTN_DECODE_CHUNK] __attribute__((aligned(64)));
-    for (int r = 0; r < rows; ++r) {
-        for (int c = 0; c < count; c += 16) {
-            const __mmask16 lanes = vmask_first(count - c);
-            const __m512 key_factor =
-                row_scales != NULL
-                    ? _mm512_mul_ps(_mm512_set1_ps(factor), _mm512_maskz_loadu_ps(lanes, row_scales + c))
-                    : _mm512_set1_ps(factor);
-            _mm512_mask_storeu_ps(
-                scaled + c, lanes,
-                _mm512_mul_ps(_mm512_maskz_loadu_ps(lanes, weights + r * ATTN_DECODE_CHUNK + c),
-                              key_factor));
-        }
-        const float largest = largest_magnitude(count, scaled);
-        scale[r] = largest / ATTN_Q8_WEIGHT_LEVELS;
-        round_to_i16(count, ATTN_Q8_WEIGHT_STRIDE, scaled,
-                     attn_q8_multiplier(largest, ATTN_Q8_WEIGHT_LEVELS),
-                     w16 + r * ATTN_Q8_WEIGHT_STRIDE);
-    }
-}
-
-/* row[0 .. valid) = fma(weight_scale, float(sums in natural order), factor * row), where
- * low / high hold dimensions (8L + j) / (8L + 4 + j) in lane 4L + j (the unpack order). */
-V_INLINE void add_unpacked_sums(float *row, int valid, __m512i low, __m512i high,
-                                __m512 weight_scale, __m512 factor) {
-    const __m512i first_index =
-        _mm512_setr_epi32(0, 1, 2, 3, 16, 17, 18, 19, 4, 5, 6, 7, 20, 21, 22, 23);
-    const __m512i second_index =
-        _mm512_setr_epi32(8, 9, 10, 11, 24, 25, 26, 27, 12, 13, 14, 15, 28, 29, 30, 31);
-    const __m512 low_f = _mm512_cvtepi32_ps(low), high_f = _mm512_cvtepi32_ps(high);
-    const __m512 halves[2] = {_mm512_permutex2var_ps(low_f, first_index, high_f),
-                              _mm512_permutex2var_ps(low_f, second_index, high_f)};
-    for (int x = 0; x < 2; ++x) {
-        const __mmask16 lanes = vmask_first(valid - 16 * x);
-        const __m512 old = _mm512_maskz_loadu_ps(lanes, row + 16 * x);
-        _mm512_mask_storeu_ps(row + 16 * x, lanes,
-                              _mm512_fmadd_ps(weight_scale, halves[x], _mm512_mul_ps(factor, old)));
-    }
-}
-
-/* The stored rows of the key pair (c, c + 1) from column e0 (an odd last key pairs with
- * itself, at weight 0: nothing is read past the chunk); with `prefetch`, the rows
- * Q8_LOOKAHEAD further (past the chunk: in the next one, values_ahead) are requested whole. */
-V_INLINE const int8_t *pair_rows(const int8_t *values, int c, int count, int e0,
-                                 int64_t value_stride, int dim, int prefetch,
-                                 const int8_t *values_ahead, const int8_t **second) {
-    const int8_t *first = values + c * value_stride + e0;
-    *second = c + 1 < count ? first + value_stride : first;
-    if (prefetch) {
-        prefetch_row_or_next(values, values_ahead, c, Q8_LOOKAHEAD, count, value_stride, dim, 0);
-        prefetch_row_or_next(values, values_ahead, c + 1, Q8_LOOKAHEAD, count, value_stride, dim,
-                             0);
-    }
-    return first;
-}
-
-#include <string.h>
+/* The int8 kernels with VPMADDWD + VPADDD (score_chunk_madd, accumulate_chunk_madd) and with
+ * VPDPWSSD (score_chunk_vnni, accumulate_chunk_vnni): the same integers. */
 #define Q8I_VNNI 0
-#include "kernels/avx512/decode_q8_int_avx512.h"
+#include "kernels/simd/decode_q8_int_body.h"
 #undef Q8I_VNNI
 #define Q8I_VNNI 1
-#include "kernels/avx512/decode_q8_int_avx512.h"
+#include "kernels/simd/decode_q8_int_body.h"
 #undef Q8I_VNNI
 
 /* VPDPWSSD where the CPU has it, else VPMADDWD: the same integers. */
@@ -337,8 +233,8 @@ V_INLINE void score_chunk_q8_with(int extensions, attn_dtype dtype, int rows, in
         score_chunk_vnni(rows, count, dim, queries, (const int8_t *)keys, key_stride, row_scales,
                          factor, scores, ahead, (const int8_t *)keys_ahead);
     else if (dtype == ATTN_DTYPE_Q8)
-        score_chunk_bw(rows, count, dim, queries, (const int8_t *)keys, key_stride, row_scales,
-                       factor, scores, ahead, (const int8_t *)keys_ahead);
+        score_chunk_madd(rows, count, dim, queries, (const int8_t *)keys, key_stride, row_scales,
+                         factor, scores, ahead, (const int8_t *)keys_ahead);
     else if (dtype == ATTN_DTYPE_FP8_E4M3 && extensions && have_gfni())
         score_chunk_e4m3_lanes(rows, count, dim, (const float *)queries, keys, key_stride,
                                row_scales, factor, scores, ahead, keys_ahead);
@@ -382,9 +278,9 @@ V_INLINE void accumulate_chunk_q8_with(int extensions, attn_dtype dtype, int row
                               value_stride, row_scales, factor, accumulator,
                               (const int8_t *)values_ahead);
     else if (dtype == ATTN_DTYPE_Q8)
-        accumulate_chunk_bw(rows, count, dim, weights, rescale, (const int8_t *)values,
-                            value_stride, row_scales, factor, accumulator,
-                            (const int8_t *)values_ahead);
+        accumulate_chunk_madd(rows, count, dim, weights, rescale, (const int8_t *)values,
+                              value_stride, row_scales, factor, accumulator,
+                              (const int8_t *)values_ahead);
     else if (dtype == ATTN_DTYPE_FP8_E4M3 && extensions && have_gfni())
         accumulate_chunk_e4m3_lanes(rows, count, dim, weights, rescale, values, value_stride,
                                     row_scales, factor, accumulator, values_ahead);

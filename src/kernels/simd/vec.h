@@ -69,6 +69,13 @@ V_INLINE vi vi_add(vi a, vi b) { return VX(add_epi32)(a, b); }
 V_INLINE vi vi_mullo(vi a, vi b) { return VX(mullo_epi32)(a, b); }
 V_INLINE vi vi_slli(vi a, int bits) { return VX(slli_epi32)(a, bits); }
 V_INLINE vi vf_to_vi(vf a) { return VX(cvtps_epi32)(a); } /* round to nearest */
+V_INLINE vf vi_to_vf(vi a) { return VX(cvtepi32_ps)(a); }
+/* 16-bit lanes: lane i of the result = a[2i] * b[2i] + a[2i + 1] * b[2i + 1] (VPMADDWD,
+ * exact in 32 bits but for all four operands -32768); the words of a and b interleaved
+ * within each 128-bit lane, low (high) four of each. */
+V_INLINE vi vi_madd_pairs(vi a, vi b) { return VX(madd_epi16)(a, b); }
+V_INLINE vi vi_unpacklo_words(vi a, vi b) { return VX(unpacklo_epi16)(a, b); }
+V_INLINE vi vi_unpackhi_words(vi a, vi b) { return VX(unpackhi_epi16)(a, b); }
 
 /* ---- per width: masks, comparisons, selection ---- */
 #if ATTN_VEC_WIDTH == 16
@@ -90,6 +97,9 @@ V_INLINE vmask vf_equal(vf a, vf b) { return _mm512_cmp_ps_mask(a, b, _CMP_EQ_OQ
 V_INLINE vmask vf_is_nan(vf a) { return _mm512_cmp_ps_mask(a, a, _CMP_UNORD_Q); }
 V_INLINE vmask vmask_or(vmask a, vmask b) { return (vmask)(a | b); }
 V_INLINE int vmask_any(vmask m) { return m != 0; }
+V_INLINE vi vi_maskz(vmask m, vi v) { return _mm512_maskz_mov_epi32(m, v); }
+V_INLINE vi vi_zero(void) { return _mm512_setzero_si512(); }
+V_INLINE vi vi_loadu(const void *p) { return _mm512_loadu_si512(p); }
 #else
 V_INLINE vmask vmask_first(int lanes) {
     return _mm256_cmpgt_epi32(_mm256_set1_epi32(lanes), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
@@ -113,6 +123,9 @@ V_INLINE vmask vf_equal(vf a, vf b) { return _mm256_castps_si256(_mm256_cmp_ps(a
 V_INLINE vmask vf_is_nan(vf a) { return _mm256_castps_si256(_mm256_cmp_ps(a, a, _CMP_UNORD_Q)); }
 V_INLINE vmask vmask_or(vmask a, vmask b) { return _mm256_or_si256(a, b); }
 V_INLINE int vmask_any(vmask m) { return !_mm256_testz_si256(m, m); }
+V_INLINE vi vi_maskz(vmask m, vi v) { return _mm256_and_si256(m, v); }
+V_INLINE vi vi_zero(void) { return _mm256_setzero_si256(); }
+V_INLINE vi vi_loadu(const void *p) { return _mm256_loadu_si256((const __m256i *)p); }
 #endif
 
 /* ---- per width: rounding, gathers, horizontal reductions, the square transpose ---- */
