@@ -146,7 +146,9 @@ V_INLINE void store_q8_scores(const int block_rows, const int block_keys, int ro
 /* The value pair loop: whole pairs, unrolled twice, then an odd last key on its own. */
 #define Q8I_ODD_IN_LOOP 0
 #define Q8I_PAIR_LOOP _Pragma("GCC unroll 2")
-/* Which passes request their rows ahead (see the header comment). */
+/* Which passes request their rows ahead (see the header comment): the P · V none, since the
+ * score kernel asked for the chunk's values as it scored (the `ahead` rows), and requesting
+ * the next rows too only adds instructions. */
 #define Q8I_REQUEST_KEYS(rows) 1
 #define Q8I_REQUEST_VALUES(rows) 0
 
