@@ -3,7 +3,7 @@
  * order (GFNI): two GF2P8AFFINEQB give every code's half as a high byte (sign, 0, exponent,
  * two mantissa bits) and a low byte (the last mantissa bit), two VPUNPCK[LH]BW interleave them
  * into 64 halves, and four VCVTPH2PS make the floats: 7 micro-operations per 32 codes,
- * conversions included, instead of 8 (decode_fp8_avx512.h's load_pair: sign extension, shift,
+ * conversions included, instead of 8 (simd/decode_fp8_body.h's load_pair: sign extension, shift,
  * mask, extract, two conversions of two each). The halves are load_pair's; their floats come
  * out in lane order:
  *   out[0] = elements 0-7, 16-23   out[1] = 8-15, 24-31   out[2] = 32-39, 48-55
@@ -14,7 +14,7 @@
  * groups of whole 4-row blocks with a head dimension a multiple of 64 (GQA at D 128), where the
  * decode loop waits on memory and the operations per byte decide how much of the wait the
  * core hides. Part of
- * decode_avx512.c's translation unit, after decode_fp8_avx512.h.
+ * decode_avx512.c's translation unit, after simd/decode_fp8_body.h.
  */
 
 #define FP8_LANES_TARGET ATTN_TARGET("gfni")
@@ -46,7 +46,7 @@ V_INLINE void lanes_permute(const __m512 n[4], __m512 out[4]) {
 /* Widest head dimension of the lane-order kernels (their permuted queries sit on the stack). */
 #define FP8_LANES_MOST_DIM 1024
 
-/* score_rows4 (decode_fp8_avx512.h) for E4M3 in lane order: rows [4][dim], dim a multiple of
+/* score_rows4 (simd/decode_fp8_body.h) for E4M3 in lane order: rows [4][dim], dim a multiple of
  * 64 up to FP8_LANES_MOST_DIM. */
 FP8_LANES_TARGET static void score_rows4_e4m3_lanes(int count, int dim, const float *queries,
                                                     const uint8_t *keys, int64_t key_stride,
@@ -110,7 +110,7 @@ FP8_LANES_TARGET static void score_rows4_e4m3_lanes(int count, int dim, const fl
     }
 }
 
-/* accumulate_rows (decode_fp8_avx512.h, 4 rows) for E4M3 in lane order: accumulator [4][dim],
+/* accumulate_rows (simd/decode_fp8_body.h, 4 rows) for E4M3 in lane order: accumulator [4][dim],
  * dim a multiple of 64; weights [4][ATTN_DECODE_CHUNK] already scaled (scale_weights). */
 FP8_LANES_TARGET static void accumulate_rows4_e4m3_lanes(int count, int dim, const float *weights,
                                                          const float *rescale,

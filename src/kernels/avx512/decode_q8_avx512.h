@@ -14,20 +14,10 @@
  *   FP8 E4M3: sign-extend to 16 bits, shift left 7, clear bit 14: the half whose value is
  *             the E4M3 value / 256 (subnormals included), vcvtph2ps; the 256 is folded into
  *             the per-key scale (a power of two: the same rounding as the generic kernels).
- * The fp8 kernels (decode_fp8_avx512.h) widen 32 bytes at a time (load_pair: the 16-bit steps
- * on a whole zmm, one vcvtph2ps per 16; E5M2 by one VPERMB where VBMI is present). The fp8
- * score kernel requests the rows of its `ahead` hint (the chunk's values, from the decode loop)
- * as it scores each key, and the fp8 P · V requests nothing (docs/inference.md,
- * "Quantized KV cache (int8, fp8)").
- * The per-key scale multiplies each dot product once (scores) and each weight once
- * (values), never an element. Blocks as in decode_body.h: scores in 16-dot blocks reduced
- * by one transpose-and-add tree (4 rows x 4 keys dimension-major, 2 x 8 and 1 x 16 key
- * after key); values in blocks whose accumulators fit the registers (4 rows x 64 floats,
- * 3, 2, 1 rows x 128), each stored byte widened once per row block. The format is a
- * compile-time constant inside each block (the switch is outside the loops), and so is
- * whether every load is a whole vector (head dimension a multiple of 32): then loads are
- * unmasked and a byte load folds into its widening instruction (docs/inference.md,
- * "Quantized KV cache (int8, fp8)").
+ * The fp8 kernels are simd/decode_fp8_body.h at 16 lanes, included twice below (with and
+ * without VBMI): 32 bytes widened at a time (the 16-bit steps on a whole zmm, one vcvtph2ps
+ * per 16; E5M2 by one VPERMB where VBMI is present); E4M3 in lane order where GFNI is present
+ * (decode_fp8_lanes_avx512.h).
  */
 
 /* Groups of at least this many rows request their rows ahead: every group for 1-byte rows.
@@ -168,37 +158,15 @@ V_INLINE __mmask32 q8_mask32(int left) {
     return left >= 32 ? (__mmask32)0xffffffffu : left > 0 ? (__mmask32)((1u << left) - 1u) : 0;
 }
 
-/* scaled[r][c] = weights[r][c] * (factor * row_scales[c] * format factor), r < rows (<= 4):
- * the per-key scale applied once per weight, vectorised. */
-static void scale_weights(const attn_dtype format, int rows, int count, const float *weights,
-                          const float *row_scales, float factor, float *scaled) {
-    const float key_factor = factor * q8_format_factor(format);
-    for (int c0 = 0; c0 < count; c0 += 16) {
-        const __mmask16 lanes = vmask_first(count - c0);
-        /* (factor * row_scale) first, then the power of two: as the generic kernel rounds */
-        const __m512 scale =
-            row_scales != NULL
-                ? _mm512_mul_ps(_mm512_mul_ps(_mm512_set1_ps(factor),
-                                              _mm512_maskz_loadu_ps(lanes, row_scales + c0)),
-                                _mm512_set1_ps(q8_format_factor(format)))
-                : _mm512_set1_ps(key_factor);
-        for (int r = 0; r < rows; ++r)
-            _mm512_mask_storeu_ps(
-                scaled + r * ATTN_DECODE_CHUNK + c0, lanes,
-                _mm512_mul_ps(_mm512_maskz_loadu_ps(lanes, weights + r * ATTN_DECODE_CHUNK + c0),
-                              scale));
-    }
-}
-
-/* The fp8 float kernels (decode_fp8_avx512.h), with and without VBMI. */
+/* The fp8 float kernels (simd/decode_fp8_body.h), with and without VBMI. */
 #define FP8_VBMI 0
-#include "kernels/avx512/decode_fp8_avx512.h"
+#include "kernels/simd/decode_fp8_body.h"
 #undef FP8_VBMI
 #define FP8_VBMI 1
-#include "kernels/avx512/decode_fp8_avx512.h"
+#include "kernels/simd/decode_fp8_body.h"
 #undef FP8_VBMI
 
-/* E5M2 with a VPERMB where the CPU has VBMI (decode_fp8_avx512.h): the same halves. */
+/* E5M2 with a VPERMB where the CPU has VBMI (simd/decode_fp8_body.h): the same halves. */
 static int have_vbmi(void) { return cpu()->avx512vbmi; }
 
 /* E4M3 in lane order where the CPU has GFNI (decode_fp8_lanes_avx512.h). */

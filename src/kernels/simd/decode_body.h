@@ -108,6 +108,17 @@ V_INLINE void prefetch_row_ahead(const attn_rows_ahead *ahead, int c) {
     for (int offset = 0; offset < ahead->bytes; offset += 64) _mm_prefetch(row + offset, _MM_HINT_T1);
 }
 
+/* key[k] = row c0 + k of `stride` bytes after keys, k < block_keys; past count the last
+ * row again (a block's lanes there are dropped). */
+V_INLINE void q8_block_keys(const void *keys, int c0, const int block_keys, int count,
+                            int64_t stride, const uint8_t **key) {
+    const uint8_t *first = (const uint8_t *)keys + c0 * stride;
+    if (c0 + block_keys <= count)
+        for (int k = 0; k < block_keys; ++k) key[k] = first + k * stride;
+    else
+        for (int k = 0; k < block_keys; ++k) key[k] = first + (c0 + k < count ? k : count - 1 - c0) * stride;
+}
+
 /* The first `lanes` floats of p (lanes may exceed VLANES), zeros elsewhere. At 8 lanes a
  * whole vector is a plain load (a masked one costs more there). */
 V_INLINE vf load_first(const float *p, int lanes) {

@@ -205,17 +205,6 @@ V_INLINE void store_q8_scores(const int block_rows, const int block_keys, int ro
 /* Pairs of keys the value pair loop takes (Q8I_ODD_IN_LOOP, per width). */
 #define Q8I_LOOP_PAIRS(count) (Q8I_ODD_IN_LOOP ? ((count) + 1) & ~1 : (count) & ~1)
 
-/* key[k] = row c0 + k of `stride` bytes after keys, k < block_keys; past count the last
- * row again (a block's lanes there are dropped). (Also the AVX2 fp8 kernels'.) */
-V_INLINE void q8_block_keys(const void *keys, int c0, const int block_keys, int count,
-                            int64_t stride, const uint8_t **key) {
-    const uint8_t *first = (const uint8_t *)keys + c0 * stride;
-    if (c0 + block_keys <= count)
-        for (int k = 0; k < block_keys; ++k) key[k] = first + k * stride;
-    else
-        for (int k = 0; k < block_keys; ++k) key[k] = first + (c0 + k < count ? k : count - 1 - c0) * stride;
-}
-
 /* Largest |x[e]|, e < count (exact, any order). */
 static float largest_magnitude(int count, const float *x) {
     vf largest = vf_zero();
