@@ -254,9 +254,10 @@ FP8_TARGET static void FP8(score_rows4)(const attn_dtype format, int count, int 
         const __mmask8 lanes = (__mmask8)((1u << valid) - 1u);
         const __m512 out = _mm512_mul_ps(_mm512_broadcast_f32x4(_mm_loadu_ps(key_factors + c0)),
                                          transpose_reduce(sums));
-        for (int r = 0; r < 4; ++r)
-            _mm_mask_storeu_ps(scores + r * ATTN_DECODE_CHUNK + c0, lanes,
-                               _mm512_extractf32x4_ps(out, r));
+        _mm_mask_storeu_ps(scores + c0, lanes, _mm512_castps512_ps128(out));
+        _mm_mask_storeu_ps(scores + ATTN_DECODE_CHUNK + c0, lanes, _mm512_extractf32x4_ps(out, 1));
+        _mm_mask_storeu_ps(scores + 2 * ATTN_DECODE_CHUNK + c0, lanes, _mm512_extractf32x4_ps(out, 2));
+        _mm_mask_storeu_ps(scores + 3 * ATTN_DECODE_CHUNK + c0, lanes, _mm512_extractf32x4_ps(out, 3));
     }
 }
 #endif

@@ -99,7 +99,11 @@ ATTN_EMU_INLINE simde__m512i attn_emu_mask_i32gather_epi32(simde__m512i fill, si
     simde__m512i_private r = simde__m512i_to_private(fill), o = simde__m512i_to_private(offsets);
     for (int i = 0; i < 16; ++i)
         if ((k >> i) & 1)
-            __builtin_memcpy(&r.i32[i], (const char *)base + (int64_t)o.i32[i] * scale, 4);
+        {
+            int32_t x;
+            __builtin_memcpy(&x, (const char *)base + (int64_t)o.i32[i] * scale, 4);
+            r.i32[i] = x;
+        }
     return simde__m512i_from_private(r);
 }
 /* The horizontal reductions in GCC's order (avx512fintrin.h): halves, quarters, pairs. */
@@ -124,7 +128,11 @@ ATTN_EMU_INLINE simde__m512 attn_emu_mask_i32gather_ps(simde__m512 fill, simde__
     simde__m512i_private o = simde__m512i_to_private(offsets);
     for (int i = 0; i < 16; ++i)
         if ((k >> i) & 1)
-            __builtin_memcpy(&r.f32[i], (const char *)base + (int64_t)o.i32[i] * scale, 4);
+        {
+            float x;
+            __builtin_memcpy(&x, (const char *)base + (int64_t)o.i32[i] * scale, 4);
+            r.f32[i] = x;
+        }
     return simde__m512_from_private(r);
 }
 ATTN_EMU_INLINE simde__m512i attn_emu_maskz_loadu_epi8(simde__mmask64 k, const void *source) {
@@ -170,7 +178,9 @@ ATTN_EMU_INLINE void attn_emu_mask_store_words(void *target, uint32_t k, const v
 }
 ATTN_EMU_INLINE void attn_emu_mask_storeu_epi16(void *target, simde__mmask32 k, simde__m512i v) {
     simde__m512i_private a = simde__m512i_to_private(v);
-    attn_emu_mask_store_words(target, k, &a.i16[0], 32);
+    int16_t words[32];
+    for (int i = 0; i < 32; ++i) words[i] = a.i16[i];
+    attn_emu_mask_store_words(target, k, words, 32);
 }
 ATTN_EMU_INLINE void attn_emu_mask_storeu_epi16_256(void *target, simde__mmask16 k, __m256i v) {
     int16_t words[16];
@@ -256,8 +266,10 @@ ATTN_EMU_INLINE simde__m512i attn_emu_join_epi32(__m256i low, __m256i high) {
 ATTN_EMU_INLINE void attn_emu_i32scatter_epi32(void *base, simde__m512i offsets, simde__m512i v,
                                                int scale) {
     simde__m512i_private o = simde__m512i_to_private(offsets), a = simde__m512i_to_private(v);
-    for (int i = 0; i < 16; ++i)
-        __builtin_memcpy((char *)base + (int64_t)o.i32[i] * scale, &a.i32[i], 4);
+    for (int i = 0; i < 16; ++i) {
+        const int32_t x = a.i32[i];
+        __builtin_memcpy((char *)base + (int64_t)o.i32[i] * scale, &x, 4);
+    }
 }
 ATTN_EMU_INLINE simde__m512i attn_emu_cvtepu16_epi32(simde__m256i v) {
     simde__m256i_private a = simde__m256i_to_private(v);
