@@ -24,32 +24,59 @@
 
 #define ATTN_EMU_INLINE static inline __attribute__((always_inline, unused))
 
-ATTN_EMU_INLINE simde__m512 attn_emu_maskz_loadu_ps(simde__mmask16 k, const void *source) {
-    simde__m512_private r;
-    const float *f = (const float *)source;
-    for (int i = 0; i < 16; ++i) r.f32[i] = (k >> i) & 1 ? f[i] : 0.0f;
-    return simde__m512_from_private(r);
+/* Masked loads and stores lane by lane: a load reads only the lanes set in k (the others
+ * keep what `lanes` held), a store writes only those; `count` lanes of `size` bytes. */
+ATTN_EMU_INLINE void attn_emu_load_lanes(unsigned char *lanes, const void *source, uint64_t k,
+                                         int count, int size) {
+    for (int i = 0; i < count; ++i)
+        if ((k >> i) & 1) __builtin_memcpy(lanes + i * size, (const char *)source + i * size, (size_t)size);
 }
-ATTN_EMU_INLINE void attn_emu_mask_storeu_ps(void *target, simde__mmask16 k, simde__m512 v) {
-    simde__m512_private a = simde__m512_to_private(v);
-    float *f = (float *)target;
-    for (int i = 0; i < 16; ++i)
-        if ((k >> i) & 1) f[i] = a.f32[i];
+ATTN_EMU_INLINE void attn_emu_store_lanes(void *target, const unsigned char *lanes, uint64_t k,
+                                          int count, int size) {
+    for (int i = 0; i < count; ++i)
+        if ((k >> i) & 1) __builtin_memcpy((char *)target + i * size, lanes + i * size, (size_t)size);
 }
 ATTN_EMU_INLINE simde__m512 attn_emu_mask_loadu_ps(simde__m512 fill, simde__mmask16 k,
                                                    const void *source) {
-    simde__m512_private r = simde__m512_to_private(fill);
-    const float *f = (const float *)source;
-    for (int i = 0; i < 16; ++i)
-        if ((k >> i) & 1) r.f32[i] = f[i];
-    return simde__m512_from_private(r);
+    unsigned char lanes[64];
+    simde_mm512_storeu_ps(lanes, fill);
+    attn_emu_load_lanes(lanes, source, k, 16, 4);
+    return simde_mm512_loadu_ps(lanes);
 }
-ATTN_EMU_INLINE simde__m512i attn_emu_maskz_loadu_epi16(simde__mmask32 k, const void *source) {
-    simde__m512i_private r;
-    const int16_t *h = (const int16_t *)source;
-    for (int i = 0; i < 32; ++i) r.i16[i] = (k >> i) & 1 ? h[i] : 0;
-    return simde__m512i_from_private(r);
+ATTN_EMU_INLINE simde__m512 attn_emu_maskz_loadu_ps(simde__mmask16 k, const void *source) {
+    return attn_emu_mask_loadu_ps(simde_mm512_setzero_ps(), k, source);
 }
+ATTN_EMU_INLINE simde__m512i attn_emu_maskz_loadu_512(uint64_t k, const void *source, int size) {
+    unsigned char lanes[64] = {0};
+    attn_emu_load_lanes(lanes, source, k, 64 / size, size);
+    return simde_mm512_loadu_si512(lanes);
+}
+ATTN_EMU_INLINE __m256i attn_emu_maskz_loadu_256(uint64_t k, const void *source, int size) {
+    unsigned char lanes[32] = {0};
+    attn_emu_load_lanes(lanes, source, k, 32 / size, size);
+    return _mm256_loadu_si256((const __m256i *)lanes);
+}
+ATTN_EMU_INLINE __m128i attn_emu_maskz_loadu_128(uint64_t k, const void *source, int size) {
+    unsigned char lanes[16] = {0};
+    attn_emu_load_lanes(lanes, source, k, 16 / size, size);
+    return _mm_loadu_si128((const __m128i *)lanes);
+}
+ATTN_EMU_INLINE void attn_emu_mask_storeu_512(void *target, uint64_t k, simde__m512i v, int size) {
+    unsigned char lanes[64];
+    simde_mm512_storeu_si512(lanes, v);
+    attn_emu_store_lanes(target, lanes, k, 64 / size, size);
+}
+ATTN_EMU_INLINE void attn_emu_mask_storeu_256(void *target, uint64_t k, __m256i v, int size) {
+    unsigned char lanes[32];
+    _mm256_storeu_si256((__m256i *)lanes, v);
+    attn_emu_store_lanes(target, lanes, k, 32 / size, size);
+}
+ATTN_EMU_INLINE void attn_emu_mask_storeu_128(void *target, uint64_t k, __m128i v, int size) {
+    unsigned char lanes[16];
+    _mm_storeu_si128((__m128i *)lanes, v);
+    attn_emu_store_lanes(target, lanes, k, 16 / size, size);
+}
+
 /* VCVTPH2PS, 16 halves: F16C's conversion of each 8 (exact). */
 ATTN_EMU_INLINE simde__m512 attn_emu_cvtph_ps(simde__m256i halves) {
     simde__m256i_private a = simde__m256i_to_private(halves);
@@ -135,20 +162,8 @@ ATTN_EMU_INLINE simde__m512 attn_emu_mask_i32gather_ps(simde__m512 fill, simde__
         }
     return simde__m512_from_private(r);
 }
-ATTN_EMU_INLINE simde__m512i attn_emu_maskz_loadu_epi8(simde__mmask64 k, const void *source) {
-    simde__m512i_private r;
-    const int8_t *b = (const int8_t *)source;
-    for (int i = 0; i < 64; ++i) r.i8[i] = (k >> i) & 1 ? b[i] : 0;
-    return simde__m512i_from_private(r);
-}
 ATTN_EMU_INLINE __m256 attn_emu_half_ps(simde__m512 v, int high) {
     return simde__m512_to_private(v).m256[high];
-}
-ATTN_EMU_INLINE __m256i attn_emu_maskz_loadu_epi16_256(simde__mmask16 k, const void *source) {
-    int16_t words[16];
-    const int16_t *h = (const int16_t *)source;
-    for (int i = 0; i < 16; ++i) words[i] = (k >> i) & 1 ? h[i] : 0;
-    return _mm256_loadu_si256((const __m256i *)words);
 }
 ATTN_EMU_INLINE simde__m512 attn_emu_cvtepi32_ps(simde__m512i v) {
     simde__m512i_private a = simde__m512i_to_private(v);
@@ -163,29 +178,6 @@ ATTN_EMU_INLINE simde__m512i attn_emu_cvtepi8_epi32(__m128i v) {
     simde__m512i_private r;
     for (int i = 0; i < 16; ++i) r.i32[i] = bytes[i];
     return simde__m512i_from_private(r);
-}
-ATTN_EMU_INLINE __m128i attn_emu_maskz_loadu_epi8_128(simde__mmask16 k, const void *source) {
-    int8_t bytes[16];
-    const int8_t *b = (const int8_t *)source;
-    for (int i = 0; i < 16; ++i) bytes[i] = (k >> i) & 1 ? b[i] : 0;
-    return _mm_loadu_si128((const __m128i *)bytes);
-}
-/* A masked store of `words` 16-bit lanes held in `lanes` (16 or 32). */
-ATTN_EMU_INLINE void attn_emu_mask_store_words(void *target, uint32_t k, const void *lanes,
-                                               int words) {
-    for (int i = 0; i < words; ++i)
-        if ((k >> i) & 1) __builtin_memcpy((char *)target + 2 * i, (const char *)lanes + 2 * i, 2);
-}
-ATTN_EMU_INLINE void attn_emu_mask_storeu_epi16(void *target, simde__mmask32 k, simde__m512i v) {
-    simde__m512i_private a = simde__m512i_to_private(v);
-    int16_t words[32];
-    for (int i = 0; i < 32; ++i) words[i] = a.i16[i];
-    attn_emu_mask_store_words(target, k, words, 32);
-}
-ATTN_EMU_INLINE void attn_emu_mask_storeu_epi16_256(void *target, simde__mmask16 k, __m256i v) {
-    int16_t words[16];
-    _mm256_storeu_si256((__m256i *)words, v);
-    attn_emu_mask_store_words(target, k, words, 16);
 }
 /* VPMOVDW: each 32-bit lane's low 16 bits. */
 ATTN_EMU_INLINE __m256i attn_emu_cvtepi32_epi16(simde__m512i v) {
@@ -205,24 +197,6 @@ ATTN_EMU_INLINE simde__m512i attn_emu_cvtepu8_epi16(__m256i v) {
     r.m256i[0] = _mm256_cvtepu8_epi16(_mm256_castsi256_si128(v));
     r.m256i[1] = _mm256_cvtepu8_epi16(_mm256_extracti128_si256(v, 1));
     return simde__m512i_from_private(r);
-}
-ATTN_EMU_INLINE __m256i attn_emu_maskz_loadu_epi8_256(simde__mmask32 k, const void *source) {
-    int8_t bytes[32];
-    const int8_t *b = (const int8_t *)source;
-    for (int i = 0; i < 32; ++i) bytes[i] = (k >> i) & 1 ? b[i] : 0;
-    return _mm256_loadu_si256((const __m256i *)bytes);
-}
-ATTN_EMU_INLINE __m128 attn_emu_maskz_loadu_ps_128(simde__mmask8 k, const void *source) {
-    float lanes[4];
-    const float *f = (const float *)source;
-    for (int i = 0; i < 4; ++i) lanes[i] = (k >> i) & 1 ? f[i] : 0.0f;
-    return _mm_loadu_ps(lanes);
-}
-ATTN_EMU_INLINE void attn_emu_mask_storeu_ps_128(void *target, simde__mmask8 k, __m128 v) {
-    float lanes[4];
-    _mm_storeu_ps(lanes, v);
-    for (int i = 0; i < 4; ++i)
-        if ((k >> i) & 1) ((float *)target)[i] = lanes[i];
 }
 ATTN_EMU_INLINE simde__m512i attn_emu_cvtps_epi32(simde__m512 v) {
     simde__m512_private a = simde__m512_to_private(v);
@@ -281,13 +255,13 @@ ATTN_EMU_INLINE simde__m512i attn_emu_cvtepu16_epi32(simde__m256i v) {
 #undef _mm512_maskz_loadu_ps
 #define _mm512_maskz_loadu_ps(k, p) attn_emu_maskz_loadu_ps(k, p)
 #undef _mm512_mask_storeu_ps
-#define _mm512_mask_storeu_ps(p, k, v) attn_emu_mask_storeu_ps(p, k, v)
+#define _mm512_mask_storeu_ps(p, k, v) attn_emu_mask_storeu_512(p, k, simde_mm512_castps_si512(v), 4)
 #undef _mm512_cvtepu16_epi32
 #define _mm512_cvtepu16_epi32(v) attn_emu_cvtepu16_epi32(v)
 #undef _mm512_mask_loadu_ps
 #define _mm512_mask_loadu_ps(fill, k, p) attn_emu_mask_loadu_ps(fill, k, p)
 #undef _mm512_maskz_loadu_epi16
-#define _mm512_maskz_loadu_epi16(k, p) attn_emu_maskz_loadu_epi16(k, p)
+#define _mm512_maskz_loadu_epi16(k, p) attn_emu_maskz_loadu_512(k, p, 2)
 #undef _mm512_cvtph_ps
 #define _mm512_cvtph_ps(h) attn_emu_cvtph_ps(h)
 #undef _mm512_cvtne2ps_pbh
@@ -312,19 +286,19 @@ ATTN_EMU_INLINE simde__m512i attn_emu_cvtepu16_epi32(simde__m256i v) {
 #define _mm512_mask_i32gather_ps(fill, k, offsets, base, scale) \
     attn_emu_mask_i32gather_ps(fill, k, offsets, base, scale)
 #undef _mm512_maskz_loadu_epi8
-#define _mm512_maskz_loadu_epi8(k, p) attn_emu_maskz_loadu_epi8(k, p)
+#define _mm512_maskz_loadu_epi8(k, p) attn_emu_maskz_loadu_512(k, p, 1)
 #undef _mm256_maskz_loadu_epi16
-#define _mm256_maskz_loadu_epi16(k, p) attn_emu_maskz_loadu_epi16_256(k, p)
+#define _mm256_maskz_loadu_epi16(k, p) attn_emu_maskz_loadu_256(k, p, 2)
 #undef _mm512_cvtepi32_ps
 #define _mm512_cvtepi32_ps(v) attn_emu_cvtepi32_ps(v)
 #undef _mm512_cvtepi8_epi32
 #define _mm512_cvtepi8_epi32(v) attn_emu_cvtepi8_epi32(v)
 #undef _mm_maskz_loadu_epi8
-#define _mm_maskz_loadu_epi8(k, p) attn_emu_maskz_loadu_epi8_128(k, p)
+#define _mm_maskz_loadu_epi8(k, p) attn_emu_maskz_loadu_128(k, p, 1)
 #undef _mm512_mask_storeu_epi16
-#define _mm512_mask_storeu_epi16(p, k, v) attn_emu_mask_storeu_epi16(p, k, v)
+#define _mm512_mask_storeu_epi16(p, k, v) attn_emu_mask_storeu_512(p, k, v, 2)
 #undef _mm256_mask_storeu_epi16
-#define _mm256_mask_storeu_epi16(p, k, v) attn_emu_mask_storeu_epi16_256(p, k, v)
+#define _mm256_mask_storeu_epi16(p, k, v) attn_emu_mask_storeu_256(p, k, v, 2)
 #undef _mm512_cvtepi32_epi16
 #define _mm512_cvtepi32_epi16(v) attn_emu_cvtepi32_epi16(v)
 #undef _mm256_cmpeq_epi16_mask
@@ -332,11 +306,11 @@ ATTN_EMU_INLINE simde__m512i attn_emu_cvtepu16_epi32(simde__m256i v) {
 #undef _mm512_cvtepu8_epi16
 #define _mm512_cvtepu8_epi16(v) attn_emu_cvtepu8_epi16(v)
 #undef _mm256_maskz_loadu_epi8
-#define _mm256_maskz_loadu_epi8(k, p) attn_emu_maskz_loadu_epi8_256(k, p)
+#define _mm256_maskz_loadu_epi8(k, p) attn_emu_maskz_loadu_256(k, p, 1)
 #undef _mm_maskz_loadu_ps
-#define _mm_maskz_loadu_ps(k, p) attn_emu_maskz_loadu_ps_128(k, p)
+#define _mm_maskz_loadu_ps(k, p) _mm_castsi128_ps(attn_emu_maskz_loadu_128(k, p, 4))
 #undef _mm_mask_storeu_ps
-#define _mm_mask_storeu_ps(p, k, v) attn_emu_mask_storeu_ps_128(p, k, v)
+#define _mm_mask_storeu_ps(p, k, v) attn_emu_mask_storeu_128(p, k, _mm_castps_si128(v), 4)
 #undef _mm512_cvtps_epi32
 #define _mm512_cvtps_epi32(v) attn_emu_cvtps_epi32(v)
 #undef _mm512_dpbf16_ps
