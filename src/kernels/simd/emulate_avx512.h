@@ -77,14 +77,19 @@ ATTN_EMU_INLINE void attn_emu_mask_storeu_128(void *target, uint64_t k, __m128i 
     attn_emu_store_lanes(target, lanes, k, 16 / size, size);
 }
 
-/* VCVTPH2PS, 16 halves: F16C's conversion of each 8 (exact). */
-ATTN_EMU_INLINE simde__m512 attn_emu_cvtph_ps(simde__m256i halves) {
-    simde__m256i_private a = simde__m256i_to_private(halves);
-    simde__m512_private r;
-    r.m256[0] = _mm256_cvtph_ps(a.m128i[0]);
-    r.m256[1] = _mm256_cvtph_ps(a.m128i[1]);
-    return simde__m512_from_private(r);
-}
+/* One 512-bit operation as the AVX2 one on each half (exact where the AVX2 one is): `name`
+ * takes a `from` (its halves in field `part`) and gives a `to` (halves in field `whole`). */
+#define ATTN_EMU_PER_HALF(name, to, whole, from, part, op)                                      \
+    ATTN_EMU_INLINE to name(from v) {                                                          \
+        from##_private a = from##_to_private(v);                                               \
+        to##_private r;                                                                        \
+        r.whole[0] = op(a.part[0]);                                                            \
+        r.whole[1] = op(a.part[1]);                                                            \
+        return to##_from_private(r);                                                           \
+    }
+ATTN_EMU_PER_HALF(attn_emu_cvtph_ps, simde__m512, m256, simde__m256i, m128i, _mm256_cvtph_ps)
+ATTN_EMU_PER_HALF(attn_emu_cvtepi32_ps, simde__m512, m256, simde__m512i, m256i, _mm256_cvtepi32_ps)
+ATTN_EMU_PER_HALF(attn_emu_cvtps_epi32, simde__m512i, m256i, simde__m512, m256, _mm256_cvtps_epi32)
 /* One float as bf16 the way VCVTNE2PS2BF16 rounds: nearest even, a NaN made quiet, denormal
  * inputs and outputs as zero of their sign. */
 ATTN_EMU_INLINE uint16_t attn_emu_bf16(float x) {
@@ -165,13 +170,6 @@ ATTN_EMU_INLINE simde__m512 attn_emu_mask_i32gather_ps(simde__m512 fill, simde__
 ATTN_EMU_INLINE __m256 attn_emu_half_ps(simde__m512 v, int high) {
     return simde__m512_to_private(v).m256[high];
 }
-ATTN_EMU_INLINE simde__m512 attn_emu_cvtepi32_ps(simde__m512i v) {
-    simde__m512i_private a = simde__m512i_to_private(v);
-    simde__m512_private r;
-    r.m256[0] = _mm256_cvtepi32_ps(a.m256i[0]);
-    r.m256[1] = _mm256_cvtepi32_ps(a.m256i[1]);
-    return simde__m512_from_private(r);
-}
 ATTN_EMU_INLINE simde__m512i attn_emu_cvtepi8_epi32(__m128i v) {
     int8_t bytes[16];
     _mm_storeu_si128((__m128i *)bytes, v);
@@ -196,13 +194,6 @@ ATTN_EMU_INLINE simde__m512i attn_emu_cvtepu8_epi16(__m256i v) {
     simde__m512i_private r;
     r.m256i[0] = _mm256_cvtepu8_epi16(_mm256_castsi256_si128(v));
     r.m256i[1] = _mm256_cvtepu8_epi16(_mm256_extracti128_si256(v, 1));
-    return simde__m512i_from_private(r);
-}
-ATTN_EMU_INLINE simde__m512i attn_emu_cvtps_epi32(simde__m512 v) {
-    simde__m512_private a = simde__m512_to_private(v);
-    simde__m512i_private r;
-    r.m256i[0] = _mm256_cvtps_epi32(a.m256[0]);
-    r.m256i[1] = _mm256_cvtps_epi32(a.m256[1]);
     return simde__m512i_from_private(r);
 }
 /* A bf16 or float32 denormal as zero of its sign (VDPBF16PS's DAZ and FTZ). */
