@@ -178,58 +178,48 @@ static attn_status validate_decode(const attn_kv_cache *cache, const attn_tensor
 }
 
 
-/* One region of merge_partials: the rows it claims, and per worker the first empty and the
- * first overflowing row it met (linear index b*Hq*Tq + h*Tq + i; row_total when none). */
+/* One region of merge_partials: the rows it claims, each worker's report. */
 typedef struct merge_region {
     const decode_plan *plan;
     const attn_call *call;
     const size_t *scratch_bytes;
-    attn_tensor *out, *lse;
     int64_t next_rows, row_total;
-    int64_t *first_empty, *first_overflow; /* [threads] each */
+    row_report *reports; /* [threads] */
 } merge_region;
 
 enum { MERGE_CLAIM_ROWS = 16 }; /* rows per claim: one claim's cost against 16 rows' merges */
 enum { MERGE_PARALLEL_FLOATS = 1 << 16 }; /* partial floats worth a merge on several threads */
 
-/* Merges row `index` = b*Hq*Tq + h*Tq + i into out / lse (the empty-row policy and the
- * head's sink applied);
- * records it in *first_empty / *first_overflow when it is the first such row seen. */
-static void merge_row(const merge_region *region, decode_scratch *scratch, int64_t index,
-                      int64_t *first_empty, int64_t *first_overflow) {
-    const decode_plan *plan = region->plan;
-    const attn_options *options = &region->call->options;
-    attn_tensor *out = region->out, *lse = region->lse;
+float *decode_row_target(const decode_plan *plan, const decode_scratch *scratch, int64_t b,
+                         int64_t h, int64_t i) {
+    const attn_tensor *out = plan->out;
+    return out->dtype == ATTN_DTYPE_F32 && out->stride[3] == 1 ? attn_f32_at4(out, b, i, h, 0)
+                                                               : scratch->merged;
+}
+
+void decode_write_row(const decode_plan *plan, decode_scratch *scratch, int64_t b, int64_t h,
+                      int64_t i, float *row, float lse) {
+    const attn_options *options = plan->options;
+    attn_tensor *out = plan->out;
     const int64_t Hq = plan->q->shape[2], Tq = plan->query_length, Dv = plan->value_dim;
-    const int64_t rows = plan->rows;
-    const int64_t b = index / (Hq * Tq), h = index / Tq % Hq, i = index % Tq;
-    const int64_t kv_head = h / plan->group_size;
-    const int64_t r = (h % plan->group_size) * Tq + i;
-    const int64_t task = plan->first_task[b] + kv_head * plan->split_counts[b];
-    /* A dense float32 out takes the merged row where it goes; others get it converted. */
-    const bool in_place = out->dtype == ATTN_DTYPE_F32 && out->stride[3] == 1;
-    float *row = in_place ? attn_f32_at4(out, b, i, h, 0) : scratch->merged;
-    float merged_lse;
-    attn_merge_row((int)plan->split_counts[b], plan->partial_lse + task * rows + r, rows,
-                   plan->partial_out + (task * rows + r) * Dv, rows * Dv, Dv, scratch->weights,
-                   row, &merged_lse);
+    const int64_t index = (b * Hq + h) * Tq + i;
     if (i >= attn_mask_query_count(plan->mask, b)) { /* padding row */
         for (int64_t e = 0; e < Dv; ++e) row[e] = 0.0f;
-        merged_lse = -INFINITY;
-    } else if (merged_lse == -INFINITY) {
-        if (options->empty_rows == ATTN_EMPTY_ROWS_ERROR && index < *first_empty)
-            *first_empty = index;
+        lse = -INFINITY;
+    } else if (lse == -INFINITY) {
+        if (options->empty_rows == ATTN_EMPTY_ROWS_ERROR && index < scratch->report->first_empty)
+            scratch->report->first_empty = index;
         if (options->empty_rows == ATTN_EMPTY_ROWS_NAN) {
             for (int64_t e = 0; e < Dv; ++e) row[e] = NAN;
-            merged_lse = NAN;
+            lse = NAN;
         }
     }
     if (options->sinks != NULL && i < attn_mask_query_count(plan->mask, b)) { /* mask/sinks.h */
-        const float factor = attn_sink_fold(&merged_lse, attn_sink_logit(options, h));
+        const float factor = attn_sink_fold(&lse, attn_sink_logit(options, h));
         for (int64_t e = 0; e < Dv; ++e) row[e] *= factor;
     }
     if (out->dtype == ATTN_DTYPE_F32) {
-        if (!in_place) /* a strided float32 out */
+        if (row == scratch->merged) /* a strided float32 out */
             for (int64_t e = 0; e < Dv; ++e) *attn_f32_at4(out, b, i, h, e) = row[e];
     } else { /* rounded once; a finite value beyond the type is an error */
         uint16_t *o_row = (uint16_t *)out->data + b * out->stride[0] + i * out->stride[1] +
@@ -238,58 +228,76 @@ static void merge_row(const merge_region *region, decode_scratch *scratch, int64
         const int64_t overflowed = out->dtype == ATTN_DTYPE_BF16
                                        ? plan->kernels->convert.f32_to_bf16(Dv, row, o_row, stride)
                                        : plan->kernels->convert.f32_to_f16(Dv, row, o_row, stride);
-        if (overflowed > 0 && index < *first_overflow) *first_overflow = index;
+        if (overflowed > 0 && index < scratch->report->first_overflow)
+            scratch->report->first_overflow = index;
     }
-    if (lse != NULL) *attn_f32_at3(lse, b, h, i) = merged_lse;
+    if (plan->lse != NULL) *attn_f32_at3(plan->lse, b, h, i) = lse;
+}
+
+/* Merges the splits of row `index` = b*Hq*Tq + h*Tq + i and writes it. */
+static void merge_row(const decode_plan *plan, decode_scratch *scratch, int64_t index) {
+    const int64_t Hq = plan->q->shape[2], Tq = plan->query_length, Dv = plan->value_dim;
+    const int64_t rows = plan->rows;
+    const int64_t b = index / (Hq * Tq), h = index / Tq % Hq, i = index % Tq;
+    const int64_t kv_head = h / plan->group_size;
+    const int64_t r = (h % plan->group_size) * Tq + i;
+    const int64_t task = plan->first_task[b] + kv_head * plan->split_counts[b];
+    float *row = decode_row_target(plan, scratch, b, h, i);
+    float merged_lse;
+    attn_merge_row((int)plan->split_counts[b], plan->partial_lse + task * rows + r, rows,
+                   plan->partial_out + (task * rows + r) * Dv, rows * Dv, Dv, scratch->weights,
+                   row, &merged_lse);
+    decode_write_row(plan, scratch, b, h, i, row, merged_lse);
 }
 
 static void merge_worker(void *context, int worker) {
     merge_region *region = context;
     decode_scratch scratch;
     scratch_carve(&scratch, region->scratch_bytes, attn_call_workspace(region->call, worker));
-    int64_t first_empty = region->row_total, first_overflow = region->row_total;
+    scratch.report = &region->reports[worker];
     for (int64_t first; (first = attn_parallel_claim(&region->next_rows) * MERGE_CLAIM_ROWS) <
                         region->row_total;) {
         const int64_t end = first + MERGE_CLAIM_ROWS < region->row_total ? first + MERGE_CLAIM_ROWS
                                                                           : region->row_total;
-        for (int64_t index = first; index < end; ++index)
-            merge_row(region, &scratch, index, &first_empty, &first_overflow);
+        for (int64_t index = first; index < end; ++index) merge_row(region->plan, &scratch, index);
     }
-    region->first_empty[worker] = first_empty;
-    region->first_overflow[worker] = first_overflow;
 }
 
-/* Writes the merged rows of every (b, h, i) into out / lse and applies the empty-row policy;
- * returns the first empty row under ATTN_EMPTY_ROWS_ERROR. */
-static attn_status merge_partials(const decode_plan *plan, const attn_call *call,
-                                  const size_t scratch_bytes[SCRATCH_PARTS], attn_tensor *out,
-                                  attn_tensor *lse, attn_error *error) {
+/* Writes the merged rows of every (b, h, i) into out / lse (decode_write_row), each worker's
+ * findings into reports [threads]. */
+static void merge_partials(const decode_plan *plan, const attn_call *call,
+                           const size_t scratch_bytes[SCRATCH_PARTS], row_report *reports) {
     const int64_t B = plan->cache->config.sequences, Hq = plan->q->shape[2];
-    const int64_t Tq = plan->query_length, row_total = B * Hq * Tq;
-    int64_t firsts[2 * call->threads]; /* at most ATTN_MAX_THREADS pairs */
+    const int64_t row_total = B * Hq * plan->query_length;
     merge_region region = {.plan = plan, .call = call, .scratch_bytes = scratch_bytes,
-                           .out = out, .lse = lse, .row_total = row_total,
-                           .first_empty = firsts, .first_overflow = firsts + call->threads};
-    for (int t = 0; t < 2 * call->threads; ++t) firsts[t] = row_total;
+                           .row_total = row_total, .reports = reports};
     /* The merge reads every split's partial rows: below MERGE_PARALLEL_FLOATS of them a
      * second thread's hand-off costs more than it saves. */
     double partial_floats = 0.0;
     for (int64_t b = 0; b < B; ++b)
-        partial_floats += (double)plan->split_counts[b] * (double)(Hq * Tq * plan->value_dim);
+        partial_floats += (double)plan->split_counts[b] * (double)(Hq * plan->query_length * plan->value_dim);
     attn_parallel_run(partial_floats < MERGE_PARALLEL_FLOATS ? 1 : call->threads, merge_worker,
                       &region);
+}
+
+/* The call's status from the workers' reports: the first empty row under
+ * ATTN_EMPTY_ROWS_ERROR, else the first overflowing one. */
+static attn_status report_rows(const decode_plan *plan, const attn_call *call,
+                               const row_report *reports, attn_error *error) {
+    const int64_t Hq = plan->q->shape[2], Tq = plan->query_length;
+    const int64_t row_total = plan->cache->config.sequences * Hq * Tq;
     int64_t first_empty = row_total, first_overflow = row_total;
     for (int t = 0; t < call->threads; ++t) {
-        if (region.first_empty[t] < first_empty) first_empty = region.first_empty[t];
-        if (region.first_overflow[t] < first_overflow) first_overflow = region.first_overflow[t];
+        if (reports[t].first_empty < first_empty) first_empty = reports[t].first_empty;
+        if (reports[t].first_overflow < first_overflow) first_overflow = reports[t].first_overflow;
     }
     if (first_empty >= row_total && first_overflow < row_total)
         return attn_fail(error, ATTN_ERROR_OVERFLOW,
                          "out (%s) at b = %lld, i = %lld, h = %lld: the attention output does not "
                          "fit (largest %g); use a float32 or bfloat16 out",
-                         attn_dtype_name(out->dtype), (long long)(first_overflow / (Hq * Tq)),
+                         attn_dtype_name(plan->out->dtype), (long long)(first_overflow / (Hq * Tq)),
                          (long long)(first_overflow % Tq), (long long)(first_overflow / Tq % Hq),
-                         out->dtype == ATTN_DTYPE_F16 ? 65504.0 : 3.3895313892515355e38);
+                         plan->out->dtype == ATTN_DTYPE_F16 ? 65504.0 : 3.3895313892515355e38);
     if (first_empty < row_total)
         return attn_fail(error, ATTN_ERROR_EMPTY_ROW,
                          "query row (b = %lld, h = %lld, i = %lld) has no allowed key in %s "
@@ -444,6 +452,7 @@ typedef struct decode_region {
     const size_t *scratch_bytes;
     const attn_call *call;
     int64_t next_item;
+    row_report *reports; /* [threads] */
 } decode_region;
 
 static void decode_worker(void *context, int worker) {
@@ -451,6 +460,7 @@ static void decode_worker(void *context, int worker) {
     const decode_plan *plan = region->plan;
     decode_scratch scratch;
     scratch_carve(&scratch, region->scratch_bytes, attn_call_workspace(region->call, worker));
+    scratch.report = &region->reports[worker];
     const int64_t B = plan->cache->config.sequences;
     const int64_t per_item = plan->interleaved ? plan->kv_heads : 1;
     const int64_t item_count = plan->task_count / per_item;
@@ -531,8 +541,8 @@ attn_status attn_decode_run(const attn_call *begun, const attn_kv_cache *cache,
     size_t scratch_bytes[SCRATCH_PARTS], scratch_total = 0, partial_bytes = 0;
     if (status == ATTN_OK) {
         const int64_t most_splits = plan_decode(&plan, &call, cache, q);
-        /* Working memory: a scratch per thread, then the partial results shared by the
-         * tasks and the merge, task_count * rows * (Dv + 1) floats. */
+        /* Working memory: a scratch per thread, then (unless direct) the partial results
+         * shared by the tasks and the merge, task_count * rows * (Dv + 1) floats. */
         size_t partial_floats;
         if (!scratch_layout(&plan, most_splits, scratch_bytes, &scratch_total) ||
             !attn_mul_size((size_t)plan.task_count, (size_t)plan.rows, &partial_floats) ||
@@ -540,6 +550,8 @@ attn_status attn_decode_run(const attn_call *begun, const attn_kv_cache *cache,
             !attn_mul_size(partial_floats, sizeof(float), &partial_bytes))
             status = attn_fail(error, ATTN_ERROR_OVERFLOW,
                                "q: the split-KV partial buffer overflows");
+        plan.direct = most_splits == 1;
+        if (plan.direct) partial_bytes = 0;
     }
     if (status == ATTN_OK)
         status = attn_call_reserve(&call, decode_threads(&plan, &call), scratch_total,
@@ -550,11 +562,17 @@ attn_status attn_decode_run(const attn_call *begun, const attn_kv_cache *cache,
         /* Soft-cap or additive terms (or a PARTIAL chunk): the loop's pipeline applies the
          * scale too, and the softmax runs at scale 1 (decode_task.c). */
         plan.logits = (attn_logit_pipeline){plan.scale, plan.softcap, call.mask.has_additive};
-        plan.partial_out = attn_call_shared(&call);
-        plan.partial_lse = plan.partial_out + plan.task_count * plan.rows * plan.value_dim;
-        decode_region region = {&plan, scratch_bytes, &call, 0};
+        plan.options = &call.options, plan.out = out, plan.lse = lse;
+        plan.partial_out = plan.direct ? NULL : attn_call_shared(&call);
+        plan.partial_lse =
+            plan.direct ? NULL : plan.partial_out + plan.task_count * plan.rows * plan.value_dim;
+        row_report reports[call.threads]; /* at most ATTN_MAX_THREADS */
+        const int64_t row_total = problem->batch * problem->query_heads * problem->query_length;
+        for (int t = 0; t < call.threads; ++t) reports[t] = (row_report){row_total, row_total};
+        decode_region region = {&plan, scratch_bytes, &call, 0, reports};
         attn_parallel_run(call.threads, decode_worker, &region);
-        status = merge_partials(&plan, &call, scratch_bytes, out, lse, error);
+        if (!plan.direct) merge_partials(&plan, &call, scratch_bytes, reports);
+        status = report_rows(&plan, &call, reports, error);
     }
     attn_call_end(&call);
     if (!on_stack) free(key_lengths), free(plan.split_counts), free(plan.first_task);

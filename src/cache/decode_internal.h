@@ -1,7 +1,8 @@
 /*
  * decode_internal.h — the parts of attn_decode shared by its three files:
  *   decode.c         plan -> run -> merge: validation, the plan of a call (split size,
- *                    threads, working memory), the worker region and the LSE merge;
+ *                    threads, working memory), the worker region, the LSE merge and the
+ *                    writing of an output row (empty-row policy, sinks, output type);
  *   decode_family.c  the families a task computes in, and the table that picks one: each
  *                    family is a few functions over the registry's decode slots
  *                    (kernels/registry.h) that score a chunk of stored keys against the
@@ -26,6 +27,12 @@ typedef struct decode_plan decode_plan;
 typedef struct decode_scratch decode_scratch;
 typedef struct decode_chunk decode_chunk;
 typedef struct chunk_state chunk_state;
+
+/* The first empty and the first overflowing output row a worker met (linear index
+ * b*Hq*Tq + h*Tq + i; the call's row count when none), for the call's error. */
+typedef struct row_report {
+    int64_t first_empty, first_overflow;
+} row_report;
 
 /* Where accumulator element (r, e) lies: [rows][Dv]; transposed, [Dv][GROUP_STRIDE(rows)];
  * or [GROUP_STRIDE(rows)][TILE_ROW_FLOATS(Dv)] for the bf16 tiles (registry.h). */
@@ -99,8 +106,14 @@ struct decode_plan {
     bool transform;             /* logits need more than the scale (soft-cap, additive terms) */
     bool per_head_classes;      /* a chunk's mask class differs between query heads */
     int tile_chunks;            /* bf16 tiles: chunks per P · V */
-    float *partial_out;         /* [task][rows][Dv] */
+    /* Every sequence in one split (`direct`): each task writes its rows straight into out /
+     * lse (decode_write_row), with the bits the merge of a single partial gives; otherwise
+     * tasks write partials, merged afterwards. */
+    bool direct;
+    float *partial_out;         /* [task][rows][Dv] (none when direct) */
     float *partial_lse;         /* [task][rows] */
+    const attn_options *options; /* the call's (empty-row policy, sinks) */
+    attn_tensor *out, *lse;     /* [B, Tq, Hq, Dv], [B, Hq, Tq] (lse: NULL for none) */
 };
 
 /* Per-thread working memory of a task (and of the merge), carved from the thread's part of
@@ -126,6 +139,7 @@ struct decode_scratch {
     uint16_t *values16; /* ... [ATTN_DECODE_TILE_KEYS][Dv] values (none with values_in_keys) */
     float *head_states; /* stepped, together: [Hkv] heads' state (decode_head_state_floats) */
     uint8_t *head_flags; /* together: [2][Hkv] whether a chunk has any / only allowed keys */
+    row_report *report; /* the worker's (decode_write_row) */
 };
 
 /* The chunk after the current one: `count` tokens (0: none) on pool page `page` from `slot`. */
@@ -173,6 +187,16 @@ struct chunk_state {
     int64_t key_stride;
     float gathered[2][2][ATTN_DECODE_CHUNK]; /* [parity][keys, values] Q8 scales gathered */
 };
+
+/* decode.c: where output row (b, h, i) is computed before decode_write_row: the row of a
+ * dense float32 out itself, else scratch->merged [Dv]. */
+float *decode_row_target(const decode_plan *plan, const decode_scratch *scratch, int64_t b,
+                         int64_t h, int64_t i);
+/* Writes output row (b, h, i), computed in `row` (decode_row_target), and its LSE: a padding
+ * query row as zeros (LSE -inf), the empty-row policy, the head's sink, the output type (a
+ * 16-bit out rounded once; a finite value beyond it is reported). */
+void decode_write_row(const decode_plan *plan, decode_scratch *scratch, int64_t b, int64_t h,
+                      int64_t i, float *row, float lse);
 
 /* decode_task.c */
 void decode_run_task(const decode_plan *plan, decode_scratch *scratch, int64_t b,

@@ -4,7 +4,8 @@
  *   scores [rows x chunk] = queries [rows x Dk] . keys^T     (the family's score)
  *   the logit pipeline where needed, one online-softmax step per row (§2.1)
  *   accumulator [rows x Dv] += P . values                    (the family's values)
- * then the task's normalised partial (O, LSE) into its own slot, merged by decode.c. Every
+ * then the task's normalised partial (O, LSE) into its own slot, merged by decode.c (or, when
+ * every sequence is one split, its rows straight into the output). Every
  * chunk of keys (and of values) is read once and serves all rows = (Hq / Hkv) * Tq query rows
  * of the group. The loop is the same for every family (decode_family.c).
  * Token-major pages ([page, slot, head, D]: a caller's cache) run the Hkv tasks of a split on
@@ -91,13 +92,22 @@ static void task_keys(const decode_plan *plan, int64_t b, int64_t split, int64_t
     if (*end > plan->cache->lengths[b]) *end = plan->cache->lengths[b];
 }
 
-/* Writes task `task`'s normalised partial (O [rows][Dv], LSE [rows]) from its state. */
-static void task_finish(const decode_plan *plan, const decode_scratch *scratch, int64_t task,
-                        int64_t kv_head) {
-    const int64_t rows = plan->rows, Dv = plan->value_dim;
+/* out[e] = in[e * step] * factor + 0 for e < n (+0: -0 becomes +0, as in the merge). */
+static void scale_row(int64_t n, const float *restrict in, int64_t step, float factor,
+                      float *restrict out) {
+    if (step == 1) /* dense rows (vectorised) */
+        for (int64_t e = 0; e < n; ++e) out[e] = in[e] * factor + 0.0f;
+    else
+        for (int64_t e = 0; e < n; ++e) out[e] = in[e * step] * factor + 0.0f;
+}
+
+/* Writes task `task`'s normalised rows from its state: its partial (O [rows][Dv], LSE
+ * [rows]), or with plan->direct the output rows themselves, with the bits the merge of a
+ * single partial gives them (an empty row 0, -0 summed to +0). */
+static void task_finish(const decode_plan *plan, decode_scratch *scratch, int64_t b,
+                        int64_t task, int64_t kv_head) {
+    const int64_t rows = plan->rows, Dv = plan->value_dim, Tq = plan->query_length;
     const accumulator_layout layout = plan->family->accumulator;
-    float *out = plan->partial_out + task * rows * Dv;
-    float *lse = plan->partial_lse + task * rows;
     const int64_t row_step = layout == ACCUMULATOR_TRANSPOSED  ? 1
                              : layout == ACCUMULATOR_TILE_ROWS ? ATTN_DECODE_TILE_ROW_FLOATS(Dv)
                                                                : Dv;
@@ -107,12 +117,18 @@ static void task_finish(const decode_plan *plan, const decode_scratch *scratch, 
     for (int64_t r = 0; r < rows; ++r) {
         const float sum = scratch->row_sum[r]; /* NaN: an attended NaN logit, kept in O, LSE */
         const float inverse = sum > 0.0f ? value_scale / sum : isnan(sum) ? NAN : 0.0f;
-        const float *row = scratch->accumulator + r * row_step;
-        if (dim_step == 1) /* dense rows (vectorised) */
-            for (int64_t e = 0; e < Dv; ++e) out[r * Dv + e] = row[e] * inverse;
+        const float lse = sum > 0.0f ? scratch->row_max[r] + logf(sum) : isnan(sum) ? NAN : -INFINITY;
+        const int64_t h = kv_head * plan->group_size + r / Tq, i = r % Tq;
+        float *out = plan->direct ? decode_row_target(plan, scratch, b, h, i)
+                                  : plan->partial_out + (task * rows + r) * Dv;
+        if (plan->direct && lse == -INFINITY)
+            for (int64_t e = 0; e < Dv; ++e) out[e] = 0.0f;
         else
-            for (int64_t e = 0; e < Dv; ++e) out[r * Dv + e] = row[e * dim_step] * inverse;
-        lse[r] = sum > 0.0f ? scratch->row_max[r] + logf(sum) : isnan(sum) ? NAN : -INFINITY;
+            scale_row(Dv, scratch->accumulator + r * row_step, dim_step, inverse, out);
+        if (plan->direct)
+            decode_write_row(plan, scratch, b, h, i, out, lse + 0.0f);
+        else
+            plan->partial_lse[task * rows + r] = lse;
     }
 }
 
@@ -312,7 +328,7 @@ static void run_chunks(const decode_plan *plan, decode_scratch *scratch, int64_t
         step->done = first >= key_end;
         if (!step->done) return; /* more steps: the state stays in scratch */
     }
-    task_finish(plan, scratch, task, kv_head);
+    task_finish(plan, scratch, b, task, kv_head);
 }
 
 void decode_run_task(const decode_plan *plan, decode_scratch *scratch, int64_t b,
@@ -442,7 +458,7 @@ void decode_run_split_together(const decode_plan *plan, decode_scratch *scratch,
     }
     for (int64_t head = 0; head < H; ++head) {
         (void)head_state(scratch, &layout, head, &rescale);
-        task_finish(plan, scratch, plan->first_task[b] + head * plan->split_counts[b] + split,
+        task_finish(plan, scratch, b, plan->first_task[b] + head * plan->split_counts[b] + split,
                     head);
     }
     *scratch = own;
