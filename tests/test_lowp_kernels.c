@@ -640,6 +640,17 @@ static void test_convert(const attn_lowp_convert *convert, test_rng *rng) {
         CHECK(overflowed == expected_overflows && expected_overflows >= 3,
               "%s fp32 -> %s counts the finite values that overflow (got %lld, expected %lld)",
               convert->name, type, (long long)overflowed, (long long)expected_overflows);
+        /* the same rows stored contiguously (the vector path), a tail past the last 8 */
+        uint16_t *dense = malloc(N * 2);
+        const int64_t dense_overflowed =
+            (is_f16 ? convert->f32_to_f16 : convert->f32_to_bf16)(N, source, dense, 1);
+        failures = 0;
+        for (int i = 0; i < N; ++i) failures += dense[i] != half[2 * i];
+        CHECK(failures == 0 && dense_overflowed == expected_overflows,
+              "%s fp32 -> %s contiguous store: the strided store's bits (%d differ) and overflow "
+              "count (%lld, expected %lld)", convert->name, type, failures,
+              (long long)dense_overflowed, (long long)expected_overflows);
+        free(dense);
 
         /* in-place rounding of P rows: [N / 103 rows][100 used of stride 103] */
         memcpy(rounded, source, N * sizeof(float));

@@ -2,12 +2,14 @@
  * convert_avx2.c — the conversions of lowp.h (attn_lowp_convert) at AVX2 width, for the
  * forward's 16-bit operands on the fp32 kernels: K and V widened at packing, P rounded to the
  * operand type before P·V. bf16 → fp32 by a 16-bit shift, fp16 ↔ fp32 with F16C
- * (VCVTPH2PS / VCVTPS2PH), bf16 rounding in integer lanes. Same bits as the generic
- * conversions (NaN included: a NaN rounds to the generic quiet NaN of its sign); strided
- * sources and the narrowing stores (output rows, with their overflow count) use the generic
- * code. Needs AVX2 and F16C (the flags of this folder).
+ * (VCVTPH2PS / VCVTPS2PH), bf16 rounding in integer lanes; the narrowing stores (output
+ * rows, with their count of finite values that overflow) at 8 lanes. Same bits as the
+ * generic conversions (NaN included: a NaN rounds to the generic quiet NaN of its sign);
+ * strided rows and row tails use the generic code. Needs AVX2 and F16C (the flags of this
+ * folder).
  */
 #include <immintrin.h>
+#include <math.h>
 
 #include "kernels/lowp.h"
 
@@ -109,14 +111,46 @@ static void f16_to_f32_rows(int count, int dim, const uint16_t *source, int64_t 
     widen_rows(count, dim, source, token_stride, dim_stride, destination, destination_stride, 0);
 }
 
+/* Narrows count floats to the 16-bit format at destination[e * stride]; returns how many
+ * finite ones became ±inf. Unit strides 8 at a time (the rounded value's bits: bf16 its top
+ * half, fp16 VCVTPS2PH of it), the rest by the generic narrowing. */
+static inline int64_t narrow(int64_t count, const float *source, uint16_t *destination,
+                             int64_t stride, int bf16) {
+    const attn_lowp_convert *generic = &attn_lowp_convert_generic;
+    int64_t e = 0, overflowed = 0;
+    const __m256 magnitude = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+    const __m256 inf = _mm256_set1_ps(INFINITY);
+    for (; stride == 1 && e + LANES <= count; e += LANES) {
+        const __m256 x = _mm256_loadu_ps(source + e);
+        const __m256 rounded = bf16 ? round_bf16(x) : round_f16(x);
+        const __m256 overflow =
+            _mm256_and_ps(_mm256_cmp_ps(_mm256_and_ps(rounded, magnitude), inf, _CMP_EQ_OQ),
+                          _mm256_cmp_ps(_mm256_and_ps(x, magnitude), inf, _CMP_LT_OQ));
+        overflowed += __builtin_popcount((unsigned)_mm256_movemask_ps(overflow));
+        __m128i halves;
+        if (bf16) {
+            const __m256i top = _mm256_srli_epi32(_mm256_castps_si256(rounded), 16);
+            halves = _mm256_castsi256_si128(
+                _mm256_permute4x64_epi64(_mm256_packus_epi32(top, top), 0x08));
+        } else { /* (NaN lanes hold the quiet NaN of their sign: sign | 0x7e00) */
+            halves = _mm256_cvtps_ph(rounded, _MM_FROUND_TO_NEAREST_INT);
+        }
+        _mm_storeu_si128((__m128i *)(destination + e), halves);
+    }
+    if (e < count)
+        overflowed += (bf16 ? generic->f32_to_bf16 : generic->f32_to_f16)(
+            count - e, source + e, destination + e * stride, stride);
+    return overflowed;
+}
+
 static int64_t f32_to_bf16(int64_t count, const float *source, uint16_t *destination,
                            int64_t stride) {
-    return attn_lowp_convert_generic.f32_to_bf16(count, source, destination, stride);
+    return narrow(count, source, destination, stride, 1);
 }
 
 static int64_t f32_to_f16(int64_t count, const float *source, uint16_t *destination,
                           int64_t stride) {
-    return attn_lowp_convert_generic.f32_to_f16(count, source, destination, stride);
+    return narrow(count, source, destination, stride, 0);
 }
 
 const attn_lowp_convert attn_lowp_convert_avx2 = {
