@@ -181,18 +181,6 @@ static void workspace_carve(forward_workspace *workspace, const forward_plan *pl
                          plan->packing == PACK_PER_THREAD ? plan->key_tiles : 1, store_memory);
 }
 
-/* Records (b, h, i) as an empty row if it precedes the thread's earlier one. */
-static void note_empty_row(forward_workspace *workspace, int64_t b, int64_t h, int64_t i) {
-    if (workspace->has_empty_row &&
-        (b > workspace->empty_b || (b == workspace->empty_b && h > workspace->empty_h) ||
-         (b == workspace->empty_b && h == workspace->empty_h && i > workspace->empty_i)))
-        return;
-    workspace->has_empty_row = true;
-    workspace->empty_b = b;
-    workspace->empty_h = h;
-    workspace->empty_i = i;
-}
-
 /* Writes one output row and its LSE: O = acc / l, LSE = m + log l, or the empty-row policy
  * (padding rows beyond query_lengths[b] are always O = 0, LSE = -inf); then the head's sink. row: the row's
  * accumulator (overwritten with O), or for padding rows any Dv floats to use as scratch. */
@@ -207,7 +195,7 @@ static void write_row(const forward_plan *plan, forward_workspace *workspace, in
     } else {
         const bool as_nan = !padding && plan->call->options.empty_rows == ATTN_EMPTY_ROWS_NAN;
         if (!padding && plan->call->options.empty_rows == ATTN_EMPTY_ROWS_ERROR)
-            note_empty_row(workspace, b, h, i);
+            forward_row_mark_note(&workspace->empty_row, b, h, i);
         for (int64_t e = 0; e < dim_v; ++e) row[e] = as_nan ? NAN : 0.0f;
         lse_value = as_nan ? NAN : -INFINITY;
     }
@@ -662,22 +650,15 @@ static void cut_span_regions(int64_t (*regions)[2], int threads, int64_t item_co
 /* ATTN_ERROR_EMPTY_ROW naming the first empty row in (b, h, i) order over all workers, or OK. */
 static attn_status empty_row_status(const forward_workspace *workspaces, int threads,
                                     attn_error *error) {
-    const forward_workspace *first = NULL;
-    for (int t = 0; t < threads; ++t) {
-        const forward_workspace *w = &workspaces[t];
-        if (!w->has_empty_row) continue;
-        if (first == NULL || w->empty_b < first->empty_b ||
-            (w->empty_b == first->empty_b &&
-             (w->empty_h < first->empty_h ||
-              (w->empty_h == first->empty_h && w->empty_i < first->empty_i))))
-            first = w;
-    }
-    if (first == NULL) return ATTN_OK;
+    const forward_row_mark none = {false, 0, 0, 0};
+    const forward_row_mark *first = &none;
+    for (int t = 0; t < threads; ++t)
+        if (forward_row_mark_earlier(&workspaces[t].empty_row, first)) first = &workspaces[t].empty_row;
+    if (!first->set) return ATTN_OK;
     return attn_fail(error, ATTN_ERROR_EMPTY_ROW,
                      "query row b = %lld, h = %lld, i = %lld has no allowed key "
                      "(options.empty_rows = ERROR; use ZERO or NAN to accept it)",
-                     (long long)first->empty_b, (long long)first->empty_h,
-                     (long long)first->empty_i);
+                     (long long)first->b, (long long)first->h, (long long)first->i);
 }
 
 attn_status attn_forward(const attn_tensor *q, const attn_tensor *k, const attn_tensor *v,

@@ -68,40 +68,30 @@ void forward_store_output(const forward_plan *plan, forward_workspace *workspace
                                    ? convert->f32_to_bf16(dim, values, o_row, stride)
                                    : convert->f32_to_f16(dim, values, o_row, stride);
     if (overflowed == 0) return;
-    /* Keep the first such row in (b, h, i) order. */
-    if (workspace->has_overflow &&
-        (b > workspace->overflow_b || (b == workspace->overflow_b && h > workspace->overflow_h) ||
-         (b == workspace->overflow_b && h == workspace->overflow_h && i > workspace->overflow_i)))
-        return;
+    const forward_row_mark row = {true, b, h, i};
+    if (!forward_row_mark_earlier(&row, &workspace->overflow_row)) return;
     float largest = 0.0f;
     for (int64_t e = 0; e < dim; ++e)
         if (isfinite(values[e]) && fabsf(values[e]) > fabsf(largest)) largest = values[e];
-    workspace->has_overflow = true;
-    workspace->overflow_b = b;
-    workspace->overflow_h = h;
-    workspace->overflow_i = i;
+    workspace->overflow_row = row;
     workspace->overflow_value = largest;
 }
 
 attn_status forward_overflow_status(const forward_plan *plan, const forward_workspace *workspaces,
                                     int count, attn_error *error) {
+    const forward_row_mark none = {false, 0, 0, 0};
     const forward_workspace *first = NULL;
-    for (int t = 0; t < count; ++t) {
-        const forward_workspace *w = &workspaces[t];
-        if (!w->has_overflow) continue;
-        if (first == NULL || w->overflow_b < first->overflow_b ||
-            (w->overflow_b == first->overflow_b &&
-             (w->overflow_h < first->overflow_h ||
-              (w->overflow_h == first->overflow_h && w->overflow_i < first->overflow_i))))
-            first = w;
-    }
+    for (int t = 0; t < count; ++t)
+        if (forward_row_mark_earlier(&workspaces[t].overflow_row,
+                                     first != NULL ? &first->overflow_row : &none))
+            first = &workspaces[t];
     if (first == NULL) return ATTN_OK;
     const bool half = plan->format.dtype == ATTN_DTYPE_F16;
     return attn_fail(error, ATTN_ERROR_OVERFLOW,
                      "out (%s) at b = %lld, i = %lld, h = %lld: the attention output %g does not "
                      "fit (largest %s is %g); use a float32 or bfloat16 out",
-                     attn_dtype_name(plan->format.dtype), (long long)first->overflow_b,
-                     (long long)first->overflow_i, (long long)first->overflow_h,
+                     attn_dtype_name(plan->format.dtype), (long long)first->overflow_row.b,
+                     (long long)first->overflow_row.i, (long long)first->overflow_row.h,
                      (double)first->overflow_value, half ? "float16" : "bfloat16",
                      half ? 65504.0 : 3.3895313892515355e38);
 }

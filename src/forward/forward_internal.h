@@ -66,6 +66,12 @@ typedef struct forward_plan {
 } forward_plan;
 
 /* One thread's buffers (64-byte aligned), carved out of its part of the call's arena. */
+/* A row (b, h, i) a thread met; set: one was. */
+typedef struct forward_row_mark {
+    bool set;
+    int64_t b, h, i;
+} forward_row_mark;
+
 typedef struct forward_workspace {
     float *queries;        /* [group rows][query_stride]: the item's query rows, by head */
     float *scores;         /* [group rows][scores_stride] */
@@ -83,13 +89,25 @@ typedef struct forward_workspace {
     packed_kv_store packed;      /* PACK_PER_THREAD / PACK_ONE_TILE: this thread's store */
     packed_kv_store *head_stores; /* [kv_heads] when plan->span_ring > 0 */
     /* The first empty row this thread met (for ATTN_EMPTY_ROWS_ERROR). */
-    bool has_empty_row;
-    int64_t empty_b, empty_h, empty_i;
-    /* The first output row whose value does not fit a 16-bit out dtype (forward_dtype.c). */
-    bool has_overflow;
-    int64_t overflow_b, overflow_h, overflow_i;
+    forward_row_mark empty_row;
+    /* The first output row whose value does not fit a 16-bit out dtype (forward_dtype.c),
+     * and that value. */
+    forward_row_mark overflow_row;
     float overflow_value;
 } forward_workspace;
+
+/* Whether mark a is set and holds an earlier row in (b, h, i) order than b (or b is unset). */
+static inline bool forward_row_mark_earlier(const forward_row_mark *a, const forward_row_mark *b) {
+    return a->set && (!b->set || a->b < b->b ||
+                      (a->b == b->b && (a->h < b->h || (a->h == b->h && a->i < b->i))));
+}
+
+/* Marks row (b, h, i) unless the mark holds an earlier one. */
+static inline void forward_row_mark_note(forward_row_mark *mark, int64_t b, int64_t h,
+                                         int64_t i) {
+    const forward_row_mark row = {true, b, h, i};
+    if (forward_row_mark_earlier(&row, mark)) *mark = row;
+}
 
 enum { WORKSPACE_PARTS = 13 }; /* parts of a workspace */
 
