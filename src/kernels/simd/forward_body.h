@@ -370,7 +370,8 @@ static void softmax_step(int rows, int count, float *scores, int scores_stride, 
         const vf log2e = vf_set1(VMATH_LOG2E);
         vf sum = vf_zero();
         for (c = 0; c + VLANES <= count; c += VLANES) {
-            const vf p = vf_exp2(vf_mul(vf_fmsub(vf_loadu(row + c), scale_vector, max_vector), log2e));
+            const vf p = vf_exp2_nonpositive(
+                vf_mul(vf_fmsub(vf_loadu(row + c), scale_vector, max_vector), log2e));
             vf_storeu(row + c, p);
             sum = vf_add(sum, p);
         }
@@ -379,7 +380,7 @@ static void softmax_step(int rows, int count, float *scores, int scores_stride, 
             const vf x = vf_mul(vf_fmsub(vf_mask_loadu_or(minus_infinity, mask, row + c),
                                          scale_vector, max_vector),
                                 log2e);
-            const vf p = vf_maskz(mask, vf_exp2(x));
+            const vf p = vf_maskz(mask, vf_exp2_nonpositive(x));
             vf_mask_storeu(row + c, mask, p);
             sum = vf_add(sum, p);
         }
