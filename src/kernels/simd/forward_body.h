@@ -14,9 +14,10 @@
  * vectors, loaded once, updated for every element of the reduction in order, stored once:
  * 6 × 4 = 24 of the 32 zmm registers at 16 lanes (two FMA pipes of 4-cycle latency need ≥ 8
  * FMA chains in flight; 24 leaves room for the 4 loads and 1 broadcast of each step),
- * 6 × 2 = 12 of the 16 ymm registers at 8 lanes. The softmax step makes two passes per row,
- * both in L1: (1) the row maximum of the raw scores, (2) p = exp(x·scale − m) written in place
- * and summed; scale is folded into the exponent's FMA (max(x·s) = max(x)·s exactly for s > 0).
+ * 6 × 2 = 12 of the 16 ymm registers at 8 lanes. The softmax step reads each row twice: (1)
+ * the row maximum of the raw scores, (2) p = exp(x·scale − m) written in place and summed;
+ * scale is folded into the exponent's FMA (max(x·s) = max(x)·s exactly for s > 0). Pass (1)
+ * of row r + 1 runs inside pass (2) of row r, whose exp chain's latency bounds it.
  * Masked entries (−inf) give exactly 0; a row whose maximum is still −inf uses m = 0, so
  * nothing becomes NaN. Soft-capping uses vf_tanh.
  */
@@ -318,72 +319,100 @@ static void apply_softcap(float *row, int count, float scale, float softcap) {
     }
 }
 
+/* The maximum of one row's raw scores and its NaN lanes (the maxima and vf_exp2_nonpositive
+ * drop NaN: NaN lanes are gathered on the side, registry.h). */
+typedef struct row_scan {
+    vf maximum;
+    vmask nan;
+} row_scan;
+
+V_INLINE row_scan row_scan_start(void) {
+    const vf minus_infinity = vf_set1(-INFINITY);
+    return (row_scan){minus_infinity, vf_is_nan(minus_infinity)};
+}
+
+V_INLINE void row_scan_add(row_scan *scan, vf x) {
+    scan->maximum = vf_max(scan->maximum, x);
+    scan->nan = vmask_or(scan->nan, vf_is_nan(x));
+}
+
+/* The scan of a whole row on its own (the first row of a step): four chains, so that it runs
+ * at the load rate instead of the latency of one chain of maxima. */
+static row_scan scan_row(const float *row, int count) {
+    row_scan scan = row_scan_start(), scan1 = scan, scan2 = scan, scan3 = scan;
+    int c = 0;
+    for (; c + 4 * VLANES <= count; c += 4 * VLANES) {
+        row_scan_add(&scan, vf_loadu(row + c)), row_scan_add(&scan1, vf_loadu(row + c + VLANES));
+        row_scan_add(&scan2, vf_loadu(row + c + 2 * VLANES));
+        row_scan_add(&scan3, vf_loadu(row + c + 3 * VLANES));
+    }
+    row_scan_add(&scan, scan1.maximum), row_scan_add(&scan2, scan3.maximum);
+    row_scan_add(&scan, scan2.maximum);
+    scan.nan = vmask_or(vmask_or(scan.nan, scan1.nan), vmask_or(scan2.nan, scan3.nan));
+    for (; c + VLANES <= count; c += VLANES) row_scan_add(&scan, vf_loadu(row + c));
+    if (c < count)
+        row_scan_add(&scan, vf_mask_loadu_or(vf_set1(-INFINITY), vmask_first(count - c), row + c));
+    return scan;
+}
+
+/* The exp pass of one row: p = exp(x · scale − m) = 2^((x · scale − m) · log2 e) in place
+ * (x · scale − m in one FMA, the factor log2 e after it), returning the sum of p. With
+ * SCAN_NEXT it also scans the next row (`next`, same count) into *next_scan: that scan's
+ * loads and maxima run in the shadow of the exp chain, whose latency bounds the pass. */
+V_INLINE float exp_pass(const bool SCAN_NEXT, float *row, int count, float scale,
+                        float max_used, const float *next, row_scan *next_scan) {
+    const vf scale_vector = vf_set1(scale), max_vector = vf_set1(max_used);
+    const vf log2e = vf_set1(VMATH_LOG2E), minus_infinity = vf_set1(-INFINITY);
+    vf sum = vf_zero();
+    int c = 0;
+    for (; c + VLANES <= count; c += VLANES) {
+        const vf p = vf_exp2_nonpositive(
+            vf_mul(vf_fmsub(vf_loadu(row + c), scale_vector, max_vector), log2e));
+        vf_storeu(row + c, p);
+        sum = vf_add(sum, p);
+        if (SCAN_NEXT) row_scan_add(next_scan, vf_loadu(next + c));
+    }
+    if (c < count) {
+        const vmask mask = vmask_first(count - c);
+        const vf x = vf_mul(vf_fmsub(vf_mask_loadu_or(minus_infinity, mask, row + c),
+                                     scale_vector, max_vector),
+                            log2e);
+        const vf p = vf_maskz(mask, vf_exp2_nonpositive(x));
+        vf_mask_storeu(row + c, mask, p);
+        sum = vf_add(sum, p);
+        if (SCAN_NEXT) row_scan_add(next_scan, vf_mask_loadu_or(minus_infinity, mask, next + c));
+    }
+    return vf_reduce_add(sum);
+}
+
 /* The online-softmax step (registry.h). scores [rows][scores_stride]; row_max, row_sum,
- * rescale: float[rows]. */
+ * rescale: float[rows]. Each row's maximum is scanned during the previous row's exp pass
+ * (soft-capping, when asked, is applied to a row before its scan). */
 static void softmax_step(int rows, int count, float *scores, int scores_stride, float scale,
                          float softcap, float *row_max, float *row_sum, float *rescale) {
-    const vf minus_infinity = vf_set1(-INFINITY);
+    /* Soft-capped scores are already multiplied by scale (scale > 0 keeps the order, so the
+     * maximum of the raw scores times scale is the maximum of the scaled ones). */
+    const float row_scale = softcap > 0.0f ? 1.0f : scale;
+    if (rows <= 0) return;
+    if (softcap > 0.0f) apply_softcap(scores, count, scale, softcap);
+    row_scan scan = scan_row(scores, count);
     for (int r = 0; r < rows; ++r) {
         float *row = scores + (size_t)r * scores_stride;
-        float row_scale = scale;
-        if (softcap > 0.0f) {
-            apply_softcap(row, count, scale, softcap);
-            row_scale = 1.0f;
-        }
-        /* Pass 1: maximum of the raw scores (scale > 0 keeps the order). */
-        /* Four chains (the maximum does not depend on the order, NaN aside), so that the
-         * pass runs at the load rate instead of the latency of one chain of maxima. */
-        vf maximum = minus_infinity, maximum1 = minus_infinity, maximum2 = minus_infinity,
-           maximum3 = minus_infinity;
-        /* The maxima and vf_exp2 drop NaN: NaN lanes are gathered on the side (registry.h) */
-        vmask nan = vf_is_nan(minus_infinity);
-        int c = 0;
-        for (; c + 4 * VLANES <= count; c += 4 * VLANES) {
-            const vf x0 = vf_loadu(row + c), x1 = vf_loadu(row + c + VLANES);
-            const vf x2 = vf_loadu(row + c + 2 * VLANES), x3 = vf_loadu(row + c + 3 * VLANES);
-            maximum = vf_max(maximum, x0), maximum1 = vf_max(maximum1, x1);
-            maximum2 = vf_max(maximum2, x2), maximum3 = vf_max(maximum3, x3);
-            nan = vmask_or(nan, vmask_or(vmask_or(vf_is_nan(x0), vf_is_nan(x1)),
-                                         vmask_or(vf_is_nan(x2), vf_is_nan(x3))));
-        }
-        maximum = vf_max(vf_max(maximum, maximum1), vf_max(maximum2, maximum3));
-        for (; c + VLANES <= count; c += VLANES) {
-            const vf x = vf_loadu(row + c);
-            maximum = vf_max(maximum, x);
-            nan = vmask_or(nan, vf_is_nan(x));
-        }
-        if (c < count) {
-            const vf x = vf_mask_loadu_or(minus_infinity, vmask_first(count - c), row + c);
-            maximum = vf_max(maximum, x);
-            nan = vmask_or(nan, vf_is_nan(x));
-        }
-        const float tile_max = vf_reduce_max(maximum) * row_scale;
-        const bool has_nan = vmask_any(nan) || tile_max == INFINITY; /* (+inf - +inf: NaN) */
+        const float tile_max = vf_reduce_max(scan.maximum) * row_scale;
+        const bool has_nan = vmask_any(scan.nan) || tile_max == INFINITY; /* (+inf - +inf) */
         const float new_max = tile_max > row_max[r] ? tile_max : row_max[r];
         const float max_used = new_max == -INFINITY ? 0.0f : new_max;
         rescale[r] = attn_softmax_rescale(row_max[r], max_used);
-
-        /* Pass 2: p = exp(x * scale - m) = 2^((x * scale - m) * log2 e), in place, and their
-         * sum (x * scale - m in one FMA, as exact as before; the factor log2 e after it). */
-        const vf scale_vector = vf_set1(row_scale);
-        const vf max_vector = vf_set1(max_used);
-        const vf log2e = vf_set1(VMATH_LOG2E);
-        vf sum = vf_zero();
-        for (c = 0; c + VLANES <= count; c += VLANES) {
-            const vf p = vf_exp2(vf_mul(vf_fmsub(vf_loadu(row + c), scale_vector, max_vector), log2e));
-            vf_storeu(row + c, p);
-            sum = vf_add(sum, p);
+        float sum;
+        if (r + 1 < rows) {
+            float *next = row + scores_stride;
+            if (softcap > 0.0f) apply_softcap(next, count, scale, softcap);
+            scan = row_scan_start();
+            sum = exp_pass(true, row, count, row_scale, max_used, next, &scan);
+        } else {
+            sum = exp_pass(false, row, count, row_scale, max_used, NULL, NULL);
         }
-        if (c < count) {
-            const vmask mask = vmask_first(count - c);
-            const vf x = vf_mul(vf_fmsub(vf_mask_loadu_or(minus_infinity, mask, row + c),
-                                         scale_vector, max_vector),
-                                log2e);
-            const vf p = vf_maskz(mask, vf_exp2(x));
-            vf_mask_storeu(row + c, mask, p);
-            sum = vf_add(sum, p);
-        }
-        row_sum[r] = rescale[r] * row_sum[r] + vf_reduce_add(sum);
+        row_sum[r] = rescale[r] * row_sum[r] + sum;
         row_max[r] = new_max;
         if (has_nan) /* NaN from here on: O and LSE of the row (registry.h) */
             rescale[r] = row_sum[r] = row_max[r] = NAN;

@@ -121,4 +121,26 @@ V_INLINE vf vf_tanh(vf y) {
     return vf_or(result, vf_and(y, vf_set1(-0.0f))); /* sign of y */
 }
 
+/* 2^t for the softmax's exponents, t = (x·scale − m)·log2 e ≤ 0 up to rounding (m is the row
+ * maximum): a shorter dependency chain than vf_exp2 (the exp pass runs at the latency of its
+ * chain, not at the rate of its operations). t is clamped below at −127 only: −inf (a masked
+ * logit), NaN and t < −126.5 give exactly 0 (n = −127 builds the exponent bits 0); t must
+ * stay below 128. The polynomial is vf_exp2's, evaluated by Estrin's scheme (three FMA
+ * levels instead of six), the same at every width (no vscalefps). */
+V_INLINE vf vf_exp2_nonpositive(vf t) {
+    t = vf_max(t, vf_set1(-127.0f)); /* NaN gives −127: vmaxps returns its second operand */
+    const vf n = vf_round(t);
+    const vf f = vf_sub(t, n);
+    const vf f2 = vf_mul(f, f);
+    const vf low = vf_fmadd(vf_set1(6.9314718246e-01f), f, vf_set1(1.0f));
+    const vf middle = vf_fmadd(vf_set1(5.5503323674e-02f), f, vf_set1(2.4022647738e-01f));
+    const vf high = vf_fmadd(vf_set1(1.3398875017e-03f), f, vf_set1(9.6184369177e-03f));
+    const vf f4 = vf_mul(f2, f2);
+    const vf lower = vf_fmadd(middle, f2, low);
+    const vf upper = vf_fmadd(vf_set1(1.5353361960e-04f), f2, high);
+    const vf p = vf_fmadd(upper, f4, lower);
+    const vi exponent = vi_slli(vi_add(vf_to_vi(n), vi_set1(127)), 23);
+    return vf_mul(p, vi_as_vf(exponent));
+}
+
 #endif /* ATTN_KERNELS_SIMD_VMATH_H */
