@@ -57,6 +57,15 @@ V_INLINE vf vf_exp(vf x) {
 #endif
 }
 
+/* The polynomial of vf_exp2 and vf_exp2_nonpositive: 2^f ~ 1 + C1 f + ... + C6 f^6 on
+ * |f| <= 0.5. */
+#define VMATH_EXP2_C1 6.9314718246e-01f
+#define VMATH_EXP2_C2 2.4022647738e-01f
+#define VMATH_EXP2_C3 5.5503323674e-02f
+#define VMATH_EXP2_C4 9.6184369177e-03f
+#define VMATH_EXP2_C5 1.3398875017e-03f
+#define VMATH_EXP2_C6 1.5353361960e-04f
+
 /* 2^t, the exp of the softmax passes: e^x = 2^t with t = x·log2 e (one multiply after the
  * FMA that forms x = logit·s − m, which stays as exact as it was), n = round(t), f = t − n
  * exactly (|f| ≤ ½), 2^f by a degree-6 polynomial (fitted for relative error on [−½, ½]: 7.9e-8
@@ -85,12 +94,12 @@ V_INLINE vf vf_exp2(vf t) {
 #endif
     const vf n = vf_round(t);
     const vf f = vf_sub(t, n);
-    vf p = vf_set1(1.5353361960e-04f);
-    p = vf_fmadd(p, f, vf_set1(1.3398875017e-03f));
-    p = vf_fmadd(p, f, vf_set1(9.6184369177e-03f));
-    p = vf_fmadd(p, f, vf_set1(5.5503323674e-02f));
-    p = vf_fmadd(p, f, vf_set1(2.4022647738e-01f));
-    p = vf_fmadd(p, f, vf_set1(6.9314718246e-01f));
+    vf p = vf_set1(VMATH_EXP2_C6);
+    p = vf_fmadd(p, f, vf_set1(VMATH_EXP2_C5));
+    p = vf_fmadd(p, f, vf_set1(VMATH_EXP2_C4));
+    p = vf_fmadd(p, f, vf_set1(VMATH_EXP2_C3));
+    p = vf_fmadd(p, f, vf_set1(VMATH_EXP2_C2));
+    p = vf_fmadd(p, f, vf_set1(VMATH_EXP2_C1));
     p = vf_fmadd(p, f, vf_set1(1.0f));
 #if ATTN_VEC_WIDTH == 16
     return _mm512_maskz_scalef_ps((__mmask16)~zero_lanes, p, n);
@@ -132,12 +141,12 @@ V_INLINE vf vf_exp2_nonpositive(vf t) {
     const vf n = vf_round(t);
     const vf f = vf_sub(t, n);
     const vf f2 = vf_mul(f, f);
-    const vf low = vf_fmadd(vf_set1(6.9314718246e-01f), f, vf_set1(1.0f));
-    const vf middle = vf_fmadd(vf_set1(5.5503323674e-02f), f, vf_set1(2.4022647738e-01f));
-    const vf high = vf_fmadd(vf_set1(1.3398875017e-03f), f, vf_set1(9.6184369177e-03f));
+    const vf low = vf_fmadd(vf_set1(VMATH_EXP2_C1), f, vf_set1(1.0f));
+    const vf middle = vf_fmadd(vf_set1(VMATH_EXP2_C3), f, vf_set1(VMATH_EXP2_C2));
+    const vf high = vf_fmadd(vf_set1(VMATH_EXP2_C5), f, vf_set1(VMATH_EXP2_C4));
     const vf f4 = vf_mul(f2, f2);
     const vf lower = vf_fmadd(middle, f2, low);
-    const vf upper = vf_fmadd(vf_set1(1.5353361960e-04f), f2, high);
+    const vf upper = vf_fmadd(vf_set1(VMATH_EXP2_C6), f2, high);
     const vf p = vf_fmadd(upper, f4, lower);
     const vi exponent = vi_slli(vi_add(vf_to_vi(n), vi_set1(127)), 23);
     return vf_mul(p, vi_as_vf(exponent));
