@@ -114,10 +114,14 @@ static void task_finish(const decode_plan *plan, decode_scratch *scratch, int64_
     const int64_t dim_step = layout == ACCUMULATOR_TRANSPOSED ? ATTN_DECODE_GROUP_STRIDE(rows) : 1;
     const float value_scale =
         plan->family->head_scale_at_finish ? plan->cache->value_head_scales[kv_head] : 1.0f;
+    /* A direct row with no LSE out and no sink uses its LSE only as "empty or not". */
+    const bool lse_used = !plan->direct || plan->lse != NULL || plan->options->sinks != NULL;
     for (int64_t r = 0; r < rows; ++r) {
         const float sum = scratch->row_sum[r]; /* NaN: an attended NaN logit, kept in O, LSE */
         const float inverse = sum > 0.0f ? value_scale / sum : isnan(sum) ? NAN : 0.0f;
-        const float lse = sum > 0.0f ? scratch->row_max[r] + logf(sum) : isnan(sum) ? NAN : -INFINITY;
+        const float lse = sum > 0.0f   ? (lse_used ? scratch->row_max[r] + logf(sum) : 0.0f)
+                          : isnan(sum) ? NAN
+                                       : -INFINITY;
         const int64_t h = kv_head * plan->group_size + r / Tq, i = r % Tq;
         float *out = plan->direct ? decode_row_target(plan, scratch, b, h, i)
                                   : plan->partial_out + (task * rows + r) * Dv;

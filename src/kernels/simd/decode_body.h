@@ -60,6 +60,25 @@ enum { DIMENSION_MAJOR_ROWS = 2, DECODE_PREFETCH = 1, VALUE_ROWS = 2, VALUE_VECT
  * PREFETCH_ROWS) is a plain stream the hardware prefetcher follows, so it is left to it. */
 enum { LOOKAHEAD = 16, PREFETCH_ROWS = 2 };
 
+/* One 64-byte line into L1 (into_l1, a constant) or L2. */
+V_INLINE void prefetch_line(uintptr_t address, const int into_l1) {
+    if (into_l1) _mm_prefetch((const char *)address, _MM_HINT_T0);
+    else _mm_prefetch((const char *)address, _MM_HINT_T1);
+}
+
+/* The lines [address, address + span) in order, four requests a loop step (a row of
+ * 64 float32 is four lines: one step, no loop counter per line). */
+V_INLINE void prefetch_span(uintptr_t address, int64_t span, const int into_l1) {
+    int64_t offset = 0;
+    for (; offset + 192 < span; offset += 256) {
+        prefetch_line(address + (uintptr_t)offset, into_l1);
+        prefetch_line(address + (uintptr_t)offset + 64, into_l1);
+        prefetch_line(address + (uintptr_t)offset + 128, into_l1);
+        prefetch_line(address + (uintptr_t)offset + 192, into_l1);
+    }
+    for (; offset < span; offset += 64) prefetch_line(address + (uintptr_t)offset, into_l1);
+}
+
 /* Requests the first `bytes` bytes of rows [first, first + count) of `stride` bytes after
  * `base` (which may lie past the pool: the addresses are formed as integers, and a prefetch
  * never faults) into L1 (into_l1, a constant) or L2: a request per 64-byte line, contiguous
@@ -70,10 +89,7 @@ V_INLINE void prefetch_rows(const void *base, int64_t first, int count, int64_t 
     uintptr_t row = (uintptr_t)base + (uintptr_t)(first * stride);
     const int64_t span = stride == bytes ? (int64_t)count * bytes : bytes;
     for (int r = 0; r < (stride == bytes ? 1 : count); ++r, row += (uintptr_t)stride)
-        for (int64_t offset = 0; offset < span; offset += 64) {
-            if (into_l1) _mm_prefetch((const char *)(row + offset), _MM_HINT_T0);
-            else _mm_prefetch((const char *)(row + offset), _MM_HINT_T1);
-        }
+        prefetch_span(row, span, into_l1);
 }
 
 /* The stored row `lookahead` rows after row c of a chunk of `count` rows at `base`, `stride`
@@ -104,8 +120,7 @@ V_INLINE void prefetch_row_or_next(const void *base, const void *next, int c, co
  * key's value row as they score the key, so that the P · V after them finds the chunk's
  * values in L2 (docs/inference.md, "Quantized KV cache (int8, fp8)"). */
 V_INLINE void prefetch_row_ahead(const attn_rows_ahead *ahead, int c) {
-    const char *row = (const char *)ahead->rows + (int64_t)c * ahead->stride;
-    for (int offset = 0; offset < ahead->bytes; offset += 64) _mm_prefetch(row + offset, _MM_HINT_T1);
+    prefetch_span((uintptr_t)ahead->rows + (uintptr_t)((int64_t)c * ahead->stride), ahead->bytes, 0);
 }
 
 /* key[k] = row c0 + k of `stride` bytes after keys, k < block_keys; past count the last
@@ -250,6 +265,23 @@ V_INLINE void score_block(const int block_rows, const int block_keys, const int 
     vf_storeu(out, transpose_reduce(sums));
 }
 
+/* Lanes [r * VLANES / 4, (r + 1) * VLANES / 4) of `block` (row r of a block of 4 rows x
+ * VLANES / 4 keys) to scores + r * ATTN_DECODE_CHUNK, r < 4: a quarter register a row. */
+V_INLINE void store_block_rows(vf block, float *scores) {
+#if VLANES == 16
+    _mm_storeu_ps(scores, _mm512_extractf32x4_ps(block, 0));
+    _mm_storeu_ps(scores + ATTN_DECODE_CHUNK, _mm512_extractf32x4_ps(block, 1));
+    _mm_storeu_ps(scores + 2 * ATTN_DECODE_CHUNK, _mm512_extractf32x4_ps(block, 2));
+    _mm_storeu_ps(scores + 3 * ATTN_DECODE_CHUNK, _mm512_extractf32x4_ps(block, 3));
+#else
+    const __m128 low = _mm256_castps256_ps128(block), high = _mm256_extractf128_ps(block, 1);
+    _mm_storel_pi((__m64 *)scores, low);
+    _mm_storeh_pi((__m64 *)(scores + ATTN_DECODE_CHUNK), low);
+    _mm_storel_pi((__m64 *)(scores + 2 * ATTN_DECODE_CHUNK), high);
+    _mm_storeh_pi((__m64 *)(scores + 3 * ATTN_DECODE_CHUNK), high);
+#endif
+}
+
 /* A whole block of score_stored_chunk: rows r0 .. r0 + 3 (queries at `queries`) x keys
  * c0 .. c0 + VLANES / 4, all inside the chunk, with the block's bookkeeping unrolled (the
  * same dot products, in the same order, as the general block). */
@@ -266,8 +298,7 @@ V_INLINE void score_whole_block(const int stored, int count, int dim, const floa
                                  dim * (stored != STORED_F32 ? 2 : 4), 0);
     float out[VLANES];
     score_block(4, KEYS, 0, stored, dim, row, key, out);
-    for (int r = 0; r < 4; ++r)
-        for (int k = 0; k < KEYS; ++k) scores[r * ATTN_DECODE_CHUNK + c0 + k] = out[r * KEYS + k];
+    store_block_rows(vf_loadu(out), scores + c0);
 }
 
 /* scores[r * ATTN_DECODE_CHUNK + c] = queries[r] . keys[c] for stored keys of
