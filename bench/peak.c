@@ -2,9 +2,11 @@
  * peak.c — this machine's ceilings, measured in the calling process for benchmarks:
  * the fp32 FMA rate (GFLOP/s) and the memory read bandwidth (GB/s), on `threads` threads.
  *
- * FMA peak: every thread runs 16 independent FMA chains (more than latency × pipes = 4 × 2
- * needs) on the widest vectors the CPU has (AVX-512 zmm, else AVX2 ymm, else scalar),
- * operands in registers; best of five timed runs of ≈ 0.1 s after a 0.3 s warm-up and a
+ * FMA peak: every thread runs independent FMA chains (more than latency × pipes = 4 × 2
+ * needs) on the widest vectors the CPU has (AVX-512 zmm, else AVX2 ymm, else scalar), chains
+ * and operands in registers: 16 chains in the 32 zmm, 12 in the 16 ymm / xmm (16 chains and
+ * the two operands there make the compiler keep chains on the stack, and the store-load
+ * round trip in each chain halves the rate); best of five timed runs of ≈ 0.1 s after a 0.3 s warm-up and a
  * calibration run.
  * With BENCH_CLOCK_CPU (bench_clock.h) the runs are timed in process CPU time per thread.
  * Bandwidth: every thread sums its share of a 256 MiB buffer (far larger than the L3) with
@@ -22,7 +24,8 @@
 #include "bench_clock.h"
 #include "bench.h"
 
-#define CHAINS 16
+#define CHAINS 16       /* zmm chains */
+#define CHAINS_NARROW 12 /* ymm or scalar chains: they and the two operands fit 16 registers */
 
 #if defined(__x86_64__)
 __attribute__((target("avx512f,fma"))) static float fma_chains_avx512(long iterations, float seed) {
@@ -37,13 +40,13 @@ __attribute__((target("avx512f,fma"))) static float fma_chains_avx512(long itera
 }
 
 __attribute__((target("avx2,fma"))) static float fma_chains_avx2(long iterations, float seed) {
-    __m256 chain[CHAINS];
-    for (int c = 0; c < CHAINS; ++c) chain[c] = _mm256_set1_ps(seed + (float)c);
+    __m256 chain[CHAINS_NARROW];
+    for (int c = 0; c < CHAINS_NARROW; ++c) chain[c] = _mm256_set1_ps(seed + (float)c);
     const __m256 multiplier = _mm256_set1_ps(0.999999f), addend = _mm256_set1_ps(1e-6f);
     for (long i = 0; i < iterations; ++i)
-        for (int c = 0; c < CHAINS; ++c) chain[c] = _mm256_fmadd_ps(chain[c], multiplier, addend);
+        for (int c = 0; c < CHAINS_NARROW; ++c) chain[c] = _mm256_fmadd_ps(chain[c], multiplier, addend);
     float lanes[8], total = 0.0f;
-    for (int c = 1; c < CHAINS; ++c) chain[0] = _mm256_add_ps(chain[0], chain[c]);
+    for (int c = 1; c < CHAINS_NARROW; ++c) chain[0] = _mm256_add_ps(chain[0], chain[c]);
     _mm256_storeu_ps(lanes, chain[0]);
     for (int i = 0; i < 8; ++i) total += lanes[i];
     return total;
@@ -51,12 +54,12 @@ __attribute__((target("avx2,fma"))) static float fma_chains_avx2(long iterations
 #endif
 
 static float fma_chains_scalar(long iterations, float seed) {
-    float chain[CHAINS];
-    for (int c = 0; c < CHAINS; ++c) chain[c] = seed + (float)c;
+    float chain[CHAINS_NARROW];
+    for (int c = 0; c < CHAINS_NARROW; ++c) chain[c] = seed + (float)c;
     for (long i = 0; i < iterations; ++i)
-        for (int c = 0; c < CHAINS; ++c) chain[c] = chain[c] * 0.999999f + 1e-6f;
+        for (int c = 0; c < CHAINS_NARROW; ++c) chain[c] = chain[c] * 0.999999f + 1e-6f;
     float total = 0.0f;
-    for (int c = 0; c < CHAINS; ++c) total += chain[c];
+    for (int c = 0; c < CHAINS_NARROW; ++c) total += chain[c];
     return total;
 }
 
@@ -140,7 +143,8 @@ double bench_measure_fma_peak(int threads, bench_clock clock) {
     if (lanes == 16) run = fma_chains_avx512;
     else if (lanes == 8) run = fma_chains_avx2;
 #endif
-    return bench_best_gflops(run, 2.0 * CHAINS * lanes, 200000, threads, clock);
+    return bench_best_gflops(run, 2.0 * (lanes == 16 ? CHAINS : CHAINS_NARROW) * lanes, 200000,
+                             threads, clock);
 }
 
 double bench_measure_fma_peak_gflops(int threads) {
