@@ -380,6 +380,25 @@ ATTN_API attn_execution attn_execution_default(void);
  * attn.torch sets it when imported. Results never depend on it. Default: 0. */
 ATTN_API void attn_set_spinning_neighbours(int present);
 
+/* A parallel region of attn handed to another thread pool: the runner calls
+ * body(body_context, w) exactly once for each w in [0, n), for some 1 <= n <= threads of its
+ * choosing, on threads of its own (w = 0 may be the calling thread), and returns when every
+ * one of them has returned. attn divides a region's work through shared counters, so any n
+ * gives the same results. */
+typedef void (*attn_region_body)(void *body_context, int worker);
+typedef void (*attn_region_runner)(void *runner_context, int threads, attn_region_body body,
+                                   void *body_context);
+
+/* Runs attn's parallel regions on `runner` (NULL: attn's own worker pool, the default), for
+ * example on the OpenMP threads of a framework that keeps them spinning between its
+ * operators, so that attn's regions find those threads awake instead of competing with them
+ * for the cores (attn.torch installs PyTorch's; docs/architecture.md, "Threads"). While a
+ * runner is set, attn_set_spinning_neighbours no longer limits the threads of a call, the
+ * runner's pool being those neighbours. A region opened inside a region runs on its caller
+ * alone, as with the own pool. A forked child starts without a runner (the pool behind it is
+ * not usable there) and uses attn's own pool until one is set again. */
+ATTN_API void attn_set_region_runner(attn_region_runner runner, void *runner_context);
+
 /* The kernel family `choice` selects on this CPU and build ("generic", "avx2", "avx512",
  * "avx512_bf16", "amx"; AUTO resolves to the fastest available), or NULL when it is not
  * available here or unknown. */

@@ -11,11 +11,16 @@
  *     allowed, one between on as many as it has 60 us of work for (the estimate's rates, 50
  *     flop/ns and 8 bytes/ns, are restated here as the independent reference); beside a
  *     pool whose workers spin (attn_set_spinning_neighbours), 1 ms of work a thread, unless
- *     OMP_WAIT_POLICY is passive (checked in a child, which reads the variable first).
+ *     OMP_WAIT_POLICY is passive (checked in a child, which reads the variable first);
+ *   - a region runner (attn_set_region_runner): regions run on its threads, any number of
+ *     slots it starts gives the same results bit for bit, a nested region runs alone without
+ *     it, spinning neighbours no longer limit the threads, a forked child runs without it,
+ *     and NULL restores the own pool.
  * Every attention result is compared with the naive double-precision reference and bitwise
  * with the one-thread call.
  */
 #define _GNU_SOURCE
+#include <pthread.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -251,6 +256,95 @@ static void check_threads_by_work(void) {
 
 }
 
+/* ---- a region runner: each slot on a thread of its own, in reverse order ---- */
+typedef struct test_runner {
+    int most;  /* slots it starts: min(threads, most) */
+    int calls; /* regions it ran (atomic) */
+} test_runner;
+
+typedef struct runner_slot {
+    attn_region_body body;
+    void *context;
+    int worker;
+} runner_slot;
+
+static void *runner_thread(void *argument) {
+    runner_slot *slot = argument;
+    slot->body(slot->context, slot->worker);
+    return NULL;
+}
+
+static void run_on_threads(void *runner_context, int threads, attn_region_body body,
+                           void *body_context) {
+    test_runner *runner = runner_context;
+    __atomic_fetch_add(&runner->calls, 1, __ATOMIC_RELAXED);
+    const int slots = threads < runner->most ? threads : runner->most;
+    pthread_t thread[MAX_SLOTS];
+    runner_slot slot[MAX_SLOTS];
+    for (int w = slots - 1; w >= 0; --w) {
+        slot[w] = (runner_slot){body, body_context, w};
+        if (pthread_create(&thread[w], NULL, runner_thread, &slot[w]) != 0) {
+            runner_thread(&slot[w]);
+            thread[w] = pthread_self();
+        }
+    }
+    for (int w = 0; w < slots; ++w)
+        if (!pthread_equal(thread[w], pthread_self())) pthread_join(thread[w], NULL);
+}
+
+static void check_region_runner(const test_tensor *alone) {
+    test_runner runner = {3, 0};
+    attn_set_region_runner(run_on_threads, &runner);
+    for (int threads = 2; threads <= 5; ++threads)
+        CHECK(call_matches(threads, alone), "runner of 3 slots, %d threads: bitwise one thread",
+              threads);
+    CHECK(runner.calls > 0, "the calls' regions ran on the runner (%d)", runner.calls);
+    runner.most = 1;
+    CHECK(call_matches(4, alone), "runner of 1 slot, 4 threads: bitwise one thread");
+    runner.most = MAX_SLOTS;
+    region_record record;
+    memset(&record, 0, sizeof record);
+    const int before = runner.calls;
+    attn_parallel_run(5, record_body, &record);
+    int bad_items = 0, runs = 0;
+    for (int i = 0; i < ITEMS; ++i) bad_items += record.item_runs[i] != 1;
+    for (int s = 0; s < MAX_SLOTS; ++s) runs += record.slot_runs[s];
+    CHECK(bad_items == 0 && runs == 5 && record.slot_runs[0] == 1,
+          "a region of 5 on the runner: every item once, 5 slots (%d items wrong, %d slots)",
+          bad_items, runs);
+    CHECK(runner.calls == before + 1 && record.nested_worker == 0,
+          "a nested region runs alone, not on the runner (%d runs, worker %d)",
+          runner.calls - before, record.nested_worker);
+
+    attn_execution execution = {0};
+    execution.num_threads = 4;
+    attn_call call;
+    attn_error error;
+    CHECK_STATUS(attn_call_begin(&call, NULL, &execution, &error), ATTN_OK, &error, "begin");
+    attn_set_spinning_neighbours(1);
+    CHECK(attn_call_threads_for_work(&call, 100, 5e6, 8e5) == 3,
+          "runner set: spinning neighbours no longer limit 200 us of work (%d threads)",
+          attn_call_threads_for_work(&call, 100, 5e6, 8e5));
+    attn_set_spinning_neighbours(0);
+    attn_call_end(&call);
+
+    if (!UNDER_TSAN) {
+        fflush(NULL);
+        const pid_t pid = fork();
+        if (pid == 0) {
+            const int calls = runner.calls;
+            int code = call_matches(2, alone) ? 0 : 10;
+            if (code == 0 && runner.calls != calls) code = 20; /* the child ran no region on it */
+            _exit(code);
+        }
+        const int code = pid > 0 ? wait_child(pid, 60) : -1;
+        CHECK(code == 0, "forked child: its calls on attn's own pool (exit %d)", code);
+    }
+    attn_set_region_runner(NULL, NULL);
+    const int calls = runner.calls;
+    CHECK(call_matches(2, alone) && runner.calls == calls, "runner NULL: the own pool again");
+}
+
 int main(void) {
     /* This test checks the choice by work, which the other tests switch off (CMakeLists.txt). */
     unsetenv("ATTN_THREADS_BY_WORK");
@@ -270,6 +364,7 @@ int main(void) {
           "one thread: within 1e-5 of the reference (%.3g)", reference_error(&alone));
     for (int threads = 2; threads <= 5; ++threads)
         CHECK(call_matches(threads, &alone), "%d threads: bitwise the one-thread result", threads);
+    check_region_runner(&alone);
     if (UNDER_TSAN) {
         printf("fork checks skipped: ThreadSanitizer does not run threads in a forked child\n");
     } else {

@@ -15,6 +15,7 @@ reachable from here under the same names).
 from __future__ import annotations
 
 import functools
+import os as _os
 import math
 from typing import Optional, Tuple
 
@@ -138,6 +139,26 @@ _extension.set_torch(torch.Tensor, torch.float32, torch.bfloat16, torch.float16)
 # PyTorch's OpenMP threads spin between its operators: attn's helpers would share their
 # cores, so a call takes a second thread only for about a millisecond of work per thread.
 _extension.set_spinning_neighbours(True)
+
+
+def _use_torch_threads() -> bool:
+    """Runs attn's parallel regions on PyTorch's own OpenMP threads, which its operators keep
+    awake, instead of a pool of attn's beside them (docs/python.md, "Threads"); attn's pool
+    when PyTorch's intra-op backend is not OpenMP, when no OpenMP runtime PyTorch loaded is
+    found, or with ATTN_TORCH_THREADS=own. Returns whether PyTorch's threads are in use."""
+    if _os.environ.get("ATTN_TORCH_THREADS", "") == "own":
+        return False
+    if "OpenMP" not in torch.__config__.parallel_info():
+        return False
+    library = _os.path.join(_os.path.dirname(torch.__file__), "lib")
+    for path in (_os.path.join(library, "libgomp.so.1"), _os.path.join(library, "libiomp5.so"),
+                 "libgomp.so.1", "libiomp5.so", "libomp.so"):
+        if _extension.use_openmp(path):
+            return True
+    return False
+
+
+_TORCH_THREADS = _use_torch_threads()
 _DEFAULT_RUN = (0, 0, 0)  # the execution tuple: default threads, no memory limit, AUTO kernels
 
 

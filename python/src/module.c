@@ -18,6 +18,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
+#include <dlfcn.h>
 #include <math.h>
 #include <string.h>
 
@@ -230,6 +231,67 @@ static PyObject *py_set_spinning_neighbours(PyObject *self, PyObject *args) {
     if (!PyArg_ParseTuple(args, "p", &present)) return NULL;
     attn_set_spinning_neighbours(present);
     Py_RETURN_NONE;
+}
+
+/* ---- attn's parallel regions on an OpenMP runtime already loaded (PyTorch's) ------------- */
+
+/* The entry points of the runtime: GOMP_parallel is the call gcc emits for `#pragma omp
+ * parallel` (libgomp's ABI, which LLVM's and Intel's runtimes also export). */
+static struct {
+    void (*parallel)(void (*body)(void *), void *data, unsigned threads, unsigned flags);
+    int (*thread_num)(void);
+    int (*max_threads)(void);
+} openmp;
+
+typedef struct openmp_region {
+    attn_region_body body;
+    void *context;
+} openmp_region;
+
+static void openmp_slot(void *data) {
+    const openmp_region *region = data;
+    region->body(region->context, openmp.thread_num());
+}
+
+/* attn_region_runner on the runtime's team: at most its omp_get_max_threads() threads (what
+ * torch.set_num_threads set; 1 inside one of its regions), the caller as thread 0. */
+static void run_on_openmp(void *runner_context, int threads, attn_region_body body,
+                          void *body_context) {
+    (void)runner_context;
+    const int most = openmp.max_threads();
+    if (most < threads) threads = most;
+    if (threads <= 1) {
+        body(body_context, 0);
+        return;
+    }
+    openmp_region region = {body, body_context};
+    openmp.parallel(openmp_slot, &region, (unsigned)threads, 0);
+}
+
+/* use_openmp(path): runs attn's regions on the OpenMP runtime at `path` if this process has
+ * already loaded it (never loads one); None: attn's own pool again. Returns whether a runtime
+ * is in use. */
+static PyObject *py_use_openmp(PyObject *self, PyObject *args) {
+    const char *path;
+    if (!PyArg_ParseTuple(args, "z", &path)) return NULL;
+    if (path == NULL) {
+        attn_set_region_runner(NULL, NULL);
+        Py_RETURN_FALSE;
+    }
+    void *runtime = dlopen(path, RTLD_LAZY | RTLD_NOLOAD);
+    if (runtime == NULL) Py_RETURN_FALSE;
+    void *parallel = dlsym(runtime, "GOMP_parallel"), *thread_num = dlsym(runtime, "omp_get_thread_num"),
+         *max_threads = dlsym(runtime, "omp_get_max_threads");
+    if (parallel == NULL || thread_num == NULL || max_threads == NULL) {
+        dlclose(runtime);
+        Py_RETURN_FALSE;
+    }
+    /* (the handle stays open: the runtime must outlive the runner) */
+    *(void **)&openmp.parallel = parallel;
+    *(void **)&openmp.thread_num = thread_num;
+    *(void **)&openmp.max_threads = max_threads;
+    attn_set_region_runner(run_on_openmp, NULL);
+    Py_RETURN_TRUE;
 }
 
 /* set_torch(Tensor, float32, bfloat16, float16) */
@@ -868,6 +930,8 @@ static PyMethodDef methods[] = {
      "attn_forward on plain torch tensors (private)."},
     {"set_spinning_neighbours", py_set_spinning_neighbours, METH_VARARGS,
      "attn_set_spinning_neighbours (private)."},
+    {"use_openmp", py_use_openmp, METH_VARARGS,
+     "attn's parallel regions on an OpenMP runtime this process loaded (private)."},
     {"sdpa_torch", py_sdpa_torch, METH_VARARGS,
      "attn_forward of plain [B, H, T, D] torch tensors into a new output (private)."},
     {"sinks_backward", py_sinks_backward, METH_VARARGS,

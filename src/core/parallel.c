@@ -8,6 +8,8 @@
  * caller closed this one, takes nothing. Workers spin briefly after a region (back-to-back
  * calls, as in decoding layer after layer, find them awake), then sleep on a condition
  * variable. After fork() the child's pool is empty and grows again on its first region.
+ * With a region runner set (attn_set_region_runner), regions run on the runner's threads
+ * instead; a forked child starts without it.
  */
 #define _GNU_SOURCE
 #include "parallel.h"
@@ -59,8 +61,19 @@ static worker_pool pool = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 
 static pthread_once_t pool_once = PTHREAD_ONCE_INIT;
 static __thread bool in_region; /* this thread runs a body: a nested region runs alone */
 
+/* The region runner of attn_set_region_runner (attn.h), read at the start of each region. */
+typedef struct region_runner {
+    attn_region_runner run;
+    void *context;
+} region_runner;
+
+static region_runner runner; /* guarded by runner_lock */
+static pthread_mutex_t runner_lock = PTHREAD_MUTEX_INITIALIZER;
+
 /* The forked child has none of the parent's workers: it starts an empty pool. */
 static void pool_after_fork_in_child(void) {
+    runner_lock = (pthread_mutex_t)PTHREAD_MUTEX_INITIALIZER;
+    runner = (region_runner){NULL, NULL};
     pool.lock = (pthread_mutex_t)PTHREAD_MUTEX_INITIALIZER;
     pool.wake = (pthread_cond_t)PTHREAD_COND_INITIALIZER;
     pool.workers = 0;
@@ -157,8 +170,47 @@ static void run_alone(attn_parallel_body body, void *context) {
     in_region = was_in_region;
 }
 
+void attn_set_region_runner(attn_region_runner run, void *context) {
+    pthread_once(&pool_once, pool_register_fork_handler);
+    pthread_mutex_lock(&runner_lock);
+    runner = (region_runner){run, context};
+    pthread_mutex_unlock(&runner_lock);
+}
+
+static region_runner current_runner(void) {
+    pthread_mutex_lock(&runner_lock);
+    const region_runner current = runner;
+    pthread_mutex_unlock(&runner_lock);
+    return current;
+}
+
+/* A region on the runner: every body marks its thread as in a region (nested regions run
+ * alone there too). */
+typedef struct runner_region {
+    attn_parallel_body body;
+    void *context;
+    int threads;
+} runner_region;
+
+static void run_runner_slot(void *context, int worker) {
+    const runner_region *region = context;
+    if (worker < 0 || worker >= region->threads) return; /* outside the contract: no slot */
+    const bool was_in_region = in_region;
+    in_region = true;
+    region->body(region->context, worker);
+    in_region = was_in_region;
+}
+
 void attn_parallel_run(int threads, attn_parallel_body body, void *context) {
     pthread_once(&pool_once, pool_register_fork_handler);
+    if (threads > 1 && !in_region) {
+        const region_runner current = current_runner();
+        if (current.run != NULL) {
+            runner_region region = {body, context, threads};
+            current.run(current.context, threads, run_runner_slot, &region);
+            return;
+        }
+    }
     int expected = 0;
     if (threads <= 1 || in_region ||
         !__atomic_compare_exchange_n(&pool.busy, &expected, 1, false, __ATOMIC_ACQUIRE,
@@ -271,6 +323,7 @@ void attn_set_spinning_neighbours(int present) {
 
 int attn_parallel_neighbours_spin(void) {
     if (!__atomic_load_n(&spinning_neighbours, __ATOMIC_RELAXED)) return 0;
+    if (current_runner().run != NULL) return 0; /* the regions run on those neighbours */
     pthread_once(&wait_policy_once, read_wait_policy);
     return !passive_wait_policy;
 }

@@ -1,5 +1,6 @@
 /*
- * parallel.h — attn's own worker pool, the library's only source of threads.
+ * parallel.h — attn's own worker pool, the library's source of threads (or an application's
+ * pool, through attn_set_region_runner).
  *
  * A parallel region is a body run once per worker slot that starts: slot 0 on the calling
  * thread, slots 1.. on pool workers. The caller never waits for a worker that has not started:
