@@ -10,7 +10,7 @@ each and the ratio of decode tokens/s (above 1: attn is faster). Both generate t
 usage: python3 bench/compare_generate.py [--prompts 128,2048,8192] [--new 32] [--dtype f32|bf16]
            [--layers 4] [--hidden 512] [--heads 8] [--kv-heads 4] [--rounds 3]
 Threads: both libraries read OMP_NUM_THREADS (attn's default thread count is that variable
-when set).
+when set); attn runs on PyTorch's OpenMP threads unless ATTN_TORCH_THREADS=own.
 """
 import argparse
 import os
@@ -21,6 +21,7 @@ import torch
 import transformers
 
 import attn.hf
+import attn.torch
 
 
 def build_model(arguments, dtype):
@@ -78,7 +79,9 @@ def main():
     print(f"compare_generate: Llama, {arguments.layers} layers, hidden {arguments.hidden}, "
           f"{arguments.heads}/{arguments.kv_heads} heads, {arguments.dtype}, {arguments.new} new "
           f"tokens, torch {torch.__version__} on {torch.get_num_threads()} threads, "
-          f"transformers {transformers.__version__}, median of {arguments.rounds} rounds")
+          f"transformers {transformers.__version__}, attn on "
+          f"{'PyTorch' if attn.torch._TORCH_THREADS else 'its own'} threads, median of "
+          f"{arguments.rounds} rounds")
     print("| prompt | sdpa prefill (s) | attn prefill (s) | sdpa decode (ms/token) | "
           "attn decode (ms/token) | decode tokens/s attn / sdpa |")
     print("|---|---|---|---|---|---|")
