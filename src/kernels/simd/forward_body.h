@@ -339,7 +339,7 @@ V_INLINE void row_scan_add(row_scan *scan, vf x) {
 
 /* The scan of a whole row on its own (the first row of a step): four chains, so that it runs
  * at the load rate instead of the latency of one chain of maxima. */
-static row_scan scan_row(const float *row, int count) {
+V_INLINE row_scan scan_row(const float *row, int count) {
     row_scan scan = row_scan_start(), scan1 = scan, scan2 = scan, scan3 = scan;
     int c = 0;
     for (; c + 4 * VLANES <= count; c += 4 * VLANES) {
