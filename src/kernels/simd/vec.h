@@ -11,9 +11,9 @@
  * (attn_avx512_x or attn_avx2_x, for what a width exports). Every operation is one or two
  * instructions (but the roundings to the 16-bit types at the end, a few each) and exact where
  * the ISA is (no operation here rounds differently at the two widths; the reductions use a
- * fixed tree). Lane-wise arithmetic is the same instruction at
- * both widths and written once (VX pastes the width's prefix); what differs (masks, gathers,
- * horizontal reductions, rounding) is written per width, each a line or two.
+ * fixed tree). Lane-wise arithmetic is the same instruction at both widths and written once
+ * (VX pastes the width's prefix); what differs (masks, gathers, horizontal reductions,
+ * rounding) is written per width, each a line or two.
  */
 #ifndef ATTN_KERNELS_SIMD_VEC_H
 #define ATTN_KERNELS_SIMD_VEC_H
@@ -213,14 +213,18 @@ V_INLINE void vf_transpose_square(vf v[VLANES]) {
 #endif
 
 /* ---- both widths: rounding to the 16-bit operand types (kernels/lowp.h), lane by lane ---- */
+/* The fp32 bits plus half a bf16 ulp, ties to even: the top 16 bits are the bf16 nearest to
+ * every finite or infinite x (a subnormal's carry stays below its sign bit). */
+V_INLINE vi vi_bf16_rounding_sum(vi bits) {
+    return vi_add(vi_add(bits, vi_set1(0x7fff)), vi_and(vi_srli(bits, 16), vi_set1(1)));
+}
+
 /* x rounded to bfloat16 and widened back: the bits of attn_lowp_bf16_round (nearest-even;
- * an fp32 subnormal gives the zero of its sign, NaN the quiet NaN of its top 16 bits). The
- * rounding carry of a subnormal stays below its sign bit, so masking keeps just the sign. */
+ * an fp32 subnormal gives the zero of its sign, NaN the quiet NaN of its top 16 bits). */
 V_INLINE vf vf_round_bf16(vf x) {
     const vi bits = vf_as_vi(x);
-    const vi odd = vi_and(vi_srli(bits, 16), vi_set1(1));
-    vi rounded = vi_add(vi_add(bits, vi_set1(0x7fff)), odd);
-    rounded = vi_select(vf_is_nan(x), rounded, vi_or(bits, vi_set1(0x00400000)));
+    const vi rounded =
+        vi_select(vf_is_nan(x), vi_bf16_rounding_sum(bits), vi_or(bits, vi_set1(0x00400000)));
     const vmask subnormal = vi_equal(vi_and(bits, vi_set1(0x7f800000)), vi_zero());
     const vi kept = vi_select(subnormal, vi_set1((int)0xffff0000u), vi_set1((int)0x80000000u));
     return vi_as_vf(vi_and(rounded, kept));
@@ -231,8 +235,7 @@ V_INLINE vf vf_round_bf16(vf x) {
  * are never negative or NaN (vmath.h, vf_exp2_nonpositive). */
 V_INLINE vf vf_round_bf16_nonnegative(vf x) {
     const vi bits = vf_as_vi(x);
-    const vi odd = vi_and(vi_srli(bits, 16), vi_set1(1));
-    const vi rounded = vi_and(vi_add(vi_add(bits, vi_set1(0x7fff)), odd), vi_set1((int)0xffff0000u));
+    const vi rounded = vi_and(vi_bf16_rounding_sum(bits), vi_set1((int)0xffff0000u));
     return vi_as_vf(vi_maskz(vi_greater(bits, vi_set1(0x007fffff)), rounded));
 }
 
