@@ -30,7 +30,9 @@
  * decode.softmax_chunk). For a row r with running maximum M = row_max[r] and running sum
  * L = row_sum[r], and the logits of one tile x_c (c < count; -inf = masked):
  *     m      = max(M, max_c x_c);            u = (m == -inf) ? 0 : m
- *     p_c    = exp(x_c - u)                   (exactly 0 for x_c = -inf; written in place)
+ *     p_c    = exp(x_c - u)                   (exactly 0 for x_c = -inf; written in place,
+ *                                              by forward.softmax_step rounded to bf16 / fp16
+ *                                              when asked: p_type)
  *     rescale[r] = (M == -inf) ? 0 : exp(M - u)
  *     row_sum[r] = rescale[r] * L + sum_c p_c;   row_max[r] = m
  * so that after every tile, row_sum[r] * exp(row_max[r]) = sum over all keys so far of
