@@ -64,7 +64,8 @@ static void run_phase(profile_tile *t, int phase) {
     if (phase == 0) k->score_tile(rows, keys, dim, t->queries, dim, t->keys, t->scores, keys);
     if (phase == 1) {
         for (int r = 0; r < rows; ++r) t->row_max[r] = 64.0f; /* scores stay finite */
-        k->softmax_step(rows, keys, t->scores, keys, 0.125f, 0.0f, t->row_max, t->row_sum, t->factor);
+        k->softmax_step(rows, keys, t->scores, keys, 0.125f, 0.0f, ATTN_DTYPE_F32, t->row_max, t->row_sum,
+                         t->factor);
     }
     if (phase == 2) {
         for (int r = 0; r < rows; ++r) t->factor[r] = 0.5f; /* every row rescaled */

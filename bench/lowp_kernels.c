@@ -66,8 +66,8 @@ static void run(const setup *s, int which) {
                                    s->packed_values16, s->accumulator, s->dim);
         break;
     case 4:
-        s->fp32->softmax_step(s->rows, s->keys, s->scores, s->keys, 1.0f, 0.0f, s->row_max,
-                              s->row_sum, s->rescale);
+        s->fp32->softmax_step(s->rows, s->keys, s->scores, s->keys, 1.0f, 0.0f, ATTN_DTYPE_F32,
+                              s->row_max, s->row_sum, s->rescale);
         break;
     case 5:
         s->fp32->scale_rows(s->rows, s->dim, s->rescale, s->accumulator, s->dim);

@@ -241,8 +241,8 @@ static void test_softmax(const attn_kernels *table, test_rng *rng) {
         float *old_max = new_floats((size_t)rows, 0.0f), *old_sum = new_floats((size_t)rows, 0.0f);
         memcpy(original, scores, sizeof(float) * rows * stride);
         for (int r = 0; r < rows; ++r) old_max[r] = row_max[r], old_sum[r] = row_sum[r];
-        table->forward.softmax_step(rows, count, scores, stride, scale, softcap, row_max, row_sum,
-                                    rescale);
+        table->forward.softmax_step(rows, count, scores, stride, scale, softcap, ATTN_DTYPE_F32,
+                                    row_max, row_sum, rescale);
         /* The generic registry on the same tile, for the comparison slot by slot. */
         float *generic_scores = new_floats((size_t)rows * stride, 0.0f);
         float *generic_max = new_floats((size_t)rows, 0.0f);
@@ -251,7 +251,7 @@ static void test_softmax(const attn_kernels *table, test_rng *rng) {
         memcpy(generic_scores, original, sizeof(float) * rows * stride);
         for (int r = 0; r < rows; ++r) generic_max[r] = old_max[r], generic_sum[r] = old_sum[r];
         generic->forward.softmax_step(rows, count, generic_scores, stride, scale, softcap,
-                                      generic_max, generic_sum, generic_rescale);
+                                      ATTN_DTYPE_F32, generic_max, generic_sum, generic_rescale);
         double worst_generic = 0.0;
         for (int r = 0; r < rows; ++r) {
             const double unit = 1.0 + fabs(generic_max[r] == -INFINITY ? 0.0 : generic_max[r]);
@@ -360,7 +360,8 @@ static void test_exp_accuracy(const attn_kernels *table) {
         float row_max = 0.0f, row_sum = 0.0f, rescale = 0.0f;
         float *inputs = new_floats(count, 0.0f);
         memcpy(inputs, scores, sizeof(float) * count);
-        table->forward.softmax_step(1, count, scores, count, 1.0f, 0.0f, &row_max, &row_sum, &rescale);
+        table->forward.softmax_step(1, count, scores, count, 1.0f, 0.0f, ATTN_DTYPE_F32, &row_max,
+                                    &row_sum, &rescale);
         for (int c = 0; c < count; ++c) {
             const double exact = exp((double)inputs[c]);
             const double error = fabs(scores[c] - exact) / exact;

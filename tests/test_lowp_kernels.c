@@ -699,6 +699,107 @@ static void test_convert(const attn_lowp_convert *convert, test_rng *rng) {
     free(out);
 }
 
+/* ---- the softmax step writing P rounded to the operand type (registry.h) ---- */
+/* One tile of logits for the fused step: rows x count of stride `stride`, each row a flavour
+ * (0 ordinary, 1 some -inf, 2 all -inf, 3 a NaN logit, 4 a +inf logit, 5 a NaN running max,
+ * 6 the maximum 0 and the scaled logits within 20 below it (p down to fp16 subnormals and
+ * below) or near -87.5 (p = e^-87.5 ~ 2^-126.2: fp32 subnormals and 0)). */
+typedef struct fused_case {
+    int rows, count, stride;
+    float scale, softcap;
+    int flavours[4]; /* row r takes flavours[r % 4] */
+} fused_case;
+
+static const fused_case fused_cases[] = {
+    {1, 1, 1, 1.0f, 0.0f, {0}},          {1, 7, 9, 0.125f, 0.0f, {1}},
+    {3, 8, 8, 1.0f, 0.0f, {0, 1, 6, 0}}, {3, 9, 11, 0.5f, 0.0f, {6, 3, 0, 0}},
+    {7, 15, 16, 1.0f, 0.0f, {0, 2, 4, 6}}, {5, 16, 20, 0.25f, 30.0f, {0, 1, 5, 6}},
+    {6, 17, 17, 1.0f, 0.0f, {5, 0, 1, 6}}, {4, 33, 40, 1.0f, 0.0f, {6, 6, 1, 0}},
+    {2, 100, 103, 0.125f, 0.0f, {0, 3, 6, 1}}, {9, 257, 260, 1.0f, 0.0f, {1, 6, 0, 4}},
+};
+
+/* Logits of one row of flavour `flavour` (scaled by `scale` in the step) and its running
+ * (max, sum) before the step. */
+static void fused_row(test_rng *rng, int flavour, int count, float scale, float *row, float *max,
+                      float *sum) {
+    for (int c = 0; c < count; ++c) {
+        const double low = c % 2 ? -20.0 * test_rng_uniform(rng) : -87.0 - test_rng_uniform(rng);
+        row[c] = flavour == 6 ? (float)(low / scale) : (float)(4.0 * test_rng_normal(rng));
+    }
+    if (flavour == 1 || flavour == 6)
+        for (int c = 0; c < count; c += 3) row[c] = -INFINITY;
+    if (flavour == 2)
+        for (int c = 0; c < count; ++c) row[c] = -INFINITY;
+    if (flavour == 6) row[count / 2] = 0.0f; /* the maximum, so the rest spreads below it */
+    if (flavour == 3) row[count / 2] = NAN;
+    if (flavour == 4) row[count - 1] = INFINITY;
+    const int fresh = test_rng_range(rng, 0, 1) == 0;
+    *max = flavour == 5 ? NAN : fresh ? -INFINITY : (float)test_rng_normal(rng);
+    *sum = flavour == 5 ? NAN : fresh ? 0.0f : (float)(1.0 + test_rng_uniform(rng));
+}
+
+/* The rounding of the unrounded p by the test's own nearest-even (independent of libattn);
+ * whether `got` is it (NaN for NaN). */
+static int p_rounded_correctly(float unrounded, float got, attn_dtype type) {
+    if (isnan(unrounded)) return isnan(got);
+    const double expected = type == ATTN_DTYPE_BF16
+                                ? bf16_round_reference(unrounded)
+                                : test_half_to_double(test_half_from_float(unrounded, type), type);
+    return (double)got == expected;
+}
+
+/* softmax_step with p_type BF16 / F16 against the F32 step followed by the registry's rounding
+ * pass (convert.round_*_rows), bit for bit: P, row_max, row_sum, rescale, and the floats past
+ * count untouched; and the rounded P against the test's own rounding of the F32 step's P. */
+static void test_fused_p_rounding(const attn_kernels *kernels, test_rng *rng) {
+    for (int type_index = 0; type_index < 2; ++type_index) {
+        const attn_dtype type = type_index ? ATTN_DTYPE_F16 : ATTN_DTYPE_BF16;
+        int differ = 0, wrong = 0, states_differ = 0, outside = 0, cases = 0;
+        for (size_t n = 0; n < sizeof fused_cases / sizeof fused_cases[0]; ++n) {
+            const fused_case *k = &fused_cases[n];
+            const size_t floats = (size_t)k->rows * k->stride;
+            float *logits = malloc(floats * sizeof(float)), *separate = malloc(floats * sizeof(float));
+            float *fused = malloc(floats * sizeof(float)), *unrounded = malloc(floats * sizeof(float));
+            float state[6][16]; /* max, sum, rescale: separate, then fused */
+            for (size_t i = 0; i < floats; ++i) logits[i] = 12345.0f; /* past count: untouched */
+            for (int r = 0; r < k->rows; ++r)
+                fused_row(rng, k->flavours[r % 4], k->count, k->scale, logits + (size_t)r * k->stride,
+                          &state[0][r], &state[1][r]);
+            for (int r = 0; r < k->rows; ++r) state[3][r] = state[0][r], state[4][r] = state[1][r];
+            memcpy(separate, logits, floats * sizeof(float));
+            memcpy(fused, logits, floats * sizeof(float));
+            kernels->forward.softmax_step(k->rows, k->count, separate, k->stride, k->scale, k->softcap,
+                                          ATTN_DTYPE_F32, state[0], state[1], state[2]);
+            memcpy(unrounded, separate, floats * sizeof(float));
+            (type == ATTN_DTYPE_BF16 ? kernels->convert.round_bf16_rows
+                                     : kernels->convert.round_f16_rows)(k->rows, k->count, separate,
+                                                                       k->stride);
+            kernels->forward.softmax_step(k->rows, k->count, fused, k->stride, k->scale, k->softcap,
+                                          type, state[3], state[4], state[5]);
+            differ += memcmp(separate, fused, floats * sizeof(float)) != 0;
+            for (int part = 0; part < 3; ++part)
+                states_differ += memcmp(state[part], state[part + 3], (size_t)k->rows * sizeof(float)) != 0;
+            for (int r = 0; r < k->rows; ++r)
+                for (int c = 0; c < k->stride; ++c) {
+                    const size_t i = (size_t)r * k->stride + c;
+                    if (c >= k->count) outside += memcmp(&fused[i], &logits[i], sizeof(float)) != 0;
+                    else wrong += !p_rounded_correctly(unrounded[i], fused[i], type);
+                }
+            ++cases;
+            free(logits), free(separate), free(fused), free(unrounded);
+        }
+        const char *name = type == ATTN_DTYPE_BF16 ? "bf16" : "fp16";
+        CHECK(differ == 0 && states_differ == 0,
+              "%s softmax_step writing P as %s: the F32 step then round_%s_rows, bit for bit "
+              "(P of %d of %d cases differ, row max / sum / rescale of %d)", kernels->name, name,
+              type == ATTN_DTYPE_BF16 ? "bf16" : "f16", differ, cases, states_differ);
+        CHECK(wrong == 0 && outside == 0,
+              "%s softmax_step writing P as %s: each p the nearest-even %s of the F32 step's "
+              "(%d wrong), nothing written past count (%d)", kernels->name, name, name, wrong,
+              outside);
+    }
+}
+
 int main(void) {
     test_rng rng;
     test_rng_seed(&rng, 11);
@@ -722,5 +823,8 @@ int main(void) {
 #if defined(ATTN_HAVE_AVX512BF16_KERNELS)
     if (attn_cpu_supports(ATTN_KERNEL_AVX512_BF16)) test_round_row(&rng);
 #endif
+    const attn_kernels *registries[16];
+    const int registry_count = attn_kernels_available(registries, 16);
+    for (int r = 0; r < registry_count; ++r) test_fused_p_rounding(registries[r], &rng);
     return test_finish();
 }

@@ -1,8 +1,8 @@
 /*
  * forward_dtype.c — the steps of the forward pass that depend on the operand type of q, k, v
  * and out (F32, BF16 or F16; forward_internal.h): gathering a query row and storing an output
- * row. The packing of K/V from each type is packed_kv.c; the rounding of P before P·V is in
- * forward_tile.c.
+ * row. The packing of K/V from each type is packed_kv.c; P is rounded before P·V by the softmax
+ * step (kernels/registry.h), or after dropout in forward_tile.c.
  *
  * Where rounding happens for 16-bit operands (docs/precision.md): the inputs are exact in
  * fp32; Q·Kᵀ sums exact products in fp32; scale, soft-cap, masks, the online softmax, the row

@@ -86,6 +86,28 @@ static void dropout_tile(const forward_plan *plan, forward_workspace *workspace,
     }
 }
 
+/* The type the softmax step writes P in (registry.h): the 16-bit operand type when the fp32
+ * kernels compute P·V on widened 16-bit operands, so that P is rounded as the P·V of lowp.h
+ * reads it within the step, unless dropout scales P between the step and P·V (then
+ * round_p_after_dropout rounds the scaled P); fp32 otherwise (the 16-bit tiles round P
+ * themselves). */
+static attn_dtype softmax_p_type(const forward_plan *plan) {
+    const attn_dtype dtype = plan->format.dtype;
+    const bool widened16 =
+        !plan->format.bf16_tiles && (dtype == ATTN_DTYPE_BF16 || dtype == ATTN_DTYPE_F16);
+    return widened16 && !plan->dropout.active ? dtype : ATTN_DTYPE_F32;
+}
+
+/* With dropout on widened 16-bit operands: P [rows][stride] (count used) rounded in place to
+ * the operand type after dropout scaled it, as softmax_p_type leaves it to. */
+static void round_p_after_dropout(const forward_plan *plan, int rows, int count, float *p,
+                                  int stride) {
+    if (!plan->dropout.active || plan->format.bf16_tiles) return;
+    const attn_lowp_convert *convert = &plan->call->kernels->convert;
+    if (plan->format.dtype == ATTN_DTYPE_BF16) convert->round_bf16_rows(rows, count, p, stride);
+    else if (plan->format.dtype == ATTN_DTYPE_F16) convert->round_f16_rows(rows, count, p, stride);
+}
+
 void forward_compute_tile(const forward_plan *plan, forward_workspace *workspace,
                          const tile_step *step) {
     const attn_forward_kernels *kernels = &plan->call->kernels->forward;
@@ -97,6 +119,7 @@ void forward_compute_tile(const forward_plan *plan, forward_workspace *workspace
     const float step_softcap = plan->loop_transforms ? 0.0f : plan->call->options.softcap;
     const int segment_count = tile_segments(workspace, group_size, step);
     const row_segment *segments = workspace->segments;
+    const attn_dtype p_type = softmax_p_type(plan);
 
     /* Scores, then the mask and additive terms, for every non-empty head. */
     bool all_columns_alive = !step->needs_mask_pass;
@@ -135,7 +158,7 @@ void forward_compute_tile(const forward_plan *plan, forward_workspace *workspace
         const int64_t first = segments[n].first;
         kernels->softmax_step((int)segments[n].count, count,
                               workspace->scores + first * plan->scores_stride,
-                              plan->scores_stride, step_scale, step_softcap,
+                              plan->scores_stride, step_scale, step_softcap, p_type,
                               workspace->row_max + first, workspace->row_sum + first,
                               workspace->rescale + first);
         kernels->scale_rows((int)segments[n].count, dim_v, workspace->rescale + first,
@@ -147,7 +170,6 @@ void forward_compute_tile(const forward_plan *plan, forward_workspace *workspace
 
     const float *values = values_for_tile(plan, workspace, step->packed, all_columns_alive,
                                           workspace->column_alive, step->b, step->kv_head, step->j0, count);
-    const attn_lowp_convert *convert = &plan->call->kernels->convert;
     for (int n = 0; n < segment_count; ++n) {
         const int64_t first = segments[n].first;
         float *weights = workspace->scores + first * plan->scores_stride;
@@ -160,12 +182,7 @@ void forward_compute_tile(const forward_plan *plan, forward_workspace *workspace
                                                   plan->accumulator_stride);
             continue;
         }
-        /* 16-bit operands on fp32 kernels: P rounded to the operand type first (the row
-         * sums already hold the unrounded P). */
-        if (plan->format.dtype == ATTN_DTYPE_BF16)
-            convert->round_bf16_rows(segment_rows, count, weights, plan->scores_stride);
-        else if (plan->format.dtype == ATTN_DTYPE_F16)
-            convert->round_f16_rows(segment_rows, count, weights, plan->scores_stride);
+        round_p_after_dropout(plan, segment_rows, count, weights, plan->scores_stride);
         kernels->accumulate_values(segment_rows, count, dim_v, weights, plan->scores_stride,
                                    values, accumulator, plan->accumulator_stride);
     }
@@ -270,13 +287,13 @@ void forward_compute_span(const forward_plan *plan, forward_workspace *workspace
     span_mask_rows(plan, workspace, step, first_key, columns, alive);
 
     /* One online-softmax step over the whole span, then P·V tile by tile. */
-    const attn_lowp_convert *convert = &registry->convert;
+    const attn_dtype p_type = softmax_p_type(plan);
     for (int64_t g = 0; g < group_size; ++g) {
         const int64_t first = g * step->rows + step->first_row;
         float *scores = workspace->scores + g * plan->span_rows * stride;
         float *accumulator = workspace->accumulator + first * plan->accumulator_stride;
         kernels->softmax_step((int)rows, (int)columns, scores, (int)stride, step_scale,
-                              step_softcap, workspace->row_max + first,
+                              step_softcap, p_type, workspace->row_max + first,
                               workspace->row_sum + first, workspace->rescale + first);
         kernels->scale_rows((int)rows, dim_v, workspace->rescale + first, accumulator,
                             plan->accumulator_stride);
@@ -284,10 +301,7 @@ void forward_compute_span(const forward_plan *plan, forward_workspace *workspace
             attn_dropout_apply_row(&plan->dropout, step->b, step->kv_head * group_size + g,
                                    step->i0 + step->first_row + r, first_key, columns,
                                    scores + r * stride);
-        if (!bf16_tiles && plan->format.dtype == ATTN_DTYPE_BF16)
-            convert->round_bf16_rows((int)rows, (int)columns, scores, (int)stride);
-        else if (!bf16_tiles && plan->format.dtype == ATTN_DTYPE_F16)
-            convert->round_f16_rows((int)rows, (int)columns, scores, (int)stride);
+        round_p_after_dropout(plan, (int)rows, (int)columns, scores, (int)stride);
     }
     for (int64_t t = 0; t < tile_count; ++t) {
         const int64_t offset = t * tile_keys;

@@ -63,6 +63,8 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "kernels/half.h"
+
 typedef struct attn_lowp_kernels {
     const char *name; /* "generic", "avx512bf16", "amx" (bf16); "generic", "amx_fp16" (fp16) */
 
@@ -179,6 +181,14 @@ static inline float attn_lowp_bf16_to_float(uint16_t h) {
     float x;
     memcpy(&x, &bits, sizeof x);
     return x;
+}
+
+/* x rounded to bf16 (attn_lowp_bf16_round) or to fp16 (attn_float_to_f16) and widened back
+ * to fp32 exactly: P as a 16-bit P·V reads it (round_bf16_rows, round_f16_rows, and the
+ * softmax step's rounding of P, registry.h). */
+static inline float attn_lowp_round_float(float x, int bf16) {
+    return bf16 ? attn_lowp_bf16_to_float(attn_lowp_bf16_round(x))
+                : attn_f16_to_float(attn_float_to_f16(x));
 }
 
 #endif /* ATTN_KERNELS_LOWP_H */

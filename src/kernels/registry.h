@@ -30,7 +30,9 @@
  * decode.softmax_chunk). For a row r with running maximum M = row_max[r] and running sum
  * L = row_sum[r], and the logits of one tile x_c (c < count; -inf = masked):
  *     m      = max(M, max_c x_c);            u = (m == -inf) ? 0 : m
- *     p_c    = exp(x_c - u)                   (exactly 0 for x_c = -inf; written in place)
+ *     p_c    = exp(x_c - u)                   (exactly 0 for x_c = -inf; written in place,
+ *                                              by forward.softmax_step rounded to bf16 / fp16
+ *                                              when asked: p_type)
  *     rescale[r] = (M == -inf) ? 0 : exp(M - u)
  *     row_sum[r] = rescale[r] * L + sum_c p_c;   row_max[r] = m
  * so that after every tile, row_sum[r] * exp(row_max[r]) = sum over all keys so far of
@@ -99,9 +101,14 @@ typedef struct attn_forward_kernels {
      * logit transform: x_c = scores[r][c] * scale; if softcap > 0: x_c = softcap *
      * tanh(x_c / softcap) (masked entries arrive as -inf and stay -inf; scale = 1, softcap = 0
      * when the loop has already transformed the tile itself). scale > 0. p_c replaces
-     * scores[r][c]. row_max, row_sum, rescale: float[rows]. */
+     * scores[r][c], as computed for p_type ATTN_DTYPE_F32, rounded for ATTN_DTYPE_BF16 /
+     * ATTN_DTYPE_F16 to that type (the bits of attn_lowp_round_float on the p_c the F32 step
+     * writes: round_bf16_rows / round_f16_rows fused into the step, for a P·V on 16-bit
+     * operands); row_sum always sums the unrounded p_c. row_max, row_sum, rescale:
+     * float[rows]. */
     void (*softmax_step)(int rows, int count, float *scores, int scores_stride, float scale,
-                         float softcap, float *row_max, float *row_sum, float *rescale);
+                         float softcap, attn_dtype p_type, float *row_max, float *row_sum,
+                         float *rescale);
 
     /* accumulator[r][e] *= factor[r] for r < rows, e < dim. */
     void (*scale_rows)(int rows, int dim, const float *factor, float *accumulator,

@@ -8,42 +8,17 @@
  * strided rows and row tails use the generic code. Needs AVX2 and F16C (the flags of this
  * folder).
  */
-#include <immintrin.h>
+#define ATTN_VEC_WIDTH 8
 #include <math.h>
 
 #include "kernels/lowp.h"
+#include "kernels/simd/vec.h"
 
-#define LANES 8
+#define LANES VLANES
 
-/* x rounded to bf16 nearest-even and back (attn_lowp_bf16_round): fp32 subnormals give a
- * signed zero, NaN a quiet NaN with its top mantissa bits. */
-static inline __m256 round_bf16(__m256 x) {
-    const __m256i bits = _mm256_castps_si256(x);
-    const __m256i magnitude = _mm256_and_si256(bits, _mm256_set1_epi32(0x7fffffff));
-    const __m256i nan = _mm256_cmpgt_epi32(magnitude, _mm256_set1_epi32(0x7f800000));
-    const __m256i subnormal = _mm256_cmpeq_epi32(
-        _mm256_and_si256(bits, _mm256_set1_epi32(0x7f800000)), _mm256_setzero_si256());
-    const __m256i odd = _mm256_and_si256(_mm256_srli_epi32(bits, 16), _mm256_set1_epi32(1));
-    __m256i rounded = _mm256_add_epi32(bits, _mm256_add_epi32(_mm256_set1_epi32(0x7fff), odd));
-    rounded = _mm256_blendv_epi8(rounded, _mm256_or_si256(bits, _mm256_set1_epi32(0x00400000)), nan);
-    rounded = _mm256_and_si256(rounded, _mm256_set1_epi32((int)0xffff0000u));
-    rounded = _mm256_blendv_epi8(rounded, _mm256_and_si256(bits, _mm256_set1_epi32((int)0x80000000u)),
-                                 subnormal);
-    return _mm256_castsi256_ps(rounded);
-}
-
-/* x rounded to IEEE half nearest-even and back (attn_float_to_f16): subnormal halves kept,
- * |x| >= 65520 gives inf, NaN the generic quiet NaN of its sign (sign | 0x7e00 as a half). */
-static inline __m256 round_f16(__m256 x) {
-    const __m256 rounded = _mm256_cvtph_ps(_mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT));
-    const __m256 nan = _mm256_cmp_ps(x, x, _CMP_UNORD_Q);
-    const __m256 quiet = _mm256_or_ps(_mm256_and_ps(x, _mm256_set1_ps(-0.0f)),
-                                      _mm256_castsi256_ps(_mm256_set1_epi32(0x7fc00000)));
-    return _mm256_blendv_ps(rounded, quiet, nan);
-}
-
-static inline __m256i tail_mask(int left) {
-    return _mm256_cmpgt_epi32(_mm256_set1_epi32(left), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+/* x rounded to the 16-bit format and widened back (vec.h: vf_round_bf16, vf_round_f16). */
+static inline __m256 round16(__m256 x, int bf16) {
+    return bf16 ? vf_round_bf16(x) : vf_round_f16(x);
 }
 
 /* Rounds rows of floats in place to the 16-bit format. */
@@ -53,12 +28,12 @@ static inline void round_rows(int rows, int count, float *values, int stride, in
         int c = 0;
         for (; c + LANES <= count; c += LANES) {
             const __m256 x = _mm256_loadu_ps(row + c);
-            _mm256_storeu_ps(row + c, bf16 ? round_bf16(x) : round_f16(x));
+            _mm256_storeu_ps(row + c, round16(x, bf16));
         }
         if (c < count) {
-            const __m256i mask = tail_mask(count - c);
+            const vmask mask = vmask_first(count - c);
             const __m256 x = _mm256_maskload_ps(row + c, mask);
-            _mm256_maskstore_ps(row + c, mask, bf16 ? round_bf16(x) : round_f16(x));
+            _mm256_maskstore_ps(row + c, mask, round16(x, bf16));
         }
     }
 }
@@ -122,7 +97,7 @@ static inline int64_t narrow(int64_t count, const float *source, uint16_t *desti
     const __m256 inf = _mm256_set1_ps(INFINITY);
     for (; stride == 1 && e + LANES <= count; e += LANES) {
         const __m256 x = _mm256_loadu_ps(source + e);
-        const __m256 rounded = bf16 ? round_bf16(x) : round_f16(x);
+        const __m256 rounded = round16(x, bf16);
         const __m256 overflow =
             _mm256_and_ps(_mm256_cmp_ps(_mm256_and_ps(rounded, magnitude), inf, _CMP_EQ_OQ),
                           _mm256_cmp_ps(_mm256_and_ps(x, magnitude), inf, _CMP_LT_OQ));

@@ -103,8 +103,9 @@ static void generic_accumulate_values(int rows, int count, int dim, const float 
 
 /* The one online-softmax step (registry.h); also the generic decode part's. */
 void attn_generic_softmax_step(int rows, int count, float *scores, int scores_stride,
-                               float scale, float softcap, float *row_max, float *row_sum,
-                               float *rescale) {
+                               float scale, float softcap, attn_dtype p_type, float *row_max,
+                               float *row_sum, float *rescale) {
+    const bool rounded = p_type == ATTN_DTYPE_BF16 || p_type == ATTN_DTYPE_F16;
     for (int r = 0; r < rows; ++r) {
         float *row = scores + (size_t)r * scores_stride;
         float tile_max = -INFINITY;
@@ -122,8 +123,9 @@ void attn_generic_softmax_step(int rows, int count, float *scores, int scores_st
         rescale[r] = attn_softmax_rescale(old_max, shift);
         float tile_sum = 0.0f;
         for (int c = 0; c < count; ++c) {
-            row[c] = expf(row[c] - shift);
-            tile_sum += row[c];
+            const float p = expf(row[c] - shift);
+            tile_sum += p;
+            row[c] = rounded ? attn_lowp_round_float(p, p_type == ATTN_DTYPE_BF16) : p;
         }
         row_sum[r] = rescale[r] * row_sum[r] + tile_sum;
         row_max[r] = new_max;

@@ -13,7 +13,7 @@ extern const attn_decode_kernels attn_generic_decode;
 
 /* forward.softmax_step of the generic part (the decode part calls it too). */
 void attn_generic_softmax_step(int rows, int count, float *scores, int scores_stride,
-                               float scale, float softcap, float *row_max, float *row_sum,
-                               float *rescale);
+                               float scale, float softcap, attn_dtype p_type, float *row_max,
+                               float *row_sum, float *rescale);
 
 #endif /* ATTN_KERNELS_GENERIC_H */

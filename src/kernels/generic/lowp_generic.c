@@ -205,7 +205,7 @@ static inline void round_rows(int rows, int count, float *values, int stride, in
     for (int r = 0; r < rows; ++r)
         for (int c = 0; c < count; ++c) {
             float *x = values + (size_t)r * stride + c;
-            *x = widen16(narrow16(*x, bf16), bf16);
+            *x = attn_lowp_round_float(*x, bf16);
         }
 }
 

@@ -15,7 +15,8 @@
  * 6 × 4 = 24 of the 32 zmm registers at 16 lanes (two FMA pipes of 4-cycle latency need ≥ 8
  * FMA chains in flight; 24 leaves room for the 4 loads and 1 broadcast of each step),
  * 6 × 2 = 12 of the 16 ymm registers at 8 lanes. The softmax step reads each row twice: (1)
- * the row maximum of the raw scores, (2) p = exp(x·scale − m) written in place and summed;
+ * the row maximum of the raw scores, (2) p = exp(x·scale − m) summed and written in place
+ * (rounded to bf16 / fp16 when the step is asked to, in the same pass);
  * scale is folded into the exponent's FMA (max(x·s) = max(x)·s exactly for s > 0). Pass (1)
  * of row r + 1 runs inside pass (2) of row r, whose exp chain's latency bounds it.
  * Masked entries (−inf) give exactly 0; a row whose maximum is still −inf uses m = 0, so
@@ -338,7 +339,7 @@ V_INLINE void row_scan_add(row_scan *scan, vf x) {
 
 /* The scan of a whole row on its own (the first row of a step): four chains, so that it runs
  * at the load rate instead of the latency of one chain of maxima. */
-static row_scan scan_row(const float *row, int count) {
+V_INLINE row_scan scan_row(const float *row, int count) {
     row_scan scan = row_scan_start(), scan1 = scan, scan2 = scan, scan3 = scan;
     int c = 0;
     for (; c + 4 * VLANES <= count; c += 4 * VLANES) {
@@ -355,12 +356,23 @@ static row_scan scan_row(const float *row, int count) {
     return scan;
 }
 
+/* p as the step writes it (registry.h): as computed for P_TYPE ATTN_DTYPE_F32, else rounded
+ * to the 16-bit type in the same pass, instead of a pass of its own over P. p is never
+ * negative or NaN here (vf_exp2_nonpositive), where vf_round_bf16_nonnegative and the bare
+ * VCVTPS2PH round trip give the bits of vf_round_bf16 and vf_round_f16 (vec.h). */
+V_INLINE vf p_as_written(const attn_dtype P_TYPE, vf p) {
+    return P_TYPE == ATTN_DTYPE_BF16 ? vf_round_bf16_nonnegative(p)
+           : P_TYPE == ATTN_DTYPE_F16 ? vf_through_f16(p)
+                                      : p;
+}
+
 /* The exp pass of one row: p = exp(x · scale − m) = 2^((x · scale − m) · log2 e) in place
- * (x · scale − m in one FMA, the factor log2 e after it), returning the sum of p. With
- * SCAN_NEXT it also scans the next row (`next`, same count) into *next_scan: that scan's
- * loads and maxima run in the shadow of the exp chain, whose latency bounds the pass. */
-V_INLINE float exp_pass(const bool SCAN_NEXT, float *row, int count, float scale,
-                        float max_used, const float *next, row_scan *next_scan) {
+ * (x · scale − m in one FMA, the factor log2 e after it; written as p_as_written), returning
+ * the sum of the unrounded p. With SCAN_NEXT it also scans the next row (`next`, same count)
+ * into *next_scan: that scan's loads and maxima run in the shadow of the exp chain, whose
+ * latency bounds the pass. */
+V_INLINE float exp_pass(const bool SCAN_NEXT, const attn_dtype P_TYPE, float *row, int count,
+                        float scale, float max_used, const float *next, row_scan *next_scan) {
     const vf scale_vector = vf_set1(scale), max_vector = vf_set1(max_used);
     const vf log2e = vf_set1(VMATH_LOG2E), minus_infinity = vf_set1(-INFINITY);
     vf sum = vf_zero();
@@ -368,7 +380,7 @@ V_INLINE float exp_pass(const bool SCAN_NEXT, float *row, int count, float scale
     for (; c + VLANES <= count; c += VLANES) {
         const vf p = vf_exp2_nonpositive(
             vf_mul(vf_fmsub(vf_loadu(row + c), scale_vector, max_vector), log2e));
-        vf_storeu(row + c, p);
+        vf_storeu(row + c, p_as_written(P_TYPE, p));
         sum = vf_add(sum, p);
         if (SCAN_NEXT) row_scan_add(next_scan, vf_loadu(next + c));
     }
@@ -378,18 +390,20 @@ V_INLINE float exp_pass(const bool SCAN_NEXT, float *row, int count, float scale
                                      scale_vector, max_vector),
                             log2e);
         const vf p = vf_maskz(mask, vf_exp2_nonpositive(x));
-        vf_mask_storeu(row + c, mask, p);
+        vf_mask_storeu(row + c, mask, p_as_written(P_TYPE, p));
         sum = vf_add(sum, p);
         if (SCAN_NEXT) row_scan_add(next_scan, vf_mask_loadu_or(minus_infinity, mask, next + c));
     }
     return vf_reduce_add(sum);
 }
 
-/* The online-softmax step (registry.h). scores [rows][scores_stride]; row_max, row_sum,
- * rescale: float[rows]. Each row's maximum is scanned during the previous row's exp pass
- * (soft-capping, when asked, is applied to a row before its scan). */
-static void softmax_step(int rows, int count, float *scores, int scores_stride, float scale,
-                         float softcap, float *row_max, float *row_sum, float *rescale) {
+/* The online-softmax step (registry.h) with P written as P_TYPE asks. scores
+ * [rows][scores_stride]; row_max, row_sum, rescale: float[rows]. Each row's maximum is scanned
+ * during the previous row's exp pass (soft-capping, when asked, is applied to a row before its
+ * scan). */
+V_INLINE void softmax_rows(const attn_dtype P_TYPE, int rows, int count, float *scores,
+                           int scores_stride, float scale, float softcap, float *row_max,
+                           float *row_sum, float *rescale) {
     /* Soft-capped scores are already multiplied by scale (scale > 0 keeps the order, so the
      * maximum of the raw scores times scale is the maximum of the scaled ones). */
     const float row_scale = softcap > 0.0f ? 1.0f : scale;
@@ -408,15 +422,39 @@ static void softmax_step(int rows, int count, float *scores, int scores_stride, 
             float *next = row + scores_stride;
             if (softcap > 0.0f) apply_softcap(next, count, scale, softcap);
             scan = row_scan_start();
-            sum = exp_pass(true, row, count, row_scale, max_used, next, &scan);
+            sum = exp_pass(true, P_TYPE, row, count, row_scale, max_used, next, &scan);
         } else {
-            sum = exp_pass(false, row, count, row_scale, max_used, NULL, NULL);
+            sum = exp_pass(false, P_TYPE, row, count, row_scale, max_used, NULL, NULL);
         }
         row_sum[r] = rescale[r] * row_sum[r] + sum;
         row_max[r] = new_max;
         if (has_nan) /* NaN from here on: O and LSE of the row (registry.h) */
             rescale[r] = row_sum[r] = row_max[r] = NAN;
     }
+}
+
+/* One compiled step per type P is written in, each a function of its own, so that the exp
+ * loop tests nothing and each loop has the registers to itself. */
+#define SOFTMAX_STEP_WRITING(P_TYPE, name)                                                     \
+    static __attribute__((noinline)) void name(int rows, int count, float *scores,            \
+                                               int scores_stride, float scale, float softcap, \
+                                               float *row_max, float *row_sum,                \
+                                               float *rescale) {                              \
+        softmax_rows(P_TYPE, rows, count, scores, scores_stride, scale, softcap, row_max,      \
+                     row_sum, rescale);                                                        \
+    }
+SOFTMAX_STEP_WRITING(ATTN_DTYPE_F32, softmax_step_f32)
+SOFTMAX_STEP_WRITING(ATTN_DTYPE_BF16, softmax_step_bf16)
+SOFTMAX_STEP_WRITING(ATTN_DTYPE_F16, softmax_step_f16)
+
+static void softmax_step(int rows, int count, float *scores, int scores_stride, float scale,
+                         float softcap, attn_dtype p_type, float *row_max, float *row_sum,
+                         float *rescale) {
+    void (*step)(int, int, float *, int, float, float, float *, float *, float *) =
+        p_type == ATTN_DTYPE_BF16 ? softmax_step_bf16
+        : p_type == ATTN_DTYPE_F16 ? softmax_step_f16
+                                   : softmax_step_f32;
+    step(rows, count, scores, scores_stride, scale, softcap, row_max, row_sum, rescale);
 }
 
 const attn_forward_kernels VEC_NAME(forward) = {

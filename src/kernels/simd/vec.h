@@ -9,10 +9,11 @@
  *
  * Types: vf (floats), vi (32-bit integers), vmask (which lanes). Names: VLANES, VEC_NAME(x)
  * (attn_avx512_x or attn_avx2_x, for what a width exports). Every operation is one or two
- * instructions and exact where the ISA is (no operation here rounds differently at the two
- * widths; the reductions use a fixed tree). Lane-wise arithmetic is the same instruction at
- * both widths and written once (VX pastes the width's prefix); what differs (masks, gathers,
- * horizontal reductions, rounding) is written per width, each a line or two.
+ * instructions (but the roundings to the 16-bit types at the end, a few each) and exact where
+ * the ISA is (no operation here rounds differently at the two widths; the reductions use a
+ * fixed tree). Lane-wise arithmetic is the same instruction at both widths and written once
+ * (VX pastes the width's prefix); what differs (masks, gathers, horizontal reductions,
+ * rounding) is written per width, each a line or two.
  */
 #ifndef ATTN_KERNELS_SIMD_VEC_H
 #define ATTN_KERNELS_SIMD_VEC_H
@@ -68,6 +69,7 @@ V_INLINE vi vi_set1(int x) { return VX(set1_epi32)(x); }
 V_INLINE vi vi_add(vi a, vi b) { return VX(add_epi32)(a, b); }
 V_INLINE vi vi_mullo(vi a, vi b) { return VX(mullo_epi32)(a, b); }
 V_INLINE vi vi_slli(vi a, int bits) { return VX(slli_epi32)(a, bits); }
+V_INLINE vi vi_srli(vi a, int bits) { return VX(srli_epi32)(a, bits); } /* logical */
 V_INLINE vi vf_to_vi(vf a) { return VX(cvtps_epi32)(a); } /* round to nearest */
 V_INLINE vf vi_to_vf(vi a) { return VX(cvtepi32_ps)(a); }
 /* 16-bit lanes: lane i of the result = a[2i] * b[2i] + a[2i + 1] * b[2i + 1] (VPMADDWD,
@@ -100,6 +102,13 @@ V_INLINE int vmask_any(vmask m) { return m != 0; }
 V_INLINE vi vi_maskz(vmask m, vi v) { return _mm512_maskz_mov_epi32(m, v); }
 V_INLINE vi vi_zero(void) { return _mm512_setzero_si512(); }
 V_INLINE vi vi_loadu(const void *p) { return _mm512_loadu_si512(p); }
+V_INLINE vi vi_and(vi a, vi b) { return _mm512_and_si512(a, b); }
+V_INLINE vi vi_or(vi a, vi b) { return _mm512_or_si512(a, b); }
+V_INLINE vi vi_select(vmask m, vi when_clear, vi when_set) {
+    return _mm512_mask_blend_epi32(m, when_clear, when_set);
+}
+V_INLINE vmask vi_equal(vi a, vi b) { return _mm512_cmpeq_epi32_mask(a, b); }
+V_INLINE vmask vi_greater(vi a, vi b) { return _mm512_cmpgt_epi32_mask(a, b); } /* signed */
 #else
 V_INLINE vmask vmask_first(int lanes) {
     return _mm256_cmpgt_epi32(_mm256_set1_epi32(lanes), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
@@ -126,6 +135,13 @@ V_INLINE int vmask_any(vmask m) { return !_mm256_testz_si256(m, m); }
 V_INLINE vi vi_maskz(vmask m, vi v) { return _mm256_and_si256(m, v); }
 V_INLINE vi vi_zero(void) { return _mm256_setzero_si256(); }
 V_INLINE vi vi_loadu(const void *p) { return _mm256_loadu_si256((const __m256i *)p); }
+V_INLINE vi vi_and(vi a, vi b) { return _mm256_and_si256(a, b); }
+V_INLINE vi vi_or(vi a, vi b) { return _mm256_or_si256(a, b); }
+V_INLINE vi vi_select(vmask m, vi when_clear, vi when_set) {
+    return _mm256_blendv_epi8(when_clear, when_set, m);
+}
+V_INLINE vmask vi_equal(vi a, vi b) { return _mm256_cmpeq_epi32(a, b); }
+V_INLINE vmask vi_greater(vi a, vi b) { return _mm256_cmpgt_epi32(a, b); }
 #endif
 
 /* ---- per width: rounding, gathers, horizontal reductions, the square transpose ---- */
@@ -136,6 +152,11 @@ V_INLINE vf vf_round(vf x) {
     return _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
 }
 V_INLINE vf vi_as_vf(vi a) { return _mm512_castsi512_ps(a); } /* the same bits */
+V_INLINE vi vf_as_vi(vf a) { return _mm512_castps_si512(a); }
+/* x to IEEE half (VCVTPS2PH, nearest-even) and back (VCVTPH2PS). */
+V_INLINE vf vf_through_f16(vf x) {
+    return _mm512_cvtph_ps(_mm512_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+}
 V_INLINE vi vi_lane_index(void) {
     return _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
 }
@@ -154,6 +175,10 @@ V_INLINE vf vf_round(vf x) {
     return _mm256_round_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
 }
 V_INLINE vf vi_as_vf(vi a) { return _mm256_castsi256_ps(a); }
+V_INLINE vi vf_as_vi(vf a) { return _mm256_castps_si256(a); }
+V_INLINE vf vf_through_f16(vf x) {
+    return _mm256_cvtph_ps(_mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT));
+}
 V_INLINE vi vi_lane_index(void) { return _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7); }
 V_INLINE vf vf_maskz_gather(vmask m, vi offsets, const float *base) {
     return _mm256_mask_i32gather_ps(_mm256_setzero_ps(), base, offsets, _mm256_castsi256_ps(m), 4);
@@ -186,5 +211,40 @@ V_INLINE void vf_transpose_square(vf v[VLANES]) {
     }
 }
 #endif
+
+/* ---- both widths: rounding to the 16-bit operand types (kernels/lowp.h), lane by lane ---- */
+/* The fp32 bits plus half a bf16 ulp, ties to even: the top 16 bits are the bf16 nearest to
+ * every finite or infinite x (a subnormal's carry stays below its sign bit). */
+V_INLINE vi vi_bf16_rounding_sum(vi bits) {
+    return vi_add(vi_add(bits, vi_set1(0x7fff)), vi_and(vi_srli(bits, 16), vi_set1(1)));
+}
+
+/* x rounded to bfloat16 and widened back: the bits of attn_lowp_bf16_round (nearest-even;
+ * an fp32 subnormal gives the zero of its sign, NaN the quiet NaN of its top 16 bits). */
+V_INLINE vf vf_round_bf16(vf x) {
+    const vi bits = vf_as_vi(x);
+    const vi rounded =
+        vi_select(vf_is_nan(x), vi_bf16_rounding_sum(bits), vi_or(bits, vi_set1(0x00400000)));
+    const vmask subnormal = vi_equal(vi_and(bits, vi_set1(0x7f800000)), vi_zero());
+    const vi kept = vi_select(subnormal, vi_set1((int)0xffff0000u), vi_set1((int)0x80000000u));
+    return vi_as_vf(vi_and(rounded, kept));
+}
+
+/* vf_round_bf16 for lanes x >= +0 that are not NaN (+inf included), in 7 operations instead
+ * of 11: no NaN to quiet, no sign to keep (a subnormal gives +0). The softmax step's p, which
+ * are never negative or NaN (vmath.h, vf_exp2_nonpositive). */
+V_INLINE vf vf_round_bf16_nonnegative(vf x) {
+    const vi bits = vf_as_vi(x);
+    const vi rounded = vi_and(vi_bf16_rounding_sum(bits), vi_set1((int)0xffff0000u));
+    return vi_as_vf(vi_maskz(vi_greater(bits, vi_set1(0x007fffff)), rounded));
+}
+
+/* x rounded to IEEE half and widened back: the bits of attn_float_to_f16 (nearest-even, half
+ * subnormals kept, |x| >= 65520 to inf; NaN gives the quiet NaN of its sign, 0x7e00 as a
+ * half, where VCVTPS2PH would keep payload bits). */
+V_INLINE vf vf_round_f16(vf x) {
+    const vf quiet = vf_or(vf_and(x, vf_set1(-0.0f)), vi_as_vf(vi_set1(0x7fc00000)));
+    return vf_select(vf_is_nan(x), vf_through_f16(x), quiet);
+}
 
 #endif /* ATTN_KERNELS_SIMD_VEC_H */
