@@ -15,8 +15,8 @@ reachable from here under the same names).
 from __future__ import annotations
 
 import functools
-import os as _os
 import math
+import os as _os
 from typing import Optional, Tuple
 
 import torch
@@ -136,8 +136,9 @@ def _forward_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: Optiona
 
 _CODES = {torch.float32: 0, torch.bfloat16: 1, torch.float16: 2}  # attn_dtype (include/attn.h)
 _extension.set_torch(torch.Tensor, torch.float32, torch.bfloat16, torch.float16)
-# PyTorch's OpenMP threads spin between its operators: attn's helpers would share their
-# cores, so a call takes a second thread only for about a millisecond of work per thread.
+# PyTorch's OpenMP threads spin between its operators: on attn's own pool (below: when
+# PyTorch's threads are not used) a helper would share a core with one of them, so a call
+# takes a second thread only for about a millisecond of work per thread.
 _extension.set_spinning_neighbours(True)
 
 
