@@ -73,7 +73,7 @@ static void run(const setup *s, int which) {
         s->fp32->scale_rows(s->rows, s->dim, s->rescale, s->accumulator, s->dim);
         break;
     case 6:
-        s->convert->round_bf16_rows(s->rows, s->keys, s->scores, s->keys);
+        s->convert->round_rows(ATTN_DTYPE_BF16, s->rows, s->keys, s->scores, s->keys);
         break;
     case 7:
         s->fp32->pack_keys(s->keys, s->dim, s->k, s->dim, 1, s->packed_keys);

@@ -8,7 +8,8 @@
  *   - score_chunk: Q·Kᵀ for groups of 1..17 rows (every score block and row tail), chunks of
  *     1..64 keys, head dims 1..576, key strides wider than the dim;
  *   - softmax_chunk: the online-softmax step with masked (−inf) keys, rows that are all
- *     masked, a running max that is −inf or finite; columns past count untouched;
+ *     masked, a running max that is −inf or finite; columns past count untouched; P written
+ *     as bf16 / fp16 (the rounding of the float32 step's p, the same state);
  *   - accumulate_chunk: rescale·acc + P·V with zero weights (masked keys), value strides
  *     wider than the dim whose gaps hold NaN (never read into the result);
  *   - where a registry has them, score_chunk_bf16 (after prepare_bf16_queries when given)
@@ -345,6 +346,38 @@ static void check_scores(const attn_kernels *k, int rows, int count, int dim, te
     free(exact), free(magnitude), free(scores), free(again), free(generic);
 }
 
+/* softmax_chunk writing P as bf16 / fp16 operands read it: from the same logits and starting
+ * state (old_max, old_sum) as the float32 step, each p is the rounding of that step's p
+ * (`unrounded`) and the state (row max, sum, rescale: `state`) its bits; past count untouched. */
+static void check_softmax_rounded(const attn_kernels *k, int rows, int count, float scale,
+                                  const float *original, const float *old_max,
+                                  const float *old_sum, const float *unrounded,
+                                  const float *state) {
+    static const attn_dtype types[] = {ATTN_DTYPE_BF16, ATTN_DTYPE_F16};
+    const size_t size = (size_t)rows * ATTN_DECODE_CHUNK;
+    float *scores = floats(size, SENTINEL), *mine = floats((size_t)rows * 3, 0.0f);
+    for (int t = 0; t < COUNT_OF(types); ++t) {
+        memcpy(scores, original, sizeof(float) * size);
+        memcpy(mine, old_max, sizeof(float) * rows);
+        memcpy(mine + rows, old_sum, sizeof(float) * rows);
+        k->decode.softmax_chunk(rows, count, scale, scores, types[t], mine, mine + rows,
+                                mine + 2 * rows);
+        int differ = memcmp(mine, state, sizeof(float) * rows * 3) != 0;
+        for (int r = 0; r < rows; ++r)
+            for (int c = 0; c < ATTN_DECODE_CHUNK; ++c) {
+                const size_t i = (size_t)r * ATTN_DECODE_CHUNK + c;
+                const float want = c >= count ? SENTINEL
+                                              : attn_lowp_round_float(unrounded[i],
+                                                                      types[t] == ATTN_DTYPE_BF16);
+                differ += memcmp(&scores[i], &want, sizeof want) != 0;
+            }
+        CHECK(differ == 0, "%s softmax_chunk %dx%d as %s: p the rounding of the float32 step's, "
+              "state its bits (%d differ)", k->name, rows, count,
+              types[t] == ATTN_DTYPE_BF16 ? "bf16" : "fp16", differ);
+    }
+    free(scores), free(mine);
+}
+
 /* softmax_chunk on a [rows][ATTN_DECODE_CHUNK] block against the step in double and generic. */
 static void check_softmax(const attn_kernels *k, int rows, int count, test_rng *rng) {
     const float scale = 0.125f;
@@ -371,9 +404,10 @@ static void check_softmax(const attn_kernels *k, int rows, int count, test_rng *
     }
     memcpy(scores, original, sizeof(float) * size);
     memcpy(generic, original, sizeof(float) * size);
-    k->decode.softmax_chunk(rows, count, scale, scores, row_max, row_sum, rescale);
-    generic_registry()->decode.softmax_chunk(rows, count, scale, generic, generic_max,
-                                             generic_sum, generic_rescale);
+    k->decode.softmax_chunk(rows, count, scale, scores, ATTN_DTYPE_F32, row_max, row_sum,
+                            rescale);
+    generic_registry()->decode.softmax_chunk(rows, count, scale, generic, ATTN_DTYPE_F32,
+                                             generic_max, generic_sum, generic_rescale);
     double worst = 0.0;
     int exact = 1;
     for (int r = 0; r < rows; ++r) {
@@ -416,6 +450,7 @@ static void check_softmax(const attn_kernels *k, int rows, int count, test_rng *
     CHECK(worst <= 4e-7 && exact,
           "%s softmax_chunk %dx%d: p error %.3g (double and generic); masked exactly 0, state "
           "(max, rescale, sum) right, past count untouched: %d", k->name, rows, count, worst, exact);
+    check_softmax_rounded(k, rows, count, scale, original, old_max, old_sum, scores, state);
     free(scores), free(original), free(generic), free(state);
 }
 

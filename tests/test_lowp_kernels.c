@@ -655,7 +655,7 @@ static void test_convert(const attn_lowp_convert *convert, test_rng *rng) {
         /* in-place rounding of P rows: [N / 103 rows][100 used of stride 103] */
         memcpy(rounded, source, N * sizeof(float));
         const int rows = N / 103;
-        (is_f16 ? convert->round_f16_rows : convert->round_bf16_rows)(rows, 100, rounded, 103);
+        convert->round_rows(is_f16 ? ATTN_DTYPE_F16 : ATTN_DTYPE_BF16, rows, 100, rounded, 103);
         failures = 0;
         for (int i = 0; i < N; ++i) {
             if (i >= rows * 103 || i % 103 >= 100) {
@@ -771,9 +771,7 @@ static void test_fused_p_rounding(const attn_kernels *kernels, test_rng *rng) {
             kernels->forward.softmax_step(k->rows, k->count, separate, k->stride, k->scale, k->softcap,
                                           ATTN_DTYPE_F32, state[0], state[1], state[2]);
             memcpy(unrounded, separate, floats * sizeof(float));
-            (type == ATTN_DTYPE_BF16 ? kernels->convert.round_bf16_rows
-                                     : kernels->convert.round_f16_rows)(k->rows, k->count, separate,
-                                                                       k->stride);
+            kernels->convert.round_rows(type, k->rows, k->count, separate, k->stride);
             kernels->forward.softmax_step(k->rows, k->count, fused, k->stride, k->scale, k->softcap,
                                           type, state[3], state[4], state[5]);
             differ += memcmp(separate, fused, floats * sizeof(float)) != 0;

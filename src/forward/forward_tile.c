@@ -103,9 +103,9 @@ static attn_dtype softmax_p_type(const forward_plan *plan) {
 static void round_p_after_dropout(const forward_plan *plan, int rows, int count, float *p,
                                   int stride) {
     if (!plan->dropout.active || plan->format.bf16_tiles) return;
-    const attn_lowp_convert *convert = &plan->call->kernels->convert;
-    if (plan->format.dtype == ATTN_DTYPE_BF16) convert->round_bf16_rows(rows, count, p, stride);
-    else if (plan->format.dtype == ATTN_DTYPE_F16) convert->round_f16_rows(rows, count, p, stride);
+    const attn_dtype dtype = plan->format.dtype;
+    if (dtype == ATTN_DTYPE_BF16 || dtype == ATTN_DTYPE_F16)
+        plan->call->kernels->convert.round_rows(dtype, rows, count, p, stride);
 }
 
 void forward_compute_tile(const forward_plan *plan, forward_workspace *workspace,

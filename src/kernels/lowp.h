@@ -63,6 +63,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "attn.h" /* attn_dtype */
 #include "kernels/half.h"
 
 typedef struct attn_lowp_kernels {
@@ -108,10 +109,9 @@ typedef struct attn_lowp_convert {
                            int64_t stride);
     int64_t (*f32_to_f16)(int64_t count, const float *source, uint16_t *destination,
                           int64_t stride);
-    /* values[r*stride + c] = fp32 of the bf16 / fp16 rounding of itself, r < rows, c < count
-     * (P rounded to the operand type, in place). */
-    void (*round_bf16_rows)(int rows, int count, float *values, int stride);
-    void (*round_f16_rows)(int rows, int count, float *values, int stride);
+    /* values[r*stride + c] = fp32 of the rounding of itself to `type` (ATTN_DTYPE_BF16 or
+     * ATTN_DTYPE_F16), r < rows, c < count (P rounded to the operand type, in place). */
+    void (*round_rows)(attn_dtype type, int rows, int count, float *values, int stride);
 } attn_lowp_convert;
 
 /* ---- the tables (kernels/generic, kernels/avx512bf16, kernels/amx) ---- */
@@ -184,8 +184,8 @@ static inline float attn_lowp_bf16_to_float(uint16_t h) {
 }
 
 /* x rounded to bf16 (attn_lowp_bf16_round) or to fp16 (attn_float_to_f16) and widened back
- * to fp32 exactly: P as a 16-bit P·V reads it (round_bf16_rows, round_f16_rows, and the
- * softmax step's rounding of P, registry.h). */
+ * to fp32 exactly: P as a 16-bit P·V reads it (convert.round_rows, and the softmax steps'
+ * rounding of P, registry.h). */
 static inline float attn_lowp_round_float(float x, int bf16) {
     return bf16 ? attn_lowp_bf16_to_float(attn_lowp_bf16_round(x))
                 : attn_f16_to_float(attn_float_to_f16(x));

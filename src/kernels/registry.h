@@ -31,8 +31,8 @@
  * L = row_sum[r], and the logits of one tile x_c (c < count; -inf = masked):
  *     m      = max(M, max_c x_c);            u = (m == -inf) ? 0 : m
  *     p_c    = exp(x_c - u)                   (exactly 0 for x_c = -inf; written in place,
- *                                              by forward.softmax_step rounded to bf16 / fp16
- *                                              when asked: p_type)
+ *                                              rounded to bf16 / fp16 when
+ *                                              asked: p_type)
  *     rescale[r] = (M == -inf) ? 0 : exp(M - u)
  *     row_sum[r] = rescale[r] * L + sum_c p_c;   row_max[r] = m
  * so that after every tile, row_sum[r] * exp(row_max[r]) = sum over all keys so far of
@@ -103,8 +103,8 @@ typedef struct attn_forward_kernels {
      * when the loop has already transformed the tile itself). scale > 0. p_c replaces
      * scores[r][c], as computed for p_type ATTN_DTYPE_F32, rounded for ATTN_DTYPE_BF16 /
      * ATTN_DTYPE_F16 to that type (the bits of attn_lowp_round_float on the p_c the F32 step
-     * writes: round_bf16_rows / round_f16_rows fused into the step, for a P·V on 16-bit
-     * operands); row_sum always sums the unrounded p_c. row_max, row_sum, rescale:
+     * writes: convert.round_rows fused into the step, for a P·V on 16-bit operands);
+     * row_sum always sums the unrounded p_c. row_max, row_sum, rescale:
      * float[rows]. */
     void (*softmax_step)(int rows, int count, float *scores, int scores_stride, float scale,
                          float softcap, attn_dtype p_type, float *row_max, float *row_sum,
@@ -267,9 +267,11 @@ typedef struct attn_decode_kernels {
     void (*score_chunk)(int rows, int count, int dim, const float *queries, const float *keys,
                         int64_t key_stride, float *scores, const float *keys_ahead);
     /* The online-softmax step (above) for r < rows on the logits
-     * x_c = scale * scores[r * ATTN_DECODE_CHUNK + c], c < count; p_c replaces them. */
-    void (*softmax_chunk)(int rows, int count, float scale, float *scores, float *row_max,
-                          float *row_sum, float *rescale);
+     * x_c = scale * scores[r * ATTN_DECODE_CHUNK + c], c < count; p_c replaces them, written
+     * as forward.softmax_step writes them for p_type (rounded to bf16 / fp16 for a P·V on
+     * widened 16-bit operands, the sums unrounded). */
+    void (*softmax_chunk)(int rows, int count, float scale, float *scores, attn_dtype p_type,
+                          float *row_max, float *row_sum, float *rescale);
     /* accumulator[r * dim + e] = rescale[r] * accumulator[r * dim + e] +
      *                            sum_c weights[r * ATTN_DECODE_CHUNK + c] *
      *                                  values[c * value_stride + e]      for r < rows, e < dim.

@@ -277,7 +277,6 @@ attn_status attn_ring_backward(MPI_Comm comm, const attn_tensor *q, const attn_t
                                attn_tensor *dq, attn_tensor *dk, attn_tensor *dv,
                                attn_ring_stats *stats, const attn_execution *execution,
                                attn_error *error) {
-    double call_start = MPI_Wtime();
     ring_tensors tensors = {true, q, k, v, out, lse, dout, dq, dk, dv};
     ring_call call;
     attn_status status = ring_call_begin(&call, comm, &tensors, options, layout, execution, stats,
@@ -308,7 +307,6 @@ attn_status attn_ring_backward(MPI_Comm comm, const attn_tensor *q, const attn_t
         status = ring_agree(&call, status, &local_error, error);
     }
     free_buffers(&buffers);
-    ring_call_end(&call);
-    if (stats != NULL) stats->total_seconds = MPI_Wtime() - call_start;
+    ring_call_finish(&call, stats);
     return status;
 }

@@ -223,6 +223,7 @@ attn_status ring_call_begin(ring_call *call, MPI_Comm comm, const ring_tensors *
                             attn_error *error) {
     ring_stats_reset(stats);
     memset(call, 0, sizeof *call);
+    call->start = MPI_Wtime();
     call->comm = MPI_COMM_NULL;
     call->unit = MPI_DATATYPE_NULL;
     int initialized = 0;
@@ -286,6 +287,11 @@ void ring_call_end(ring_call *call) {
     attn_call_end(&call->prepared);
     if (call->unit != MPI_DATATYPE_NULL) MPI_Type_free(&call->unit);
     if (call->comm != MPI_COMM_NULL) MPI_Comm_free(&call->comm);
+}
+
+void ring_call_finish(ring_call *call, attn_ring_stats *stats) {
+    ring_call_end(call);
+    if (stats != NULL) stats->total_seconds = MPI_Wtime() - call->start;
 }
 
 int64_t ring_local_length_of(const ring_call *call, int owner) {

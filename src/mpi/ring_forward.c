@@ -263,7 +263,6 @@ attn_status attn_ring_forward(MPI_Comm comm, const attn_tensor *q, const attn_te
                               const attn_ring_layout *layout, attn_tensor *out, attn_tensor *lse,
                               attn_ring_stats *stats, const attn_execution *execution,
                               attn_error *error) {
-    double call_start = MPI_Wtime();
     ring_tensors tensors = {false, q, k, v, out, lse, NULL, NULL, NULL, NULL};
     ring_call call;
     attn_status status = ring_call_begin(&call, comm, &tensors, options, layout, execution, stats,
@@ -292,7 +291,6 @@ attn_status attn_ring_forward(MPI_Comm comm, const attn_tensor *q, const attn_te
         status = ring_agree(&call, status, &local_error, error);
     }
     free_buffers(&buffers);
-    ring_call_end(&call);
-    if (stats != NULL) stats->total_seconds = MPI_Wtime() - call_start;
+    ring_call_finish(&call, stats);
     return status;
 }

@@ -43,6 +43,7 @@ typedef struct ring_call {
     int64_t max_local_length;
     int64_t *local_positions;  /* int64[n_r]: global positions of this rank's tokens */
     int64_t *block_positions;  /* int64[max n]: scratch for the positions of a visiting block */
+    double start;              /* MPI_Wtime() when the call began (stats->total_seconds) */
 } ring_call;
 
 /* The tensors a ring call was given. The forward has no dout, dq, dk, dv (NULL) and lse
@@ -64,6 +65,8 @@ attn_status ring_call_begin(ring_call *call, MPI_Comm comm, const ring_tensors *
                             const attn_execution *execution, attn_ring_stats *stats,
                             attn_error *error);
 void ring_call_end(ring_call *call);
+/* ring_call_end, then stats->total_seconds (stats may be NULL): the end of a begun call. */
+void ring_call_finish(ring_call *call, attn_ring_stats *stats);
 
 /*
  * Collective: every rank passes its local status (and its error when not OK); every rank

@@ -21,8 +21,9 @@ static inline __m256 round16(__m256 x, int bf16) {
     return bf16 ? vf_round_bf16(x) : vf_round_f16(x);
 }
 
-/* Rounds rows of floats in place to the 16-bit format. */
-static inline void round_rows(int rows, int count, float *values, int stride, int bf16) {
+/* Rounds rows of floats in place to the 16-bit format `type`. */
+static void round_rows(attn_dtype type, int rows, int count, float *values, int stride) {
+    const int bf16 = type == ATTN_DTYPE_BF16;
     for (int r = 0; r < rows; ++r) {
         float *row = values + (size_t)r * stride;
         int c = 0;
@@ -36,14 +37,6 @@ static inline void round_rows(int rows, int count, float *values, int stride, in
             _mm256_maskstore_ps(row + c, mask, round16(x, bf16));
         }
     }
-}
-
-static void round_bf16_rows(int rows, int count, float *values, int stride) {
-    round_rows(rows, count, values, stride, 1);
-}
-
-static void round_f16_rows(int rows, int count, float *values, int stride) {
-    round_rows(rows, count, values, stride, 0);
 }
 
 /* 8 half or bf16 elements (contiguous) widened to fp32. */
@@ -134,6 +127,5 @@ const attn_lowp_convert attn_lowp_convert_avx2 = {
     .f16_to_f32_rows = f16_to_f32_rows,
     .f32_to_bf16 = f32_to_bf16,
     .f32_to_f16 = f32_to_f16,
-    .round_bf16_rows = round_bf16_rows,
-    .round_f16_rows = round_f16_rows,
+    .round_rows = round_rows,
 };

@@ -109,8 +109,9 @@ static int64_t f32_to_f16(int64_t count, const float *source, uint16_t *destinat
     return narrow(count, source, destination, stride, 0);
 }
 
-/* Rounds rows of floats in place to the 16-bit format (narrow, then widen). */
-static inline void round_rows(int rows, int count, float *values, int stride, int bf16) {
+/* Rounds rows of floats in place to the 16-bit format `type` (narrow, then widen). */
+static void round_rows(attn_dtype type, int rows, int count, float *values, int stride) {
+    const int bf16 = type == ATTN_DTYPE_BF16;
     for (int r = 0; r < rows; ++r) {
         float *row = values + (size_t)r * stride;
         for (int c = 0; c < count; c += LANES) {
@@ -121,20 +122,11 @@ static inline void round_rows(int rows, int count, float *values, int stride, in
     }
 }
 
-static void round_bf16_rows(int rows, int count, float *values, int stride) {
-    round_rows(rows, count, values, stride, 1);
-}
-
-static void round_f16_rows(int rows, int count, float *values, int stride) {
-    round_rows(rows, count, values, stride, 0);
-}
-
 const attn_lowp_convert attn_lowp_convert_avx512 = {
     .name = "avx512",
     .bf16_to_f32_rows = bf16_to_f32_rows,
     .f16_to_f32_rows = f16_to_f32_rows,
     .f32_to_bf16 = f32_to_bf16,
     .f32_to_f16 = f32_to_f16,
-    .round_bf16_rows = round_bf16_rows,
-    .round_f16_rows = round_f16_rows,
+    .round_rows = round_rows,
 };

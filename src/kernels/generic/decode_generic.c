@@ -55,9 +55,10 @@ static void generic_score_chunk(int rows, int count, int dim, const float *queri
 
 /* The one online-softmax step (registry.h) on a dense chunk, no soft-cap. */
 static void generic_softmax_chunk(int rows, int count, float scale, float *scores,
-                                  float *row_max, float *row_sum, float *rescale) {
-    attn_generic_softmax_step(rows, count, scores, ATTN_DECODE_CHUNK, scale, 0.0f,
-                              ATTN_DTYPE_F32, row_max, row_sum, rescale);
+                                  attn_dtype p_type, float *row_max, float *row_sum,
+                                  float *rescale) {
+    attn_generic_softmax_step(rows, count, scores, ATTN_DECODE_CHUNK, scale, 0.0f, p_type,
+                              row_max, row_sum, rescale);
 }
 
 static void generic_accumulate_chunk(int rows, int count, int dim, const float *weights,

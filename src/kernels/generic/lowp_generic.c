@@ -200,21 +200,15 @@ static int64_t generic_f32_to_f16(int64_t count, const float *source, uint16_t *
     return narrow(count, source, destination, stride, 0);
 }
 
-/* Rounds rows of floats in place to the 16-bit format (narrow, then widen). */
-static inline void round_rows(int rows, int count, float *values, int stride, int bf16) {
+/* Rounds rows of floats in place to the 16-bit format `type` (narrow, then widen). */
+static void generic_round_rows(attn_dtype type, int rows, int count, float *values,
+                               int stride) {
+    const int bf16 = type == ATTN_DTYPE_BF16;
     for (int r = 0; r < rows; ++r)
         for (int c = 0; c < count; ++c) {
             float *x = values + (size_t)r * stride + c;
             *x = attn_lowp_round_float(*x, bf16);
         }
-}
-
-static void generic_round_bf16_rows(int rows, int count, float *values, int stride) {
-    round_rows(rows, count, values, stride, 1);
-}
-
-static void generic_round_f16_rows(int rows, int count, float *values, int stride) {
-    round_rows(rows, count, values, stride, 0);
 }
 
 const attn_lowp_convert attn_lowp_convert_generic = {
@@ -223,6 +217,5 @@ const attn_lowp_convert attn_lowp_convert_generic = {
     .f16_to_f32_rows = generic_f16_to_f32_rows,
     .f32_to_bf16 = generic_f32_to_bf16,
     .f32_to_f16 = generic_f32_to_f16,
-    .round_bf16_rows = generic_round_bf16_rows,
-    .round_f16_rows = generic_round_f16_rows,
+    .round_rows = generic_round_rows,
 };

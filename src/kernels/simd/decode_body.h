@@ -371,10 +371,11 @@ static void score_chunk_bf16_widened(int rows, int count, int dim, const float *
 /* The online-softmax step (registry.h) of one chunk, each row held in registers, the rows
  * SOFTMAX_ROWS at a time in phases (all maxima, then all exponentials, then the row
  * statistics): a row's chain of maximum, reduction, shift and exponentials does not wait
- * for the previous row's. Each row takes the same operations as one row alone. */
+ * for the previous row's. Each row takes the same operations as one row alone. p is written
+ * as P_TYPE asks (vf_softmax_p_as); the sums take it unrounded. */
 #define SOFTMAX_ROWS (VLANES == 16 ? 4 : 2) /* rows x ATTN_DECODE_CHUNK floats in registers */
-V_INLINE void softmax_rows(const int block_rows, int count, float scale, float *scores,
-                           float *row_max, float *row_sum, float *rescale) {
+V_INLINE void softmax_rows(const attn_dtype P_TYPE, const int block_rows, int count, float scale,
+                           float *scores, float *row_max, float *row_sum, float *rescale) {
     enum { VECTORS = ATTN_DECODE_CHUNK / VLANES };
     const int vectors = (count + VLANES - 1) / VLANES;
     vmask masks[VECTORS];
@@ -407,7 +408,7 @@ V_INLINE void softmax_rows(const int block_rows, int count, float scale, float *
         for (int v = 0; v < vectors; ++v) {
             const vf p = vf_exp2(vf_mul(vf_sub(logits[r][v], shift), log2e)); /* -inf -> 0 */
             sums[r] = vf_add(sums[r], p);
-            vf_mask_storeu(row + VLANES * v, masks[v], p);
+            vf_mask_storeu(row + VLANES * v, masks[v], vf_softmax_p_as(P_TYPE, p));
         }
     }
     for (int r = 0; r < block_rows; ++r) {
@@ -419,15 +420,25 @@ V_INLINE void softmax_rows(const int block_rows, int count, float scale, float *
     }
 }
 
-static void softmax_chunk(int rows, int count, float scale, float *scores, float *row_max,
-                          float *row_sum, float *rescale) {
+V_INLINE void softmax_chunk_as(const attn_dtype P_TYPE, int rows, int count, float scale,
+                               float *scores, float *row_max, float *row_sum, float *rescale) {
     int r = 0;
     for (; r + SOFTMAX_ROWS <= rows; r += SOFTMAX_ROWS)
-        softmax_rows(SOFTMAX_ROWS, count, scale, scores + r * ATTN_DECODE_CHUNK, row_max + r,
-                     row_sum + r, rescale + r);
+        softmax_rows(P_TYPE, SOFTMAX_ROWS, count, scale, scores + r * ATTN_DECODE_CHUNK,
+                     row_max + r, row_sum + r, rescale + r);
     for (; r < rows; ++r)
-        softmax_rows(1, count, scale, scores + r * ATTN_DECODE_CHUNK, row_max + r, row_sum + r,
-                     rescale + r);
+        softmax_rows(P_TYPE, 1, count, scale, scores + r * ATTN_DECODE_CHUNK, row_max + r,
+                     row_sum + r, rescale + r);
+}
+
+static void softmax_chunk(int rows, int count, float scale, float *scores, attn_dtype p_type,
+                          float *row_max, float *row_sum, float *rescale) {
+    if (p_type == ATTN_DTYPE_BF16)
+        softmax_chunk_as(ATTN_DTYPE_BF16, rows, count, scale, scores, row_max, row_sum, rescale);
+    else if (p_type == ATTN_DTYPE_F16)
+        softmax_chunk_as(ATTN_DTYPE_F16, rows, count, scale, scores, row_max, row_sum, rescale);
+    else
+        softmax_chunk_as(ATTN_DTYPE_F32, rows, count, scale, scores, row_max, row_sum, rescale);
 }
 
 /* accumulator rows [block_rows][dim], columns [e0, e0 + width) with width <= VLANES *

@@ -356,18 +356,8 @@ V_INLINE row_scan scan_row(const float *row, int count) {
     return scan;
 }
 
-/* p as the step writes it (registry.h): as computed for P_TYPE ATTN_DTYPE_F32, else rounded
- * to the 16-bit type in the same pass, instead of a pass of its own over P. p is never
- * negative or NaN here (vf_exp2_nonpositive), where vf_round_bf16_nonnegative and the bare
- * VCVTPS2PH round trip give the bits of vf_round_bf16 and vf_round_f16 (vec.h). */
-V_INLINE vf p_as_written(const attn_dtype P_TYPE, vf p) {
-    return P_TYPE == ATTN_DTYPE_BF16 ? vf_round_bf16_nonnegative(p)
-           : P_TYPE == ATTN_DTYPE_F16 ? vf_through_f16(p)
-                                      : p;
-}
-
 /* The exp pass of one row: p = exp(x · scale − m) = 2^((x · scale − m) · log2 e) in place
- * (x · scale − m in one FMA, the factor log2 e after it; written as p_as_written), returning
+ * (x · scale − m in one FMA, the factor log2 e after it; written as vf_softmax_p_as), returning
  * the sum of the unrounded p. With SCAN_NEXT it also scans the next row (`next`, same count)
  * into *next_scan: that scan's loads and maxima run in the shadow of the exp chain, whose
  * latency bounds the pass. */
@@ -380,7 +370,7 @@ V_INLINE float exp_pass(const bool SCAN_NEXT, const attn_dtype P_TYPE, float *ro
     for (; c + VLANES <= count; c += VLANES) {
         const vf p = vf_exp2_nonpositive(
             vf_mul(vf_fmsub(vf_loadu(row + c), scale_vector, max_vector), log2e));
-        vf_storeu(row + c, p_as_written(P_TYPE, p));
+        vf_storeu(row + c, vf_softmax_p_as(P_TYPE, p));
         sum = vf_add(sum, p);
         if (SCAN_NEXT) row_scan_add(next_scan, vf_loadu(next + c));
     }
@@ -390,7 +380,7 @@ V_INLINE float exp_pass(const bool SCAN_NEXT, const attn_dtype P_TYPE, float *ro
                                      scale_vector, max_vector),
                             log2e);
         const vf p = vf_maskz(mask, vf_exp2_nonpositive(x));
-        vf_mask_storeu(row + c, mask, p_as_written(P_TYPE, p));
+        vf_mask_storeu(row + c, mask, vf_softmax_p_as(P_TYPE, p));
         sum = vf_add(sum, p);
         if (SCAN_NEXT) row_scan_add(next_scan, vf_mask_loadu_or(minus_infinity, mask, next + c));
     }

@@ -23,6 +23,7 @@
 #ifndef ATTN_KERNELS_SIMD_VMATH_H
 #define ATTN_KERNELS_SIMD_VMATH_H
 
+#include "attn.h" /* attn_dtype */
 #include "kernels/simd/vec.h"
 
 V_INLINE vf vf_exp(vf x) {
@@ -150,6 +151,17 @@ V_INLINE vf vf_exp2_nonpositive(vf t) {
     const vf p = vf_fmadd(upper, f4, lower);
     const vi exponent = vi_slli(vi_add(vf_to_vi(n), vi_set1(127)), 23);
     return vf_mul(p, vi_as_vf(exponent));
+}
+
+/* p as a softmax step writes it for a P·V on p_type operands (registry.h): as computed for
+ * ATTN_DTYPE_F32, else rounded to bf16 / fp16 in the same pass instead of a pass of its own
+ * over P. The steps' p come from vf_exp2 or vf_exp2_nonpositive and are never negative or
+ * NaN, where vf_round_bf16_nonnegative and the bare VCVTPS2PH round trip give the bits of
+ * vf_round_bf16 and vf_round_f16 (vec.h). */
+V_INLINE vf vf_softmax_p_as(const attn_dtype p_type, vf p) {
+    return p_type == ATTN_DTYPE_BF16 ? vf_round_bf16_nonnegative(p)
+           : p_type == ATTN_DTYPE_F16 ? vf_through_f16(p)
+                                      : p;
 }
 
 #endif /* ATTN_KERNELS_SIMD_VMATH_H */
