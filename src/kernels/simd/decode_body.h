@@ -66,17 +66,12 @@ V_INLINE void prefetch_line(uintptr_t address, const int into_l1) {
     else _mm_prefetch((const char *)address, _MM_HINT_T1);
 }
 
-/* The lines [address, address + span) in order, four requests a loop step (a row of
- * 64 float32 is four lines: one step, no loop counter per line). */
+/* The lines [address, address + span) in order, one request a loop step: four a step issue
+ * the same requests in bursts, slower on Zen 4's token-major pages (bench/results/amd-zen4.md,
+ * "Decode and serving against 877d471"). */
 V_INLINE void prefetch_span(uintptr_t address, int64_t span, const int into_l1) {
-    int64_t offset = 0;
-    for (; offset + 192 < span; offset += 256) {
+    for (int64_t offset = 0; offset < span; offset += 64)
         prefetch_line(address + (uintptr_t)offset, into_l1);
-        prefetch_line(address + (uintptr_t)offset + 64, into_l1);
-        prefetch_line(address + (uintptr_t)offset + 128, into_l1);
-        prefetch_line(address + (uintptr_t)offset + 192, into_l1);
-    }
-    for (; offset < span; offset += 64) prefetch_line(address + (uintptr_t)offset, into_l1);
 }
 
 /* Requests the first `bytes` bytes of rows [first, first + count) of `stride` bytes after
