@@ -18,10 +18,12 @@ build/venv/bin/python -m pytest -q tests/python
 # cli_safetensors runs again to read its outputs back with the venv's safetensors package.
 (cd build && ctest --output-on-failure -R '^(example_minilm|cli_safetensors)$')
 
-# ---- the AVX-512, AVX512-BF16 and AMX kernel tables on a CPU without AVX-512: built against
-# SIMDe's portable intrinsics (cmake -DATTN_EMULATE_AVX512=ON, src/kernels/simd/emulate_avx512.h)
-# in ./build-emu, and the C tests run on them (every registry the emulation makes usable).
-if grep -qw avx2 /proc/cpuinfo 2>/dev/null && ! grep -qw avx512f /proc/cpuinfo; then
+# ---- the AVX-512, AVX512-BF16 and AMX kernel tables on a CPU without AVX512-BF16 (without
+# AVX-512, or AVX-512 alone): built against SIMDe's portable intrinsics (cmake
+# -DATTN_EMULATE_AVX512=ON, src/kernels/simd/emulate_avx512.h) in ./build-emu, and the C tests
+# run on them (every registry the emulation makes usable). A CPU with AVX512-BF16 runs those
+# tables natively, the AMX tile algorithms on emulated tiles inside the C tests.
+if grep -qw avx2 /proc/cpuinfo 2>/dev/null && ! grep -qw avx512_bf16 /proc/cpuinfo; then
   echo "== emulated AVX-512 kernel tables: build and ctest (build-emu) ($(date +%T))"
   cmake -S . -B build-emu -DCMAKE_BUILD_TYPE=Release -DATTN_EMULATE_AVX512=ON -DATTN_BENCH=OFF
   cmake --build build-emu -j"$jobs"
