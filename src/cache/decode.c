@@ -416,6 +416,9 @@ static int64_t plan_decode(decode_plan *plan, const attn_call *call, const attn_
     plan->interleaved = cache->key_head_stride < cache->key_token_stride && problem->kv_heads > 1;
     plan->family = decode_family_of(&call->kernels->decode, cache->config.dtype, q->dtype,
                                     plan->rows, plan->key_dim, plan->interleaved);
+    const bool p_rounded = plan->family->accumulator != ACCUMULATOR_TILE_ROWS &&
+                           (q->dtype == ATTN_DTYPE_BF16 || q->dtype == ATTN_DTYPE_F16);
+    plan->p_type = p_rounded ? q->dtype : ATTN_DTYPE_F32;
     /* token-major pages: the heads of a split together chunk by chunk, unless the family
      * holds a chunk's P · V back (the tiles') or the values are the keys (MLA, one head) */
     plan->together = plan->interleaved && cache->value_pool != NULL && plan->family->flush == NULL;

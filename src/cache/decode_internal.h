@@ -86,6 +86,10 @@ struct decode_plan {
     const attn_tensor *q;                 /* [B, Tq, Hq, Dk] */
     const attn_kernels *kernels;
     const decode_family *family;          /* every task's */
+    /* The type the softmax writes P in (registry.h softmax_chunk): the queries' for 16-bit
+     * queries off the tiles, as attn_forward rounds P for P · V; float32 otherwise (the bf16
+     * tiles round P themselves) */
+    attn_dtype p_type;
     const attn_mask_context *mask;        /* the call's */
     attn_logit_pipeline logits;           /* scale, soft-cap, additive terms of a chunk */
     float scale, softcap;

@@ -258,10 +258,9 @@ static bool chunk_classes(const decode_plan *plan, decode_scratch *scratch, int6
 }
 
 /* The chunk's probabilities: the logit pipeline where the chunk needs more than the scale
- * (soft-cap, additive terms, a partial chunk: then a softmax at scale 1), one online-softmax
- * step per row (rescale [rows]: the accumulator's factor) that writes P rounded to the
- * queries' type for 16-bit queries off the tiles, as attn_forward does (the row sums keep
- * the unrounded P; the bf16 tiles round it themselves). */
+ * (soft-cap, additive terms, a partial chunk: then a softmax at scale 1), then one
+ * online-softmax step per row (rescale [rows]: the accumulator's factor) writing P as
+ * plan->p_type (the row sums keep the unrounded P). */
 static void chunk_probabilities(const decode_plan *plan, decode_scratch *scratch,
                                 const decode_chunk *chunk, float *scores, float *rescale) {
     const int64_t rows = plan->rows, Tq = plan->query_length;
@@ -274,12 +273,8 @@ static void chunk_probabilities(const decode_plan *plan, decode_scratch *scratch
                             chunk->first, chunk->count, scores + r * ATTN_DECODE_CHUNK, &buffers);
         scale = 1.0f;
     }
-    const attn_dtype q_type = plan->q->dtype;
-    const bool rounded = plan->family->accumulator != ACCUMULATOR_TILE_ROWS &&
-                         (q_type == ATTN_DTYPE_BF16 || q_type == ATTN_DTYPE_F16);
-    plan->kernels->decode.softmax_chunk((int)rows, chunk->count, scale, scores,
-                                        rounded ? q_type : ATTN_DTYPE_F32, scratch->row_max,
-                                        scratch->row_sum, rescale);
+    plan->kernels->decode.softmax_chunk((int)rows, chunk->count, scale, scores, plan->p_type,
+                                        scratch->row_max, scratch->row_sum, rescale);
 }
 
 /* ---- the loop ---- */
