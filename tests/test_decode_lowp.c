@@ -12,6 +12,7 @@
  * on every path, the products are exact): MQA, MLA's latent cache (576 / 512), odd dims,
  * chunks cut by pages, soft-cap, window, P · V of several chunks at once (long splits, a split
  * starting inside a page); test_tile_path_taken checks that they take that path.
+ * test_p_rounded_before_pv: P rounded to the queries' type before P · V, bit for bit.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -225,9 +226,71 @@ static void test_tile_path_taken(void) {
               "%lld rows with AMX run on bf16 tiles", (long long)rows);
 }
 
+/* P is rounded to the queries' type before P · V on every decode path (as attn_forward does),
+ * shown where it decides the output's bits: two keys, logits 0 and x (p = 1 and exp(x), just
+ * below a rounding midpoint of the type), values 0 and 1, so that O = round(exp x) /
+ * (1 + exp x) and the unrounded exp(x) / (1 + exp x) fall on either side of an output
+ * midpoint. Float32 cache; groups of 1 (rows read in place) and 16 (the large-group
+ * kernels); every registry this CPU runs; the expected bits from double precision. */
+static void test_p_rounded_before_pv(attn_dtype dtype) {
+    const int bf16 = dtype == ATTN_DTYPE_BF16;
+    /* p just below the midpoint under 1: 1 - 3 * 2^-10 (bf16), 1 - 3 * 2^-13 (fp16) */
+    const double p = 1.0 - 3.0 * ldexp(1.0, bf16 ? -10 : -13);
+    const float x = (float)log(p);
+    const double p_used = exp((double)x), p_rounded = attn_lowp_round_float((float)p_used, bf16);
+    const float want = attn_lowp_round_float((float)(p_rounded / (1.0 + p_used)), bf16);
+    const float unrounded = attn_lowp_round_float((float)(p_used / (1.0 + p_used)), bf16);
+    CHECK(want != unrounded, "%s: the case separates rounded and unrounded P (%.9g, %.9g)",
+          bf16 ? "bf16" : "fp16", (double)want, (double)unrounded);
+    static const int groups[] = {1, 16};
+    static const attn_kernel_choice choices[] = {ATTN_KERNEL_GENERIC, ATTN_KERNEL_AVX2,
+                                                 ATTN_KERNEL_AVX512, ATTN_KERNEL_AVX512_BF16,
+                                                 ATTN_KERNEL_AMX};
+    for (size_t g = 0; g < sizeof groups / sizeof *groups; ++g) {
+        const int64_t Hq = groups[g];
+        attn_kv_cache_config config = attn_kv_cache_config_default();
+        config.sequences = 1, config.kv_heads = 1, config.key_dim = 2, config.value_dim = 2;
+        config.dtype = ATTN_DTYPE_F32, config.capacity = 2;
+        attn_kv_cache *cache = NULL;
+        attn_error error;
+        CHECK_STATUS(attn_kv_cache_create(&config, &cache, &error), ATTN_OK, &error, "create");
+        float keys[4] = {0.0f, 0.0f, x, 0.0f}, values[4] = {0.0f, 0.0f, 1.0f, 1.0f};
+        const int64_t kv_shape[4] = {1, 2, 1, 2}, q_shape[4] = {1, 1, Hq, 2};
+        attn_tensor k = attn_tensor_contiguous(keys, ATTN_DTYPE_F32, 4, kv_shape);
+        attn_tensor v = attn_tensor_contiguous(values, ATTN_DTYPE_F32, 4, kv_shape);
+        CHECK_STATUS(attn_kv_cache_append(cache, 0, &k, &v, &error), ATTN_OK, &error, "append");
+        uint16_t q_bits[32], out_bits[32];
+        for (int64_t e = 0; e < Hq * 2; ++e) q_bits[e] = e % 2 == 0 ? (bf16 ? 0x3f80 : 0x3c00) : 0;
+        attn_tensor q = attn_tensor_contiguous(q_bits, dtype, 4, q_shape);
+        attn_tensor out = attn_tensor_contiguous(out_bits, dtype, 4, q_shape);
+        attn_options options = attn_options_default();
+        options.custom_scale = 1, options.scale = 1.0f;
+        for (size_t c = 0; c < sizeof choices / sizeof *choices; ++c) {
+            if (!attn_kernel_available(choices[c])) continue;
+            attn_execution execution = attn_execution_default();
+            execution.kernel = choices[c];
+            CHECK_STATUS(attn_decode(cache, &q, &options, &out, NULL, &execution, &error),
+                         ATTN_OK, &error, "decode");
+            int wrong = 0;
+            for (int64_t e = 0; e < Hq * 2; ++e) {
+                const float got = bf16 ? attn_lowp_bf16_to_float(out_bits[e])
+                                       : attn_f16_to_float(out_bits[e]);
+                wrong += got != want;
+            }
+            CHECK(wrong == 0, "%s group %lld [%s]: O = round(P) . V / l, %.9g expected "
+                  "(%.9g with P unrounded): %d elements differ", bf16 ? "bf16" : "fp16",
+                  (long long)Hq, attn_kernel_choice_name(choices[c]), (double)want,
+                  (double)unrounded, wrong);
+        }
+        attn_kv_cache_destroy(cache);
+    }
+}
+
 int main(void) {
     test_tile_path_taken();
     test_f16_path_taken();
+    test_p_rounded_before_pv(ATTN_DTYPE_BF16);
+    test_p_rounded_before_pv(ATTN_DTYPE_F16);
     for (size_t n = 0; n < sizeof cases / sizeof *cases; ++n) {
         run_case(&cases[n], ATTN_DTYPE_BF16, 700 + n);
         run_case(&cases[n], ATTN_DTYPE_F16, 800 + n);
